@@ -1,0 +1,160 @@
+"""pt_regs: the task's user registers as the kernel sees them at a trap.
+
+Unicorn's Python binding costs about a microsecond per call, so a trap reads every
+general register in ONE native ``uc_reg_read_batch`` call into a preallocated buffer,
+and writes back only the registers a handler changed (also one call).  This is the
+machine-side half of ``struct pt_regs``; ``orig_rax`` is kernel-only state (the syscall
+number at entry, -1 otherwise) and never reaches the CPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from unicorn import x86_const as X
+from unicorn.unicorn_py3.unicorn import uclib
+
+# Names in gdb's amd64 order; the user-visible register set of a Linux x86_64 task.
+GPR_NAMES = (
+    "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp",
+    "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
+    "rip", "eflags", "fs_base", "gs_base",
+)
+_UC_IDS = tuple(getattr(X, "UC_X86_REG_" + n.upper()) for n in GPR_NAMES)
+
+# Linux x86_64 user segment selectors (__USER_CS / __USER_DS).  Unicorn runs the guest
+# with its own flat segments; the model always reports what a Linux task would have.
+USER_CS, USER_SS = 0x33, 0x2B
+
+# struct pt_regs field order (arch/x86/include/asm/ptrace.h), 21 slots.
+PT_REGS_ORDER = (
+    "r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8",
+    "rax", "rcx", "rdx", "rsi", "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss",
+)
+
+EFLAGS_BITS = (
+    (0, "CF"), (2, "PF"), (4, "AF"), (6, "ZF"), (7, "SF"), (8, "TF"), (9, "IF"),
+    (10, "DF"), (11, "OF"), (14, "NT"), (16, "RF"), (17, "VM"), (18, "AC"),
+    (19, "VIF"), (20, "VIP"), (21, "ID"),
+)
+TF = 1 << 8
+RF = 1 << 16
+
+_INDEX = {name: i for i, name in enumerate(GPR_NAMES)}
+
+
+class RegisterFile:
+    """Preallocated ctypes buffers for batched native register access on one Uc."""
+
+    def __init__(self, uc):
+        n = len(GPR_NAMES)
+        self._uc = uc
+        self._n = n
+        self._ids = (ctypes.c_int * n)(*_UC_IDS)
+        self._buf = (ctypes.c_uint64 * n)()
+        base = ctypes.addressof(self._buf)
+        self._ptrs = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
+        # one-register write buffers, reused
+        self._wid = (ctypes.c_int * n)()
+        self._wbuf = (ctypes.c_uint64 * n)()
+        wbase = ctypes.addressof(self._wbuf)
+        self._wptrs = (ctypes.c_void_p * n)(*[wbase + 8 * i for i in range(n)])
+
+    def read_all(self) -> list[int]:
+        status = uclib.uc_reg_read_batch(self._uc._uch, self._ids, self._ptrs, self._n)
+        if status:
+            from unicorn import UcError
+            raise UcError(status)
+        return self._buf[:]
+
+    def write(self, changes: dict[int, int]) -> None:
+        """Write ``{index: value}`` (indexes into GPR_NAMES) in one native call."""
+        k = 0
+        for idx, val in changes.items():
+            self._wid[k] = _UC_IDS[idx]
+            self._wbuf[k] = val & 0xFFFFFFFFFFFFFFFF
+            k += 1
+        if k:
+            status = uclib.uc_reg_write_batch(self._uc._uch, self._wid, self._wptrs, k)
+            if status:
+                from unicorn import UcError
+                raise UcError(status)
+
+
+class PtRegs:
+    """A snapshot of a task's registers, mutable, with dirty tracking.
+
+    Attribute access by name (``regs.rax``); ``regs.changed()`` lists what differs from
+    the snapshot; the machine writes back only those.  ``cs``/``ss`` read as Linux's
+    user selectors; ``orig_rax`` is kernel state carried along with the snapshot.
+    """
+
+    __slots__ = ("_v", "_orig", "orig_rax")
+
+    def __init__(self, values: list[int], orig_rax: int = -1):
+        object.__setattr__(self, "_v", values)
+        object.__setattr__(self, "_orig", tuple(values))
+        object.__setattr__(self, "orig_rax", orig_rax)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, int]) -> "PtRegs":
+        return cls([values.get(n, 0) for n in GPR_NAMES], values.get("orig_rax", -1))
+
+    # attribute access -------------------------------------------------------
+    def __getattr__(self, name):
+        try:
+            return self._v[_INDEX[name]]
+        except KeyError:
+            if name == "cs":
+                return USER_CS
+            if name == "ss":
+                return USER_SS
+            raise AttributeError(f"no register named {name!r}") from None
+
+    def __setattr__(self, name, value):
+        if name == "orig_rax":
+            object.__setattr__(self, name, value)
+            return
+        try:
+            self._v[_INDEX[name]] = int(value) & 0xFFFFFFFFFFFFFFFF
+        except KeyError:
+            if name in ("cs", "ss"):
+                return  # segment selectors are fixed for a 64-bit user task
+            raise AttributeError(f"no register named {name!r}") from None
+
+    def __getitem__(self, name: str) -> int:
+        return getattr(self, name)
+
+    def __setitem__(self, name: str, value: int) -> None:
+        setattr(self, name, value)
+
+    # views ---------------------------------------------------------------
+    def as_dict(self) -> dict[str, int]:
+        d = dict(zip(GPR_NAMES, self._v))
+        d["cs"], d["ss"], d["orig_rax"] = USER_CS, USER_SS, self.orig_rax
+        return d
+
+    def pt_regs(self) -> dict[str, int]:
+        """The 21 slots of struct pt_regs, in kernel order."""
+        d = self.as_dict()
+        return {name: d[name] for name in PT_REGS_ORDER}
+
+    def changed(self) -> dict[int, int]:
+        return {i: v for i, (v, o) in enumerate(zip(self._v, self._orig)) if v != o}
+
+    def copy(self) -> "PtRegs":
+        return PtRegs(list(self._v), self.orig_rax)
+
+    def __repr__(self):
+        return "PtRegs(" + ", ".join(f"{n}={v:#x}" for n, v in zip(GPR_NAMES, self._v)) + ")"
+
+
+def format_eflags(value: int) -> str:
+    """gdb's natural eflags form: ``[ PF ZF IF ]``."""
+    names = [name for bit, name in EFLAGS_BITS if value & (1 << bit)]
+    return "[ " + " ".join(names) + " ]" if names else "[ ]"
+
+
+def sign64(value: int) -> int:
+    value &= 0xFFFFFFFFFFFFFFFF
+    return value - (1 << 64) if value >> 63 else value

@@ -1,0 +1,485 @@
+"""The Linux x86_64 syscall ABI and the ordinary syscalls a static guest needs.
+
+Arguments come in rdi, rsi, rdx, r10, r8, r9; the result goes to rax (negative errno on
+failure).  The machine has already done what the ``syscall`` instruction does (rcx, r11).
+Only modeled syscalls exist: anything else returns -ENOSYS and is counted and reported by
+number and name.  Guests are sandboxed: no host file is reachable unless the user grants
+a directory, and then only inside it.
+"""
+
+from __future__ import annotations
+
+import errno as E
+import os
+import random
+import struct
+
+from .memory import (PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, GuestFault,
+                     page_down, page_up)
+from .syscall_names import SYSCALL_NAMES
+
+MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
+MAP_FIXED_NOREPLACE = 0x100000
+ARCH_SET_GS, ARCH_SET_FS, ARCH_GET_FS, ARCH_GET_GS = 0x1001, 0x1002, 0x1003, 0x1004
+TCGETS = 0x5401
+AT_FDCWD = -100
+O_ACCMODE, O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_APPEND, O_DIRECTORY = 3, 1, 2, 0o100, 0o1000, 0o2000, 0o200000
+AT_EMPTY_PATH = 0x1000
+S_IFCHR, S_IFREG = 0o020000, 0o100000
+CLOCK_EPOCH_NS = 1_767_225_600 * 1_000_000_000    # 2026-01-01T00:00:00Z
+CLOCK_TICK_NS = 1_000                              # each clock read advances 1 us
+RLIM_INFINITY = 0xFFFFFFFFFFFFFFFF
+RLIMIT_STACK, RLIMIT_NOFILE = 3, 7
+
+
+def _neg(err: int) -> int:
+    return -err
+
+
+class _HostFile:
+    """A file the guest opened inside the granted directory."""
+
+    def __init__(self, fd: int, path: str):
+        self.fd = fd
+        self.path = path
+
+
+class Syscalls:
+    """The syscall table of one machine.  ``register(nr, fn)`` adds or overrides an
+    entry (the kernel model registers uretprobe/uprobe, 335/336)."""
+
+    def __init__(self, machine, *, stdin: bytes = b"", grant_dir: str | None = None, seed: int = 0):
+        self.m = machine
+        self.stdin = bytearray(stdin)
+        self.grant_dir = os.path.realpath(grant_dir) if grant_dir else None
+        self.rng = random.Random(seed)
+        self.clock_ns = CLOCK_EPOCH_NS
+        self.table: dict[int, callable] = {}
+        for nr, name in SYSCALL_NAMES.items():
+            fn = getattr(self, "sys_" + name, None)
+            if fn is not None:
+                self.table[nr] = fn
+
+    def register(self, nr: int, fn) -> None:
+        self.table[nr] = fn
+
+    def unregister(self, nr: int) -> None:
+        self.table.pop(nr, None)
+
+    # ------------------------------------------------------------------ dispatch
+    def dispatch(self, task, regs) -> None:
+        nr = regs.rax
+        fn = self.table.get(nr)
+        if fn is None:
+            name = SYSCALL_NAMES.get(nr, "?")
+            self.m.counters.unknown_syscalls[f"{nr}:{name}"] += 1
+            regs.rax = _neg(E.ENOSYS)
+            return
+        args = (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9)
+        try:
+            ret = fn(task, regs, *args)
+        except GuestFault:
+            ret = _neg(E.EFAULT)
+        if ret is not None:
+            regs.rax = ret
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def mem(self):
+        return self.m.mem
+
+    def _write_out(self, fd: int, data: bytes) -> int:
+        if fd == 1:
+            self.m.stdout += data
+            if self.m.passthrough:
+                os.write(1, data)
+            return len(data)
+        if fd == 2:
+            self.m.stderr += data
+            if self.m.passthrough:
+                os.write(2, data)
+            return len(data)
+        f = self.m.process.fds.get(fd)
+        if isinstance(f, _HostFile):
+            return os.write(f.fd, data)
+        return _neg(E.EBADF)
+
+    # ------------------------------------------------------------------ process
+    def sys_exit(self, task, regs, code, *_):
+        # single-threaded: exit of the only thread ends the process
+        self.m.exit_group(code & 0xFF)
+
+    def sys_exit_group(self, task, regs, code, *_):
+        self.m.exit_group(code & 0xFF)
+
+    def sys_getpid(self, task, regs, *_):
+        return task.process.pid
+
+    def sys_gettid(self, task, regs, *_):
+        return task.tid
+
+    def sys_getppid(self, task, regs, *_):
+        return task.process.ppid
+
+    def sys_getpgid(self, task, regs, pid, *_):
+        if pid in (0, task.process.pid):
+            return task.process.pgid
+        return _neg(E.ESRCH)
+
+    def sys_getpgrp(self, task, regs, *_):
+        return task.process.pgid
+
+    def sys_getuid(self, task, regs, *_):
+        return 1000
+
+    sys_geteuid = sys_getgid = sys_getegid = sys_getuid
+
+    def sys_set_tid_address(self, task, regs, tidptr, *_):
+        task.clear_child_tid = tidptr
+        return task.tid
+
+    def sys_set_robust_list(self, task, regs, head, length, *_):
+        if length != 24:
+            return _neg(E.EINVAL)
+        task.robust_list = head
+        return 0
+
+    def sys_rseq(self, task, regs, rseq, length, flags, sig, *_):
+        # Registration is accepted and remembered; restartable sequences are never
+        # aborted because a single task is never preempted inside one.
+        if flags & 1:  # RSEQ_FLAG_UNREGISTER
+            task.rseq = 0
+            return 0
+        if task.rseq:
+            return _neg(E.EBUSY)
+        task.rseq = rseq
+        return 0
+
+    def sys_sched_yield(self, task, regs, *_):
+        return 0
+
+    def sys_uname(self, task, regs, buf, *_):
+        fields = [b"Linux", b"uprobe-emu", self.m.kernel.profile.release.encode() + b"-uprobe-emu",
+                  b"#1 SMP PREEMPT_DYNAMIC", b"x86_64", b"(none)"]
+        self.mem.write_user(buf, b"".join(f.ljust(65, b"\0") for f in fields))
+        return 0
+
+    def sys_prlimit64(self, task, regs, pid, resource, new, old, *_):
+        if old:
+            cur = (8 << 20, RLIM_INFINITY) if resource == RLIMIT_STACK else \
+                  (1024, 4096) if resource == RLIMIT_NOFILE else (RLIM_INFINITY, RLIM_INFINITY)
+            self.mem.write_user(old, struct.pack("<QQ", *cur))
+        return 0
+
+    def sys_getrlimit(self, task, regs, resource, old, *_):
+        return self.sys_prlimit64(task, regs, 0, resource, 0, old)
+
+    def sys_kill(self, task, regs, pid, sig, *_):
+        return self._signal_self(task, regs, pid == task.process.pid or pid == 0, sig)
+
+    def sys_tgkill(self, task, regs, tgid, tid, sig, *_):
+        return self._signal_self(task, regs, tid == task.tid, sig)
+
+    def sys_tkill(self, task, regs, tid, sig, *_):
+        return self._signal_self(task, regs, tid == task.tid, sig)
+
+    def _signal_self(self, task, regs, is_self, sig):
+        if not is_self:
+            return _neg(E.ESRCH)
+        if sig == 0:
+            return 0
+        self.m.force_sig(task, sig, detail="sent by the guest itself", regs=regs)
+        return 0
+
+    # ------------------------------------------------------------------ signals (recorded)
+    def sys_rt_sigaction(self, task, regs, sig, act, oldact, sigsetsize, *_):
+        if sigsetsize != 8 or not 1 <= sig <= 64 or sig in (9, 19):
+            return _neg(E.EINVAL)
+        actions = task.process.sigactions
+        if oldact:
+            self.mem.write_user(oldact, actions.get(sig, b"\0" * 32))
+        if act:
+            actions[sig] = self.mem.read_user(act, 32)
+        return 0
+
+    def sys_rt_sigprocmask(self, task, regs, how, nset, oset, sigsetsize, *_):
+        if sigsetsize != 8:
+            return _neg(E.EINVAL)
+        if oset:
+            self.mem.write_u64(oset, task.sigmask)
+        if nset:
+            new = self.mem.read_u64(nset)
+            if how == 0:
+                task.sigmask |= new
+            elif how == 1:
+                task.sigmask &= ~new
+            elif how == 2:
+                task.sigmask = new
+            else:
+                return _neg(E.EINVAL)
+            task.sigmask &= ~((1 << 8) | (1 << 18))  # SIGKILL, SIGSTOP cannot be blocked
+        return 0
+
+    def sys_sigaltstack(self, task, regs, ss, old, *_):
+        if old:
+            self.mem.write_user(old, struct.pack("<QiiQ", 0, 2, 0, 0))  # SS_DISABLE
+        return 0
+
+    # ------------------------------------------------------------------ time / random
+    def _tick(self) -> int:
+        self.clock_ns += CLOCK_TICK_NS
+        return self.clock_ns
+
+    def sys_clock_gettime(self, task, regs, clk, tp, *_):
+        ns = self._tick()
+        if clk not in (0, 1, 2, 3, 4, 5, 6, 7):
+            return _neg(E.EINVAL)
+        if clk != 0:
+            ns -= CLOCK_EPOCH_NS  # monotonic-like clocks start at boot
+        self.mem.write_user(tp, struct.pack("<qq", ns // 1_000_000_000, ns % 1_000_000_000))
+        return 0
+
+    def sys_gettimeofday(self, task, regs, tv, tz, *_):
+        ns = self._tick()
+        if tv:
+            self.mem.write_user(tv, struct.pack("<qq", ns // 1_000_000_000, (ns // 1000) % 1_000_000))
+        if tz:
+            self.mem.write_user(tz, b"\0" * 8)
+        return 0
+
+    def sys_time(self, task, regs, tloc, *_):
+        secs = self._tick() // 1_000_000_000
+        if tloc:
+            self.mem.write_u64(tloc, secs)
+        return secs
+
+    def sys_getrandom(self, task, regs, buf, count, flags, *_):
+        count = min(count, 1 << 25)
+        self.mem.write_user(buf, self.rng.randbytes(count))
+        return count
+
+    # ------------------------------------------------------------------ memory
+    def sys_brk(self, task, regs, addr, *_):
+        proc = task.process
+        if addr < proc.brk_start:
+            return proc.brk
+        old_top, new_top = page_up(proc.brk), page_up(addr)
+        if new_top > old_top:
+            if not self.mem.is_free(old_top, new_top):
+                return proc.brk
+            self.mem.map(old_top, new_top - old_top, PROT_READ | PROT_WRITE, "[heap]")
+        elif new_top < old_top:
+            self.mem.unmap(new_top, old_top - new_top)
+        proc.brk = addr
+        return addr
+
+    def sys_mmap(self, task, regs, addr, length, prot, flags, fd, off):
+        if length == 0 or off & (PAGE_SIZE - 1):
+            return _neg(E.EINVAL)
+        if prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC):
+            return _neg(E.EINVAL)
+        if not flags & MAP_ANONYMOUS:
+            return _neg(E.EACCES)   # file mappings are not modeled: the guest is sandboxed
+        if flags & MAP_SHARED:
+            return _neg(E.EINVAL)   # only anonymous private mappings are modeled
+        length = page_up(length)
+        if flags & (MAP_FIXED | MAP_FIXED_NOREPLACE):
+            if addr & (PAGE_SIZE - 1):
+                return _neg(E.EINVAL)
+            if flags & MAP_FIXED_NOREPLACE and not self.mem.is_free(addr, addr + length):
+                return _neg(E.EEXIST)
+            where = addr
+        else:
+            where = self.mem.get_unmapped_area(length, hint=addr or None)
+            if where is None:
+                return _neg(E.ENOMEM)
+        self.mem.map(where, length, prot, "")
+        return where
+
+    def sys_munmap(self, task, regs, addr, length, *_):
+        if addr & (PAGE_SIZE - 1) or length == 0:
+            return _neg(E.EINVAL)
+        for v in list(self.mem.vmas):
+            if v.special and v.start < addr + length and addr < v.end:
+                return _neg(E.EINVAL)
+        self.mem.unmap(addr, length)
+        return 0
+
+    def sys_mprotect(self, task, regs, addr, length, prot, *_):
+        if addr & (PAGE_SIZE - 1):
+            return _neg(E.EINVAL)
+        if length == 0:
+            return 0
+        return 0 if self.mem.protect(addr, length, prot) else _neg(E.ENOMEM)
+
+    def sys_madvise(self, task, regs, *_):
+        return 0
+
+    def sys_arch_prctl(self, task, regs, code, addr, *_):
+        if code == ARCH_SET_FS:
+            regs.fs_base = addr
+        elif code == ARCH_SET_GS:
+            regs.gs_base = addr
+        elif code == ARCH_GET_FS:
+            self.mem.write_u64(addr, regs.fs_base)
+        elif code == ARCH_GET_GS:
+            self.mem.write_u64(addr, regs.gs_base)
+        else:
+            return _neg(E.EINVAL)
+        return 0
+
+    # ------------------------------------------------------------------ I/O
+    def sys_write(self, task, regs, fd, buf, count, *_):
+        if count == 0:
+            return 0
+        return self._write_out(fd, self.mem.read_user(buf, count))
+
+    def sys_writev(self, task, regs, fd, iov, iovcnt, *_):
+        if iovcnt > 1024:
+            return _neg(E.EINVAL)
+        data = bytearray()
+        for i in range(iovcnt):
+            base, ln = struct.unpack("<QQ", self.mem.read_user(iov + 16 * i, 16))
+            if ln:
+                data += self.mem.read_user(base, ln)
+        return self._write_out(fd, bytes(data)) if data else (0 if fd in (1, 2) or fd in task.process.fds else _neg(E.EBADF))
+
+    def sys_read(self, task, regs, fd, buf, count, *_):
+        if fd == 0:
+            chunk = bytes(self.stdin[:count])
+            del self.stdin[:len(chunk)]
+            if chunk:
+                self.mem.write_user(buf, chunk)
+            return len(chunk)
+        f = task.process.fds.get(fd)
+        if isinstance(f, _HostFile):
+            data = os.read(f.fd, min(count, 1 << 24))
+            if data:
+                self.mem.write_user(buf, data)
+            return len(data)
+        return _neg(E.EBADF)
+
+    def sys_pread64(self, task, regs, fd, buf, count, off, *_):
+        f = task.process.fds.get(fd)
+        if not isinstance(f, _HostFile):
+            return _neg(E.ESPIPE if fd in (0, 1, 2) else E.EBADF)
+        data = os.pread(f.fd, min(count, 1 << 24), off)
+        if data:
+            self.mem.write_user(buf, data)
+        return len(data)
+
+    def sys_lseek(self, task, regs, fd, off, whence, *_):
+        f = task.process.fds.get(fd)
+        if not isinstance(f, _HostFile):
+            return _neg(E.ESPIPE if fd in (0, 1, 2) else E.EBADF)
+        return os.lseek(f.fd, off - (1 << 64) if off >> 63 else off, whence)
+
+    def sys_close(self, task, regs, fd, *_):
+        f = task.process.fds.pop(fd, None)
+        if isinstance(f, _HostFile):
+            os.close(f.fd)
+            return 0
+        return 0 if fd in (0, 1, 2) else _neg(E.EBADF)
+
+    def sys_ioctl(self, task, regs, fd, cmd, arg, *_):
+        if fd in (0, 1, 2) or fd in task.process.fds:
+            return _neg(E.ENOTTY)   # no terminal: TCGETS and friends fail, output is buffered
+        return _neg(E.EBADF)
+
+    def _stat_bytes(self, mode: int, size: int = 0, rdev: int = 0, ino: int = 1) -> bytes:
+        # struct stat (x86_64): dev ino nlink mode uid gid pad rdev size blksize blocks + times
+        return struct.pack("<QQQIIIiQqqq", 0x16, ino, 1, mode, 1000, 5, 0, rdev, size, 4096,
+                           (size + 511) // 512) + b"\0" * (144 - 72)
+
+    def _stat_fd(self, task, fd) -> bytes | int:
+        if fd in (0, 1, 2):
+            return self._stat_bytes(S_IFCHR | 0o620, rdev=0x8800 + fd, ino=3 + fd)
+        f = task.process.fds.get(fd)
+        if isinstance(f, _HostFile):
+            st = os.fstat(f.fd)
+            return self._stat_bytes(S_IFREG | (st.st_mode & 0o777), size=st.st_size, ino=st.st_ino)
+        return _neg(E.EBADF)
+
+    def sys_fstat(self, task, regs, fd, statbuf, *_):
+        st = self._stat_fd(task, fd)
+        if isinstance(st, int):
+            return st
+        self.mem.write_user(statbuf, st)
+        return 0
+
+    def sys_newfstatat(self, task, regs, dirfd, path, statbuf, flags, *_):
+        name = self.mem.read_cstring(path) if path else b""
+        if name == b"" and flags & AT_EMPTY_PATH:
+            return self.sys_fstat(task, regs, dirfd - (1 << 64) if dirfd >> 63 else dirfd, statbuf)
+        host = self._host_path(dirfd, name)
+        if isinstance(host, int):
+            return host
+        try:
+            st = os.stat(host)
+        except OSError as e:
+            return _neg(e.errno)
+        self.mem.write_user(statbuf, self._stat_bytes(S_IFREG | (st.st_mode & 0o777), size=st.st_size,
+                                                      ino=st.st_ino))
+        return 0
+
+    def sys_readlink(self, task, regs, path, buf, size, *_):
+        return self._readlink(task, self.mem.read_cstring(path), buf, size)
+
+    def sys_readlinkat(self, task, regs, dirfd, path, buf, size, *_):
+        return self._readlink(task, self.mem.read_cstring(path), buf, size)
+
+    def _readlink(self, task, name: bytes, buf: int, size: int) -> int:
+        if name == b"/proc/self/exe":
+            target = task.process.exe_path.encode()[:size]
+            self.mem.write_user(buf, target)
+            return len(target)
+        return _neg(E.ENOENT)
+
+    # ------------------------------------------------------------------ sandboxed files
+    def _host_path(self, dirfd: int, name: bytes) -> str | int:
+        """Map a guest path into the granted directory, or refuse it."""
+        if self.grant_dir is None:
+            return _neg(E.EACCES)
+        text = name.decode(errors="replace")
+        full = os.path.realpath(os.path.join(self.grant_dir, text.lstrip("/")))
+        if full != self.grant_dir and not full.startswith(self.grant_dir + os.sep):
+            return _neg(E.EACCES)
+        return full
+
+    def sys_openat(self, task, regs, dirfd, path, flags, mode, *_):
+        name = self.mem.read_cstring(path)
+        if name == b"/proc/self/maps" and flags & O_ACCMODE == 0:
+            return self._open_maps(task)
+        host = self._host_path(dirfd, name)
+        if isinstance(host, int):
+            return host
+        allowed = O_ACCMODE | O_CREAT | O_TRUNC | O_APPEND | O_DIRECTORY
+        try:
+            hfd = os.open(host, (flags & allowed) | os.O_CLOEXEC, mode & 0o777)
+        except OSError as e:
+            return _neg(e.errno)
+        fd = 3
+        while fd in task.process.fds:
+            fd += 1
+        task.process.fds[fd] = _HostFile(hfd, host)
+        return fd
+
+    def sys_open(self, task, regs, path, flags, mode, *_):
+        return self.sys_openat(task, regs, AT_FDCWD, path, flags, mode)
+
+    def _open_maps(self, task) -> int:
+        """/proc/self/maps as a read-only memory file (guests inspect their mappings)."""
+        r, w = os.pipe()
+        os.write(w, self.mem.maps().encode())
+        os.close(w)
+        fd = 3
+        while fd in task.process.fds:
+            fd += 1
+        task.process.fds[fd] = _HostFile(r, "/proc/self/maps")
+        return fd
+
+    def sys_access(self, task, regs, path, mode, *_):
+        host = self._host_path(AT_FDCWD, self.mem.read_cstring(path))
+        if isinstance(host, int):
+            return host
+        return 0 if os.access(host, mode) else _neg(E.ENOENT)

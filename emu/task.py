@@ -1,0 +1,53 @@
+"""Process (address space and per-mm state) and Task (a thread of execution).
+
+Designed for many tasks from the start: a Task holds its registers while it is not on
+the CPU, its uprobes task state (``utask``, owned by the kernel model) and a reference to
+its Process; a Process holds the address space, the files it maps and the per-mm uprobes
+state (``mm_uprobes``, owned by the kernel model).  One task runs at first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .memory import MappedFile, Memory
+
+
+@dataclass(eq=False)
+class Process:
+    pid: int
+    mem: Memory
+    comm: str = "guest"
+    exe: MappedFile | None = None
+    exe_path: str = ""
+    ppid: int = 1
+    pgid: int = 0
+    files: list = field(default_factory=list)        # MappedFile objects mapped
+    brk_start: int = 0
+    brk: int = 0
+    sigactions: dict = field(default_factory=dict)   # signo -> raw 32-byte sigaction
+    mm_uprobes: object = None                         # kernel model per-mm state
+    fds: dict = field(default_factory=dict)           # guest fd -> host object
+    tasks: list = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.pgid:
+            self.pgid = self.pid
+
+
+@dataclass(eq=False)
+class Task:
+    tid: int
+    process: Process
+    context: object = None            # Unicorn context while off-CPU
+    utask: object = None              # kernel model per-task state (uprobe_task)
+    clear_child_tid: int = 0
+    robust_list: int = 0
+    rseq: int = 0
+    sigmask: int = 0
+    orig_rax: int = -1
+    exit_code: int | None = None
+
+    @property
+    def comm(self) -> str:
+        return self.process.comm

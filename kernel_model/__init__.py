@@ -1,0 +1,1 @@
+"""The modeled Linux kernel: uprobes core, the x86 arch part, uprobes syscalls, trace events."""

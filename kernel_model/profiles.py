@@ -1,0 +1,89 @@
+"""Kernel versions as sets of switches (DESIGN section 4).
+
+Every uprobes behaviour that changed between kernel releases is one switch; a profile
+names the switch values of one release.  Users pick a profile by version and may override
+any switch: ``KernelProfile.get("6.18", uretprobe_trampoline="int3")``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from emu.errors import InputError
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    name: str
+    release: str                      # uname -r
+    uretprobe_trampoline: str         # "int3" (<=6.10) | "syscall" (6.11+)
+    nop_emulation: str                # "nop1" | "x86_nops" (6.18) | "insn_is_nop" (6.19+)
+    optimize: str | None              # None | "nop5" (6.18-7.1) | "nop10" (7.2+)
+    ri_alloc: str                     # "kmalloc" | "array64" | "pool" (6.14+)
+    args_buffer: str                  # "always" | "lazy" (6.10+)
+    ip_change_skips_insn: bool        # 6.18+
+    uprobe_syscall_outside: str       # "ENXIO" (6.18-7.1) | "EPROTO" (7.2) | "SIGILL" (unmerged revision)
+    trampoline_sls_int3: bool         # 6.18+: int3 after the trampolines' ret
+    has_uprobe_syscall: bool          # syscall 336 exists (6.18+)
+    has_uretprobe_syscall: bool       # syscall 335 exists (6.11+)
+    session_consumers: bool           # 6.13+
+
+    SWITCHES = ("uretprobe_trampoline", "nop_emulation", "optimize", "ri_alloc", "args_buffer",
+                "ip_change_skips_insn", "uprobe_syscall_outside", "trampoline_sls_int3",
+                "has_uprobe_syscall", "has_uretprobe_syscall", "session_consumers")
+
+    @staticmethod
+    def names() -> list[str]:
+        return list(_PROFILES)
+
+    @staticmethod
+    def get(name: str = "latest", **overrides) -> "KernelProfile":
+        name = str(name)
+        if name not in _PROFILES:
+            raise InputError(f"unknown kernel profile {name!r}; known: {', '.join(_PROFILES)}")
+        prof = _PROFILES[name]
+        bad = [k for k in overrides if k not in KernelProfile.SWITCHES]
+        if bad:
+            raise InputError(f"unknown kernel switch {bad[0]!r}; known: {', '.join(KernelProfile.SWITCHES)}")
+        return replace(prof, **overrides) if overrides else prof
+
+    def describe(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _p(name, release, **kw) -> KernelProfile:
+    return KernelProfile(name=name, release=release, **kw)
+
+
+_BASE = dict(uretprobe_trampoline="int3", nop_emulation="nop1", optimize=None, ri_alloc="kmalloc",
+             args_buffer="always", ip_change_skips_insn=False, uprobe_syscall_outside="ENOSYS",
+             trampoline_sls_int3=False, has_uprobe_syscall=False, has_uretprobe_syscall=False,
+             session_consumers=False)
+
+
+def _build() -> dict[str, KernelProfile]:
+    b = dict(_BASE)
+    out = {}
+    out["6.9"] = _p("6.9", "6.9.0", **b)
+    b.update(args_buffer="lazy")
+    out["6.10"] = _p("6.10", "6.10.0", **b)
+    b.update(uretprobe_trampoline="syscall", has_uretprobe_syscall=True)
+    out["6.11"] = _p("6.11", "6.11.0", **b)
+    b.update(session_consumers=True)
+    out["6.13"] = _p("6.13", "6.13.0", **b)
+    b.update(ri_alloc="pool")
+    out["6.14"] = _p("6.14", "6.14.0", **b)
+    out["6.17"] = _p("6.17", "6.17.0", **b)
+    b.update(nop_emulation="x86_nops", optimize="nop5", ip_change_skips_insn=True,
+             uprobe_syscall_outside="ENXIO", trampoline_sls_int3=True, has_uprobe_syscall=True)
+    out["6.18"] = _p("6.18", "6.18.0", **b)
+    b.update(nop_emulation="insn_is_nop")
+    out["6.19"] = _p("6.19", "6.19.0", **b)
+    out["7.1"] = _p("7.1", "7.1.0", **b)
+    b.update(optimize="nop10", uprobe_syscall_outside="EPROTO")
+    out["7.2"] = _p("7.2", "7.2.0", **b)
+    out["latest"] = _p("latest", "7.2.0", **b)
+    return out
+
+
+_PROFILES = _build()

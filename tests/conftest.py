@@ -1,0 +1,42 @@
+"""Shared fixtures: gcc-built guests compiled into a session temp dir.
+
+gcc is a hard requirement of the suite: a missing gcc fails the tests that need it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+C_DIR = Path(__file__).parent / "c"
+
+
+def _gcc() -> str:
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.fail("gcc is required to build the C guests (install gcc)")
+    return gcc
+
+
+@pytest.fixture(scope="session")
+def build_c(tmp_path_factory):
+    """build_c("name.c", "-static", ...) -> path of the compiled guest (cached)."""
+    out_dir = tmp_path_factory.mktemp("cguests")
+    cache: dict = {}
+
+    def build(source: str, *flags: str, name: str | None = None) -> str:
+        key = (source, flags)
+        if key not in cache:
+            src = C_DIR / source
+            exe = out_dir / (name or (Path(source).stem + "".join(f.replace("-", "_") for f in flags)))
+            cmd = [_gcc(), "-O1", "-g", "-fno-omit-frame-pointer", *flags, "-o", str(exe), str(src)]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode != 0:
+                pytest.fail(f"gcc failed: {' '.join(cmd)}\n{res.stderr}")
+            cache[key] = str(exe)
+        return cache[key]
+
+    return build
