@@ -258,16 +258,18 @@ class Memory:
             out += chunk
         return bytes(out[:limit])
 
-    def text_poke(self, addr: int, data: bytes) -> None:
+    def text_poke(self, addr: int, data: bytes, *, count: bool = True) -> None:
         """Kernel write to text (uprobe_write / text_poke): ignores protections, is
-        seen by the CPU at once (translation cache dropped), counted."""
+        seen by the CPU at once (translation cache dropped), counted in ``text_writes``
+        unless ``count`` is False (XOL slot and trampoline page fills)."""
         data = bytes(data)
         try:
             self.uc.mem_write(addr, data)
         except UcError:
             raise GuestFault(addr, "write") from None
         self.uc.ctl_remove_cache(addr, addr + len(data))
-        self.counters.text_writes += 1
+        if count:
+            self.counters.text_writes += 1
         self._notify(addr, addr + len(data))
 
     def _notify(self, start: int, end: int) -> None:

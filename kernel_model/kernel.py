@@ -3,6 +3,7 @@ trap entry points the machine calls (the kernel's do_int3 / exc_debug notifiers)
 
 from __future__ import annotations
 
+from emu.memory import GuestFault, PROT_WRITE
 from emu.signals import SIGNALS
 
 from .profiles import KernelProfile
@@ -12,11 +13,20 @@ SIGTRAP = SIGNALS["SIGTRAP"]
 
 class Kernel:
     def __init__(self, machine, profile="latest", **overrides):
+        from .optimize import Optimizer
+        from .trace_events import TraceEvents
+        from .uprobes import Uprobes
         self.machine = machine
         self.profile = profile if isinstance(profile, KernelProfile) else \
             KernelProfile.get(profile, **overrides)
-        from .uprobes import Uprobes
         self.uprobes = Uprobes(self)
+        self.optimizer = Optimizer(self)
+        self.trace = TraceEvents(self.uprobes)
+        self.uprobes.trace = self.trace
+        if self.profile.has_uretprobe_syscall:
+            machine.syscalls.register(335, self.uprobes.uret.sys_uretprobe)
+        if self.profile.has_uprobe_syscall:
+            machine.syscalls.register(336, self.optimizer.sys_uprobe)
 
     # -- traps -----------------------------------------------------------------
     def do_int3(self, task, regs) -> None:
@@ -35,3 +45,20 @@ class Kernel:
         """A fault is about to become a signal: abort an out-of-line step first so the
         signal is reported at the probed address (arch_uprobe_abort_xol)."""
         self.uprobes.abort_xol_on_fault(task, regs)
+
+    # -- USDT semaphores ---------------------------------------------------------
+    def ref_ctr_update(self, proc, uprobe, delta: int) -> None:
+        """``update_ref_ctr``: the 16-bit semaphore at ``ref_ctr_offset`` in the file's
+        writable mapping rises on install and falls on removal."""
+        if not uprobe.ref_ctr_offset:
+            return
+        for vma in proc.mem.vmas:
+            if vma.file is uprobe.file and vma.prot & PROT_WRITE and \
+                    vma.pgoff <= uprobe.ref_ctr_offset < vma.pgoff + vma.size:
+                addr = vma.vaddr_of(uprobe.ref_ctr_offset)
+                try:
+                    cur = int.from_bytes(proc.mem.read(addr, 2), "little", signed=True)
+                    proc.mem.uc.mem_write(addr, ((cur + delta) & 0xFFFF).to_bytes(2, "little"))
+                except GuestFault:
+                    pass
+                return

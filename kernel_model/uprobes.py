@@ -1,7 +1,521 @@
-"""placeholder"""
+"""The arch-independent uprobes core (kernel/events/uprobes.c).
+
+Objects mirror the kernel's: :class:`Uprobe` (one per (file, offset)), its consumers
+(:class:`UprobeConsumer`, newest first), per-mm state (:class:`MmUprobes`: the
+MMF_HAS_UPROBES flag and the XOL area), per-task state (:class:`UprobeTask`: single-step
+state and return instances).  Entry points keep the kernel's names: ``uprobe_register`` /
+``uprobe_unregister``, ``handle_swbp``, ``handler_chain``, ``pre_ssout``,
+``handle_singlestep``.  The x86 specifics are in ``arch_x86`` and ``insn_x86``; return
+probes in ``uretprobes``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from emu.errors import RegistrationError, SymbolError
+from emu.memory import PAGE_SIZE, PROT_EXEC, PROT_WRITE, TASK_SIZE, GuestFault, MappedFile
+from emu.regs import TF
+from emu.signals import SIGNALS
+
+from . import arch_x86 as arch
+from .insn_x86 import ArchUprobe, analyze_insn
+
+UPROBE_HANDLER_REMOVE = 1
+UPROBE_HANDLER_IGNORE = 2
+UINSNS_PER_PAGE = PAGE_SIZE // arch.UPROBE_XOL_SLOT_BYTES     # 32 slots, slot 0 reserved
+UTASK_RUNNING, UTASK_SSTEP = "running", "sstep"
+
+SIGTRAP, SIGILL = SIGNALS["SIGTRAP"], SIGNALS["SIGILL"]
+
+
+# ----------------------------------------------------------------------------- objects
+
+@dataclass(eq=False)
+class UprobeConsumer:
+    """``struct uprobe_consumer``: callbacks plus an id.
+
+    ``handler(ctx)`` runs at the entry hit; returning ``UPROBE_HANDLER_REMOVE`` asks to
+    remove the breakpoint from this process, ``UPROBE_HANDLER_IGNORE`` skips this
+    consumer's return handler for this hit.  ``ret_handler(ctx)`` runs at return with
+    ``ctx.func``.  ``filter(process) -> bool`` says which processes it wants.
+    A consumer with both callbacks is a *session* consumer (shared ``ctx.cookie``).
+    """
+
+    handler: object = None
+    ret_handler: object = None
+    filter: object = None
+    id: int = 0
+    name: str = ""
+    uprobe: "Uprobe" = None
+    is_trace: bool = False          # a tracefs/perf consumer (needs the args buffer)
+    hits: int = 0
+    enabled: bool = True
+
+    @property
+    def is_session(self) -> bool:
+        return self.handler is not None and self.ret_handler is not None
+
+
+@dataclass(eq=False)
+class Uprobe:
+    """``struct uprobe``: keyed by (file, offset)."""
+
+    file: MappedFile
+    offset: int
+    ref_ctr_offset: int = 0
+    consumers: list = field(default_factory=list)       # newest first
+    arch: ArchUprobe | None = None                       # set once: UPROBE_COPY_INSN
+    optimize_fail: bool = False                          # ARCH_UPROBE_FLAG_OPTIMIZE_FAIL
+    hits: int = 0
+
+    @property
+    def key(self):
+        return (self.file, self.offset)
+
+    def __repr__(self):
+        return f"Uprobe({self.file.path}:{self.offset:#x}, {len(self.consumers)} consumer(s))"
+
+
+@dataclass
+class ArchUprobeTask:
+    """``struct arch_uprobe_task``."""
+
+    saved_scratch_register: int = 0
+    saved_tf: bool = False
+
+
+@dataclass
+class UprobeTask:
+    """``struct uprobe_task``: per-thread uprobes state."""
+
+    state: str = UTASK_RUNNING
+    active_uprobe: Uprobe | None = None
+    vaddr: int = 0
+    xol_vaddr: int = 0
+    xol_slot: int = -1
+    autask: ArchUprobeTask = field(default_factory=ArchUprobeTask)
+    return_instances: list = field(default_factory=list)   # top of stack = end of list
+    depth: int = 0
+    ri_pool: list = field(default_factory=list)
+    ri_array: list | None = None
+
+
+@dataclass
+class XolArea:
+    """The ``[uprobes]`` page: slot 0 holds the uretprobe trampoline."""
+
+    vaddr: int
+    slots: list = field(default_factory=lambda: [True] + [False] * (UINSNS_PER_PAGE - 1))
+    slot_bytes: dict = field(default_factory=dict)   # slot -> bytes last copied
+
+    def get_slot(self) -> int | None:
+        for i, used in enumerate(self.slots):
+            if not used:
+                self.slots[i] = True
+                return i
+        return None
+
+    def free_slot(self, i: int) -> None:
+        self.slots[i] = False
+
+
+@dataclass
+class MmUprobes:
+    """Per-mm uprobes state."""
+
+    has_uprobes: bool = False          # MMF_HAS_UPROBES
+    recalc: bool = False               # MMF_RECALC_UPROBES
+    xol_area: XolArea | None = None
+    trampolines: list = field(default_factory=list)   # [uprobes-trampoline] vmas (optimized)
+
+
+class UprobeContext:
+    """What a consumer callback sees: the task's registers (mutable: changes reach the
+    guest), the address, the machine, and the session cookie."""
+
+    __slots__ = ("machine", "task", "regs", "uprobe", "consumer", "vaddr", "func", "cookie",
+                 "is_return")
+
+    def __init__(self, machine, task, regs, uprobe, consumer, vaddr, func=None, cookie=0,
+                 is_return=False):
+        self.machine, self.task, self.regs, self.uprobe = machine, task, regs, uprobe
+        self.consumer, self.vaddr, self.func, self.cookie = consumer, vaddr, func, cookie
+        self.is_return = is_return
+
+    @property
+    def mem(self):
+        return self.machine.mem
+
+
+# ----------------------------------------------------------------------------- core
+
 class Uprobes:
+    """The uprobes subsystem of one machine (kernel-wide state: the uprobes tree)."""
+
     def __init__(self, kernel):
+        from .uretprobes import Uretprobes
         self.kernel = kernel
-    def handle_int3(self, task, regs): return False
-    def handle_debug(self, task, regs): return False
-    def abort_xol_on_fault(self, task, regs): pass
+        self.machine = kernel.machine
+        self.profile = kernel.profile
+        self.tree: dict = {}                 # (file, offset) -> Uprobe
+        self._ids = itertools.count(1)
+        self.uret = Uretprobes(self)
+        self.events: list = []               # trace events (tracefs consumers)
+        self.listeners: list = []            # callables(kind, **info) for traces
+
+    # -- helpers -----------------------------------------------------------------
+    @property
+    def counters(self):
+        return self.machine.counters
+
+    def mm(self, process) -> MmUprobes:
+        if process.mm_uprobes is None:
+            process.mm_uprobes = MmUprobes()
+        return process.mm_uprobes
+
+    def utask(self, task) -> UprobeTask:
+        if task.utask is None:
+            task.utask = UprobeTask()
+        return task.utask
+
+    def emit(self, kind: str, **info) -> None:
+        for fn in self.listeners:
+            fn(kind, **info)
+
+    # -- target resolution -------------------------------------------------------
+    def resolve_target(self, target) -> tuple[MappedFile, int]:
+        """symbol, "symbol+off", address, (path, file offset) -> (file, file offset)."""
+        proc = self.machine.process
+        if isinstance(target, tuple):
+            path, offset = target
+            return self.find_file(path), int(offset)
+        if isinstance(target, int):
+            vma = proc.mem.find_vma(target)
+            if vma is None or vma.file is None:
+                raise SymbolError(f"address {target:#x} is not in a file-backed mapping")
+            return vma.file, vma.offset_of(target)
+        if isinstance(target, str):
+            name, _, off = target.partition("+")
+            try:
+                delta = int(off, 0) if off else 0
+            except ValueError:
+                raise SymbolError(f"bad offset {off!r} in {target!r}") from None
+            return self.symbol_offset(proc.exe, name.strip(), delta)
+        raise SymbolError(f"cannot probe {target!r}: give a symbol, an address or (path, offset)")
+
+    def find_file(self, path: str) -> MappedFile:
+        files = self.machine.process.files
+        for f in files:
+            if path in (f.path, f"guest:{f.path}") or (path and f.path.endswith("/" + path)):
+                return f
+        if path in ("", None) and files:
+            return files[0]
+        import os
+        for f in files:
+            if os.path.basename(f.path) == os.path.basename(path):
+                return f
+        raise SymbolError(f"{path!r} is not mapped by the guest (mapped: "
+                          f"{', '.join(f.path for f in files) or 'nothing'})")
+
+    def symbol_offset(self, file: MappedFile, name: str, delta: int = 0) -> tuple[MappedFile, int]:
+        elf = file.elf
+        if elf is None:
+            raise SymbolError(f"{file.path} has no symbols")
+        sym = elf.resolve(name)
+        return file, elf.vaddr_to_offset(sym.value + delta)
+
+    def vaddr_of(self, process, file: MappedFile, offset: int) -> list[int]:
+        """Every probe address of (file, offset) in ``process`` (valid_vma checked)."""
+        out = []
+        for vma in process.mem.vmas:
+            if vma.file is file and vma.prot & PROT_EXEC and \
+                    vma.pgoff <= offset < vma.pgoff + vma.size:
+                out.append(vma.vaddr_of(offset))
+        return out
+
+    # -- register / unregister -----------------------------------------------------
+    def register(self, target, handler=None, ret_handler=None, filter=None, *,
+                 ref_ctr_offset: int = 0, name: str = "", is_trace: bool = False) -> UprobeConsumer:
+        """``uprobe_register``: returns the consumer (pass it to :meth:`unregister`)."""
+        file, offset = self.resolve_target(target)
+        return self.uprobe_register(file, offset, UprobeConsumer(handler, ret_handler, filter,
+                                    name=name, is_trace=is_trace), ref_ctr_offset)
+
+    def uprobe_register(self, file: MappedFile, offset: int, uc: UprobeConsumer,
+                        ref_ctr_offset: int = 0) -> UprobeConsumer:
+        if uc.handler is None and uc.ret_handler is None:
+            raise RegistrationError("EINVAL", "a consumer needs a handler or a ret_handler")
+        if offset > file.size or offset < 0:
+            raise RegistrationError("EINVAL", f"offset {offset:#x} is beyond the end of "
+                                              f"{file.path} ({file.size:#x} bytes)")
+        if ref_ctr_offset % 2:
+            raise RegistrationError("EINVAL", "ref_ctr_offset must be 2-byte aligned")
+        uprobe = self.tree.get((file, offset))
+        if uprobe is None:
+            uprobe = Uprobe(file, offset, ref_ctr_offset)
+            self.tree[(file, offset)] = uprobe
+        elif ref_ctr_offset and uprobe.ref_ctr_offset != ref_ctr_offset:
+            raise RegistrationError("EINVAL", "ref_ctr_offset mismatch with the existing uprobe")
+        uc.id = next(self._ids)
+        uc.uprobe = uprobe
+        uprobe.consumers.insert(0, uc)                  # consumer_add: list head
+        try:
+            self.register_for_each_vma(uprobe, uc)
+        except RegistrationError:
+            self._consumer_del(uprobe, uc)
+            self.register_for_each_vma(uprobe, None)
+            raise
+        return uc
+
+    def unregister(self, uc: UprobeConsumer) -> None:
+        """``uprobe_unregister_nosync`` + ``_sync``: the consumer is gone at once;
+        pending return instances still restore their return addresses."""
+        uprobe = uc.uprobe
+        if uprobe is None or uc not in uprobe.consumers:
+            raise RegistrationError("ENOENT", "consumer is not registered")
+        self._consumer_del(uprobe, uc)
+        self.register_for_each_vma(uprobe, None)
+
+    def _consumer_del(self, uprobe: Uprobe, uc: UprobeConsumer) -> None:
+        if uc in uprobe.consumers:
+            uprobe.consumers.remove(uc)
+        if not uprobe.consumers and self.tree.get(uprobe.key) is uprobe:
+            del self.tree[uprobe.key]
+
+    def register_for_each_vma(self, uprobe: Uprobe, new: UprobeConsumer | None) -> None:
+        """Install for a new consumer where its filter wants the mm; on unregister remove
+        where no remaining consumer wants it."""
+        for proc in self._processes():
+            for vaddr in self.vaddr_of(proc, uprobe.file, uprobe.offset):
+                vma = proc.mem.find_vma(vaddr)
+                if new is not None:
+                    if vma.prot & PROT_WRITE:
+                        continue                           # valid_vma(is_register=true)
+                    if new.filter is not None and not new.filter(proc):
+                        continue
+                    self.install_breakpoint(proc, uprobe, vaddr)
+                elif self.mm(proc).has_uprobes and not self.filter_chain(uprobe, proc):
+                    self.remove_breakpoint(proc, uprobe, vaddr)
+
+    def _processes(self):
+        return [self.machine.process]
+
+    @staticmethod
+    def filter_chain(uprobe: Uprobe, proc) -> bool:
+        return any(c.filter is None or c.filter(proc) for c in uprobe.consumers)
+
+    def prepare_uprobe(self, uprobe: Uprobe, vaddr: int) -> None:
+        """First-time analysis from the FILE bytes (UPROBE_COPY_INSN)."""
+        if uprobe.arch is not None:
+            return
+        if uprobe.offset >= uprobe.file.size:
+            raise RegistrationError("EIO", f"nothing to read at offset {uprobe.offset:#x}")
+        insn = uprobe.file.read(uprobe.offset, arch.MAX_UINSN_BYTES)
+        uprobe.arch = analyze_insn(insn, nop_policy=self.profile.nop_emulation,
+                                   optimize=self.profile.optimize, vaddr=vaddr)
+
+    def install_breakpoint(self, proc, uprobe: Uprobe, vaddr: int) -> None:
+        self.prepare_uprobe(uprobe, vaddr)
+        mm = self.mm(proc)
+        first = not mm.has_uprobes
+        mm.has_uprobes = True
+        try:
+            self.set_swbp(proc, uprobe, vaddr)
+        except GuestFault:
+            if first:
+                mm.has_uprobes = False
+            raise RegistrationError("EFAULT", f"cannot write the breakpoint at {vaddr:#x}") from None
+        mm.recalc = False
+        self.kernel.ref_ctr_update(proc, uprobe, +1)
+
+    def set_swbp(self, proc, uprobe: Uprobe, vaddr: int) -> None:
+        if self.kernel.optimizer.is_optimized(proc, uprobe, vaddr):
+            return
+        if proc.mem.read(vaddr, 1) == arch.UPROBE_SWBP_INSN:
+            return                                          # verify_opcode: nothing to do
+        proc.mem.text_poke(vaddr, arch.UPROBE_SWBP_INSN)
+        self.emit("text_poke", vaddr=vaddr, data=arch.UPROBE_SWBP_INSN, why="install int3")
+
+    def remove_breakpoint(self, proc, uprobe: Uprobe, vaddr: int) -> None:
+        self.mm(proc).recalc = True
+        if self.kernel.optimizer.remove(proc, uprobe, vaddr):
+            self.kernel.ref_ctr_update(proc, uprobe, -1)
+            return
+        self.set_orig_insn(proc, uprobe, vaddr)
+        self.kernel.ref_ctr_update(proc, uprobe, -1)
+
+    def set_orig_insn(self, proc, uprobe: Uprobe, vaddr: int) -> None:
+        """Restore the first byte (after analysis edits: the REX quirk of section 3.5)."""
+        if proc.mem.read(vaddr, 1) != arch.UPROBE_SWBP_INSN:
+            return
+        orig = bytes([uprobe.arch.ixol[0]]) if uprobe.arch else uprobe.file.read(uprobe.offset, 1)
+        proc.mem.text_poke(vaddr, orig)
+        self.emit("text_poke", vaddr=vaddr, data=orig, why="restore original byte")
+
+    # -- lookup ------------------------------------------------------------------
+    def find_active_uprobe(self, proc, vaddr: int) -> Uprobe | None:
+        vma = proc.mem.find_vma(vaddr)
+        if vma is None or vma.file is None:
+            return None
+        return self.tree.get((vma.file, vma.offset_of(vaddr)))
+
+    # -- the int3 path -----------------------------------------------------------
+    def handle_int3(self, task, regs) -> bool:
+        """``uprobe_pre_sstep_notifier`` + ``handle_swbp``.  False: not ours (SIGTRAP)."""
+        proc = task.process
+        mm = proc.mm_uprobes
+        utask = task.utask
+        if mm is None or not (mm.has_uprobes or (utask and utask.return_instances)):
+            return False
+        bp_vaddr = (regs.rip - 1) & 0xFFFFFFFFFFFFFFFF
+        if mm.xol_area is not None and bp_vaddr == mm.xol_area.vaddr:
+            self.uret.handle_trampoline(task, regs)     # the int3 uretprobe trampoline
+            return True
+        return self.handle_swbp(task, regs, bp_vaddr)
+
+    def handle_swbp(self, task, regs, bp_vaddr: int) -> bool:
+        proc = task.process
+        uprobe = self.find_active_uprobe(proc, bp_vaddr)
+        if uprobe is None:
+            try:
+                is_trap = proc.mem.read(bp_vaddr, 1) == arch.UPROBE_SWBP_INSN
+            except GuestFault:
+                is_trap = False
+            if is_trap:
+                return False                               # a real int3: SIGTRAP
+            regs.rip = bp_vaddr                            # raced with unregister: restart
+            return True
+        regs.rip = bp_vaddr
+        if uprobe.arch is None:
+            return True                                    # analysis not done: trap again
+        utask = self.utask(task)
+        self.counters.uprobe_hits += 1
+        uprobe.hits += 1
+        self.emit("uprobe_hit", task=task, uprobe=uprobe, vaddr=bp_vaddr)
+        self.handler_chain(uprobe, task, regs, bp_vaddr)
+        self.kernel.optimizer.arch_uprobe_optimize(task, uprobe, bp_vaddr)
+        if self.profile.ip_change_skips_insn and regs.rip != bp_vaddr:
+            self.emit("ip_changed", task=task, vaddr=bp_vaddr, new_ip=regs.rip)
+            return True
+        if self.arch_uprobe_skip_sstep(task, uprobe, regs):
+            return True
+        self.pre_ssout(task, utask, uprobe, regs, bp_vaddr)
+        return True
+
+    def handler_chain(self, uprobe: Uprobe, task, regs, vaddr: int) -> None:
+        """Run entry handlers newest first; collect return-instance needs; REMOVE."""
+        remove = True
+        has_consumers = False
+        ri = None
+        machine = self.machine
+        for uc in list(uprobe.consumers):
+            rc = 0
+            ctx = UprobeContext(machine, task, regs, uprobe, uc, vaddr)
+            if uc.handler is not None and uc.enabled:
+                uc.hits += 1
+                rc = uc.handler(ctx) or 0
+                self.emit("handler", task=task, consumer=uc, rc=rc, vaddr=vaddr)
+            remove &= rc == UPROBE_HANDLER_REMOVE
+            has_consumers = True
+            if uc.ret_handler is not None and rc not in (UPROBE_HANDLER_REMOVE, UPROBE_HANDLER_IGNORE):
+                if ri is None:
+                    ri = self.uret.alloc_return_instance(task)
+                if uc.is_session:
+                    ri.consumers.append((uc.id, ctx.cookie))
+        if ri is not None:
+            self.uret.prepare_uretprobe(uprobe, task, regs, ri)
+        if remove and has_consumers:
+            if not self.filter_chain(uprobe, task.process):
+                self.unapply_uprobe(task.process, uprobe)
+
+    def unapply_uprobe(self, proc, uprobe: Uprobe) -> None:
+        for vaddr in self.vaddr_of(proc, uprobe.file, uprobe.offset):
+            self.remove_breakpoint(proc, uprobe, vaddr)
+
+    def arch_uprobe_skip_sstep(self, task, uprobe: Uprobe, regs) -> bool:
+        if not arch.arch_uprobe_emulate(uprobe.arch, regs, task.process.mem):
+            return False
+        self.counters.emulated += 1
+        self.emit("emulated", task=task, uprobe=uprobe, new_ip=regs.rip)
+        if regs.eflags & TF:
+            self.machine.force_sig(task, SIGTRAP, detail="single-step over an emulated probe",
+                                   regs=regs)
+        return True
+
+    # -- out-of-line single-step ---------------------------------------------------
+    def get_xol_area(self, proc) -> XolArea:
+        """``get_xol_area``: one ``[uprobes]`` page per mm, created on first need."""
+        mm = self.mm(proc)
+        if mm.xol_area is None:
+            mem = proc.mem
+            vaddr = mem.get_unmapped_area(PAGE_SIZE, hint=TASK_SIZE - PAGE_SIZE)
+            mem.map(vaddr, PAGE_SIZE, PROT_EXEC, "[uprobes]", special=True)
+            area = XolArea(vaddr)
+            tramp = arch.uretprobe_trampoline(self.profile)
+            mem.text_poke(vaddr, tramp, count=False)
+            area.slot_bytes[0] = tramp
+            mm.xol_area = area
+            self.emit("xol_area", vaddr=vaddr)
+        return mm.xol_area
+
+    def pre_ssout(self, task, utask: UprobeTask, uprobe: Uprobe, regs, bp_vaddr: int) -> None:
+        area = self.get_xol_area(task.process)
+        slot = area.get_slot()
+        if slot is None:
+            return                                  # no slot: restart (handlers re-run)
+        xol_vaddr = area.vaddr + slot * arch.UPROBE_XOL_SLOT_BYTES
+        ixol = uprobe.arch.ixol
+        if area.slot_bytes.get(slot) != ixol:
+            task.process.mem.text_poke(xol_vaddr, ixol, count=False)
+            area.slot_bytes[slot] = ixol
+        utask.xol_slot, utask.xol_vaddr, utask.vaddr = slot, xol_vaddr, bp_vaddr
+        arch.arch_uprobe_pre_xol(uprobe.arch, regs, utask.autask, xol_vaddr, bp_vaddr)
+        utask.active_uprobe = uprobe
+        utask.state = UTASK_SSTEP
+        self.counters.xol_singlesteps += 1
+        self.emit("xol_step", task=task, uprobe=uprobe, slot=slot, xol_vaddr=xol_vaddr)
+
+    def handle_debug(self, task, regs) -> bool:
+        """``uprobe_post_sstep_notifier`` + ``handle_singlestep``."""
+        utask = task.utask
+        if utask is None or utask.state != UTASK_SSTEP:
+            return False
+        uprobe = utask.active_uprobe
+        err, sigtrap = arch.arch_uprobe_post_xol(uprobe.arch, regs, task.process.mem, utask.autask,
+                                                 utask.xol_vaddr, utask.vaddr)
+        self._end_sstep(task, utask)
+        self.emit("xol_done", task=task, uprobe=uprobe, new_ip=regs.rip)
+        if sigtrap:
+            self.machine.force_sig(task, SIGTRAP, detail="single-step after a probed instruction",
+                                   regs=regs)
+        return True
+
+    def _end_sstep(self, task, utask: UprobeTask) -> None:
+        area = self.mm(task.process).xol_area
+        if area is not None and utask.xol_slot > 0:
+            area.free_slot(utask.xol_slot)
+        utask.active_uprobe = None
+        utask.state = UTASK_RUNNING
+        utask.xol_slot = -1
+
+    def abort_xol_on_fault(self, task, regs) -> None:
+        """The slot instruction faulted: arch_uprobe_abort_xol, then the signal is
+        delivered with ip = the probed address."""
+        utask = task.utask
+        if utask is None or utask.state != UTASK_SSTEP:
+            return
+        arch.arch_uprobe_abort_xol(utask.active_uprobe.arch, regs, utask.autask, utask.vaddr)
+        self._end_sstep(task, utask)
+
+    # -- tracefs-style events --------------------------------------------------------
+    def add_event(self, spec: str, *, output=None, ftrace: bool = True, programs=()):
+        """Create a tracefs event from a ``p:``/``r:``/symbol/bpftrace spec."""
+        return self.trace.add(spec, output=output, ftrace=ftrace, programs=programs)
+
+    def add_events(self, specs, *, output=None) -> list:
+        return [self.add_event(s, output=output) for s in specs]
+
+    def remove_event(self, event: str, group: str | None = None) -> None:
+        self.trace.remove(event, group)

@@ -1,0 +1,174 @@
+"""trace_uprobe: tracefs ``p:``/``r:`` events as uprobe consumers, and their output.
+
+Models kernel/trace/trace_uprobe.c: an event is a consumer whose dispatcher fetches the
+arguments into the per-CPU ``uprobe_cpu_buffer`` and writes an ftrace line.  Whether the
+buffer is filled on every hit (``args_buffer="always"``, before 6.10) or only when an
+ftrace/perf consumer needs it (``"lazy"``, 6.10+: program-only events never fill it) is a
+profile switch; ``counters.args_buffer_fills`` shows which happened.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from emu.errors import ProbeSpecError
+from emu.memory import GuestFault
+from emu.syscalls import CLOCK_EPOCH_NS
+
+from .probe_spec import ProbeSpec, default_event_name, format_listing, format_profile_line, \
+    format_trace_line, parse_probe_spec
+
+_KNOWN_HEAD = re.compile(r"^(?:[pr](?::|\s|$)|-:|(?:uprobe|u|uretprobe|ur):)")
+
+
+def parse_user_spec(text: str) -> ProbeSpec:
+    """The CLI's ``-e``: tracefs/bpftrace forms as written, or a bare
+    ``PATH:SYMBOL[+OFF][%return]`` location, read as ``p PATH:SYMBOL``."""
+    text = text.strip()
+    if _KNOWN_HEAD.match(text):
+        return parse_probe_spec(text)
+    return parse_probe_spec("p " + text)
+
+
+class _FetchCtx:
+    """The FetchContext probe_spec's fetchargs read from at a hit."""
+
+    def __init__(self, ctx, file):
+        self._ctx = ctx
+        self._file = file
+        self.comm = ctx.task.comm
+
+    def reg(self, name: str) -> int:
+        return getattr(self._ctx.regs, name) & 0xFFFFFFFFFFFFFFFF
+
+    def read(self, addr: int, n: int) -> bytes:
+        return self._ctx.machine.mem.read_user(addr, n)
+
+    def read_cstring(self, addr: int, limit: int) -> bytes:
+        return self._ctx.machine.mem.read_cstring(addr, limit)
+
+    def file_offset_to_vaddr(self, offset: int) -> int:
+        for vma in self._ctx.machine.mem.vmas:
+            if vma.file is self._file and vma.pgoff <= offset < vma.pgoff + vma.size:
+                return vma.vaddr_of(offset)
+        raise GuestFault(offset)
+
+
+@dataclass(eq=False)
+class TraceEvent:
+    spec: ProbeSpec
+    group: str
+    event: str
+    path: str
+    offset: int
+    consumer: object = None
+    ftrace: bool = True                  # write lines to the trace output
+    programs: list = field(default_factory=list)   # BPF-like callables(ctx)
+    hits: int = 0
+    lines: list = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.group}/{self.event}"
+
+
+class TraceEvents:
+    """The tracefs interface of one machine: add/remove events, read them back."""
+
+    def __init__(self, uprobes):
+        self.uprobes = uprobes
+        self.machine = uprobes.machine
+        self.events: list[TraceEvent] = []
+        self.output = None                 # file-like for trace lines; None = keep only
+        self.lines: list[str] = []
+
+    def add(self, text: str, *, output=None, ftrace: bool = True, programs=()) -> TraceEvent:
+        spec = parse_user_spec(text)
+        if spec.is_delete:
+            self.remove(spec.event, spec.group)
+            return None
+        file, offset = self._resolve(spec)
+        event = spec.event or default_event_name("p", file.path, offset)
+        group = spec.group or "uprobes"
+        if any(e.group == group and e.event == event for e in self.events):
+            raise ProbeSpecError(f"event {group}/{event} already exists", text, 0)
+        ev = TraceEvent(spec, group, event, file.path, offset, ftrace=ftrace, programs=list(programs))
+        if output is not None:
+            self.output = output
+        handler = None if spec.is_return else (lambda ctx, ev=ev: self._dispatch(ev, ctx))
+        ret_handler = (lambda ctx, ev=ev: self._dispatch(ev, ctx)) if spec.is_return else None
+        from .uprobes import UprobeConsumer
+        uc = UprobeConsumer(handler, ret_handler, None, name=ev.name, is_trace=True)
+        ev.consumer = self.uprobes.uprobe_register(file, offset, uc, spec.ref_ctr_offset or 0)
+        self.events.append(ev)
+        return ev
+
+    def _resolve(self, spec: ProbeSpec):
+        up = self.uprobes
+        file = up.find_file(spec.path)
+        if spec.offset is not None:
+            return file, spec.offset
+        if spec.symbol is not None:
+            return up.symbol_offset(file, spec.symbol, spec.sym_offset)
+        if spec.address is not None:
+            from emu.errors import SymbolError
+            if file.elf is None:
+                raise SymbolError(f"{file.path} has no program headers to map {spec.address:#x}")
+            return file, file.elf.vaddr_to_offset(spec.address)
+        raise ProbeSpecError("probe spec names no location", spec.text, 0)
+
+    def remove(self, event: str, group: str | None = None) -> None:
+        for ev in list(self.events):
+            if ev.event == event and (group is None or ev.group == group):
+                self.uprobes.unregister(ev.consumer)
+                self.events.remove(ev)
+                return
+        raise ProbeSpecError(f"no event named {event!r}", event, 0)
+
+    # -- the dispatcher ---------------------------------------------------------
+    def _needs_buffer(self, ev: TraceEvent) -> bool:
+        if self.uprobes.profile.args_buffer == "always":
+            return True
+        return ev.ftrace
+
+    def _dispatch(self, ev: TraceEvent, ctx) -> int:
+        ev.hits += 1
+        for prog in ev.programs:
+            prog(ctx)
+        if not self._needs_buffer(ev):
+            return 0
+        counters = self.machine.counters
+        counters.args_buffer_fills += 1
+        fctx = _FetchCtx(ctx, ctx.uprobe.file)
+        values = [(arg, arg.fetch(fctx)) for arg in ev.spec.args]
+        if not ev.ftrace:
+            return 0
+        sys = self.machine.syscalls
+        sys.clock_ns += 1000
+        ts = (sys.clock_ns - CLOCK_EPOCH_NS) / 1e9
+        if ctx.is_return:
+            ip, func = ctx.regs.rip, ctx.func
+        else:
+            ip, func = ctx.vaddr, None
+        line = format_trace_line(comm=ctx.task.comm, pid=ctx.task.tid, cpu=0, timestamp=ts,
+                                 event=ev.event, ip=ip, func=func, args=values)
+        ev.lines.append(line)
+        self.lines.append(line)
+        if self.output is not None:
+            self.output.write(line + "\n")
+            self.output.flush()
+        return 0
+
+    # -- tracefs files ----------------------------------------------------------
+    def uprobe_events(self) -> str:
+        out = []
+        for ev in self.events:
+            spec = ev.spec
+            listed = ProbeSpec(spec.kind, ev.group, ev.event, ev.path, offset=ev.offset,
+                               ref_ctr_offset=spec.ref_ctr_offset, args=spec.args)
+            out.append(format_listing(listed, ev.offset))
+        return "".join(line + "\n" for line in out)
+
+    def uprobe_profile(self) -> str:
+        return "".join(format_profile_line(ev.path, ev.event, ev.hits) + "\n" for ev in self.events)
