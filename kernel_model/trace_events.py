@@ -84,6 +84,8 @@ class TraceEvents:
         self.lines: list[str] = []
 
     def add(self, text: str, *, output=None, ftrace: bool = True, programs=()) -> TraceEvent:
+        if text.strip().startswith(("usdt:", "U:")):
+            return self._add_usdt(text.strip(), output=output, ftrace=ftrace, programs=programs)
         spec = parse_user_spec(text)
         if spec.is_delete:
             self.remove(spec.event, spec.group)
@@ -103,6 +105,20 @@ class TraceEvents:
         ev.consumer = self.uprobes.uprobe_register(file, offset, uc, spec.ref_ctr_offset or 0)
         self.events.append(ev)
         return ev
+
+    def _add_usdt(self, text: str, **kw) -> TraceEvent:
+        """``usdt:PATH:[PROVIDER:]NAME``: one event per note site, named PROVIDER_NAME."""
+        from .usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
+        path, provider, name = parse_usdt_spec(text)
+        file = self.uprobes.find_file(path)
+        first = None
+        for i, note in enumerate(find_usdt_notes(file, provider, name)):
+            offset, ref = usdt_attach_offsets(file, note, self.uprobes.profile)
+            event = f"{note.provider}_{note.name}" + (f"_{i}" if i else "")
+            ref_part = f"({ref:#x})" if ref else ""
+            ev = self.add(f"p:usdt/{event} {file.path}:{offset:#x}{ref_part}", **kw)
+            first = first or ev
+        return first
 
     def _resolve(self, spec: ProbeSpec):
         up = self.uprobes

@@ -514,6 +514,19 @@ class Uprobes:
         """Create a tracefs event from a ``p:``/``r:``/symbol/bpftrace spec."""
         return self.trace.add(spec, output=output, ftrace=ftrace, programs=programs)
 
+    def register_usdt(self, spec: str, handler=None, ret_handler=None, filter=None) -> list:
+        """Attach a consumer to every site of ``usdt:PATH:[PROVIDER:]NAME`` (libbpf's
+        nop-combo rule and semaphores included); returns the consumers."""
+        from .usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
+        path, provider, name = parse_usdt_spec(spec)
+        file = self.find_file(path)
+        out = []
+        for note in find_usdt_notes(file, provider, name):
+            offset, ref = usdt_attach_offsets(file, note, self.profile)
+            out.append(self.uprobe_register(file, offset, UprobeConsumer(handler, ret_handler, filter),
+                                            ref))
+        return out
+
     def add_events(self, specs, *, output=None) -> list:
         return [self.add_event(s, output=output) for s in specs]
 
