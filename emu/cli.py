@@ -69,7 +69,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("guests", help="list the built-in guests")
     g.add_argument("--write", metavar="DIR", help="also write each guest as an ELF file into DIR")
+
+    # Further subcommands live with their features: each module's add_cli(sub, common)
+    # adds a subparser whose defaults carry func=cmd_xxx.
+    import importlib
+    for name in CLI_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+            continue
+        mod.add_cli(sub, _add_machine_options)
     return parser
+
+
+# Modules that contribute subcommands (trace, step, bench, diff, gdbserver ...).
+CLI_MODULES = ("emu.trace", "emu.stepper", "emu.bench", "emu.hostdiff", "emu.gdbstub")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +128,10 @@ def _dispatch(args) -> int:
         return cmd_guests(args)
     if args.command == "run":
         return cmd_run(args)
-    raise UsageError(f"uprobe-emu: unknown command {args.command!r}")
+    func = getattr(args, "func", None)
+    if func is None:
+        raise UsageError(f"uprobe-emu: unknown command {args.command!r}")
+    return func(args)
 
 
 def cmd_guests(args) -> int:

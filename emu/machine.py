@@ -104,6 +104,7 @@ class Machine:
         self.insn_count: int | None = None
         self.exited = False
         self.last_result: RunResult | None = None
+        self.listeners: list = []        # callables(kind, **info): syscalls, signals
         self._install_hooks()
 
     # ------------------------------------------------------------------ builders
@@ -280,7 +281,12 @@ class Machine:
         regs.orig_rax = regs.rax
         nr = regs.rax
         self.counters.syscalls[nr] += 1
+        if self.listeners:
+            self.emit("syscall", task=self.task, nr=nr, rip=nxt - 2,
+                      args=(regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9))
         self.syscalls.dispatch(self.task, regs)
+        if self.listeners:
+            self.emit("syscall_return", task=self.task, nr=nr, ret=regs.rax, rip=regs.rip)
         if self._result is not None:
             return
         # Return to user: SYSRET when rcx/r11 still match rip/flags, else the IRET path;
@@ -292,6 +298,10 @@ class Machine:
         self.regfile.write(changes)
         self.task.orig_rax = -1
 
+    def emit(self, kind: str, **info) -> None:
+        for fn in self.listeners:
+            fn(kind, **info)
+
     # ------------------------------------------------------------------ signals
     def force_sig(self, task: Task, signo: int, *, addr: int | None = None, detail: str = "",
                   regs: PtRegs | None = None) -> None:
@@ -299,6 +309,8 @@ class Machine:
         its default action, which for the signals the machine raises is to terminate."""
         regs = regs or self.read_regs()
         self.counters.signals[signo] += 1
+        if self.listeners:
+            self.emit("signal", task=task, signo=signo, addr=addr, rip=regs.rip, detail=detail)
         self._finish(RunResult("signal", signal=signo, fault_addr=addr, rip=regs.rip,
                                rip_symbol=self.symbolize(regs.rip), detail=detail))
         raise _Stop()

@@ -95,9 +95,10 @@ class Vma:
         return self.start + offset - self.pgoff
 
     def maps_line(self) -> str:
+        """One /proc/PID/maps line, padded as show_map_vma() does (name at column 73)."""
         path = self.file.path if self.file is not None else self.name
-        return (f"{self.start:08x}-{self.end:08x} {self.perms()} {self.pgoff:08x} "
-                f"00:00 {0:<10d} {path}").rstrip()
+        prefix = f"{self.start:08x}-{self.end:08x} {self.perms()} {self.pgoff:08x} 00:00 0 "
+        return prefix.ljust(72) + " " + path if path else prefix
 
 
 def _uc_prot(prot: int) -> int:
@@ -171,6 +172,22 @@ class Memory:
         vma = Vma(start, end, prot, name, file, pgoff, special)
         self.vmas.append(vma)
         self._reindex()
+        return self._merge_anon(vma)
+
+    def _merge_anon(self, vma: Vma) -> Vma:
+        """Adjacent anonymous mappings with the same protection and name are one VMA,
+        as vma_merge() makes them (a growing [heap] stays one line in maps)."""
+        if vma.file is not None or vma.special:
+            return vma
+        i = self.vmas.index(vma)
+        if i > 0:
+            prev = self.vmas[i - 1]
+            if prev.end == vma.start and prev.file is None and not prev.special and \
+                    prev.prot == vma.prot and prev.name == vma.name:
+                prev.end = vma.end
+                del self.vmas[i]
+                self._reindex()
+                return prev
         return vma
 
     def unmap(self, start: int, size: int) -> None:

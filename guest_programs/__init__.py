@@ -51,3 +51,51 @@ def write_guest(name: str, path: str) -> None:
     elf, _ = build_guest(name)
     with open(path, "wb") as f:
         f.write(elf)
+
+
+# ----------------------------------------------------------------------------- corpus
+# C guests whose observable results pin kernel behaviours; built with gcc on demand and
+# run both natively (under the host's uprobes) and in the model (``uprobe-emu diff``).
+
+@dataclass(frozen=True)
+class CorpusGuest:
+    name: str
+    description: str
+    source: str
+    probes: tuple            # probe specs, with {exe} standing for the binary's path
+    argv: tuple = ()
+
+
+CORPUS = {g.name: g for g in (
+    CorpusGuest("optsite", "optimized nop sites: site bytes after hits, trampoline placement",
+                "corpus_optsite.c",
+                ("p {exe}:site_nop5", "p {exe}:site_66nop4", "p {exe}:site_nop4nop")),
+    CorpusGuest("redzone", "a nop5 probe inside a leaf function that keeps data in its red zone",
+                "corpus_redzone.c", ("p {exe}:leaf_site",)),
+    CorpusGuest("deep", "80-deep recursion under a return probe: 64 return events",
+                "corpus_deep.c", ("p {exe}:rec %di", "r {exe}:rec $retval")),
+    CorpusGuest("longjmp", "longjmp out of probed frames", "corpus_longjmp.c",
+                ("p {exe}:outer %di", "r {exe}:outer $retval", "p {exe}:inner %di",
+                 "r {exe}:inner $retval")),
+    CorpusGuest("errno_uprobe", "syscall 336 from ordinary code: an errno, no signal",
+                "corpus_errnos.c", ("p {exe}:main",), ("uprobe",)),
+    CorpusGuest("errno_uretprobe", "syscall 335 from ordinary code: SIGILL",
+                "corpus_errnos.c", ("p {exe}:main",), ("uretprobe",)),
+)}
+
+
+def build_corpus_guest(name: str, out_dir: str, gcc: str = "gcc") -> str:
+    """Compile a corpus guest (static, -O1, frame pointers) into ``out_dir``."""
+    import os
+    import subprocess
+    if name not in CORPUS:
+        raise InputError(f"unknown corpus guest {name!r}; try one of: {', '.join(sorted(CORPUS))}")
+    g = CORPUS[name]
+    src_dir = resources.files(__package__).joinpath("c")
+    exe = os.path.join(out_dir, name)
+    cmd = [gcc, "-O1", "-static", "-fno-omit-frame-pointer", f"-I{src_dir}", "-o", exe,
+           str(src_dir.joinpath(g.source))]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise InputError(f"gcc failed for {name}: {res.stderr.strip().splitlines()[-1:]}")
+    return exe

@@ -1,0 +1,383 @@
+"""``uprobe-emu diff``: run a guest natively under the host kernel's uprobes (tracefs)
+and under the model, then compare exit status, stdout and the ordered event stream.
+
+Host side: the probes are created in ``uprobe_events`` under a group of our own
+(``uemu_<pid>``), enabled only in a private trace instance (``instances/uemu_<pid>``) so
+the global buffer and other users' events are never touched, and always removed again,
+also after an error or Ctrl-C.  tracefs refuses seeking writes, so every write is one
+``os.write`` on an ``O_APPEND`` descriptor (never ``O_TRUNC``, which would delete every
+uprobe event on the system).
+
+Addresses are compared at link time: for a static-PIE guest both runs are shifted back
+by their load bias (learned from the first event of a known probe), so ASLR does not
+count as a divergence.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+
+from .errors import EmuError, InputError
+
+TRACE_LINE = re.compile(
+    r"^\s*(?P<task>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<flags>\S+\s+)?(?P<ts>\d+\.\d+): "
+    r"(?P<event>[\w.-]+): \((?P<ip>0x[0-9a-f]+)(?: <- (?P<func>0x[0-9a-f]+))?\)(?P<args>.*)$")
+
+
+class HostKernelError(EmuError):
+    """The host's tracefs cannot be used (not root, no tracefs, a probe refused)."""
+
+
+@dataclass(frozen=True)
+class Event:
+    name: str          # event name as created (ev0, ev1, ... mapped back to the user's spec)
+    kind: str          # "entry" | "return"
+    ip: int            # link-time address
+    func: int | None
+    args: str
+
+    def describe(self) -> str:
+        where = f"{self.ip:#x} <- {self.func:#x}" if self.func is not None else f"{self.ip:#x}"
+        return f"{self.name} {self.kind} ({where}){self.args}"
+
+
+@dataclass
+class RunRecord:
+    """One side of a comparison."""
+
+    status: str                      # "exit N" | "signal NAME"
+    stdout: bytes
+    events: list = field(default_factory=list)
+
+
+def parse_trace(text: str) -> list[dict]:
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = TRACE_LINE.match(line)
+        if m:
+            out.append(m.groupdict())
+    return out
+
+
+def host_profile_name(release: str | None = None) -> str:
+    """The kernel profile matching a release string (6.18.44-... -> 6.18)."""
+    from kernel_model.profiles import KernelProfile
+    release = release or os.uname().release
+    m = re.match(r"(\d+)\.(\d+)", release)
+    if not m:
+        return "latest"
+    want = (int(m.group(1)), int(m.group(2)))
+    best = None
+    for name in KernelProfile.names():
+        pm = re.fullmatch(r"(\d+)\.(\d+)", name)
+        if pm and (int(pm.group(1)), int(pm.group(2))) <= want:
+            if best is None or (int(pm.group(1)), int(pm.group(2))) > best[0]:
+                best = ((int(pm.group(1)), int(pm.group(2))), name)
+    return best[1] if best else "latest"
+
+
+# ----------------------------------------------------------------------------- tracefs
+
+def find_tracefs() -> str | None:
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 2 and parts[2] == "tracefs":
+                    return parts[1]
+    except OSError:
+        return None
+    return None
+
+
+class Tracefs:
+    """A tracefs mount we may use: the existing one, or one we mount (and unmount)."""
+
+    def __init__(self):
+        if os.geteuid() != 0:
+            raise HostKernelError("the host kernel's uprobes need root (tracefs uprobe_events)")
+        self.path = find_tracefs()
+        self._mounted = None
+        if self.path is None:
+            tmp = tempfile.mkdtemp(prefix="uemu-tracefs-")
+            res = subprocess.run(["mount", "-t", "tracefs", "nodev", tmp], capture_output=True, text=True)
+            if res.returncode != 0:
+                os.rmdir(tmp)
+                raise HostKernelError(f"cannot mount tracefs: {res.stderr.strip() or 'mount failed'}")
+            self.path, self._mounted = tmp, tmp
+        if not os.path.exists(os.path.join(self.path, "uprobe_events")):
+            self.close()
+            raise HostKernelError("this kernel has no uprobe_events (CONFIG_UPROBE_EVENTS off)")
+
+    def write(self, rel: str, text: str) -> None:
+        fd = os.open(os.path.join(self.path, rel), os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, text.encode())
+        except OSError as e:
+            raise HostKernelError(f"tracefs refused {text.strip()!r} in {rel}: {e.strerror}") from None
+        finally:
+            os.close(fd)
+
+    def read(self, rel: str) -> str:
+        with open(os.path.join(self.path, rel)) as f:
+            return f.read()
+
+    def close(self) -> None:
+        if self._mounted:
+            subprocess.run(["umount", self._mounted], capture_output=True)
+            os.rmdir(self._mounted)
+            self._mounted = None
+
+
+class HostProbes:
+    """Probes created in the host kernel for one run; removed on exit, whatever happens."""
+
+    def __init__(self, tracefs: Tracefs, definitions: list[str]):
+        self.t = tracefs
+        self.group = f"uemu_{os.getpid()}"
+        self.instance = f"instances/{self.group}"
+        self.definitions = definitions       # "p:GROUP/EV PATH:0xOFF ARGS" lines
+        self.created: list[str] = []
+        self.instance_made = False
+
+    def __enter__(self):
+        try:
+            for d in self.definitions:
+                self.t.write("uprobe_events", d + "\n")
+                self.created.append(d.split()[0].split(":", 1)[1])
+            os.mkdir(os.path.join(self.t.path, self.instance))
+            self.instance_made = True
+            self.t.write(f"{self.instance}/events/{self.group}/enable", "1")
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def trace(self) -> str:
+        return self.t.read(f"{self.instance}/trace")
+
+    def cleanup(self) -> None:
+        errors = []
+        if self.instance_made:
+            try:
+                self.t.write(f"{self.instance}/events/{self.group}/enable", "0")
+            except HostKernelError as e:
+                errors.append(str(e))
+            try:
+                os.rmdir(os.path.join(self.t.path, self.instance))
+            except OSError as e:
+                errors.append(f"rmdir {self.instance}: {e.strerror}")
+            self.instance_made = False
+        for name in reversed(self.created):
+            try:
+                self.t.write("uprobe_events", f"-:{name}\n")
+            except HostKernelError as e:
+                errors.append(str(e))
+        self.created.clear()
+        if errors:
+            raise HostKernelError("; ".join(errors))
+
+    def __exit__(self, *exc):
+        self.cleanup()
+        return False
+
+
+# ----------------------------------------------------------------------------- specs
+
+@dataclass
+class ResolvedProbe:
+    spec_text: str
+    event: str               # our event name (ev0...) in our group
+    kind: str                # "p" | "r"
+    offset: int              # file offset
+    link_vaddr: int          # link-time address of the probe
+    args: str                # fetchargs text as written
+
+
+def resolve_specs(path: str, specs: list[str]) -> tuple[list[ResolvedProbe], object]:
+    """Resolve user specs against the ELF to (kind, file offset, fetchargs text)."""
+    from kernel_model.trace_events import parse_user_spec
+    from .elf import load_elf_file
+    image = load_elf_file(path)
+    out = []
+    for i, text in enumerate(specs):
+        spec = parse_user_spec(text)
+        if spec.is_delete:
+            raise InputError(f"diff: {text!r} deletes an event; give probe definitions")
+        if spec.offset is not None:
+            offset = spec.offset
+        elif spec.symbol is not None:
+            offset = image.vaddr_to_offset(image.resolve(spec.symbol).value + spec.sym_offset)
+        elif spec.address is not None:
+            offset = image.vaddr_to_offset(spec.address)
+        else:
+            raise InputError(f"diff: {text!r} names no location")
+        args = " ".join(a.name + "=" + a.source for a in spec.args)
+        out.append(ResolvedProbe(text, f"ev{i}", spec.kind, offset, image.offset_to_vaddr(offset), args))
+    return out, image
+
+
+def _events_from_lines(lines: list[dict], probes: list[ResolvedProbe], bias: int) -> list[Event]:
+    by_event = {p.event: p for p in probes}
+    out = []
+    for rec in lines:
+        p = by_event.get(rec["event"])
+        if p is None:
+            continue
+        ip = int(rec["ip"], 16)
+        func = int(rec["func"], 16) if rec["func"] else None
+        out.append(Event(p.spec_text, "return" if func is not None else "entry",
+                         ip - bias, None if func is None else func - bias, rec["args"]))
+    return out
+
+
+def _bias(lines: list[dict], probes: list[ResolvedProbe]) -> int:
+    by_event = {p.event: p for p in probes}
+    for rec in lines:
+        p = by_event.get(rec["event"])
+        if p is not None and p.kind == "p" and not rec["func"]:
+            return int(rec["ip"], 16) - p.link_vaddr
+        if p is not None and rec["func"]:
+            return int(rec["func"], 16) - p.link_vaddr
+    return 0
+
+
+# ----------------------------------------------------------------------------- runs
+
+def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: bytes,
+               timeout: float) -> RunRecord:
+    tracefs = Tracefs()
+    try:
+        group = f"uemu_{os.getpid()}"
+        defs = [f"{p.kind}:{group}/{p.event} {path}:{p.offset:#x}" + (f" {p.args}" if p.args else "")
+                for p in probes]
+        with HostProbes(tracefs, defs) as hp:
+            try:
+                proc = subprocess.run([path, *argv[1:]], input=stdin, capture_output=True,
+                                      timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise HostKernelError(f"the native run did not finish in {timeout} s") from None
+            text = hp.trace()
+    finally:
+        tracefs.close()
+    lines = [dict(rec, event=rec["event"]) for rec in parse_trace(text)]
+    if proc.returncode < 0:
+        import signal
+        status = f"signal {signal.Signals(-proc.returncode).name}"
+    else:
+        status = f"exit {proc.returncode}"
+    return RunRecord(status, proc.stdout, _events_from_lines(lines, probes, _bias(lines, probes)))
+
+
+def run_model(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: bytes,
+              kernel: str, max_insns: int | None) -> RunRecord:
+    from .machine import Machine
+    m = Machine.from_elf(path, argv=argv, stdin=stdin, kernel=kernel)
+    group = "uemu"
+    for p in probes:
+        m.uprobes.add_event(f"{p.kind}:{group}/{p.event} {path}:{p.offset:#x}" +
+                            (f" {p.args}" if p.args else ""))
+    r = m.run(max_insns=max_insns)
+    if r.reason == "exit":
+        status = f"exit {r.exit_code}"
+    elif r.reason == "signal":
+        status = f"signal {r.signal_name}"
+    else:
+        status = f"stopped ({r.reason})"
+    lines = parse_trace("\n".join(m.kernel.trace.lines))
+    return RunRecord(status, r.stdout, _events_from_lines(lines, probes, m.load_bias(m.process.exe)))
+
+
+def compare(native: RunRecord, model: RunRecord, context: int = 3) -> list[str]:
+    """Lines describing the first divergence (empty when the runs agree)."""
+    out = []
+    if native.status != model.status:
+        out.append(f"exit status differs: host {native.status}, model {model.status}")
+    if native.stdout != model.stdout:
+        a, b = native.stdout, model.stdout
+        i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
+        out.append(f"stdout differs at byte {i}: host {a[max(0, i - 20):i + 20]!r}, "
+                   f"model {b[max(0, i - 20):i + 20]!r}")
+    ev_a, ev_b = native.events, model.events
+    for i in range(max(len(ev_a), len(ev_b))):
+        x = ev_a[i] if i < len(ev_a) else None
+        y = ev_b[i] if i < len(ev_b) else None
+        if x != y:
+            out.append(f"event stream differs at event #{i + 1}:")
+            for k in range(max(0, i - context), i):
+                out.append(f"    both : {ev_a[k].describe()}")
+            out.append(f"  > host : {x.describe() if x else '(no more events)'}")
+            out.append(f"  > model: {y.describe() if y else '(no more events)'}")
+            break
+    return out
+
+
+# ----------------------------------------------------------------------------- CLI
+
+def add_cli(sub, add_machine_options) -> None:
+    p = sub.add_parser("diff", help="run a guest under the host kernel's uprobes and the model; compare",
+                       description="Run PROGRAM natively with the probes created through tracefs "
+                                   "and in the model under the matching kernel profile, then "
+                                   "compare exit status, stdout and the ordered event stream.")
+    p.add_argument("program", metavar="PROGRAM")
+    p.add_argument("args", nargs="*", metavar="ARGS")
+    p.add_argument("-e", "--event", action="append", default=[], metavar="SPEC", required=True,
+                   help="probe spec (tracefs p:/r: with fetchargs, PATH:SYMBOL[%%return], ...)")
+    p.add_argument("--kernel", default="auto", metavar="auto|V",
+                   help="model profile; auto = the host's release")
+    p.add_argument("--stdin", metavar="FILE")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S")
+    p.add_argument("--max-insns", type=int, default=2_000_000_000, metavar="N")
+    p.set_defaults(func=cmd_diff)
+
+
+def cmd_diff(args) -> int:
+    path, tmpdir = _program_path(args.program)
+    try:
+        stdin = b""
+        if args.stdin:
+            with open(args.stdin, "rb") as f:
+                stdin = f.read()
+        argv = [path, *args.args, *getattr(args, "guest_tail", [])]
+        probes, _ = resolve_specs(path, args.event)
+        kernel = host_profile_name() if args.kernel == "auto" else args.kernel
+        native = run_native(path, argv, probes, stdin, args.timeout)
+        model = run_model(path, argv, probes, stdin, kernel, args.max_insns or None)
+    finally:
+        if tmpdir:
+            for f in os.listdir(tmpdir):
+                os.unlink(os.path.join(tmpdir, f))
+            os.rmdir(tmpdir)
+    problems = compare(native, model)
+    summary = (f"host {os.uname().release} vs model {kernel}: {native.status}, "
+               f"{len(native.stdout)} bytes of stdout, {len(native.events)} events")
+    if not problems:
+        print(f"agree: {summary}")
+        return 0
+    print(f"DIVERGE ({summary.split(': ', 1)[0]})")
+    for line in problems:
+        print(line)
+    return 1
+
+
+def _program_path(program: str) -> tuple[str, str | None]:
+    """A real file for the native run: guest:NAME is written out as an ELF."""
+    if program.startswith("guest:"):
+        from guest_programs import write_guest
+        tmpdir = tempfile.mkdtemp(prefix="uemu-guest-")
+        name = program[len("guest:"):]
+        path = os.path.join(tmpdir, name)
+        write_guest(name, path)
+        os.chmod(path, 0o755)
+        return path, tmpdir
+    if not os.path.isfile(program):
+        raise InputError(f"{program}: no such file")
+    return os.path.abspath(program), None
+
