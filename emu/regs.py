@@ -158,3 +158,35 @@ def format_eflags(value: int) -> str:
 def sign64(value: int) -> int:
     value &= 0xFFFFFFFFFFFFFFFF
     return value - (1 << 64) if value >> 63 else value
+
+
+# gdb's `info registers` for amd64 (gdb 13: name to column 15, raw hex to column 35,
+# then the natural value).  Pointer registers show hex, rip a <symbol+offset>.
+GDB_REGISTER_ORDER = GPR_NAMES[:18] + ("cs", "ss", "ds", "es", "fs", "gs", "fs_base", "gs_base")
+_GDB_POINTERS = {"rbp", "rsp"}
+
+
+def gdb_natural(name: str, value: int, symbolize=None) -> str:
+    if name == "eflags":
+        return format_eflags(value)
+    if name in _GDB_POINTERS:
+        return hex(value)
+    if name == "rip":
+        sym = symbolize(value) if symbolize else None
+        if sym:
+            base, _, off = sym.partition("+")
+            return f"{value:#x} <{base}+{int(off, 16)}>" if off else f"{value:#x} <{base}>"
+        return hex(value)
+    if name in ("cs", "ss", "ds", "es", "fs", "gs"):
+        return str(value)
+    return str(sign64(value))
+
+
+def gdb_register_line(name: str, value: int, symbolize=None) -> str:
+    return f"{name:<15}{hex(value):<20}{gdb_natural(name, value, symbolize)}"
+
+
+def format_gdb_registers(values: dict, symbolize=None, names=GDB_REGISTER_ORDER) -> str:
+    """``info registers`` text for a dict of register values (missing ones are 0;
+    ds/es/fs/gs read 0 in a Linux x86_64 task)."""
+    return "\n".join(gdb_register_line(n, values.get(n, 0), symbolize) for n in names)
