@@ -36,6 +36,19 @@ class Counters:
             out[f.name] = dict(v) if isinstance(v, Counter) else v
         return out
 
+    def add_delta(self, before: dict, after: dict) -> None:
+        """Add ``after - before`` (two snapshots of another Counters) to these counters."""
+        for name, a in after.items():
+            b = before.get(name)
+            mine = getattr(self, name)
+            if isinstance(mine, Counter):
+                for k, v in a.items():
+                    d = v - (b or {}).get(k, 0)
+                    if d:
+                        mine[k] += d
+            else:
+                setattr(self, name, mine + a - (b or 0))
+
     def reset(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)

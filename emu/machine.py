@@ -85,13 +85,17 @@ class Machine:
         from kernel_model.kernel import Kernel  # the modeled kernel owns traps 1/3, 335, 336
         from .syscalls import Syscalls
 
-        self.uc = Uc(UC_ARCH_X86, UC_MODE_64)
+        from .sched import Scheduler
+
         self.counters = Counters()
-        self.mem = Memory(self.uc, self.counters)
-        self.regfile = RegisterFile(self.uc)
-        self.process = Process(pid=1000, mem=self.mem, comm=comm)
-        self.task = Task(tid=1000, process=self.process)
-        self.process.tasks.append(self.task)
+        self.processes: list[Process] = []      # live processes (and zombies until reaped)
+        self.tasks: list[Task] = []              # live tasks
+        self._next_pid = 1000
+        self.scheduler = Scheduler(seed)
+        self.all_tasks: list[Task] = []
+        self.task: Task = self.new_task(self.new_process(comm=comm))
+        self.main_process = self.task.process
+        self._acct = self.counters.snapshot()
         self.stdout = bytearray()
         self.stderr = bytearray()
         self.passthrough = passthrough
@@ -105,7 +109,9 @@ class Machine:
         self.exited = False
         self.last_result: RunResult | None = None
         self.listeners: list = []        # callables(kind, **info): syscalls, signals
-        self._install_hooks()
+        self._hook_error = None
+        self._switch_requested = False
+        self._stopped_by_hook = False
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -147,6 +153,68 @@ class Machine:
         if program.startswith("guest:"):
             return cls.from_guest(program[len("guest:"):], argv=argv, **kw)
         return cls.from_elf(program, argv=argv, **kw)
+
+    # ------------------------------------------------------------------ processes and tasks
+    @property
+    def process(self) -> Process:
+        """The process of the task on the CPU."""
+        return self.task.process
+
+    @property
+    def uc(self) -> Uc:
+        return self.task.process.uc
+
+    @property
+    def mem(self) -> Memory:
+        return self.task.process.mem
+
+    @property
+    def regfile(self) -> RegisterFile:
+        return self.task.process.regfile
+
+    def new_process(self, *, comm: str = "guest", share_mm: Process | None = None,
+                    parent: Process | None = None) -> Process:
+        """A process with its own address space (one Unicorn instance), or sharing
+        ``share_mm``'s (vfork)."""
+        pid = self._alloc_pid()
+        if share_mm is not None:
+            uc, mem, regfile = share_mm.uc, share_mm.mem, share_mm.regfile
+        else:
+            uc = Uc(UC_ARCH_X86, UC_MODE_64)
+            mem = Memory(uc, self.counters)
+            regfile = RegisterFile(uc)
+            self._install_hooks(uc)
+        proc = Process(pid=pid, mem=mem, comm=comm, uc=uc, regfile=regfile, parent=parent,
+                       ppid=parent.pid if parent else 1, counters=Counters())
+        if share_mm is not None:
+            proc.mm_uprobes = share_mm.mm_uprobes
+            proc.mm_owner = share_mm
+        self.processes.append(proc)
+        if parent is not None:
+            parent.children.append(proc)
+        return proc
+
+    def new_task(self, process: Process, tid: int | None = None) -> Task:
+        task = Task(tid=tid if tid is not None else (process.pid if not process.tasks else self._alloc_pid()),
+                    process=process)
+        task.counters = Counters()
+        process.tasks.append(task)
+        self.tasks.append(task)
+        self.all_tasks.append(task)
+        return task
+
+    def _account(self) -> None:
+        """Charge the counters' growth since the last switch to the current task and
+        its process (per-task counters cost nothing on the hot path)."""
+        now = self.counters.snapshot()
+        self.task.counters.add_delta(self._acct, now)
+        self.task.process.counters.add_delta(self._acct, now)
+        self._acct = now
+
+    def _alloc_pid(self) -> int:
+        pid = self._next_pid
+        self._next_pid += 1
+        return pid
 
     # ------------------------------------------------------------------ properties
     @property
@@ -196,19 +264,18 @@ class Machine:
         return exe.elf.resolve(name).value + self.load_bias(exe)
 
     # ------------------------------------------------------------------ hooks
-    def _install_hooks(self) -> None:
-        uc = self.uc
+    def _install_hooks(self, uc) -> None:
         uc.hook_add(UC_HOOK_INTR, self._on_interrupt)
         uc.hook_add(UC_HOOK_MEM_INVALID, self._on_mem_invalid)
         uc.hook_add(UC_HOOK_INSN_INVALID, self._on_insn_invalid)
         uc.hook_add(UC_HOOK_INSN, self._on_syscall, None, 1, 0, X.UC_X86_INS_SYSCALL)
         uc.hook_add(UC_HOOK_INSN, self._on_port_io, None, 1, 0, X.UC_X86_INS_IN)
         uc.hook_add(UC_HOOK_INSN, self._on_port_io, None, 1, 0, X.UC_X86_INS_OUT)
-        self._hooks_extra: list = []
 
     def _finish(self, result: RunResult) -> None:
         if self._result is None:
             self._result = result
+        self._stopped_by_hook = True
         self.uc.emu_stop()
 
     def _guard(self, fn, *args):
@@ -217,6 +284,7 @@ class Machine:
         try:
             return fn(*args)
         except _Stop:
+            self._stopped_by_hook = True
             self.uc.emu_stop()
         except BaseException as e:  # noqa: BLE001 - re-raised in run()
             self._hook_error = e
@@ -284,10 +352,11 @@ class Machine:
         if self.listeners:
             self.emit("syscall", task=self.task, nr=nr, rip=nxt - 2,
                       args=(regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9))
-        self.syscalls.dispatch(self.task, regs)
+        task = self.task
+        self.syscalls.dispatch(task, regs)
         if self.listeners:
-            self.emit("syscall_return", task=self.task, nr=nr, ret=regs.rax, rip=regs.rip)
-        if self._result is not None:
+            self.emit("syscall_return", task=task, nr=nr, ret=regs.rax, rip=regs.rip)
+        if self._result is not None or task.state == "dead":
             return
         # Return to user: SYSRET when rcx/r11 still match rip/flags, else the IRET path;
         # either way the task resumes with pt_regs as the kernel left them.
@@ -296,7 +365,9 @@ class Machine:
         # Unicorn adds 2 to rip after this hook returns: resume at X by writing X - 2.
         changes[16] = (regs.rip - 2) & 0xFFFFFFFFFFFFFFFF
         self.regfile.write(changes)
-        self.task.orig_rax = -1
+        task.orig_rax = -1
+        if task.state != "running" or self._switch_requested:
+            self.uc.emu_stop()           # blocked, or yielded: let the scheduler run
 
     def emit(self, kind: str, **info) -> None:
         for fn in self.listeners:
@@ -311,27 +382,69 @@ class Machine:
         self.counters.signals[signo] += 1
         if self.listeners:
             self.emit("signal", task=task, signo=signo, addr=addr, rip=regs.rip, detail=detail)
-        self._finish(RunResult("signal", signal=signo, fault_addr=addr, rip=regs.rip,
-                               rip_symbol=self.symbolize(regs.rip), detail=detail))
+        self.process_exit(task.process, RunResult("signal", signal=signo, fault_addr=addr, rip=regs.rip,
+                                                  rip_symbol=self.symbolize(regs.rip), detail=detail))
         raise _Stop()
 
-    def exit_group(self, code: int) -> None:
-        self.exited = True
-        self._finish(RunResult("exit", exit_code=code & 0xFF))
+    def exit_group(self, code: int, task: Task | None = None) -> None:
+        self.process_exit((task or self.task).process, RunResult("exit", exit_code=code & 0xFF))
         raise _Stop()
+
+    def process_exit(self, proc: Process, result: RunResult) -> None:
+        """Every task of ``proc`` dies; the parent can reap it; the run ends with the
+        main process."""
+        proc.exit_result = result
+        for t in list(proc.tasks):
+            self.task_exit(t)
+        self.kernel.process_exit(proc)
+        if proc is self.main_process:
+            self.exited = True
+            self._finish(result)
+        else:
+            self.syscalls.child_exited(proc)
+            if self.uc is not None:
+                self.uc.emu_stop()
+
+    def task_exit(self, task: Task) -> None:
+        if task.state == "dead":
+            return
+        task.state = "dead"
+        if task in self.tasks:
+            self.tasks.remove(task)
+        self.kernel.task_exit(task)
+        self.syscalls.task_exited(task)
 
     def stop(self, detail: str = "stop requested") -> None:
         """Ask a running guest to stop at the next opportunity (thread-safe)."""
         self._stop_requested = detail
+        self._stopped_by_hook = True
         self.uc.emu_stop()
+
+    def block(self, task: Task, reason: str) -> None:
+        """Put ``task`` to sleep in a syscall; :meth:`wake` completes it with a value."""
+        task.state = "blocked"
+        task.blocked_on = reason
+
+    def wake(self, task: Task, rax: int) -> None:
+        if task.state == "blocked":
+            task.state = "running"
+            task.blocked_on = None
+            task.pending_rax = rax & 0xFFFFFFFFFFFFFFFF
+
+    def yield_cpu(self) -> None:
+        """sched_yield and friends: reschedule after this syscall."""
+        self._switch_requested = True
 
     # ------------------------------------------------------------------ running
     def run(self, max_insns: int | None = DEFAULT_MAX_INSNS, timeout: float | None = DEFAULT_TIMEOUT,
             *, raise_on_signal: bool = False) -> RunResult:
-        """Run until exit, a fatal signal, the instruction budget or the timeout.
+        """Run until the main process exits or dies of a signal, the instruction budget
+        is spent, or the timeout.
 
         ``max_insns`` uses Unicorn's native instruction counter (no Python hook);
         ``None`` runs without a budget, bounded by ``timeout`` (wall-clock seconds) only.
+        With one task the guest runs in one ``emu_start``; with several, the
+        deterministic scheduler (seeded) gives them instruction-count time slices.
         """
         if self.exited:
             raise InputError("the guest has already exited")
@@ -339,25 +452,150 @@ class Machine:
         self._hook_error = None
         self._stop_requested = None
         start = time.perf_counter()
-        count = int(max_insns) if max_insns else 0
-        timeout_us = int(timeout * 1_000_000) if timeout else 0
-        self._pending_fault = None
-        rip = self.uc.reg_read(X.UC_X86_REG_RIP)
-        try:
-            self.uc.emu_start(rip, _NEVER, timeout=timeout_us, count=count)
-        except UcError as e:
-            if self._result is None and self._hook_error is None:
-                self._fault_to_signal(e)
-        if self._hook_error is not None:
-            err, self._hook_error = self._hook_error, None
-            raise err
-        result = self._result or self._classify_stop(start, timeout, count)
+        deadline = start + timeout if timeout else None
+        remaining = int(max_insns) if max_insns else None
+        while True:
+            task = self.task
+            multi = len(self.tasks) > 1
+            if multi:
+                count = self.scheduler.slice()
+                if remaining is not None:
+                    count = min(count, remaining)
+            else:
+                count = remaining or 0
+            self._switch_requested = False
+            self._pending_fault = None
+            left = (deadline - time.perf_counter()) if deadline else None
+            if left is not None and left <= 0:
+                result = RunResult("timeout", rip=self._rip(), rip_symbol=self.symbolize(self._rip()))
+                break
+            rip = self._rip()
+            task.slices += 1
+            stopped_early = self._emulate(rip, left, count)
+            if self._hook_error is not None:
+                err, self._hook_error = self._hook_error, None
+                raise err
+            if self._result is not None:
+                result = self._result
+                break
+            if self._stop_requested:
+                result = RunResult("stopped", rip=self._rip(), rip_symbol=self.symbolize(self._rip()),
+                                   detail=self._stop_requested)
+                break
+            if task.state == "running" and not stopped_early and not self._switch_requested:
+                why = self._why_returned(task, start, timeout, count)
+                if why == "hlt":
+                    if self._result is not None:
+                        result = self._result
+                        break
+                elif why == "timeout":
+                    result = RunResult("timeout", rip=self._rip(), rip_symbol=self.symbolize(self._rip()))
+                    break
+                elif why == "count":
+                    if remaining is not None:
+                        remaining -= count
+                        if remaining <= 0:
+                            rip = self._rip()
+                            result = RunResult("budget", rip=rip, rip_symbol=self.symbolize(rip),
+                                               insns=int(max_insns))
+                            break
+                    if not multi:
+                        rip = self._rip()
+                        result = RunResult("stopped", rip=rip, rip_symbol=self.symbolize(rip),
+                                           detail="emulation stopped")
+                        break
+                else:
+                    rip = self._rip()
+                    result = RunResult("stopped", rip=rip, rip_symbol=self.symbolize(rip),
+                                       detail="emulation stopped")
+                    break
+            nxt = self.scheduler.pick(self.tasks)
+            if nxt is None:
+                result = RunResult("stopped", rip=self._rip(), rip_symbol=self.symbolize(self._rip()),
+                                   detail="deadlock: every task is blocked")
+                break
+            self._switch_to(nxt)
+        self._account()
         result.stdout, result.stderr = bytes(self.stdout), bytes(self.stderr)
         self.last_result = result
         if raise_on_signal and result.reason == "signal":
             from .errors import GuestSignalError
             raise GuestSignalError(result)
         return result
+
+    def _rip(self) -> int:
+        return self.uc.reg_read(X.UC_X86_REG_RIP)
+
+    def _emulate(self, rip: int, left: float | None, count: int) -> bool:
+        """One emu_start on the current task; True when a hook or fault ended it."""
+        self._stopped_by_hook = False
+        task = self.task
+        try:
+            self.uc.emu_start(rip, _NEVER, timeout=int(left * 1_000_000) if left else 0, count=count)
+        except UcError as e:
+            if self._result is None and self._hook_error is None and task.state != "dead":
+                self._fault_to_signal(e)
+            return True
+        return task.state != "running" or self._stopped_by_hook
+
+    def _why_returned(self, task: Task, start: float, timeout: float | None, count: int) -> str:
+        """emu_start came back by itself: a hlt (#GP), the time limit, or the count."""
+        rip = self._rip()
+        try:
+            if self._hlt_before(rip, count if len(self.tasks) > 1 else 0):
+                regs = self.read_regs()
+                regs.rip = rip - 1
+                self.write_regs(regs)
+                try:
+                    self.force_sig(task, SIGSEGV, addr=0, detail="general protection (hlt)", regs=regs)
+                except _Stop:
+                    pass
+                return "hlt"
+        except GuestFault:
+            pass
+        if timeout and time.perf_counter() - start >= timeout * 0.99:
+            return "timeout"
+        return "count" if count else "stopped"
+
+    def _hlt_before(self, rip: int, count: int) -> bool:
+        """Did emu_start stop on a ``hlt`` just before ``rip``?  Unicorn halts silently.
+
+        With one task (``count`` 0 here) an 0xf4 byte before rip is taken as a hlt: the
+        budget ending right after an instruction whose last byte is 0xf4 is far less
+        likely than a hlt.  Time slices (``count``) expire often, so there the byte only
+        counts as a hlt when no instruction of 2..15 bytes can end at rip
+        (``mov %rsi,%r12`` is ``49 89 f4``)."""
+        if self.mem.read(rip - 1, 1) != b"\xf4":
+            return False
+        if not count:
+            return True
+        from capstone import CS_ARCH_X86, CS_MODE_64, Cs
+        cs = Cs(CS_ARCH_X86, CS_MODE_64)
+        for k in range(2, 16):
+            try:
+                code = self.mem.read(rip - k, k)
+            except GuestFault:
+                continue
+            insn = next(cs.disasm(code, rip - k, 1), None)
+            if insn is not None and insn.size == k:
+                return False
+        return True
+
+    def _switch_to(self, task: Task) -> None:
+        """Context switch: save the outgoing task's CPU state, restore the incoming one's."""
+        cur = self.task
+        if task is not cur:
+            self._account()
+            if cur.state != "dead":
+                cur.context = cur.process.uc.context_save()
+            self.scheduler.record(task)
+            self.task = task
+            if task.context is not None:
+                task.process.uc.context_restore(task.context)
+                task.context = None
+        if task.pending_rax is not None:
+            task.process.uc.reg_write(X.UC_X86_REG_RAX, task.pending_rax)
+            task.pending_rax = None
 
     def _fault_to_signal(self, err: UcError) -> None:
         regs = self.read_regs()
@@ -372,32 +610,6 @@ class Machine:
                 self.force_sig(self.task, SIGSEGV, addr=addr, detail=f"{kind} fault", regs=regs)
         except _Stop:
             pass
-
-    def _classify_stop(self, start: float, timeout: float | None, count: int) -> RunResult:
-        rip = self.uc.reg_read(X.UC_X86_REG_RIP)
-        if self._stop_requested:
-            return RunResult("stopped", rip=rip, rip_symbol=self.symbolize(rip),
-                             detail=self._stop_requested)
-        # Unicorn stops on hlt, which a user task cannot execute: #GP -> SIGSEGV.
-        try:
-            if self.mem.read(rip - 1, 1) == b"\xf4":
-                regs = self.read_regs()
-                regs.rip = rip - 1
-                self.write_regs(regs)
-                try:
-                    self.force_sig(self.task, SIGSEGV, addr=0, detail="general protection (hlt)",
-                                   regs=regs)
-                except _Stop:
-                    pass
-                return self._result
-        except GuestFault:
-            pass
-        elapsed = time.perf_counter() - start
-        if timeout and elapsed >= timeout * 0.99:
-            return RunResult("timeout", rip=rip, rip_symbol=self.symbolize(rip))
-        if count:
-            return RunResult("budget", rip=rip, rip_symbol=self.symbolize(rip), insns=count)
-        return RunResult("stopped", rip=rip, rip_symbol=self.symbolize(rip), detail="emulation stopped")
 
     # ------------------------------------------------------------------ Ctrl-C
     def interruptible(self):

@@ -16,6 +16,7 @@ import struct
 
 from .memory import (PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, GuestFault,
                      page_down, page_up)
+from .process_syscalls import ProcessSyscalls
 from .syscall_names import SYSCALL_NAMES
 
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
@@ -44,7 +45,7 @@ class _HostFile:
         self.path = path
 
 
-class Syscalls:
+class Syscalls(ProcessSyscalls):
     """The syscall table of one machine.  ``register(nr, fn)`` adds or overrides an
     entry (the kernel model registers uretprobe/uprobe, 335/336)."""
 
@@ -105,22 +106,6 @@ class Syscalls:
         return _neg(E.EBADF)
 
     # ------------------------------------------------------------------ process
-    def sys_exit(self, task, regs, code, *_):
-        # single-threaded: exit of the only thread ends the process
-        self.m.exit_group(code & 0xFF)
-
-    def sys_exit_group(self, task, regs, code, *_):
-        self.m.exit_group(code & 0xFF)
-
-    def sys_getpid(self, task, regs, *_):
-        return task.process.pid
-
-    def sys_gettid(self, task, regs, *_):
-        return task.tid
-
-    def sys_getppid(self, task, regs, *_):
-        return task.process.ppid
-
     def sys_getpgid(self, task, regs, pid, *_):
         if pid in (0, task.process.pid):
             return task.process.pgid
@@ -153,9 +138,6 @@ class Syscalls:
         if task.rseq:
             return _neg(E.EBUSY)
         task.rseq = rseq
-        return 0
-
-    def sys_sched_yield(self, task, regs, *_):
         return 0
 
     def sys_uname(self, task, regs, buf, *_):

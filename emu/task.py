@@ -29,6 +29,14 @@ class Process:
     mm_uprobes: object = None                         # kernel model per-mm state
     fds: dict = field(default_factory=dict)           # guest fd -> host object
     tasks: list = field(default_factory=list)
+    uc: object = None                                 # the Unicorn instance (address space)
+    regfile: object = None
+    parent: "Process | None" = None
+    children: list = field(default_factory=list)
+    exit_result: object = None                        # RunResult once dead (zombie until reaped)
+    mm_owner: "Process | None" = None                 # vfork child: whose mm it borrows
+    vfork_parent_task: object = None
+    counters: object = None
 
     def __post_init__(self):
         if not self.pgid:
@@ -47,6 +55,11 @@ class Task:
     sigmask: int = 0
     orig_rax: int = -1
     exit_code: int | None = None
+    state: str = "running"            # running | blocked | dead
+    blocked_on: str | None = None
+    pending_rax: int | None = None    # syscall result delivered at wake-up
+    slices: int = 0
+    counters: object = None
 
     @property
     def comm(self) -> str:

@@ -27,6 +27,10 @@ GUESTS = {g.name: g for g in (
     Guest("fib", "compute-bound: iterative fibonacci mod 2^64 in a loop, exits 0", "fib.s"),
     Guest("echo", "copies stdin to stdout", "echo.s"),
     Guest("segv", "writes to an unmapped address (SIGSEGV)", "segv.s"),
+    Guest("bench_trigger", "the kernel's bench_trigger loops: bench_trigger LOOP N [WARMUP]",
+          "bench_trigger.s"),
+    Guest("uprobe_targets", "N rounds over functions starting with each uprobe insn class "
+          "(nop, nop5, push, call, jmp, jcc, rip-relative, ret)", "uprobe_targets.s"),
 )}
 
 
@@ -77,6 +81,8 @@ CORPUS = {g.name: g for g in (
     CorpusGuest("longjmp", "longjmp out of probed frames", "corpus_longjmp.c",
                 ("p {exe}:outer %di", "r {exe}:outer $retval", "p {exe}:inner %di",
                  "r {exe}:inner $retval")),
+    CorpusGuest("forkopt", "fork after optimization: the child's inherited call into an uncopied trampoline",
+                "corpus_forkopt.c", ("p {exe}:site_nop5",)),
     CorpusGuest("errno_uprobe", "syscall 336 from ordinary code: an errno, no signal",
                 "corpus_errnos.c", ("p {exe}:main",), ("uprobe",)),
     CorpusGuest("errno_uretprobe", "syscall 335 from ordinary code: SIGILL",

@@ -46,6 +46,27 @@ class Kernel:
         signal is reported at the probed address (arch_uprobe_abort_xol)."""
         self.uprobes.abort_xol_on_fault(task, regs)
 
+    # -- process lifecycle -------------------------------------------------------
+    def task_exit(self, task) -> None:
+        """uprobe_free_utask: pending return instances are discarded at exit."""
+        task.utask = None
+
+    def process_exit(self, proc) -> None:
+        return None
+
+    def copy_process(self, parent_task, child_task, *, share_mm: bool, vfork: bool) -> None:
+        """uprobe_copy_process: pending return instances for fork/vfork children."""
+        from .fork import copy_process
+        copy_process(self.uprobes, parent_task, child_task, share_mm=share_mm, vfork=vfork)
+
+    def vma_dontcopy(self, vma) -> bool:
+        from .fork import vma_dontcopy
+        return vma_dontcopy(self.profile, vma)
+
+    def dup_mmap(self, parent, child) -> None:
+        from .fork import dup_mmap
+        dup_mmap(self.uprobes, parent, child)
+
     # -- USDT semaphores ---------------------------------------------------------
     def ref_ctr_update(self, proc, uprobe, delta: int) -> None:
         """``update_ref_ctr``: the 16-bit semaphore at ``ref_ctr_offset`` in the file's

@@ -27,10 +27,12 @@ class KernelProfile:
     has_uprobe_syscall: bool          # syscall 336 exists (6.18+)
     has_uretprobe_syscall: bool       # syscall 335 exists (6.11+)
     session_consumers: bool           # 6.13+
+    trampolines_copied_on_fork: bool  # 7.2+: [uprobes-trampoline] no longer VM_DONTCOPY
 
     SWITCHES = ("uretprobe_trampoline", "nop_emulation", "optimize", "ri_alloc", "args_buffer",
                 "ip_change_skips_insn", "uprobe_syscall_outside", "trampoline_sls_int3",
-                "has_uprobe_syscall", "has_uretprobe_syscall", "session_consumers")
+                "has_uprobe_syscall", "has_uretprobe_syscall", "session_consumers",
+                "trampolines_copied_on_fork")
 
     @staticmethod
     def names() -> list[str]:
@@ -58,7 +60,7 @@ def _p(name, release, **kw) -> KernelProfile:
 _BASE = dict(uretprobe_trampoline="int3", nop_emulation="nop1", optimize=None, ri_alloc="kmalloc",
              args_buffer="always", ip_change_skips_insn=False, uprobe_syscall_outside="ENOSYS",
              trampoline_sls_int3=False, has_uprobe_syscall=False, has_uretprobe_syscall=False,
-             session_consumers=False)
+             session_consumers=False, trampolines_copied_on_fork=False)
 
 
 def _build() -> dict[str, KernelProfile]:
@@ -80,7 +82,7 @@ def _build() -> dict[str, KernelProfile]:
     b.update(nop_emulation="insn_is_nop")
     out["6.19"] = _p("6.19", "6.19.0", **b)
     out["7.1"] = _p("7.1", "7.1.0", **b)
-    b.update(optimize="nop10", uprobe_syscall_outside="EPROTO")
+    b.update(optimize="nop10", uprobe_syscall_outside="EPROTO", trampolines_copied_on_fork=True)
     out["7.2"] = _p("7.2", "7.2.0", **b)
     out["latest"] = _p("latest", "7.2.0", **b)
     return out

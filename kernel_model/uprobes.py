@@ -208,7 +208,7 @@ class Uprobes:
     def find_file(self, path: str) -> MappedFile:
         files = self.machine.process.files
         for f in files:
-            if path in (f.path, f"guest:{f.path}") or (path and f.path.endswith("/" + path)):
+            if path == f.path or f.path == f"guest:{path}" or (path and f.path.endswith("/" + path)):
                 return f
         if path in ("", None) and files:
             return files[0]
@@ -227,10 +227,17 @@ class Uprobes:
         return file, elf.vaddr_to_offset(sym.value + delta)
 
     def vaddr_of(self, process, file: MappedFile, offset: int) -> list[int]:
-        """Every probe address of (file, offset) in ``process`` (valid_vma checked)."""
+        """Every probe address of (file, offset) in ``process``.
+
+        ``valid_vma()`` asks for a file-backed, private, non-hugetlb mapping with
+        VM_MAYEXEC - not VM_EXEC: a read-only (or mprotect'ed non-executable) private
+        mapping of the file qualifies too.  Every file mapping the loader makes is
+        private and may-exec (no noexec mounts are modeled).  VM_WRITE only matters
+        when installing; :meth:`register_for_each_vma` checks it.
+        """
         out = []
         for vma in process.mem.vmas:
-            if vma.file is file and vma.prot & PROT_EXEC and \
+            if vma.file is file and not vma.special and \
                     vma.pgoff <= offset < vma.pgoff + vma.size:
                 out.append(vma.vaddr_of(offset))
         return out
@@ -300,11 +307,18 @@ class Uprobes:
                     self.remove_breakpoint(proc, uprobe, vaddr)
 
     def _processes(self):
-        return [self.machine.process]
+        """Every live address space (vfork children borrow their parent's).  The main
+        process's stays inspectable after it exits, so probes still apply to it."""
+        main = self.machine.main_process
+        return [p for p in self.machine.processes
+                if getattr(p, "mm_owner", None) is None and (p.exit_result is None or p is main)]
 
     @staticmethod
     def filter_chain(uprobe: Uprobe, proc) -> bool:
-        return any(c.filter is None or c.filter(proc) for c in uprobe.consumers)
+        """Does any consumer want this mm?  Filters see the process owning the address
+        space (a vfork child borrows its parent's mm, as the kernel's filter(mm) sees)."""
+        owner = getattr(proc, "mm_owner", None) or proc
+        return any(c.filter is None or c.filter(owner) for c in uprobe.consumers)
 
     def prepare_uprobe(self, uprobe: Uprobe, vaddr: int) -> None:
         """First-time analysis from the FILE bytes (UPROBE_COPY_INSN)."""
@@ -322,37 +336,46 @@ class Uprobes:
         first = not mm.has_uprobes
         mm.has_uprobes = True
         try:
-            self.set_swbp(proc, uprobe, vaddr)
+            wrote = self.set_swbp(proc, uprobe, vaddr)
         except GuestFault:
             if first:
                 mm.has_uprobes = False
             raise RegistrationError("EFAULT", f"cannot write the breakpoint at {vaddr:#x}") from None
         mm.recalc = False
-        self.kernel.ref_ctr_update(proc, uprobe, +1)
+        if wrote:
+            # uprobe_write() updates the USDT semaphore only when it really writes:
+            # verify_opcode() returning "nothing to do" skips update_ref_ctr().
+            self.kernel.ref_ctr_update(proc, uprobe, +1)
 
-    def set_swbp(self, proc, uprobe: Uprobe, vaddr: int) -> None:
+    def set_swbp(self, proc, uprobe: Uprobe, vaddr: int) -> bool:
+        """Write the int3; False when there was nothing to do (already optimized, or an
+        int3 already in the process: verify_opcode() adopts it)."""
         if self.kernel.optimizer.is_optimized(proc, uprobe, vaddr):
-            return
+            return False
         if proc.mem.read(vaddr, 1) == arch.UPROBE_SWBP_INSN:
-            return                                          # verify_opcode: nothing to do
+            return False                                    # verify_opcode: nothing to do
         proc.mem.text_poke(vaddr, arch.UPROBE_SWBP_INSN)
         self.emit("text_poke", vaddr=vaddr, data=arch.UPROBE_SWBP_INSN, why="install int3")
+        return True
 
     def remove_breakpoint(self, proc, uprobe: Uprobe, vaddr: int) -> None:
         self.mm(proc).recalc = True
         if self.kernel.optimizer.remove(proc, uprobe, vaddr):
             self.kernel.ref_ctr_update(proc, uprobe, -1)
             return
-        self.set_orig_insn(proc, uprobe, vaddr)
-        self.kernel.ref_ctr_update(proc, uprobe, -1)
+        if self.set_orig_insn(proc, uprobe, vaddr):
+            self.kernel.ref_ctr_update(proc, uprobe, -1)
 
-    def set_orig_insn(self, proc, uprobe: Uprobe, vaddr: int) -> None:
-        """Restore the first byte (after analysis edits: the REX quirk of section 3.5)."""
+    def set_orig_insn(self, proc, uprobe: Uprobe, vaddr: int) -> bool:
+        """Restore the first byte (after analysis edits: the REX quirk of section 3.5).
+        False when the byte is no int3 (verify_opcode: nothing to do - e.g. removed
+        already by UPROBE_HANDLER_REMOVE), and then the semaphore is left alone."""
         if proc.mem.read(vaddr, 1) != arch.UPROBE_SWBP_INSN:
-            return
+            return False
         orig = bytes([uprobe.arch.ixol[0]]) if uprobe.arch else uprobe.file.read(uprobe.offset, 1)
         proc.mem.text_poke(vaddr, orig)
         self.emit("text_poke", vaddr=vaddr, data=orig, why="restore original byte")
+        return True
 
     # -- lookup ------------------------------------------------------------------
     def find_active_uprobe(self, proc, vaddr: int) -> Uprobe | None:
@@ -410,7 +433,12 @@ class Uprobes:
         has_consumers = False
         ri = None
         machine = self.machine
-        for uc in list(uprobe.consumers):
+        consumers = uprobe.consumers
+        for uc in list(consumers):
+            # list_for_each_entry_rcu: a consumer added meanwhile (at the head) is not
+            # visited; one removed by an earlier handler (list_del_rcu) is skipped.
+            if uc not in consumers:
+                continue
             rc = 0
             ctx = UprobeContext(machine, task, regs, uprobe, uc, vaddr)
             if uc.handler is not None and uc.enabled:
@@ -419,7 +447,11 @@ class Uprobes:
                 self.emit("handler", task=task, consumer=uc, rc=rc, vaddr=vaddr)
             remove &= rc == UPROBE_HANDLER_REMOVE
             has_consumers = True
-            if uc.ret_handler is not None and rc not in (UPROBE_HANDLER_REMOVE, UPROBE_HANDLER_IGNORE):
+            # UPROBE_HANDLER_IGNORE exists since 6.13 (session consumers); before, a
+            # return value of 2 was only warned about and the uretprobe still set up
+            skip = (UPROBE_HANDLER_REMOVE, UPROBE_HANDLER_IGNORE) if self.profile.session_consumers \
+                else (UPROBE_HANDLER_REMOVE,)
+            if uc.ret_handler is not None and rc not in skip:
                 if ri is None:
                     ri = self.uret.alloc_return_instance(task)
                 if uc.is_session:

@@ -46,7 +46,8 @@ def diff(path, specs, argv=()):
 def our_probes_left() -> list[str]:
     t = Tracefs()
     try:
-        return [l for l in t.read("uprobe_events").splitlines() if l.split()[0].split(":")[1].startswith("uemu_")]
+        mine = f"uemu_{os.getpid()}/"
+        return [l for l in t.read("uprobe_events").splitlines() if l.split()[0].split(":")[1].startswith(mine)]
     finally:
         t.close()
 

@@ -1,0 +1,258 @@
+"""Process and thread syscalls: clone, fork, vfork, exit, wait4, futex, sched_yield.
+
+A mixin of :class:`emu.syscalls.Syscalls`.  fork gives the child a copy of the address
+space (its own Unicorn instance), minus the mappings the kernel marks VM_DONTCOPY (the
+[uprobes] XOL page; the [uprobes-trampoline] page on 6.18-7.1); threads (CLONE_VM) share
+the process; vfork shares the address space and suspends the parent until the child
+exits.  Sleeping syscalls block the task and the scheduler runs another one.
+"""
+
+from __future__ import annotations
+
+import errno as E
+import struct
+
+CLONE_VM, CLONE_FS, CLONE_FILES, CLONE_SIGHAND = 0x100, 0x200, 0x400, 0x800
+CLONE_VFORK, CLONE_PARENT, CLONE_THREAD = 0x4000, 0x8000, 0x10000
+CLONE_SETTLS, CLONE_PARENT_SETTID, CLONE_CHILD_CLEARTID = 0x80000, 0x100000, 0x200000
+CLONE_CHILD_SETTID = 0x1000000
+SIGCHLD = 17
+WNOHANG = 1
+FUTEX_WAIT, FUTEX_WAKE, FUTEX_WAIT_BITSET, FUTEX_WAKE_BITSET = 0, 1, 9, 10
+FUTEX_CMD_MASK = ~(128 | 256)          # FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME
+
+
+def _neg(err: int) -> int:
+    return -err
+
+
+class ProcessSyscalls:
+    """clone/fork/vfork/exit/wait4/futex on the machine's tasks."""
+
+    # -- creation -------------------------------------------------------------------
+    def sys_fork(self, task, regs, *_):
+        return self._clone(task, regs, SIGCHLD, 0, 0, 0, 0)
+
+    def sys_vfork(self, task, regs, *_):
+        return self._clone(task, regs, CLONE_VM | CLONE_VFORK | SIGCHLD, 0, 0, 0, 0)
+
+    def sys_clone(self, task, regs, flags, stack, ptid, ctid, tls, *_):
+        return self._clone(task, regs, flags, stack, ptid, ctid, tls)
+
+    def sys_clone3(self, task, regs, *_):
+        return _neg(E.ENOSYS)              # glibc falls back to clone()
+
+    def _clone(self, task, regs, flags, stack, ptid, ctid, tls):
+        m = self.m
+        parent = task.process
+        thread = bool(flags & CLONE_THREAD)
+        if thread and not flags & CLONE_VM:
+            return _neg(E.EINVAL)
+        if thread:
+            child_proc = parent
+        elif flags & CLONE_VM:
+            child_proc = m.new_process(comm=parent.comm, share_mm=parent, parent=parent)
+            self._inherit(parent, child_proc)
+        else:
+            child_proc = m.new_process(comm=parent.comm, parent=parent)
+            self._inherit(parent, child_proc)
+            self._copy_mm(parent, child_proc)
+        child = m.new_task(child_proc)
+        # the child resumes after the syscall with rax = 0 (the parent's regs otherwise)
+        cregs = regs.copy()
+        cregs.rax = 0
+        if stack:
+            cregs.rsp = stack
+        if flags & CLONE_SETTLS:
+            cregs.fs_base = tls
+        cregs.orig_rax = -1
+        self._set_child_context(task, child, cregs)
+        if flags & CLONE_PARENT_SETTID and ptid:
+            parent.mem.write_user(ptid, struct.pack("<I", child.tid))
+        if flags & CLONE_CHILD_SETTID and ctid:
+            child_proc.mem.write_user(ctid, struct.pack("<I", child.tid))
+        if flags & CLONE_CHILD_CLEARTID:
+            child.clear_child_tid = ctid
+        m.kernel.copy_process(task, child, share_mm=bool(flags & CLONE_VM),
+                              vfork=bool(flags & CLONE_VFORK))
+        if flags & CLONE_VFORK:
+            child_proc.vfork_parent_task = task     # the parent sleeps until the child exits
+            task.vfork_child_tid = child.tid
+            m.block(task, "vfork")
+        if m.listeners:
+            m.emit("clone", task=task, child=child, flags=flags)
+        return child.tid
+
+    def _inherit(self, parent, child) -> None:
+        child.exe, child.exe_path = parent.exe, parent.exe_path
+        child.files = list(parent.files)
+        child.brk_start, child.brk = parent.brk_start, parent.brk
+        child.sigactions = dict(parent.sigactions)
+        child.fds = dict(parent.fds)
+
+    def _copy_mm(self, parent, child) -> None:
+        """dup_mmap: every mapping but the VM_DONTCOPY ones, with the parent's bytes
+        (breakpoints and optimized sites included)."""
+        m = self.m
+        for vma in parent.mem.vmas:
+            if m.kernel.vma_dontcopy(vma):
+                continue
+            data = parent.mem.read(vma.start, vma.size)
+            new = child.mem.map(vma.start, vma.size, vma.prot, vma.name, file=vma.file,
+                                pgoff=vma.pgoff, special=vma.special)
+            child.mem.uc.mem_write(vma.start, data)
+            new.flags = set(vma.flags)
+        m.kernel.dup_mmap(parent, child)
+
+    def _set_child_context(self, parent_task, child, cregs) -> None:
+        """The child's CPU state: the parent's, with the child's differences."""
+        m = self.m
+        uc = child.process.uc
+        if uc is parent_task.process.uc:
+            saved = uc.context_save()
+            child.process.regfile.write({i: v for i, v in enumerate(cregs._v)})
+            uc.reg_write(X86_RIP, cregs.rip)
+            child.context = uc.context_save()
+            uc.context_restore(saved)
+        else:
+            child.process.regfile.write({i: v for i, v in enumerate(cregs._v)})
+            uc.reg_write(X86_RIP, cregs.rip)
+            child.context = uc.context_save()
+        child.orig_rax = -1
+
+    # -- exit and wait ------------------------------------------------------------------
+    def sys_exit(self, task, regs, code, *_):
+        proc = task.process
+        live = [t for t in proc.tasks if t.state != "dead"]
+        if len(live) <= 1:
+            self.m.exit_group(code & 0xFF, task)
+        self.m.task_exit(task)
+        self.m.uc.emu_stop()
+        from .machine import _Stop
+        raise _Stop()
+
+    def sys_exit_group(self, task, regs, code, *_):
+        self.m.exit_group(code & 0xFF, task)
+
+    def task_exited(self, task) -> None:
+        """CLONE_CHILD_CLEARTID: zero the tid word and wake one futex waiter."""
+        if task.clear_child_tid and task.process.exit_result is None:
+            try:
+                task.process.mem.write_user(task.clear_child_tid, b"\0\0\0\0")
+            except Exception:   # noqa: BLE001 - a bad pointer is the guest's problem
+                pass
+            self._futex_wake(task.process, task.clear_child_tid, 1)
+        task.process.tasks = [t for t in task.process.tasks if t.state != "dead"] or task.process.tasks
+
+    def child_exited(self, proc) -> None:
+        """A child process died: a vfork parent resumes, a waiting parent is woken."""
+        if proc.vfork_parent_task is not None:
+            ptask = proc.vfork_parent_task
+            proc.vfork_parent_task = None
+            self.m.wake(ptask, getattr(ptask, "vfork_child_tid", proc.pid))
+        parent = proc.parent
+        if parent is None:
+            return
+        for t in parent.tasks:
+            if t.state == "blocked" and t.blocked_on == "wait4":
+                res = self._reap(t, parent, t.wait_args)
+                if res is not None:
+                    self.m.wake(t, res)
+
+    def _status_word(self, result) -> int:
+        if result.reason == "exit":
+            return (result.exit_code & 0xFF) << 8
+        return result.signal & 0x7F
+
+    def _reap(self, task, parent, args) -> int | None:
+        pid, status_ptr = args
+        for child in parent.children:
+            if child.exit_result is None:
+                continue
+            if pid not in (-1, 0) and child.pid != pid:
+                continue
+            if status_ptr:
+                parent.mem.write_user(status_ptr, struct.pack("<i", self._status_word(child.exit_result)))
+            parent.children.remove(child)
+            if child in self.m.processes:
+                self.m.processes.remove(child)
+            return child.pid
+        return None
+
+    def sys_wait4(self, task, regs, pid, status, options, rusage, *_):
+        pid &= 0xFFFFFFFF                         # pid_t is an int
+        pid = pid - (1 << 32) if pid >> 31 else pid
+        parent = task.process
+        if not any(pid in (-1, 0) or c.pid == pid for c in parent.children):
+            return _neg(E.ECHILD)
+        res = self._reap(task, parent, (pid, status))
+        if res is not None:
+            return res
+        if options & WNOHANG:
+            return 0
+        task.wait_args = (pid, status)
+        self.m.block(task, "wait4")
+        return None
+
+    # -- futex ------------------------------------------------------------------------
+    def sys_futex(self, task, regs, uaddr, op, val, timeout, uaddr2, val3):
+        cmd = op & FUTEX_CMD_MASK
+        proc = task.process
+        if cmd in (FUTEX_WAIT, FUTEX_WAIT_BITSET):
+            cur = struct.unpack("<I", proc.mem.read_user(uaddr, 4))[0]
+            if cur != val & 0xFFFFFFFF:
+                return _neg(E.EAGAIN)
+            if timeout and cmd == FUTEX_WAIT:
+                # relative timeouts on the virtual clock: yield once, then time out
+                self.m.yield_cpu()
+                return _neg(E.ETIMEDOUT)
+            task.futex_key = (id(proc.mem), uaddr)
+            self.m.block(task, "futex")
+            return None
+        if cmd in (FUTEX_WAKE, FUTEX_WAKE_BITSET):
+            return self._futex_wake(proc, uaddr, val)
+        return _neg(E.ENOSYS)
+
+    def _futex_wake(self, proc, uaddr, n) -> int:
+        key = (id(proc.mem), uaddr)
+        woken = 0
+        for t in sorted(self.m.tasks, key=lambda t: t.tid):
+            if woken >= n:
+                break
+            if t.state == "blocked" and t.blocked_on == "futex" and getattr(t, "futex_key", None) == key:
+                self.m.wake(t, 0)
+                woken += 1
+        return woken
+
+    def sys_sched_yield(self, task, regs, *_):
+        self.m.yield_cpu()
+        return 0
+
+    def sys_nanosleep(self, task, regs, req, rem, *_):
+        self._sleep(req)
+        return 0
+
+    def sys_clock_nanosleep(self, task, regs, clk, flags, req, rem, *_):
+        self._sleep(req)
+        return 0
+
+    def _sleep(self, req) -> None:
+        """Virtual time: advance the clock by the request and let others run."""
+        try:
+            sec, nsec = struct.unpack("<qq", self.mem.read_user(req, 16))
+            self.clock_ns += max(0, sec) * 1_000_000_000 + max(0, nsec)
+        except Exception:   # noqa: BLE001
+            pass
+        self.m.yield_cpu()
+
+    def sys_getpid(self, task, regs, *_):
+        return task.process.pid
+
+    def sys_gettid(self, task, regs, *_):
+        return task.tid
+
+    def sys_getppid(self, task, regs, *_):
+        return task.process.ppid
+
+
+from unicorn.x86_const import UC_X86_REG_RIP as X86_RIP  # noqa: E402
