@@ -48,8 +48,9 @@ class Kernel:
 
     # -- process lifecycle -------------------------------------------------------
     def task_exit(self, task) -> None:
-        """uprobe_free_utask: pending return instances are discarded at exit."""
-        task.utask = None
+        """uprobe_free_utask frees the task's uprobes state at exit; the model keeps it
+        on the dead task so tests can inspect what was still pending."""
+        return None
 
     def process_exit(self, proc) -> None:
         return None

@@ -14,11 +14,18 @@ behaviour and different counters:
 - ``pool`` (6.14+, ``utask->ri_pool``): freed instances go to a per-task free list and are
   reused; the pool is bounded by the deepest nesting, not by the number of hits.
 
-``RI_SIZEOF`` models ``sizeof(struct return_instance)`` on x86_64: hprobe {state 4 +
-srcu_idx 4, uprobe* 8} = 16, func 8, stack 8, orig_ret_vaddr 8, chained 1 (+3 pad),
-cons_cnt 4, next* 8, rcu_head 16, consumer {cookie 8, id 8} = 16, extra_consumers* 8
-= 96 bytes, rounded up to the 64-byte cacheline alignment the struct declares: 128.
-Session consumers beyond the first add 16 bytes each in ``extra_consumers``.
+``RI_SIZEOF`` models ``sizeof(struct return_instance)`` on x86_64 as declared in
+include/linux/uprobes.h since the ri_pool series (6.14; checked against the header):
+hprobe {enum hprobe_state 4 + srcu_idx 4, uprobe* 8} = 16, func 8, stack 8,
+orig_ret_vaddr 8, chained 1 (+3 pad), cons_cnt 4, next* 8, rcu_head {next*, func*} 16,
+consumer {cookie 8, id 8} = 16, extra_consumers* 8 = 96 bytes, rounded up to the 64-byte
+``____cacheline_aligned`` of the struct: 128.  (Older kernels had smaller instances - 6.10:
+uprobe*, func, stack, orig_ret_vaddr, chained, next = 48 bytes, no alignment - the model
+uses the current size for every policy so that policies compare like for like.)
+Session consumers beyond the first live in ``extra_consumers``, an array that
+``push_consumer`` grows with ``krealloc`` to ``cons_cnt - 1`` entries of 16 bytes; the array
+stays with the instance while it sits in the pool (``ri_pool_push`` only resets
+``cons_cnt``) and is freed with it (``ri_free``).
 """
 
 from __future__ import annotations
@@ -46,8 +53,11 @@ class ReturnInstance:
     orig_ret_vaddr: int = 0
     chained: bool = False
     consumers: list = field(default_factory=list)      # [(consumer id, cookie)]
+    extra_bytes: int = 0        # size of the extra_consumers array currently allocated
+    scratch: bool = False       # a stand-in holding no allocator memory (see alloc_return_instance)
 
     def reset(self) -> None:
+        """``ri_pool_push``: forget the consumers (``cons_cnt = 0``), keep the memory."""
         self.uprobe, self.consumers = None, []
 
 
@@ -64,6 +74,16 @@ class Uretprobes:
 
     # -- allocation policies -----------------------------------------------------------
     def alloc_return_instance(self, task) -> ReturnInstance:
+        """``alloc_return_instance``: called by handler_chain for the first consumer that
+        wants a return, before ``prepare_uretprobe`` checks the depth (6.13+, since the
+        session-consumer rework).  Before that, handler_chain only noted that a return
+        probe was wanted and ``prepare_uretprobe`` allocated after its depth check: the
+        instance handed out here is then a stand-in, replaced in :meth:`prepare_uretprobe`."""
+        if not self.profile.session_consumers:
+            return ReturnInstance(scratch=True)
+        return self._alloc(task)
+
+    def _alloc(self, task) -> ReturnInstance:
         utask = self.uprobes.utask(task)
         policy = self.profile.ri_alloc
         if policy == "pool" and utask.ri_pool:
@@ -77,25 +97,38 @@ class Uretprobes:
             if utask.ri_array:
                 self.counters.ri_reused += 1
                 return utask.ri_array.pop()
-            return ReturnInstance()        # scratch for a hit that will be dropped for depth
+            # all 64 in use: this hit is about to be dropped for depth (the proposal
+            # checked the depth before taking a slot); a stand-in, never counted
+            return ReturnInstance(scratch=True)
         self.counters.ri_allocated += 1
         self._hold(RI_SIZEOF)
         return ReturnInstance()
 
+    def push_consumers_memory(self, ri: ReturnInstance) -> None:
+        """The ``krealloc`` of ``extra_consumers`` done by ``push_consumer``: grow the
+        array to ``cons_cnt - 1`` entries if it is smaller; it never shrinks."""
+        need = max(0, len(ri.consumers) - 1) * RI_CONSUMER_SIZEOF
+        if need > ri.extra_bytes and not ri.scratch:
+            self._hold(need - ri.extra_bytes)
+            ri.extra_bytes = need
+
     def free_ret_instance(self, task, ri: ReturnInstance) -> None:
+        """``free_ret_instance``: back to the pool / array, or ``ri_free`` (kmalloc)."""
         policy = self.profile.ri_alloc
-        extra = max(0, len(ri.consumers) - 1) * RI_CONSUMER_SIZEOF
         ri.reset()
+        if ri.scratch:
+            return
         if policy == "array64":
             utask = self.uprobes.utask(task)
             if utask.ri_array is not None and len(utask.ri_array) + utask.depth < MAX_URETPROBE_DEPTH:
                 utask.ri_array.append(ri)
             return
         if policy == "pool":
-            self.uprobes.utask(task).ri_pool.append(ri)
+            self.uprobes.utask(task).ri_pool.append(ri)     # ri_pool_push
             return
-        self.counters.ri_freed += 1
-        self.bytes_held -= RI_SIZEOF + extra
+        self.counters.ri_freed += 1                          # ri_free: kfree both
+        self.bytes_held -= RI_SIZEOF + ri.extra_bytes
+        ri.extra_bytes = 0
 
     def _hold(self, n: int) -> None:
         self.bytes_held += n
@@ -104,14 +137,20 @@ class Uretprobes:
 
     # -- entry side ------------------------------------------------------------------
     def prepare_uretprobe(self, uprobe, task, regs, ri: ReturnInstance) -> None:
-        """Hijack the return address at the entry hit, before the probed insn runs."""
+        """``prepare_uretprobe``: hijack the return address at the entry hit, before the
+        probed instruction runs (depth limit, chaining, cleanup of dead instances)."""
         utask = self.uprobes.utask(task)
+        self.push_consumers_memory(ri)      # handler_chain's push_consumer calls, done
         area = self.uprobes.get_xol_area(task.process)
         if utask.depth >= MAX_URETPROBE_DEPTH:
             self.counters.ri_dropped_depth += 1
             self.uprobes.emit("uretprobe_depth", task=task, uprobe=uprobe)
             self._drop(task, ri)
             return
+        if ri.scratch and not self.profile.session_consumers:
+            # <= 6.12: kmalloc (or the policy's equivalent) only now, past the depth check
+            consumers, ri = ri.consumers, self._alloc(task)
+            ri.consumers = consumers
         tramp = area.vaddr
         orig = arch.arch_uretprobe_hijack_return_addr(tramp, regs, task.process.mem)
         if orig is None:
@@ -126,8 +165,6 @@ class Uretprobes:
             orig = utask.return_instances[-1].orig_ret_vaddr
         ri.uprobe, ri.func, ri.stack = uprobe, regs.rip, regs.rsp
         ri.orig_ret_vaddr, ri.chained = orig, chained
-        if len(ri.consumers) > 1:
-            self._hold(RI_CONSUMER_SIZEOF * (len(ri.consumers) - 1))
         utask.depth += 1
         utask.return_instances.append(ri)
         self.uprobes.emit("uretprobe_hijack", task=task, uprobe=uprobe, stack=ri.stack,
@@ -137,6 +174,7 @@ class Uretprobes:
         self.free_ret_instance(task, ri)
 
     def cleanup_return_instances(self, task, utask, chained: bool, regs) -> None:
+        """``cleanup_return_instances``: pop instances whose frames are gone (longjmp)."""
         ctx = arch.RP_CHECK_CHAIN_CALL if chained else arch.RP_CHECK_CALL
         stack = utask.return_instances
         while stack and not arch.arch_uretprobe_is_alive(stack[-1], ctx, regs):
@@ -164,9 +202,11 @@ class Uretprobes:
             valid = next_chain is None or arch.arch_uretprobe_is_alive(next_chain, arch.RP_CHECK_RET,
                                                                        regs)
             regs.rip = chain[0].orig_ret_vaddr
-            del stack[i:]
-            utask.depth -= len(chain)
             for ri in chain:
+                # unlinked one at a time, each before its own handlers run: a handler of
+                # the tail-called function still sees its caller's chained instance
+                stack.pop()
+                utask.depth -= 1
                 if valid:
                     self.counters.uretprobe_hits += 1
                     self.handle_uretprobe_chain(task, ri, regs)
@@ -178,14 +218,19 @@ class Uretprobes:
         self.uprobes.emit("uretprobe_return", task=task, new_ip=regs.rip)
 
     def handle_uretprobe_chain(self, task, ri: ReturnInstance, regs) -> None:
+        """``handle_uretprobe_chain``: the live consumers' return handlers, list order;
+        session consumers only if recorded at entry (with their cookie)."""
         from .uprobes import UprobeContext
         uprobe = ri.uprobe
         if uprobe is None:
             return
         recorded = dict(ri.consumers)
         sessions = self.profile.session_consumers
-        for uc in list(uprobe.consumers):
-            if uc.ret_handler is None or not uc.enabled:
+        consumers = uprobe.consumers
+        for uc in list(consumers):
+            # list_for_each_entry_rcu, as in handler_chain: a consumer added meanwhile
+            # (at the head) is not visited, one removed by an earlier handler is skipped
+            if uc not in consumers or uc.ret_handler is None or not uc.enabled:
                 continue
             if sessions and uc.is_session:
                 if uc.id not in recorded:
@@ -200,6 +245,7 @@ class Uretprobes:
 
     # -- sys_uretprobe (x86_64 syscall 335, 6.11+) ------------------------------------
     def sys_uretprobe(self, task, regs, *_args):
+        """x86 ``sys_uretprobe`` (section 5.2), entered from the trampoline's syscall."""
         mm = task.process.mm_uprobes
         area = mm.xol_area if mm else None
         if area is None or regs.rip != area.vaddr + arch.URETPROBE_SYSCALL_CHECK:
