@@ -412,7 +412,10 @@ class Syscalls(ProcessSyscalls):
 
     def _readlink(self, task, name: bytes, buf: int, size: int) -> int:
         if name == b"/proc/self/exe":
-            target = task.process.exe_path.encode()[:size]
+            path = task.process.exe_path
+            if not path.startswith("guest:"):
+                path = os.path.abspath(path)      # the kernel answers with the full path
+            target = path.encode()[:size]
             self.mem.write_user(buf, target)
             return len(target)
         return _neg(E.ENOENT)
