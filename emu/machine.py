@@ -295,16 +295,21 @@ class Machine:
         self._guard(self._interrupt, intno)
 
     def _interrupt(self, intno: int) -> None:
-        regs = self.read_regs()
         task = self.task
+        if task.state == "dead" or self._result is not None:
+            return          # a trap still pending after the task exited (e.g. #DB of TF)
+        regs = self.read_regs()
         if intno == 3:
             self.counters.bp_traps += 1
             self.kernel.do_int3(task, regs)
+            if regs.eflags & TF and self._unicorn_skips_tf_trap(regs.rip):
+                self._single_step_pause(task, regs)
         elif intno == 1:
             self.counters.db_traps += 1
             self.kernel.do_debug(task, regs)
         elif intno == 0:
             self.kernel.fixup_fault(task, regs)
+            self.write_regs(regs)
             self.force_sig(task, SIGFPE, addr=regs.rip, detail="integer divide error", regs=regs)
             return
         elif intno == 0x80:
@@ -315,10 +320,28 @@ class Machine:
             # int $n with a kernel-only gate: #GP, reported at the int instruction
             regs.rip -= 2
             self.kernel.fixup_fault(task, regs)
+            self.write_regs(regs)
             self.force_sig(task, SIGSEGV, addr=0, detail=f"general protection (int ${intno:#x})",
                            regs=regs)
             return
         self.write_regs(regs)
+
+    def _unicorn_skips_tf_trap(self, rip: int) -> bool:
+        """Unicorn ends the translation block at ``pause`` (f3 90) without raising the
+        single-step #DB that TF asks for; the CPU would trap right after it."""
+        try:
+            return self.mem.read(rip, 2) == b"\xf3\x90"
+        except GuestFault:
+            return False
+
+    def _single_step_pause(self, task, regs) -> None:
+        """Execute ``pause`` (no architectural effect) and take the #DB the hardware
+        would raise after it, as the trap handler would see it."""
+        regs.rip += 2
+        self.counters.db_traps += 1
+        if self.listeners:
+            self.emit("unicorn_quirk", task=task, what="pause single-step")
+        self.kernel.do_debug(task, regs)
 
     def _on_mem_invalid(self, uc, access, addr, size, value, _data):
         self._pending_fault = (_MEM_ACCESS.get(access, "access"), addr)
