@@ -334,7 +334,8 @@ def add_cli(sub, add_machine_options) -> None:
                    help="model profile; auto = the host's release")
     p.add_argument("--stdin", metavar="FILE")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S")
-    p.add_argument("--max-insns", type=int, default=2_000_000_000, metavar="N")
+    p.add_argument("--max-insns", type=int, default=0, metavar="N",
+                   help="exact instruction budget of the model run (0 = none)")
     p.set_defaults(func=cmd_diff)
 
 

@@ -33,7 +33,9 @@ from .task import Process, Task
 
 # emu_start's "until": a non-canonical address no guest can reach.
 _NEVER = 0xDEAD_BEEF_0000_0000
-DEFAULT_MAX_INSNS = 2_000_000_000
+# No instruction budget by default: Unicorn's native counter is a per-instruction hook
+# inside Unicorn that slows hot loops about fivefold; the wall-clock timeout bounds runs.
+DEFAULT_MAX_INSNS = None
 DEFAULT_TIMEOUT = 120.0
 
 SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV = (SIGNALS[n] for n in
@@ -304,6 +306,11 @@ class Machine:
             self.kernel.do_int3(task, regs)
             if regs.eflags & TF and self._unicorn_skips_tf_trap(regs.rip):
                 self._single_step_pause(task, regs)
+            if task.state != "running":
+                self.write_regs(regs)
+                self._stopped_by_hook = True
+                self.uc.emu_stop()          # the task sleeps (e.g. for an XOL slot)
+                return
         elif intno == 1:
             self.counters.db_traps += 1
             self.kernel.do_debug(task, regs)
@@ -448,11 +455,14 @@ class Machine:
         task.state = "blocked"
         task.blocked_on = reason
 
-    def wake(self, task: Task, rax: int) -> None:
+    def wake(self, task: Task, rax: int | None) -> None:
+        """Make a sleeping task runnable; ``rax`` completes its syscall (None: it did not
+        sleep in a syscall)."""
         if task.state == "blocked":
             task.state = "running"
             task.blocked_on = None
-            task.pending_rax = rax & 0xFFFFFFFFFFFFFFFF
+            if rax is not None:
+                task.pending_rax = rax & 0xFFFFFFFFFFFFFFFF
 
     def yield_cpu(self) -> None:
         """sched_yield and friends: reschedule after this syscall."""
@@ -464,8 +474,9 @@ class Machine:
         """Run until the main process exits or dies of a signal, the instruction budget
         is spent, or the timeout.
 
-        ``max_insns`` uses Unicorn's native instruction counter (no Python hook);
-        ``None`` runs without a budget, bounded by ``timeout`` (wall-clock seconds) only.
+        ``max_insns`` is an exact instruction budget (Unicorn's native counter: no Python
+        hook, but about 5x slower on hot loops); ``None`` (the default) runs at full
+        speed, bounded by ``timeout`` (wall-clock seconds) only.
         With one task the guest runs in one ``emu_start``; with several, the
         deterministic scheduler (seeded) gives them instruction-count time slices.
         """
@@ -619,6 +630,9 @@ class Machine:
         if task.pending_rax is not None:
             task.process.uc.reg_write(X.UC_X86_REG_RAX, task.pending_rax)
             task.pending_rax = None
+        if task.on_resume is not None:
+            resume, task.on_resume = task.on_resume, None
+            resume()
 
     def _fault_to_signal(self, err: UcError) -> None:
         regs = self.read_regs()

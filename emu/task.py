@@ -60,6 +60,7 @@ class Task:
     pending_rax: int | None = None    # syscall result delivered at wake-up
     slices: int = 0
     counters: object = None
+    on_resume: object = None          # kernel work to finish when next switched in
 
     @property
     def comm(self) -> str:

@@ -97,6 +97,7 @@ class UprobeTask:
     xol_slot: int = -1
     autask: ArchUprobeTask = field(default_factory=ArchUprobeTask)
     return_instances: list = field(default_factory=list)   # top of stack = end of list
+    pending_sstep: tuple | None = None                     # (uprobe, vaddr) waiting for a slot
     depth: int = 0
     ri_pool: list = field(default_factory=list)
     ri_array: list | None = None
@@ -104,11 +105,18 @@ class UprobeTask:
 
 @dataclass
 class XolArea:
-    """The ``[uprobes]`` page: slot 0 holds the uretprobe trampoline."""
+    """The ``[uprobes]`` page: slot 0 holds the uretprobe trampoline; threads that find
+    no free slot sleep until one is freed (xol_get_insn_slot / xol_free_insn_slot)."""
 
     vaddr: int
-    slots: list = field(default_factory=lambda: [True] + [False] * (UINSNS_PER_PAGE - 1))
+    nslots: int = UINSNS_PER_PAGE
+    slots: list = None
     slot_bytes: dict = field(default_factory=dict)   # slot -> bytes last copied
+    waiters: list = field(default_factory=list)      # tasks sleeping for a slot
+
+    def __post_init__(self):
+        if self.slots is None:
+            self.slots = [True] + [False] * (self.nslots - 1)
 
     def get_slot(self) -> int | None:
         for i, used in enumerate(self.slots):
@@ -163,6 +171,7 @@ class Uprobes:
         self._ids = itertools.count(1)
         self.uret = Uretprobes(self)
         self.events: list = []               # trace events (tracefs consumers)
+        self.xol_slots = UINSNS_PER_PAGE     # slots per XOL page (tests may shrink it)
         self.listeners: list = []            # callables(kind, **info) for traces
 
     # -- helpers -----------------------------------------------------------------
@@ -477,14 +486,17 @@ class Uprobes:
         return True
 
     # -- out-of-line single-step ---------------------------------------------------
-    def get_xol_area(self, proc) -> XolArea:
-        """``get_xol_area``: one ``[uprobes]`` page per mm, created on first need."""
+    def get_xol_area(self, proc) -> XolArea | None:
+        """``get_xol_area``: one ``[uprobes]`` page per mm, created on first need.
+        None when no page can be found for it (``__create_xol_area`` fails)."""
         mm = self.mm(proc)
         if mm.xol_area is None:
             mem = proc.mem
             vaddr = mem.get_unmapped_area(PAGE_SIZE, hint=TASK_SIZE - PAGE_SIZE)
+            if vaddr is None:
+                return None
             mem.map(vaddr, PAGE_SIZE, PROT_EXEC, "[uprobes]", special=True)
-            area = XolArea(vaddr)
+            area = XolArea(vaddr, nslots=self.xol_slots)
             tramp = arch.uretprobe_trampoline(self.profile)
             mem.text_poke(vaddr, tramp, count=False)
             area.slot_bytes[0] = tramp
@@ -494,9 +506,21 @@ class Uprobes:
 
     def pre_ssout(self, task, utask: UprobeTask, uprobe: Uprobe, regs, bp_vaddr: int) -> None:
         area = self.get_xol_area(task.process)
+        if area is None:
+            # xol_get_insn_slot() returns 0: pre_ssout fails and handle_swbp restarts at
+            # bp_vaddr (ip is already there): the task traps again, handlers re-run.
+            self.emit("xol_restart", task=task, uprobe=uprobe)
+            return
         slot = area.get_slot()
         if slot is None:
-            return                                  # no slot: restart (handlers re-run)
+            # every slot is busy: sleep until one is freed, then continue this step
+            # (the handlers already ran; they do not run again)
+            utask.pending_sstep = (uprobe, bp_vaddr)
+            area.waiters.append(task)
+            self.machine.block(task, "xol_slot")
+            task.on_resume = lambda: self._resume_pre_ssout(task)
+            self.emit("xol_wait", task=task, uprobe=uprobe)
+            return
         xol_vaddr = area.vaddr + slot * arch.UPROBE_XOL_SLOT_BYTES
         ixol = uprobe.arch.ixol
         if area.slot_bytes.get(slot) != ixol:
@@ -508,6 +532,15 @@ class Uprobes:
         utask.state = UTASK_SSTEP
         self.counters.xol_singlesteps += 1
         self.emit("xol_step", task=task, uprobe=uprobe, slot=slot, xol_vaddr=xol_vaddr)
+
+    def _resume_pre_ssout(self, task) -> None:
+        """A task woken with a free XOL slot finishes the step it was preparing."""
+        utask = task.utask
+        uprobe, bp_vaddr = utask.pending_sstep
+        utask.pending_sstep = None
+        regs = self.machine.read_regs()
+        self.pre_ssout(task, utask, uprobe, regs, bp_vaddr)
+        self.machine.write_regs(regs)
 
     def handle_debug(self, task, regs) -> bool:
         """``uprobe_post_sstep_notifier`` + ``handle_singlestep``."""
@@ -528,6 +561,8 @@ class Uprobes:
         area = self.mm(task.process).xol_area
         if area is not None and utask.xol_slot > 0:
             area.free_slot(utask.xol_slot)
+            if area.waiters:
+                self.machine.wake(area.waiters.pop(0), None)
         utask.active_uprobe = None
         utask.state = UTASK_RUNNING
         utask.xol_slot = -1

@@ -217,3 +217,20 @@ def test_per_task_counters(guests):
     per_task = {t.tid: t.counters.uprobe_hits for t in m.all_tasks if t.tid != 1000}
     assert sorted(per_task.values()) == [50, 50, 50]
     assert m.main_process.counters.uprobe_hits == 150
+
+
+def test_threads_wait_for_a_free_xol_slot_and_handlers_run_once(guests):
+    """With one usable XOL slot and tiny time slices, threads find the slot busy and
+    sleep until it is freed; each hit's handlers still run exactly once."""
+    m = machine(guests["threads"], kernel="6.18", seed=5)
+    m.uprobes.xol_slots = 2                       # slot 0 is the trampoline: one usable
+    m.scheduler.min_slice, m.scheduler.max_slice = 1, 3
+    hits = Counter()
+    waits = []
+    m.uprobes.listeners.append(lambda kind, **i: waits.append(i["task"].tid) if kind == "xol_wait" else None)
+    m.uprobes.register("work", handler=lambda c: hits.update([c.task.tid]))
+    r = m.run()
+    assert r.stdout == b"total=450 joined=30\n"
+    assert sorted(hits.values()) == [50, 50, 50]
+    assert m.counters.xol_singlesteps == 150 and m.counters.uprobe_hits == 150
+    assert waits, "no thread ever waited for the slot: the test did not exercise it"
