@@ -166,10 +166,11 @@ def test_filter_clone_vm_keeps_the_shared_breakpoint(guests):
 
 
 @pytest.mark.parametrize("kernel,child", [("6.18", "signal 11"), ("7.1", "signal 11"), ("7.2", "exit 3")])
-def test_optimized_site_after_fork_per_profile(build_c, kernel, child):
+def test_optimized_site_after_fork_per_profile(tmp_path, kernel, child):
     """Measured on a real 6.18: the child inherits `call` into a [uprobes-trampoline]
     that fork did not copy (VM_DONTCOPY) and dies of SIGSEGV; 7.2 copies trampolines."""
-    exe = build_c("forkopt.c", "-static", name="forkopt")
+    from guest_programs import build_corpus_guest
+    exe = build_corpus_guest("forkopt", str(tmp_path))
     m = Machine.from_elf(exe, kernel=kernel)
     m.uprobes.register("site_nop5", handler=lambda c: None)
     r = m.run()
