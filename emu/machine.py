@@ -31,6 +31,8 @@ from .regs import RF, TF, PtRegs, RegisterFile
 from .signals import SIGNALS, RunResult
 from .task import Process, Task
 
+_LEGACY_PREFIXES = frozenset((0x26, 0x2E, 0x36, 0x3E, 0x64, 0x65, 0x66, 0x67, 0xF0, 0xF2, 0xF3))
+
 # emu_start's "until": a non-canonical address no guest can reach.
 _NEVER = 0xDEAD_BEEF_0000_0000
 # No instruction budget by default: Unicorn's native counter is a per-instruction hook
@@ -114,6 +116,7 @@ class Machine:
         self._hook_error = None
         self._switch_requested = False
         self._stopped_by_hook = False
+        self._in_syscall = False
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -333,18 +336,30 @@ class Machine:
             return
         self.write_regs(regs)
 
-    def _unicorn_skips_tf_trap(self, rip: int) -> bool:
-        """Unicorn ends the translation block at ``pause`` (f3 90) without raising the
-        single-step #DB that TF asks for; the CPU would trap right after it."""
+    def _unicorn_skips_tf_trap(self, rip: int) -> int:
+        """Unicorn ends the translation block at ``pause`` (opcode 90 with an f3 prefix,
+        any other legacy prefixes and a REX without REX.B) without raising the
+        single-step #DB that TF asks for; the CPU would trap right after it.  Returns
+        the pause's length, or 0."""
         try:
-            return self.mem.read(rip, 2) == b"\xf3\x90"
+            code = self.mem.read(rip, 15)
         except GuestFault:
-            return False
+            return 0
+        rep = False
+        i = 0
+        while i < 14 and code[i] in _LEGACY_PREFIXES:
+            rep |= code[i] == 0xF3
+            i += 1
+        if 0x40 <= code[i] <= 0x4F:
+            if code[i] & 1:
+                return 0                    # REX.B 90 is xchg %r8,%rax
+            i += 1
+        return i + 1 if rep and code[i] == 0x90 else 0
 
     def _single_step_pause(self, task, regs) -> None:
         """Execute ``pause`` (no architectural effect) and take the #DB the hardware
         would raise after it, as the trap handler would see it."""
-        regs.rip += 2
+        regs.rip += self._unicorn_skips_tf_trap(regs.rip)
         self.counters.db_traps += 1
         if self.listeners:
             self.emit("unicorn_quirk", task=task, what="pause single-step")
@@ -383,7 +398,11 @@ class Machine:
             self.emit("syscall", task=self.task, nr=nr, rip=nxt - 2,
                       args=(regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9))
         task = self.task
-        self.syscalls.dispatch(task, regs)
+        self._in_syscall = True
+        try:
+            self.syscalls.dispatch(task, regs)
+        finally:
+            self._in_syscall = False
         if self.listeners:
             self.emit("syscall_return", task=task, nr=nr, ret=regs.rax, rip=regs.rip)
         if self._result is not None or task.state == "dead":
@@ -408,7 +427,14 @@ class Machine:
                   regs: PtRegs | None = None) -> None:
         """Deliver a signal.  Guest signal handlers are not modeled: every signal takes
         its default action, which for the signals the machine raises is to terminate."""
-        regs = regs or self.read_regs()
+        if regs is None:
+            regs = self.read_regs()
+        elif task is self.task and task.state != "dead":
+            # the kernel's register changes up to the signal are the task's state
+            changes = regs.changed()
+            if self._in_syscall and 16 in changes:
+                changes[16] = (changes[16] - 2) & 0xFFFFFFFFFFFFFFFF   # see _syscall
+            self.regfile.write(changes)
         self.counters.signals[signo] += 1
         if self.listeners:
             self.emit("signal", task=task, signo=signo, addr=addr, rip=regs.rip, detail=detail)

@@ -69,18 +69,38 @@ class Kernel:
         dup_mmap(self.uprobes, parent, child)
 
     # -- USDT semaphores ---------------------------------------------------------
-    def ref_ctr_update(self, proc, uprobe, delta: int) -> None:
-        """``update_ref_ctr``: the 16-bit semaphore at ``ref_ctr_offset`` in the file's
-        writable mapping rises on install and falls on removal."""
-        if not uprobe.ref_ctr_offset:
-            return
+    def _ref_ctr_addr(self, proc, uprobe) -> int | None:
         for vma in proc.mem.vmas:
             if vma.file is uprobe.file and vma.prot & PROT_WRITE and \
                     vma.pgoff <= uprobe.ref_ctr_offset < vma.pgoff + vma.size:
-                addr = vma.vaddr_of(uprobe.ref_ctr_offset)
-                try:
-                    cur = int.from_bytes(proc.mem.read(addr, 2), "little", signed=True)
-                    proc.mem.uc.mem_write(addr, ((cur + delta) & 0xFFFF).to_bytes(2, "little"))
-                except GuestFault:
-                    pass
-                return
+                return vma.vaddr_of(uprobe.ref_ctr_offset)
+        return None
+
+    def ref_ctr_update(self, proc, uprobe, delta: int) -> bool:
+        """``update_ref_ctr``: the 16-bit semaphore at ``ref_ctr_offset`` in the file's
+        writable mapping rises on install and falls on removal.  Going below zero is
+        refused (-EINVAL, "ref_ctr going negative"): returns False and writes nothing."""
+        if not uprobe.ref_ctr_offset:
+            return True
+        addr = self._ref_ctr_addr(proc, uprobe)
+        if addr is None:
+            return True
+        try:
+            cur = int.from_bytes(proc.mem.read(addr, 2), "little", signed=True)
+            if cur + delta < 0:
+                return False
+            proc.mem.uc.mem_write(addr, ((cur + delta) & 0xFFFF).to_bytes(2, "little"))
+        except GuestFault:
+            pass
+        return True
+
+    def ref_ctr_can_decrement(self, proc, uprobe) -> bool:
+        if not uprobe.ref_ctr_offset:
+            return True
+        addr = self._ref_ctr_addr(proc, uprobe)
+        if addr is None:
+            return True
+        try:
+            return int.from_bytes(proc.mem.read(addr, 2), "little", signed=True) > 0
+        except GuestFault:
+            return True

@@ -369,6 +369,8 @@ class Uprobes:
 
     def remove_breakpoint(self, proc, uprobe: Uprobe, vaddr: int) -> None:
         self.mm(proc).recalc = True
+        if not self.kernel.ref_ctr_can_decrement(proc, uprobe):
+            return      # update_ref_ctr() refuses to go negative: the write is skipped
         if self.kernel.optimizer.remove(proc, uprobe, vaddr):
             self.kernel.ref_ctr_update(proc, uprobe, -1)
             return

@@ -142,6 +142,9 @@ class Uretprobes:
         utask = self.uprobes.utask(task)
         self.push_consumers_memory(ri)      # handler_chain's push_consumer calls, done
         area = self.uprobes.get_xol_area(task.process)
+        if area is None:                    # no XOL area: no trampoline, drop silently
+            self._drop(task, ri)
+            return
         if utask.depth >= MAX_URETPROBE_DEPTH:
             self.counters.ri_dropped_depth += 1
             self.uprobes.emit("uretprobe_depth", task=task, uprobe=uprobe)
