@@ -47,6 +47,8 @@ def _add_machine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stdin", metavar="FILE", help="file whose bytes the guest reads on fd 0")
     p.add_argument("--grant-dir", metavar="DIR",
                    help="host directory the guest may open files in (default: none)")
+    p.add_argument("--seed", type=_int, default=0, metavar="N",
+                   help="seed of the scheduler's interleaving and of getrandom (default 0)")
     p.add_argument("-e", "--event", action="append", default=[], metavar="SPEC",
                    help="probe spec: tracefs 'p:[GRP/]EV PATH:OFF [ARGS]', 'r:...', "
                         "'PATH:SYMBOL[+OFF][%%return]', 'uprobe:PATH:SYM', 'uretprobe:PATH:SYM'")
@@ -161,7 +163,8 @@ def make_machine(args, passthrough: bool = True):
     prog = args.program
     guest_argv = [prog[len("guest:"):] if prog.startswith("guest:") else prog] + extra
     return Machine.from_program(args.program, argv=guest_argv, kernel=args.kernel, stdin=stdin,
-                                passthrough=passthrough, grant_dir=args.grant_dir)
+                                passthrough=passthrough, grant_dir=args.grant_dir,
+                                seed=getattr(args, "seed", 0))
 
 
 def report_result(result, machine=None) -> int:

@@ -235,3 +235,41 @@ def test_threads_wait_for_a_free_xol_slot_and_handlers_run_once(guests):
     assert sorted(hits.values()) == [50, 50, 50]
     assert m.counters.xol_singlesteps == 150 and m.counters.uprobe_hits == 150
     assert waits, "no thread ever waited for the slot: the test did not exercise it"
+
+
+def test_usdt_race_attach_detach_semaphore_ends_at_zero(build_c):
+    """Port of uprobe_race: trigger threads against attach/detach (done at every futex
+    call); handlers never run for a detached consumer and the semaphore ends at 0."""
+    import os
+    inc = os.path.join(os.path.dirname(__file__), "..", "guest_programs", "c")
+    exe = build_c("usdt_race.c", "-static", "-pthread", f"-I{inc}", name="usdt_race")
+    m = Machine.from_elf(exe, kernel="6.18", seed=2)
+    m.scheduler.min_slice, m.scheduler.max_slice = 1, 40
+    live = {"ucs": None, "toggles": 0}
+    stale = []
+
+    def handler(ctx):
+        if ctx.consumer not in ctx.uprobe.consumers:
+            stale.append(ctx.task.tid)
+
+    real = m.syscalls.table[202]
+
+    def toggling_futex(task, regs, *a):
+        live["toggles"] += 1
+        if live["ucs"] is None:
+            live["ucs"] = m.uprobes.register_usdt(f"usdt:{exe}:race:hit", handler=handler)
+        else:
+            for uc in live["ucs"]:
+                m.uprobes.unregister(uc)
+            live["ucs"] = None
+        return real(task, regs, *a)
+
+    m.syscalls.register(202, toggling_futex)
+    r = m.run()
+    assert r.stdout == b"calls=120\n"
+    assert live["toggles"] > 2 and not stale
+    if live["ucs"] is not None:
+        for uc in live["ucs"]:
+            m.uprobes.unregister(uc)
+    sema = m.resolve("race_hit_semaphore")
+    assert m.mem.read(sema, 2) == b"\0\0", "the semaphore ends at 0"
