@@ -13,9 +13,11 @@ to code it already translated) - the model's ``text_poke`` + ``sync_core``.
 from __future__ import annotations
 
 import bisect
+import ctypes
 from dataclasses import dataclass, field
 
 from unicorn import UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, UcError
+from unicorn.unicorn_py3.unicorn import uclib
 
 PAGE_SIZE = 0x1000
 PAGE_MASK = ~(PAGE_SIZE - 1)
@@ -120,10 +122,12 @@ class Memory:
         self.counters = counters
         self.vmas: list[Vma] = []
         self._starts: list[int] = []
+        self._last: Vma | None = None               # last mapping a user access checked
         self.text_write_listeners: list = []   # callables (start, end) -> None
 
     # -- lookup -------------------------------------------------------------
     def _reindex(self) -> None:
+        self._last = None
         self.vmas.sort(key=lambda v: v.start)
         self._starts = [v.start for v in self.vmas]
 
@@ -235,18 +239,26 @@ class Memory:
     # -- access ---------------------------------------------------------------
     def read(self, addr: int, n: int) -> bytes:
         """Raw read (the kernel's FOLL_FORCE view): ignores permissions."""
-        try:
-            return bytes(self.uc.mem_read(addr, n))
-        except UcError:
-            raise GuestFault(addr, "read") from None
+        buf = ctypes.create_string_buffer(n)
+        if uclib.uc_mem_read(self.uc._uch, addr, buf, n):
+            raise GuestFault(addr, "read")
+        return buf.raw
+
+    def _raw_write(self, addr: int, data: bytes) -> None:
+        if uclib.uc_mem_write(self.uc._uch, addr, data, len(data)):
+            raise GuestFault(addr, "write")
 
     def _check(self, addr: int, n: int, need: int, access: str) -> None:
+        v = self._last
+        if v is not None and v.start <= addr and addr + n <= v.end and v.prot & need:
+            return                                   # the common case: same mapping again
         a, end = addr, addr + n
         while a < end:
             v = self.find_vma(a)
             if v is None or not (v.prot & need):
                 raise GuestFault(a, access)
             a = v.end
+        self._last = v if v is not None and v.start <= addr and addr + n <= v.end else None
 
     def read_user(self, addr: int, n: int) -> bytes:
         """copy_from_user: needs readable mappings."""
@@ -256,7 +268,7 @@ class Memory:
     def write_user(self, addr: int, data: bytes) -> None:
         """copy_to_user: needs writable mappings."""
         self._check(addr, len(data), PROT_WRITE, "write")
-        self.uc.mem_write(addr, bytes(data))
+        self._raw_write(addr, bytes(data))
 
     def read_u64(self, addr: int) -> int:
         return int.from_bytes(self.read_user(addr, 8), "little")

@@ -89,38 +89,24 @@ class PtRegs:
     user selectors; ``orig_rax`` is kernel state carried along with the snapshot.
     """
 
-    __slots__ = ("_v", "_orig", "orig_rax")
+    __slots__ = ("_v", "_orig", "orig_rax", "_dirty")
 
     def __init__(self, values: list[int], orig_rax: int = -1):
-        object.__setattr__(self, "_v", values)
-        object.__setattr__(self, "_orig", tuple(values))
-        object.__setattr__(self, "orig_rax", orig_rax)
+        self._v = values
+        self._orig = tuple(values)
+        self.orig_rax = orig_rax
+        self._dirty = set()
 
     @classmethod
     def from_dict(cls, values: dict[str, int]) -> "PtRegs":
         return cls([values.get(n, 0) for n in GPR_NAMES], values.get("orig_rax", -1))
 
-    # attribute access -------------------------------------------------------
-    def __getattr__(self, name):
-        try:
-            return self._v[_INDEX[name]]
-        except KeyError:
-            if name == "cs":
-                return USER_CS
-            if name == "ss":
-                return USER_SS
-            raise AttributeError(f"no register named {name!r}") from None
+    # attribute access: one property per register (set below), cs/ss fixed -------------
+    cs = property(lambda self: USER_CS, lambda self, value: None)
+    ss = property(lambda self: USER_SS, lambda self, value: None)
 
-    def __setattr__(self, name, value):
-        if name == "orig_rax":
-            object.__setattr__(self, name, value)
-            return
-        try:
-            self._v[_INDEX[name]] = int(value) & 0xFFFFFFFFFFFFFFFF
-        except KeyError:
-            if name in ("cs", "ss"):
-                return  # segment selectors are fixed for a 64-bit user task
-            raise AttributeError(f"no register named {name!r}") from None
+    def __getattr__(self, name):
+        raise AttributeError(f"no register named {name!r}")
 
     def __getitem__(self, name: str) -> int:
         return getattr(self, name)
@@ -140,13 +126,31 @@ class PtRegs:
         return {name: d[name] for name in PT_REGS_ORDER}
 
     def changed(self) -> dict[int, int]:
-        return {i: v for i, (v, o) in enumerate(zip(self._v, self._orig)) if v != o}
+        """{index: value} of the registers set since the snapshot and now different."""
+        v, o = self._v, self._orig
+        return {i: v[i] for i in self._dirty if v[i] != o[i]}
 
     def copy(self) -> "PtRegs":
         return PtRegs(list(self._v), self.orig_rax)
 
+
     def __repr__(self):
         return "PtRegs(" + ", ".join(f"{n}={v:#x}" for n, v in zip(GPR_NAMES, self._v)) + ")"
+
+
+def _register_property(i: int) -> property:
+    def get(self):
+        return self._v[i]
+
+    def set_(self, value):
+        self._v[i] = int(value) & 0xFFFFFFFFFFFFFFFF
+        self._dirty.add(i)
+    return property(get, set_)
+
+
+for _i, _name in enumerate(GPR_NAMES):
+    setattr(PtRegs, _name, _register_property(_i))
+del _i, _name
 
 
 def format_eflags(value: int) -> str:

@@ -76,7 +76,8 @@ class Syscalls(ProcessSyscalls):
             self.m.counters.unknown_syscalls[f"{nr}:{name}"] += 1
             regs.rax = _neg(E.ENOSYS)
             return
-        args = (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9)
+        v = regs._v                         # rdi, rsi, rdx, r10, r8, r9 (see regs.GPR_NAMES)
+        args = (v[5], v[4], v[3], v[10], v[8], v[9])
         try:
             ret = fn(task, regs, *args)
         except GuestFault:

@@ -35,6 +35,7 @@ Nothing here holds state: every function is a pure function of its arguments.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import capstone
@@ -259,11 +260,17 @@ def _pad(insn: bytes) -> bytes:
     return raw + bytes(MAX_UINSN_BYTES - len(raw))
 
 
-def _decode(raw: bytes) -> _Insn:
-    """``insn_decode(..., INSN_MODE_64)``; failure is ``-ENOEXEC`` (``uprobe_init_insn()``)."""
+@functools.lru_cache(maxsize=1)
+def _decoder() -> capstone.Cs:
+    """One capstone decoder, built once: building it costs more than a decode."""
     md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
     md.detail = True
-    found = next(md.disasm(raw, 0, 1), None)
+    return md
+
+
+def _decode(raw: bytes) -> _Insn:
+    """``insn_decode(..., INSN_MODE_64)``; failure is ``-ENOEXEC`` (``uprobe_init_insn()``)."""
+    found = next(_decoder().disasm(raw, 0, 1), None)
     scan = _scan(raw)
     if found is None:
         return _decode_kernel_only(raw, scan)
@@ -588,6 +595,21 @@ def _vex_vvvv_low3(scan: _Scan) -> int:
 
 def analyze_insn(insn: bytes, *, nop_policy: str = "insn_is_nop", optimize: str | None = None,
                  vaddr: int | None = None) -> ArchUprobe:
+    """See :func:`_analyze_insn`; results are memoized (the analysis is a pure function
+    of the bytes, the policies and the page offset), which makes attaching many probes
+    on the same instruction bytes cheap.  Errors are not cached."""
+    return _analyze_cached(_pad(insn), nop_policy, optimize, None if vaddr is None else vaddr & 0xFFF)
+
+
+@functools.lru_cache(maxsize=4096)
+def _analyze_cached(raw: bytes, nop_policy: str, optimize: str | None,
+                    page_offset: int | None) -> ArchUprobe:
+    return _analyze_insn(raw, nop_policy=nop_policy, optimize=optimize,
+                         vaddr=None if page_offset is None else 0x1000 + page_offset)
+
+
+def _analyze_insn(insn: bytes, *, nop_policy: str = "insn_is_nop", optimize: str | None = None,
+                  vaddr: int | None = None) -> ArchUprobe:
     """Model ``prepare_uprobe()``'s trap check plus ``arch_uprobe_analyze_insn()``.
 
     ``insn`` is up to 16 bytes from the file (zero-padded, longer input truncated).

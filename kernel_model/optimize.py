@@ -12,6 +12,7 @@ nearest to the call within rel32 reach, reused per mm, never unmapped) and
 from __future__ import annotations
 
 import errno
+import struct
 
 from emu.memory import PAGE_SIZE, PROT_EXEC, PROT_READ, TASK_SIZE, GuestFault
 from emu.signals import SIGNALS
@@ -87,7 +88,8 @@ class Optimizer:
             return None
         proc.mem.map(where, PAGE_SIZE, PROT_READ | PROT_EXEC, TRAMPOLINE_NAME, special=True)
         proc.mem.text_poke(where, self.design.trampoline, count=False)
-        self._emit("trampoline_mapped", vaddr=where)
+        if self.kernel.uprobes.listeners:
+            self._emit("trampoline_mapped", vaddr=where)
         return where
 
     def find_nearest_trampoline(self, proc, call_end: int) -> int | None:
@@ -153,16 +155,20 @@ class Optimizer:
         if tramp is None:
             uprobe.optimize_fail = True
             self.counters.optimize_failed += 1
-            self._emit("optimize_failed", vaddr=vaddr)
+            if self.kernel.uprobes.listeners:
+                self._emit("optimize_failed", vaddr=vaddr)
             return
         new = d.optimized_bytes(vaddr, tramp)
         # int3 protocol: byte 0 is int3 already; write the tail, then byte 0
         mem.text_poke(vaddr + 1, new[1:])
-        self._emit("text_poke", vaddr=vaddr + 1, data=new[1:], why="optimize: tail bytes")
+        if self.kernel.uprobes.listeners:
+            self._emit("text_poke", vaddr=vaddr + 1, data=new[1:], why="optimize: tail bytes")
         mem.text_poke(vaddr, new[:1])
-        self._emit("text_poke", vaddr=vaddr, data=new[:1], why="optimize: first byte")
+        if self.kernel.uprobes.listeners:
+            self._emit("text_poke", vaddr=vaddr, data=new[:1], why="optimize: first byte")
         self.counters.optimized += 1
-        self._emit("optimized", vaddr=vaddr, tramp=tramp)
+        if self.kernel.uprobes.listeners:
+            self._emit("optimized", vaddr=vaddr, tramp=tramp)
 
     def remove(self, proc, uprobe, vaddr: int) -> bool:
         """``set_orig_insn`` for an optimized site: the reverse protocol.  Returns False
@@ -173,11 +179,14 @@ class Optimizer:
         mem = proc.mem
         orig = uprobe.file.read(uprobe.offset, d.size)
         mem.text_poke(vaddr, b"\xcc")
-        self._emit("text_poke", vaddr=vaddr, data=b"\xcc", why="unoptimize: int3")
+        if self.kernel.uprobes.listeners:
+            self._emit("text_poke", vaddr=vaddr, data=b"\xcc", why="unoptimize: int3")
         mem.text_poke(vaddr + 1, orig[1:5])
-        self._emit("text_poke", vaddr=vaddr + 1, data=orig[1:5], why="unoptimize: nop bytes")
+        if self.kernel.uprobes.listeners:
+            self._emit("text_poke", vaddr=vaddr + 1, data=orig[1:5], why="unoptimize: nop bytes")
         mem.text_poke(vaddr, orig[:1])
-        self._emit("text_poke", vaddr=vaddr, data=orig[:1], why="unoptimize: first byte")
+        if self.kernel.uprobes.listeners:
+            self._emit("text_poke", vaddr=vaddr, data=orig[:1], why="unoptimize: first byte")
         self.counters.unoptimized += 1
         return True
 
@@ -194,7 +203,7 @@ class Optimizer:
         d = self.design
         mem = proc.mem
         try:
-            ax, r11, cx, retaddr = (mem.read_u64(regs.rsp + 8 * i) for i in range(4))
+            ax, r11, cx, retaddr = struct.unpack("<4Q", mem.read_user(regs.rsp, 32))  # uprobe_syscall_args
         except GuestFault:
             self.machine.force_sig(task, SIGILL, detail="uprobe syscall: bad stack", regs=regs)
             return None
@@ -205,7 +214,8 @@ class Optimizer:
         regs.orig_rax = -1
         ip, sp = regs.rip, regs.rsp
         self.counters.uprobe_syscalls += 1
-        self._emit("sys_uprobe", task=task, vaddr=ip)
+        if self.kernel.uprobes.listeners:
+            self._emit("sys_uprobe", task=task, vaddr=ip)
         self.handle_syscall_uprobe(task, regs, ip)
         if regs.rsp != sp:
             if regs.rip == ip:
@@ -214,8 +224,8 @@ class Optimizer:
         regs.rsp -= 32 + d.redzone
         target = retaddr if regs.rip == ip else regs.rip
         try:
-            for i, v in enumerate((regs.rax, regs.r11, regs.rcx, target)):
-                mem.write_u64(regs.rsp + 8 * i, v)
+            mem.write_user(regs.rsp, struct.pack("<4Q", regs.rax & 0xFFFFFFFFFFFFFFFF, regs.r11,
+                                                 regs.rcx, target & 0xFFFFFFFFFFFFFFFF))
         except GuestFault:
             self.machine.force_sig(task, SIGILL, detail="uprobe syscall: bad stack", regs=regs)
             return None
@@ -232,5 +242,6 @@ class Optimizer:
         up.utask(task)
         self.counters.uprobe_hits += 1
         uprobe.hits += 1
-        up.emit("uprobe_hit", task=task, uprobe=uprobe, vaddr=vaddr)
+        if up.listeners:
+            up.emit("uprobe_hit", task=task, uprobe=uprobe, vaddr=vaddr)
         up.handler_chain(uprobe, task, regs, vaddr)

@@ -364,7 +364,8 @@ class Uprobes:
         if proc.mem.read(vaddr, 1) == arch.UPROBE_SWBP_INSN:
             return False                                    # verify_opcode: nothing to do
         proc.mem.text_poke(vaddr, arch.UPROBE_SWBP_INSN)
-        self.emit("text_poke", vaddr=vaddr, data=arch.UPROBE_SWBP_INSN, why="install int3")
+        if self.listeners:
+            self.emit("text_poke", vaddr=vaddr, data=arch.UPROBE_SWBP_INSN, why="install int3")
         return True
 
     def remove_breakpoint(self, proc, uprobe: Uprobe, vaddr: int) -> None:
@@ -385,7 +386,8 @@ class Uprobes:
             return False
         orig = bytes([uprobe.arch.ixol[0]]) if uprobe.arch else uprobe.file.read(uprobe.offset, 1)
         proc.mem.text_poke(vaddr, orig)
-        self.emit("text_poke", vaddr=vaddr, data=orig, why="restore original byte")
+        if self.listeners:
+            self.emit("text_poke", vaddr=vaddr, data=orig, why="restore original byte")
         return True
 
     # -- lookup ------------------------------------------------------------------
@@ -427,11 +429,13 @@ class Uprobes:
         utask = self.utask(task)
         self.counters.uprobe_hits += 1
         uprobe.hits += 1
-        self.emit("uprobe_hit", task=task, uprobe=uprobe, vaddr=bp_vaddr)
+        if self.listeners:
+            self.emit("uprobe_hit", task=task, uprobe=uprobe, vaddr=bp_vaddr)
         self.handler_chain(uprobe, task, regs, bp_vaddr)
         self.kernel.optimizer.arch_uprobe_optimize(task, uprobe, bp_vaddr)
         if self.profile.ip_change_skips_insn and regs.rip != bp_vaddr:
-            self.emit("ip_changed", task=task, vaddr=bp_vaddr, new_ip=regs.rip)
+            if self.listeners:
+                self.emit("ip_changed", task=task, vaddr=bp_vaddr, new_ip=regs.rip)
             return True
         if self.arch_uprobe_skip_sstep(task, uprobe, regs):
             return True
@@ -455,7 +459,8 @@ class Uprobes:
             if uc.handler is not None and uc.enabled:
                 uc.hits += 1
                 rc = uc.handler(ctx) or 0
-                self.emit("handler", task=task, consumer=uc, rc=rc, vaddr=vaddr)
+                if self.listeners:
+                    self.emit("handler", task=task, consumer=uc, rc=rc, vaddr=vaddr)
             remove &= rc == UPROBE_HANDLER_REMOVE
             has_consumers = True
             # UPROBE_HANDLER_IGNORE exists since 6.13 (session consumers); before, a
@@ -481,7 +486,8 @@ class Uprobes:
         if not arch.arch_uprobe_emulate(uprobe.arch, regs, task.process.mem):
             return False
         self.counters.emulated += 1
-        self.emit("emulated", task=task, uprobe=uprobe, new_ip=regs.rip)
+        if self.listeners:
+            self.emit("emulated", task=task, uprobe=uprobe, new_ip=regs.rip)
         if regs.eflags & TF:
             self.machine.force_sig(task, SIGTRAP, detail="single-step over an emulated probe",
                                    regs=regs)
@@ -503,7 +509,8 @@ class Uprobes:
             mem.text_poke(vaddr, tramp, count=False)
             area.slot_bytes[0] = tramp
             mm.xol_area = area
-            self.emit("xol_area", vaddr=vaddr)
+            if self.listeners:
+                self.emit("xol_area", vaddr=vaddr)
         return mm.xol_area
 
     def pre_ssout(self, task, utask: UprobeTask, uprobe: Uprobe, regs, bp_vaddr: int) -> None:
@@ -511,7 +518,8 @@ class Uprobes:
         if area is None:
             # xol_get_insn_slot() returns 0: pre_ssout fails and handle_swbp restarts at
             # bp_vaddr (ip is already there): the task traps again, handlers re-run.
-            self.emit("xol_restart", task=task, uprobe=uprobe)
+            if self.listeners:
+                self.emit("xol_restart", task=task, uprobe=uprobe)
             return
         slot = area.get_slot()
         if slot is None:
@@ -521,7 +529,8 @@ class Uprobes:
             area.waiters.append(task)
             self.machine.block(task, "xol_slot")
             task.on_resume = lambda: self._resume_pre_ssout(task)
-            self.emit("xol_wait", task=task, uprobe=uprobe)
+            if self.listeners:
+                self.emit("xol_wait", task=task, uprobe=uprobe)
             return
         xol_vaddr = area.vaddr + slot * arch.UPROBE_XOL_SLOT_BYTES
         ixol = uprobe.arch.ixol
@@ -533,7 +542,8 @@ class Uprobes:
         utask.active_uprobe = uprobe
         utask.state = UTASK_SSTEP
         self.counters.xol_singlesteps += 1
-        self.emit("xol_step", task=task, uprobe=uprobe, slot=slot, xol_vaddr=xol_vaddr)
+        if self.listeners:
+            self.emit("xol_step", task=task, uprobe=uprobe, slot=slot, xol_vaddr=xol_vaddr)
 
     def _resume_pre_ssout(self, task) -> None:
         """A task woken with a free XOL slot finishes the step it was preparing."""
@@ -553,7 +563,8 @@ class Uprobes:
         err, sigtrap = arch.arch_uprobe_post_xol(uprobe.arch, regs, task.process.mem, utask.autask,
                                                  utask.xol_vaddr, utask.vaddr)
         self._end_sstep(task, utask)
-        self.emit("xol_done", task=task, uprobe=uprobe, new_ip=regs.rip)
+        if self.listeners:
+            self.emit("xol_done", task=task, uprobe=uprobe, new_ip=regs.rip)
         if sigtrap:
             self.machine.force_sig(task, SIGTRAP, detail="single-step after a probed instruction",
                                    regs=regs)

@@ -30,6 +30,7 @@ stays with the instance while it sits in the pool (``ri_pool_push`` only resets
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 
 from emu.memory import GuestFault
@@ -147,7 +148,8 @@ class Uretprobes:
             return
         if utask.depth >= MAX_URETPROBE_DEPTH:
             self.counters.ri_dropped_depth += 1
-            self.uprobes.emit("uretprobe_depth", task=task, uprobe=uprobe)
+            if self.uprobes.listeners:
+                self.uprobes.emit("uretprobe_depth", task=task, uprobe=uprobe)
             self._drop(task, ri)
             return
         if ri.scratch and not self.profile.session_consumers:
@@ -170,8 +172,9 @@ class Uretprobes:
         ri.orig_ret_vaddr, ri.chained = orig, chained
         utask.depth += 1
         utask.return_instances.append(ri)
-        self.uprobes.emit("uretprobe_hijack", task=task, uprobe=uprobe, stack=ri.stack,
-                          orig=orig, chained=chained, tramp=tramp)
+        if self.uprobes.listeners:
+            self.uprobes.emit("uretprobe_hijack", task=task, uprobe=uprobe, stack=ri.stack,
+                              orig=orig, chained=chained, tramp=tramp)
 
     def _drop(self, task, ri: ReturnInstance) -> None:
         self.free_ret_instance(task, ri)
@@ -183,7 +186,8 @@ class Uretprobes:
         while stack and not arch.arch_uretprobe_is_alive(stack[-1], ctx, regs):
             ri = stack.pop()
             utask.depth -= 1
-            self.uprobes.emit("ri_discarded", task=task, ri=ri)
+            if self.uprobes.listeners:
+                self.uprobes.emit("ri_discarded", task=task, ri=ri)
             self.free_ret_instance(task, ri)
 
     # -- return side ----------------------------------------------------------------
@@ -214,11 +218,13 @@ class Uretprobes:
                     self.counters.uretprobe_hits += 1
                     self.handle_uretprobe_chain(task, ri, regs)
                 else:
-                    self.uprobes.emit("ri_discarded", task=task, ri=ri)
+                    if self.uprobes.listeners:
+                        self.uprobes.emit("ri_discarded", task=task, ri=ri)
                 self.free_ret_instance(task, ri)
             if valid or not stack:
                 break
-        self.uprobes.emit("uretprobe_return", task=task, new_ip=regs.rip)
+        if self.uprobes.listeners:
+            self.uprobes.emit("uretprobe_return", task=task, new_ip=regs.rip)
 
     def handle_uretprobe_chain(self, task, ri: ReturnInstance, regs) -> None:
         """``handle_uretprobe_chain``: the live consumers' return handlers, list order;
@@ -244,7 +250,8 @@ class Uretprobes:
             ctx = UprobeContext(self.machine, task, regs, uprobe, uc, ri.func, func=ri.func,
                                 cookie=cookie, is_return=True)
             uc.ret_handler(ctx)
-            self.uprobes.emit("ret_handler", task=task, consumer=uc, func=ri.func, ret=regs.rip)
+            if self.uprobes.listeners:
+                self.uprobes.emit("ret_handler", task=task, consumer=uc, func=ri.func, ret=regs.rip)
 
     # -- sys_uretprobe (x86_64 syscall 335, 6.11+) ------------------------------------
     def sys_uretprobe(self, task, regs, *_args):
@@ -257,7 +264,7 @@ class Uretprobes:
             return None
         mem = task.process.mem
         try:
-            r11, cx, ax = (mem.read_u64(regs.rsp + 8 * i) for i in range(3))
+            r11, cx, ax = struct.unpack("<3Q", mem.read_user(regs.rsp, 24))  # struct uretprobe_syscall_args
         except GuestFault:
             self.machine.force_sig(task, SIGILL, detail="uretprobe syscall: bad stack", regs=regs)
             return None
@@ -265,14 +272,14 @@ class Uretprobes:
         regs.rsp += 24
         regs.orig_rax = -1
         ip, sp = regs.rip, regs.rsp
-        self.uprobes.emit("sys_uretprobe", task=task)
+        if self.uprobes.listeners:
+            self.uprobes.emit("sys_uretprobe", task=task)
         self.handle_trampoline(task, regs)
         if regs.rsp != sp:
             return regs.rax              # a consumer moved sp: full pt_regs (IRET) return
         regs.rsp -= 24
         try:
-            for i, v in enumerate((regs.r11, regs.rcx, regs.rip)):
-                mem.write_u64(regs.rsp + 8 * i, v)
+            mem.write_user(regs.rsp, struct.pack("<3Q", regs.r11, regs.rcx, regs.rip))
         except GuestFault:
             self.machine.force_sig(task, SIGILL, detail="uretprobe syscall: bad stack", regs=regs)
             return None
