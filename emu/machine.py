@@ -458,7 +458,8 @@ class Machine:
             self._finish(result)
         else:
             self.syscalls.child_exited(proc)
-            if self.uc is not None:
+            if proc is self.task.process:      # the running task died: leave emu_start
+                self._stopped_by_hook = True
                 self.uc.emu_stop()
 
     def task_exit(self, task: Task) -> None:

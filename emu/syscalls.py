@@ -158,20 +158,40 @@ class Syscalls(ProcessSyscalls):
         return self.sys_prlimit64(task, regs, 0, resource, 0, old)
 
     def sys_kill(self, task, regs, pid, sig, *_):
-        return self._signal_self(task, regs, pid == task.process.pid or pid == 0, sig)
+        pid &= 0xFFFFFFFF
+        pid = pid - (1 << 32) if pid >> 31 else pid
+        if pid in (0, task.process.pid):
+            return self._send(task, regs, task.process, sig)
+        target = next((p for p in self.m.processes if p.pid == pid and p.exit_result is None), None)
+        if target is None:
+            return _neg(E.ESRCH)
+        return self._send(task, regs, target, sig)
 
     def sys_tgkill(self, task, regs, tgid, tid, sig, *_):
-        return self._signal_self(task, regs, tid == task.tid, sig)
+        return self.sys_tkill(task, regs, tid, sig)
 
     def sys_tkill(self, task, regs, tid, sig, *_):
-        return self._signal_self(task, regs, tid == task.tid, sig)
-
-    def _signal_self(self, task, regs, is_self, sig):
-        if not is_self:
+        target = next((t for t in self.m.tasks if t.tid == tid & 0xFFFFFFFF), None)
+        if target is None:
             return _neg(E.ESRCH)
-        if sig == 0:
+        return self._send(task, regs, target.process, sig)
+
+    # Signals whose default action is to ignore (or to stop/continue, not modeled).
+    _IGNORED_BY_DEFAULT = frozenset((17, 18, 19, 20, 21, 22, 23, 28))   # CHLD CONT STOP TSTP TTIN TTOU URG WINCH
+
+    def _send(self, task, regs, target, sig):
+        """Deliver ``sig`` to a process with its default action (handlers are not
+        modeled): terminate, or ignore for SIGCHLD-like signals."""
+        if not 0 <= sig <= 64:
+            return _neg(E.EINVAL)
+        if sig == 0 or sig in self._IGNORED_BY_DEFAULT:
             return 0
-        self.m.force_sig(task, sig, detail="sent by the guest itself", regs=regs)
+        if target is task.process:
+            self.m.force_sig(task, sig, detail="sent by the guest itself", regs=regs)
+            return 0
+        from .signals import RunResult
+        self.m.counters.signals[sig] += 1
+        self.m.process_exit(target, RunResult("signal", signal=sig, detail=f"sent by pid {task.process.pid}"))
         return 0
 
     # ------------------------------------------------------------------ signals (recorded)

@@ -273,3 +273,9 @@ def test_usdt_race_attach_detach_semaphore_ends_at_zero(build_c):
             m.uprobes.unregister(uc)
     sema = m.resolve("race_hit_semaphore")
     assert m.mem.read(sema, 2) == b"\0\0", "the semaphore ends at 0"
+
+
+def test_kill_between_processes(build_c):
+    exe = build_c("killchild.c", "-static", name="killchild")
+    r = Machine.from_elf(exe).run()
+    assert (r.exit_code, r.stdout) == (0, b"child killed by 15\n")
