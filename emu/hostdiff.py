@@ -279,11 +279,19 @@ def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: b
 def run_model(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: bytes,
               kernel: str, max_insns: int | None) -> RunRecord:
     from .machine import Machine
+    from .errors import RegistrationError
     m = Machine.from_elf(path, argv=argv, stdin=stdin, kernel=kernel)
     group = "uemu"
     for p in probes:
-        m.uprobes.add_event(f"{p.kind}:{group}/{p.event} {path}:{p.offset:#x}" +
-                            (f" {p.args}" if p.args else ""))
+        try:
+            m.uprobes.add_event(f"{p.kind}:{group}/{p.event} {path}:{p.offset:#x}" +
+                                (f" {p.args}" if p.args else ""))
+        except RegistrationError:
+            # The host's probes exist before the program maps the file: analysis runs at
+            # mmap time and a refusal there is silent (the probe is never installed).
+            # The model registers on the mapped file, where the refusal is an error;
+            # both mean "no events from this probe".
+            continue
     r = m.run(max_insns=max_insns)
     if r.reason == "exit":
         status = f"exit {r.exit_code}"

@@ -73,7 +73,8 @@ class CorpusGuest:
 CORPUS = {g.name: g for g in (
     CorpusGuest("optsite", "optimized nop sites: site bytes after hits, trampoline placement",
                 "corpus_optsite.c",
-                ("p {exe}:site_nop5", "p {exe}:site_66nop4", "p {exe}:site_nop4nop")),
+                ("p {exe}:site_nop5", "p {exe}:site_66nop4", "p {exe}:site_nop4nop",
+                 "p {exe}:site_nop10")),
     CorpusGuest("redzone", "a nop5 probe inside a leaf function that keeps data in its red zone",
                 "corpus_redzone.c", ("p {exe}:leaf_site",)),
     CorpusGuest("deep", "80-deep recursion under a return probe: 64 return events",
