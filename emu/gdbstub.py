@@ -18,7 +18,7 @@ import threading
 
 from unicorn import x86_const as X
 
-from .errors import EmuError, InputError
+from .errors import InputError
 
 SIGTRAP, SIGINT = 5, 2
 
@@ -40,6 +40,8 @@ _UC = {n: getattr(X, "UC_X86_REG_" + n.upper()) for n in
        ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12",
         "r13", "r14", "r15", "rip", "eflags", "fs_base", "gs_base", "mxcsr")}
 _UC.update({f"xmm{i}": getattr(X, f"UC_X86_REG_XMM{i}") for i in range(16)})
+_GPRS = frozenset(("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11",
+                   "r12", "r13", "r14", "r15", "rip", "eflags", "fs_base", "gs_base"))
 _USER_SEGMENTS = {"cs": 0x33, "ss": 0x2B, "ds": 0, "es": 0, "fs": 0, "gs": 0}
 
 
@@ -198,10 +200,11 @@ class GdbStub:
     def write_register(self, name: str, data: bytes) -> None:
         if name not in _UC:
             return                       # segment selectors and x87 state are fixed here
-        self.stepper.set_register(name, int.from_bytes(data, "little")) if name in \
-            ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11",
-             "r12", "r13", "r14", "r15", "rip", "eflags", "fs_base", "gs_base") else \
-            self.m.uc.reg_write(_UC[name], int.from_bytes(data, "little"))
+        value = int.from_bytes(data, "little")
+        if name in _GPRS:
+            self.stepper.set_register(name, value)
+        else:
+            self.m.uc.reg_write(_UC[name], value)       # xmm, mxcsr
 
     def g_packet(self) -> str:
         task = self._task()
@@ -257,9 +260,9 @@ class GdbStub:
         if text.startswith("qSupported"):
             return "PacketSize=4000;qXfer:features:read+;swbreak+;QStartNoAckMode+;vContSupported+"
         if text == "QStartNoAckMode":
-            self.conn.send("OK")
+            self.conn.send("OK")          # acknowledged before acks stop
             self.conn.ack = False
-            return None if False else ""  # already replied
+            return ""                     # serve() sends nothing more for this packet
         if text.startswith("qXfer:features:read:target.xml:"):
             off, length = (int(x, 16) for x in text.rsplit(":", 1)[1].split(","))
             xml = target_xml()
@@ -336,7 +339,9 @@ class GdbStub:
             actions = text[6:].split(";")
             kinds = [a.split(":")[0][0] for a in actions]
             return self._resume("s" if "s" in kinds or "S" in kinds else "c")
-        if text in ("c", "s") or text[:1] in ("c", "s") and len(text) > 1 and text[1] != "o":
+        if text[:1] in ("c", "s") and all(ch in "0123456789abcdef" for ch in text[1:]):
+            if len(text) > 1:                          # c ADDR / s ADDR: resume at ADDR
+                self.stepper.set_register("rip", int(text[1:], 16))
             return self._resume(text[0])
         if text.startswith("qRcmd,"):
             return self._monitor(bytes.fromhex(text[6:]).decode())
@@ -434,4 +439,4 @@ def cmd_gdbserver(args) -> int:
     return 0
 
 
-__all__ = ["GdbStub", "serve_once", "target_xml", "EmuError"]
+__all__ = ["GdbStub", "serve_once", "target_xml"]
