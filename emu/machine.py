@@ -424,23 +424,71 @@ class Machine:
 
     # ------------------------------------------------------------------ signals
     def force_sig(self, task: Task, signo: int, *, addr: int | None = None, detail: str = "",
-                  regs: PtRegs | None = None) -> None:
-        """Deliver a signal.  Guest signal handlers are not modeled: every signal takes
-        its default action, which for the signals the machine raises is to terminate."""
+                  regs: PtRegs | None = None, code: int | None = None) -> None:
+        """Deliver a signal to the running task: its handler if the guest installed one
+        (an rt_sigframe, as the kernel builds it), else the default action - terminate
+        (or ignore, for SIGCHLD-like signals).  Never returns: the current emulation
+        stops and resumes in the handler, or the process is gone."""
         if regs is None:
             regs = self.read_regs()
-        elif task is self.task and task.state != "dead":
-            # the kernel's register changes up to the signal are the task's state
-            changes = regs.changed()
-            if self._in_syscall and 16 in changes:
-                changes[16] = (changes[16] - 2) & 0xFFFFFFFFFFFFFFFF   # see _syscall
-            self.regfile.write(changes)
         self.counters.signals[signo] += 1
         if self.listeners:
             self.emit("signal", task=task, signo=signo, addr=addr, rip=regs.rip, detail=detail)
+        if task is self.task and task.state != "dead" and self._deliver_to_handler(task, signo, addr, regs, code):
+            self._write_back_in_hook(regs)
+            raise _Stop()
+        if task is self.task and task.state != "dead":
+            # the kernel's register changes up to the signal are the task's state
+            self._write_back_in_hook(regs)
         self.process_exit(task.process, RunResult("signal", signal=signo, fault_addr=addr, rip=regs.rip,
                                                   rip_symbol=self.symbolize(regs.rip), detail=detail))
         raise _Stop()
+
+    def _write_back_in_hook(self, regs: PtRegs) -> None:
+        changes = regs.changed()
+        if self._in_syscall and 16 in changes:
+            changes[16] = (changes[16] - 2) & 0xFFFFFFFFFFFFFFFF   # see _syscall
+        self.regfile.write(changes)
+        self.task.orig_rax = regs.orig_rax
+
+    def _deliver_to_handler(self, task: Task, signo: int, addr, regs: PtRegs, code) -> bool:
+        """setup_rt_frame: True when the guest's handler takes the signal (regs now point
+        at it); False for the default action."""
+        from . import signal_frames as sf
+        handler, flags, restorer, mask = sf.parse_sigaction(task.process.sigactions.get(signo))
+        if signo in (sf.SIGKILL, sf.SIGSTOP) or handler == sf.SIG_DFL or not flags & sf.SA_RESTORER:
+            return False
+        if handler == sf.SIG_IGN:
+            return not self._fatal_if_ignored(signo)
+        blocked = task.sigmask & (1 << (signo - 1))
+        if blocked and addr is not None:
+            return False                     # a blocked fault signal kills (force_sig_fault)
+        if code is None:
+            code = sf.SI_KERNEL if addr is None else sf.SEGV_MAPERR
+        info = sf.siginfo(signo, code, addr, task.process.pid)
+        try:
+            frame_at, frame, info_at, uc_at = sf.build_frame(regs, regs.rsp, signo, info, task.sigmask,
+                                                             restorer)
+            self.mem.write_user(frame_at, frame)
+        except GuestFault:
+            return False                     # no room for the frame: SIGSEGV kills
+        regs.rsp, regs.rip = frame_at, handler
+        regs.rdi, regs.rsi, regs.rdx, regs.rax = signo, info_at, uc_at, 0
+        regs.eflags &= ~(0x400 | 0x10000 | TF)          # DF RF TF cleared for the handler
+        regs.orig_rax = -1
+        if not flags & sf.SA_NODEFER:
+            task.sigmask |= 1 << (signo - 1)
+        task.sigmask |= mask
+        if flags & sf.SA_RESETHAND:
+            task.process.sigactions.pop(signo, None)
+        if self.listeners:
+            self.emit("signal_handler", task=task, signo=signo, handler=handler, frame=frame_at)
+        return True
+
+    @staticmethod
+    def _fatal_if_ignored(signo: int) -> bool:
+        """Faults cannot be ignored: the kernel resets the action and kills."""
+        return signo in (SIGSEGV, SIGILL, SIGFPE, SIGBUS, SIGTRAP)
 
     def exit_group(self, code: int, task: Task | None = None) -> None:
         self.process_exit((task or self.task).process, RunResult("exit", exit_code=code & 0xFF))

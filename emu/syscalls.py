@@ -184,10 +184,17 @@ class Syscalls(ProcessSyscalls):
         modeled): terminate, or ignore for SIGCHLD-like signals."""
         if not 0 <= sig <= 64:
             return _neg(E.EINVAL)
-        if sig == 0 or sig in self._IGNORED_BY_DEFAULT:
+        if sig == 0:
             return 0
         if target is task.process:
-            self.m.force_sig(task, sig, detail="sent by the guest itself", regs=regs)
+            from .signal_frames import SI_TKILL, parse_sigaction
+            handler = parse_sigaction(task.process.sigactions.get(sig))[0]
+            if handler == 0 and sig in self._IGNORED_BY_DEFAULT:
+                return 0
+            regs.rax = 0                 # the syscall's own result, saved in the frame
+            self.m.force_sig(task, sig, detail="sent by the guest itself", regs=regs, code=SI_TKILL)
+            return 0
+        if sig in self._IGNORED_BY_DEFAULT:
             return 0
         from .signals import RunResult
         self.m.counters.signals[sig] += 1
@@ -222,6 +229,17 @@ class Syscalls(ProcessSyscalls):
                 return _neg(E.EINVAL)
             task.sigmask &= ~((1 << 8) | (1 << 18))  # SIGKILL, SIGSTOP cannot be blocked
         return 0
+
+    def sys_rt_sigreturn(self, task, regs, *_):
+        """Restore the registers and mask saved in the rt_sigframe; the task resumes
+        where the signal interrupted it (the full pt_regs return path)."""
+        from .signal_frames import restore_frame
+        try:
+            task.sigmask = restore_frame(self.mem, regs) & ~((1 << 8) | (1 << 18))
+        except GuestFault:
+            self.m.force_sig(task, 11, detail="bad signal frame", regs=regs)
+        regs.orig_rax = -1
+        return regs.rax
 
     def sys_sigaltstack(self, task, regs, ss, old, *_):
         if old:
