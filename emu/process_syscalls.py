@@ -26,6 +26,12 @@ def _neg(err: int) -> int:
     return -err
 
 
+def pid_t(value: int) -> int:
+    """A pid argument as the kernel reads it: a signed 32-bit int."""
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >> 31 else value
+
+
 class ProcessSyscalls:
     """clone/fork/vfork/exit/wait4/futex on the machine's tasks."""
 
@@ -180,8 +186,7 @@ class ProcessSyscalls:
         return None
 
     def sys_wait4(self, task, regs, pid, status, options, rusage, *_):
-        pid &= 0xFFFFFFFF                         # pid_t is an int
-        pid = pid - (1 << 32) if pid >> 31 else pid
+        pid = pid_t(pid)
         parent = task.process
         if not any(pid in (-1, 0) or c.pid == pid for c in parent.children):
             return _neg(E.ECHILD)

@@ -760,6 +760,13 @@ def natural(value: int, kind: str, label=None) -> str:
     return str(_signed(value, int(kind[3:])))
 
 
+def register_line(name: str, value: int, label=None) -> str:
+    """``info registers`` line of a full register (no sub-register names): the kind
+    follows gdb's amd64 description."""
+    kind = "int32" if name in _SEGMENTS else _KINDS.get(name, "int64")
+    return format_register(name, value, kind, label)
+
+
 def format_register(name: str, value: int, kind: str, label=None) -> str:
     """One ``info registers`` line: the name padded to column 15, the raw hex value
     from column 15, the natural value from column 35 (at least one space before each)."""

@@ -16,7 +16,8 @@ import struct
 
 from .memory import (PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, GuestFault,
                      page_down, page_up)
-from .process_syscalls import ProcessSyscalls
+from .process_syscalls import ProcessSyscalls, pid_t
+from .signal_frames import IGNORED_BY_DEFAULT
 from .syscall_names import SYSCALL_NAMES
 
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
@@ -158,8 +159,7 @@ class Syscalls(ProcessSyscalls):
         return self.sys_prlimit64(task, regs, 0, resource, 0, old)
 
     def sys_kill(self, task, regs, pid, sig, *_):
-        pid &= 0xFFFFFFFF
-        pid = pid - (1 << 32) if pid >> 31 else pid
+        pid = pid_t(pid)
         if pid in (0, task.process.pid):
             return self._send(task, regs, task.process, sig)
         target = next((p for p in self.m.processes if p.pid == pid and p.exit_result is None), None)
@@ -176,9 +176,6 @@ class Syscalls(ProcessSyscalls):
             return _neg(E.ESRCH)
         return self._send(task, regs, target.process, sig)
 
-    # Signals whose default action is to ignore (or to stop/continue, not modeled).
-    _IGNORED_BY_DEFAULT = frozenset((17, 18, 19, 20, 21, 22, 23, 28))   # CHLD CONT STOP TSTP TTIN TTOU URG WINCH
-
     def _send(self, task, regs, target, sig):
         """Deliver ``sig`` to a process with its default action (handlers are not
         modeled): terminate, or ignore for SIGCHLD-like signals."""
@@ -189,12 +186,12 @@ class Syscalls(ProcessSyscalls):
         if target is task.process:
             from .signal_frames import SI_TKILL, parse_sigaction
             handler = parse_sigaction(task.process.sigactions.get(sig))[0]
-            if handler == 0 and sig in self._IGNORED_BY_DEFAULT:
+            if handler == 0 and sig in IGNORED_BY_DEFAULT:
                 return 0
             regs.rax = 0                 # the syscall's own result, saved in the frame
             self.m.force_sig(task, sig, detail="sent by the guest itself", regs=regs, code=SI_TKILL)
             return 0
-        if sig in self._IGNORED_BY_DEFAULT:
+        if sig in IGNORED_BY_DEFAULT:
             return 0
         from .signals import RunResult
         self.m.counters.signals[sig] += 1

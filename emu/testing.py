@@ -18,7 +18,10 @@ from collections.abc import Mapping
 
 import pytest
 
-from .regs import GDB_REGISTER_ORDER, GPR_NAMES, gdb_register_line
+from .regs import GPR_NAMES
+
+# gdb's amd64 `info registers` order
+_GDB_ORDER = GPR_NAMES[:18] + ("cs", "ss", "ds", "es", "fs", "gs", "fs_base", "gs_base")
 
 __all__ = ["Regs", "snapshot", "run_to", "call_snapshots", "expect_signal"]
 
@@ -75,9 +78,22 @@ class Regs(Mapping):
     def without(self, *names) -> "Regs":
         return Regs({k: v for k, v in self._v.items() if k not in names}, self._symbolize)
 
+    def gdb_line(self, name: str, value: int | None = None) -> str:
+        """One register in gdb's ``info registers`` layout (the stepper's formatter)."""
+        from .stepper import register_line
+        return register_line(name, self._v[name] if value is None else value, self._gdb_label)
+
+    def _gdb_label(self, addr: int) -> str | None:
+        """gdb writes code labels as ``sym+N`` with a decimal offset."""
+        sym = self._symbolize(addr) if self._symbolize else None
+        if not sym:
+            return None
+        base, _, off = sym.partition("+")
+        return f"{base}+{int(off, 16)}" if off else base
+
     def gdb(self, names=None) -> str:
-        names = [n for n in (names or GDB_REGISTER_ORDER) if n in self._v]
-        return "\n".join(gdb_register_line(n, self._v[n], self._symbolize) for n in names)
+        names = [n for n in (names or _GDB_ORDER) if n in self._v]
+        return "\n".join(self.gdb_line(n) for n in names)
 
     def __repr__(self):
         return "Regs(" + ", ".join(f"{k}={v:#x}" for k, v in self._v.items()) + ")"
@@ -143,12 +159,11 @@ def pytest_assertrepr_compare(config, op, left, right):
         diff = a.diff(b)
     except TypeError:
         return None
-    sym = a._symbolize
     lines = [f"register snapshots differ in {len(diff)} register(s) "
              f"({', '.join(diff)}); left, then right, in gdb's layout:"]
     for name, (mine, theirs) in diff.items():
-        lines.append("  - " + gdb_register_line(name, mine, sym))
-        lines.append("  + " + gdb_register_line(name, theirs, sym))
+        lines.append("  - " + a.gdb_line(name, mine))
+        lines.append("  + " + a.gdb_line(name, theirs))
     return lines
 
 

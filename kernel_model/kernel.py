@@ -69,38 +69,33 @@ class Kernel:
         dup_mmap(self.uprobes, parent, child)
 
     # -- USDT semaphores ---------------------------------------------------------
-    def _ref_ctr_addr(self, proc, uprobe) -> int | None:
+    def _ref_ctr(self, proc, uprobe) -> tuple[int, int] | None:
+        """(address, value) of the USDT semaphore in the file's writable mapping."""
+        if not uprobe.ref_ctr_offset:
+            return None
         for vma in proc.mem.vmas:
             if vma.file is uprobe.file and vma.prot & PROT_WRITE and \
                     vma.pgoff <= uprobe.ref_ctr_offset < vma.pgoff + vma.size:
-                return vma.vaddr_of(uprobe.ref_ctr_offset)
+                addr = vma.vaddr_of(uprobe.ref_ctr_offset)
+                try:
+                    return addr, int.from_bytes(proc.mem.read(addr, 2), "little", signed=True)
+                except GuestFault:
+                    return None
         return None
 
     def ref_ctr_update(self, proc, uprobe, delta: int) -> bool:
-        """``update_ref_ctr``: the 16-bit semaphore at ``ref_ctr_offset`` in the file's
-        writable mapping rises on install and falls on removal.  Going below zero is
-        refused (-EINVAL, "ref_ctr going negative"): returns False and writes nothing."""
-        if not uprobe.ref_ctr_offset:
+        """``update_ref_ctr``: the 16-bit semaphore at ``ref_ctr_offset`` rises on install
+        and falls on removal.  Going below zero is refused (-EINVAL, "ref_ctr going
+        negative"): returns False and writes nothing."""
+        found = self._ref_ctr(proc, uprobe)
+        if found is None:
             return True
-        addr = self._ref_ctr_addr(proc, uprobe)
-        if addr is None:
-            return True
-        try:
-            cur = int.from_bytes(proc.mem.read(addr, 2), "little", signed=True)
-            if cur + delta < 0:
-                return False
-            proc.mem.uc.mem_write(addr, ((cur + delta) & 0xFFFF).to_bytes(2, "little"))
-        except GuestFault:
-            pass
+        addr, cur = found
+        if cur + delta < 0:
+            return False
+        proc.mem.uc.mem_write(addr, ((cur + delta) & 0xFFFF).to_bytes(2, "little"))
         return True
 
     def ref_ctr_can_decrement(self, proc, uprobe) -> bool:
-        if not uprobe.ref_ctr_offset:
-            return True
-        addr = self._ref_ctr_addr(proc, uprobe)
-        if addr is None:
-            return True
-        try:
-            return int.from_bytes(proc.mem.read(addr, 2), "little", signed=True) > 0
-        except GuestFault:
-            return True
+        found = self._ref_ctr(proc, uprobe)
+        return found is None or found[1] > 0

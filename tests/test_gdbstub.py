@@ -142,12 +142,14 @@ def test_segfault_is_reported_as_sigsegv(tmp_path):
     assert "Program terminated with signal SIGSEGV" in out
 
 
-def test_monitor_lists_probes_and_counters(tmp_path):
+def test_monitor_lists_probes_and_counters_at_a_stop(tmp_path):
     exe = write_elf(tmp_path)
     m = Machine.from_elf(exe, kernel="6.18")
     m.uprobes.register("func", handler=lambda c: None)
-    out = gdb_session(m, exe, ["continue", "monitor probes", "monitor counters"], timeout=60)
-    assert "exited with code 052" in out
+    out = gdb_session(m, exe, ["break again", "continue", "continue", "monitor probes",
+                               "monitor counters", "kill"])
+    assert f"{m.resolve('func'):#x} {exe}:0x{m.resolve('func') - 0x400000:x} hits=1 consumers=1 push" in out
+    assert "uprobe_hits: 1" in out and "bp_traps: 1" in out
 
 
 def test_monitor_before_running(tmp_path):
