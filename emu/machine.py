@@ -563,6 +563,7 @@ class Machine:
         start = time.perf_counter()
         deadline = start + timeout if timeout else None
         remaining = int(max_insns) if max_insns else None
+        spurious, last_spurious = 0, None
         while True:
             task = self.task
             multi = len(self.tasks) > 1
@@ -614,10 +615,16 @@ class Machine:
                                            detail="emulation stopped")
                         break
                 else:
+                    # Unicorn came back with no reason of ours (seen right after a fork
+                    # created a second Unicorn instance inside a hook): go on, unless it
+                    # keeps happening at the same place.
                     rip = self._rip()
-                    result = RunResult("stopped", rip=rip, rip_symbol=self.symbolize(rip),
-                                       detail="emulation stopped")
-                    break
+                    spurious = spurious + 1 if rip == last_spurious else 1
+                    last_spurious = rip
+                    if spurious >= 3:
+                        result = RunResult("stopped", rip=rip, rip_symbol=self.symbolize(rip),
+                                           detail="emulation stopped")
+                        break
             nxt = self.scheduler.pick(self.tasks)
             if nxt is None:
                 result = RunResult("stopped", rip=self._rip(), rip_symbol=self.symbolize(self._rip()),

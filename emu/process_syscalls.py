@@ -87,6 +87,7 @@ class ProcessSyscalls:
             m.block(task, "vfork")
         if m.listeners:
             m.emit("clone", task=task, child=child, flags=flags)
+        m.yield_cpu()                    # reschedule: the child may run first
         return child.tid
 
     def _inherit(self, parent, child) -> None:
