@@ -73,6 +73,7 @@ class RawClient:
 
     def __init__(self, port: int, timeout: float = 10):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
 
     def close(self) -> None:
@@ -101,15 +102,17 @@ class RawClient:
         c, self.buf = self.buf[:1], self.buf[1:]
         return c
 
-    def reply(self) -> bytes:
-        """The next packet from the stub (checksum verified, acknowledged)."""
+    def reply(self, naks_ok: bool = False) -> bytes:
+        """The next packet from the stub (checksum verified, acknowledged); acks before
+        it are allowed, NAKs only with ``naks_ok`` (after line noise)."""
         while True:
             start = self.buf.find(b"$")
             end = self.buf.find(b"#", start + 1) if start >= 0 else -1
             if start >= 0 and end >= 0 and len(self.buf) >= end + 3:
                 break
             self._more()
-        assert self.buf[:start].strip(b"+") == b"", f"unexpected bytes before a reply: {self.buf[:start]!r}"
+        before = self.buf[:start].strip(b"+-" if naks_ok else b"+")
+        assert before == b"", f"unexpected bytes before a reply: {self.buf[:start]!r}"
         payload, cs = self.buf[start + 1:end], self.buf[end + 1:end + 3]
         self.buf = self.buf[end + 3:]
         assert checksum(payload) == cs, f"reply {payload!r} has checksum {cs!r}"
