@@ -58,6 +58,11 @@ class Stub:
                 self.errors.append(traceback.format_exc())
                 ready.set()
 
+        def record(args):             # an exception in a thread the stub started
+            self.errors.append("".join(traceback.format_exception(
+                args.exc_type, args.exc_value, args.exc_traceback)))
+
+        self._old_hook, threading.excepthook = threading.excepthook, record
         self.thread = threading.Thread(target=run, daemon=True)
         self.thread.start()
         assert ready.wait(10), "the stub did not start listening"
@@ -65,6 +70,7 @@ class Stub:
 
     def finished(self, timeout: float = 10) -> bool:
         self.thread.join(timeout)
+        threading.excepthook = self._old_hook
         return not self.thread.is_alive()
 
 

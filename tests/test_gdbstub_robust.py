@@ -102,6 +102,17 @@ def test_a_packet_with_a_bad_checksum_is_naked_and_not_executed(session):
     assert c.ask(b"m%x,1" % addr) == before.hex().encode(), "the NAKed M packet wrote memory"
 
 
+def test_without_acks_a_bad_checksum_is_answered_e01_and_not_executed(session):
+    m, _, c = session
+    assert c.ask(b"QStartNoAckMode") == b"OK"
+    addr = m.resolve("func")
+    before = m.mem.read(addr, 1)
+    c.send_packet(b"M%x,1:90" % addr, cs=b"00")
+    assert c.reply() == E, "no NAK without acks: an error reply"
+    c.send_packet(b"m%x,1" % addr)
+    assert c.reply() == before.hex().encode(), "the bad packet wrote memory"
+
+
 def test_an_oversized_packet_is_naked_and_not_executed(session):
     m, _, c = session
     addr = m.resolve("func")
