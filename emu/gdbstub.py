@@ -8,6 +8,11 @@ instruction runs its handlers once and lands where the unprobed instruction woul
 memory reads return what a ptrace reader sees on Linux (the 0xCC of a probe, the
 ``call`` of an optimized site).  Registers follow our own target description (amd64 core,
 SSE, Linux ``orig_rax``, ``fs_base``/``gs_base``).
+
+The client is untrusted input: framing is a linear, bounded state machine
+(:class:`FrameParser`, packets capped at :data:`PACKET_SIZE`), and every packet gets a
+protocol answer (gdbserver's conventions: ``E01`` malformed, ``E14`` memory fault, empty
+for unknown); a client that goes away while the guest runs stops it.
 """
 
 from __future__ import annotations
