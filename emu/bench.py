@@ -597,7 +597,7 @@ def host_native(scen_name: str, n: int | None, warmup: int, repeat: int, seconds
     """Run the trigger ELF natively with a tracefs uprobe (instance tracing off); time
     N iterations minus a 0-iteration run."""
     import subprocess
-    from .hostdiff import HostKernelError, HostProbes
+    from .hostdiff import HostKernelError, HostProbes, ResolvedProbe, run_tag
     scen = SCENARIOS[scen_name]
     out = {"scenario": scen_name}
 
@@ -624,7 +624,7 @@ def host_native(scen_name: str, n: int | None, warmup: int, repeat: int, seconds
             samples.append(n / max(tn - t0, 1e-9) / 1e6)
         return samples
 
-    group = f"uemu_{os.getpid()}"
+    group = run_tag()
     if scen.kind == "none":
         calibrate()
         samples = measure()
@@ -633,7 +633,7 @@ def host_native(scen_name: str, n: int | None, warmup: int, repeat: int, seconds
     off = site_offset(guest_file(), scen, profile)
     kind = "r" if scen.kind == "return" else "p"
     try:
-        with HostProbes(tracefs, [f"{kind}:{group}/bench {path}:{off:#x}"]) as hp:
+        with HostProbes(tracefs, [ResolvedProbe("bench", "bench", kind, off, 0, "")], path) as hp:
             ev = f"{hp.instance}/events/{group}/bench/enable"
             if tracefs.read(ev).strip() != "1":
                 # the group enable skips an event the kernel refused; ask it for the errno

@@ -8,17 +8,26 @@ instruction runs its handlers once and lands where the unprobed instruction woul
 memory reads return what a ptrace reader sees on Linux (the 0xCC of a probe, the
 ``call`` of an optimized site).  Registers follow our own target description (amd64 core,
 SSE, Linux ``orig_rax``, ``fs_base``/``gs_base``).
+
+The client is untrusted input: framing is a linear, bounded state machine
+(:class:`FrameParser`, packets capped at :data:`PACKET_SIZE`), and every packet gets a
+protocol answer (gdbserver's conventions: ``E01`` malformed, ``E14`` memory fault, empty
+for unknown); a client that goes away while the guest runs stops it.
 """
 
 from __future__ import annotations
 
+import collections
+import re
 import select
 import socket
 import threading
 
 from unicorn import x86_const as X
 
-from .errors import InputError
+from .errors import EmuError, InputError
+from .memory import GuestFault
+from .stepper import StepperError
 
 SIGTRAP, SIGINT = 5, 2
 
@@ -80,6 +89,20 @@ def target_xml() -> str:
             '</feature></target>')
 
 
+PACKET_SIZE = 0x4000      # advertised as PacketSize: the most payload bytes we accept
+_DECODED_MAX = 4 * PACKET_SIZE   # a run-length encoded payload may expand this far
+_ACK_RETRIES = 3          # retransmissions after a '-' before we give up on the peer
+_MASK64 = (1 << 64) - 1
+
+
+class Malformed(ValueError):
+    """A packet whose arguments cannot be parsed: answered with ``E01``."""
+
+
+class Disconnected(Exception):
+    """The client closed the connection or reset it."""
+
+
 def checksum(data: bytes) -> bytes:
     return b"%02x" % (sum(data) & 0xFF)
 
@@ -95,73 +118,211 @@ def escape_binary(data: bytes) -> bytes:
 
 
 def unescape_binary(data: bytes) -> bytes:
-    out = bytearray()
-    it = iter(data)
-    for b in it:
-        out.append(next(it) ^ 0x20 if b == 0x7D else b)
+    """Undo the ``}`` escapes of binary data (X packets); a trailing ``}`` is malformed."""
+    parts = data.split(b"}")
+    out = bytearray(parts[0])
+    for part in parts[1:]:
+        if not part:
+            raise Malformed("dangling escape")
+        out.append(part[0] ^ 0x20)
+        out += part[1:]
     return bytes(out)
 
 
+def expand_runs(data: bytes) -> bytes:
+    """Run-length decoding: ``X*N`` repeats X ``ord(N) - 29`` more times (gdb's
+    read_frame).  Bounded by :data:`_DECODED_MAX`."""
+    if b"*" not in data:
+        return data
+    out = bytearray()
+    i = 0
+    while True:
+        j = data.find(b"*", i)
+        if j < 0:
+            out += data[i:]
+            break
+        out += data[i:j]
+        if not out or j + 1 >= len(data) or not 32 <= data[j + 1] <= 126:
+            raise Malformed("bad run-length encoding")
+        out += out[-1:] * (data[j + 1] - 29)
+        if len(out) > _DECODED_MAX:
+            raise Malformed("run-length encoding expands too far")
+        i = j + 2
+    return bytes(out)
+
+
+# frame events produced by FrameParser
+ACK, NAK, INTERRUPT, PACKET = "ack", "nak", "interrupt", "packet"
+_IDLE_SPECIAL = re.compile(rb"[$+\-\x03]")
+_PAYLOAD_END = re.compile(rb"[$#]")
+
+
+class FrameParser:
+    """The remote protocol's framing as a byte-stream state machine: linear in its input
+    (C-level searches, every byte looked at once) and bounded (a payload is kept up to
+    ``limit`` bytes; the rest of an oversized packet is only counted).
+
+    Events: ``(ACK,)``, ``(NAK,)``, ``(INTERRUPT,)`` and ``(PACKET, payload, problem)``
+    where ``problem`` is None, ``"checksum"`` or ``"oversized"``; a bad packet's payload
+    is None, so nobody can execute it.  Bytes outside packets other than ``+ - ^C`` are
+    line noise and dropped; a ``$`` inside a payload restarts the packet (the sender
+    gave up on the previous one).
+    """
+
+    def __init__(self, limit: int = PACKET_SIZE):
+        self.limit = limit
+        self.state = "idle"
+        self.payload = bytearray()
+        self.size = 0
+        self.csum = bytearray()
+
+    def _start(self) -> None:
+        self.state, self.size = "payload", 0
+        self.payload.clear()
+        self.csum.clear()
+
+    def feed(self, data: bytes) -> list:
+        out = []
+        i, n = 0, len(data)
+        while i < n:
+            if self.state == "idle":
+                m = _IDLE_SPECIAL.search(data, i)
+                if m is None:
+                    break
+                c = data[m.start()]
+                i = m.end()
+                if c == 0x24:
+                    self._start()
+                else:
+                    out.append((ACK,) if c == 0x2B else (NAK,) if c == 0x2D else (INTERRUPT,))
+            elif self.state == "payload":
+                m = _PAYLOAD_END.search(data, i)
+                j = m.start() if m else n
+                room = self.limit - len(self.payload)
+                if room > 0:
+                    self.payload += data[i:min(j, i + room)]
+                self.size += j - i
+                i = j
+                if m is not None:
+                    i += 1
+                    if data[j] == 0x24:
+                        self._start()
+                    else:
+                        self.state = "csum"
+            else:
+                take = min(2 - len(self.csum), n - i)
+                self.csum += data[i:i + take]
+                i += take
+                if len(self.csum) == 2:
+                    out.append(self._finish())
+        return out
+
+    def _finish(self) -> tuple:
+        self.state = "idle"
+        if self.size > self.limit:
+            return (PACKET, None, "oversized")
+        payload = bytes(self.payload)
+        if checksum(payload) != bytes(self.csum).lower():
+            return (PACKET, None, "checksum")
+        return (PACKET, payload, None)
+
+
 class GdbConnection:
-    """Framing: ``$payload#cs`` with acks until QStartNoAckMode; 0x03 is Ctrl-C."""
+    """One client: framing with acks until QStartNoAckMode; 0x03 is Ctrl-C.
+
+    A packet with a bad checksum or beyond :data:`PACKET_SIZE` is NAKed (``-``) and
+    dropped, never executed; without acks (no NAK to send) it is answered ``E01``.
+    A closed or reset connection raises :class:`Disconnected`.
+    """
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.ack = True
-        self.buf = b""
+        self.parser = FrameParser()
+        self.events: collections.deque = collections.deque()
+        self.closed = False
 
-    def _fill(self) -> bool:
-        data = self.sock.recv(65536)
+    def pump(self, timeout: float | None = None) -> bool:
+        """Read what the socket has (waiting up to ``timeout``; None: block) into events;
+        False when nothing arrived in time.  Raises Disconnected at EOF or reset."""
+        if self.closed:
+            raise Disconnected()
+        if timeout is not None:
+            r, _, _ = select.select([self.sock], [], [], timeout)
+            if not r:
+                return False
+        try:
+            data = self.sock.recv(65536)
+        except OSError:
+            data = b""
         if not data:
-            return False
-        self.buf += data
+            self.closed = True
+            raise Disconnected()
+        self.events.extend(self.parser.feed(data))
         return True
 
-    def read_packet(self) -> bytes | None:
-        """The next packet payload, b"\\x03" for an interrupt, None at EOF."""
+    def _raw_send(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except OSError:
+            self.closed = True
+            raise Disconnected() from None
+
+    def read_packet(self) -> bytes:
+        """The next good packet's payload (run-length decoded), or b"\\x03" for an
+        interrupt.  Bad packets are NAKed (or answered E01) here."""
         while True:
-            while self.buf[:1] in (b"+", b"-"):
-                self.buf = self.buf[1:]
-            if self.buf[:1] == b"\x03":
-                self.buf = self.buf[1:]
+            while not self.events:
+                self.pump()
+            ev = self.events.popleft()
+            if ev[0] == INTERRUPT:
                 return b"\x03"
-            start = self.buf.find(b"$")
-            if start >= 0:
-                end = self.buf.find(b"#", start)
-                if end >= 0 and len(self.buf) >= end + 3:
-                    payload = self.buf[start + 1:end]
-                    cs = self.buf[end + 1:end + 3]
-                    self.buf = self.buf[end + 3:]
-                    if self.ack:
-                        self.sock.sendall(b"+" if checksum(payload) == cs.lower() else b"-")
-                    return payload
-            if not self._fill():
-                return None
+            if ev[0] != PACKET:
+                continue                       # a stray ack
+            _, payload, problem = ev
+            if problem is not None:
+                if self.ack:
+                    self._raw_send(b"-")
+                else:
+                    self.send("E01")
+                continue
+            if self.ack:
+                self._raw_send(b"+")
+            try:
+                return expand_runs(payload)
+            except Malformed:
+                self.send("E01")
 
     def send(self, payload: bytes | str) -> None:
+        """Send one packet; with acks, wait for ``+`` (a packet instead counts as one:
+        gdb stopped waiting) and retransmit after ``-`` a few times."""
         if isinstance(payload, str):
-            payload = payload.encode()
-        self.sock.sendall(b"$" + payload + b"#" + checksum(payload))
-        if self.ack:
-            # wait for gdb's ack (anything else stays buffered for read_packet)
-            while not self.buf[:1] in (b"+", b"-"):
-                if not self._fill():
-                    return
-            self.buf = self.buf[1:]
+            payload = payload.encode("latin-1")
+        frame = b"$" + payload + b"#" + checksum(payload)
+        for _ in range(1 + _ACK_RETRIES):
+            self._raw_send(frame)
+            if not self.ack or self._await_ack():
+                return
+        # the peer keeps NAKing: carry on, it will ask again
 
-    def interrupted(self) -> bool:
-        """Non-blocking: did gdb send Ctrl-C?"""
-        r, _, _ = select.select([self.sock], [], [], 0)
-        if r:
-            self._fill()
-        if b"\x03" in self.buf:
-            self.buf = self.buf.replace(b"\x03", b"", 1)
-            return True
-        return False
+    def _await_ack(self) -> bool:
+        while True:
+            for k, ev in enumerate(self.events):
+                if ev[0] in (ACK, NAK):
+                    del self.events[k]
+                    return ev[0] == ACK
+                if ev[0] == PACKET:
+                    return True
+            self.pump()
 
 
 class GdbStub:
-    """Serves one gdb connection for one machine."""
+    """Serves one gdb connection for one machine.
+
+    Every packet gets an answer: malformed arguments ``E01``, memory faults ``E14``,
+    unknown packets the empty reply; run control after the guest ended repeats its end
+    (``W``/``X``).  A client that goes away while the guest runs stops it.
+    """
 
     def __init__(self, machine, *, max_insns=None, timeout=None):
         from .stepper import Stepper
@@ -226,55 +387,70 @@ class GdbStub:
         return f"T05thread:{tid:x};"
 
     # -- run control -------------------------------------------------------------
-    def _resume(self, action: str) -> str:
+    def _resume(self, action: str, addr: int | None = None) -> str:
         if self.done:
-            return "E01"
+            return self.last_stop           # the guest is gone: its end, again
+        if addr is not None:
+            self.stepper.set_register("rip", addr)
         if action == "s":
             ev = self.stepper.step()
         else:
             stop = threading.Event()
-            watcher = threading.Thread(target=self._watch_interrupt, args=(stop,), daemon=True)
+            watcher = threading.Thread(target=self._watch_client, args=(stop,), daemon=True)
             watcher.start()
             try:
                 ev = self.stepper.cont()
             finally:
                 stop.set()
-                watcher.join(1)
+                watcher.join()
+            if self.conn.closed:
+                raise Disconnected()
         self.last_stop = self.stop_reply(ev)
         return self.last_stop
 
-    def _watch_interrupt(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            r, _, _ = select.select([self.conn.sock], [], [], 0.05)
-            if r and not stop.is_set():
-                if self.conn.interrupted():
-                    self.m.stop("interrupted by gdb (SIGINT)")
-                    return
+    def _watch_client(self, stop: threading.Event) -> None:
+        """While the guest runs, the only reader of the socket: Ctrl-C stops it with
+        SIGINT, a disconnect stops it for good.  The stop is repeated until the run is
+        over (a request that lands just before the run starts would be forgotten)."""
+        why = None
+        while not stop.is_set() and why is None:
+            if any(ev[0] == INTERRUPT for ev in self.conn.events):
+                self.conn.events = collections.deque(
+                    ev for ev in self.conn.events if ev[0] != INTERRUPT)
+                why = "interrupted by gdb (SIGINT)"
+                break
+            try:
+                self.conn.pump(0.05)
+            except Disconnected:
+                why = "gdb disconnected"
+        while why is not None and not stop.is_set():
+            self.m.stop(why)
+            stop.wait(0.01)
 
     # -- packets ------------------------------------------------------------------
     def handle(self, pkt: bytes) -> str | None:
         """The reply to one packet ('' = unsupported); None to end the session."""
-        text = pkt.decode("latin-1")
         if pkt == b"\x03":
             return self.last_stop
+        text = pkt.decode("latin-1")
+        try:
+            return self._dispatch(pkt, text)
+        except (ValueError, OverflowError, EmuError):
+            return "E01"      # Malformed arguments, or a write the stepper refuses
+
+    def _dispatch(self, pkt: bytes, text: str) -> str | None:
+        head = text[:1]
         if text.startswith("qSupported"):
-            return "PacketSize=4000;qXfer:features:read+;swbreak+;QStartNoAckMode+;vContSupported+"
+            return (f"PacketSize={PACKET_SIZE:x};qXfer:features:read+;swbreak+;"
+                    "QStartNoAckMode+;vContSupported+")
         if text == "QStartNoAckMode":
             self.conn.send("OK")          # acknowledged before acks stop
             self.conn.ack = False
             return ""                     # serve() sends nothing more for this packet
-        if text.startswith("qXfer:features:read:target.xml:"):
-            off, length = (int(x, 16) for x in text.rsplit(":", 1)[1].split(","))
-            xml = target_xml()
-            chunk = xml[off:off + length]
-            return ("l" if off + length >= len(xml) else "m") + chunk
+        if text.startswith("qXfer:features:read:"):
+            return self._qxfer(text[len("qXfer:features:read:"):])
         if text == "?":
             return self.last_stop
-        if text.startswith("H"):
-            tid = text[2:]
-            if text[1] == "g":
-                self.g_tid = int(tid, 16) if tid not in ("-1", "0", "") else None
-            return "OK"
         if text == "qfThreadInfo":
             return "m" + ",".join(f"{t.tid:x}" for t in sorted(self.m.tasks, key=lambda t: t.tid))
         if text == "qsThreadInfo":
@@ -283,83 +459,177 @@ class GdbStub:
             return f"QC{self.m.task.tid:x}"
         if text == "qAttached":
             return "1"
-        if text.startswith("T"):
-            return "OK" if any(t.tid == int(text[1:], 16) for t in self.m.tasks) else "E01"
-        if text == "g":
-            return self.g_packet()
-        if text.startswith("G"):
-            data = bytes.fromhex(text[1:])
-            pos = 0
-            for name, bits, _ in REGISTERS:
-                n = bits // 8
-                if pos + n > len(data):
-                    break
-                self.write_register(name, data[pos:pos + n])
-                pos += n
-            return "OK"
-        if text.startswith("p"):
-            num = int(text[1:], 16)
-            if num >= len(REGISTERS):
-                return "E01"
-            return self.read_register(REGISTERS[num][0], self._task()).hex()
-        if text.startswith("P"):
-            num, val = text[1:].split("=")
-            num = int(num, 16)
-            if num >= len(REGISTERS):
-                return "E01"
-            self.write_register(REGISTERS[num][0], bytes.fromhex(val))
-            return "OK"
-        if text.startswith("m"):
-            addr, length = (int(x, 16) for x in text[1:].split(","))
-            try:
-                return self.m.mem.read(addr, length).hex()
-            except Exception:   # noqa: BLE001 - unmapped: gdb expects an error
-                return "E14"
-        if text.startswith("M"):
-            where, data = text[1:].split(":")
-            addr, _ = (int(x, 16) for x in where.split(","))
-            return self._poke(addr, bytes.fromhex(data))
-        if pkt.startswith(b"X"):
-            head, _, data = pkt[1:].partition(b":")
-            addr, _ = (int(x, 16) for x in head.decode().split(","))
-            return self._poke(addr, unescape_binary(data))
-        if text.startswith("Z0,") or text.startswith("z0,"):
-            addr = int(text[3:].split(",")[0], 16)
-            if text[0] == "Z":
-                if not any(bp.address == addr for bp in self.stepper.breakpoints.values()):
-                    self.stepper.break_at(addr)
-            else:
-                for num, bp in list(self.stepper.breakpoints.items()):
-                    if bp.address == addr:
-                        self.stepper.delete(num)
-            return "OK"
-        if text == "vCont?":
-            return "vCont;c;C;s;S"
-        if text.startswith("vCont;"):
-            actions = text[6:].split(";")
-            kinds = [a.split(":")[0][0] for a in actions]
-            return self._resume("s" if "s" in kinds or "S" in kinds else "c")
-        if text[:1] in ("c", "s") and all(ch in "0123456789abcdef" for ch in text[1:]):
-            if len(text) > 1:                          # c ADDR / s ADDR: resume at ADDR
-                self.stepper.set_register("rip", int(text[1:], 16))
-            return self._resume(text[0])
         if text.startswith("qRcmd,"):
-            return self._monitor(bytes.fromhex(text[6:]).decode())
+            return self._monitor(_hex_bytes(text[6:]).decode("utf-8", "replace"))
+        if text.startswith("vCont"):
+            return self._vcont(text[5:])
         if text == "D" or text.startswith("D;"):
             self.conn.send("OK")
             return None
-        if text == "k" or text.startswith("vKill"):
-            if text.startswith("vKill"):
-                self.conn.send("OK")
+        if text == "k":
             return None
-        return ""
+        if text.startswith("vKill"):
+            self.conn.send("OK")
+            return None
+        handler = {"H": self._h, "T": self._t, "g": self._g, "G": self._G, "p": self._p,
+                   "P": self._P, "m": self._m, "M": self._M, "X": self._X, "Z": self._z,
+                   "z": self._z, "c": self._cs, "s": self._cs}.get(head)
+        if handler is None:
+            return ""
+        return handler(pkt, text)
+
+    def _qxfer(self, rest: str) -> str:
+        annex, _, span = rest.rpartition(":")
+        if annex != "target.xml":
+            return "E00"                  # gdbserver: no such annex
+        off, length = _hex_pair(span)
+        xml = target_xml()
+        chunk = xml[off:off + min(length, PACKET_SIZE - 1)]
+        return ("l" if off + len(chunk) >= len(xml) else "m") + chunk
+
+    def _h(self, _pkt, text):
+        if len(text) < 2 or text[1] not in "gc":
+            raise Malformed(text)
+        tid = _thread_id(text[2:])
+        if tid not in (0, -1) and not any(t.tid == tid for t in self.m.tasks):
+            return "E01"
+        if text[1] == "g":
+            self.g_tid = None if tid in (0, -1) else tid
+        return "OK"
+
+    def _t(self, _pkt, text):
+        tid = _thread_id(text[1:])
+        return "OK" if any(t.tid == tid for t in self.m.tasks) else "E01"
+
+    def _g(self, _pkt, text):
+        return self.g_packet() if text == "g" else ""
+
+    def _G(self, _pkt, text):
+        data = _hex_bytes(text[1:])
+        if self.done:
+            return "E01"
+        pos = 0
+        for name, bits, _ in REGISTERS:
+            n = bits // 8
+            if pos + n > len(data):
+                break
+            self.write_register(name, data[pos:pos + n])
+            pos += n
+        return "OK"
+
+    def _p(self, _pkt, text):
+        return self.read_register(self._register(text[1:])[0], self._task()).hex()
+
+    def _P(self, _pkt, text):
+        num, eq, val = text[1:].partition("=")
+        if not eq:
+            raise Malformed(text)
+        name, bits = self._register(num)
+        data = _hex_bytes(val)
+        if len(data) != bits // 8:
+            raise Malformed(text)
+        if self.done:
+            return "E01"
+        self.write_register(name, data)
+        return "OK"
+
+    @staticmethod
+    def _register(num: str) -> tuple[str, int]:
+        n = _hex_int(num)
+        if n >= len(REGISTERS):
+            raise Malformed(num)
+        return REGISTERS[n][0], REGISTERS[n][1]
+
+    def _m(self, _pkt, text):
+        addr, length = _address_length(text[1:])
+        length = min(length, (PACKET_SIZE - 1) // 2)     # no more than a reply holds
+        out = bytearray()
+        while len(out) < length:          # page by page: a read that runs off the
+            a = addr + len(out)           # mapping is short, as ptrace's is
+            n = min(length - len(out), 0x1000 - (a & 0xFFF))
+            try:
+                out += self.m.mem.read(a, n)
+            except GuestFault:
+                break
+        return out.hex() if out or not length else "E14"
+
+    def _M(self, _pkt, text):
+        where, colon, data = text[1:].partition(":")
+        if not colon:
+            raise Malformed(text)
+        addr, length = _address_length(where)
+        data = _hex_bytes(data)
+        if len(data) != length:
+            raise Malformed(text)
+        return self._poke(addr, data)
+
+    def _X(self, pkt, _text):
+        head, colon, data = pkt[1:].partition(b":")
+        if not colon:
+            raise Malformed("X without data")
+        addr, length = _address_length(head.decode("latin-1"))
+        data = unescape_binary(data)
+        if len(data) != length:
+            raise Malformed("X length")
+        return self._poke(addr, data)
+
+    def _z(self, _pkt, text):
+        kind, _, rest = text[1:].partition(",")
+        if kind != "0":
+            return "" if kind in ("1", "2", "3", "4") else "E01"   # no hw/watchpoints
+        fields = rest.split(";", 1)[0].split(",")
+        if len(fields) != 2:
+            raise Malformed(text)
+        addr, _size = _hex_int(fields[0]), _hex_int(fields[1])
+        if addr > _MASK64:
+            raise Malformed(text)
+        if text[0] == "z":
+            for num, bp in list(self.stepper.breakpoints.items()):
+                if bp.address == addr:
+                    self.stepper.delete(num)
+            return "OK"
+        if self.done:
+            return "E01"
+        if not any(bp.address == addr for bp in self.stepper.breakpoints.values()):
+            try:
+                self.stepper.break_at(addr)
+            except StepperError:
+                return "E14"                # not executable memory
+        return "OK"
+
+    def _cs(self, _pkt, text):
+        addr = _hex_int(text[1:]) if len(text) > 1 else None   # c ADDR / s ADDR
+        if addr is not None and addr > _MASK64:
+            raise Malformed(text)
+        return self._resume(text[0], addr)
+
+    def _vcont(self, rest: str) -> str:
+        if rest == "?":
+            return "vCont;c;C;s;S"
+        if not rest.startswith(";") or rest == ";":
+            raise Malformed(rest)
+        kinds = []
+        for action in rest[1:].split(";"):
+            verb, colon, tid = action.partition(":")
+            if colon:
+                _thread_id(tid)
+            if verb in ("c", "s"):
+                kinds.append(verb)
+            elif verb[:1] in ("C", "S") and len(verb) == 3:
+                _hex_int(verb[1:])                # the signal is not delivered
+                kinds.append(verb[0].lower())
+            else:
+                raise Malformed(action)
+        return self._resume("s" if "s" in kinds else "c")
 
     def _poke(self, addr: int, data: bytes) -> str:
         """A debugger write (ptrace POKETEXT): goes into the process copy, like the kernel's
         FOLL_FORCE write; the CPU sees it at once."""
+        if not data:
+            return "OK"                   # gdb's probe for X support
         try:
             self.m.mem.text_poke(addr, data, count=False)
-        except Exception:   # noqa: BLE001
+        except GuestFault:
             return "E14"
         return "OK"
 
@@ -381,17 +651,55 @@ class GdbStub:
         return "OK"
 
     def serve(self, sock: socket.socket) -> None:
+        """Answer packets until detach, kill or the client goes away."""
         self.conn = GdbConnection(sock)
-        while True:
-            pkt = self.conn.read_packet()
-            if pkt is None:
-                return
-            reply = self.handle(pkt)
-            if reply is None:
-                return
-            if pkt == b"QStartNoAckMode":
-                continue
-            self.conn.send(reply)
+        try:
+            while True:
+                pkt = self.conn.read_packet()
+                reply = self.handle(pkt)
+                if reply is None:
+                    return
+                if pkt == b"QStartNoAckMode":
+                    continue
+                self.conn.send(reply)
+        except Disconnected:
+            return
+
+
+_HEX = re.compile(r"[0-9a-fA-F]+")
+_ADDR_LEN = re.compile(r"([0-9a-fA-F]+),([0-9a-fA-F]+)")
+
+
+def _hex_int(text: str) -> int:
+    if not _HEX.fullmatch(text):
+        raise Malformed(text)
+    return int(text, 16)
+
+
+def _hex_pair(text: str) -> tuple[int, int]:
+    m = _ADDR_LEN.fullmatch(text)
+    if not m:
+        raise Malformed(text)
+    return int(m.group(1), 16), int(m.group(2), 16)
+
+
+def _address_length(text: str) -> tuple[int, int]:
+    """``ADDR,LENGTH`` of m/M/X; the range must lie in the 64-bit address space."""
+    addr, length = _hex_pair(text)
+    if addr + length > _MASK64 + 1:
+        raise Malformed(text)
+    return addr, length
+
+
+def _hex_bytes(text: str) -> bytes:
+    if len(text) % 2 or (text and not _HEX.fullmatch(text)):
+        raise Malformed(text)
+    return bytes.fromhex(text)
+
+
+def _thread_id(text: str) -> int:
+    """A thread-id: hex, ``0`` (any) or ``-1`` (all)."""
+    return -1 if text == "-1" else _hex_int(text)
 
 
 def serve_once(machine, host: str, port: int, *, ready=None, max_insns=None, timeout=None) -> None:

@@ -2,11 +2,16 @@
 and under the model, then compare exit status, stdout and the ordered event stream.
 
 Host side: the probes are created in ``uprobe_events`` under a group of our own
-(``uemu_<pid>``), enabled only in a private trace instance (``instances/uemu_<pid>``) so
-the global buffer and other users' events are never touched, and always removed again,
-also after an error or Ctrl-C.  tracefs refuses seeking writes, so every write is one
-``os.write`` on an ``O_APPEND`` descriptor (never ``O_TRUNC``, which would delete every
-uprobe event on the system).
+(``uemu_<pid>_<pid namespace>``), enabled only in a private trace instance of the same
+name so the global buffer and other users' events are never touched, and always removed
+again, also after an error, Ctrl-C or a fatal signal; a run killed with SIGKILL is
+cleaned up by the next one, which removes the groups, instances and private mounts whose
+owner is gone.  tracefs refuses seeking writes, so every write is one ``os.write`` on an
+``O_APPEND`` descriptor (never ``O_TRUNC``, which would delete every uprobe event on the
+system), and each probe definition is its own write whose fields were checked for bytes
+tracefs would interpret (a newline in a path must never become a second command).
+
+The native run executes the program unsandboxed as root.
 
 Addresses are compared at link time: for a static-PIE guest both runs are shifted back
 by their load bias (learned from the first event of a known probe), so ASLR does not
@@ -15,11 +20,14 @@ count as a divergence.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 
 from .errors import EmuError, InputError
@@ -85,38 +93,172 @@ def host_profile_name(release: str | None = None) -> str:
 
 # ----------------------------------------------------------------------------- tracefs
 
-def find_tracefs() -> str | None:
+_TAG = re.compile(r"uemu_(\d+)_(\d+)")
+_MOUNT_PREFIX = "uemu-tracefs-"
+# Signals whose default action ends the process: each one raises Terminated while the
+# host has our probes, so the cleanup runs (SIGKILL cannot be caught: the next run's
+# sweep removes what it left).  SIGINT keeps Python's KeyboardInterrupt.
+_FATAL_SIGNALS = tuple(getattr(signal, n) for n in (
+    "SIGHUP", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGXCPU", "SIGXFSZ",
+    "SIGVTALRM", "SIGPROF", "SIGPWR") if hasattr(signal, n))
+_DEFERRED_SIGNALS = (signal.SIGINT, *_FATAL_SIGNALS)
+
+
+class Terminated(BaseException):
+    """A fatal signal arrived while host state of ours existed (raised by our handler)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def run_tag(pid: int | None = None) -> str:
+    """``uemu_<pid>_<pid namespace>``: the name of a run's probe group and trace instance
+    (and part of its private mount's name), so a later run can tell whether the owner
+    is still alive.  The namespace keeps runs in other containers (same kernel, same
+    tracefs, pids we cannot see) out of the sweep."""
+    return f"uemu_{os.getpid() if pid is None else pid}_{_pid_namespace()}"
+
+
+def _owner_gone(name: str) -> bool:
+    """``name`` carries the tag of a run in our pid namespace whose process is gone."""
+    m = _TAG.fullmatch(name)
+    if m is None or int(m.group(2)) != _pid_namespace() or int(m.group(1)) == os.getpid():
+        return False
+    try:
+        os.kill(int(m.group(1)), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+@contextlib.contextmanager
+def deferred_signals():
+    """Hold back Ctrl-C and the fatal signals (they are delivered when the block ends):
+    creating or removing host state is never cut in half."""
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED_SIGNALS)
+    except (OSError, ValueError):
+        old = None
+    try:
+        yield
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _raise_terminated(signum, _frame):
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def fatal_signals_clean_up():
+    """While the block runs, a fatal signal raises :class:`Terminated` (so every
+    ``finally`` on the way out removes host state); at the end the process dies of that
+    signal as it would have.  Nested uses are one; outside the main thread a no-op.
+    Only around the native run: the main thread waits in Python there, while a model
+    run may sit in Unicorn, where a Python handler would not run until it returns."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is _raise_terminated:
+        yield
+        return
+    old = {s: signal.signal(s, _raise_terminated) for s in _FATAL_SIGNALS}
+    try:
+        yield
+    except Terminated as t:
+        for s, h in old.items():
+            signal.signal(s, h)
+        old = {}
+        signal.signal(t.signum, signal.SIG_DFL)
+        os.kill(os.getpid(), t.signum)
+        raise                                  # only if the signal did not end us
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _mounts() -> list[str]:
+    """Mount points of tracefs, from /proc/mounts (octal escapes undone)."""
+    out = []
     try:
         with open("/proc/mounts") as f:
             for line in f:
                 parts = line.split()
                 if len(parts) > 2 and parts[2] == "tracefs":
-                    return parts[1]
+                    out.append(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), parts[1]))
     except OSError:
+        pass
+    return out
+
+
+def _private_mount_tag(mountpoint: str) -> str | None:
+    base = os.path.basename(mountpoint)
+    if not base.startswith(_MOUNT_PREFIX):
         return None
-    return None
+    return base[len(_MOUNT_PREFIX):].rsplit("-", 1)[0]
+
+
+def find_tracefs() -> str | None:
+    """A tracefs mount that stays: never another run's private one (it unmounts it)."""
+    return next((p for p in _mounts() if _private_mount_tag(p) is None), None)
+
+
+def sweep_mounts() -> list[str]:
+    """Unmount and remove the private tracefs mounts of runs that are gone."""
+    done = []
+    for p in _mounts():
+        tag = _private_mount_tag(p)
+        if tag is not None and _owner_gone(tag):
+            if subprocess.run(["umount", p], capture_output=True).returncode == 0:
+                with contextlib.suppress(OSError):
+                    os.rmdir(p)
+                done.append(p)
+    return done
 
 
 class Tracefs:
-    """A tracefs mount we may use: the existing one, or one we mount (and unmount)."""
+    """A tracefs mount we may use: the existing one, or one we mount (and unmount).
+
+    A private mount is named after the run (:func:`run_tag`), so the next run removes it
+    if this one is killed before it could."""
 
     def __init__(self):
         if os.geteuid() != 0:
             raise HostKernelError("the host kernel's uprobes need root (tracefs uprobe_events)")
-        self.path = find_tracefs()
         self._mounted = None
-        if self.path is None:
-            tmp = tempfile.mkdtemp(prefix="uemu-tracefs-")
-            res = subprocess.run(["mount", "-t", "tracefs", "nodev", tmp], capture_output=True, text=True)
-            if res.returncode != 0:
-                os.rmdir(tmp)
-                raise HostKernelError(f"cannot mount tracefs: {res.stderr.strip() or 'mount failed'}")
-            self.path, self._mounted = tmp, tmp
+        try:
+            with deferred_signals():          # a held-back signal is raised on leaving
+                sweep_mounts()
+                self.path = find_tracefs()
+                if self.path is None:
+                    self.path = self._mount()
+        except BaseException:
+            self.close()
+            raise
         if not os.path.exists(os.path.join(self.path, "uprobe_events")):
             self.close()
             raise HostKernelError("this kernel has no uprobe_events (CONFIG_UPROBE_EVENTS off)")
 
+    def _mount(self) -> str:
+        tmp = tempfile.mkdtemp(prefix=f"{_MOUNT_PREFIX}{run_tag()}-")
+        res = subprocess.run(["mount", "-t", "tracefs", "nodev", tmp], capture_output=True, text=True)
+        if res.returncode != 0:
+            os.rmdir(tmp)
+            raise HostKernelError(f"cannot mount tracefs: {res.stderr.strip() or 'mount failed'}")
+        self._mounted = tmp
+        return tmp
+
     def write(self, rel: str, text: str) -> None:
+        """One write() call: tracefs runs each write's lines as commands."""
         fd = os.open(os.path.join(self.path, rel), os.O_WRONLY | os.O_APPEND)
         try:
             os.write(fd, text.encode())
@@ -131,30 +273,99 @@ class Tracefs:
 
     def close(self) -> None:
         if self._mounted:
-            subprocess.run(["umount", self._mounted], capture_output=True)
-            os.rmdir(self._mounted)
-            self._mounted = None
+            with deferred_signals():
+                subprocess.run(["umount", self._mounted], capture_output=True)
+                with contextlib.suppress(OSError):
+                    os.rmdir(self._mounted)
+                self._mounted = None
+
+
+# Bytes tracefs interprets in a uprobe_events line: trace_parse_run_command() splits a
+# write at '\n' and cuts a line at '#'; argv_split() splits at the kernel's isspace()
+# (\t \n \v \f \r, space, and 0xa0 in lib/ctype.c); NUL ends the string.  Other control
+# bytes are refused too: no program path needs them.
+_INTERPRETED = frozenset(range(0x00, 0x21)) | {0x23, 0x7F, 0xA0}
+_LINE_MAX = 4096 - 2           # WRITE_BUFSIZE less the '\n' and the NUL
+
+
+def _check_field(what: str, value: str) -> bytes:
+    raw = os.fsencode(value)
+    bad = next((b for b in raw if b in _INTERPRETED), None)
+    if not raw or bad is not None:
+        why = "is empty" if not raw else f"contains {bytes([bad])!r}, which tracefs would interpret"
+        raise InputError(f"diff: {what} {value!r} {why}; the host probes cannot name it")
+    return raw
+
+
+def probe_command(kind: str, group: str, event: str, path: str, offset: int, args: str = "") -> str:
+    """One ``uprobe_events`` definition, every field checked so that the line is exactly
+    one command with exactly these fields (trace_uprobe.c's __trace_uprobe_create():
+    ``[pr]:GROUP/EVENT PATH:OFFSET FETCHARGS...``)."""
+    from kernel_model.probe_spec import _is_good_name, _is_good_system_name
+    if kind not in ("p", "r"):
+        raise InputError(f"diff: probe kind {kind!r} is not p or r")
+    if not _is_good_system_name(group) or not _is_good_name(event):
+        raise InputError(f"diff: bad event name {group}/{event}")
+    raw = _check_field("program path", path)
+    if not raw.startswith(b"/"):
+        raise InputError(f"diff: program path {path!r} is not absolute")
+    for arg in args.split(" ") if args else ():
+        _check_field("fetcharg", arg)
+    line = f"{kind}:{group}/{event} {path}:{offset:#x}" + (f" {args}" if args else "")
+    if len(os.fsencode(line)) > _LINE_MAX:
+        raise InputError(f"diff: the probe definition for {path!r} is longer than tracefs "
+                         f"accepts ({_LINE_MAX} bytes)")
+    return line
+
+
+def sweep_leftovers(t: Tracefs) -> list[str]:
+    """Remove what runs that are gone left behind (SIGKILL, a crash): their trace
+    instances and their probe events.  Only names carrying a dead run's tag."""
+    removed = []
+    inst_dir = os.path.join(t.path, "instances")
+    for name in sorted(os.listdir(inst_dir)) if os.path.isdir(inst_dir) else ():
+        if _owner_gone(name):
+            with contextlib.suppress(HostKernelError, OSError):
+                if os.path.exists(os.path.join(inst_dir, name, "events", name)):
+                    t.write(f"instances/{name}/events/{name}/enable", "0")
+                os.rmdir(os.path.join(inst_dir, name))
+                removed.append(f"instances/{name}")
+    for line in t.read("uprobe_events").splitlines():
+        head = line.split(maxsplit=1)[0] if line.strip() else ""
+        event = head.partition(":")[2]
+        if _owner_gone(event.partition("/")[0]):
+            with contextlib.suppress(HostKernelError):
+                t.write("uprobe_events", f"-:{event}\n")
+                removed.append(event)
+    return removed
 
 
 class HostProbes:
-    """Probes created in the host kernel for one run; removed on exit, whatever happens."""
+    """Probes created in the host kernel for one run; removed on exit, whatever happens.
 
-    def __init__(self, tracefs: Tracefs, definitions: list[str]):
+    Setup and cleanup run with signals held back; before creating anything, the
+    leftovers of runs that are gone are swept (:func:`sweep_leftovers`)."""
+
+    def __init__(self, tracefs: Tracefs, probes: list, path: str):
         self.t = tracefs
-        self.group = f"uemu_{os.getpid()}"
+        self.group = run_tag()
         self.instance = f"instances/{self.group}"
-        self.definitions = definitions       # "p:GROUP/EV PATH:0xOFF ARGS" lines
+        # every definition is checked before anything is written
+        self.definitions = [probe_command(p.kind, self.group, p.event, path, p.offset, p.args)
+                            for p in probes]
         self.created: list[str] = []
         self.instance_made = False
 
     def __enter__(self):
         try:
-            for d in self.definitions:
-                self.t.write("uprobe_events", d + "\n")
-                self.created.append(d.split()[0].split(":", 1)[1])
-            os.mkdir(os.path.join(self.t.path, self.instance))
-            self.instance_made = True
-            self.t.write(f"{self.instance}/events/{self.group}/enable", "1")
+            with deferred_signals():          # a held-back signal is raised on leaving
+                sweep_leftovers(self.t)
+                for d in self.definitions:
+                    self.t.write("uprobe_events", d + "\n")      # one command per write
+                    self.created.append(d.split()[0].split(":", 1)[1])
+                os.mkdir(os.path.join(self.t.path, self.instance))
+                self.instance_made = True
+                self.t.write(f"{self.instance}/events/{self.group}/enable", "1")
         except BaseException:
             self.cleanup()
             raise
@@ -164,6 +375,10 @@ class HostProbes:
         return self.t.read(f"{self.instance}/trace")
 
     def cleanup(self) -> None:
+        with deferred_signals():
+            self._cleanup()
+
+    def _cleanup(self) -> None:
         errors = []
         if self.instance_made:
             try:
@@ -253,23 +468,27 @@ def _bias(lines: list[dict], probes: list[ResolvedProbe]) -> int:
 
 def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: bytes,
                timeout: float) -> RunRecord:
-    tracefs = Tracefs()
-    try:
-        group = f"uemu_{os.getpid()}"
-        defs = [f"{p.kind}:{group}/{p.event} {path}:{p.offset:#x}" + (f" {p.args}" if p.args else "")
-                for p in probes]
-        with HostProbes(tracefs, defs) as hp:
-            try:
-                proc = subprocess.run([path, *argv[1:]], input=stdin, capture_output=True,
-                                      timeout=timeout)
-            except subprocess.TimeoutExpired:
-                raise HostKernelError(f"the native run did not finish in {timeout} s") from None
-            text = hp.trace()
-    finally:
-        tracefs.close()
+    """Run the program natively (unsandboxed, as root) under host probes.  The probes,
+    the trace instance and a tracefs mount of ours are removed however the run ends:
+    an error, Ctrl-C or a fatal signal (SIGKILL: by the next run's sweep)."""
+    with fatal_signals_clean_up():
+        for p in probes:                      # refuse a bad field before touching tracefs
+            probe_command(p.kind, run_tag(), p.event, path, p.offset, p.args)
+        tracefs = None
+        try:
+            tracefs = Tracefs()
+            with HostProbes(tracefs, probes, path) as hp:
+                try:
+                    proc = subprocess.run([path, *argv[1:]], input=stdin, capture_output=True,
+                                          timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    raise HostKernelError(f"the native run did not finish in {timeout} s") from None
+                text = hp.trace()
+        finally:
+            if tracefs is not None:
+                tracefs.close()
     lines = [dict(rec, event=rec["event"]) for rec in parse_trace(text)]
     if proc.returncode < 0:
-        import signal
         status = f"signal {signal.Signals(-proc.returncode).name}"
     else:
         status = f"exit {proc.returncode}"
@@ -333,7 +552,12 @@ def add_cli(sub, add_machine_options) -> None:
     p = sub.add_parser("diff", help="run a guest under the host kernel's uprobes and the model; compare",
                        description="Run PROGRAM natively with the probes created through tracefs "
                                    "and in the model under the matching kernel profile, then "
-                                   "compare exit status, stdout and the ordered event stream.")
+                                   "compare exit status, stdout and the ordered event stream. "
+                                   "The native side needs root and runs PROGRAM UNSANDBOXED AS "
+                                   "ROOT: diff only programs you trust. Host probes, the trace "
+                                   "instance and any tracefs mount of ours are removed on exit, "
+                                   "error, Ctrl-C and fatal signals; after a SIGKILL the next "
+                                   "run removes them.")
     p.add_argument("program", metavar="PROGRAM")
     p.add_argument("args", nargs="*", metavar="ARGS")
     p.add_argument("-e", "--event", action="append", default=[], metavar="SPEC", required=True,

@@ -379,7 +379,7 @@ def _tracefs_reason():
 @pytest.mark.skipif(_tracefs_reason() is not None, reason=f"host tracefs unusable: {_tracefs_reason()}")
 def test_host_kernel_run_counts_every_hit(tmp_path):
     import os
-    from emu.hostdiff import Tracefs, host_profile_name
+    from emu.hostdiff import Tracefs, host_profile_name, run_tag
     from guest_programs import write_guest
     path = str(tmp_path / "bench_trigger")
     write_guest("bench_trigger", path)
@@ -398,6 +398,6 @@ def test_host_kernel_run_counts_every_hit(tmp_path):
         assert nop10["status"] == "n/a" and "never installed" in nop10["reason"]
     t = Tracefs()
     try:
-        assert f"uemu_{os.getpid()}/bench" not in t.read("uprobe_events")    # removed again
+        assert f"{run_tag()}/bench" not in t.read("uprobe_events")    # removed again
     finally:
         t.close()

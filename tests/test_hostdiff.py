@@ -46,7 +46,7 @@ def diff(path, specs, argv=()):
 def our_probes_left() -> list[str]:
     t = Tracefs()
     try:
-        mine = f"uemu_{os.getpid()}/"
+        mine = f"{hostdiff.run_tag()}/"
         return [l for l in t.read("uprobe_events").splitlines() if l.split()[0].split(":")[1].startswith(mine)]
     finally:
         t.close()
@@ -104,14 +104,14 @@ def test_probes_are_removed_after_an_interrupted_run(corpus_dir):
     t = Tracefs()
     try:
         with pytest.raises(KeyboardInterrupt):
-            with HostProbes(t, [f"p:uemu_{os.getpid()}/ev0 {exe}:0x1000"]):
+            with HostProbes(t, [hostdiff.ResolvedProbe("p", "ev0", "p", 0x1000, 0, "")], exe):
                 assert our_probes_left() != []
                 raise KeyboardInterrupt
     finally:
         t.close()
     assert our_probes_left() == []
     assert not os.path.exists(os.path.join(hostdiff.find_tracefs() or "/nonexistent",
-                                           "instances", f"uemu_{os.getpid()}"))
+                                           "instances", hostdiff.run_tag()))
 
 
 @needs_tracefs
