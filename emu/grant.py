@@ -73,12 +73,22 @@ def walk_beneath(rootfd: int, path: str, flags: int, mode: int = 0) -> int:
                 part = "."
             if last:
                 return os.open(part, flags | os.O_NOFOLLOW, mode, dir_fd=stack[-1])
-            stack.append(os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                 dir_fd=stack[-1]))
+            stack.append(_open_dir(part, stack[-1]))
         return os.open(".", flags | os.O_NOFOLLOW, mode, dir_fd=stack[-1])
     finally:
         for fd in stack:
             os.close(fd)
+
+
+def _open_dir(part: str, dirfd: int) -> int:
+    """One directory component, never through a symlink (O_NOFOLLOW|O_DIRECTORY says
+    ENOTDIR for a link: told apart so the errno is openat2's ELOOP)."""
+    try:
+        return os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
+    except NotADirectoryError:
+        if S.S_ISLNK(os.stat(part, dir_fd=dirfd, follow_symlinks=False).st_mode):
+            raise OSError(E.ELOOP, os.strerror(E.ELOOP), part) from None
+        raise
 
 
 class GrantedDir:
