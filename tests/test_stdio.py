@@ -15,6 +15,7 @@ import shutil
 import struct
 import subprocess
 import termios
+import threading
 
 import pytest
 
@@ -151,3 +152,85 @@ def test_diff_busybox_seq_with_a_probe_on_write_agrees():
     assert p.returncode == 0, p.stdout.decode() + p.stderr.decode()
     line = p.stdout.decode().splitlines()[0]
     assert line.startswith("agree:") and line.endswith("exit 0, 6 bytes of stdout, 1 events"), line
+
+
+# ------------------------------------------------------------------ stdin, read lazily
+
+def test_stdin_descriptor_is_read_as_the_guest_reads_and_bounded():
+    """/dev/zero as stdin: the guest takes what it asks for, nothing is slurped."""
+    fd = os.open("/dev/zero", os.O_RDONLY)
+    try:
+        m = Machine.from_elf(BUSYBOX, argv=["head", "-c", "300000"], stdin=fd)
+    finally:
+        os.close(fd)                    # the machine holds its own duplicate
+    r = m.run(timeout=60)
+    assert r.exit_code == 0 and r.stdout == bytes(300000), (r.describe(), len(r.stdout))
+
+
+def test_stdin_pipe_without_data_gives_way_to_the_timeout():
+    import time
+    rd, wr = os.pipe()
+    try:
+        m = Machine.from_elf(BUSYBOX, argv=["cat"], stdin=rd)
+        t0 = time.monotonic()
+        r = m.run(timeout=1.0)
+        took = time.monotonic() - t0
+    finally:
+        os.close(rd)
+        os.close(wr)
+    assert r.reason == "timeout" and took < 5, f"{r.describe()} after {took:.1f} s"
+
+
+def _fifo(tmp_path):
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    return str(path)
+
+
+def test_cli_stdin_fifo_without_a_writer_times_out(tmp_path):
+    p = cli("run", BUSYBOX, "--stdin", _fifo(tmp_path), "--timeout", "1", "--", "cat", timeout=30)
+    assert p.returncode == 124, p.stderr
+    assert b"timeout" in p.stderr
+
+
+def test_cli_stdin_fifo_is_read_once_a_writer_comes(tmp_path):
+    fifo = _fifo(tmp_path)
+
+    def writer():
+        with open(fifo, "wb") as f:     # blocks until the guest side is open
+            f.write(b"through the fifo\n")
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    p = cli("run", BUSYBOX, "--stdin", fifo, "--timeout", "30", "--", "cat", timeout=60)
+    t.join(5)
+    assert p.returncode == 0 and p.stdout == b"through the fifo\n", (p.returncode, p.stdout, p.stderr)
+
+
+def test_cli_ctrl_c_interrupts_a_waiting_read():
+    """The guest waits on the command's stdin, a pipe kept open with nothing in it."""
+    import signal
+    import time
+    proc = subprocess.Popen([shutil.which("uprobe-emu"), "run", BUSYBOX, "--timeout", "60", "--", "cat"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(2.0)
+    assert proc.poll() is None, "the guest did not wait for its stdin"
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and time.monotonic() - t0 < 5, (proc.returncode, err)
+
+
+def test_cli_stdin_dev_zero_stays_small():
+    """The old eager read grew without bound: a 3 GiB address-space limit would stop it."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+    p = subprocess.run([shutil.which("uprobe-emu"), "run", BUSYBOX, "--stdin", "/dev/zero", "--",
+                        "head", "-c", "2000000"], capture_output=True, preexec_fn=limit, timeout=120)
+    assert p.returncode == 0 and p.stdout == bytes(2000000), (p.returncode, len(p.stdout), p.stderr[-300:])
+
+
+def test_cli_default_stdin_is_the_commands_own():
+    p = cli("run", BUSYBOX, "--", "cat", input=b"piped into the command\n")
+    assert p.returncode == 0 and p.stdout == b"piped into the command\n", p.stderr
