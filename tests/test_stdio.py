@@ -137,12 +137,6 @@ def test_cli_on_a_terminal_agrees_with_the_native_run(build_c):
     assert strip(model[1], model[2]) == strip(native[1], native[2])
 
 
-def test_seq_on_a_terminal_is_line_buffered():
-    """On a tty glibc line-buffers stdout: one write per line, as natively."""
-    status, out, _ = _run_on_a_pty([shutil.which("uprobe-emu"), "run", BUSYBOX, "seq", "1", "3"], 24, 80)
-    assert status == 0 and out.replace(b"\r", b"") == b"1\n2\n3\n", out
-
-
 # ------------------------------------------------------------------ the host kernel agrees
 
 @needs_tracefs
