@@ -389,9 +389,7 @@ class Syscalls(ProcessSyscalls):
     # ------------------------------------------------------------------ I/O
     def sys_read(self, task, regs, fd, buf, count, *_):
         f = self._file(task, fd)
-        if f is None:
-            return _neg(E.EBADF)
-        if not f.readable:
+        if f is None or not f.readable:
             return _neg(E.EBADF)
         data = f.read(min(count, MAX_RW_COUNT), self.interrupted)
         if isinstance(data, int):
@@ -526,8 +524,7 @@ class Syscalls(ProcessSyscalls):
         hfd = self.grant.open(rel, flags & allowed, mode & 0o777)
         if hfd < 0:
             return hfd
-        fd = task.process.fds.install(HostFile(hfd, rel, acc), 0)
-        return fd
+        return task.process.fds.install(HostFile(hfd, rel, acc), 0)
 
     def sys_open(self, task, regs, path, flags, mode, *_):
         return self.sys_openat(task, regs, AT_FDCWD, path, flags, mode)
