@@ -36,6 +36,19 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
+def _size(text: str) -> int:
+    """A byte count with an optional K/M/G/T suffix (binary units)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    scale = units.get(text[-1:].upper(), 1)
+    try:
+        n = int(text[:-1] if scale > 1 else text, 0) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r}") from None
+    if n < 4096:
+        raise argparse.ArgumentTypeError(f"must be at least 4096 bytes: {text!r}")
+    return n
+
+
 def _add_machine_options(p: argparse.ArgumentParser) -> None:
     from kernel_model.profiles import KernelProfile
     p.add_argument("--kernel", default="latest", metavar="V",
@@ -44,7 +57,10 @@ def _add_machine_options(p: argparse.ArgumentParser) -> None:
                    help="exact instruction budget (default 0 = none: full speed, the timeout "
                         "bounds the run; a budget costs ~5x on hot loops)")
     p.add_argument("--timeout", type=float, default=120.0, metavar="S", help="wall-clock limit")
-    p.add_argument("--stdin", metavar="FILE", help="file whose bytes the guest reads on fd 0")
+    p.add_argument("--stdin", metavar="FILE",
+                   help="file the guest reads on fd 0, as it reads (default: this command's stdin)")
+    p.add_argument("--mem-total", type=_size, default=None, metavar="SIZE",
+                   help="RAM the guest's sysinfo reports, e.g. 512M, 8G (default 4G)")
     p.add_argument("--grant-dir", metavar="DIR",
                    help="host directory the guest may open files in (default: none)")
     p.add_argument("--seed", type=_int, default=0, metavar="N",
@@ -148,23 +164,38 @@ def cmd_guests(args) -> int:
     return 0
 
 
-def make_machine(args, passthrough: bool = True):
-    from .machine import Machine
-    stdin = b""
+def _open_stdin(args, own_stdin: bool) -> bytes | int:
+    """The guest's fd 0: the --stdin file (opened without blocking on a FIFO, read as
+    the guest reads), else this command's own stdin, else (own_stdin False: the
+    command reads its stdin itself) an empty pipe."""
     if args.stdin:
         try:
-            with open(args.stdin, "rb") as f:
-                stdin = f.read()
+            return os.open(args.stdin, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
         except OSError as e:
             raise EmuError(f"cannot read --stdin file {args.stdin!r}: {e.strerror}") from None
+    return 0 if own_stdin else b""
+
+
+def make_machine(args, passthrough: bool = True, own_stdin: bool = True):
+    """The machine of a CLI run.  With ``passthrough`` the guest's fds 0-2 are
+    described as this command's own (a terminal, a file or a pipe), as they would be
+    natively; otherwise its output is captured, so fds 1 and 2 are pipes."""
+    from .machine import Machine
     if args.grant_dir and not os.path.isdir(args.grant_dir):
         raise EmuError(f"--grant-dir {args.grant_dir!r} is not a directory")
     extra = list(getattr(args, "args", []) or []) + list(getattr(args, "guest_tail", []))
     prog = args.program
     guest_argv = [prog[len("guest:"):] if prog.startswith("guest:") else prog] + extra
-    return Machine.from_program(args.program, argv=guest_argv, kernel=args.kernel, stdin=stdin,
-                                passthrough=passthrough, grant_dir=args.grant_dir,
-                                seed=getattr(args, "seed", 0))
+    stdin = _open_stdin(args, own_stdin and passthrough)
+    try:
+        return Machine.from_program(args.program, argv=guest_argv, kernel=args.kernel, stdin=stdin,
+                                    passthrough=passthrough, grant_dir=args.grant_dir,
+                                    seed=getattr(args, "seed", 0),
+                                    stdio="host" if passthrough else "pipe",
+                                    mem_total=getattr(args, "mem_total", None))
+    finally:
+        if isinstance(stdin, int) and stdin != 0:
+            os.close(stdin)
 
 
 def report_result(result, machine=None) -> int:

@@ -81,11 +81,16 @@ class Machine:
     Build one with :meth:`from_elf`, :meth:`from_asm` or :meth:`from_guest`; then
     ``run()``, ``step()``, read ``regs``/``mem``/``counters``, and register probes with
     ``uprobes``.
+
+    ``stdin``: bytes (fd 0 is a pipe holding them) or a host descriptor read lazily;
+    ``stdio``: "pipe" (default: fds 0-2 are pipes, deterministic) or "host" (fds 1/2 are
+    described as the host's own: tty, file or pipe); ``mem_total``: the RAM sysinfo
+    reports (default 4 GiB).  See :mod:`emu.files`.
     """
 
-    def __init__(self, *, kernel: str = "latest", stdin: bytes = b"", passthrough: bool = False,
+    def __init__(self, *, kernel: str = "latest", stdin: bytes | int = b"", passthrough: bool = False,
                  grant_dir: str | None = None, seed: int = 0, comm: str = "guest",
-                 **kernel_overrides):
+                 stdio: str = "pipe", mem_total: int | None = None, **kernel_overrides):
         from kernel_model.kernel import Kernel  # the modeled kernel owns traps 1/3, 335, 336
         from .syscalls import Syscalls
 
@@ -104,7 +109,8 @@ class Machine:
         self.stderr = bytearray()
         self.passthrough = passthrough
         self.symbols: dict[str, int] = {}
-        self.syscalls = Syscalls(self, stdin=stdin, grant_dir=grant_dir, seed=seed)
+        self.syscalls = Syscalls(self, stdin=stdin, grant_dir=grant_dir, seed=seed, stdio=stdio,
+                                 mem_total=mem_total)
         self.kernel = Kernel(self, kernel, **kernel_overrides)
         self._result: RunResult | None = None
         self._pending_fault: tuple[str, int] | None = None

@@ -4,13 +4,16 @@ A mixin of :class:`emu.syscalls.Syscalls`.  fork gives the child a copy of the a
 space (its own Unicorn instance), minus the mappings the kernel marks VM_DONTCOPY (the
 [uprobes] XOL page; the [uprobes-trampoline] page on 6.18-7.1); threads (CLONE_VM) share
 the process; vfork shares the address space and suspends the parent until the child
-exits.  Sleeping syscalls block the task and the scheduler runs another one.
+exits.  Sleeping syscalls block the task and the scheduler runs another one.  Descriptor
+tables follow copy_files/exit_files (:class:`emu.files.FdTable`).
 """
 
 from __future__ import annotations
 
 import errno as E
 import struct
+
+from .files import FdTable
 
 CLONE_VM, CLONE_FS, CLONE_FILES, CLONE_SIGHAND = 0x100, 0x200, 0x400, 0x800
 CLONE_VFORK, CLONE_PARENT, CLONE_THREAD = 0x4000, 0x8000, 0x10000
@@ -58,10 +61,10 @@ class ProcessSyscalls:
             child_proc = parent
         elif flags & CLONE_VM:
             child_proc = m.new_process(comm=parent.comm, share_mm=parent, parent=parent)
-            self._inherit(parent, child_proc)
+            self._inherit(parent, child_proc, flags)
         else:
             child_proc = m.new_process(comm=parent.comm, parent=parent)
-            self._inherit(parent, child_proc)
+            self._inherit(parent, child_proc, flags)
             self._copy_mm(parent, child_proc)
         child = m.new_task(child_proc)
         # the child resumes after the syscall with rax = 0 (the parent's regs otherwise)
@@ -90,12 +93,14 @@ class ProcessSyscalls:
         m.yield_cpu()                    # reschedule: the child may run first
         return child.tid
 
-    def _inherit(self, parent, child) -> None:
+    def _inherit(self, parent, child, flags: int = 0) -> None:
         child.exe, child.exe_path = parent.exe, parent.exe_path
         child.files = list(parent.files)
         child.brk_start, child.brk = parent.brk_start, parent.brk
         child.sigactions = dict(parent.sigactions)
-        child.fds = dict(parent.fds)
+        # copy_files: CLONE_FILES shares the table, otherwise dup_fd copies it and every
+        # open file description gains a reference (closing one side leaves the other)
+        child.fds = parent.fds.share() if flags & CLONE_FILES else parent.fds.fork()
 
     def _copy_mm(self, parent, child) -> None:
         """dup_mmap: every mapping but the VM_DONTCOPY ones, with the parent's bytes
@@ -150,6 +155,15 @@ class ProcessSyscalls:
                 pass
             self._futex_wake(task.process, task.clear_child_tid, 1)
         task.process.tasks = [t for t in task.process.tasks if t.state != "dead"] or task.process.tasks
+        if all(t.state == "dead" for t in task.process.tasks):
+            self._exit_files(task.process)
+
+    def _exit_files(self, proc) -> None:
+        """exit_files: the last task of a process drops its descriptor table (its open
+        files lose a reference each; shared ones stay open for the others)."""
+        table, proc.fds = proc.fds, FdTable()
+        if isinstance(table, FdTable):
+            table.put()
 
     def child_exited(self, proc) -> None:
         """A child process died: a vfork parent resumes, a waiting parent is woken."""

@@ -1324,7 +1324,7 @@ def cmd_step(args) -> int:
                 scripts.append(f.read().splitlines())
         except OSError as e:
             raise EmuError(f"cannot read command file {path!r}: {e.strerror}") from None
-    m = make_machine(args)
+    m = make_machine(args, own_stdin=False)     # the stepper reads its commands from stdin
     if args.event:
         m.uprobes.add_events(args.event, output=sys.stdout)
     stepper = Stepper(m, max_insns=args.max_insns or None, timeout=args.timeout or None)

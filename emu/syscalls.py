@@ -4,7 +4,8 @@ Arguments come in rdi, rsi, rdx, r10, r8, r9; the result goes to rax (negative e
 failure).  The machine has already done what the ``syscall`` instruction does (rcx, r11).
 Only modeled syscalls exist: anything else returns -ENOSYS and is counted and reported by
 number and name.  Guests are sandboxed: no host file is reachable unless the user grants
-a directory, and then only inside it.
+a directory, and then only inside it (see :mod:`emu.grant`).  Descriptors and open files
+are :mod:`emu.files` objects: a per-process table of refcounted descriptions.
 """
 
 from __future__ import annotations
@@ -14,6 +15,11 @@ import os
 import random
 import struct
 
+from unicorn.unicorn_const import UC_QUERY_TIMEOUT
+
+from .errors import InputError
+from .files import FdTable, HostFile, HostInput, OpenFile, OutputSink, PipeInput, SeqFile, stat_bytes
+from .grant import GrantedDir
 from .memory import (PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, GuestFault,
                      page_down, page_up)
 from .process_syscalls import ProcessSyscalls, pid_t
@@ -23,11 +29,13 @@ from .syscall_names import SYSCALL_NAMES
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
 MAP_FIXED_NOREPLACE = 0x100000
 ARCH_SET_GS, ARCH_SET_FS, ARCH_GET_FS, ARCH_GET_GS = 0x1001, 0x1002, 0x1003, 0x1004
-TCGETS = 0x5401
 AT_FDCWD = -100
-O_ACCMODE, O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_APPEND, O_DIRECTORY = 3, 1, 2, 0o100, 0o1000, 0o2000, 0o200000
+O_ACCMODE, O_WRONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_APPEND, O_DIRECTORY = \
+    3, 1, 2, 0o100, 0o200, 0o1000, 0o2000, 0o200000
 AT_EMPTY_PATH = 0x1000
-S_IFCHR, S_IFREG = 0o020000, 0o100000
+SEEK_MAX = 4                                       # SEEK_HOLE
+MAX_RW_COUNT = 1 << 24                             # most bytes one write() copies (a short write)
+DEFAULT_MEM_TOTAL = 4 << 30                        # the modeled machine's RAM (sysinfo)
 CLOCK_EPOCH_NS = 1_767_225_600 * 1_000_000_000    # 2026-01-01T00:00:00Z
 CLOCK_TICK_NS = 1_000                              # each clock read advances 1 us
 RLIM_INFINITY = 0xFFFFFFFFFFFFFFFF
@@ -38,22 +46,40 @@ def _neg(err: int) -> int:
     return -err
 
 
-class _HostFile:
-    """A file the guest opened inside the granted directory."""
+def _fd(value: int) -> int:
+    """A descriptor argument as the kernel reads it: an unsigned int (a negative one
+    matches no slot)."""
+    return value & 0xFFFFFFFF
 
-    def __init__(self, fd: int, path: str):
-        self.fd = fd
-        self.path = path
+
+def _off(value: int) -> int:
+    """An loff_t argument: signed 64-bit."""
+    return value - (1 << 64) if value >> 63 else value
+
+
+def guest_exe_view(path: str) -> str:
+    """/proc/self/exe as the guest sees it: the executable's path as the user named
+    it, made absolute against the guest's working directory ``/`` (never the host's
+    working directory); a built-in ``guest:NAME`` has no path and keeps its name."""
+    if path.startswith("guest:"):
+        return path
+    return os.path.normpath("/" + path) if not path.startswith("/") else os.path.normpath(path)
 
 
 class Syscalls(ProcessSyscalls):
     """The syscall table of one machine.  ``register(nr, fn)`` adds or overrides an
     entry (the kernel model registers uretprobe/uprobe, 335/336)."""
 
-    def __init__(self, machine, *, stdin: bytes = b"", grant_dir: str | None = None, seed: int = 0):
+    def __init__(self, machine, *, stdin: bytes | int = b"", grant_dir: str | None = None, seed: int = 0,
+                 stdio: str = "pipe", mem_total: int | None = None):
         self.m = machine
-        self.stdin = bytearray(stdin)
-        self.grant_dir = os.path.realpath(grant_dir) if grant_dir else None
+        mem_total = DEFAULT_MEM_TOTAL if mem_total is None else mem_total
+        if not isinstance(mem_total, int) or mem_total < PAGE_SIZE:
+            raise InputError(f"mem_total must be at least {PAGE_SIZE} bytes, not {mem_total!r}")
+        self.grant = GrantedDir(grant_dir) if grant_dir else None
+        self.grant_dir = self.grant.root if self.grant else None
+        self.mem_total = mem_total
+        machine.main_process.fds = self._stdio_table(stdin, stdio)
         self.rng = random.Random(seed)
         self.clock_ns = CLOCK_EPOCH_NS
         self.table: dict[int, callable] = {}
@@ -91,21 +117,35 @@ class Syscalls(ProcessSyscalls):
     def mem(self):
         return self.m.mem
 
-    def _write_out(self, fd: int, data: bytes) -> int:
-        if fd == 1:
-            self.m.stdout += data
-            if self.m.passthrough:
-                os.write(1, data)
-            return len(data)
-        if fd == 2:
-            self.m.stderr += data
-            if self.m.passthrough:
-                os.write(2, data)
-            return len(data)
-        f = self.m.process.fds.get(fd)
-        if isinstance(f, _HostFile):
-            return os.write(f.fd, data)
-        return _neg(E.EBADF)
+    def _stdio_table(self, stdin: bytes | int, stdio: str) -> FdTable:
+        """The first process's fds 0-2.  ``stdin``: bytes (a pipe holding them, then end
+        of file) or a host descriptor (duplicated; read lazily).  ``stdio`` "pipe": fds 1
+        and 2 are pipes (the API default, deterministic); "host": they describe the
+        host's own fds 1 and 2 (the CLI: a tty, a file or a pipe, as natively)."""
+        if stdio not in ("pipe", "host"):
+            raise InputError(f"stdio must be 'pipe' or 'host', not {stdio!r}")
+        table = FdTable()
+        if isinstance(stdin, int) and not isinstance(stdin, bool):
+            try:
+                table.install(HostInput(os.dup(stdin)))
+            except OSError as e:
+                if e.errno != E.EBADF:      # a closed host stdin is a closed fd 0
+                    raise InputError(f"stdin descriptor {stdin}: {e.strerror}") from None
+        else:
+            table.install(PipeInput(bytes(stdin)))
+        for which in (1, 2):
+            table.install(OutputSink(self.m, which, host_fd=which if stdio == "host" else None,
+                                     ino=3 + which), which)
+        return table
+
+    def _file(self, task, fd: int) -> OpenFile | None:
+        return task.process.fds.get(_fd(fd))
+
+    def interrupted(self) -> bool:
+        """Must a waiting read give up?  The run's timeout fired (Unicorn's timer
+        thread) or a stop / Ctrl-C was requested."""
+        m = self.m
+        return m._stop_requested is not None or bool(m.uc.query(UC_QUERY_TIMEOUT))
 
     # ------------------------------------------------------------------ process
     def sys_getpgid(self, task, regs, pid, *_):
@@ -347,79 +387,76 @@ class Syscalls(ProcessSyscalls):
         return 0
 
     # ------------------------------------------------------------------ I/O
+    def sys_read(self, task, regs, fd, buf, count, *_):
+        f = self._file(task, fd)
+        if f is None or not f.readable:
+            return _neg(E.EBADF)
+        data = f.read(min(count, MAX_RW_COUNT), self.interrupted)
+        if isinstance(data, int):
+            return data
+        if data:
+            self.mem.write_user(buf, data)
+        return len(data)
+
     def sys_write(self, task, regs, fd, buf, count, *_):
+        f = self._file(task, fd)
+        if f is None or not f.writable:
+            return _neg(E.EBADF)
         if count == 0:
             return 0
-        return self._write_out(fd, self.mem.read_user(buf, count))
+        return f.write(self.mem.read_user(buf, min(count, MAX_RW_COUNT)))
 
     def sys_writev(self, task, regs, fd, iov, iovcnt, *_):
+        f = self._file(task, fd)
+        if f is None or not f.writable:
+            return _neg(E.EBADF)
         if iovcnt > 1024:
             return _neg(E.EINVAL)
         data = bytearray()
         for i in range(iovcnt):
             base, ln = struct.unpack("<QQ", self.mem.read_user(iov + 16 * i, 16))
+            if ln >> 63:
+                return _neg(E.EINVAL)
+            ln = min(ln, MAX_RW_COUNT - len(data))
             if ln:
                 data += self.mem.read_user(base, ln)
-        return self._write_out(fd, bytes(data)) if data else (0 if fd in (1, 2) or fd in task.process.fds else _neg(E.EBADF))
-
-    def sys_read(self, task, regs, fd, buf, count, *_):
-        if fd == 0:
-            chunk = bytes(self.stdin[:count])
-            del self.stdin[:len(chunk)]
-            if chunk:
-                self.mem.write_user(buf, chunk)
-            return len(chunk)
-        f = task.process.fds.get(fd)
-        if isinstance(f, _HostFile):
-            data = os.read(f.fd, min(count, 1 << 24))
-            if data:
-                self.mem.write_user(buf, data)
-            return len(data)
-        return _neg(E.EBADF)
+        return f.write(bytes(data)) if data else 0
 
     def sys_pread64(self, task, regs, fd, buf, count, off, *_):
-        f = task.process.fds.get(fd)
-        if not isinstance(f, _HostFile):
-            return _neg(E.ESPIPE if fd in (0, 1, 2) else E.EBADF)
-        data = os.pread(f.fd, min(count, 1 << 24), off)
+        f = self._file(task, fd)
+        if f is None:
+            return _neg(E.EBADF)
+        if _off(off) < 0:
+            return _neg(E.EINVAL)
+        data = f.pread(min(count, MAX_RW_COUNT), _off(off))
+        if isinstance(data, int):
+            return data
         if data:
             self.mem.write_user(buf, data)
         return len(data)
 
     def sys_lseek(self, task, regs, fd, off, whence, *_):
-        f = task.process.fds.get(fd)
-        if not isinstance(f, _HostFile):
-            return _neg(E.ESPIPE if fd in (0, 1, 2) else E.EBADF)
-        return os.lseek(f.fd, off - (1 << 64) if off >> 63 else off, whence)
+        f = self._file(task, fd)
+        if f is None:
+            return _neg(E.EBADF)
+        if whence & 0xFFFFFFFF > SEEK_MAX:
+            return _neg(E.EINVAL)
+        return f.lseek(_off(off), whence)
 
     def sys_close(self, task, regs, fd, *_):
-        f = task.process.fds.pop(fd, None)
-        if isinstance(f, _HostFile):
-            os.close(f.fd)
-            return 0
-        return 0 if fd in (0, 1, 2) else _neg(E.EBADF)
+        return task.process.fds.close(_fd(fd))
 
     def sys_ioctl(self, task, regs, fd, cmd, arg, *_):
-        if fd in (0, 1, 2) or fd in task.process.fds:
-            return _neg(E.ENOTTY)   # no terminal: TCGETS and friends fail, output is buffered
-        return _neg(E.EBADF)
-
-    def _stat_bytes(self, mode: int, size: int = 0, rdev: int = 0, ino: int = 1) -> bytes:
-        # struct stat (x86_64): dev ino nlink mode uid gid pad rdev size blksize blocks + times
-        return struct.pack("<QQQIIIiQqqq", 0x16, ino, 1, mode, 1000, 5, 0, rdev, size, 4096,
-                           (size + 511) // 512) + b"\0" * (144 - 72)
-
-    def _stat_fd(self, task, fd) -> bytes | int:
-        if fd in (0, 1, 2):
-            return self._stat_bytes(S_IFCHR | 0o620, rdev=0x8800 + fd, ino=3 + fd)
-        f = task.process.fds.get(fd)
-        if isinstance(f, _HostFile):
-            st = os.fstat(f.fd)
-            return self._stat_bytes(S_IFREG | (st.st_mode & 0o777), size=st.st_size, ino=st.st_ino)
-        return _neg(E.EBADF)
+        f = self._file(task, fd)
+        if f is None:
+            return _neg(E.EBADF)
+        return f.ioctl(cmd & 0xFFFFFFFF, arg, self.mem)
 
     def sys_fstat(self, task, regs, fd, statbuf, *_):
-        st = self._stat_fd(task, fd)
+        f = self._file(task, fd)
+        if f is None:
+            return _neg(E.EBADF)
+        st = f.fstat()
         if isinstance(st, int):
             return st
         self.mem.write_user(statbuf, st)
@@ -428,16 +465,15 @@ class Syscalls(ProcessSyscalls):
     def sys_newfstatat(self, task, regs, dirfd, path, statbuf, flags, *_):
         name = self.mem.read_cstring(path) if path else b""
         if name == b"" and flags & AT_EMPTY_PATH:
-            return self.sys_fstat(task, regs, dirfd - (1 << 64) if dirfd >> 63 else dirfd, statbuf)
-        host = self._host_path(dirfd, name)
-        if isinstance(host, int):
-            return host
-        try:
-            st = os.stat(host)
-        except OSError as e:
-            return _neg(e.errno)
-        self.mem.write_user(statbuf, self._stat_bytes(S_IFREG | (st.st_mode & 0o777), size=st.st_size,
-                                                      ino=st.st_ino))
+            return self.sys_fstat(task, regs, dirfd, statbuf)
+        rel = self._granted(task, dirfd, name)
+        if isinstance(rel, int):
+            return rel
+        st = self.grant.stat(rel)
+        if isinstance(st, int):
+            return st
+        self.mem.write_user(statbuf, stat_bytes(st.st_mode, size=st.st_size, ino=st.st_ino,
+                                                nlink=st.st_nlink))
         return 0
 
     def sys_readlink(self, task, regs, path, buf, size, *_):
@@ -447,60 +483,84 @@ class Syscalls(ProcessSyscalls):
         return self._readlink(task, self.mem.read_cstring(path), buf, size)
 
     def _readlink(self, task, name: bytes, buf: int, size: int) -> int:
-        if name == b"/proc/self/exe":
-            path = task.process.exe_path
-            if not path.startswith("guest:"):
-                path = os.path.abspath(path)      # the kernel answers with the full path
-            target = path.encode()[:size]
+        if size & 0xFFFFFFFF == 0 or (size & 0xFFFFFFFF) >> 31:
+            return _neg(E.EINVAL)
+        if name in (b"/proc/self/exe", b"/proc/%d/exe" % task.process.pid):
+            target = guest_exe_view(task.process.exe_path).encode()[:size]
             self.mem.write_user(buf, target)
             return len(target)
         return _neg(E.ENOENT)
 
     # ------------------------------------------------------------------ sandboxed files
-    def _host_path(self, dirfd: int, name: bytes) -> str | int:
-        """Map a guest path into the granted directory, or refuse it."""
-        if self.grant_dir is None:
+    def _granted(self, task, dirfd: int, name: bytes) -> str | int:
+        """The guest path as a path relative to the granted root, or an errno: no grant
+        (EACCES), an empty name (ENOENT), a bad directory descriptor (EBADF/ENOTDIR)."""
+        if self.grant is None:
             return _neg(E.EACCES)
-        text = name.decode(errors="replace")
-        full = os.path.realpath(os.path.join(self.grant_dir, text.lstrip("/")))
-        if full != self.grant_dir and not full.startswith(self.grant_dir + os.sep):
-            return _neg(E.EACCES)
-        return full
+        if name == b"":
+            return _neg(E.ENOENT)
+        text = os.fsdecode(name)
+        base = ""
+        if not text.startswith("/") and _fd(dirfd) != _fd(AT_FDCWD):
+            d = self._file(task, dirfd)
+            if d is None:
+                return _neg(E.EBADF)
+            if not isinstance(d, HostFile) or not d.is_dir:
+                return _neg(E.ENOTDIR)
+            base = d.guest_path
+        return self.grant.guest_relative(text, base)
 
     def sys_openat(self, task, regs, dirfd, path, flags, mode, *_):
         name = self.mem.read_cstring(path)
-        if name == b"/proc/self/maps" and flags & O_ACCMODE == 0:
-            return self._open_maps(task)
-        host = self._host_path(dirfd, name)
-        if isinstance(host, int):
-            return host
-        allowed = O_ACCMODE | O_CREAT | O_TRUNC | O_APPEND | O_DIRECTORY
-        try:
-            hfd = os.open(host, (flags & allowed) | os.O_CLOEXEC, mode & 0o777)
-        except OSError as e:
-            return _neg(e.errno)
-        fd = 3
-        while fd in task.process.fds:
-            fd += 1
-        task.process.fds[fd] = _HostFile(hfd, host)
-        return fd
+        if name in (b"/proc/self/maps", b"/proc/%d/maps" % task.process.pid):
+            return self._open_maps(task, flags)
+        rel = self._granted(task, dirfd, name)
+        if isinstance(rel, int):
+            return rel
+        allowed = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_DIRECTORY
+        acc = flags & O_ACCMODE
+        if acc == O_ACCMODE:
+            return _neg(E.EINVAL)
+        hfd = self.grant.open(rel, flags & allowed, mode & 0o777)
+        if hfd < 0:
+            return hfd
+        return task.process.fds.install(HostFile(hfd, rel, acc), 0)
 
     def sys_open(self, task, regs, path, flags, mode, *_):
         return self.sys_openat(task, regs, AT_FDCWD, path, flags, mode)
 
-    def _open_maps(self, task) -> int:
-        """/proc/self/maps as a read-only memory file (guests inspect their mappings)."""
-        r, w = os.pipe()
-        os.write(w, self.mem.maps().encode())
-        os.close(w)
-        fd = 3
-        while fd in task.process.fds:
-            fd += 1
-        task.process.fds[fd] = _HostFile(r, "/proc/self/maps")
-        return fd
+    def _open_maps(self, task, flags: int) -> int:
+        """/proc/self/maps (proc_pid_maps_operations): a read-only seq_file, mode 0444,
+        so the unprivileged guest cannot open it for writing."""
+        if flags & O_ACCMODE != 0:
+            return _neg(E.EACCES)
+        f = SeqFile(self.mem.maps().encode(), ino=0x1000 + task.process.pid)
+        return task.process.fds.install(f, 0)
 
     def sys_access(self, task, regs, path, mode, *_):
-        host = self._host_path(AT_FDCWD, self.mem.read_cstring(path))
-        if isinstance(host, int):
-            return host
-        return 0 if os.access(host, mode) else _neg(E.ENOENT)
+        rel = self._granted(task, AT_FDCWD, self.mem.read_cstring(path))
+        if isinstance(rel, int):
+            return rel
+        st = self.grant.stat(rel)
+        if isinstance(st, int):
+            return st
+        if mode & 1 and not st.st_mode & 0o111:      # X_OK
+            return _neg(E.EACCES)
+        return 0
+
+    # ------------------------------------------------------------------ system
+    def sys_sysinfo(self, task, regs, info, *_):
+        """do_sysinfo: the modeled machine's memory (``mem_total``, no swap, free =
+        total minus what the guest's processes have mapped), uptime on the virtual
+        clock (rounded up), idle load, and the live tasks.  mem_unit is 1: on a 64-bit
+        kernel the byte counts always fit (the kernel's 2.2-compatibility scaling)."""
+        ns = self.clock_ns - CLOCK_EPOCH_NS
+        uptime = ns // 1_000_000_000 + (1 if ns % 1_000_000_000 else 0)
+        used = sum(v.size for mem in {id(p.mem): p.mem for p in self.m.processes
+                                      if p.exit_result is None}.values() for v in mem.vmas)
+        free = max(0, self.mem_total - used)
+        procs = min(len(self.m.tasks), 0xFFFF)
+        data = struct.pack("<q3Q6QHH4xQQI4x", uptime, 0, 0, 0, self.mem_total, free, 0, 0, 0, 0,
+                           procs, 0, 0, 0, 1)
+        self.mem.write_user(info, data)
+        return 0

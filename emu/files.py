@@ -1,0 +1,397 @@
+"""Open files: descriptions (``struct file``), per-process descriptor tables
+(``struct files_struct``) and the kinds of file a guest can hold.
+
+The kernel's split is kept: a descriptor is a slot in a table, an open file description
+is a refcounted object behind it (``fget``/``fput``).  ``fork`` copies the table and
+shares every description (``dup_fd``); ``close`` drops a reference (``close_fd`` ->
+``filp_close``) and only the last one releases what the description holds (``__fput``:
+a host descriptor is closed then and not before).  Threads share the table.
+
+Kinds of file:
+
+* :class:`PipeInput`, :class:`OutputSink` - the guest's stdio as the API machine sees
+  it: pipes (deterministic; the same as ``uprobe-emu diff``'s native run, whose stdio is
+  captured through pipes).
+* :class:`HostInput` - fd 0 read lazily from a host descriptor (the CLI's stdin or the
+  ``--stdin`` file); reads are bounded and give up when the run's timeout or Ctrl-C
+  comes, so a FIFO or ``/dev/zero`` can neither hang the emulator nor fill its memory.
+* :class:`HostFile` - a file opened beneath the granted directory.
+* :class:`SeqFile` - a ``/proc`` file: an in-memory snapshot read like ``seq_file``.
+
+Every operation returns a result or a negative errno; none raises for a guest's mistake.
+"""
+
+from __future__ import annotations
+
+import errno as E
+import fcntl
+import os
+import select
+import stat as S
+import struct
+import weakref
+
+SEEK_SET, SEEK_CUR, SEEK_END = 0, 1, 2
+TCGETS, TCSETS, TCSETSW, TCSETSF, TIOCGWINSZ = 0x5401, 0x5402, 0x5403, 0x5404, 0x5413
+TERMIOS_SIZE, WINSIZE_SIZE = 36, 8          # struct termios (asm-generic), struct winsize
+READ_CHUNK = 1 << 20                          # most bytes one read() copies from the host
+NR_OPEN_DEFAULT = 1024                        # RLIMIT_NOFILE's soft limit (see prlimit64)
+POLL_SLICE_MS = 50                            # how often a waiting read looks at the clock
+PIPE_DEV, PROC_DEV = 0xC, 0x17                # st_dev of pipefs and of procfs
+GUEST_UID, GUEST_GID = 1000, 1000
+
+
+def stat_bytes(mode: int, *, size: int = 0, rdev: int = 0, ino: int = 1, dev: int = 0x16,
+               blksize: int = 4096, nlink: int = 1, uid: int = GUEST_UID, gid: int = GUEST_GID) -> bytes:
+    """struct stat (x86_64, 144 bytes): dev ino nlink mode uid gid pad rdev size blksize
+    blocks, then the times (the clock's epoch is not modeled for files: zero)."""
+    return struct.pack("<QQQIIIiQqqq", dev, ino, nlink, mode, uid, gid, 0, rdev, size, blksize,
+                       (size + 511) // 512) + b"\0" * (144 - 72)
+
+
+def host_stat_bytes(st: os.stat_result) -> bytes:
+    """What the host says about one of its files, as the guest's struct stat: the type,
+    permission bits, size, block size and inode; the device number only for device
+    files (a tty's st_rdev is what glibc's DEV_TTY_P looks at)."""
+    rdev = st.st_rdev if S.S_ISCHR(st.st_mode) or S.S_ISBLK(st.st_mode) else 0
+    return stat_bytes(st.st_mode, size=st.st_size, rdev=rdev, ino=st.st_ino,
+                      blksize=st.st_blksize or 4096, nlink=st.st_nlink)
+
+
+def _errno(e: OSError) -> int:
+    return -(e.errno or E.EIO)
+
+
+class OpenFile:
+    """One open file description.  ``refs`` is f_count: the descriptors (in any
+    process's table) that point here.  Subclasses override what their kind supports;
+    the defaults are the kernel's answers for a file without that operation."""
+
+    readable = False
+    writable = False
+
+    def __init__(self):
+        self.refs = 0
+
+    # -- lifetime (fget / fput) ------------------------------------------------------
+    def get(self) -> "OpenFile":
+        self.refs += 1
+        return self
+
+    def put(self) -> None:
+        self.refs -= 1
+        if self.refs == 0:
+            self.release()
+
+    def release(self) -> None:
+        """__fput: the last reference went."""
+
+    # -- operations (each returns a value or a negative errno) ------------------------
+    def read(self, count: int, interrupted) -> bytes | int:
+        return -E.EBADF if not self.readable else -E.EINVAL
+
+    def write(self, data: bytes) -> int:
+        return -E.EBADF if not self.writable else -E.EINVAL
+
+    def pread(self, count: int, offset: int) -> bytes | int:
+        return -E.ESPIPE
+
+    def lseek(self, offset: int, whence: int) -> int:
+        return -E.ESPIPE
+
+    def fstat(self) -> bytes | int:
+        return stat_bytes(S.S_IFREG | 0o600)
+
+    def ioctl(self, cmd: int, arg: int, mem) -> int:
+        return -E.ENOTTY
+
+    @property
+    def is_dir(self) -> bool:
+        return False
+
+
+# ---------------------------------------------------------------------------- stdio
+class PipeInput(OpenFile):
+    """The read end of a pipe whose writer has written ``data`` and closed: reads
+    drain it, then return 0 (end of file)."""
+
+    readable = True
+
+    def __init__(self, data: bytes = b"", ino: int = 3):
+        super().__init__()
+        self.data = bytearray(data)
+        self.ino = ino
+
+    def read(self, count, interrupted):
+        chunk = bytes(self.data[:min(count, READ_CHUNK)])
+        del self.data[:len(chunk)]
+        return chunk
+
+    def fstat(self):
+        return stat_bytes(S.S_IFIFO | 0o600, dev=PIPE_DEV, ino=self.ino)
+
+
+class OutputSink(OpenFile):
+    """fd 1 or 2: what the guest writes is captured in ``machine.stdout``/``stderr``
+    (and copied to the host's fd 1/2 in passthrough mode).  ``host_fd`` set: the
+    guest is told what that host descriptor is (a tty, a file or a pipe), as a program
+    run natively from the same shell would be; unset: a pipe."""
+
+    writable = True
+
+    def __init__(self, machine, which: int, host_fd: int | None = None, ino: int = 4):
+        super().__init__()
+        self.m = machine
+        self.which = which
+        self.host_fd = host_fd
+        self.ino = ino
+
+    def write(self, data):
+        buf = self.m.stdout if self.which == 1 else self.m.stderr
+        buf += data
+        if self.m.passthrough:
+            os.write(self.which, data)
+        return len(data)
+
+    def fstat(self):
+        if self.host_fd is None:
+            return stat_bytes(S.S_IFIFO | 0o600, dev=PIPE_DEV, ino=self.ino)
+        try:
+            return host_stat_bytes(os.fstat(self.host_fd))
+        except OSError as e:
+            return _errno(e)
+
+    def ioctl(self, cmd, arg, mem):
+        return tty_ioctl(self.host_fd, cmd, arg, mem)
+
+
+def tty_ioctl(host_fd: int | None, cmd: int, arg: int, mem) -> int:
+    """The terminal ioctls a guest's libc uses, answered from the host's tty when the
+    descriptor is one (tty_ioctl); anything else is ENOTTY, as for a pipe or a file.
+    Setting the terminal's modes is accepted but not applied: the guest must not
+    change the user's terminal."""
+    if host_fd is None or not os.isatty(host_fd):
+        return -E.ENOTTY
+    if cmd in (TCGETS, TIOCGWINSZ):
+        size = TERMIOS_SIZE if cmd == TCGETS else WINSIZE_SIZE
+        try:
+            data = fcntl.ioctl(host_fd, cmd, bytes(size))
+        except OSError as e:
+            return _errno(e)
+        mem.write_user(arg, data)
+        return 0
+    if cmd in (TCSETS, TCSETSW, TCSETSF):
+        mem.read_user(arg, TERMIOS_SIZE)     # EFAULT for a bad pointer, as the kernel
+        return 0
+    return -E.ENOTTY
+
+
+class HostInput(OpenFile):
+    """fd 0 backed by a host descriptor this object owns (closed on release).
+
+    Reads happen only when the guest reads, at most READ_CHUNK bytes at a time.  A read
+    that would block (a FIFO without a writer yet, an idle pipe or tty) polls in short
+    slices and gives up with EINTR as soon as ``interrupted()`` says the run must end
+    (timeout, Ctrl-C, stop request)."""
+
+    readable = True
+
+    def __init__(self, host_fd: int):
+        super().__init__()
+        self.fd = host_fd
+        self._close = weakref.finalize(self, os.close, host_fd)
+
+    def release(self):
+        self._close()
+
+    def read(self, count, interrupted):
+        count = min(count, READ_CHUNK)
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN | select.POLLPRI)
+        while True:
+            if poller.poll(POLL_SLICE_MS):
+                try:
+                    return os.read(self.fd, count)
+                except BlockingIOError:
+                    pass                      # another reader took it: wait again
+                except OSError as e:
+                    return _errno(e)
+            if interrupted():
+                return -E.EINTR
+
+    def pread(self, count, offset):
+        try:
+            return os.pread(self.fd, min(count, READ_CHUNK), offset)
+        except OSError as e:
+            return _errno(e)
+
+    def lseek(self, offset, whence):
+        try:
+            return os.lseek(self.fd, offset, whence)
+        except OSError as e:
+            return _errno(e)
+
+    def fstat(self):
+        try:
+            return host_stat_bytes(os.fstat(self.fd))
+        except OSError as e:
+            return _errno(e)
+
+    def ioctl(self, cmd, arg, mem):
+        return tty_ioctl(self.fd, cmd, arg, mem)
+
+
+# ---------------------------------------------------------------------------- files
+class HostFile(OpenFile):
+    """A regular file or directory opened beneath the granted directory.  ``guest_path``
+    is its path as the guest sees it (relative to the granted root), so an ``openat``
+    relative to a directory descriptor resolves beneath the grant as well."""
+
+    def __init__(self, host_fd: int, guest_path: str, acc: int):
+        super().__init__()
+        self.fd = host_fd
+        self.guest_path = guest_path
+        self.readable = acc in (os.O_RDONLY, os.O_RDWR)
+        self.writable = acc in (os.O_WRONLY, os.O_RDWR)
+        self._close = weakref.finalize(self, os.close, host_fd)
+        self._dir = S.S_ISDIR(os.fstat(host_fd).st_mode)
+
+    @property
+    def is_dir(self):
+        return self._dir
+
+    def release(self):
+        self._close()
+
+    def read(self, count, interrupted):
+        if not self.readable:
+            return -E.EBADF
+        try:
+            return os.read(self.fd, min(count, READ_CHUNK))
+        except OSError as e:
+            return _errno(e)
+
+    def write(self, data):
+        if not self.writable:
+            return -E.EBADF
+        try:
+            return os.write(self.fd, data)
+        except OSError as e:
+            return _errno(e)
+
+    def pread(self, count, offset):
+        if not self.readable:
+            return -E.EBADF
+        try:
+            return os.pread(self.fd, min(count, READ_CHUNK), offset)
+        except OSError as e:
+            return _errno(e)
+
+    def lseek(self, offset, whence):
+        try:
+            return os.lseek(self.fd, offset, whence)
+        except OSError as e:
+            return _errno(e)
+
+    def fstat(self):
+        try:
+            st = os.fstat(self.fd)
+        except OSError as e:
+            return _errno(e)
+        return stat_bytes(S.S_IFMT(st.st_mode) | (st.st_mode & 0o777), size=st.st_size,
+                          ino=st.st_ino, nlink=st.st_nlink)
+
+
+class SeqFile(OpenFile):
+    """A read-only /proc file (``seq_file``): the text is produced once, at open, and
+    read, pread and lseek (``seq_lseek``: SEEK_SET and SEEK_CUR only) move over that
+    snapshot.  Writing gives EBADF, as on a descriptor opened read-only."""
+
+    readable = True
+
+    def __init__(self, text: bytes, ino: int):
+        super().__init__()
+        self.text = bytes(text)
+        self.pos = 0
+        self.ino = ino
+
+    def read(self, count, interrupted):
+        chunk = self.text[self.pos:self.pos + min(count, READ_CHUNK)]
+        self.pos += len(chunk)
+        return chunk
+
+    def pread(self, count, offset):
+        if offset < 0:
+            return -E.EINVAL
+        return self.text[offset:offset + min(count, READ_CHUNK)]
+
+    def lseek(self, offset, whence):
+        if whence == SEEK_CUR:
+            offset += self.pos
+        elif whence != SEEK_SET:
+            return -E.EINVAL
+        if offset < 0:
+            return -E.EINVAL
+        self.pos = offset
+        return offset
+
+    def fstat(self):
+        return stat_bytes(S.S_IFREG | 0o444, dev=PROC_DEV, ino=self.ino, blksize=1024)
+
+
+# ---------------------------------------------------------------------------- tables
+class FdTable:
+    """A process's descriptor table (``files_struct``): descriptor -> description.
+
+    ``users`` counts the processes sharing it (CLONE_FILES); :meth:`put` drops one and
+    the last closes every descriptor (``put_files_struct`` at exit)."""
+
+    def __init__(self, limit: int = NR_OPEN_DEFAULT):
+        self.fds: dict[int, OpenFile] = {}
+        self.limit = limit
+        self.users = 1
+
+    def __contains__(self, fd) -> bool:
+        return fd in self.fds
+
+    def __len__(self) -> int:
+        return len(self.fds)
+
+    def get(self, fd: int) -> OpenFile | None:
+        return self.fds.get(fd)
+
+    def install(self, file: OpenFile, lowest: int = 0) -> int:
+        """alloc_fd + fd_install: the lowest free descriptor >= ``lowest``; -EMFILE
+        when the table is full.  Takes a new reference on ``file``."""
+        fd = lowest
+        while fd in self.fds:
+            fd += 1
+        if fd >= self.limit:
+            return -E.EMFILE
+        self.fds[fd] = file.get()
+        return fd
+
+    def close(self, fd: int) -> int:
+        """close_fd: the slot empties now, the description goes with its last reference."""
+        file = self.fds.pop(fd, None)
+        if file is None:
+            return -E.EBADF
+        file.put()
+        return 0
+
+    def fork(self) -> "FdTable":
+        """dup_fd: a new table pointing at the same descriptions."""
+        child = FdTable(self.limit)
+        for fd, file in self.fds.items():
+            child.fds[fd] = file.get()
+        return child
+
+    def share(self) -> "FdTable":
+        self.users += 1
+        return self
+
+    def put(self) -> None:
+        self.users -= 1
+        if self.users == 0:
+            for fd in sorted(self.fds):
+                self.close(fd)
