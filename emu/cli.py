@@ -206,15 +206,28 @@ def cmd_guests(args) -> int:
     return 0
 
 
+# The guest's whole stdin is held in memory: bounded, so `--stdin /dev/zero` is an
+# error instead of a host out of memory.
+MAX_STDIN_BYTES = 64 << 20
+
+
+def read_stdin_file(path: str | None) -> bytes:
+    """The bytes of ``--stdin FILE`` (b"" without one), at most MAX_STDIN_BYTES."""
+    if not path:
+        return b""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_STDIN_BYTES + 1)
+    except OSError as e:
+        raise EmuError(f"cannot read --stdin file {path!r}: {e.strerror or e}") from None
+    if len(data) > MAX_STDIN_BYTES:
+        raise EmuError(f"--stdin file {path!r} is larger than {MAX_STDIN_BYTES >> 20} MiB")
+    return data
+
+
 def make_machine(args, passthrough: bool = True):
     from .machine import Machine
-    stdin = b""
-    if args.stdin:
-        try:
-            with open(args.stdin, "rb") as f:
-                stdin = f.read()
-        except OSError as e:
-            raise EmuError(f"cannot read --stdin file {args.stdin!r}: {e.strerror}") from None
+    stdin = read_stdin_file(args.stdin)
     if args.grant_dir and not os.path.isdir(args.grant_dir):
         raise EmuError(f"--grant-dir {args.grant_dir!r} is not a directory")
     extra = list(getattr(args, "args", []) or []) + list(getattr(args, "guest_tail", []))

@@ -349,7 +349,8 @@ def add_cli(sub, add_machine_options) -> None:
 
 
 def cmd_diff(args) -> int:
-    stdin = _read_stdin_file(args.stdin)
+    from .cli import read_stdin_file
+    stdin = read_stdin_file(args.stdin)
     path, tmpdir = _program_path(args.program)
     try:
         argv = [path, *args.args, *getattr(args, "guest_tail", [])]
@@ -372,16 +373,6 @@ def cmd_diff(args) -> int:
     for line in problems:
         print(line)
     return 1
-
-
-def _read_stdin_file(path: str | None) -> bytes:
-    if not path:
-        return b""
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as e:
-        raise InputError(f"cannot read --stdin file {path!r}: {e.strerror or e}") from None
 
 
 def _program_path(program: str) -> tuple[str, str | None]:

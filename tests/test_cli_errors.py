@@ -152,3 +152,10 @@ def test_a_probe_spec_with_control_bytes():
 def test_an_argparse_error_quoting_a_control_byte():
     line = _no_raw_controls(cli("run", "guest:hello", "--kernel", "6.1\x1b[5m"))
     assert "\\x1b[5m" in line, line
+
+
+@pytest.mark.parametrize("command", ["run", "diff"])
+def test_an_endless_stdin_file_is_refused_not_read_into_memory(command, hello):
+    args = ["-e", f"p {hello}:0x1000"] if command == "diff" else []
+    line = one_line_error(cli(command, "--stdin", "/dev/zero", *args, hello, timeout=60))
+    assert "/dev/zero" in line and "MiB" in line, line
