@@ -103,6 +103,7 @@ class TraceEvents:
         return [line for _, line in self._log]
 
     def lines_of(self, ev: TraceEvent) -> list[str]:
+        """The buffered lines of one event (``TraceEvent.lines``)."""
         return [line for e, line in self._log if e is ev]
 
     def add(self, text: str, *, output=None, ftrace: bool = True, programs=()) -> TraceEvent:
