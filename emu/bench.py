@@ -1280,6 +1280,7 @@ def run_host(cfg: Config, progress=None) -> dict:
 
 def add_cli(sub, add_machine_options) -> None:
     from kernel_model.profiles import KernelProfile
+    from .cli import count, seconds
     p = sub.add_parser(
         "bench", help="the kernel's trigger benchmarks in the model (and on the host kernel)",
         description="Run the kernel's bench_trigger scenarios under kernel profiles: emulated "
@@ -1295,20 +1296,20 @@ def add_cli(sub, add_machine_options) -> None:
                                                     "(kmalloc, array64, pool)")
     p.add_argument("--consumer", default="program", choices=("program", "handler", "ftrace"),
                    help="hit counter: program-only trace event (default), Python handler, ftrace event")
-    p.add_argument("--iterations", type=int, metavar="N", help="timed iterations (default: sized to --seconds)")
-    p.add_argument("--seconds", type=float, default=None, metavar="S",
+    p.add_argument("--iterations", type=count, metavar="N", help="timed iterations (default: sized to --seconds)")
+    p.add_argument("--seconds", type=seconds, default=None, metavar="S",
                    help="target duration of one timed run when --iterations is not given (default 0.5)")
-    p.add_argument("--warmup", type=int, default=None, metavar="W", help="warm-up iterations (default 10)")
-    p.add_argument("--repeat", type=int, default=None, metavar="R", help="timed runs per scenario (default 3)")
+    p.add_argument("--warmup", type=count, default=None, metavar="W", help="warm-up iterations (default 10)")
+    p.add_argument("--repeat", type=count, default=None, metavar="R", help="timed runs per scenario (default 3)")
     p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
     p.add_argument("--quick", action="store_true", help="small iteration counts (seconds)")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
+    p.add_argument("--workers", type=count, default=1, metavar="N",
                    help="run scenarios in N processes (timings compete for cores)")
     p.add_argument("--cost-profile", default="intel-2025", metavar="NAME",
                    help="machine profile for projected kernel cost (intel-2025, host-6.18)")
     p.add_argument("--no-growth", action="store_true", help="skip the growth scenarios")
     p.add_argument("--no-checks", action="store_true", help="skip the published-ratio checks")
-    p.add_argument("--ri-iterations", type=int, metavar="N",
+    p.add_argument("--ri-iterations", type=count, metavar="N",
                    help="loop iterations of the return-instance growth scenario (2 uretprobe hits each)")
     p.add_argument("--host-kernel", action="store_true",
                    help="also measure the same scenarios natively on this host's kernel (root, tracefs)")
@@ -1333,6 +1334,10 @@ def config_from_args(args) -> Config:
         raise InputError("the same kernel column is given twice")
     if args.iterations is not None and args.iterations < 1:
         raise InputError("--iterations must be positive")
+    if args.repeat is not None and args.repeat < 1:
+        raise InputError("--repeat must be at least 1")
+    if args.seconds is not None and args.seconds <= 0:
+        raise InputError("--seconds must be more than 0")
     if args.workers < 1:
         raise InputError("--workers must be at least 1")
     from kernel_model import costmodel
@@ -1369,23 +1374,63 @@ def cmd_bench(args) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     cfg = config_from_args(args)
     out, err = _consoles()
-    with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, transient=err.is_terminal) as progress:
-        report = run_bench(cfg, progress)
-        if args.host_kernel:
-            from .hostdiff import HostKernelError
-            try:
-                report["host_kernel"] = run_host(cfg, progress)
-            except HostKernelError as e:
-                raise EmuError(f"--host-kernel: {e}") from None
-    render(report, out)
-    if args.json:
-        try:
-            with open(args.json, "w") as f:
-                json.dump(report, f, indent=1, default=_json_default)
-        except OSError as e:
-            raise EmuError(f"cannot write {args.json!r}: {e.strerror}") from None
+    with _JsonReport(args.json) as json_out:
+        with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err, transient=err.is_terminal) as progress:
+            report = run_bench(cfg, progress)
+            if args.host_kernel:
+                from .hostdiff import HostKernelError
+                try:
+                    report["host_kernel"] = run_host(cfg, progress)
+                except HostKernelError as e:
+                    raise EmuError(f"--host-kernel: {e}") from None
+        render(report, out)
+        json_out.write(report)
     return 0
+
+
+class _JsonReport:
+    """``--json FILE``, opened before the run so a bad path fails in a second, not after
+    minutes of benchmarking.  The file is opened for appending (an existing report is
+    not truncated by a run that then fails), rewritten at the end, and removed again if
+    this run created it and did not finish."""
+
+    def __init__(self, path: str | None):
+        self.path, self.file, self.created, self.done = path, None, False, False
+
+    def __enter__(self) -> "_JsonReport":
+        if self.path:
+            self.created = not os.path.exists(self.path)
+            try:
+                self.file = open(self.path, "a")
+            except OSError as e:
+                raise EmuError(f"cannot write --json {self.path!r}: {e.strerror or e}") from None
+        return self
+
+    def write(self, report: dict) -> None:
+        if self.file is None:
+            return
+        try:
+            self.file.seek(0)
+            self.file.truncate()
+            json.dump(report, self.file, indent=1, default=_json_default)
+            self.file.flush()
+        except OSError as e:
+            raise EmuError(f"cannot write --json {self.path!r}: {e.strerror or e}") from None
+        self.done = True
+
+    def __exit__(self, *exc) -> None:
+        if self.file is None:
+            return
+        try:
+            self.file.close()
+        except OSError:
+            pass
+        if self.created and not self.done:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
 
 
 def _json_default(o):

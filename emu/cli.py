@@ -8,10 +8,11 @@ Ctrl-C; 2 for a usage or input error (one readable line, never a traceback).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
-from .errors import EmuError
+from .errors import EmuError, printable
 
 EXIT_USAGE = 2
 EXIT_BUDGET = 124
@@ -49,14 +50,43 @@ def _size(text: str) -> int:
     return n
 
 
+def count(text: str) -> int:
+    """An option value that counts something: an integer >= 0 (0x.. and 0o.. accepted)."""
+    n = _int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text!r}")
+    return n
+
+
+def seconds(text: str) -> float:
+    """A duration: a finite number >= 0 (``nan`` and ``inf`` would reach Unicorn's
+    microsecond timeout as a conversion error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text!r}")
+    return value
+
+
+def port_number(text: str) -> int:
+    """A TCP port, 0-65535 (0 = any free port); socket.bind() raises OverflowError else."""
+    n = _int(text)
+    if not 0 <= n <= 0xFFFF:
+        raise argparse.ArgumentTypeError(f"a TCP port is 0-65535, not {text!r}")
+    return n
+
+
 def _add_machine_options(p: argparse.ArgumentParser) -> None:
     from kernel_model.profiles import KernelProfile
     p.add_argument("--kernel", default="latest", metavar="V",
                    help=f"kernel profile ({', '.join(KernelProfile.names())}); default latest")
-    p.add_argument("--max-insns", type=_int, default=0, metavar="N",
+    p.add_argument("--max-insns", type=count, default=0, metavar="N",
                    help="exact instruction budget (default 0 = none: full speed, the timeout "
                         "bounds the run; a budget costs ~5x on hot loops)")
-    p.add_argument("--timeout", type=float, default=120.0, metavar="S", help="wall-clock limit")
+    p.add_argument("--timeout", type=seconds, default=120.0, metavar="S",
+                   help="wall-clock limit (default 120; 0 = none)")
     p.add_argument("--stdin", metavar="FILE",
                    help="file the guest reads on fd 0, as it reads (default: this command's stdin)")
     p.add_argument("--mem-total", type=_size, default=None, metavar="SIZE",
@@ -115,20 +145,44 @@ def main(argv: list[str] | None = None) -> int:
         argv, guest_tail = argv[:i], argv[i + 1:]
     parser = build_parser()
     try:
-        args = _parse(parser, argv)
+        args = _parse(parser, _attach_delete_events(argv))
         args.guest_tail = guest_tail
         return _dispatch(args)
     except UsageError as e:
-        print(str(e), file=sys.stderr)
+        print_error(str(e))
         return EXIT_USAGE
     except EmuError as e:
-        print(f"uprobe-emu: error: {e}", file=sys.stderr)
+        print_error(f"uprobe-emu: error: {e}")
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("uprobe-emu: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
+
+
+def print_error(line: str) -> None:
+    """The one way an error reaches the terminal: one line, control bytes escaped."""
+    print(printable(line), file=sys.stderr)
+
+
+def _attach_delete_events(argv: list[str]) -> list[str]:
+    """``-e -:[GRP/]EVENT`` is a delete request, not an option: argparse takes any word
+    starting with ``-`` for an option, so the value is attached (``--event=-:...``)."""
+    out: list[str] = []
+    it = iter(argv)
+    for word in it:
+        if word in ("-e", "--event"):
+            value = next(it, None)
+            if value is not None and value.startswith("-:"):
+                out.append(f"--event={value}")
+                continue
+            out.append(word)
+            if value is not None:
+                out.append(value)
+            continue
+        out.append(word)
+    return out
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
@@ -158,10 +212,33 @@ def cmd_guests(args) -> int:
     for name in sorted(GUESTS):
         print(f"guest:{name:<18} {GUESTS[name].description}")
     if args.write:
-        os.makedirs(args.write, exist_ok=True)
-        for name in GUESTS:
-            write_guest(name, os.path.join(args.write, name))
+        try:
+            os.makedirs(args.write, exist_ok=True)
+            for name in GUESTS:
+                write_guest(name, os.path.join(args.write, name))
+        except OSError as e:
+            raise EmuError(f"cannot write the guests into {args.write!r}: "
+                           f"{e.strerror or e}") from None
     return 0
+
+
+# `diff` feeds the same stdin bytes to the native run and the model, so it holds them
+# in memory: bounded, so `diff --stdin /dev/zero` is an error, not a host out of memory.
+MAX_STDIN_BYTES = 64 << 20
+
+
+def read_stdin_file(path: str | None) -> bytes:
+    """The bytes of ``--stdin FILE`` (b"" without one), at most MAX_STDIN_BYTES."""
+    if not path:
+        return b""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_STDIN_BYTES + 1)
+    except OSError as e:
+        raise EmuError(f"cannot read --stdin file {path!r}: {e.strerror or e}") from None
+    if len(data) > MAX_STDIN_BYTES:
+        raise EmuError(f"--stdin file {path!r} is larger than {MAX_STDIN_BYTES >> 20} MiB")
+    return data
 
 
 def _open_stdin(args, own_stdin: bool) -> bytes | int:
@@ -201,7 +278,7 @@ def make_machine(args, passthrough: bool = True, own_stdin: bool = True):
 def report_result(result, machine=None) -> int:
     if result.reason == "exit":
         return result.status
-    print(f"uprobe-emu: guest {result.describe()}", file=sys.stderr)
+    print_error(f"uprobe-emu: guest {result.describe()}")
     if result.reason == "signal":
         return result.status
     if result.reason == "stopped" and "SIGINT" in result.detail:

@@ -57,3 +57,27 @@ class GuestSignalError(EmuError):
 
 class UnsupportedError(EmuError):
     """A guest asked for something the machine does not model."""
+
+
+def printable(text: str) -> str:
+    """``text`` made safe for one terminal line: every character that is not printable
+    (C0/C1 controls, DEL, newlines, tabs, unassigned or format code points; also a
+    surrogate left by ``surrogateescape`` from undecodable bytes) becomes ``\\xNN``,
+    ``\\uNNNN`` or ``\\UNNNNNNNN``, and a backslash stays as is.
+
+    Error messages quote paths, symbol names, ELF strings (PT_INTERP, DT_NEEDED, note
+    names) and probe specs; any of them can carry terminal escape sequences, so every
+    error printer goes through this one function.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape_char(c) for c in text)
+
+
+def _escape_char(c: str) -> str:
+    n = ord(c)
+    if 0xDC80 <= n <= 0xDCFF:            # an undecodable byte (surrogateescape)
+        return f"\\x{n - 0xDC00:02x}"
+    if n < 0x100:
+        return f"\\x{n:02x}"
+    return f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"

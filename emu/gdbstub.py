@@ -729,7 +729,8 @@ def add_cli(sub, add_machine_options) -> None:
     p.add_argument("program", metavar="PROGRAM")
     p.add_argument("args", nargs="*", metavar="ARGS")
     add_machine_options(p)
-    p.add_argument("--port", type=int, default=1234, metavar="N")
+    from .cli import port_number
+    p.add_argument("--port", type=port_number, default=1234, metavar="N")
     p.add_argument("--host", default="127.0.0.1", help="listen address (loopback by default)")
     p.set_defaults(func=cmd_gdbserver)
 

@@ -549,6 +549,7 @@ def compare(native: RunRecord, model: RunRecord, context: int = 3) -> list[str]:
 # ----------------------------------------------------------------------------- CLI
 
 def add_cli(sub, add_machine_options) -> None:
+    from .cli import count, seconds
     p = sub.add_parser("diff", help="run a guest under the host kernel's uprobes and the model; compare",
                        description="Run PROGRAM natively with the probes created through tracefs "
                                    "and in the model under the matching kernel profile, then "
@@ -565,19 +566,17 @@ def add_cli(sub, add_machine_options) -> None:
     p.add_argument("--kernel", default="auto", metavar="auto|V",
                    help="model profile; auto = the host's release")
     p.add_argument("--stdin", metavar="FILE")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="S")
-    p.add_argument("--max-insns", type=int, default=0, metavar="N",
+    p.add_argument("--timeout", type=seconds, default=60.0, metavar="S")
+    p.add_argument("--max-insns", type=count, default=0, metavar="N",
                    help="exact instruction budget of the model run (0 = none)")
     p.set_defaults(func=cmd_diff)
 
 
 def cmd_diff(args) -> int:
+    from .cli import read_stdin_file
+    stdin = read_stdin_file(args.stdin)
     path, tmpdir = _program_path(args.program)
     try:
-        stdin = b""
-        if args.stdin:
-            with open(args.stdin, "rb") as f:
-                stdin = f.read()
         argv = [path, *args.args, *getattr(args, "guest_tail", [])]
         probes, _ = resolve_specs(path, args.event)
         kernel = host_profile_name() if args.kernel == "auto" else args.kernel
@@ -612,5 +611,8 @@ def _program_path(program: str) -> tuple[str, str | None]:
         return path, tmpdir
     if not os.path.isfile(program):
         raise InputError(f"{program}: no such file")
+    if not os.access(program, os.X_OK):
+        # The native run would fail in execve() with EACCES; say so before any probe.
+        raise InputError(f"{program}: not executable (the host run needs execute permission)")
     return os.path.abspath(program), None
 

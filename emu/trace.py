@@ -1321,7 +1321,8 @@ def cmd_trace(args) -> int:
                 sys.stderr.buffer.write(bytes(data))
         sys.stderr.flush()
     if args.start is not None and not tracer.insns:
-        print(f"uprobe-emu: trace: {args.start} was never reached", file=sys.stderr)
+        from .cli import print_error
+        print_error(f"uprobe-emu: trace: {args.start} was never reached")
     return report_result(result, m)
 
 

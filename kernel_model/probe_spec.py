@@ -52,7 +52,7 @@ __all__ = [
     "FetchArg", "FetchContext", "ProbeSpec",
     "Reg", "Stack", "StackPointer", "Retval", "Comm", "Imm", "ImmString", "FileOffset",
     "Deref", "FetchNode",
-    "parse_probe_spec", "parse_fetch_arg", "default_event_name",
+    "parse_probe_spec", "parse_fetch_arg", "default_event_name", "perf_event_name",
     "format_listing", "format_trace_line", "format_profile_line",
     "MAX_TRACE_ARGS", "MAX_EVENT_NAME_LEN", "MAX_ARG_NAME_LEN", "MAX_ARGSTR_LEN",
     "MAX_ARRAY_LEN", "MAX_STRING_SIZE", "DEFAULT_GROUP",
@@ -254,7 +254,8 @@ class FetchContext(Protocol):
         """Read a NUL-terminated string (NUL excluded, at most ``limit`` bytes); raise on fault."""
 
     def file_offset_to_vaddr(self, offset: int) -> int:
-        """Map a file offset in the probed file to a virtual address (for ``@+OFFSET``)."""
+        """``@+OFFSET``'s address: ``translate_user_vaddr()``, i.e. ``bp_addr - tu->offset +
+        OFFSET`` -- relative to the probe's own mapping, whatever segment OFFSET is in."""
 
 
 def _read_word(ctx: FetchContext, addr: int) -> int:
@@ -727,6 +728,29 @@ def default_event_name(kind: str, path: str, offset: int) -> str:
         tail = tail[:cut.start()]
     tail = re.sub(r"[^A-Za-z0-9]", "_", tail)
     return f"p_{tail}_0x{offset & _U64:x}"[:MAX_EVENT_NAME_LEN - 1]
+
+
+def perf_event_name(symbol: str, is_return: bool) -> str:
+    """The event name ``perf probe -x PATH SYMBOL[%return]`` gives a probe on a symbol:
+    ``get_new_event_name()`` (tools/perf/util/probe-event.c) with no existing name.
+
+    A leading ``.`` is dropped, the name is cut at the first ``.`` or ``@`` after that
+    (``.isra.0``, ``@GLIBC_2.2.5``), return probes get ``__return``, and the result must
+    fit the 64-byte buffer and be a C identifier (perf's final ``is_c_func_name()``).
+    So ``malloc`` and ``malloc%return`` are ``malloc`` and ``malloc__return``.
+    """
+    base = symbol[1:] if symbol.startswith(".") else symbol
+    cut = re.search(r"[.@]", base)
+    if cut and cut.start() > 0:
+        base = base[:cut.start()]
+    name = base + ("__return" if is_return else "")
+    if len(name) >= MAX_EVENT_NAME_LEN:
+        raise ProbeSpecError(f"the event name {name!r} is too long (>= {MAX_EVENT_NAME_LEN} "
+                             "bytes): name the event, p:[GRP/]EVENT")
+    if not _is_good_name(name):
+        raise ProbeSpecError(f"{name!r} (from symbol {symbol!r}) is an invalid event name: "
+                             "name the event, p:[GRP/]EVENT")
+    return name
 
 
 class _SpecParser:

@@ -13,11 +13,10 @@ import re
 from dataclasses import dataclass, field
 
 from emu.errors import ProbeSpecError
-from emu.memory import GuestFault
 from emu.syscalls import CLOCK_EPOCH_NS
 
 from .probe_spec import ProbeSpec, default_event_name, format_listing, format_profile_line, \
-    format_trace_line, parse_probe_spec
+    format_trace_line, parse_probe_spec, perf_event_name
 
 _KNOWN_HEAD = re.compile(r"^(?:[pr](?::|\s|$)|-:|(?:uprobe|u|uretprobe|ur):)")
 
@@ -32,11 +31,16 @@ def parse_user_spec(text: str) -> ProbeSpec:
 
 
 class _FetchCtx:
-    """The FetchContext probe_spec's fetchargs read from at a hit."""
+    """The FetchContext probe_spec's fetchargs read from at a hit.
 
-    def __init__(self, ctx, file):
+    ``bp_addr`` and ``probe_offset`` are ``struct uprobe_dispatch_data``'s ``bp_addr``
+    (the probed address; for a return probe the function's entry, as
+    ``uretprobe_dispatcher()`` sets it) and ``tu->offset``.
+    """
+
+    def __init__(self, ctx, bp_addr: int, probe_offset: int):
         self._ctx = ctx
-        self._file = file
+        self._base = bp_addr - probe_offset
         self.comm = ctx.task.comm
 
     def reg(self, name: str) -> int:
@@ -49,10 +53,11 @@ class _FetchCtx:
         return self._ctx.machine.mem.read_cstring(addr, limit)
 
     def file_offset_to_vaddr(self, offset: int) -> int:
-        for vma in self._ctx.machine.mem.vmas:
-            if vma.file is self._file and vma.pgoff <= offset < vma.pgoff + vma.size:
-                return vma.vaddr_of(offset)
-        raise GuestFault(offset)
+        """``translate_user_vaddr()`` (FETCH_OP_FOFFS): the vaddr that file offset 0 would
+        have if the whole file were mapped like the probed page, plus ``offset``.  A data
+        segment whose vaddr-offset delta differs from the text's (busybox, most PIEs) is
+        therefore *not* where the kernel reads: it reads what lies at that address."""
+        return (self._base + offset) & 0xFFFFFFFFFFFFFFFF
 
 
 @dataclass(eq=False)
@@ -66,11 +71,16 @@ class TraceEvent:
     ftrace: bool = True                  # write lines to the trace output
     programs: list = field(default_factory=list)   # BPF-like callables(ctx)
     hits: int = 0
-    lines: list = field(default_factory=list)
+    owner: "TraceEvents | None" = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
         return f"{self.group}/{self.event}"
+
+    @property
+    def lines(self) -> list[str]:
+        """This event's lines in the trace buffer (see :attr:`TraceEvents.lines`)."""
+        return [] if self.owner is None else self.owner.lines_of(self)
 
 
 class TraceEvents:
@@ -81,7 +91,20 @@ class TraceEvents:
         self.machine = uprobes.machine
         self.events: list[TraceEvent] = []
         self.output = None                 # file-like for trace lines; None = keep only
-        self.lines: list[str] = []
+        self._log: list[tuple[TraceEvent, str]] = []
+
+    @property
+    def lines(self) -> list[str]:
+        """The ``trace`` buffer: every line not streamed to an ``output``, in order.
+
+        Each line is stored once (with its event); a line written to ``output`` is not
+        kept, so a long run that streams its events does not grow in memory.
+        """
+        return [line for _, line in self._log]
+
+    def lines_of(self, ev: TraceEvent) -> list[str]:
+        """The buffered lines of one event (``TraceEvent.lines``)."""
+        return [line for e, line in self._log if e is ev]
 
     def add(self, text: str, *, output=None, ftrace: bool = True, programs=()) -> TraceEvent:
         if text.strip().startswith(("usdt:", "U:")):
@@ -91,11 +114,13 @@ class TraceEvents:
             self.remove(spec.event, spec.group)
             return None
         file, offset = self._resolve(spec)
-        event = spec.event or default_event_name("p", file.path, offset)
+        event = spec.event or self._default_name(spec, file, offset)
         group = spec.group or "uprobes"
         if any(e.group == group and e.event == event for e in self.events):
-            raise ProbeSpecError(f"event {group}/{event} already exists", text, 0)
-        ev = TraceEvent(spec, group, event, file.path, offset, ftrace=ftrace, programs=list(programs))
+            raise ProbeSpecError(f"event {group}/{event} already exists (name this probe: "
+                                 f"p:{group}/EVENT ...)", text, 0)
+        ev = TraceEvent(spec, group, event, file.path, offset, ftrace=ftrace,
+                        programs=list(programs), owner=self)
         if output is not None:
             self.output = output
         handler = None if spec.is_return else (lambda ctx, ev=ev: self._dispatch(ev, ctx))
@@ -119,6 +144,16 @@ class TraceEvents:
             ev = self.add(f"p:usdt/{event} {file.path}:{offset:#x}{ref_part}", **kw)
             first = first or ev
         return first
+
+    @staticmethod
+    def _default_name(spec: ProbeSpec, file, offset: int) -> str:
+        """A probe on a symbol is named as ``perf probe`` names it (``malloc``,
+        ``malloc__return``); one on a file offset as ``__trace_uprobe_create()`` does
+        (``p_busybox_0xebf0``).  A second probe with the same default name is refused,
+        as perf refuses it without ``-f`` (``get_new_event_name()``: -EEXIST)."""
+        if spec.symbol is not None:
+            return perf_event_name(spec.symbol, spec.is_return)
+        return default_event_name("p", file.path, offset)
 
     def _resolve(self, spec: ProbeSpec):
         up = self.uprobes
@@ -156,7 +191,7 @@ class TraceEvents:
             return 0
         counters = self.machine.counters
         counters.args_buffer_fills += 1
-        fctx = _FetchCtx(ctx, ctx.uprobe.file)
+        fctx = _FetchCtx(ctx, ctx.func if ctx.is_return else ctx.vaddr, ev.offset)
         values = [(arg, arg.fetch(fctx)) for arg in ev.spec.args]
         if not ev.ftrace:
             return 0
@@ -169,9 +204,9 @@ class TraceEvents:
             ip, func = ctx.vaddr, None
         line = format_trace_line(comm=ctx.task.comm, pid=ctx.task.tid, cpu=0, timestamp=ts,
                                  event=ev.event, ip=ip, func=func, args=values)
-        ev.lines.append(line)
-        self.lines.append(line)
-        if self.output is not None:
+        if self.output is None:
+            self._log.append((ev, line))
+        else:
             self.output.write(line + "\n")
             self.output.flush()
         return 0
