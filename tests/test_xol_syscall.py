@@ -203,6 +203,39 @@ buf: .skip 64
 """
 
 
+# A probed fork: the child inherits rip in the parent's XOL slot and TF, but not the
+# [uprobes] page (VM_DONTCOPY) nor the step (uprobe_copy_process clears its utask).
+# The parent writes the child's wait status to stdout.
+FORK = r"""
+.globl _start
+.text
+_start:
+    mov $57, %eax
+scf: syscall
+nf: test %eax, %eax
+    jz child
+    sub $16, %rsp
+    mov $61, %eax                   # wait4(-1, &status, 0, 0)
+    mov $-1, %rdi
+    mov %rsp, %rsi
+    xor %edx, %edx
+    xor %r10d, %r10d
+    syscall
+    mov $1, %eax
+    mov $1, %edi
+    mov %rsp, %rsi
+    mov $4, %edx
+    syscall
+    mov $60, %eax
+    xor %edi, %edi
+    syscall
+child:
+    mov $60, %eax
+    mov $5, %edi
+    syscall
+"""
+
+
 @pytest.fixture(scope="module")
 def guests(tmp_path_factory):
     gcc = shutil.which("gcc")
@@ -210,7 +243,8 @@ def guests(tmp_path_factory):
         pytest.fail("gcc is required to build the guests (install gcc)")
     out = tmp_path_factory.mktemp("xolsys")
     paths = {}
-    for name, src in (("sites", SITES), ("ret", RET), ("fault", FAULT), ("user_tf", USER_TF)):
+    for name, src in (("sites", SITES), ("ret", RET), ("fault", FAULT), ("user_tf", USER_TF),
+                      ("fork", FORK)):
         s = out / f"{name}.S"
         s.write_text(src)
         exe = out / name
@@ -342,6 +376,15 @@ def test_a_guest_stepping_over_a_syscall_traps_one_instruction_later(guests):
     assert got == want, f"expected traps at {[hex(a) for a in want]}, got {[hex(a) for a in got]}"
 
 
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_probed_fork_kills_the_child_in_the_slot_it_does_not_have(guests, profile):
+    m, r, hits = run_probed(guests["fork"], ["scf", "nf"], profile)
+    status = struct.unpack("<i", r.stdout)[0]
+    assert (r.exit_code, status) == (0, 11), \
+        f"expected the child killed by SIGSEGV (status 11), got status {status:#x}"
+    assert hits == {"scf": 1, "nf": 0}
+
+
 def busybox_write_pairs() -> list[tuple[int, int]]:
     """(syscall, follower) file offsets of glibc's write wrappers in /bin/busybox:
     ``mov $1,%eax; syscall; cmp $-4096,%rax``."""
@@ -396,7 +439,8 @@ def test_host_agrees_on_syscalls_followed_by_every_instruction_class(guests):
 @pytest.mark.parametrize("guest,probes,events", [
     ("ret", ["sc7"], 1),
     ("fault", ["sc6", "n6"], 2),
-], ids=["syscall-ret", "fault-in-slot"])
+    ("fork", ["scf", "nf"], 1),
+], ids=["syscall-ret", "fault-in-slot", "fork-child"])
 def test_host_agrees_on_what_the_follower_does(guests, guest, probes, events):
     exe = guests[guest]
     assert _diff(exe, [f"p {exe}:{n} %cx" for n in probes]) == events
