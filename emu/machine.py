@@ -117,7 +117,7 @@ class Machine:
         self._switch_requested = False
         self._stopped_by_hook = False
         self._in_syscall = False
-        self._db_after_syscall: Task | None = None   # see _syscall
+        self._db_after_syscall: tuple | None = None   # (task, rip): see _syscall
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -303,7 +303,8 @@ class Machine:
     def _interrupt(self, intno: int) -> None:
         task = self.task
         after_syscall, self._db_after_syscall = self._db_after_syscall, None
-        if intno == 1 and after_syscall is task:
+        if intno == 1 and after_syscall is not None and after_syscall[0] is task \
+                and after_syscall[1] == self._rip():
             return          # Unicorn's #DB right after a syscall left with TF: see _syscall
         if task.state == "dead" or self._result is not None:
             return          # a trap still pending after the task exited (e.g. #DB of TF)
@@ -419,7 +420,7 @@ class Machine:
         # the single-step #DB comes after the NEXT user instruction.  Unicorn keeps TF
         # through the hook and raises #DB as soon as it returns: that trap is dropped.
         if regs.eflags & TF:
-            self._db_after_syscall = task
+            self._db_after_syscall = (task, regs.rip)
         regs.orig_rax = -1
         changes = regs.changed()
         # Unicorn adds 2 to rip after this hook returns: resume at X by writing X - 2.
