@@ -123,6 +123,7 @@ class Machine:
         self._switch_requested = False
         self._stopped_by_hook = False
         self._in_syscall = False
+        self._db_after_syscall: tuple | None = None   # (task, rip): see _syscall
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -307,6 +308,10 @@ class Machine:
 
     def _interrupt(self, intno: int) -> None:
         task = self.task
+        after_syscall, self._db_after_syscall = self._db_after_syscall, None
+        if intno == 1 and after_syscall is not None and after_syscall[0] is task \
+                and after_syscall[1] == self._rip():
+            return          # Unicorn's #DB right after a syscall left with TF: see _syscall
         if task.state == "dead" or self._result is not None:
             return          # a trap still pending after the task exited (e.g. #DB of TF)
         regs = self.read_regs()
@@ -415,6 +420,13 @@ class Machine:
             return
         # Return to user: SYSRET when rcx/r11 still match rip/flags, else the IRET path;
         # either way the task resumes with pt_regs as the kernel left them.
+        # With TF in the flags it is always IRET (do_syscall_64: SYSRET cannot restore
+        # RF, and would trap at once on TF).  The hardware SYSCALL masked TF on entry
+        # (MSR_SYSCALL_MASK), so no #DB followed the syscall itself; IRET restores TF and
+        # the single-step #DB comes after the NEXT user instruction.  Unicorn keeps TF
+        # through the hook and raises #DB as soon as it returns: that trap is dropped.
+        if regs.eflags & TF:
+            self._db_after_syscall = (task, regs.rip)
         regs.orig_rax = -1
         changes = regs.changed()
         # Unicorn adds 2 to rip after this hook returns: resume at X by writing X - 2.

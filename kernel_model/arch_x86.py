@@ -80,7 +80,13 @@ def arch_uprobe_emulate(au: ArchUprobe, regs, mem) -> bool:
 # ------------------------------------------------------------------ out-of-line step
 
 def arch_uprobe_pre_xol(au: ArchUprobe, regs, autask, xol_vaddr: int, vaddr: int) -> None:
-    """Point rip at the slot, load the rip-relative scratch register, set TF."""
+    """Point rip at the slot, load the rip-relative scratch register, set TF.
+
+    The slot holds all 16 ``ixol`` bytes.  For a probed ``syscall`` that matters: SYSCALL
+    masks TF, the kernel returns by IRET (TF set in pt_regs), and the #DB comes after
+    the NEXT instruction - the file's bytes after the syscall, run in the slot; post_xol's
+    FIX_IP then applies to wherever that instruction left rip (the machine models the
+    trap's timing: ``Machine._syscall``)."""
     if au.scratch:
         autask.saved_scratch_register = getattr(regs, au.scratch)
         setattr(regs, au.scratch, vaddr + au.ilen)

@@ -28,11 +28,25 @@ class KernelProfile:
     has_uretprobe_syscall: bool       # syscall 335 exists (6.11+)
     session_consumers: bool           # 6.13+
     trampolines_copied_on_fork: bool  # 7.2+: [uprobes-trampoline] no longer VM_DONTCOPY
+    # handler_chain: how the handlers' return values are read.  "bitmask" (<= 6.12):
+    # ``remove &= rc`` keeps bit 0 of every rc (3 is a REMOVE too), and one return probe
+    # serves every ret_handler when any consumer has one and not every handler removed
+    # (``need_prep && !remove``) - a consumer's own REMOVE does not skip its ret_handler.
+    # "exact" (6.13+, 4d756095d399 "uprobe: Add support for session consumer"): only
+    # rc == UPROBE_HANDLER_REMOVE removes, and a consumer answering REMOVE or IGNORE gets
+    # no return instance (the instance is allocated in handler_chain).
+    handler_chain_rc: str
+    # handler_chain, every handler returned REMOVE: re-check filter_chain() under
+    # register_rwsem and unapply only if no consumer wants the mm (a filterless one
+    # always does).  6.12+ (cc01bd044e6a "uprobes: travers uprobe's consumer list
+    # locklessly under SRCU protection"); before, the breakpoint was removed from the mm
+    # whenever there were consumers and all of them answered REMOVE.
+    remove_rechecks_filter: bool
 
     SWITCHES = ("uretprobe_trampoline", "nop_emulation", "optimize", "ri_alloc", "args_buffer",
                 "ip_change_skips_insn", "uprobe_syscall_outside", "trampoline_sls_int3",
                 "has_uprobe_syscall", "has_uretprobe_syscall", "session_consumers",
-                "trampolines_copied_on_fork")
+                "trampolines_copied_on_fork", "handler_chain_rc", "remove_rechecks_filter")
 
     @staticmethod
     def names() -> list[str]:
@@ -47,10 +61,16 @@ class KernelProfile:
         bad = [k for k in overrides if k not in KernelProfile.SWITCHES]
         if bad:
             raise InputError(f"unknown kernel switch {bad[0]!r}; known: {', '.join(KernelProfile.SWITCHES)}")
+        for k, v in overrides.items():
+            if k in _CHOICES and v not in _CHOICES[k]:
+                raise InputError(f"kernel switch {k} is one of {', '.join(_CHOICES[k])}, not {v!r}")
         return replace(prof, **overrides) if overrides else prof
 
     def describe(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+_CHOICES = {"handler_chain_rc": ("bitmask", "exact"), "remove_rechecks_filter": (False, True)}
 
 
 def _p(name, release, **kw) -> KernelProfile:
@@ -60,7 +80,8 @@ def _p(name, release, **kw) -> KernelProfile:
 _BASE = dict(uretprobe_trampoline="int3", nop_emulation="nop1", optimize=None, ri_alloc="kmalloc",
              args_buffer="always", ip_change_skips_insn=False, uprobe_syscall_outside="ENOSYS",
              trampoline_sls_int3=False, has_uprobe_syscall=False, has_uretprobe_syscall=False,
-             session_consumers=False, trampolines_copied_on_fork=False)
+             session_consumers=False, trampolines_copied_on_fork=False,
+             handler_chain_rc="bitmask", remove_rechecks_filter=False)
 
 
 def _build() -> dict[str, KernelProfile]:
@@ -71,7 +92,8 @@ def _build() -> dict[str, KernelProfile]:
     out["6.10"] = _p("6.10", "6.10.0", **b)
     b.update(uretprobe_trampoline="syscall", has_uretprobe_syscall=True)
     out["6.11"] = _p("6.11", "6.11.0", **b)
-    b.update(session_consumers=True)
+    # 6.12 (no profile of its own): remove_rechecks_filter; 6.13: the session rework
+    b.update(session_consumers=True, handler_chain_rc="exact", remove_rechecks_filter=True)
     out["6.13"] = _p("6.13", "6.13.0", **b)
     b.update(ri_alloc="pool")
     out["6.14"] = _p("6.14", "6.14.0", **b)

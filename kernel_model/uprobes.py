@@ -443,9 +443,15 @@ class Uprobes:
         return True
 
     def handler_chain(self, uprobe: Uprobe, task, regs, vaddr: int) -> None:
-        """Run entry handlers newest first; collect return-instance needs; REMOVE."""
-        remove = True
-        has_consumers = False
+        """Run entry handlers newest first; set up the return probe; REMOVE.
+
+        How return values count is the profile's ``handler_chain_rc``: "exact" (6.13+)
+        takes a return instance per hit for the consumers that want one (not REMOVE,
+        not IGNORE); "bitmask" (<= 6.12) ANDs the raw values (``remove &= rc``) and
+        prepares one return probe for all ret_handlers when any consumer has one and
+        not every handler removed (``need_prep && !remove``)."""
+        exact = self.profile.handler_chain_rc == "exact"
+        remove, has_consumers, need_prep = True, False, False
         ri = None
         machine = self.machine
         consumers = uprobe.consumers
@@ -461,21 +467,24 @@ class Uprobes:
                 rc = uc.handler(ctx) or 0
                 if self.listeners:
                     self.emit("handler", task=task, consumer=uc, rc=rc, vaddr=vaddr)
-            remove &= rc == UPROBE_HANDLER_REMOVE
             has_consumers = True
-            # UPROBE_HANDLER_IGNORE exists since 6.13 (session consumers); before, a
-            # return value of 2 was only warned about and the uretprobe still set up
-            skip = (UPROBE_HANDLER_REMOVE, UPROBE_HANDLER_IGNORE) if self.profile.session_consumers \
-                else (UPROBE_HANDLER_REMOVE,)
-            if uc.ret_handler is not None and rc not in skip:
+            if not exact:
+                remove &= isinstance(rc, int) and bool(rc & UPROBE_HANDLER_REMOVE)
+                need_prep |= uc.ret_handler is not None
+                continue
+            remove &= rc == UPROBE_HANDLER_REMOVE
+            if uc.ret_handler is not None and rc not in (UPROBE_HANDLER_REMOVE, UPROBE_HANDLER_IGNORE):
                 if ri is None:
                     ri = self.uret.alloc_return_instance(task)
                 if uc.is_session:
                     ri.consumers.append((uc.id, ctx.cookie))
+        if need_prep and not remove:
+            ri = self.uret.alloc_return_instance(task)
         if ri is not None:
             self.uret.prepare_uretprobe(uprobe, task, regs, ri)
         if remove and has_consumers:
-            if not self.filter_chain(uprobe, task.process):
+            # 6.12+: re-check under register_rwsem that no consumer wants this mm
+            if not self.profile.remove_rechecks_filter or not self.filter_chain(uprobe, task.process):
                 self.unapply_uprobe(task.process, uprobe)
 
     def unapply_uprobe(self, proc, uprobe: Uprobe) -> None:

@@ -77,10 +77,11 @@ class Uretprobes:
     def alloc_return_instance(self, task) -> ReturnInstance:
         """``alloc_return_instance``: called by handler_chain for the first consumer that
         wants a return, before ``prepare_uretprobe`` checks the depth (6.13+, since the
-        session-consumer rework).  Before that, handler_chain only noted that a return
-        probe was wanted and ``prepare_uretprobe`` allocated after its depth check: the
-        instance handed out here is then a stand-in, replaced in :meth:`prepare_uretprobe`."""
-        if not self.profile.session_consumers:
+        session-consumer rework: profile switch ``handler_chain_rc`` "exact").  Before
+        that, handler_chain only noted that a return probe was wanted (``need_prep``) and
+        ``prepare_uretprobe`` allocated after its depth check: the instance handed out
+        here is then a stand-in, replaced in :meth:`prepare_uretprobe`."""
+        if self.profile.handler_chain_rc != "exact":
             return ReturnInstance(scratch=True)
         return self._alloc(task)
 
@@ -152,7 +153,7 @@ class Uretprobes:
                 self.uprobes.emit("uretprobe_depth", task=task, uprobe=uprobe)
             self._drop(task, ri)
             return
-        if ri.scratch and not self.profile.session_consumers:
+        if ri.scratch and self.profile.handler_chain_rc != "exact":
             # <= 6.12: kmalloc (or the policy's equivalent) only now, past the depth check
             consumers, ri = ri.consumers, self._alloc(task)
             ri.consumers = consumers

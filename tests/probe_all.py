@@ -154,10 +154,56 @@ class Probes:
     consumers: dict = field(default_factory=dict)      # addr -> UprobeConsumer
     refused: dict = field(default_factory=dict)        # addr -> (Insn, RegistrationError)
     insns: dict = field(default_factory=dict)          # addr -> Insn (registered ones)
+    shadowed: set = field(default_factory=set)         # left out: see syscall_shadows
 
     @property
     def syscall_sites(self) -> set[int]:
         return {a for a, i in self.insns.items() if i.is_syscall}
+
+
+_MD_DETAIL = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+_MD_DETAIL.detail = True
+_SLOT_UNSAFE_MNEMONICS = ("syscall", "sysenter", "pushf", "pushfq", "popf", "popfq")
+
+
+def runs_unchanged_in_a_slot(code: bytes) -> bool:
+    """Does the instruction at the start of ``code`` do the same when executed 2 bytes
+    into an XOL slot, behind a probed ``syscall``, and then moved back by the syscall's
+    FIX_IP correction?  Yes for everything that ignores its own address (relative jumps
+    included: the correction moves their target back); no for calls and returns,
+    indirect jumps, rip-relative operands, another syscall, pushf/popf (TF is set) and
+    rep strings (stepped per iteration)."""
+    i = next(_MD_DETAIL.disasm(code, 0x1000, 1), None)
+    if i is None or i.mnemonic in _SLOT_UNSAFE_MNEMONICS or i.mnemonic.startswith("rep"):
+        return False
+    if any(i.group(g) for g in (capstone.CS_GRP_CALL, capstone.CS_GRP_RET, capstone.CS_GRP_INT,
+                                capstone.CS_GRP_IRET, capstone.CS_GRP_PRIVILEGE)):
+        return False
+    if i.group(capstone.CS_GRP_JUMP) and not i.group(capstone.CS_GRP_BRANCH_RELATIVE):
+        return False
+    return not any(op.type == capstone.x86.X86_OP_MEM and op.mem.base == capstone.x86.X86_REG_RIP
+                   for op in i.operands)
+
+
+def syscall_shadows(m, insns: list[Insn]) -> set[int]:
+    """The addresses among ``insns`` that a probed ``syscall`` makes faithfully
+    non-transparent, to be left unprobed.
+
+    The kernel single-steps a probed syscall out of line with TF set; the syscall masks
+    TF, the kernel returns by IRET (do_syscall_64 refuses SYSRET with TF) and IRET's TF
+    traps only after the NEXT instruction - which thus also runs in the slot, from the
+    16 file bytes copied there.  Its own probe is never hit that way, and it only
+    behaves as in place if :func:`runs_unchanged_in_a_slot`.  So: a syscall whose
+    follower runs unchanged is probed and the follower is not; any other syscall is
+    left unprobed (and its follower probed).  ``tests/test_xol_syscall.py`` pins the
+    behaviour itself against the host kernel."""
+    addrs = {i.addr for i in insns}
+    out = set()
+    for insn in insns:
+        if insn.is_syscall:
+            follower = insn.addr + len(insn.raw)
+            out.add(follower if runs_unchanged_in_a_slot(m.mem.read(follower, 15)) else insn.addr)
+    return out & addrs
 
 
 def nop_handler(ctx):
