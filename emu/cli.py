@@ -36,6 +36,19 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
+def _size(text: str) -> int:
+    """A byte count: 4294967296, 0x100000000, 512M, 4G, 4GiB."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    try:
+        value = int(t[:-1] if scale > 1 else t, 0) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"not a positive size: {text!r}")
+    return value
+
+
 def _add_machine_options(p: argparse.ArgumentParser) -> None:
     from kernel_model.profiles import KernelProfile
     p.add_argument("--kernel", default="latest", metavar="V",
@@ -44,6 +57,9 @@ def _add_machine_options(p: argparse.ArgumentParser) -> None:
                    help="exact instruction budget (default 0 = none: full speed, the timeout "
                         "bounds the run; a budget costs ~5x on hot loops)")
     p.add_argument("--timeout", type=float, default=120.0, metavar="S", help="wall-clock limit")
+    p.add_argument("--max-memory", type=_size, default=None, metavar="SIZE",
+                   help="limit of the guest's mappings over all its processes (e.g. 512M, "
+                        "default 4G); past it mmap/brk/fork fail with ENOMEM")
     p.add_argument("--stdin", metavar="FILE", help="file whose bytes the guest reads on fd 0")
     p.add_argument("--grant-dir", metavar="DIR",
                    help="host directory the guest may open files in (default: none)")
@@ -164,7 +180,12 @@ def make_machine(args, passthrough: bool = True):
     guest_argv = [prog[len("guest:"):] if prog.startswith("guest:") else prog] + extra
     return Machine.from_program(args.program, argv=guest_argv, kernel=args.kernel, stdin=stdin,
                                 passthrough=passthrough, grant_dir=args.grant_dir,
-                                seed=getattr(args, "seed", 0))
+                                seed=getattr(args, "seed", 0), **_memory_option(args))
+
+
+def _memory_option(args) -> dict:
+    size = getattr(args, "max_memory", None)
+    return {} if size is None else {"max_memory": size}
 
 
 def report_result(result, machine=None) -> int:
