@@ -45,6 +45,10 @@ _libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_
 _libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
+_libc.mremap.restype = ctypes.c_void_p
+_libc.mremap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int)
+_MREMAP_MAYMOVE = 1
+_GROW_REGION_MAX = 16 << 20         # a growing mapping is one Unicorn region per 16 MiB
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _HOST_FLAGS = _mmap.MAP_PRIVATE | _mmap.MAP_ANONYMOUS | getattr(_mmap, "MAP_NORESERVE", 0x4000)
 _MADV_DONTNEED = 4
@@ -279,6 +283,10 @@ class Memory:
         if overlap:
             self.unmap(start, end - start)           # uncharges the replaced bytes,
             self.limit.used += overlap               # which the new mapping now holds
+        elif not data and file is None and not special:
+            grown = self._grow_anon(start, end, prot, name, mayprot)
+            if grown is not None:
+                return grown
         host = _host_alloc(end - start)
         try:
             self.uc.mem_map_ptr(start, end - start, _uc_prot(prot), host)
@@ -295,6 +303,29 @@ class Memory:
         self.vmas.append(vma)
         self._reindex()
         return self._merge_anon(vma)
+
+    def _grow_anon(self, start: int, end: int, prot: int, name: str, mayprot: int | None) -> Vma | None:
+        """Extend the anonymous mapping that ends at ``start`` (a growing [heap]) as one
+        Unicorn region: its host pages are mremap()ed larger (moved, never copied) and
+        the region re-registered.  Thousands of one-page brk() calls would otherwise
+        leave thousands of Unicorn regions, each map slower than the last."""
+        prev = self.find_vma(start - 1) if start else None
+        if prev is None or prev.end != start or prev.file is not None or prev.special or \
+                prev.prot != prot or prev.name != name or prev.mayprot != (PROT_ALL if mayprot is None else mayprot):
+            return None
+        b = next((b for b in self._backing if b.end == start and b.start >= prev.start), None)
+        if b is None or b.end - b.start >= _GROW_REGION_MAX:
+            return None          # Unicorn's unmap flushes per page: keep regions moderate
+        old, new = b.end - b.start, end - b.start
+        host = _libc.mremap(b.host, old, new, _MREMAP_MAYMOVE)
+        if host in (None, _MAP_FAILED):
+            return None
+        self.uc.mem_unmap(b.start, old)
+        self.uc.mem_map_ptr(b.start, new, _uc_prot(prot), host)
+        b.end, b.host = end, host
+        prev.end = end
+        self._reindex()
+        return prev
 
     def _merge_anon(self, vma: Vma) -> Vma:
         """Adjacent anonymous mappings with the same protection and name are one VMA,

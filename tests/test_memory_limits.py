@@ -345,3 +345,11 @@ def test_cli_max_memory_option(tmp_path):
     elf.write_bytes(_elf_with_memsz(0x10000000))       # 256 MiB segment
     assert main(["run", str(elf), "--max-memory", "128M"]) == 2
     assert main(["run", str(elf), "--max-memory", "1G"]) == 0
+
+
+def test_passthrough_output_is_not_kept(capfd):
+    """Was: every byte kept even when passed through (4 GB in 13 s)."""
+    m = Machine.from_asm(WRITE_LOOP.format(n=16), passthrough=True)
+    r = m.run(timeout=30)
+    assert (r.reason, len(r.stdout), len(m.stdout)) == ("exit", 0, 0)
+    assert capfd.readouterr().out, "the output was passed through"
