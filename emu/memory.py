@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import mmap as _mmap
+import weakref
 from dataclasses import dataclass, field
 
 from unicorn import UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, UcError
@@ -112,6 +113,13 @@ def _host_resident_pages(host: int, size: int) -> bytes:
     if _libc.mincore(host, size, vec) != 0:
         return b"\1" * (size // PAGE_SIZE)       # unknown: treat every page as touched
     return vec.raw
+
+
+def _host_free_all(backing: list) -> None:
+    """Return every host range of an address space (when its Unicorn instance goes)."""
+    for b in backing:
+        _libc.munmap(b.host, b.end - b.start)
+    backing.clear()
 
 
 @dataclass
@@ -204,7 +212,9 @@ class Memory:
         self.vmas: list[Vma] = []
         self._starts: list[int] = []
         self._last: Vma | None = None               # last mapping a user access checked
-        self._backing: list[_Backing] = []
+        self._backing: list[_Backing] = []     # changed in place: the finalizer holds it
+        # The host pages live exactly as long as the Unicorn instance that maps them.
+        self._free_host = weakref.finalize(uc, _host_free_all, self._backing) if uc is not None else None
         self.text_write_listeners: list = []   # callables (start, end) -> None
 
     # -- lookup -------------------------------------------------------------
@@ -295,7 +305,7 @@ class Memory:
             self.limit.uncharge(end - start)
             raise MemoryLimitExceeded(f"cannot map {start:#x}-{end:#x}") from None
         self._backing.append(_Backing(start, end, host))
-        self._backing.sort(key=lambda b: b.start)
+        self._backing.sort(key=lambda b: b.start)          # in place
         if data:
             self.uc.mem_write(start, bytes(data[:end - start]))
         vma = Vma(start, end, prot, name, file, pgoff, special,
@@ -381,7 +391,7 @@ class Memory:
                 keep.append(_Backing(b.start, lo, b.host))
             if hi < b.end:
                 keep.append(_Backing(hi, b.end, b.host + hi - b.start))
-        self._backing = keep
+        self._backing[:] = keep
 
     def _host_ranges(self, start: int, end: int):
         """(guest start, host address, length) pieces of the host memory of [start, end)."""
@@ -450,9 +460,8 @@ class Memory:
                 finalizer()                       # uc_close now, not at garbage collection
             uc._callbacks.clear()
             uc._uch = None
-        for b in self._backing:
-            _libc.munmap(b.host, b.end - b.start)
-        self._backing = []
+        if self._free_host is not None:
+            self._free_host()
         self.limit.uncharge(self.total)
         self.vmas = []
         self._reindex()
