@@ -360,18 +360,25 @@ class Machine:
             self._stopped_by_hook = True
             self.uc.emu_stop()
         except GuestFault as e:
-            self._kernel_access_fault(e)
+            self._kernel_access_fault(e, at_breakpoint=fn == self._interrupt and args == (3,))
         except BaseException as e:  # noqa: BLE001 - re-raised in run()
             self._hook_error = e
             self.uc.emu_stop()
         return None
 
-    def _kernel_access_fault(self, fault: GuestFault) -> None:
+    def _kernel_access_fault(self, fault: GuestFault, at_breakpoint: bool = False) -> None:
         """Trap handling touched guest memory that is not there (an XOL slot or a
         trampoline whose special page the guest unmapped): the task faults at that
-        address, as it would on the instruction fetch there - SIGSEGV, not a crash."""
+        address, as it would on the instruction fetch there - SIGSEGV, not a crash.
+        At a breakpoint the task is left at the probed instruction, where the kernel's
+        arch_uprobe_abort_xol puts it after a faulting step."""
         try:
-            self.force_sig(self.task, SIGSEGV, addr=fault.addr, detail=f"{fault.access} fault")
+            regs = self.read_regs()
+            if at_breakpoint:
+                regs.rip -= 1
+            self.kernel.fixup_fault(self.task, regs)
+            self.force_sig(self.task, SIGSEGV, addr=fault.addr, detail=f"{fault.access} fault",
+                           regs=regs)
         except _Stop:
             pass
         except BaseException as e:  # noqa: BLE001 - re-raised in run()

@@ -134,3 +134,31 @@ def test_out_of_line_step_after_the_xol_page_is_replaced_and_unmapped_is_sigsegv
     assert (r.reason, r.signal) == ("signal", SIGNALS["SIGSEGV"]), r.describe()
     assert 0x7FFFFFFFE000 <= r.fault_addr < 0x7FFFFFFFF000, \
         f"expected a fault in the old XOL page 0x7fffffffe000, got {r.fault_addr:#x}"
+
+
+def test_first_step_of_another_probe_after_the_xol_page_is_unmapped_is_sigsegv():
+    """Was: a GuestFault traceback when the model filled a slot in the unmapped page.
+    The host kernel fills its own page, the jump there faults: SIGSEGV at the slot, the
+    task back at the probed instruction (arch_uprobe_abort_xol)."""
+    src = """
+_start:
+    call f_ret
+    mov rdi, 0x7fffffffe000
+    mov rsi, 4096
+    mov eax, 11
+    syscall
+    call f_ret2
+    mov eax, 231
+    xor edi, edi
+    syscall
+f_ret:
+    ret
+f_ret2:
+    ret
+"""
+    m = Machine.from_asm(src, kernel="6.18")
+    m.uprobes.register("f_ret", handler=lambda ctx: None)
+    m.uprobes.register("f_ret2", handler=lambda ctx: None)
+    r = m.run(max_insns=10_000)
+    assert (r.reason, r.signal, r.rip) == ("signal", SIGNALS["SIGSEGV"], m.resolve("f_ret2")), r.describe()
+    assert r.fault_addr == 0x7FFFFFFFE080, f"host: si_addr 0x7fffffffe080 (slot 1), got {r.fault_addr:#x}"
