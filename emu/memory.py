@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import mmap as _mmap
+import struct
 import weakref
 from dataclasses import dataclass, field
 
@@ -45,7 +46,6 @@ _libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_
                        ctypes.c_long)
 _libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-_libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
 _libc.mremap.restype = ctypes.c_void_p
 _libc.mremap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int)
 _MREMAP_MAYMOVE = 1
@@ -106,13 +106,20 @@ def _host_alloc(size: int) -> int:
     return addr
 
 
-def _host_resident_pages(host: int, size: int) -> bytes:
-    """mincore(): one byte per page, bit 0 set when the page is resident (was written:
-    an anonymous page never written reads as zeros and is not resident)."""
-    vec = ctypes.create_string_buffer(size // PAGE_SIZE)
-    if _libc.mincore(host, size, vec) != 0:
-        return b"\1" * (size // PAGE_SIZE)       # unknown: treat every page as touched
-    return vec.raw
+def _host_touched_pages(host: int, size: int) -> list[bool]:
+    """Which pages of a host range were ever touched: present or swapped out in
+    /proc/self/pagemap (bits 63, 62).  A private anonymous page never touched reads as
+    zeros, so it need not be copied.  If pagemap cannot be read, every page counts."""
+    n = size // PAGE_SIZE
+    try:
+        with open("/proc/self/pagemap", "rb") as f:
+            f.seek(host // PAGE_SIZE * 8)
+            raw = f.read(n * 8)
+    except OSError:
+        return [True] * n
+    if len(raw) != n * 8:
+        return [True] * n
+    return [bool(e >> 62) for e in struct.unpack(f"<{n}Q", raw)]
 
 
 def _host_free_all(backing: list) -> None:
@@ -438,14 +445,14 @@ class Memory:
         self.uc.ctl_remove_cache(start, end)
 
     def copy_pages_from(self, other: "Memory", start: int, end: int) -> None:
-        """dup_mmap's copy of [start, end): only pages the parent ever wrote (resident in
-        the host) are copied; the others read as zeros in both."""
+        """dup_mmap's copy of [start, end): only pages the parent ever touched are
+        copied; the others read as zeros in both."""
         for lo, host, n in other._host_ranges(start, end):
-            resident = _host_resident_pages(host, n)
+            touched = _host_touched_pages(host, n)
             for dst_lo, dst_host, dn in self._host_ranges(lo, lo + n):
                 base = (dst_lo - lo) // PAGE_SIZE
                 for i in range(dn // PAGE_SIZE):
-                    if resident[base + i] & 1:
+                    if touched[base + i]:
                         off = (base + i) * PAGE_SIZE
                         ctypes.memmove(dst_host + i * PAGE_SIZE, host + off, PAGE_SIZE)
 
