@@ -87,3 +87,35 @@ def test_budget_is_exact_across_early_stops():
         m = Machine.from_asm(YIELD_FOREVER)
         m.run(max_insns=budget, timeout=0)
         assert m.counters.syscalls[24] == yields, f"budget {budget}: {m.counters.syscalls[24]} yields"
+
+
+BRK_ONE_PAGE_AT_A_TIME = """
+_start:
+    xor edi, edi
+    mov eax, 12
+    syscall
+    mov rbx, rax
+again:
+    add rbx, 4096
+    mov rdi, rbx
+    mov eax, 12
+    syscall
+    jmp again
+"""
+
+
+def test_a_brk_loop_stops_at_the_timeout_and_keeps_few_unicorn_regions():
+    """Was: one Unicorn region per brk() call, each map (and the final teardown)
+    slower than the last; a --timeout 45 run overran by 14 s."""
+    import gc
+    t = time.perf_counter()
+    m = Machine.from_asm(BRK_ONE_PAGE_AT_A_TIME)
+    r = m.run(timeout=1.5)
+    regions = len(list(m.uc.mem_regions()))
+    heap = m.process.brk - m.process.brk_start
+    del m
+    gc.collect()
+    took = time.perf_counter() - t
+    assert r.reason == "timeout", r.describe()
+    assert took < 3.5, f"run + teardown took {took:.1f} s for a 1.5 s timeout"
+    assert regions <= 3 + heap // (16 << 20) + 1, f"{regions} Unicorn regions for a {heap >> 20} MiB heap"
