@@ -38,16 +38,16 @@ def _int(text: str) -> int:
 
 
 def _size(text: str) -> int:
-    """A byte count with an optional K/M/G/T suffix (binary units)."""
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    scale = units.get(text[-1:].upper(), 1)
+    """A byte count: 4294967296, 0x100000000, 512M, 4G, 4GiB."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
     try:
-        n = int(text[:-1] if scale > 1 else text, 0) * scale
+        value = int(t[:-1] if scale > 1 else t, 0) * scale
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a size: {text!r}") from None
-    if n < 4096:
-        raise argparse.ArgumentTypeError(f"must be at least 4096 bytes: {text!r}")
-    return n
+    if value < 4096:
+        raise argparse.ArgumentTypeError(f"must be at least one page (4096 bytes): {text!r}")
+    return value
 
 
 def count(text: str) -> int:
@@ -87,6 +87,9 @@ def _add_machine_options(p: argparse.ArgumentParser) -> None:
                         "bounds the run; a budget costs ~5x on hot loops)")
     p.add_argument("--timeout", type=seconds, default=120.0, metavar="S",
                    help="wall-clock limit (default 120; 0 = none)")
+    p.add_argument("--max-memory", type=_size, default=None, metavar="SIZE",
+                   help="limit of the guest's mappings over all its processes (e.g. 512M, "
+                        "default 4G); past it mmap/brk/fork fail with ENOMEM")
     p.add_argument("--stdin", metavar="FILE",
                    help="file the guest reads on fd 0, as it reads (default: this command's stdin)")
     p.add_argument("--mem-total", type=_size, default=None, metavar="SIZE",
@@ -269,10 +272,16 @@ def make_machine(args, passthrough: bool = True, own_stdin: bool = True):
                                     passthrough=passthrough, grant_dir=args.grant_dir,
                                     seed=getattr(args, "seed", 0),
                                     stdio="host" if passthrough else "pipe",
-                                    mem_total=getattr(args, "mem_total", None))
+                                    mem_total=getattr(args, "mem_total", None),
+                                    **_memory_option(args))
     finally:
         if isinstance(stdin, int) and stdin != 0:
             os.close(stdin)
+
+
+def _memory_option(args) -> dict:
+    size = getattr(args, "max_memory", None)
+    return {} if size is None else {"max_memory": size}
 
 
 def report_result(result, machine=None) -> int:

@@ -27,6 +27,8 @@ import bisect
 import contextlib
 import difflib
 import io
+import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -341,15 +343,45 @@ class _ProgramHeader:
     align: int
 
 
+MAX_ELF_FILE_SIZE = 512 << 20
+"""Largest program file read (a static executable is far smaller; the bytes are kept)."""
+
+
 def load_elf_file(path: str) -> ElfImage:
-    """Read and parse ``path``; an unreadable path is an :class:`InputError`."""
+    """Read and parse ``path``; an unreadable path is an :class:`InputError`.
+
+    Only a regular file is read (execve's -EACCES for anything else: /dev/zero would be
+    read forever, a FIFO would block), and only up to :data:`MAX_ELF_FILE_SIZE`."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        with open(path, "rb", buffering=0, opener=_open_nonblocking) as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise InputError(f"{path}: not a regular file ({_file_kind(st.st_mode)})")
+            if st.st_size > MAX_ELF_FILE_SIZE:
+                raise InputError(f"{path}: too large ({st.st_size} bytes; the limit is {MAX_ELF_FILE_SIZE})")
+            data = f.read(MAX_ELF_FILE_SIZE + 1)
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise InputError(f"{path}: cannot read: {reason.lower()}") from None
+    if len(data) > MAX_ELF_FILE_SIZE:
+        raise InputError(f"{path}: too large (more than {MAX_ELF_FILE_SIZE} bytes)")
     return parse_elf(data, path)
+
+
+def _open_nonblocking(path: str, flags: int) -> int:
+    """Open without blocking (a FIFO with no writer would block open() itself)."""
+    fd = os.open(path, flags | os.O_NONBLOCK)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 def parse_elf(data: bytes, path: str) -> ElfImage:

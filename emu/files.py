@@ -132,8 +132,9 @@ class PipeInput(OpenFile):
 
 
 class OutputSink(OpenFile):
-    """fd 1 or 2: what the guest writes is captured in ``machine.stdout``/``stderr``
-    (and copied to the host's fd 1/2 in passthrough mode).  ``host_fd`` set: the
+    """fd 1 or 2: what the guest writes goes to ``Machine.guest_output`` (kept, bounded,
+    in ``machine.stdout``/``stderr`` when captured; copied to the host's fd 1/2 in
+    passthrough mode).  ``host_fd`` set: the
     guest is told what that host descriptor is (a tty, a file or a pipe), as a program
     run natively from the same shell would be; unset: a pipe."""
 
@@ -147,10 +148,7 @@ class OutputSink(OpenFile):
         self.ino = ino
 
     def write(self, data):
-        buf = self.m.stdout if self.which == 1 else self.m.stderr
-        buf += data
-        if self.m.passthrough:
-            os.write(self.which, data)
+        self.m.guest_output(self.which, data)
         return len(data)
 
     def fstat(self):

@@ -12,7 +12,8 @@ import struct
 
 from .elf import PF_R, PF_W, PF_X
 from .errors import ElfError
-from .memory import PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, page_down, page_up
+from .memory import (PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, MemoryLimitExceeded, page_down,
+                     page_up)
 
 STACK_TOP = 0x7FFFFFFDE000           # leaves the XOL hint page (0x7fffffffe000) free
 STACK_SIZE = 8 << 20
@@ -31,7 +32,17 @@ def _prot(flags: int) -> int:
 
 
 def load_image(machine, image, mfile, argv: list[str], env: list[str] | None) -> None:
-    """Map ``image`` into ``machine``'s process and set up the initial registers."""
+    """Map ``image`` into ``machine``'s process and set up the initial registers.
+
+    An image whose segments and stack do not fit the machine's memory limit is refused
+    (an :class:`ElfError`), as execve fails with ENOMEM."""
+    try:
+        _load_image(machine, image, mfile, argv, env)
+    except MemoryLimitExceeded as e:
+        raise ElfError(f"{image.path}: cannot be loaded: {e} (see --max-memory)") from None
+
+
+def _load_image(machine, image, mfile, argv: list[str], env: list[str] | None) -> None:
     if not image.segments:
         raise ElfError(f"{image.path}: no PT_LOAD segments")
     mem = machine.mem

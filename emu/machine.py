@@ -14,8 +14,11 @@ run (exit, fatal signal, stop request) leaves it.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import signal as host_signal
+import struct
 import threading
 import time
 
@@ -26,7 +29,7 @@ from unicorn import x86_const as X
 
 from .counters import Counters
 from .errors import InputError
-from .memory import GuestFault, MappedFile, Memory
+from .memory import DEFAULT_MAX_MEMORY, GuestFault, MappedFile, Memory, MemoryLimit
 from .regs import RF, TF, PtRegs, RegisterFile
 from .signals import SIGNALS, RunResult
 from .task import Process, Task
@@ -39,6 +42,8 @@ _NEVER = 0xDEAD_BEEF_0000_0000
 # inside Unicorn that slows hot loops about fivefold; the wall-clock timeout bounds runs.
 DEFAULT_MAX_INSNS = None
 DEFAULT_TIMEOUT = 120.0
+# Bytes of each of stdout/stderr a Machine keeps (when it keeps them at all).
+DEFAULT_OUTPUT_LIMIT = 16 << 20
 
 SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV = (SIGNALS[n] for n in
                                             ("SIGILL", "SIGTRAP", "SIGBUS", "SIGFPE", "SIGSEGV"))
@@ -52,6 +57,41 @@ _MEM_ACCESS = {
 
 class _Stop(Exception):
     """Internal: leave the current emu_start with a result."""
+
+
+@functools.cache
+def _emu_counter_offset() -> int | None:
+    """Where Unicorn keeps the instruction count of the current ``emu_start``
+    (``uc_struct.emu_counter``, which its ``count`` hook increments before each
+    instruction).  The binding does not expose it, so it is found once by running known
+    counts on a scratch instance; None if the layout is not recognised."""
+    counts = (37, 101, 555)
+    dumps = []
+    for n in counts:
+        uc = Uc(UC_ARCH_X86, UC_MODE_64)
+        uc.mem_map(0x1000, 0x1000)
+        uc.mem_write(0x1000, b"\x90" * 0x1000)
+        uc.emu_start(0x1000, 0x2000, count=n)
+        dumps.append(ctypes.string_at(uc._uch, 4096))
+    for off in range(0, 4096 - 16, 8):
+        if all(struct.unpack_from("<QQ", d, off) == (n + 1, n) for d, n in zip(dumps, counts)):
+            return off
+    return None
+
+
+class OutputBuffer(bytearray):
+    """A guest stream the machine keeps: at most ``limit`` bytes (later bytes are
+    counted in ``dropped``, not kept)."""
+
+    def __init__(self, limit: int | None):
+        super().__init__()
+        self.limit = limit
+        self.dropped = 0
+
+    def keep(self, data: bytes) -> None:
+        room = len(data) if self.limit is None else max(0, self.limit - len(self))
+        self.extend(data[:room])
+        self.dropped += len(data) - min(room, len(data))
 
 
 class RegsView:
@@ -90,13 +130,23 @@ class Machine:
 
     def __init__(self, *, kernel: str = "latest", stdin: bytes | int = b"", passthrough: bool = False,
                  grant_dir: str | None = None, seed: int = 0, comm: str = "guest",
-                 stdio: str = "pipe", mem_total: int | None = None, **kernel_overrides):
+                 stdio: str = "pipe", mem_total: int | None = None,
+                 max_memory: int | None = DEFAULT_MAX_MEMORY, capture_output: bool | None = None,
+                 output_limit: int | None = DEFAULT_OUTPUT_LIMIT, **kernel_overrides):
+        """``max_memory``: bytes of guest mappings over all its processes (None: no
+        limit); past it mmap/brk/fork get ENOMEM and loading fails.  ``capture_output``:
+        keep the guest's stdout/stderr in ``stdout``/``stderr`` (default: only when not
+        passing it through), at most ``output_limit`` bytes each."""
         from kernel_model.kernel import Kernel  # the modeled kernel owns traps 1/3, 335, 336
         from .syscalls import Syscalls
 
         from .sched import Scheduler
 
+        if max_memory is not None and max_memory <= 0:
+            raise InputError(f"max_memory must be positive, not {max_memory}")
         self.counters = Counters()
+        self.mem_limit = MemoryLimit(max_memory)
+        self._released: list[Process] = []      # exited processes whose mm is still to free
         self.processes: list[Process] = []      # live processes (and zombies until reaped)
         self.tasks: list[Task] = []              # live tasks
         self._next_pid = 1000
@@ -105,9 +155,10 @@ class Machine:
         self.task: Task = self.new_task(self.new_process(comm=comm))
         self.main_process = self.task.process
         self._acct = self.counters.snapshot()
-        self.stdout = bytearray()
-        self.stderr = bytearray()
         self.passthrough = passthrough
+        self.capture_output = (not passthrough) if capture_output is None else capture_output
+        self.stdout = OutputBuffer(output_limit)
+        self.stderr = OutputBuffer(output_limit)
         self.symbols: dict[str, int] = {}
         self.syscalls = Syscalls(self, stdin=stdin, grant_dir=grant_dir, seed=seed, stdio=stdio,
                                  mem_total=mem_total)
@@ -193,7 +244,7 @@ class Machine:
             uc, mem, regfile = share_mm.uc, share_mm.mem, share_mm.regfile
         else:
             uc = Uc(UC_ARCH_X86, UC_MODE_64)
-            mem = Memory(uc, self.counters)
+            mem = Memory(uc, self.counters, self.mem_limit)
             regfile = RegisterFile(uc)
             self._install_hooks(uc)
         proc = Process(pid=pid, mem=mem, comm=comm, uc=uc, regfile=regfile, parent=parent,
@@ -205,6 +256,16 @@ class Machine:
         if parent is not None:
             parent.children.append(proc)
         return proc
+
+    def discard_process(self, proc: Process) -> None:
+        """Undo :meth:`new_process` for a fork that failed before the child existed."""
+        if proc in self.processes:
+            self.processes.remove(proc)
+        if proc.parent is not None and proc in proc.parent.children:
+            proc.parent.children.remove(proc)
+        if proc.mm_owner is None:
+            proc.mem.release()
+            proc.uc = proc.regfile = None
 
     def new_task(self, process: Process, tid: int | None = None) -> Task:
         task = Task(tid=tid if tid is not None else (process.pid if not process.tasks else self._alloc_pid()),
@@ -227,6 +288,14 @@ class Machine:
         pid = self._next_pid
         self._next_pid += 1
         return pid
+
+    def guest_output(self, fd: int, data: bytes) -> None:
+        """What the guest writes to fd 1/2: passed through to the host's, and kept
+        (bounded) only when capture was asked for."""
+        if self.capture_output:
+            (self.stdout if fd == 1 else self.stderr).keep(data)
+        if self.passthrough:
+            os.write(fd, data)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -298,10 +367,32 @@ class Machine:
         except _Stop:
             self._stopped_by_hook = True
             self.uc.emu_stop()
+        except GuestFault as e:
+            self._kernel_access_fault(e, at_breakpoint=fn == self._interrupt and args == (3,))
         except BaseException as e:  # noqa: BLE001 - re-raised in run()
             self._hook_error = e
             self.uc.emu_stop()
         return None
+
+    def _kernel_access_fault(self, fault: GuestFault, at_breakpoint: bool = False) -> None:
+        """Trap handling touched guest memory that is not there (an XOL slot or a
+        trampoline whose special page the guest unmapped): the task faults at that
+        address, as it would on the instruction fetch there - SIGSEGV, not a crash.
+        At a breakpoint the task is left at the probed instruction, where the kernel's
+        arch_uprobe_abort_xol puts it after a faulting step."""
+        try:
+            regs = self.read_regs()
+            if at_breakpoint:
+                regs.rip -= 1
+            self.kernel.fixup_fault(self.task, regs)
+            self.force_sig(self.task, SIGSEGV, addr=fault.addr, detail=f"{fault.access} fault",
+                           regs=regs)
+        except _Stop:
+            pass
+        except BaseException as e:  # noqa: BLE001 - re-raised in run()
+            self._hook_error = e
+        self._stopped_by_hook = True
+        self.uc.emu_stop()
 
     def _on_interrupt(self, uc, intno, _data):
         self._guard(self._interrupt, intno)
@@ -519,6 +610,8 @@ class Machine:
         for t in list(proc.tasks):
             self.task_exit(t)
         self.kernel.process_exit(proc)
+        if proc is not self.main_process and proc.mm_owner is None:
+            self._released.append(proc)     # exit_mmap, once Unicorn is not running it
         if proc is self.main_process:
             self.exited = True
             self._finish(result)
@@ -527,6 +620,22 @@ class Machine:
             if proc is self.task.process:      # the running task died: leave emu_start
                 self._stopped_by_hook = True
                 self.uc.emu_stop()
+
+    def _release_exited(self) -> None:
+        """Free the address space (Unicorn instance and host pages) of every exited
+        process, except one whose Unicorn the CPU still runs; a zombie keeps only its
+        exit status, as after the kernel's exit_mm."""
+        keep = []
+        for proc in self._released:
+            if proc.uc is self.task.process.uc or any(
+                    p.mm_owner is proc and p.exit_result is None for p in self.processes):
+                keep.append(proc)
+                continue
+            proc.mem.release()
+            for t in proc.tasks:
+                t.context = None
+            proc.uc = proc.regfile = None
+        self._released = keep
 
     def task_exit(self, task: Task) -> None:
         if task.state == "dead":
@@ -600,6 +709,8 @@ class Machine:
             rip = self._rip()
             task.slices += 1
             stopped_early = self._emulate(rip, left, count)
+            if remaining is not None:
+                remaining -= self._insns_run(count, stopped_early)
             if self._hook_error is not None:
                 err, self._hook_error = self._hook_error, None
                 raise err
@@ -620,14 +731,7 @@ class Machine:
                     result = RunResult("timeout", rip=self._rip(), rip_symbol=self.symbolize(self._rip()))
                     break
                 elif why == "count":
-                    if remaining is not None:
-                        remaining -= count
-                        if remaining <= 0:
-                            rip = self._rip()
-                            result = RunResult("budget", rip=rip, rip_symbol=self.symbolize(rip),
-                                               insns=int(max_insns))
-                            break
-                    if not multi:
+                    if not multi and (remaining is None or remaining > 0):
                         rip = self._rip()
                         result = RunResult("stopped", rip=rip, rip_symbol=self.symbolize(rip),
                                            detail="emulation stopped")
@@ -643,13 +747,22 @@ class Machine:
                         result = RunResult("stopped", rip=rip, rip_symbol=self.symbolize(rip),
                                            detail="emulation stopped")
                         break
+            if remaining is not None and remaining <= 0:
+                # every instruction counts, those before an early stop too: a guest
+                # that traps or yields forever still ends at its budget
+                rip = self._rip()
+                result = RunResult("budget", rip=rip, rip_symbol=self.symbolize(rip),
+                                   insns=int(max_insns))
+                break
             nxt = self.scheduler.pick(self.tasks)
             if nxt is None:
                 result = RunResult("stopped", rip=self._rip(), rip_symbol=self.symbolize(self._rip()),
                                    detail="deadlock: every task is blocked")
                 break
             self._switch_to(nxt)
+            self._release_exited()
         self._account()
+        self._release_exited()
         result.stdout, result.stderr = bytes(self.stdout), bytes(self.stderr)
         self.last_result = result
         if raise_on_signal and result.reason == "signal":
@@ -659,6 +772,18 @@ class Machine:
 
     def _rip(self) -> int:
         return self.uc.reg_read(X.UC_X86_REG_RIP)
+
+    def _insns_run(self, count: int, stopped_early: bool) -> int:
+        """Instructions the last ``emu_start(count=...)`` executed, also when a hook
+        ended it early (the budget is charged for every one of them)."""
+        if not count:
+            return 0
+        off = _emu_counter_offset()
+        if off is None:
+            return count if not stopped_early else 1     # at least the trapping insn
+        base = ctypes.cast(self.uc._uch, ctypes.c_void_p).value
+        ran = struct.unpack("<Q", ctypes.string_at(base + off, 8))[0]
+        return max(1, min(ran, count))
 
     def _emulate(self, rip: int, left: float | None, count: int) -> bool:
         """One emu_start on the current task; True when a hook or fault ended it."""

@@ -8,12 +8,23 @@ mapping is what turns a probe into an address: ``vaddr = start + offset - pgoff`
 All kernel-side writes to guest text go through :meth:`Memory.text_poke`, which also
 drops Unicorn's translated blocks for the range (Unicorn does not notice ``mem_write``
 to code it already translated) - the model's ``text_poke`` + ``sync_core``.
+
+Guest memory lives in host anonymous mappings made with ``MAP_NORESERVE`` and handed to
+Unicorn with ``mem_map_ptr``: an untouched page costs the host nothing (a 3 GB guest
+mapping is free until written), Unicorn splits such regions on mprotect/munmap without
+copying them (it copies only memory it allocated itself), and unmapping returns the
+pages to the host at once.  Every mapping is charged to a :class:`MemoryLimit` shared
+by the machine's address spaces (the model's ``may_expand_vm`` with ``RLIMIT_AS``), so
+a guest gets ENOMEM instead of pushing the host into its OOM killer.
 """
 
 from __future__ import annotations
 
 import bisect
 import ctypes
+import mmap as _mmap
+import struct
+import weakref
 from dataclasses import dataclass, field
 
 from unicorn import UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, UcError
@@ -24,7 +35,24 @@ PAGE_MASK = ~(PAGE_SIZE - 1)
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
 TASK_SIZE = 0x7FFFFFFFF000          # 4-level paging user address space limit
 MMAP_BASE = 0x7FFFF7FFF000          # top-down mmap area starts below the stack gap
-MMAP_MIN_ADDR = 0x10000
+MMAP_MIN_ADDR = 0x10000             # vm.mmap_min_addr (CONFIG_DEFAULT_MMAP_MIN_ADDR)
+MAX_MAP_COUNT = 65530               # vm.max_map_count (DEFAULT_MAX_MAP_COUNT)
+DEFAULT_MAX_MEMORY = 4 << 30        # bytes of guest mappings over all address spaces
+PROT_ALL = 7
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_long)
+_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+_libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_libc.mremap.restype = ctypes.c_void_p
+_libc.mremap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int)
+_MREMAP_MAYMOVE = 1
+_GROW_REGION_MAX = 16 << 20         # a growing mapping is one Unicorn region per 16 MiB
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_HOST_FLAGS = _mmap.MAP_PRIVATE | _mmap.MAP_ANONYMOUS | getattr(_mmap, "MAP_NORESERVE", 0x4000)
+_MADV_DONTNEED = 4
 
 
 def page_down(x: int) -> int:
@@ -42,6 +70,72 @@ class GuestFault(Exception):
         self.addr = addr
         self.access = access
         super().__init__(f"{access} fault at {addr:#x}")
+
+
+class MemoryLimitExceeded(Exception):
+    """A mapping would take the guest past its memory limit (the kernel's ENOMEM)."""
+
+
+class MemoryLimit:
+    """Bytes of guest mappings, counted over every address space of one machine.
+
+    The kernel's ``may_expand_vm`` against ``RLIMIT_AS``: every mapping counts, whether
+    touched or not, so the limit bounds the host memory a guest can ever make resident.
+    """
+
+    def __init__(self, limit: int | None = DEFAULT_MAX_MEMORY):
+        self.limit = limit
+        self.used = 0
+
+    def charge(self, nbytes: int) -> None:
+        if self.limit is not None and nbytes > 0 and self.used + nbytes > self.limit:
+            raise MemoryLimitExceeded(
+                f"{nbytes:#x} more bytes would exceed the memory limit of {self.limit:#x}"
+                f" ({self.used:#x} in use)")
+        self.used += nbytes
+
+    def uncharge(self, nbytes: int) -> None:
+        self.used = max(0, self.used - nbytes)
+
+
+def _host_alloc(size: int) -> int:
+    """A lazily backed host anonymous mapping (pages cost nothing until touched)."""
+    addr = _libc.mmap(None, size, _mmap.PROT_READ | _mmap.PROT_WRITE, _HOST_FLAGS, -1, 0)
+    if addr in (None, _MAP_FAILED):
+        raise MemoryLimitExceeded(f"the host refused a mapping of {size:#x} bytes")
+    return addr
+
+
+def _host_touched_pages(host: int, size: int) -> list[bool]:
+    """Which pages of a host range were ever touched: present or swapped out in
+    /proc/self/pagemap (bits 63, 62).  A private anonymous page never touched reads as
+    zeros, so it need not be copied.  If pagemap cannot be read, every page counts."""
+    n = size // PAGE_SIZE
+    try:
+        with open("/proc/self/pagemap", "rb") as f:
+            f.seek(host // PAGE_SIZE * 8)
+            raw = f.read(n * 8)
+    except OSError:
+        return [True] * n
+    if len(raw) != n * 8:
+        return [True] * n
+    return [bool(e >> 62) for e in struct.unpack(f"<{n}Q", raw)]
+
+
+def _host_free_all(backing: list) -> None:
+    """Return every host range of an address space (when its Unicorn instance goes)."""
+    for b in backing:
+        _libc.munmap(b.host, b.end - b.start)
+    backing.clear()
+
+
+@dataclass
+class _Backing:
+    """Host memory behind the guest range [start, end): guest ``a`` is host ``host + a - start``."""
+
+    start: int
+    end: int
+    host: int
 
 
 @dataclass(eq=False)
@@ -78,6 +172,7 @@ class Vma:
     pgoff: int = 0                # file offset of ``start`` (bytes, page aligned)
     special: bool = False         # [uprobes], [uprobes-trampoline], [vdso]-like
     flags: set = field(default_factory=set)
+    mayprot: int = PROT_ALL       # VM_MAYREAD/MAYWRITE/MAYEXEC: what mprotect may grant
 
     @property
     def size(self) -> int:
@@ -117,12 +212,16 @@ def _uc_prot(prot: int) -> int:
 class Memory:
     """One address space on one Unicorn instance."""
 
-    def __init__(self, uc, counters):
+    def __init__(self, uc, counters, limit: MemoryLimit | None = None):
         self.uc = uc
         self.counters = counters
+        self.limit = limit if limit is not None else MemoryLimit(None)
         self.vmas: list[Vma] = []
         self._starts: list[int] = []
         self._last: Vma | None = None               # last mapping a user access checked
+        self._backing: list[_Backing] = []     # changed in place: the finalizer holds it
+        # The host pages live exactly as long as the Unicorn instance that maps them.
+        self._free_host = weakref.finalize(uc, _host_free_all, self._backing) if uc is not None else None
         self.text_write_listeners: list = []   # callables (start, end) -> None
 
     # -- lookup -------------------------------------------------------------
@@ -142,14 +241,34 @@ class Memory:
     def vmas_for_file(self, file: MappedFile) -> list[Vma]:
         return [v for v in self.vmas if v.file is file]
 
+    def _overlapping(self, start: int, end: int) -> list[Vma]:
+        i = max(0, bisect.bisect_right(self._starts, start) - 1)
+        out = []
+        for v in self.vmas[i:]:
+            if v.start >= end:
+                break
+            if v.end > start:
+                out.append(v)
+        return out
+
     def is_free(self, start: int, end: int) -> bool:
-        return not any(v.start < end and start < v.end for v in self.vmas)
+        return not self._overlapping(start, end)
+
+    def mapped_bytes(self, start: int, end: int) -> int:
+        return sum(min(v.end, end) - max(v.start, start) for v in self._overlapping(start, end))
+
+    @property
+    def total(self) -> int:
+        """Bytes mapped in this address space (what it charges to the limit)."""
+        return sum(v.size for v in self.vmas)
 
     def get_unmapped_area(self, length: int, hint: int | None = None,
                           low: int = MMAP_MIN_ADDR, high: int = MMAP_BASE) -> int | None:
         """The kernel's top-down search: the hint if free, else the highest free gap
         below ``high`` (and above ``low``)."""
         length = page_up(length)
+        if length > TASK_SIZE:
+            return None
         if hint is not None:
             hint = page_down(hint)
             if hint >= MMAP_MIN_ADDR and hint + length <= TASK_SIZE and self.is_free(hint, hint + length):
@@ -166,17 +285,64 @@ class Memory:
     # -- mapping --------------------------------------------------------------
     def map(self, start: int, size: int, prot: int, name: str = "", *,
             file: MappedFile | None = None, pgoff: int = 0, data: bytes = b"",
-            special: bool = False) -> Vma:
+            special: bool = False, mayprot: int | None = None) -> Vma:
+        """Map [start, start+size) (replacing what was there, as MAP_FIXED does).
+
+        Raises :class:`MemoryLimitExceeded` past the memory limit or vm.max_map_count;
+        nothing has changed then."""
         start, end = page_down(start), page_up(start + size)
-        if not self.is_free(start, end):
-            self.unmap(start, end - start)
-        self.uc.mem_map(start, end - start, _uc_prot(prot))
+        if self.uc is None:
+            raise MemoryLimitExceeded("the address space was released")
+        if len(self.vmas) >= MAX_MAP_COUNT:
+            raise MemoryLimitExceeded(f"more than {MAX_MAP_COUNT} mappings (vm.max_map_count)")
+        overlap = self.mapped_bytes(start, end)
+        self.limit.charge(end - start - overlap)     # raises before anything changes
+        if overlap:
+            self.unmap(start, end - start)           # uncharges the replaced bytes,
+            self.limit.used += overlap               # which the new mapping now holds
+        elif not data and file is None and not special:
+            grown = self._grow_anon(start, end, prot, name, mayprot)
+            if grown is not None:
+                return grown
+        host = _host_alloc(end - start)
+        try:
+            self.uc.mem_map_ptr(start, end - start, _uc_prot(prot), host)
+        except UcError:
+            _libc.munmap(host, end - start)
+            self.limit.uncharge(end - start)
+            raise MemoryLimitExceeded(f"cannot map {start:#x}-{end:#x}") from None
+        self._backing.append(_Backing(start, end, host))
+        self._backing.sort(key=lambda b: b.start)          # in place
         if data:
             self.uc.mem_write(start, bytes(data[:end - start]))
-        vma = Vma(start, end, prot, name, file, pgoff, special)
+        vma = Vma(start, end, prot, name, file, pgoff, special,
+                  mayprot=prot if special and mayprot is None else PROT_ALL if mayprot is None else mayprot)
         self.vmas.append(vma)
         self._reindex()
         return self._merge_anon(vma)
+
+    def _grow_anon(self, start: int, end: int, prot: int, name: str, mayprot: int | None) -> Vma | None:
+        """Extend the anonymous mapping that ends at ``start`` (a growing [heap]) as one
+        Unicorn region: its host pages are mremap()ed larger (moved, never copied) and
+        the region re-registered.  Thousands of one-page brk() calls would otherwise
+        leave thousands of Unicorn regions, each map slower than the last."""
+        prev = self.find_vma(start - 1) if start else None
+        if prev is None or prev.end != start or prev.file is not None or prev.special or \
+                prev.prot != prot or prev.name != name or prev.mayprot != (PROT_ALL if mayprot is None else mayprot):
+            return None
+        b = next((b for b in self._backing if b.end == start and b.start >= prev.start), None)
+        if b is None or b.end - b.start >= _GROW_REGION_MAX:
+            return None          # Unicorn's unmap flushes per page: keep regions moderate
+        old, new = b.end - b.start, end - b.start
+        host = _libc.mremap(b.host, old, new, _MREMAP_MAYMOVE)
+        if host in (None, _MAP_FAILED):
+            return None
+        self.uc.mem_unmap(b.start, old)
+        self.uc.mem_map_ptr(b.start, new, _uc_prot(prot), host)
+        b.end, b.host = end, host
+        prev.end = end
+        self._reindex()
+        return prev
 
     def _merge_anon(self, vma: Vma) -> Vma:
         """Adjacent anonymous mappings with the same protection and name are one VMA,
@@ -187,7 +353,7 @@ class Memory:
         if i > 0:
             prev = self.vmas[i - 1]
             if prev.end == vma.start and prev.file is None and not prev.special and \
-                    prev.prot == vma.prot and prev.name == vma.name:
+                    prev.prot == vma.prot and prev.name == vma.name and prev.mayprot == vma.mayprot:
                 prev.end = vma.end
                 del self.vmas[i]
                 self._reindex()
@@ -203,19 +369,47 @@ class Memory:
                 continue
             lo, hi = max(v.start, start), min(v.end, end)
             self.uc.mem_unmap(lo, hi - lo)
+            self.limit.uncharge(hi - lo)
             if v.start < lo:
-                keep.append(Vma(v.start, lo, v.prot, v.name, v.file, v.pgoff, v.special, set(v.flags)))
+                keep.append(self._piece(v, v.start, lo, v.prot))
             if hi < v.end:
-                keep.append(Vma(hi, v.end, v.prot, v.name, v.file, v.pgoff + (hi - v.start) if v.file else 0,
-                                v.special, set(v.flags)))
+                keep.append(self._piece(v, hi, v.end, v.prot))
         self.vmas = keep
         self._reindex()
+        self._free_backing(start, end)
         self._notify(start, end)
+
+    @staticmethod
+    def _piece(v: Vma, lo: int, hi: int, prot: int) -> Vma:
+        """The part [lo, hi) of ``v`` as its own VMA (split_vma)."""
+        return Vma(lo, hi, prot, v.name, v.file, v.pgoff + (lo - v.start) if v.file else 0,
+                   v.special, set(v.flags), v.mayprot)
+
+    def _free_backing(self, start: int, end: int) -> None:
+        """Give the host pages of [start, end) back (munmap of the host range)."""
+        keep = []
+        for b in self._backing:
+            lo, hi = max(b.start, start), min(b.end, end)
+            if lo >= hi:
+                keep.append(b)
+                continue
+            _libc.munmap(b.host + lo - b.start, hi - lo)
+            if b.start < lo:
+                keep.append(_Backing(b.start, lo, b.host))
+            if hi < b.end:
+                keep.append(_Backing(hi, b.end, b.host + hi - b.start))
+        self._backing[:] = keep
+
+    def _host_ranges(self, start: int, end: int):
+        """(guest start, host address, length) pieces of the host memory of [start, end)."""
+        for b in self._backing:
+            lo, hi = max(b.start, start), min(b.end, end)
+            if lo < hi:
+                yield lo, b.host + lo - b.start, hi - lo
 
     def protect(self, start: int, size: int, prot: int) -> bool:
         start, end = page_down(start), page_up(start + size)
-        covered = sum(min(v.end, end) - max(v.start, start)
-                      for v in self.vmas if v.start < end and start < v.end)
+        covered = self.mapped_bytes(start, end)
         if covered != end - start:
             return False
         new = []
@@ -225,27 +419,70 @@ class Memory:
                 continue
             lo, hi = max(v.start, start), min(v.end, end)
             if v.start < lo:
-                new.append(Vma(v.start, lo, v.prot, v.name, v.file, v.pgoff, v.special, set(v.flags)))
-            new.append(Vma(lo, hi, prot, v.name, v.file, v.pgoff + (lo - v.start) if v.file else 0,
-                           v.special, set(v.flags)))
+                new.append(self._piece(v, v.start, lo, v.prot))
+            new.append(self._piece(v, lo, hi, prot))
             if hi < v.end:
-                new.append(Vma(hi, v.end, v.prot, v.name, v.file, v.pgoff + (hi - v.start) if v.file else 0,
-                               v.special, set(v.flags)))
+                new.append(self._piece(v, hi, v.end, v.prot))
         self.uc.mem_protect(start, end - start, _uc_prot(prot))
         self.vmas = new
         self._reindex()
         return True
 
+    def may_protect(self, start: int, size: int, prot: int) -> bool:
+        """mprotect_fixup's VM_MAY* check: no mapping in the range may gain a permission
+        it was not created able to have ([uprobes] is exec-only, the trampoline r-x)."""
+        start, end = page_down(start), page_up(start + size)
+        return all(not prot & ~v.mayprot for v in self._overlapping(start, end))
+
+    def discard(self, start: int, size: int) -> None:
+        """MADV_DONTNEED on private anonymous memory: the pages read as zeros again and
+        their host memory is freed."""
+        start, end = page_down(start), page_up(start + size)
+        for lo, host, n in self._host_ranges(start, end):
+            v = self.find_vma(lo)
+            if v is not None and v.file is None:
+                _libc.madvise(host, n, _MADV_DONTNEED)
+        self.uc.ctl_remove_cache(start, end)
+
+    def copy_pages_from(self, other: "Memory", start: int, end: int) -> None:
+        """dup_mmap's copy of [start, end): only pages the parent ever touched are
+        copied; the others read as zeros in both."""
+        for lo, host, n in other._host_ranges(start, end):
+            touched = _host_touched_pages(host, n)
+            for dst_lo, dst_host, dn in self._host_ranges(lo, lo + n):
+                base = (dst_lo - lo) // PAGE_SIZE
+                for i in range(dn // PAGE_SIZE):
+                    if touched[base + i]:
+                        off = (base + i) * PAGE_SIZE
+                        ctypes.memmove(dst_host + i * PAGE_SIZE, host + off, PAGE_SIZE)
+
+    def release(self) -> None:
+        """exit_mmap: the address space is gone (its process exited).  The Unicorn
+        instance is closed and every host page returned; the Memory stays as an empty
+        address space so late lookups find nothing."""
+        uc, self.uc = self.uc, None
+        if uc is not None:
+            finalizer = getattr(uc, "_Uc__finalizer", None)
+            if finalizer is not None:
+                finalizer()                       # uc_close now, not at garbage collection
+            uc._callbacks.clear()
+            uc._uch = None
+        if self._free_host is not None:
+            self._free_host()
+        self.limit.uncharge(self.total)
+        self.vmas = []
+        self._reindex()
+
     # -- access ---------------------------------------------------------------
     def read(self, addr: int, n: int) -> bytes:
         """Raw read (the kernel's FOLL_FORCE view): ignores permissions."""
         buf = ctypes.create_string_buffer(n)
-        if uclib.uc_mem_read(self.uc._uch, addr, buf, n):
+        if self.uc is None or uclib.uc_mem_read(self.uc._uch, addr, buf, n):
             raise GuestFault(addr, "read")
         return buf.raw
 
     def _raw_write(self, addr: int, data: bytes) -> None:
-        if uclib.uc_mem_write(self.uc._uch, addr, data, len(data)):
+        if self.uc is None or uclib.uc_mem_write(self.uc._uch, addr, data, len(data)):
             raise GuestFault(addr, "write")
 
     def _check(self, addr: int, n: int, need: int, access: str) -> None:
@@ -292,6 +529,8 @@ class Memory:
         seen by the CPU at once (translation cache dropped), counted in ``text_writes``
         unless ``count`` is False (XOL slot and trampoline page fills)."""
         data = bytes(data)
+        if self.uc is None:
+            raise GuestFault(addr, "write")
         try:
             self.uc.mem_write(addr, data)
         except UcError:

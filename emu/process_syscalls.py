@@ -14,6 +14,7 @@ import errno as E
 import struct
 
 from .files import FdTable
+from .memory import MemoryLimitExceeded
 
 CLONE_VM, CLONE_FS, CLONE_FILES, CLONE_SIGHAND = 0x100, 0x200, 0x400, 0x800
 CLONE_VFORK, CLONE_PARENT, CLONE_THREAD = 0x4000, 0x8000, 0x10000
@@ -65,7 +66,12 @@ class ProcessSyscalls:
         else:
             child_proc = m.new_process(comm=parent.comm, parent=parent)
             self._inherit(parent, child_proc, flags)
-            self._copy_mm(parent, child_proc)
+            try:
+                self._copy_mm(parent, child_proc)
+            except MemoryLimitExceeded:
+                child_proc.fds.put()               # the copied fd table goes with the child
+                m.discard_process(child_proc)
+                return _neg(E.ENOMEM)          # dup_mmap past the memory limit
         child = m.new_task(child_proc)
         # the child resumes after the syscall with rax = 0 (the parent's regs otherwise)
         cregs = regs.copy()
@@ -109,10 +115,9 @@ class ProcessSyscalls:
         for vma in parent.mem.vmas:
             if m.kernel.vma_dontcopy(vma):
                 continue
-            data = parent.mem.read(vma.start, vma.size)
             new = child.mem.map(vma.start, vma.size, vma.prot, vma.name, file=vma.file,
-                                pgoff=vma.pgoff, special=vma.special)
-            child.mem.uc.mem_write(vma.start, data)
+                                pgoff=vma.pgoff, special=vma.special, mayprot=vma.mayprot)
+            child.mem.copy_pages_from(parent.mem, vma.start, vma.end)
             new.flags = set(vma.flags)
         m.kernel.dup_mmap(parent, child)
 

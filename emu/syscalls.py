@@ -20,14 +20,19 @@ from unicorn.unicorn_const import UC_QUERY_TIMEOUT
 from .errors import InputError
 from .files import FdTable, HostFile, HostInput, OpenFile, OutputSink, PipeInput, SeqFile, stat_bytes
 from .grant import GrantedDir
-from .memory import (PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, GuestFault,
-                     page_down, page_up)
+from .memory import (MMAP_MIN_ADDR, PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, TASK_SIZE,
+                     GuestFault, MemoryLimitExceeded, page_down, page_up)
 from .process_syscalls import ProcessSyscalls, pid_t
 from .signal_frames import IGNORED_BY_DEFAULT
 from .syscall_names import SYSCALL_NAMES
 
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
 MAP_FIXED_NOREPLACE = 0x100000
+PROT_GROWSDOWN, PROT_GROWSUP = 0x01000000, 0x02000000
+MADV_DONTNEED = 4
+# madvise_behavior_valid(): the advice values the kernel accepts
+MADV_VALID = frozenset((0, 1, 2, 3, 4, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
+                        23, 24, 25, 100, 101, 102, 103))
 ARCH_SET_GS, ARCH_SET_FS, ARCH_GET_FS, ARCH_GET_GS = 0x1001, 0x1002, 0x1003, 0x1004
 AT_FDCWD = -100
 O_ACCMODE, O_WRONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_APPEND, O_DIRECTORY = \
@@ -318,32 +323,48 @@ class Syscalls(ProcessSyscalls):
 
     # ------------------------------------------------------------------ memory
     def sys_brk(self, task, regs, addr, *_):
+        """brk(): grow or shrink [heap]; any failure (a mapping in the way, past
+        TASK_SIZE, the memory limit) leaves the break where it was (mm/mmap.c)."""
         proc = task.process
         if addr < proc.brk_start:
             return proc.brk
         old_top, new_top = page_up(proc.brk), page_up(addr)
+        if new_top > TASK_SIZE:
+            return proc.brk
         if new_top > old_top:
             if not self.mem.is_free(old_top, new_top):
                 return proc.brk
-            self.mem.map(old_top, new_top - old_top, PROT_READ | PROT_WRITE, "[heap]")
+            try:
+                self.mem.map(old_top, new_top - old_top, PROT_READ | PROT_WRITE, "[heap]")
+            except MemoryLimitExceeded:
+                return proc.brk
         elif new_top < old_top:
             self.mem.unmap(new_top, old_top - new_top)
         proc.brk = addr
         return addr
 
     def sys_mmap(self, task, regs, addr, length, prot, flags, fd, off):
-        if length == 0 or off & (PAGE_SIZE - 1):
+        """do_mmap's checks in the kernel's order, for anonymous private mappings."""
+        if off & (PAGE_SIZE - 1):
             return _neg(E.EINVAL)
+        if length == 0:
+            return _neg(E.EINVAL)
+        length = page_up(length)
+        if length > TASK_SIZE:
+            return _neg(E.ENOMEM)                # PAGE_ALIGN wrapped, or larger than user space
         if prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC):
             return _neg(E.EINVAL)
         if not flags & MAP_ANONYMOUS:
             return _neg(E.EACCES)   # file mappings are not modeled: the guest is sandboxed
         if flags & MAP_SHARED:
             return _neg(E.EINVAL)   # only anonymous private mappings are modeled
-        length = page_up(length)
         if flags & (MAP_FIXED | MAP_FIXED_NOREPLACE):
             if addr & (PAGE_SIZE - 1):
                 return _neg(E.EINVAL)
+            if addr > TASK_SIZE - length:
+                return _neg(E.ENOMEM)
+            if addr < MMAP_MIN_ADDR:
+                return _neg(E.EPERM)             # security_mmap_addr: below vm.mmap_min_addr
             if flags & MAP_FIXED_NOREPLACE and not self.mem.is_free(addr, addr + length):
                 return _neg(E.EEXIST)
             where = addr
@@ -351,26 +372,56 @@ class Syscalls(ProcessSyscalls):
             where = self.mem.get_unmapped_area(length, hint=addr or None)
             if where is None:
                 return _neg(E.ENOMEM)
-        self.mem.map(where, length, prot, "")
+        try:
+            self.mem.map(where, length, prot, "")
+        except MemoryLimitExceeded:
+            return _neg(E.ENOMEM)
         return where
 
     def sys_munmap(self, task, regs, addr, length, *_):
-        if addr & (PAGE_SIZE - 1) or length == 0:
+        """do_vmi_munmap: special mappings ([uprobes], the trampoline) can be unmapped
+        too, as on the host kernel (they are not sealed without
+        CONFIG_MSEAL_SYSTEM_MAPPINGS)."""
+        if addr & (PAGE_SIZE - 1) or addr > TASK_SIZE or length > TASK_SIZE - addr:
             return _neg(E.EINVAL)
-        for v in list(self.mem.vmas):
-            if v.special and v.start < addr + length and addr < v.end:
-                return _neg(E.EINVAL)
+        length = page_up(length)
+        if length == 0:
+            return _neg(E.EINVAL)
         self.mem.unmap(addr, length)
         return 0
 
     def sys_mprotect(self, task, regs, addr, length, prot, *_):
+        """do_mprotect_pkey: EACCES when a mapping would gain a permission outside its
+        VM_MAY* bits (the kernel's answer for [uprobes] made readable or writable, and
+        for [uprobes-trampoline] made writable)."""
         if addr & (PAGE_SIZE - 1):
             return _neg(E.EINVAL)
+        if prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC | PROT_GROWSDOWN | PROT_GROWSUP):
+            return _neg(E.EINVAL)
+        prot &= PROT_READ | PROT_WRITE | PROT_EXEC
         if length == 0:
             return 0
-        return 0 if self.mem.protect(addr, length, prot) else _neg(E.ENOMEM)
+        end = page_up(addr + length)
+        if end <= addr or end > 1 << 64:
+            return _neg(E.ENOMEM)
+        if not self.mem.may_protect(addr, end - addr, prot):
+            return _neg(E.EACCES)
+        return 0 if self.mem.protect(addr, end - addr, prot) else _neg(E.ENOMEM)
 
-    def sys_madvise(self, task, regs, *_):
+    def sys_madvise(self, task, regs, addr, length, advice, *_):
+        """madvise(): MADV_DONTNEED zeroes private anonymous pages (glibc's free relies
+        on it); the other advice changes nothing the guest can see."""
+        if advice not in MADV_VALID or addr & (PAGE_SIZE - 1):
+            return _neg(E.EINVAL)
+        end = page_up(addr + length)
+        if length and end <= addr:
+            return _neg(E.EINVAL)
+        if end == addr:
+            return 0
+        if self.mem.mapped_bytes(addr, end) != end - addr:
+            return _neg(E.ENOMEM)
+        if advice == MADV_DONTNEED:
+            self.mem.discard(addr, end - addr)
         return 0
 
     def sys_arch_prctl(self, task, regs, code, addr, *_):
