@@ -464,6 +464,8 @@ class GdbStub:
         if text.startswith("vCont"):
             return self._vcont(text[5:])
         if text == "D" or text.startswith("D;"):
+            if text.startswith("D;"):
+                _hex_int(text[2:])                  # D;pid: a malformed pid is E01
             self.conn.send("OK")
             return None
         if text == "k":

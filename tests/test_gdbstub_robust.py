@@ -41,7 +41,7 @@ MALFORMED = [
     (b"M401000,4", E), (b"M401000,4:zz", E), (b"M401000,2:90", E), (b"Mzz,1:90", E),
     (b"X401000", E), (b"X401000,1:}", E), (b"X401000,2:\x90", E), (b"Xzz,1:\x90", E),
     (b"Z0", E), (b"Z0,", E), (b"Z0,zz,1", E), (b"Z0,401000", E), (b"z0,zz,1", E), (b"Z9,0,1", E),
-    (b"T", E), (b"TZZ", E), (b"cZZ", E), (b"sZZ", E),
+    (b"T", E), (b"TZZ", E), (b"cZZ", E), (b"sZZ", E), (b"D;zz", E), (b"D;", E),
     (b"qXfer:features:read:target.xml:", E), (b"qXfer:features:read:target.xml:zz,10", E),
     (b"qXfer:features:read:nope.xml:0,10", b"E00"),
     (b"*a", E), (b"m*", E), (b"qUnknownThing", b""), (b"", b""),
