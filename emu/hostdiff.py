@@ -150,7 +150,7 @@ def deferred_signals():
     except (OSError, ValueError):
         old = None
     try:
-        yield
+        yield old
     finally:
         if old is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
@@ -466,6 +466,14 @@ def _bias(lines: list[dict], probes: list[ResolvedProbe]) -> int:
 
 # ----------------------------------------------------------------------------- runs
 
+def _popen_native(cmd: list[str], mask) -> subprocess.Popen:
+    """The native process; it starts with the signal mask ``mask`` (ours before
+    :func:`deferred_signals` blocked anything)."""
+    restore = None if mask is None else (lambda: signal.pthread_sigmask(signal.SIG_SETMASK, mask))
+    return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, preexec_fn=restore)
+
+
 def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: bytes,
                timeout: float) -> RunRecord:
     """Run the program natively (unsandboxed, as root) under host probes.  The probes,
@@ -478,11 +486,21 @@ def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: b
         try:
             tracefs = Tracefs()
             with HostProbes(tracefs, probes, path) as hp:
+                # Signals are held back until the Popen object is kept: one raised inside
+                # Popen's wait for the exec, or as the block ends, would orphan the child.
+                procs = []
                 try:
-                    proc = subprocess.run([path, *argv[1:]], input=stdin, capture_output=True,
-                                          timeout=timeout)
+                    with deferred_signals() as mask:
+                        procs.append(_popen_native([path, *argv[1:]], mask))
+                    proc = procs[0]
+                    out, _ = proc.communicate(stdin, timeout=timeout)
                 except subprocess.TimeoutExpired:
                     raise HostKernelError(f"the native run did not finish in {timeout} s") from None
+                finally:
+                    for child in procs:
+                        if child.returncode is None:    # a signal or an error: never orphaned
+                            child.kill()
+                            child.wait()
                 text = hp.trace()
         finally:
             if tracefs is not None:
@@ -492,7 +510,7 @@ def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: b
         status = f"signal {signal.Signals(-proc.returncode).name}"
     else:
         status = f"exit {proc.returncode}"
-    return RunRecord(status, proc.stdout, _events_from_lines(lines, probes, _bias(lines, probes)))
+    return RunRecord(status, out, _events_from_lines(lines, probes, _bias(lines, probes)))
 
 
 def run_model(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: bytes,
