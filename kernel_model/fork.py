@@ -19,7 +19,7 @@ from dataclasses import replace
 from emu.memory import PAGE_SIZE, PROT_EXEC
 
 from . import arch_x86 as arch
-from .uprobes import MmUprobes, XolArea
+from .uprobes_types import MmUprobes, XolArea
 
 
 def vma_dontcopy(profile, vma) -> bool:

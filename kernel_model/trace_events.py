@@ -125,7 +125,7 @@ class TraceEvents:
             self.output = output
         handler = None if spec.is_return else (lambda ctx, ev=ev: self._dispatch(ev, ctx))
         ret_handler = (lambda ctx, ev=ev: self._dispatch(ev, ctx)) if spec.is_return else None
-        from .uprobes import UprobeConsumer
+        from .uprobes_types import UprobeConsumer
         uc = UprobeConsumer(handler, ret_handler, None, name=ev.name, is_trace=True)
         ev.consumer = self.uprobes.uprobe_register(file, offset, uc, spec.ref_ctr_offset or 0)
         self.events.append(ev)
