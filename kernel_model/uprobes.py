@@ -20,7 +20,6 @@ from emu.regs import TF
 from emu.signals import SIGNALS
 
 from . import arch_x86 as arch
-from .insn_x86 import analyze_insn
 from .uprobes_types import (UINSNS_PER_PAGE, UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE,  # noqa: F401
                             UTASK_RUNNING, UTASK_SSTEP, ArchUprobeTask, MmUprobes, Uprobe,
                             UprobeConsumer, UprobeContext, UprobeTask, XolArea)
@@ -202,8 +201,8 @@ class Uprobes:
         if uprobe.offset >= uprobe.file.size:
             raise RegistrationError("EIO", f"nothing to read at offset {uprobe.offset:#x}")
         insn = uprobe.file.read(uprobe.offset, arch.MAX_UINSN_BYTES)
-        uprobe.arch = analyze_insn(insn, nop_policy=self.profile.nop_emulation,
-                                   optimize=self.profile.optimize, vaddr=vaddr)
+        uprobe.arch = arch.arch_uprobe_analyze_insn(insn, nop_policy=self.profile.nop_emulation,
+                                                    optimize=self.profile.optimize, vaddr=vaddr)
 
     def install_breakpoint(self, proc, uprobe: Uprobe, vaddr: int) -> None:
         self.prepare_uprobe(uprobe, vaddr)
@@ -264,21 +263,35 @@ class Uprobes:
         return self.tree.get((vma.file, vma.offset_of(vaddr)))
 
     # -- the int3 path -----------------------------------------------------------
-    def handle_int3(self, task, regs) -> bool:
-        """``uprobe_pre_sstep_notifier`` + ``handle_swbp``.  False: not ours (SIGTRAP)."""
-        proc = task.process
-        mm = proc.mm_uprobes
+    @staticmethod
+    def uprobe_pre_sstep_notifier(task) -> bool:
+        """``uprobe_pre_sstep_notifier``: the int3 is for uprobes only in an mm with
+        MMF_HAS_UPROBES or a task with pending return instances."""
+        mm = task.process.mm_uprobes
         utask = task.utask
-        if mm is None or not (mm.has_uprobes or (utask and utask.return_instances)):
+        return mm is not None and (mm.has_uprobes or bool(utask and utask.return_instances))
+
+    def handle_int3(self, task, regs) -> bool:
+        """The DIE_INT3 notifier (``uprobe_pre_sstep_notifier``), then what
+        ``uprobe_notify_resume`` runs: ``handle_swbp``.  False: not ours (SIGTRAP)."""
+        if not self.uprobe_pre_sstep_notifier(task):
             return False
-        bp_vaddr = (regs.rip - 1) & 0xFFFFFFFFFFFFFFFF
-        if mm.xol_area is not None and bp_vaddr == mm.xol_area.vaddr:
-            self.uret.handle_trampoline(task, regs)     # the int3 uretprobe trampoline
-            return True
-        return self.handle_swbp(task, regs, bp_vaddr)
+        return self.handle_swbp(task, regs, (regs.rip - 1) & 0xFFFFFFFFFFFFFFFF)
+
+    @staticmethod
+    def uprobe_get_trampoline_vaddr(proc) -> int:
+        """``uprobe_get_trampoline_vaddr``: slot 0 of the mm's XOL area, or -1
+        (UPROBE_NO_TRAMPOLINE_VADDR)."""
+        mm = proc.mm_uprobes
+        area = mm.xol_area if mm is not None else None
+        return area.vaddr if area is not None else -1
 
     def handle_swbp(self, task, regs, bp_vaddr: int) -> bool:
+        """``handle_swbp``: the int3 uretprobe trampoline, else the probe at bp_vaddr."""
         proc = task.process
+        if bp_vaddr == self.uprobe_get_trampoline_vaddr(proc):
+            self.uret.uprobe_handle_trampoline(task, regs)
+            return True
         uprobe = self.find_active_uprobe(proc, bp_vaddr)
         if uprobe is None:
             try:
@@ -303,7 +316,7 @@ class Uprobes:
             if self.events:
                 self.events.publish(ev.IpChanged(task, bp_vaddr, regs.rip))
             return True
-        if self.arch_uprobe_skip_sstep(task, uprobe, regs):
+        if self.skip_sstep(task, uprobe, regs):
             return True
         self.pre_ssout(task, utask, uprobe, regs, bp_vaddr)
         return True
@@ -357,8 +370,10 @@ class Uprobes:
         for vaddr in self.vaddr_of(proc, uprobe.file, uprobe.offset):
             self.remove_breakpoint(proc, uprobe, vaddr)
 
-    def arch_uprobe_skip_sstep(self, task, uprobe: Uprobe, regs) -> bool:
-        if not arch.arch_uprobe_emulate(uprobe.arch, regs, task.process.mem):
+    def skip_sstep(self, task, uprobe: Uprobe, regs) -> bool:
+        """handle_swbp's ``arch_uprobe_skip_sstep()`` call: the class's emulation, the
+        model's counters and event, and the SIGTRAP the kernel sends a TF-set task."""
+        if not arch.arch_uprobe_skip_sstep(uprobe.arch, regs, task.process.mem):
             return False
         self.counters.emulated += 1
         if self.events:
@@ -413,7 +428,7 @@ class Uprobes:
             task.process.mem.text_poke(xol_vaddr, ixol, count=False)
             area.slot_bytes[slot] = ixol
         utask.xol_slot, utask.xol_vaddr, utask.vaddr = slot, xol_vaddr, bp_vaddr
-        arch.arch_uprobe_pre_xol(uprobe.arch, regs, utask.autask, xol_vaddr, bp_vaddr)
+        arch.arch_uprobe_pre_xol(uprobe.arch, regs, utask)
         utask.active_uprobe = uprobe
         utask.state = UTASK_SSTEP
         self.counters.xol_singlesteps += 1
@@ -435,8 +450,7 @@ class Uprobes:
         if utask is None or utask.state != UTASK_SSTEP:
             return False
         uprobe = utask.active_uprobe
-        err, sigtrap = arch.arch_uprobe_post_xol(uprobe.arch, regs, task.process.mem, utask.autask,
-                                                 utask.xol_vaddr, utask.vaddr)
+        err, sigtrap = arch.arch_uprobe_post_xol(uprobe.arch, regs, task.process.mem, utask)
         self._end_sstep(task, utask)
         if self.events:
             self.events.publish(ev.XolDone(task, uprobe, regs.rip))
@@ -461,7 +475,7 @@ class Uprobes:
         utask = task.utask
         if utask is None or utask.state != UTASK_SSTEP:
             return
-        arch.arch_uprobe_abort_xol(utask.active_uprobe.arch, regs, utask.autask, utask.vaddr)
+        arch.arch_uprobe_abort_xol(utask.active_uprobe.arch, regs, utask)
         self._end_sstep(task, utask)
 
     # -- tracefs-style events --------------------------------------------------------

@@ -174,7 +174,7 @@ class Uretprobes:
             self.free_ret_instance(task, ri)
 
     # -- return side ----------------------------------------------------------------
-    def handle_trampoline(self, task, regs) -> None:
+    def uprobe_handle_trampoline(self, task, regs) -> None:
         """``uprobe_handle_trampoline``: ip <- original return address, then the return
         handlers of the whole chain, newest first; stale chains dropped silently."""
         utask = task.utask
@@ -256,7 +256,7 @@ class Uretprobes:
         ip, sp = regs.rip, regs.rsp
         if self.events:
             self.events.publish(ev.SysUretprobe(task))
-        self.handle_trampoline(task, regs)
+        self.uprobe_handle_trampoline(task, regs)
         if regs.rsp != sp:
             return regs.rax              # a consumer moved sp: full pt_regs (IRET) return
         regs.rsp -= 24
