@@ -156,6 +156,15 @@ class XolDone(Event):
     new_ip: int
 
 
+@_event("ref_ctr")
+class RefCtrUpdate(Event):
+    """``update_ref_ctr``: the USDT semaphore of process ``pid`` at ``vaddr`` changed."""
+    pid: int
+    vaddr: int
+    old: int
+    new: int
+
+
 # ----------------------------------------------------------------- uretprobes
 
 @_event("uretprobe_depth")
