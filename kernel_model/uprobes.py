@@ -1,12 +1,14 @@
 """The arch-independent uprobes core (kernel/events/uprobes.c).
 
-Objects mirror the kernel's: :class:`Uprobe` (one per (file, offset)), its consumers
-(:class:`UprobeConsumer`, newest first), per-mm state (:class:`MmUprobes`: the
-MMF_HAS_UPROBES flag and the XOL area), per-task state (:class:`UprobeTask`: single-step
-state and return instances).  Entry points keep the kernel's names: ``uprobe_register`` /
-``uprobe_unregister``, ``handle_swbp``, ``handler_chain``, ``pre_ssout``,
-``handle_singlestep``.  The x86 specifics are in ``arch_x86`` and ``insn_x86``; return
-probes in ``uretprobes``.
+The objects (:class:`Uprobe`, :class:`UprobeConsumer`, :class:`MmUprobes`,
+:class:`UprobeTask`, :class:`XolArea`, the ``UPROBE_HANDLER_*`` codes) are defined in
+``uprobes_types`` (as include/linux/uprobes.h) and re-exported here.  Entry points keep
+the kernel's names: ``uprobe_register`` / ``uprobe_unregister``,
+``uprobe_pre_sstep_notifier``, ``handle_swbp`` (which also recognises the int3 of the
+uretprobe trampoline, ``uprobe_get_trampoline_vaddr``), ``handler_chain``,
+``pre_ssout``, and ``handle_debug`` (``uprobe_post_sstep_notifier`` +
+``handle_singlestep``).  The x86 specifics (the per-class xol ops) are in ``arch_x86``
+and ``insn_x86``; return probes in ``uretprobes``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from emu.regs import TF
 from emu.signals import SIGNALS
 
 from . import arch_x86 as arch
+from .uretprobes import Uretprobes
 from .uprobes_types import (UINSNS_PER_PAGE, UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE,  # noqa: F401
                             UTASK_RUNNING, UTASK_SSTEP, ArchUprobeTask, MmUprobes, Uprobe,
                             UprobeConsumer, UprobeContext, UprobeTask, XolArea)
@@ -33,7 +36,6 @@ class Uprobes:
     """The uprobes subsystem of one machine (kernel-wide state: the uprobes tree)."""
 
     def __init__(self, kernel):
-        from .uretprobes import Uretprobes
         self.kernel = kernel
         self.machine = kernel.machine
         self.events = kernel.machine.events  # the machine's typed event stream (emu.events)
