@@ -14,7 +14,6 @@ kernel model and every front end may import it.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -24,10 +23,11 @@ class Event:
 
     __slots__ = ()
     kind: ClassVar[str] = "event"
+    __match_args__: ClassVar[tuple] = ()     # the field names (set by @dataclass)
 
     def fields(self) -> dict:
         """The event's fields as a dict (for generic renderers)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {name: getattr(self, name) for name in self.__match_args__}
 
 
 def _event(kind: str):

@@ -72,7 +72,8 @@ class Optimizer:
         return vma is not None and vma.special and vma.name == TRAMPOLINE_NAME
 
     @staticmethod
-    def is_reachable_by_call(tramp: int, vaddr: int, size: int) -> bool:
+    def arch_uprobe_is_callable(tramp: int, vaddr: int, size: int) -> bool:
+        """Can a ``call`` at vaddr (rel32) reach the trampoline?"""
         delta = vaddr + size - tramp
         return INT32_MIN <= delta <= INT32_MAX
 
@@ -80,7 +81,7 @@ class Optimizer:
         """Reuse a reachable trampoline of this mm, else map a new one nearby."""
         size = self.design.size
         for vma in self.trampolines(proc):
-            if self.is_reachable_by_call(vma.start, vaddr, size):
+            if self.arch_uprobe_is_callable(vma.start, vaddr, size):
                 return vma.start
         where = self.find_nearest_trampoline(proc, vaddr + size)
         if where is None:
@@ -140,10 +141,16 @@ class Optimizer:
         rel = int.from_bytes(site[d.call_offset + 1:d.call_offset + 5], "little", signed=True)
         return self.in_trampoline(proc, call + 5 + rel)
 
+    def should_optimize(self, uprobe) -> bool:
+        """ARCH_UPROBE_FLAG_CAN_OPTIMIZE set and ARCH_UPROBE_FLAG_OPTIMIZE_FAIL clear."""
+        return self._eligible(uprobe) and not uprobe.optimize_fail
+
     # -- optimize / unoptimize -----------------------------------------------------------
     def arch_uprobe_optimize(self, task, uprobe, vaddr: int) -> None:
-        """On the first hit in an mm, after the handlers, in the hitting task."""
-        if not self._eligible(uprobe) or uprobe.optimize_fail:
+        """On the first hit in an mm, after the handlers, in the hitting task; the
+        re-check that the site still holds the int3 (another thread may have optimized
+        it), then ``__arch_uprobe_optimize`` / ``swbp_optimize``."""
+        if not self.should_optimize(uprobe):
             return
         proc = task.process
         mem = proc.mem
@@ -169,11 +176,9 @@ class Optimizer:
         if self.events:
             self.events.publish(ev.Optimized(vaddr, tramp))
 
-    def remove(self, proc, uprobe, vaddr: int) -> bool:
-        """``set_orig_insn`` for an optimized site: the reverse protocol.  Returns False
-        when the site is not optimized (the caller restores byte 0 as usual)."""
-        if not self.is_optimized(proc, uprobe, vaddr):
-            return False
+    def swbp_unoptimize(self, proc, uprobe, vaddr: int) -> None:
+        """The reverse protocol for an optimized site (x86 ``set_orig_insn`` calls it
+        when ``is_optimized``): int3 on byte 0, the original tail, then byte 0."""
         d = self.design
         mem = proc.mem
         orig = uprobe.file.read(uprobe.offset, d.size)
@@ -187,7 +192,6 @@ class Optimizer:
         if self.events:
             self.events.publish(ev.TextPoke(vaddr, orig[:1], "unoptimize: first byte"))
         self.counters.unoptimized += 1
-        return True
 
     # -- sys_uprobe (336) -------------------------------------------------------------
     def sys_uprobe(self, task, regs, *args):

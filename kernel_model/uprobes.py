@@ -239,16 +239,19 @@ class Uprobes:
         self.mm(proc).recalc = True
         if not self.kernel.ref_ctr_can_decrement(proc, uprobe):
             return      # update_ref_ctr() refuses to go negative: the write is skipped
-        if self.kernel.optimizer.remove(proc, uprobe, vaddr):
-            self.kernel.ref_ctr_update(proc, uprobe, -1)
-            return
         if self.set_orig_insn(proc, uprobe, vaddr):
             self.kernel.ref_ctr_update(proc, uprobe, -1)
 
     def set_orig_insn(self, proc, uprobe: Uprobe, vaddr: int) -> bool:
         """Restore the first byte (after analysis edits: the REX quirk of section 3.5).
         False when the byte is no int3 (verify_opcode: nothing to do - e.g. removed
-        already by UPROBE_HANDLER_REMOVE), and then the semaphore is left alone."""
+        already by UPROBE_HANDLER_REMOVE), and then the semaphore is left alone.
+        An optimized site (6.18+) is restored by ``swbp_unoptimize`` instead, as the x86
+        ``set_orig_insn`` does."""
+        optimizer = self.kernel.optimizer
+        if optimizer.is_optimized(proc, uprobe, vaddr):
+            optimizer.swbp_unoptimize(proc, uprobe, vaddr)
+            return True
         if proc.mem.read(vaddr, 1) != arch.UPROBE_SWBP_INSN:
             return False
         orig = bytes([uprobe.arch.ixol[0]]) if uprobe.arch else uprobe.file.read(uprobe.offset, 1)
