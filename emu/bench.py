@@ -62,6 +62,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from .errors import EmuError, InputError, RegistrationError
+from .events import Syscall
 
 SCHEMA = "uprobe-emu.bench/1"
 GUEST = "bench_trigger"
@@ -308,11 +309,11 @@ def count_events(scen: Scenario, col: ColumnSpec, consumer: str = "program") -> 
     m.uc.hook_add(UC_HOOK_CODE, code)
     marks = []
 
-    def listener(kind, **info):
-        if kind == "syscall" and info.get("nr") == MARKER_NR:
+    def listener(e):
+        if e.nr == MARKER_NR:
             marks.append((insns[0], _snapshot(m), box[0]))
 
-    m.listeners.append(listener)
+    m.events.subscribe(listener, Syscall)
     r = m.run(max_insns=None, timeout=60)
     if r.reason != "exit" or r.exit_code != 0 or len(marks) != 3:
         return {"status": "error", "reason": f"guest ended: {r.describe()}"}
@@ -345,14 +346,14 @@ def time_model(scen: Scenario, col: ColumnSpec, consumer: str, n: int, warmup: i
     attach(m, scen, consumer, box)
     state = {}
 
-    def listener(kind, **info):
-        if kind == "syscall" and info.get("nr") == MARKER_NR:
+    def listener(e):
+        if e.nr == MARKER_NR:
             state["snap"] = _snapshot(m)
             state["hits"] = box[0]
-            m.listeners.remove(listener)
+            m.events.unsubscribe(handle)
             state["t0"] = time.perf_counter()
 
-    m.listeners.append(listener)
+    handle = m.events.subscribe(listener, Syscall)
     r = m.run(max_insns=None, timeout=None)
     t1 = time.perf_counter()
     if r.reason != "exit" or r.exit_code != 0 or "t0" not in state:
@@ -491,13 +492,13 @@ def _probe_count_sample(col: ColumnSpec, consumer: str, count: int, n: int, warm
     reg_s = time.perf_counter() - t0
     state = {}
 
-    def listener(kind, **info):
-        if kind == "syscall" and info.get("nr") == MARKER_NR:
+    def listener(e):
+        if e.nr == MARKER_NR:
             state["snap"] = _snapshot(m)
-            m.listeners.remove(listener)
+            m.events.unsubscribe(handle)
             state["t0"] = time.perf_counter()
 
-    m.listeners.append(listener)
+    handle = m.events.subscribe(listener, Syscall)
     r = m.run(max_insns=None, timeout=None)
     dt = time.perf_counter() - state.get("t0", 0)
     if r.reason != "exit" or "snap" not in state:

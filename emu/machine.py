@@ -27,6 +27,7 @@ from unicorn import (UC_ARCH_X86, UC_HOOK_INSN, UC_HOOK_INSN_INVALID, UC_HOOK_IN
 from unicorn import unicorn_const as UCC
 from unicorn import x86_const as X
 
+from . import events as ev
 from .counters import Counters
 from .errors import InputError
 from .memory import DEFAULT_MAX_MEMORY, GuestFault, MappedFile, Memory, MemoryLimit
@@ -162,6 +163,7 @@ class Machine:
         self.symbols: dict[str, int] = {}
         self.syscalls = Syscalls(self, stdin=stdin, grant_dir=grant_dir, seed=seed, stdio=stdio,
                                  mem_total=mem_total)
+        self.events = ev.EventBus()     # the typed event stream (emu.events)
         self.kernel = Kernel(self, kernel, **kernel_overrides)
         self._result: RunResult | None = None
         self._pending_fault: tuple[str, int] | None = None
@@ -169,7 +171,6 @@ class Machine:
         self.insn_count: int | None = None
         self.exited = False
         self.last_result: RunResult | None = None
-        self.listeners: list = []        # callables(kind, **info): syscalls, signals
         self._hook_error = None
         self._switch_requested = False
         self._stopped_by_hook = False
@@ -463,8 +464,8 @@ class Machine:
         would raise after it, as the trap handler would see it."""
         regs.rip += self._unicorn_skips_tf_trap(regs.rip)
         self.counters.db_traps += 1
-        if self.listeners:
-            self.emit("unicorn_quirk", task=task, what="pause single-step")
+        if self.events:
+            self.events.publish(ev.UnicornQuirk(task, "pause single-step"))
         self.kernel.do_debug(task, regs)
 
     def _on_mem_invalid(self, uc, access, addr, size, value, _data):
@@ -496,17 +497,17 @@ class Machine:
         regs.orig_rax = regs.rax
         nr = regs.rax
         self.counters.syscalls[nr] += 1
-        if self.listeners:
-            self.emit("syscall", task=self.task, nr=nr, rip=nxt - 2,
-                      args=(regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9))
+        if self.events:
+            self.events.publish(ev.Syscall(self.task, nr, nxt - 2,
+                                           (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9)))
         task = self.task
         self._in_syscall = True
         try:
             self.syscalls.dispatch(task, regs)
         finally:
             self._in_syscall = False
-        if self.listeners:
-            self.emit("syscall_return", task=task, nr=nr, ret=regs.rax, rip=regs.rip)
+        if self.events:
+            self.events.publish(ev.SyscallReturn(task, nr, regs.rax, regs.rip))
         if self._result is not None or task.state == "dead":
             return
         # Return to user: SYSRET when rcx/r11 still match rip/flags, else the IRET path;
@@ -527,10 +528,6 @@ class Machine:
         if task.state != "running" or self._switch_requested:
             self.uc.emu_stop()           # blocked, or yielded: let the scheduler run
 
-    def emit(self, kind: str, **info) -> None:
-        for fn in self.listeners:
-            fn(kind, **info)
-
     # ------------------------------------------------------------------ signals
     def force_sig(self, task: Task, signo: int, *, addr: int | None = None, detail: str = "",
                   regs: PtRegs | None = None, code: int | None = None) -> None:
@@ -541,8 +538,8 @@ class Machine:
         if regs is None:
             regs = self.read_regs()
         self.counters.signals[signo] += 1
-        if self.listeners:
-            self.emit("signal", task=task, signo=signo, addr=addr, rip=regs.rip, detail=detail)
+        if self.events:
+            self.events.publish(ev.Signal(task, signo, addr, regs.rip, detail))
         if task is self.task and task.state != "dead" and self._deliver_to_handler(task, signo, addr, regs, code):
             self._write_back_in_hook(regs)
             raise _Stop()
@@ -590,8 +587,8 @@ class Machine:
         task.sigmask |= mask
         if flags & sf.SA_RESETHAND:
             task.process.sigactions.pop(signo, None)
-        if self.listeners:
-            self.emit("signal_handler", task=task, signo=signo, handler=handler, frame=frame_at)
+        if self.events:
+            self.events.publish(ev.SignalHandler(task, signo, handler, frame_at))
         return True
 
     @staticmethod

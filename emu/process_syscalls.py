@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno as E
 import struct
 
+from .events import Clone
 from .files import FdTable
 from .memory import MemoryLimitExceeded
 
@@ -94,8 +95,8 @@ class ProcessSyscalls:
             child_proc.vfork_parent_task = task     # the parent sleeps until the child exits
             task.vfork_child_tid = child.tid
             m.block(task, "vfork")
-        if m.listeners:
-            m.emit("clone", task=task, child=child, flags=flags)
+        if m.events:
+            m.events.publish(Clone(task, child, flags))
         m.yield_cpu()                    # reschedule: the child may run first
         return child.tid
 

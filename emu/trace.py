@@ -398,9 +398,7 @@ class Tracer:
             for v in m.mem.vmas if v.prot & PROT_EXEC and v.prot & PROT_WRITE and not v.special]
         self._started = True
         if not self._listening:
-            m.listeners.append(self._on_event)
-            m.uprobes.listeners.append(self._on_event)
-            self._listening = True
+            self._listening = m.events.subscribe(self._on_model_event)
         if not self._header_written:
             self._write_header()
 
@@ -423,13 +421,10 @@ class Tracer:
             self._unlisten()
 
     def _unlisten(self) -> None:
-        """Leave the model's listener lists (not while one of them is being walked:
-        an inactive tracer's listener does nothing until it is removed at close)."""
+        """Leave the machine's event stream (not while an event is being delivered: an
+        inactive tracer's subscriber does nothing until it is removed at close)."""
         if self._listening and not self._in_event:
-            m = self.machine
-            for lst in (m.listeners, m.uprobes.listeners):
-                while self._on_event in lst:
-                    lst.remove(self._on_event)
+            self.machine.events.unsubscribe(self._listening)
             self._listening = False
 
     def _stop_counting(self) -> None:
@@ -1020,6 +1015,10 @@ class Tracer:
                  "kernel": self.machine.profile.name}))
 
     # ------------------------------------------------------------------ model events
+    def _on_model_event(self, event) -> None:
+        """An ``emu.events`` event: rendered by its kind name and fields."""
+        self._on_event(event.kind, **event.fields())
+
     def _on_event(self, kind: str, **info) -> None:
         if not self.active:
             return

@@ -1,25 +1,37 @@
-"""The x86 part of uprobes at hit time: emulation, out-of-line single-step fixups,
-return-address hijack and the uretprobe trampoline bytes.
+"""The x86 part of uprobes: analysis results turned into per-class operations, emulation,
+out-of-line single-step fixups, return-address hijack and the uretprobe trampoline bytes.
 
-Mirrors arch/x86/kernel/uprobes.c: ``branch_emulate_op`` / ``push_emulate_op`` (the
-emulated classes), ``arch_uprobe_pre_xol`` / ``arch_uprobe_post_xol`` /
-``arch_uprobe_abort_xol`` (the XOL single-step), ``arch_uretprobe_hijack_return_addr``
-and ``arch_uretprobe_is_alive``.  Instruction *analysis* lives in ``insn_x86``.
-All functions take the task's pt_regs (``emu.regs.PtRegs``) and the process memory; none
-touches Unicorn.
+Mirrors arch/x86/kernel/uprobes.c.  ``arch_uprobe_analyze_insn`` attaches to the
+instruction one ``struct uprobe_xol_ops`` (:class:`UprobeXolOps`): ``branch_xol_ops``
+(nop / jmp / call / jcc: ``branch_emulate_op``, ``branch_post_xol_op``),
+``push_xol_ops`` (``push_emulate_op``) or ``default_xol_ops`` (the rip-relative
+``default_pre_xol_op`` / ``default_post_xol_op`` / ``default_abort_op``).  The generic
+``arch_uprobe_skip_sstep``, ``arch_uprobe_pre_xol``, ``arch_uprobe_post_xol`` and
+``arch_uprobe_abort_xol`` call through ``auprobe.ops`` as the kernel does; nothing at
+hit time looks at the class name.  Also ``arch_uretprobe_hijack_return_addr`` and
+``arch_uretprobe_is_alive``.  The decoding itself lives in ``insn_x86``.
+
+Functions take the task's pt_regs (``emu.regs.PtRegs``), the process memory and the
+``UprobeTask`` (the kernel's ``current->utask``); none touches Unicorn.  The optimized
+nop5/nop10 sites (6.18+) are emulated nops of ``branch_xol_ops`` until
+``arch_uprobe_optimize`` rewrites them (``optimize``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from emu.memory import GuestFault
 from emu.regs import TF
 
-from .insn_x86 import FIX_CALL, FIX_IP, FIX_SETF, ArchUprobe, jcc_taken
+from .insn_x86 import FIX_CALL, FIX_IP, FIX_SETF, ArchUprobe, analyze_insn, jcc_taken
 
 UPROBE_SWBP_INSN = b"\xcc"
 UPROBE_XOL_SLOT_BYTES = 128
 MAX_UINSN_BYTES = 16
 NR_URETPROBE, NR_UPROBE = 335, 336
+ERESTART = 512                    # include/linux/errno.h: restart the probed instruction
+_MASK64 = 0xFFFFFFFFFFFFFFFF
 
 # The 6.11+ uretprobe trampoline (section 5.1): push rax; push rcx; push r11;
 # mov $335,%rax; syscall; pop r11; pop rcx; ret; (6.18+: int3 as SLS barrier)
@@ -34,11 +46,30 @@ def uretprobe_trampoline(profile) -> bytes:
     return URETPROBE_TRAMPOLINE + (b"\xcc" if profile.trampoline_sls_int3 else b"")
 
 
-# ------------------------------------------------------------------ emulation
+# ------------------------------------------------------------------ struct uprobe_xol_ops
+
+@dataclass(frozen=True)
+class UprobeXolOps:
+    """``struct uprobe_xol_ops``: a member left None is a NULL callback.
+
+    ``emulate(au, regs, mem) -> bool``; ``pre_xol(au, regs, utask) -> int``;
+    ``post_xol(au, regs, mem, utask) -> int`` (0 or ``-ERESTART``);
+    ``abort(au, regs, utask)``."""
+
+    name: str
+    emulate: object = None
+    pre_xol: object = None
+    post_xol: object = None
+    abort: object = None
+
+    def __repr__(self):
+        return self.name
+
 
 def emulate_push_stack(regs, mem, value: int) -> bool:
-    """Push 8 bytes as the task would; False (nothing changed) if the write faults."""
-    new_sp = (regs.rsp - 8) & 0xFFFFFFFFFFFFFFFF
+    """Push 8 bytes as the task would; False (nothing changed) if the write faults.
+    (The kernel's returns -EFAULT; here True means success.)"""
+    new_sp = (regs.rsp - 8) & _MASK64
     try:
         mem.write_u64(new_sp, value)
     except GuestFault:
@@ -47,92 +78,160 @@ def emulate_push_stack(regs, mem, value: int) -> bool:
     return True
 
 
+# -- default_xol_ops: single-step in the slot, rip-relative rewrite ------------------------
+
+def riprel_pre_xol(au: ArchUprobe, regs, utask) -> None:
+    """Load the scratch register with the address the rip-relative operand meant."""
+    if au.scratch:
+        utask.autask.saved_scratch_register = getattr(regs, au.scratch)
+        setattr(regs, au.scratch, utask.vaddr + au.ilen)
+
+
+def riprel_post_xol(au: ArchUprobe, regs, utask) -> None:
+    if au.scratch:
+        setattr(regs, au.scratch, utask.autask.saved_scratch_register)
+
+
+def default_pre_xol_op(au: ArchUprobe, regs, utask) -> int:
+    riprel_pre_xol(au, regs, utask)
+    return 0
+
+
+def default_post_xol_op(au: ArchUprobe, regs, mem, utask) -> int:
+    """UPROBE_FIX_IP: move rip back from the slot; UPROBE_FIX_CALL: replace the pushed
+    slot return address by the real one (-ERESTART if that push faults);
+    UPROBE_FIX_SETF (popf): tell the caller not to touch TF."""
+    riprel_post_xol(au, regs, utask)
+    if au.fixups & FIX_IP:
+        regs.rip = (regs.rip + utask.vaddr - utask.xol_vaddr) & _MASK64
+    elif au.fixups & FIX_CALL:
+        regs.rsp = (regs.rsp + 8) & _MASK64                 # pop the slot's return address
+        if not emulate_push_stack(regs, mem, utask.vaddr + au.ilen):
+            return -ERESTART
+    if au.fixups & FIX_SETF:
+        utask.autask.saved_tf = True
+    return 0
+
+
+def default_abort_op(au: ArchUprobe, regs, utask) -> None:
+    riprel_post_xol(au, regs, utask)
+
+
+default_xol_ops = UprobeXolOps("default_xol_ops", pre_xol=default_pre_xol_op,
+                               post_xol=default_post_xol_op, abort=default_abort_op)
+
+
+# -- branch_xol_ops: nop / jmp / call / jcc, emulated ------------------------------------
+
+def branch_is_call(au: ArchUprobe) -> bool:
+    return au.opc1 == 0xE8
+
+
 def branch_emulate_op(au: ArchUprobe, regs, mem) -> bool:
-    """nop / jmp / call / jcc without single-stepping (flags are never modified)."""
-    new_ip = (regs.rip + au.ilen) & 0xFFFFFFFFFFFFFFFF
+    """nop / jmp / call / jcc without single-stepping (flags are never modified).
+    ``check_jmp_cond`` (:func:`jcc_taken`) counts anything but a jcc as taken."""
+    new_ip = (regs.rip + au.ilen) & _MASK64
     offs = au.offs
-    if au.kind == "call":
+    if branch_is_call(au):
         if not emulate_push_stack(regs, mem, new_ip):
             return False            # falls back to XOL of the mangled `call +0`
-    elif au.kind == "jcc" and not jcc_taken(au.opc1, regs.eflags):
+    elif not jcc_taken(au.opc1, regs.eflags):
         offs = 0
-    regs.rip = (new_ip + offs) & 0xFFFFFFFFFFFFFFFF
+    regs.rip = (new_ip + offs) & _MASK64
     return True
 
+
+def branch_post_xol_op(au: ArchUprobe, regs, mem, utask) -> int:
+    """Only a call gets here: its emulated push faulted, the mangled ``call +0`` ran in
+    the slot (another thread grew the stack meanwhile).  Undo the push and restart."""
+    regs.rsp = (regs.rsp + 8) & _MASK64
+    return -ERESTART
+
+
+branch_xol_ops = UprobeXolOps("branch_xol_ops", emulate=branch_emulate_op,
+                              post_xol=branch_post_xol_op)
+
+
+# -- push_xol_ops: push %reg, emulated -------------------------------------------------------
 
 def push_emulate_op(au: ArchUprobe, regs, mem) -> bool:
     """push %reg: the value as saved at the trap (push %rsp pushes the old rsp)."""
     if not emulate_push_stack(regs, mem, getattr(regs, au.push_reg)):
         return False
-    regs.rip = (regs.rip + au.ilen) & 0xFFFFFFFFFFFFFFFF
+    regs.rip = (regs.rip + au.ilen) & _MASK64
     return True
 
 
-def arch_uprobe_emulate(au: ArchUprobe, regs, mem) -> bool:
-    """``__skip_sstep``: emulate if the instruction class supports it."""
-    if au.kind in ("nop", "jmp", "call", "jcc"):
-        return branch_emulate_op(au, regs, mem)
-    if au.kind == "push":
-        return push_emulate_op(au, regs, mem)
-    return False
+push_xol_ops = UprobeXolOps("push_xol_ops", emulate=push_emulate_op)
+
+_SETUP_OPS = {"nop": branch_xol_ops, "jmp": branch_xol_ops, "call": branch_xol_ops,
+              "jcc": branch_xol_ops, "push": push_xol_ops, "xol": default_xol_ops}
 
 
-# ------------------------------------------------------------------ out-of-line step
+def arch_uprobe_analyze_insn(insn: bytes, *, nop_policy: str = "insn_is_nop",
+                             optimize: str | None = None, vaddr: int | None = None) -> ArchUprobe:
+    """``arch_uprobe_analyze_insn``: decode and classify (``insn_x86.analyze_insn``), then
+    set ``auprobe->ops`` as ``branch_setup_xol_ops`` / ``push_setup_xol_ops`` or the
+    default path does.  Raises ``RegistrationError`` as the analysis does."""
+    au = analyze_insn(insn, nop_policy=nop_policy, optimize=optimize, vaddr=vaddr)
+    return replace(au, ops=_SETUP_OPS[au.kind])
 
-def arch_uprobe_pre_xol(au: ArchUprobe, regs, autask, xol_vaddr: int, vaddr: int) -> None:
-    """Point rip at the slot, load the rip-relative scratch register, set TF.
+
+# ------------------------------------------------------------------ the generic hit-time paths
+
+def arch_uprobe_skip_sstep(au: ArchUprobe, regs, mem) -> bool:
+    """``arch_uprobe_skip_sstep`` (``__skip_sstep``): run ``ops->emulate`` if the class
+    has one.  The kernel then sends SIGTRAP to a task with TF set; that needs the task,
+    so the caller (``Uprobes.skip_sstep``) queues it."""
+    emulate = au.ops.emulate
+    return emulate is not None and emulate(au, regs, mem)
+
+
+def arch_uprobe_pre_xol(au: ArchUprobe, regs, utask) -> int:
+    """``ops->pre_xol``, then point rip at the slot and set TF (saving the task's own TF).
 
     The slot holds all 16 ``ixol`` bytes.  For a probed ``syscall`` that matters: SYSCALL
     masks TF, the kernel returns by IRET (TF set in pt_regs), and the #DB comes after
     the NEXT instruction - the file's bytes after the syscall, run in the slot; post_xol's
     FIX_IP then applies to wherever that instruction left rip (the machine models the
     trap's timing: ``Machine._syscall``)."""
-    if au.scratch:
-        autask.saved_scratch_register = getattr(regs, au.scratch)
-        setattr(regs, au.scratch, vaddr + au.ilen)
-    regs.rip = xol_vaddr
-    autask.saved_tf = bool(regs.eflags & TF)
+    pre = au.ops.pre_xol
+    if pre is not None:
+        err = pre(au, regs, utask)
+        if err:
+            return err
+    regs.rip = utask.xol_vaddr
+    utask.autask.saved_tf = bool(regs.eflags & TF)
     regs.eflags |= TF
+    return 0
 
 
-def _riprel_post_xol(au: ArchUprobe, regs, autask) -> None:
-    if au.scratch:
-        setattr(regs, au.scratch, autask.saved_scratch_register)
-
-
-def arch_uprobe_post_xol(au: ArchUprobe, regs, mem, autask, xol_vaddr: int, vaddr: int) -> tuple[int, bool]:
-    """Fix up after the #DB.  Returns (err, send_sigtrap); err is 0 or -ERESTART
-    (already turned into a restart at ``vaddr``, as the kernel does)."""
+def arch_uprobe_post_xol(au: ArchUprobe, regs, mem, utask) -> tuple[int, bool]:
+    """``ops->post_xol`` after the #DB.  Returns (err, send_sigtrap); a ``-ERESTART``
+    from the class becomes a restart at the probed address (err 0, no SIGTRAP)."""
+    autask = utask.autask
     send_sigtrap = autask.saved_tf
     err = 0
-    if au.kind == "call":
-        # branch_post_xol_op: the mangled `call +0` ran after the emulated push faulted
-        regs.rsp = (regs.rsp + 8) & 0xFFFFFFFFFFFFFFFF
-        err = -1
-    else:
-        _riprel_post_xol(au, regs, autask)
-        if au.fixups & FIX_IP:
-            regs.rip = (regs.rip + vaddr - xol_vaddr) & 0xFFFFFFFFFFFFFFFF
-        elif au.fixups & FIX_CALL:
-            regs.rsp = (regs.rsp + 8) & 0xFFFFFFFFFFFFFFFF
-            if not emulate_push_stack(regs, mem, vaddr + au.ilen):
-                err = -1
-        if au.fixups & FIX_SETF:
-            autask.saved_tf = True
-    if err:
-        regs.rip = vaddr            # restart: the probe hits again
-        send_sigtrap = False
+    post = au.ops.post_xol
+    if post is not None:
+        err = post(au, regs, mem, utask)
+        if err:
+            regs.rip = utask.vaddr         # restart (or post-mortem): the probe hits again
+            if err == -ERESTART:
+                err = 0
+            send_sigtrap = False
     if not autask.saved_tf:
         regs.eflags &= ~TF
     return err, send_sigtrap
 
 
-def arch_uprobe_abort_xol(au: ArchUprobe, regs, autask, vaddr: int) -> None:
-    """The slot instruction faulted: undo, and report at the probed address."""
-    if au.kind == "xol":
-        _riprel_post_xol(au, regs, autask)
-    regs.rip = vaddr
-    if not autask.saved_tf:
+def arch_uprobe_abort_xol(au: ArchUprobe, regs, utask) -> None:
+    """The slot instruction faulted: ``ops->abort``, then report at the probed address."""
+    abort = au.ops.abort
+    if abort is not None:
+        abort(au, regs, utask)
+    regs.rip = utask.vaddr
+    if not utask.autask.saved_tf:
         regs.eflags &= ~TF
 
 

@@ -54,7 +54,10 @@ live profile with :func:`fit_profile`.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 FEATURES = ("insn", "int3", "singlestep", "syscall", "uprobe", "uretprobe", "emulate",
             "ri_alloc", "ri_reuse", "args_fill", "text_write")
@@ -370,19 +373,19 @@ def fit_profile(name: str, description: str, table: PublishedTable, events: dict
     return CostProfile(prof.name, prof.description, prof.coef, prof.fitted, prof.source, res)
 
 
-_MACHINES: dict = {}
-
-
-def machines() -> dict[str, CostProfile]:
-    """The shipped machine profiles (fitted once, on first use)."""
-    if not _MACHINES:
-        _MACHINES["intel-2025"] = fit_profile(
+@functools.cache
+def machines() -> Mapping[str, CostProfile]:
+    """The shipped machine profiles, read-only.  Fitting is a pure function of the
+    constant tables above, so it is memoized (done once, on first use) instead of
+    being kept in a module-level dict that callers could change."""
+    return MappingProxyType({
+        "intel-2025": fit_profile(
             "intel-2025", "the calibration machine: Intel of selftests.md 5.11(f), Jul 2025",
-            TABLES[CALIBRATION_TABLE], CALIBRATION_EVENTS)
-        _MACHINES["host-6.18"] = fit_profile(
+            TABLES[CALIBRATION_TABLE], CALIBRATION_EVENTS),
+        "host-6.18": fit_profile(
             "host-6.18", "this project's VM (2 cores), Linux 6.18, tracefs consumer, tracing off",
-            HOST_ANCHORS, HOST_EVENTS)
-    return _MACHINES
+            HOST_ANCHORS, HOST_EVENTS),
+    })
 
 
 def get_machine(name: str) -> CostProfile:

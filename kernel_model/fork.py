@@ -19,7 +19,7 @@ from dataclasses import replace
 from emu.memory import PAGE_SIZE, PROT_EXEC
 
 from . import arch_x86 as arch
-from .uprobes import MmUprobes, XolArea
+from .uprobes_types import MmUprobes, XolArea
 
 
 def vma_dontcopy(profile, vma) -> bool:
@@ -63,5 +63,5 @@ def dup_xol_area(uprobes, parent, child) -> None:
     child.mem.map(area.vaddr, PAGE_SIZE, PROT_EXEC, "[uprobes]", special=True)
     tramp = arch.uretprobe_trampoline(uprobes.profile)
     child.mem.text_poke(area.vaddr, tramp, count=False)
-    mm.xol_area = XolArea(area.vaddr)
+    mm.xol_area = XolArea(area.vaddr, nslots=uprobes.xol_slots)    # as get_xol_area sizes it
     mm.xol_area.slot_bytes[0] = tramp

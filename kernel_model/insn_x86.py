@@ -36,7 +36,7 @@ Nothing here holds state: every function is a pure function of its arguments.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import capstone
 
@@ -131,6 +131,9 @@ class ArchUprobe:
     scratch: str | None = None
     can_optimize: bool = False
     text: str = ""
+    # ``auprobe->ops``: the class's ``struct uprobe_xol_ops``, attached by
+    # ``arch_x86.arch_uprobe_analyze_insn`` (None straight out of the decoder)
+    ops: object = field(default=None, compare=False, repr=False)
 
 
 # --- decoded instruction layout (the parts of struct insn that uprobes.c reads) --------

@@ -3,6 +3,7 @@ trap entry points the machine calls (the kernel's do_int3 / exc_debug notifiers)
 
 from __future__ import annotations
 
+from emu.events import RefCtrUpdate
 from emu.memory import GuestFault, PROT_WRITE
 from emu.signals import SIGNALS
 
@@ -93,7 +94,15 @@ class Kernel:
         addr, cur = found
         if cur + delta < 0:
             return False
-        proc.mem.uc.mem_write(addr, ((cur + delta) & 0xFFFF).to_bytes(2, "little"))
+        new = cur + delta
+        try:
+            # __update_ref_ctr: get_user_pages_remote(FOLL_WRITE), a write the mapping allows
+            proc.mem.write_user(addr, (new & 0xFFFF).to_bytes(2, "little"))
+        except GuestFault:
+            return False
+        events = self.machine.events
+        if events:
+            events.publish(RefCtrUpdate(proc.pid, addr, cur, new))
         return True
 
     def ref_ctr_can_decrement(self, proc, uprobe) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import struct
 
+from emu import events as ev
 from emu.memory import PAGE_SIZE, PROT_EXEC, PROT_READ, TASK_SIZE, GuestFault
 from emu.signals import SIGNALS
 
@@ -56,13 +57,11 @@ class Optimizer:
         self.machine = kernel.machine
         self.profile = kernel.profile
         self.design = Design(self.profile.optimize) if self.profile.optimize else None
+        self.events = kernel.machine.events
 
     @property
     def counters(self):
         return self.machine.counters
-
-    def _emit(self, kind, **info):
-        self.kernel.uprobes.emit(kind, **info)
 
     # -- trampolines -----------------------------------------------------------------
     def trampolines(self, proc) -> list:
@@ -73,7 +72,8 @@ class Optimizer:
         return vma is not None and vma.special and vma.name == TRAMPOLINE_NAME
 
     @staticmethod
-    def is_reachable_by_call(tramp: int, vaddr: int, size: int) -> bool:
+    def arch_uprobe_is_callable(tramp: int, vaddr: int, size: int) -> bool:
+        """Can a ``call`` at vaddr (rel32) reach the trampoline?"""
         delta = vaddr + size - tramp
         return INT32_MIN <= delta <= INT32_MAX
 
@@ -81,15 +81,15 @@ class Optimizer:
         """Reuse a reachable trampoline of this mm, else map a new one nearby."""
         size = self.design.size
         for vma in self.trampolines(proc):
-            if self.is_reachable_by_call(vma.start, vaddr, size):
+            if self.arch_uprobe_is_callable(vma.start, vaddr, size):
                 return vma.start
         where = self.find_nearest_trampoline(proc, vaddr + size)
         if where is None:
             return None
         proc.mem.map(where, PAGE_SIZE, PROT_READ | PROT_EXEC, TRAMPOLINE_NAME, special=True)
         proc.mem.text_poke(where, self.design.trampoline, count=False)
-        if self.kernel.uprobes.listeners:
-            self._emit("trampoline_mapped", vaddr=where)
+        if self.events:
+            self.events.publish(ev.TrampolineMapped(where))
         return where
 
     def find_nearest_trampoline(self, proc, call_end: int) -> int | None:
@@ -141,10 +141,16 @@ class Optimizer:
         rel = int.from_bytes(site[d.call_offset + 1:d.call_offset + 5], "little", signed=True)
         return self.in_trampoline(proc, call + 5 + rel)
 
+    def should_optimize(self, uprobe) -> bool:
+        """ARCH_UPROBE_FLAG_CAN_OPTIMIZE set and ARCH_UPROBE_FLAG_OPTIMIZE_FAIL clear."""
+        return self._eligible(uprobe) and not uprobe.optimize_fail
+
     # -- optimize / unoptimize -----------------------------------------------------------
     def arch_uprobe_optimize(self, task, uprobe, vaddr: int) -> None:
-        """On the first hit in an mm, after the handlers, in the hitting task."""
-        if not self._eligible(uprobe) or uprobe.optimize_fail:
+        """On the first hit in an mm, after the handlers, in the hitting task; the
+        re-check that the site still holds the int3 (another thread may have optimized
+        it), then ``__arch_uprobe_optimize`` / ``swbp_optimize``."""
+        if not self.should_optimize(uprobe):
             return
         proc = task.process
         mem = proc.mem
@@ -155,40 +161,37 @@ class Optimizer:
         if tramp is None:
             uprobe.optimize_fail = True
             self.counters.optimize_failed += 1
-            if self.kernel.uprobes.listeners:
-                self._emit("optimize_failed", vaddr=vaddr)
+            if self.events:
+                self.events.publish(ev.OptimizeFailed(vaddr))
             return
         new = d.optimized_bytes(vaddr, tramp)
         # int3 protocol: byte 0 is int3 already; write the tail, then byte 0
         mem.text_poke(vaddr + 1, new[1:])
-        if self.kernel.uprobes.listeners:
-            self._emit("text_poke", vaddr=vaddr + 1, data=new[1:], why="optimize: tail bytes")
+        if self.events:
+            self.events.publish(ev.TextPoke(vaddr + 1, new[1:], "optimize: tail bytes"))
         mem.text_poke(vaddr, new[:1])
-        if self.kernel.uprobes.listeners:
-            self._emit("text_poke", vaddr=vaddr, data=new[:1], why="optimize: first byte")
+        if self.events:
+            self.events.publish(ev.TextPoke(vaddr, new[:1], "optimize: first byte"))
         self.counters.optimized += 1
-        if self.kernel.uprobes.listeners:
-            self._emit("optimized", vaddr=vaddr, tramp=tramp)
+        if self.events:
+            self.events.publish(ev.Optimized(vaddr, tramp))
 
-    def remove(self, proc, uprobe, vaddr: int) -> bool:
-        """``set_orig_insn`` for an optimized site: the reverse protocol.  Returns False
-        when the site is not optimized (the caller restores byte 0 as usual)."""
-        if not self.is_optimized(proc, uprobe, vaddr):
-            return False
+    def swbp_unoptimize(self, proc, uprobe, vaddr: int) -> None:
+        """The reverse protocol for an optimized site (x86 ``set_orig_insn`` calls it
+        when ``is_optimized``): int3 on byte 0, the original tail, then byte 0."""
         d = self.design
         mem = proc.mem
         orig = uprobe.file.read(uprobe.offset, d.size)
         mem.text_poke(vaddr, b"\xcc")
-        if self.kernel.uprobes.listeners:
-            self._emit("text_poke", vaddr=vaddr, data=b"\xcc", why="unoptimize: int3")
+        if self.events:
+            self.events.publish(ev.TextPoke(vaddr, b"\xcc", "unoptimize: int3"))
         mem.text_poke(vaddr + 1, orig[1:5])
-        if self.kernel.uprobes.listeners:
-            self._emit("text_poke", vaddr=vaddr + 1, data=orig[1:5], why="unoptimize: nop bytes")
+        if self.events:
+            self.events.publish(ev.TextPoke(vaddr + 1, orig[1:5], "unoptimize: nop bytes"))
         mem.text_poke(vaddr, orig[:1])
-        if self.kernel.uprobes.listeners:
-            self._emit("text_poke", vaddr=vaddr, data=orig[:1], why="unoptimize: first byte")
+        if self.events:
+            self.events.publish(ev.TextPoke(vaddr, orig[:1], "unoptimize: first byte"))
         self.counters.unoptimized += 1
-        return True
 
     # -- sys_uprobe (336) -------------------------------------------------------------
     def sys_uprobe(self, task, regs, *args):
@@ -214,8 +217,8 @@ class Optimizer:
         regs.orig_rax = -1
         ip, sp = regs.rip, regs.rsp
         self.counters.uprobe_syscalls += 1
-        if self.kernel.uprobes.listeners:
-            self._emit("sys_uprobe", task=task, vaddr=ip)
+        if self.events:
+            self.events.publish(ev.SysUprobe(task, ip))
         self.handle_syscall_uprobe(task, regs, ip)
         if regs.rsp != sp:
             if regs.rip == ip:
@@ -242,6 +245,6 @@ class Optimizer:
         up.utask(task)
         self.counters.uprobe_hits += 1
         uprobe.hits += 1
-        if up.listeners:
-            up.emit("uprobe_hit", task=task, uprobe=uprobe, vaddr=vaddr)
+        if self.events:
+            self.events.publish(ev.UprobeHit(task, uprobe, vaddr))
         up.handler_chain(uprobe, task, regs, vaddr)

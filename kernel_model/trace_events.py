@@ -17,6 +17,7 @@ from emu.syscalls import CLOCK_EPOCH_NS
 
 from .probe_spec import ProbeSpec, default_event_name, format_listing, format_profile_line, \
     format_trace_line, parse_probe_spec, perf_event_name
+from .uprobes_types import UprobeConsumer
 
 _KNOWN_HEAD = re.compile(r"^(?:[pr](?::|\s|$)|-:|(?:uprobe|u|uretprobe|ur):)")
 
@@ -125,7 +126,6 @@ class TraceEvents:
             self.output = output
         handler = None if spec.is_return else (lambda ctx, ev=ev: self._dispatch(ev, ctx))
         ret_handler = (lambda ctx, ev=ev: self._dispatch(ev, ctx)) if spec.is_return else None
-        from .uprobes import UprobeConsumer
         uc = UprobeConsumer(handler, ret_handler, None, name=ev.name, is_trace=True)
         ev.consumer = self.uprobes.uprobe_register(file, offset, uc, spec.ref_ctr_offset or 0)
         self.events.append(ev)

@@ -1,160 +1,33 @@
 """The arch-independent uprobes core (kernel/events/uprobes.c).
 
-Objects mirror the kernel's: :class:`Uprobe` (one per (file, offset)), its consumers
-(:class:`UprobeConsumer`, newest first), per-mm state (:class:`MmUprobes`: the
-MMF_HAS_UPROBES flag and the XOL area), per-task state (:class:`UprobeTask`: single-step
-state and return instances).  Entry points keep the kernel's names: ``uprobe_register`` /
-``uprobe_unregister``, ``handle_swbp``, ``handler_chain``, ``pre_ssout``,
-``handle_singlestep``.  The x86 specifics are in ``arch_x86`` and ``insn_x86``; return
-probes in ``uretprobes``.
+The objects (:class:`Uprobe`, :class:`UprobeConsumer`, :class:`MmUprobes`,
+:class:`UprobeTask`, :class:`XolArea`, the ``UPROBE_HANDLER_*`` codes) are defined in
+``uprobes_types`` (as include/linux/uprobes.h) and re-exported here.  Entry points keep
+the kernel's names: ``uprobe_register`` / ``uprobe_unregister``,
+``uprobe_pre_sstep_notifier``, ``handle_swbp`` (which also recognises the int3 of the
+uretprobe trampoline, ``uprobe_get_trampoline_vaddr``), ``handler_chain``,
+``pre_ssout``, and ``handle_debug`` (``uprobe_post_sstep_notifier`` +
+``handle_singlestep``).  The x86 specifics (the per-class xol ops) are in ``arch_x86``
+and ``insn_x86``; return probes in ``uretprobes``.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
 
+from emu import events as ev
 from emu.errors import RegistrationError, SymbolError
 from emu.memory import PAGE_SIZE, PROT_EXEC, PROT_WRITE, TASK_SIZE, GuestFault, MappedFile
 from emu.regs import TF
 from emu.signals import SIGNALS
 
 from . import arch_x86 as arch
-from .insn_x86 import ArchUprobe, analyze_insn
-
-UPROBE_HANDLER_REMOVE = 1
-UPROBE_HANDLER_IGNORE = 2
-UINSNS_PER_PAGE = PAGE_SIZE // arch.UPROBE_XOL_SLOT_BYTES     # 32 slots, slot 0 reserved
-UTASK_RUNNING, UTASK_SSTEP = "running", "sstep"
+from .uretprobes import Uretprobes
+from .uprobes_types import (UINSNS_PER_PAGE, UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE,  # noqa: F401
+                            UTASK_RUNNING, UTASK_SSTEP, ArchUprobeTask, MmUprobes, Uprobe,
+                            UprobeConsumer, UprobeContext, UprobeTask, XolArea)
 
 SIGTRAP, SIGILL = SIGNALS["SIGTRAP"], SIGNALS["SIGILL"]
-
-
-# ----------------------------------------------------------------------------- objects
-
-@dataclass(eq=False)
-class UprobeConsumer:
-    """``struct uprobe_consumer``: callbacks plus an id.
-
-    ``handler(ctx)`` runs at the entry hit; returning ``UPROBE_HANDLER_REMOVE`` asks to
-    remove the breakpoint from this process, ``UPROBE_HANDLER_IGNORE`` skips this
-    consumer's return handler for this hit.  ``ret_handler(ctx)`` runs at return with
-    ``ctx.func``.  ``filter(process) -> bool`` says which processes it wants.
-    A consumer with both callbacks is a *session* consumer (shared ``ctx.cookie``).
-    """
-
-    handler: object = None
-    ret_handler: object = None
-    filter: object = None
-    id: int = 0
-    name: str = ""
-    uprobe: "Uprobe" = None
-    is_trace: bool = False          # a tracefs/perf consumer (needs the args buffer)
-    hits: int = 0
-    enabled: bool = True
-
-    @property
-    def is_session(self) -> bool:
-        return self.handler is not None and self.ret_handler is not None
-
-
-@dataclass(eq=False)
-class Uprobe:
-    """``struct uprobe``: keyed by (file, offset)."""
-
-    file: MappedFile
-    offset: int
-    ref_ctr_offset: int = 0
-    consumers: list = field(default_factory=list)       # newest first
-    arch: ArchUprobe | None = None                       # set once: UPROBE_COPY_INSN
-    optimize_fail: bool = False                          # ARCH_UPROBE_FLAG_OPTIMIZE_FAIL
-    hits: int = 0
-
-    @property
-    def key(self):
-        return (self.file, self.offset)
-
-    def __repr__(self):
-        return f"Uprobe({self.file.path}:{self.offset:#x}, {len(self.consumers)} consumer(s))"
-
-
-@dataclass
-class ArchUprobeTask:
-    """``struct arch_uprobe_task``."""
-
-    saved_scratch_register: int = 0
-    saved_tf: bool = False
-
-
-@dataclass
-class UprobeTask:
-    """``struct uprobe_task``: per-thread uprobes state."""
-
-    state: str = UTASK_RUNNING
-    active_uprobe: Uprobe | None = None
-    vaddr: int = 0
-    xol_vaddr: int = 0
-    xol_slot: int = -1
-    autask: ArchUprobeTask = field(default_factory=ArchUprobeTask)
-    return_instances: list = field(default_factory=list)   # top of stack = end of list
-    pending_sstep: tuple | None = None                     # (uprobe, vaddr) waiting for a slot
-    depth: int = 0
-    ri_pool: list = field(default_factory=list)
-    ri_array: list | None = None
-
-
-@dataclass
-class XolArea:
-    """The ``[uprobes]`` page: slot 0 holds the uretprobe trampoline; threads that find
-    no free slot sleep until one is freed (xol_get_insn_slot / xol_free_insn_slot)."""
-
-    vaddr: int
-    nslots: int = UINSNS_PER_PAGE
-    slots: list = None
-    slot_bytes: dict = field(default_factory=dict)   # slot -> bytes last copied
-    waiters: list = field(default_factory=list)      # tasks sleeping for a slot
-
-    def __post_init__(self):
-        if self.slots is None:
-            self.slots = [True] + [False] * (self.nslots - 1)
-
-    def get_slot(self) -> int | None:
-        for i, used in enumerate(self.slots):
-            if not used:
-                self.slots[i] = True
-                return i
-        return None
-
-    def free_slot(self, i: int) -> None:
-        self.slots[i] = False
-
-
-@dataclass
-class MmUprobes:
-    """Per-mm uprobes state."""
-
-    has_uprobes: bool = False          # MMF_HAS_UPROBES
-    recalc: bool = False               # MMF_RECALC_UPROBES
-    xol_area: XolArea | None = None
-    trampolines: list = field(default_factory=list)   # [uprobes-trampoline] vmas (optimized)
-
-
-class UprobeContext:
-    """What a consumer callback sees: the task's registers (mutable: changes reach the
-    guest), the address, the machine, and the session cookie."""
-
-    __slots__ = ("machine", "task", "regs", "uprobe", "consumer", "vaddr", "func", "cookie",
-                 "is_return")
-
-    def __init__(self, machine, task, regs, uprobe, consumer, vaddr, func=None, cookie=0,
-                 is_return=False):
-        self.machine, self.task, self.regs, self.uprobe = machine, task, regs, uprobe
-        self.consumer, self.vaddr, self.func, self.cookie = consumer, vaddr, func, cookie
-        self.is_return = is_return
-
-    @property
-    def mem(self):
-        return self.machine.mem
 
 
 # ----------------------------------------------------------------------------- core
@@ -163,16 +36,14 @@ class Uprobes:
     """The uprobes subsystem of one machine (kernel-wide state: the uprobes tree)."""
 
     def __init__(self, kernel):
-        from .uretprobes import Uretprobes
         self.kernel = kernel
         self.machine = kernel.machine
+        self.events = kernel.machine.events  # the machine's typed event stream (emu.events)
         self.profile = kernel.profile
         self.tree: dict = {}                 # (file, offset) -> Uprobe
         self._ids = itertools.count(1)
         self.uret = Uretprobes(self)
-        self.events: list = []               # trace events (tracefs consumers)
         self.xol_slots = UINSNS_PER_PAGE     # slots per XOL page (tests may shrink it)
-        self.listeners: list = []            # callables(kind, **info) for traces
 
     # -- helpers -----------------------------------------------------------------
     @property
@@ -188,10 +59,6 @@ class Uprobes:
         if task.utask is None:
             task.utask = UprobeTask()
         return task.utask
-
-    def emit(self, kind: str, **info) -> None:
-        for fn in self.listeners:
-            fn(kind, **info)
 
     # -- target resolution -------------------------------------------------------
     def resolve_target(self, target) -> tuple[MappedFile, int]:
@@ -336,8 +203,8 @@ class Uprobes:
         if uprobe.offset >= uprobe.file.size:
             raise RegistrationError("EIO", f"nothing to read at offset {uprobe.offset:#x}")
         insn = uprobe.file.read(uprobe.offset, arch.MAX_UINSN_BYTES)
-        uprobe.arch = analyze_insn(insn, nop_policy=self.profile.nop_emulation,
-                                   optimize=self.profile.optimize, vaddr=vaddr)
+        uprobe.arch = arch.arch_uprobe_analyze_insn(insn, nop_policy=self.profile.nop_emulation,
+                                                    optimize=self.profile.optimize, vaddr=vaddr)
 
     def install_breakpoint(self, proc, uprobe: Uprobe, vaddr: int) -> None:
         self.prepare_uprobe(uprobe, vaddr)
@@ -364,30 +231,33 @@ class Uprobes:
         if proc.mem.read(vaddr, 1) == arch.UPROBE_SWBP_INSN:
             return False                                    # verify_opcode: nothing to do
         proc.mem.text_poke(vaddr, arch.UPROBE_SWBP_INSN)
-        if self.listeners:
-            self.emit("text_poke", vaddr=vaddr, data=arch.UPROBE_SWBP_INSN, why="install int3")
+        if self.events:
+            self.events.publish(ev.TextPoke(vaddr, arch.UPROBE_SWBP_INSN, "install int3"))
         return True
 
     def remove_breakpoint(self, proc, uprobe: Uprobe, vaddr: int) -> None:
         self.mm(proc).recalc = True
         if not self.kernel.ref_ctr_can_decrement(proc, uprobe):
             return      # update_ref_ctr() refuses to go negative: the write is skipped
-        if self.kernel.optimizer.remove(proc, uprobe, vaddr):
-            self.kernel.ref_ctr_update(proc, uprobe, -1)
-            return
         if self.set_orig_insn(proc, uprobe, vaddr):
             self.kernel.ref_ctr_update(proc, uprobe, -1)
 
     def set_orig_insn(self, proc, uprobe: Uprobe, vaddr: int) -> bool:
         """Restore the first byte (after analysis edits: the REX quirk of section 3.5).
         False when the byte is no int3 (verify_opcode: nothing to do - e.g. removed
-        already by UPROBE_HANDLER_REMOVE), and then the semaphore is left alone."""
+        already by UPROBE_HANDLER_REMOVE), and then the semaphore is left alone.
+        An optimized site (6.18+) is restored by ``swbp_unoptimize`` instead, as the x86
+        ``set_orig_insn`` does."""
+        optimizer = self.kernel.optimizer
+        if optimizer.is_optimized(proc, uprobe, vaddr):
+            optimizer.swbp_unoptimize(proc, uprobe, vaddr)
+            return True
         if proc.mem.read(vaddr, 1) != arch.UPROBE_SWBP_INSN:
             return False
         orig = bytes([uprobe.arch.ixol[0]]) if uprobe.arch else uprobe.file.read(uprobe.offset, 1)
         proc.mem.text_poke(vaddr, orig)
-        if self.listeners:
-            self.emit("text_poke", vaddr=vaddr, data=orig, why="restore original byte")
+        if self.events:
+            self.events.publish(ev.TextPoke(vaddr, orig, "restore original byte"))
         return True
 
     # -- lookup ------------------------------------------------------------------
@@ -398,21 +268,35 @@ class Uprobes:
         return self.tree.get((vma.file, vma.offset_of(vaddr)))
 
     # -- the int3 path -----------------------------------------------------------
-    def handle_int3(self, task, regs) -> bool:
-        """``uprobe_pre_sstep_notifier`` + ``handle_swbp``.  False: not ours (SIGTRAP)."""
-        proc = task.process
-        mm = proc.mm_uprobes
+    @staticmethod
+    def uprobe_pre_sstep_notifier(task) -> bool:
+        """``uprobe_pre_sstep_notifier``: the int3 is for uprobes only in an mm with
+        MMF_HAS_UPROBES or a task with pending return instances."""
+        mm = task.process.mm_uprobes
         utask = task.utask
-        if mm is None or not (mm.has_uprobes or (utask and utask.return_instances)):
+        return mm is not None and (mm.has_uprobes or bool(utask and utask.return_instances))
+
+    def handle_int3(self, task, regs) -> bool:
+        """The DIE_INT3 notifier (``uprobe_pre_sstep_notifier``), then what
+        ``uprobe_notify_resume`` runs: ``handle_swbp``.  False: not ours (SIGTRAP)."""
+        if not self.uprobe_pre_sstep_notifier(task):
             return False
-        bp_vaddr = (regs.rip - 1) & 0xFFFFFFFFFFFFFFFF
-        if mm.xol_area is not None and bp_vaddr == mm.xol_area.vaddr:
-            self.uret.handle_trampoline(task, regs)     # the int3 uretprobe trampoline
-            return True
-        return self.handle_swbp(task, regs, bp_vaddr)
+        return self.handle_swbp(task, regs, (regs.rip - 1) & 0xFFFFFFFFFFFFFFFF)
+
+    @staticmethod
+    def uprobe_get_trampoline_vaddr(proc) -> int:
+        """``uprobe_get_trampoline_vaddr``: slot 0 of the mm's XOL area, or -1
+        (UPROBE_NO_TRAMPOLINE_VADDR)."""
+        mm = proc.mm_uprobes
+        area = mm.xol_area if mm is not None else None
+        return area.vaddr if area is not None else -1
 
     def handle_swbp(self, task, regs, bp_vaddr: int) -> bool:
+        """``handle_swbp``: the int3 uretprobe trampoline, else the probe at bp_vaddr."""
         proc = task.process
+        if bp_vaddr == self.uprobe_get_trampoline_vaddr(proc):
+            self.uret.uprobe_handle_trampoline(task, regs)
+            return True
         uprobe = self.find_active_uprobe(proc, bp_vaddr)
         if uprobe is None:
             try:
@@ -429,15 +313,15 @@ class Uprobes:
         utask = self.utask(task)
         self.counters.uprobe_hits += 1
         uprobe.hits += 1
-        if self.listeners:
-            self.emit("uprobe_hit", task=task, uprobe=uprobe, vaddr=bp_vaddr)
+        if self.events:
+            self.events.publish(ev.UprobeHit(task, uprobe, bp_vaddr))
         self.handler_chain(uprobe, task, regs, bp_vaddr)
         self.kernel.optimizer.arch_uprobe_optimize(task, uprobe, bp_vaddr)
         if self.profile.ip_change_skips_insn and regs.rip != bp_vaddr:
-            if self.listeners:
-                self.emit("ip_changed", task=task, vaddr=bp_vaddr, new_ip=regs.rip)
+            if self.events:
+                self.events.publish(ev.IpChanged(task, bp_vaddr, regs.rip))
             return True
-        if self.arch_uprobe_skip_sstep(task, uprobe, regs):
+        if self.skip_sstep(task, uprobe, regs):
             return True
         self.pre_ssout(task, utask, uprobe, regs, bp_vaddr)
         return True
@@ -465,8 +349,8 @@ class Uprobes:
             if uc.handler is not None and uc.enabled:
                 uc.hits += 1
                 rc = uc.handler(ctx) or 0
-                if self.listeners:
-                    self.emit("handler", task=task, consumer=uc, rc=rc, vaddr=vaddr)
+                if self.events:
+                    self.events.publish(ev.HandlerRan(task, uc, rc, vaddr))
             has_consumers = True
             if not exact:
                 remove &= isinstance(rc, int) and bool(rc & UPROBE_HANDLER_REMOVE)
@@ -491,12 +375,14 @@ class Uprobes:
         for vaddr in self.vaddr_of(proc, uprobe.file, uprobe.offset):
             self.remove_breakpoint(proc, uprobe, vaddr)
 
-    def arch_uprobe_skip_sstep(self, task, uprobe: Uprobe, regs) -> bool:
-        if not arch.arch_uprobe_emulate(uprobe.arch, regs, task.process.mem):
+    def skip_sstep(self, task, uprobe: Uprobe, regs) -> bool:
+        """handle_swbp's ``arch_uprobe_skip_sstep()`` call: the class's emulation, the
+        model's counters and event, and the SIGTRAP the kernel sends a TF-set task."""
+        if not arch.arch_uprobe_skip_sstep(uprobe.arch, regs, task.process.mem):
             return False
         self.counters.emulated += 1
-        if self.listeners:
-            self.emit("emulated", task=task, uprobe=uprobe, new_ip=regs.rip)
+        if self.events:
+            self.events.publish(ev.Emulated(task, uprobe, regs.rip))
         if regs.eflags & TF:
             self.machine.force_sig(task, SIGTRAP, detail="single-step over an emulated probe",
                                    regs=regs)
@@ -518,8 +404,8 @@ class Uprobes:
             mem.text_poke(vaddr, tramp, count=False)
             area.slot_bytes[0] = tramp
             mm.xol_area = area
-            if self.listeners:
-                self.emit("xol_area", vaddr=vaddr)
+            if self.events:
+                self.events.publish(ev.XolAreaMapped(vaddr))
         return mm.xol_area
 
     def pre_ssout(self, task, utask: UprobeTask, uprobe: Uprobe, regs, bp_vaddr: int) -> None:
@@ -527,8 +413,8 @@ class Uprobes:
         if area is None:
             # xol_get_insn_slot() returns 0: pre_ssout fails and handle_swbp restarts at
             # bp_vaddr (ip is already there): the task traps again, handlers re-run.
-            if self.listeners:
-                self.emit("xol_restart", task=task, uprobe=uprobe)
+            if self.events:
+                self.events.publish(ev.XolRestart(task, uprobe))
             return
         slot = area.get_slot()
         if slot is None:
@@ -538,8 +424,8 @@ class Uprobes:
             area.waiters.append(task)
             self.machine.block(task, "xol_slot")
             task.on_resume = lambda: self._resume_pre_ssout(task)
-            if self.listeners:
-                self.emit("xol_wait", task=task, uprobe=uprobe)
+            if self.events:
+                self.events.publish(ev.XolWait(task, uprobe))
             return
         xol_vaddr = area.vaddr + slot * arch.UPROBE_XOL_SLOT_BYTES
         ixol = uprobe.arch.ixol
@@ -547,12 +433,12 @@ class Uprobes:
             task.process.mem.text_poke(xol_vaddr, ixol, count=False)
             area.slot_bytes[slot] = ixol
         utask.xol_slot, utask.xol_vaddr, utask.vaddr = slot, xol_vaddr, bp_vaddr
-        arch.arch_uprobe_pre_xol(uprobe.arch, regs, utask.autask, xol_vaddr, bp_vaddr)
+        arch.arch_uprobe_pre_xol(uprobe.arch, regs, utask)
         utask.active_uprobe = uprobe
         utask.state = UTASK_SSTEP
         self.counters.xol_singlesteps += 1
-        if self.listeners:
-            self.emit("xol_step", task=task, uprobe=uprobe, slot=slot, xol_vaddr=xol_vaddr)
+        if self.events:
+            self.events.publish(ev.XolStep(task, uprobe, slot, xol_vaddr))
 
     def _resume_pre_ssout(self, task) -> None:
         """A task woken with a free XOL slot finishes the step it was preparing."""
@@ -569,11 +455,10 @@ class Uprobes:
         if utask is None or utask.state != UTASK_SSTEP:
             return False
         uprobe = utask.active_uprobe
-        err, sigtrap = arch.arch_uprobe_post_xol(uprobe.arch, regs, task.process.mem, utask.autask,
-                                                 utask.xol_vaddr, utask.vaddr)
+        err, sigtrap = arch.arch_uprobe_post_xol(uprobe.arch, regs, task.process.mem, utask)
         self._end_sstep(task, utask)
-        if self.listeners:
-            self.emit("xol_done", task=task, uprobe=uprobe, new_ip=regs.rip)
+        if self.events:
+            self.events.publish(ev.XolDone(task, uprobe, regs.rip))
         if sigtrap:
             self.machine.force_sig(task, SIGTRAP, detail="single-step after a probed instruction",
                                    regs=regs)
@@ -595,7 +480,7 @@ class Uprobes:
         utask = task.utask
         if utask is None or utask.state != UTASK_SSTEP:
             return
-        arch.arch_uprobe_abort_xol(utask.active_uprobe.arch, regs, utask.autask, utask.vaddr)
+        arch.arch_uprobe_abort_xol(utask.active_uprobe.arch, regs, utask)
         self._end_sstep(task, utask)
 
     # -- tracefs-style events --------------------------------------------------------

@@ -31,35 +31,17 @@ stays with the instance while it sits in the pool (``ri_pool_push`` only resets
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 
+from emu import events as ev
 from emu.memory import GuestFault
 from emu.signals import SIGNALS
 
 from . import arch_x86 as arch
+from .uprobes_types import MAX_URETPROBE_DEPTH, UprobeContext, ReturnInstance
 
-MAX_URETPROBE_DEPTH = 64
 RI_SIZEOF = 128
 RI_CONSUMER_SIZEOF = 16
 SIGILL = SIGNALS["SIGILL"]
-
-
-@dataclass(eq=False)
-class ReturnInstance:
-    """``struct return_instance``."""
-
-    uprobe: object = None
-    func: int = 0
-    stack: int = 0
-    orig_ret_vaddr: int = 0
-    chained: bool = False
-    consumers: list = field(default_factory=list)      # [(consumer id, cookie)]
-    extra_bytes: int = 0        # size of the extra_consumers array currently allocated
-    scratch: bool = False       # a stand-in holding no allocator memory (see alloc_return_instance)
-
-    def reset(self) -> None:
-        """``ri_pool_push``: forget the consumers (``cons_cnt = 0``), keep the memory."""
-        self.uprobe, self.consumers = None, []
 
 
 class Uretprobes:
@@ -68,6 +50,7 @@ class Uretprobes:
         self.machine = uprobes.machine
         self.profile = uprobes.profile
         self.bytes_held = 0
+        self.events = uprobes.events
 
     @property
     def counters(self):
@@ -149,8 +132,8 @@ class Uretprobes:
             return
         if utask.depth >= MAX_URETPROBE_DEPTH:
             self.counters.ri_dropped_depth += 1
-            if self.uprobes.listeners:
-                self.uprobes.emit("uretprobe_depth", task=task, uprobe=uprobe)
+            if self.events:
+                self.events.publish(ev.UretprobeDepth(task, uprobe))
             self._drop(task, ri)
             return
         if ri.scratch and self.profile.handler_chain_rc != "exact":
@@ -173,9 +156,8 @@ class Uretprobes:
         ri.orig_ret_vaddr, ri.chained = orig, chained
         utask.depth += 1
         utask.return_instances.append(ri)
-        if self.uprobes.listeners:
-            self.uprobes.emit("uretprobe_hijack", task=task, uprobe=uprobe, stack=ri.stack,
-                              orig=orig, chained=chained, tramp=tramp)
+        if self.events:
+            self.events.publish(ev.UretprobeHijack(task, uprobe, ri.stack, orig, chained, tramp))
 
     def _drop(self, task, ri: ReturnInstance) -> None:
         self.free_ret_instance(task, ri)
@@ -187,12 +169,12 @@ class Uretprobes:
         while stack and not arch.arch_uretprobe_is_alive(stack[-1], ctx, regs):
             ri = stack.pop()
             utask.depth -= 1
-            if self.uprobes.listeners:
-                self.uprobes.emit("ri_discarded", task=task, ri=ri)
+            if self.events:
+                self.events.publish(ev.RiDiscarded(task, ri))
             self.free_ret_instance(task, ri)
 
     # -- return side ----------------------------------------------------------------
-    def handle_trampoline(self, task, regs) -> None:
+    def uprobe_handle_trampoline(self, task, regs) -> None:
         """``uprobe_handle_trampoline``: ip <- original return address, then the return
         handlers of the whole chain, newest first; stale chains dropped silently."""
         utask = task.utask
@@ -219,18 +201,17 @@ class Uretprobes:
                     self.counters.uretprobe_hits += 1
                     self.handle_uretprobe_chain(task, ri, regs)
                 else:
-                    if self.uprobes.listeners:
-                        self.uprobes.emit("ri_discarded", task=task, ri=ri)
+                    if self.events:
+                        self.events.publish(ev.RiDiscarded(task, ri))
                 self.free_ret_instance(task, ri)
             if valid or not stack:
                 break
-        if self.uprobes.listeners:
-            self.uprobes.emit("uretprobe_return", task=task, new_ip=regs.rip)
+        if self.events:
+            self.events.publish(ev.UretprobeReturn(task, regs.rip))
 
     def handle_uretprobe_chain(self, task, ri: ReturnInstance, regs) -> None:
         """``handle_uretprobe_chain``: the live consumers' return handlers, list order;
         session consumers only if recorded at entry (with their cookie)."""
-        from .uprobes import UprobeContext
         uprobe = ri.uprobe
         if uprobe is None:
             return
@@ -251,8 +232,8 @@ class Uretprobes:
             ctx = UprobeContext(self.machine, task, regs, uprobe, uc, ri.func, func=ri.func,
                                 cookie=cookie, is_return=True)
             uc.ret_handler(ctx)
-            if self.uprobes.listeners:
-                self.uprobes.emit("ret_handler", task=task, consumer=uc, func=ri.func, ret=regs.rip)
+            if self.events:
+                self.events.publish(ev.RetHandlerRan(task, uc, ri.func, regs.rip))
 
     # -- sys_uretprobe (x86_64 syscall 335, 6.11+) ------------------------------------
     def sys_uretprobe(self, task, regs, *_args):
@@ -273,9 +254,9 @@ class Uretprobes:
         regs.rsp += 24
         regs.orig_rax = -1
         ip, sp = regs.rip, regs.rsp
-        if self.uprobes.listeners:
-            self.uprobes.emit("sys_uretprobe", task=task)
-        self.handle_trampoline(task, regs)
+        if self.events:
+            self.events.publish(ev.SysUretprobe(task))
+        self.uprobe_handle_trampoline(task, regs)
         if regs.rsp != sp:
             return regs.rax              # a consumer moved sp: full pt_regs (IRET) return
         regs.rsp -= 24

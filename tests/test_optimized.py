@@ -8,6 +8,7 @@ import errno
 import pytest
 
 from emu import Machine, RegistrationError
+from emu.events import TextPoke
 from kernel_model.optimize import UPROBE_TRAMPOLINE_NOP5, UPROBE_TRAMPOLINE_NOP10
 from kernel_model.uprobes import UPROBE_HANDLER_REMOVE
 
@@ -88,8 +89,7 @@ def test_optimized_hits_are_one_syscall_and_no_trap(design):
 def test_optimize_uses_the_three_step_int3_protocol(design):
     m = machine(design)
     writes = []
-    m.uprobes.listeners.append(lambda kind, **i: writes.append((i["vaddr"], i["data"]))
-                               if kind == "text_poke" else None)
+    m.events.subscribe(lambda e: writes.append((e.vaddr, e.data)), TextPoke)
     m.uprobes.register("site", handler=lambda c: None)
     m.run()
     site = m.resolve("site")

@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from emu import Machine
+from emu.events import XolWait
 from kernel_model.uprobes import UPROBE_HANDLER_REMOVE
 
 PROFILES = ["6.10", "6.18", "latest"]
@@ -233,7 +234,7 @@ def test_threads_wait_for_a_free_xol_slot_and_handlers_run_once(guests):
     m.scheduler.min_slice, m.scheduler.max_slice = 1, 3
     hits = Counter()
     waits = []
-    m.uprobes.listeners.append(lambda kind, **i: waits.append(i["task"].tid) if kind == "xol_wait" else None)
+    m.events.subscribe(lambda e: waits.append(e.task.tid), XolWait)
     m.uprobes.register("work", handler=lambda c: hits.update([c.task.tid]))
     r = m.run()
     assert r.stdout == b"total=450 joined=30\n"

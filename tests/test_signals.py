@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from emu import Machine
+from emu.events import SignalHandler
 
 
 @pytest.fixture(scope="module")
@@ -48,16 +49,16 @@ def test_signal_frame_layout_is_the_kernels(guest):
     seen = {}
     from emu import signal_frames as sf
 
-    def at_handler(kind, **info):
-        if kind == "signal_handler" and info["signo"] == 11:
-            frame = info["frame"]
+    def at_handler(event):
+        if event.signo == 11:
+            frame = event.frame
             seen["si_signo"] = int.from_bytes(m.mem.read(frame + 8 + sf.UCONTEXT_SIZE, 4), "little")
             seen["si_addr"] = m.mem.read_u64(frame + 8 + sf.UCONTEXT_SIZE + 16)
             seen["saved_rip"] = m.mem.read_u64(frame + 8 + 40 + 8 * 16)
             seen["restorer"] = m.mem.read_u64(frame)
             seen["rsp_mod16"] = (frame + 8) % 16
 
-    m.listeners.append(at_handler)
+    m.events.subscribe(at_handler, SignalHandler)
     m.run()
     assert seen["si_signo"] == 11
     assert m.symbolize(seen["restorer"]).startswith("__restore_rt")

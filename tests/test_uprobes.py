@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 from emu import Machine
+from emu.events import XolStep
 from emu.memory import PROT_READ, PROT_WRITE
 from emu.regs import TF
 from uprobe_helpers import (assert_same_state, expected_counters, final_state, guest, guest_regs,
@@ -675,12 +676,11 @@ def test_call_fallback_that_succeeds_out_of_line_is_undone_and_restarted():
         if len(hits) == 1:                    # the emulated push will fault...
             m.mem.protect(top_page, 0x1000, PROT_READ)
 
-    def grow_stack(kind, **info):             # ...but the XOL step will not
-        if kind == "xol_step":
-            m.mem.protect(top_page, 0x1000, PROT_READ | PROT_WRITE)
+    def grow_stack(event):                    # ...but the XOL step will not
+        m.mem.protect(top_page, 0x1000, PROT_READ | PROT_WRITE)
 
     m.uprobes.register("probe", handler=handler)
-    m.uprobes.listeners.append(grow_stack)
+    m.events.subscribe(grow_stack, XolStep)
     r = m.run(max_insns=100_000)
     assert r.reason == "exit", r.describe()
     assert len(hits) == 2 and hits[0] == hits[1], f"handler rsp per hit: {[hex(h) for h in hits]}"

@@ -232,7 +232,7 @@ def test_full_regs_return_skips_the_trampoline_tail():
     events = []
     m = machine(RSP_GUEST, "6.18")
     m.uprobes.register("trigger", ret_handler=lambda ctx: setattr(ctx.regs, "rsp", ctx.regs.rsp - 64))
-    m.uprobes.listeners.append(lambda kind, **kw: events.append((kind, kw.get("new_ip"))))
+    m.events.subscribe(lambda e: events.append((e.kind, getattr(e, "new_ip", None))))
     m.run(max_insns=100_000)
     assert ("uretprobe_return", m.resolve("ret_site")) in events
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from emu import Machine
+from emu.events import RiDiscarded, UretprobeHijack, UretprobeReturn
 from test_uretprobes_support import (ALLOCS, NR_URETPROBE, REC_GUEST, TAIL_GUEST,
                                      TRAMPOLINE_PROFILES, assert_ri_balanced, deep_guest,
                                      is_int3, machine, rec_expected)
@@ -65,8 +66,7 @@ def test_recursion_depth_rises_and_falls_with_the_calls(kernel):
     m = machine(REC_GUEST, kernel)
     m.uprobes.register("rec", ret_handler=lambda ctx: None)
     m.uprobes.register("leaf", ret_handler=lambda ctx: None)
-    m.uprobes.listeners.append(lambda kind, task=None, **kw: depths.append(task.utask.depth)
-                               if kind in ("uretprobe_hijack", "uretprobe_return") else None)
+    m.events.subscribe(lambda e: depths.append(e.task.utask.depth), UretprobeHijack, UretprobeReturn)
     m.run(max_insns=100_000)
     # hijack: rec3 rec2 rec1 rec0 leaf(5) | ret leaf(4) ret rec0(3) | leaf(4) ret(3) ret rec1(2) ...
     assert depths == [1, 2, 3, 4, 5, 4, 3, 4, 3, 2, 3, 2, 1, 2, 1, 0]
@@ -101,8 +101,7 @@ def test_tail_call_one_trampoline_hit_two_return_handlers_innermost_first(kernel
     for name in ("tail_a", "tail_b"):
         m.uprobes.register(name, ret_handler=lambda ctx: rets.append(
             (m.symbolize(ctx.func), ctx.regs.rip, ctx.regs.rax)))
-    m.uprobes.listeners.append(lambda kind, **kw: hijacks.append((kw["chained"], kw["orig"]))
-                               if kind == "uretprobe_hijack" else None)
+    m.events.subscribe(lambda e: hijacks.append((e.chained, e.orig)), UretprobeHijack)
     r = m.run(max_insns=100_000)
     assert (r.reason, r.exit_code) == ("exit", 16), r.describe()
     after_a = m.resolve("after_a")
@@ -125,9 +124,9 @@ def test_tail_call_chained_instance_copies_the_callers_original_return():
     m = machine(TAIL_GUEST, "latest")
     m.uprobes.register("tail_a", ret_handler=lambda ctx: None)
     m.uprobes.register("tail_b", ret_handler=lambda ctx: None)
-    m.uprobes.listeners.append(lambda kind, task=None, **kw: snap.append(
-        [(ri.func, ri.stack, ri.orig_ret_vaddr, ri.chained) for ri in task.utask.return_instances])
-        if kind == "uretprobe_hijack" else None)
+    m.events.subscribe(lambda e: snap.append(
+        [(ri.func, ri.stack, ri.orig_ret_vaddr, ri.chained) for ri in e.task.utask.return_instances]),
+        UretprobeHijack)
     m.run(max_insns=100_000)
     a, b, ret = m.resolve("tail_a"), m.resolve("tail_b"), m.resolve("after_a")
     stack = snap[-1][0][1]
@@ -214,13 +213,13 @@ def run_longjmp(build_c, kernel, alloc=None, **overrides):
             name, handler=lambda ctx, n=name: events.append(("entry", n, ctx.regs.rdi & 0xFFFFFFFF)),
             ret_handler=lambda ctx, n=name: events.append(("return", n, ctx.regs.rax & 0xFFFFFFFF)))
 
-    def listen(kind, task=None, **kw):
-        if kind == "ri_discarded":
-            discarded.append(m.symbolize(kw["ri"].func))
-        elif kind == "uretprobe_hijack":
-            depth_at_hijack.append((m.symbolize(task.utask.return_instances[-1].func),
-                                    task.utask.depth))
-    m.uprobes.listeners.append(listen)
+    def listen(e):
+        if isinstance(e, RiDiscarded):
+            discarded.append(m.symbolize(e.ri.func))
+        else:
+            depth_at_hijack.append((m.symbolize(e.task.utask.return_instances[-1].func),
+                                    e.task.utask.depth))
+    m.events.subscribe(listen, RiDiscarded, UretprobeHijack)
     r = m.run(max_insns=50_000_000)
     return m, r, events, discarded, depth_at_hijack
 
