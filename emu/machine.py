@@ -525,8 +525,11 @@ class Machine:
         changes[16] = (regs.rip - 2) & 0xFFFFFFFFFFFFFFFF
         self.regfile.write(changes)
         task.orig_rax = -1
-        if task.state != "running" or self._switch_requested:
-            self.uc.emu_stop()           # blocked, or yielded: let the scheduler run
+        if task.state != "running" or self._switch_requested or self._stop_requested:
+            # blocked, or yielded: let the scheduler run.  A stop asked for from another
+            # thread while this hook ran (Ctrl-C during a waiting read) is asked again
+            # here, on the CPU's thread: Unicorn may drop a request made mid-hook.
+            self.uc.emu_stop()
 
     # ------------------------------------------------------------------ signals
     def force_sig(self, task: Task, signo: int, *, addr: int | None = None, detail: str = "",
