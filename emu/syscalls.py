@@ -15,7 +15,6 @@ import os
 import random
 import struct
 
-from unicorn.unicorn_const import UC_QUERY_TIMEOUT
 
 from .errors import InputError
 from .files import FdTable, HostFile, HostInput, OpenFile, OutputSink, PipeInput, SeqFile, stat_bytes
@@ -149,8 +148,7 @@ class Syscalls(ProcessSyscalls):
     def interrupted(self) -> bool:
         """Must a waiting read give up?  The run's timeout fired (Unicorn's timer
         thread) or a stop / Ctrl-C was requested."""
-        m = self.m
-        return m._stop_requested is not None or bool(m.uc.query(UC_QUERY_TIMEOUT))
+        return self.m.interrupted()
 
     # ------------------------------------------------------------------ process
     def sys_getpgid(self, task, regs, pid, *_):
@@ -234,7 +232,7 @@ class Syscalls(ProcessSyscalls):
             if handler == 0 and sig in IGNORED_BY_DEFAULT:
                 return 0
             regs.rax = 0                 # the syscall's own result, saved in the frame
-            self.m.force_sig(task, sig, detail="sent by the guest itself", regs=regs, code=SI_TKILL)
+            self.m.send_sig(task, sig, detail="sent by the guest itself", code=SI_TKILL)
             return 0
         if sig in IGNORED_BY_DEFAULT:
             return 0
@@ -279,7 +277,8 @@ class Syscalls(ProcessSyscalls):
         try:
             task.sigmask = restore_frame(self.mem, regs) & ~((1 << 8) | (1 << 18))
         except GuestFault:
-            self.m.force_sig(task, 11, detail="bad signal frame", regs=regs)
+            self.m.send_sig(task, 11, detail="bad signal frame")
+            return None
         regs.orig_rax = -1
         return regs.rax
 

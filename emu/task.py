@@ -61,6 +61,7 @@ class Task:
     slices: int = 0
     counters: object = None
     on_resume: object = None          # kernel work to finish when next switched in
+    pending_signals: list = field(default_factory=list)   # (signo, addr, detail, code): see Machine.send_sig
 
     @property
     def comm(self) -> str:

@@ -498,8 +498,7 @@ class Uprobes:
         if self.listeners:
             self.emit("emulated", task=task, uprobe=uprobe, new_ip=regs.rip)
         if regs.eflags & TF:
-            self.machine.force_sig(task, SIGTRAP, detail="single-step over an emulated probe",
-                                   regs=regs)
+            self.machine.send_sig(task, SIGTRAP, detail="single-step over an emulated probe")
         return True
 
     # -- out-of-line single-step ---------------------------------------------------
@@ -575,8 +574,7 @@ class Uprobes:
         if self.listeners:
             self.emit("xol_done", task=task, uprobe=uprobe, new_ip=regs.rip)
         if sigtrap:
-            self.machine.force_sig(task, SIGTRAP, detail="single-step after a probed instruction",
-                                   regs=regs)
+            self.machine.send_sig(task, SIGTRAP, detail="single-step after a probed instruction")
         return True
 
     def _end_sstep(self, task, utask: UprobeTask) -> None:
