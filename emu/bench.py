@@ -53,6 +53,7 @@ JSON (``--json FILE``), schema ``uprobe-emu.bench/1``::
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -160,38 +161,31 @@ def column_from_costmodel(col) -> ColumnSpec:
 
 # ----------------------------------------------------------------------------- guest
 
-_ELF_CACHE: dict = {}
-
-
 def guest_elf() -> bytes:
-    if "elf" not in _ELF_CACHE:
-        from guest_programs import build_guest
-        _ELF_CACHE["elf"] = build_guest(GUEST)[0]
-    return _ELF_CACHE["elf"]
+    from guest_programs import build_guest      # cached by its builder
+    return build_guest(GUEST)[0]
 
 
+@functools.cache
 def growth_elf() -> bytes:
     """The same guest with a never-executed run of SLED_SIZE one-byte nops appended to its
     text (``probe_sled``): distinct probe sites for the growth scenarios.  Built here, not
     registered as a guest, so the built-in guest stays small."""
-    if "growth" not in _ELF_CACHE:
-        from guest_programs import guest_source
-        from .asm import asm_to_elf
-        src = guest_source(GUEST)
-        head, sep, data = src.partition("\n.data\n")
-        sled = f"\nprobe_sled:\n    .fill {SLED_SIZE}, 1, 0x90\nprobe_sled_end:\n    ret\n"
-        _ELF_CACHE["growth"] = asm_to_elf(head + sled + sep + data)[0]
-    return _ELF_CACHE["growth"]
+    from guest_programs import guest_source
+    from .asm import asm_to_elf
+    src = guest_source(GUEST)
+    head, sep, data = src.partition("\n.data\n")
+    sled = f"\nprobe_sled:\n    .fill {SLED_SIZE}, 1, 0x90\nprobe_sled_end:\n    ret\n"
+    return asm_to_elf(head + sled + sep + data)[0]
 
 
+@functools.cache
 def guest_file():
     """The guest as a MappedFile (for offsets without a machine)."""
-    if "file" not in _ELF_CACHE:
-        from .elf import parse_elf
-        from .memory import MappedFile
-        data = guest_elf()
-        _ELF_CACHE["file"] = MappedFile(GUEST_PATH, data, parse_elf(data, GUEST_PATH))
-    return _ELF_CACHE["file"]
+    from .elf import parse_elf
+    from .memory import MappedFile
+    data = guest_elf()
+    return MappedFile(GUEST_PATH, data, parse_elf(data, GUEST_PATH))
 
 
 def site_offset(file, scen: Scenario, profile) -> int:
@@ -292,7 +286,6 @@ def count_events(scen: Scenario, col: ColumnSpec, consumer: str = "program") -> 
     Runs WARMUP, N1 and N2 iterations as three phases with a ``UC_HOOK_CODE`` counting
     guest instructions; per-iteration values are (phase 2 - phase 1) / (N2 - N1), so the
     code around the loop cancels exactly."""
-    from unicorn import UC_HOOK_CODE
     try:
         m = new_machine(col, scen.loop, COUNT_N1, COUNT_WARMUP, COUNT_N2)
         box = [0]
@@ -302,10 +295,10 @@ def count_events(scen: Scenario, col: ColumnSpec, consumer: str = "program") -> 
         return {"status": "n/a", "reason": msg if msg.startswith(e.errno_name) else f"{e.errno_name}: {msg}"}
     insns = [0]
 
-    def code(uc, addr, size, data):
+    def code(addr, size):
         insns[0] += 1
 
-    m.uc.hook_add(UC_HOOK_CODE, code)
+    m.add_code_hook(code)
     marks = []
 
     def listener(kind, **info):
@@ -416,52 +409,11 @@ def _stats(samples: list[float]) -> dict:
 
 # ----------------------------------------------------------------------------- bare Unicorn
 
-STACK_TOP = 0x7FF000010000
-
-
-def _bare_uc(int3_site: str | None = None):
-    from unicorn import UC_ARCH_X86, UC_MODE_64, UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, Uc
-    from unicorn import x86_const as X
-    file = guest_file()
-    uc = Uc(UC_ARCH_X86, UC_MODE_64)
-    for seg in file.elf.segments:          # the loader's layout: text r-x, data rw-
-        start = seg.vaddr & ~0xFFF
-        end = (seg.vaddr + seg.memsz + 0xFFF) & ~0xFFF
-        prot = (UC_PROT_READ if seg.flags & 4 else 0) | (UC_PROT_WRITE if seg.flags & 2 else 0) | \
-            (UC_PROT_EXEC if seg.flags & 1 else 0)
-        uc.mem_map(start, end - start, prot)
-        uc.mem_write(seg.vaddr, file.data[seg.offset:seg.offset + seg.filesz])
-    uc.mem_map(STACK_TOP - 0x10000, 0x10000, UC_PROT_READ | UC_PROT_WRITE)
-    if int3_site:
-        uc.mem_write(file.elf.resolve(int3_site).value, b"\xcc")
-    return uc, X
-
-
 def bare_run(loop: int, n: int, mode: str = "none") -> float:
-    """Seconds for ``n`` iterations of a guest loop on a bare Uc.  ``mode``: ``none`` (no
-    hook), ``int3`` (nop loop, the nop replaced by int3, an empty UC_HOOK_INTR),
-    ``syscall`` (an empty UC_HOOK_INSN on syscall)."""
-    from unicorn import UC_HOOK_INSN, UC_HOOK_INTR
-    file = guest_file()
-    uc, X = _bare_uc("uprobe_target_nop" if mode == "int3" else None)
-    if mode == "int3":
-        uc.hook_add(UC_HOOK_INTR, lambda uc, intno, data: None)
-        loop = 2
-    elif mode == "syscall":
-        uc.hook_add(UC_HOOK_INSN, lambda uc, data: None, None, 1, 0, X.UC_X86_INS_SYSCALL)
-    done = file.elf.resolve("bench_done").value
-    sp = STACK_TOP - 0x100
-    uc.mem_write(sp, done.to_bytes(8, "little"))
-    uc.reg_write(X.UC_X86_REG_RSP, sp)
-    uc.reg_write(X.UC_X86_REG_R12, n)
-    uc.reg_write(X.UC_X86_REG_R14, loop)
-    start = file.elf.resolve("dispatch").value
-    t0 = time.perf_counter()
-    uc.emu_start(start, done)
-    dt = time.perf_counter() - t0
-    if uc.reg_read(X.UC_X86_REG_R12) != 0:
-        raise EmuError("bare Unicorn baseline did not complete its loop")
-    return dt
+    """Seconds for ``n`` iterations of a guest loop on a bare Unicorn instance (see
+    :func:`emu.baseline.bare_run`)."""
+    from .baseline import bare_run as run
+    return run(guest_file(), loop, n, mode)
 
 
 def measure_baseline(loop: int, mode: str, iterations: int | None, repeat: int, seconds: float) -> dict:
@@ -956,11 +908,8 @@ def _ri_extrapolate(rows: list) -> None:
 
 
 def _unicorn_version() -> str:
-    try:
-        import unicorn
-        return unicorn.__version__
-    except Exception:   # noqa: BLE001
-        return "?"
+    from .baseline import unicorn_version
+    return unicorn_version()
 
 
 # ----------------------------------------------------------------------------- printing

@@ -252,7 +252,6 @@ class Machine:
         self._result: RunResult | None = None
         self._pending_fault: tuple[str, int] | None = None
         self._stop_requested: str | None = None
-        self.insn_count: int | None = None
         self.exited = False
         self.last_result: RunResult | None = None
         self.listeners: list = []        # callables(kind, **info): syscalls, signals
@@ -262,8 +261,10 @@ class Machine:
         self._in_syscall = False
         self._db_after_syscall: tuple | None = None   # (task, rip): see _syscall
         self._running = False            # inside emu_start
+        self._in_step = False            # inside step(): a hook added then does not restart
         self._tb_mode = None             # (uc, "step" | "free"): see _translation_mode
         self._retired_thunks: list = []  # ctypes callbacks of removed hooks (see remove_hook)
+        self._live_hooks: set = set()
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -1027,7 +1028,11 @@ class Machine:
             self.send_sig(task, SIGSEGV, addr=0, detail="general protection (hlt)")
             self._exit_to_user(task, regs)
         else:
-            self._emulate(rip, None, 1)
+            self._in_step = True
+            try:
+                self._emulate(rip, None, 1)
+            finally:
+                self._in_step = False
         self._raise_hook_error()
         if self._result is None:
             return None
@@ -1084,6 +1089,7 @@ class Machine:
         if status:
             raise UcError(status)
         hook = Hook(uc, handle.value, fptr, begin, end)
+        self._live_hooks.add(hook)       # the native thunk lives as long as the hook
         self._flush_range(uc, begin, end)
         return hook
 
@@ -1114,6 +1120,7 @@ class Machine:
             self._retired_thunks.append(hook.fptr)
             del self._retired_thunks[:-64]
         self._flush_range(hook.uc, hook.begin, hook.end, restart=False)
+        self._live_hooks.discard(hook)
         hook.handle = None
 
     def hook_failed(self, err: BaseException) -> None:
@@ -1128,7 +1135,7 @@ class Machine:
             uc.ctl_flush_tb()
         else:
             uc.ctl_remove_cache(begin, end + 1)
-        if restart and self._running and uc is self.uc:
+        if restart and self._running and not self._in_step and uc is self.uc:
             # blocks already chained in this emu_start would not see the change
             self._stopped_by_hook = True
             uc.emu_stop()
@@ -1144,16 +1151,16 @@ class Machine:
         self.uc.reg_write(_uc_reg_id(name), value)
 
     def task_reg_read(self, task: Task, name: str) -> int:
-        """A register of ``task``, on the CPU or not (off-CPU tasks' saved context)."""
+        """A register of ``task`` by name, on the CPU or not (an off-CPU task's saved
+        context)."""
         if task is self.task or task.context is None:
             return task.process.uc.reg_read(_uc_reg_id(name))
-        uc = task.process.uc
-        saved = uc.context_save()
-        uc.context_restore(task.context)
-        try:
-            return uc.reg_read(_uc_reg_id(name))
-        finally:
-            uc.context_restore(saved)
+        return task.context.reg_read(_uc_reg_id(name))
+
+    def snapshot_reader(self) -> SnapshotReader:
+        """A per-instruction reader of every general register of the current process's
+        CPU as one int (see :class:`SnapshotReader`)."""
+        return SnapshotReader(self.uc)
 
     @property
     def pc(self) -> int:

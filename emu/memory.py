@@ -238,9 +238,6 @@ class Memory:
                 return v
         return None
 
-    def vmas_for_file(self, file: MappedFile) -> list[Vma]:
-        return [v for v in self.vmas if v.file is file]
-
     def _overlapping(self, start: int, end: int) -> list[Vma]:
         i = max(0, bisect.bisect_right(self._starts, start) - 1)
         out = []
