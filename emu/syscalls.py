@@ -116,6 +116,12 @@ class Syscalls(ProcessSyscalls):
         if ret is not None:
             regs.rax = ret
 
+    def boot_clock_ns(self, advance: int = 0) -> int:
+        """Nanoseconds since boot on the modeled clock (ftrace's timestamps), after moving
+        it ``advance`` ns on: the one clock of the machine, shared with clock_gettime."""
+        self.clock_ns += advance
+        return self.clock_ns - CLOCK_EPOCH_NS
+
     # ------------------------------------------------------------------ helpers
     @property
     def mem(self):

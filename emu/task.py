@@ -9,8 +9,12 @@ state (``mm_uprobes``, owned by the kernel model).  One task runs at first.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .memory import MappedFile, Memory
+from .mm_types import MappedFile
+
+if TYPE_CHECKING:
+    from .memory import Memory
 
 
 @dataclass(eq=False)

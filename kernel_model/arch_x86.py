@@ -11,7 +11,7 @@ touches Unicorn.
 
 from __future__ import annotations
 
-from emu.memory import GuestFault
+from emu.mm_types import GuestFault
 from emu.regs import TF
 
 from .insn_x86 import FIX_CALL, FIX_IP, FIX_SETF, ArchUprobe, jcc_taken

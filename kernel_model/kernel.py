@@ -3,7 +3,7 @@ trap entry points the machine calls (the kernel's do_int3 / exc_debug notifiers)
 
 from __future__ import annotations
 
-from emu.memory import GuestFault, PROT_WRITE
+from emu.mm_types import GuestFault, PROT_WRITE
 from emu.signals import SIGNALS
 
 from .profiles import KernelProfile

@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import struct
 
-from emu.memory import PAGE_SIZE, PROT_EXEC, PROT_READ, TASK_SIZE, GuestFault
+from emu.mm_types import PAGE_SIZE, PROT_EXEC, PROT_READ, TASK_SIZE, GuestFault
 from emu.signals import SIGNALS
 
 from .insn_x86 import NOP5, NOP10

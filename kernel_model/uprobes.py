@@ -15,7 +15,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from emu.errors import RegistrationError, SymbolError
-from emu.memory import PAGE_SIZE, PROT_EXEC, PROT_WRITE, TASK_SIZE, GuestFault, MappedFile
+from emu.mm_types import PAGE_SIZE, PROT_EXEC, PROT_WRITE, TASK_SIZE, GuestFault, MappedFile
 from emu.regs import TF
 from emu.signals import SIGNALS
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from emu.memory import GuestFault
+from emu.mm_types import GuestFault
 from emu.signals import SIGNALS
 
 from . import arch_x86 as arch
