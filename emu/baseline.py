@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+import unicorn
 from unicorn import (UC_ARCH_X86, UC_HOOK_INSN, UC_HOOK_INTR, UC_MODE_64, UC_PROT_EXEC, UC_PROT_READ,
                      UC_PROT_WRITE, Uc)
 from unicorn import x86_const as X
@@ -19,11 +20,7 @@ STACK_TOP = 0x7FF000010000
 
 
 def unicorn_version() -> str:
-    try:
-        import unicorn
-        return unicorn.__version__
-    except Exception:   # noqa: BLE001
-        return "?"
+    return getattr(unicorn, "__version__", "?")
 
 
 def _bare_uc(file, int3_site: str | None = None) -> Uc:

@@ -55,14 +55,34 @@ from __future__ import annotations
 
 import functools
 import json
+import multiprocessing as mp
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from guest_programs import build_guest, guest_source, write_guest
+from kernel_model import costmodel
+from kernel_model.profiles import KernelProfile
+from kernel_model.usdt import usdt_attach_offsets
+
+from . import baseline
+from .asm import asm_to_elf
+from .cli import count, seconds
+from .elf import parse_elf
 from .errors import EmuError, InputError, RegistrationError
+from .hostdiff import HostKernelError, HostProbes, ResolvedProbe, Tracefs, host_profile_name, run_tag
+from .machine import Machine
+from .mm_types import MappedFile
 
 SCHEMA = "uprobe-emu.bench/1"
 GUEST = "bench_trigger"
@@ -123,7 +143,6 @@ class ColumnSpec:
         return self.kernel + "".join(f"+{k}={v}" for k, v in self.overrides)
 
     def profile(self):
-        from kernel_model.profiles import KernelProfile
         return KernelProfile.get(self.kernel, **dict(self.overrides))
 
     def as_dict(self) -> dict:
@@ -162,7 +181,6 @@ def column_from_costmodel(col) -> ColumnSpec:
 # ----------------------------------------------------------------------------- guest
 
 def guest_elf() -> bytes:
-    from guest_programs import build_guest      # cached by its builder
     return build_guest(GUEST)[0]
 
 
@@ -171,8 +189,6 @@ def growth_elf() -> bytes:
     """The same guest with a never-executed run of SLED_SIZE one-byte nops appended to its
     text (``probe_sled``): distinct probe sites for the growth scenarios.  Built here, not
     registered as a guest, so the built-in guest stays small."""
-    from guest_programs import guest_source
-    from .asm import asm_to_elf
     src = guest_source(GUEST)
     head, sep, data = src.partition("\n.data\n")
     sled = f"\nprobe_sled:\n    .fill {SLED_SIZE}, 1, 0x90\nprobe_sled_end:\n    ret\n"
@@ -182,15 +198,12 @@ def growth_elf() -> bytes:
 @functools.cache
 def guest_file():
     """The guest as a MappedFile (for offsets without a machine)."""
-    from .elf import parse_elf
-    from .memory import MappedFile
     data = guest_elf()
     return MappedFile(GUEST_PATH, data, parse_elf(data, GUEST_PATH))
 
 
 def site_offset(file, scen: Scenario, profile) -> int:
     """File offset the scenario probes; USDT sites follow libbpf's nop-combo rule."""
-    from kernel_model.usdt import usdt_attach_offsets
     vaddr = file.elf.resolve(scen.target).value
     if scen.usdt:
         offset, _ = usdt_attach_offsets(file, SimpleNamespace(pc=vaddr, semaphore=0), profile)
@@ -199,7 +212,6 @@ def site_offset(file, scen: Scenario, profile) -> int:
 
 
 def new_machine(col: ColumnSpec, loop: int, n: int, warmup: int, n2: int = 0, *, sled: bool = False):
-    from .machine import Machine
     argv = [GUEST, str(loop), str(n), str(warmup), str(n2)]
     return Machine.from_bytes(growth_elf() if sled else guest_elf(), GUEST_PATH, argv=argv,
                               kernel=col.kernel, **dict(col.overrides))
@@ -412,8 +424,7 @@ def _stats(samples: list[float]) -> dict:
 def bare_run(loop: int, n: int, mode: str = "none") -> float:
     """Seconds for ``n`` iterations of a guest loop on a bare Unicorn instance (see
     :func:`emu.baseline.bare_run`)."""
-    from .baseline import bare_run as run
-    return run(guest_file(), loop, n, mode)
+    return baseline.bare_run(guest_file(), loop, n, mode)
 
 
 def measure_baseline(loop: int, mode: str, iterations: int | None, repeat: int, seconds: float) -> dict:
@@ -548,8 +559,6 @@ def host_native(scen_name: str, n: int | None, warmup: int, repeat: int, seconds
                 tracefs, path: str, profile) -> dict:
     """Run the trigger ELF natively with a tracefs uprobe (instance tracing off); time
     N iterations minus a 0-iteration run."""
-    import subprocess
-    from .hostdiff import HostKernelError, HostProbes, ResolvedProbe, run_tag
     scen = SCENARIOS[scen_name]
     out = {"scenario": scen_name}
 
@@ -661,7 +670,6 @@ def _run_jobs(jobs: list, workers: int, progress, task) -> list:
             if progress is not None:
                 progress.advance(task)
         return results
-    import multiprocessing as mp
     with mp.get_context("fork").Pool(workers) as pool:
         for res in pool.imap_unordered(_job, jobs):
             results.append(res)
@@ -710,7 +718,6 @@ class Config:
 
 
 def run_bench(cfg: Config, progress=None) -> dict:
-    from kernel_model import costmodel
     cost = costmodel.get_machine(cfg.cost_profile)
     loops = sorted({SCENARIOS[s].loop for s in cfg.scenarios})
     jobs = [("baseline", (lp, "none", cfg.iterations and max(cfg.iterations, 10_000), cfg.repeat,
@@ -749,7 +756,6 @@ def run_bench(cfg: Config, progress=None) -> dict:
 
 
 def _assemble(cfg: Config, cost, results: list) -> dict:
-    from kernel_model import costmodel
     baselines = {"hook_free": {}, "int3_hook": None, "syscall_hook": None}
     measured, counts = {}, {}
     growth = {"probe_count": [], "attach": None, "ri_memory": []}
@@ -908,8 +914,7 @@ def _ri_extrapolate(rows: list) -> None:
 
 
 def _unicorn_version() -> str:
-    from .baseline import unicorn_version
-    return unicorn_version()
+    return baseline.unicorn_version()
 
 
 # ----------------------------------------------------------------------------- printing
@@ -957,8 +962,6 @@ def _cell_mops(res: dict) -> str:
 
 
 def render(report: dict, console) -> None:
-    from rich.markup import escape
-    from rich.table import Table
     cols = [c["label"] for c in report["columns"]]
     cp = report["cost_profile"]["name"]
     cfg = report["config"]
@@ -1042,7 +1045,6 @@ def render(report: dict, console) -> None:
 
 
 def _render_targets(rows: list, console) -> None:
-    from rich.table import Table
     t = Table(title="targets", title_justify="left")
     for h in ("target", "measured", "limit", "", "note"):
         t.add_column(h, justify="right" if h in ("measured", "limit") else "left")
@@ -1053,7 +1055,6 @@ def _render_targets(rows: list, console) -> None:
 
 
 def _render_checks(report: dict, console) -> None:
-    from rich.table import Table
     checks = report["projection_checks"]
     t = Table(title=f"projected vs published ratios (cost profile {report['cost_profile']['name']}; "
                     "target: calibration table +-15%, others +-25%)", title_justify="left")
@@ -1082,7 +1083,6 @@ def _render_checks(report: dict, console) -> None:
 
 
 def _render_growth(g: dict, console) -> None:
-    from rich.table import Table
     if g["probe_count"]:
         t = Table(title="growth: uprobe-nop per-hit cost with N probes registered in the process",
                   title_justify="left")
@@ -1124,10 +1124,8 @@ def _render_growth(g: dict, console) -> None:
 
 
 def render_host(h: dict, console) -> None:
-    from rich.table import Table
     t = Table(title=f"host kernel {h['release']} (native, tracefs uprobe event enabled in a private "
                     f"instance with tracing_on=0) vs the model ({h['profile']})", title_justify="left")
-    from rich.markup import escape
     for hd in ("scenario", escape("host M/s [min-max]"), "hits ok", "model M/s", "model/host",
                f"proj ({h['cost_profile']})", "proj/host", "proj (host-live fit)"):
         t.add_column(hd, justify="left" if hd == "scenario" else "right")
@@ -1155,10 +1153,6 @@ def render_host(h: dict, console) -> None:
 
 def run_host(cfg: Config, progress=None) -> dict:
     """Native measurements on this host's kernel, beside the model's."""
-    import tempfile
-    from kernel_model import costmodel
-    from .hostdiff import HostKernelError, Tracefs, host_profile_name
-    from guest_programs import write_guest
     prof_name = host_profile_name()
     col = ColumnSpec(prof_name)
     profile = col.profile()
@@ -1228,8 +1222,6 @@ def run_host(cfg: Config, progress=None) -> dict:
 # ----------------------------------------------------------------------------- CLI
 
 def add_cli(sub, add_machine_options) -> None:
-    from kernel_model.profiles import KernelProfile
-    from .cli import count, seconds
     p = sub.add_parser(
         "bench", help="the kernel's trigger benchmarks in the model (and on the host kernel)",
         description="Run the kernel's bench_trigger scenarios under kernel profiles: emulated "
@@ -1289,7 +1281,6 @@ def config_from_args(args) -> Config:
         raise InputError("--seconds must be more than 0")
     if args.workers < 1:
         raise InputError("--workers must be at least 1")
-    from kernel_model import costmodel
     costmodel.get_machine(args.cost_profile)
     q = args.quick
     cfg = Config(scenarios=names, columns=cols, consumer=args.consumer,
@@ -1313,14 +1304,12 @@ def config_from_args(args) -> Config:
 
 
 def _consoles():
-    from rich.console import Console
     out = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 220)
     err = Console(file=sys.stderr)
     return out, err
 
 
 def cmd_bench(args) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     cfg = config_from_args(args)
     out, err = _consoles()
     with _JsonReport(args.json) as json_out:
@@ -1328,7 +1317,6 @@ def cmd_bench(args) -> int:
                       TimeElapsedColumn(), console=err, transient=err.is_terminal) as progress:
             report = run_bench(cfg, progress)
             if args.host_kernel:
-                from .hostdiff import HostKernelError
                 try:
                     report["host_kernel"] = run_host(cfg, progress)
                 except HostKernelError as e:

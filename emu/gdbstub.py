@@ -21,11 +21,13 @@ import collections
 import re
 import select
 import socket
+import sys
 import threading
 
+from .cli import make_machine, port_number
 from .errors import EmuError, InputError
 from .memory import GuestFault
-from .stepper import StepperError
+from .stepper import Stepper, StepperError
 
 SIGTRAP, SIGINT = 5, 2
 
@@ -312,7 +314,6 @@ class GdbStub:
     """
 
     def __init__(self, machine, *, max_insns=None, timeout=None):
-        from .stepper import Stepper
         self.m = machine
         self.stepper = Stepper(machine, max_insns=max_insns, timeout=timeout)
         self.conn: GdbConnection | None = None
@@ -713,15 +714,12 @@ def add_cli(sub, add_machine_options) -> None:
     p.add_argument("program", metavar="PROGRAM")
     p.add_argument("args", nargs="*", metavar="ARGS")
     add_machine_options(p)
-    from .cli import port_number
     p.add_argument("--port", type=port_number, default=1234, metavar="N")
     p.add_argument("--host", default="127.0.0.1", help="listen address (loopback by default)")
     p.set_defaults(func=cmd_gdbserver)
 
 
 def cmd_gdbserver(args) -> int:
-    import sys
-    from .cli import make_machine
     m = make_machine(args)
     if args.event:
         m.uprobes.add_events(args.event, output=sys.stderr)

@@ -22,17 +22,27 @@ import struct
 import threading
 import time
 
+from capstone import CS_ARCH_X86, CS_MODE_64, Cs
 from unicorn import (UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_INSN, UC_HOOK_INSN_INVALID, UC_HOOK_INTR,
                      UC_HOOK_MEM_INVALID, UC_HOOK_MEM_READ, UC_HOOK_MEM_WRITE, UC_MODE_64, Uc, UcError)
 from unicorn import unicorn_const as UCC
 from unicorn import x86_const as X
 from unicorn.unicorn_py3.unicorn import uclib
 
+from guest_programs import build_guest
+from kernel_model.kernel import Kernel  # the modeled kernel owns traps 1/3, 335, 336
+
+from . import signal_frames as sf
+from .asm import asm_to_elf
 from .counters import Counters
+from .elf import load_elf_file, parse_elf
 from .errors import GuestSignalError, InputError, SymbolError
+from .loader import load_image
 from .memory import DEFAULT_MAX_MEMORY, GuestFault, MappedFile, Memory, MemoryLimit
 from .regs import GPR_NAMES, RF, TF, PtRegs
+from .sched import Scheduler
 from .signals import SIGNALS, RunResult
+from .syscalls import Syscalls
 from .task import Process, Task
 
 _LEGACY_PREFIXES = frozenset((0x26, 0x2E, 0x36, 0x3E, 0x64, 0x65, 0x66, 0x67, 0xF0, 0xF2, 0xF3))
@@ -223,11 +233,6 @@ class Machine:
         limit); past it mmap/brk/fork get ENOMEM and loading fails.  ``capture_output``:
         keep the guest's stdout/stderr in ``stdout``/``stderr`` (default: only when not
         passing it through), at most ``output_limit`` bytes each."""
-        from kernel_model.kernel import Kernel  # the modeled kernel owns traps 1/3, 335, 336
-        from .syscalls import Syscalls
-
-        from .sched import Scheduler
-
         if max_memory is not None and max_memory <= 0:
             raise InputError(f"max_memory must be positive, not {max_memory}")
         self.counters = Counters()
@@ -270,8 +275,6 @@ class Machine:
     @classmethod
     def from_elf(cls, path: str, argv: list[str] | None = None, env: list[str] | None = None,
                  **kw) -> "Machine":
-        from .elf import load_elf_file
-        from .loader import load_image
         image = load_elf_file(path)
         m = cls(comm=os.path.basename(path)[:15], **kw)
         load_image(m, image, MappedFile(path, image.data, image), argv or [path], env)
@@ -280,8 +283,6 @@ class Machine:
     @classmethod
     def from_bytes(cls, data: bytes, path: str, argv: list[str] | None = None,
                    env: list[str] | None = None, **kw) -> "Machine":
-        from .elf import parse_elf
-        from .loader import load_image
         image = parse_elf(data, path)
         m = cls(comm=os.path.basename(path)[:15], **kw)
         load_image(m, image, MappedFile(path, image.data, image), argv or [path], env)
@@ -290,13 +291,11 @@ class Machine:
     @classmethod
     def from_asm(cls, source: str, *, path: str = "asm-guest", argv: list[str] | None = None,
                  **kw) -> "Machine":
-        from .asm import asm_to_elf
         elf, _ = asm_to_elf(source)
         return cls.from_bytes(elf, path, argv=argv, **kw)
 
     @classmethod
     def from_guest(cls, name: str, argv: list[str] | None = None, **kw) -> "Machine":
-        from guest_programs import build_guest
         elf, path = build_guest(name)
         return cls.from_bytes(elf, path, argv=argv or [path], **kw)
 
@@ -681,7 +680,6 @@ class Machine:
     def _deliver_to_handler(self, task: Task, signo: int, addr, regs: PtRegs, code) -> bool:
         """setup_rt_frame: True when the guest's handler takes the signal (regs now point
         at it); False for the default action."""
-        from . import signal_frames as sf
         handler, flags, restorer, mask = sf.parse_sigaction(task.process.sigactions.get(signo))
         if signo in (sf.SIGKILL, sf.SIGSTOP) or handler == sf.SIG_DFL or not flags & sf.SA_RESTORER:
             return False
@@ -964,7 +962,6 @@ class Machine:
             return False
         if not count:
             return True
-        from capstone import CS_ARCH_X86, CS_MODE_64, Cs
         cs = Cs(CS_ARCH_X86, CS_MODE_64)
         for k in range(2, 16):
             try:

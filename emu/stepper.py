@@ -45,6 +45,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from .cli import make_machine
 from .disasm import Disassembler, Insn, annotation, symbol_of
 from .errors import EmuError, SymbolError
 from .memory import PROT_EXEC, GuestFault
@@ -1263,7 +1264,6 @@ def add_cli(sub, add_machine_options) -> None:
 
 
 def cmd_step(args) -> int:
-    from .cli import make_machine
     scripts = []
     for path in args.scripts:
         try:

@@ -22,7 +22,8 @@ from .grant import GrantedDir
 from .memory import (MMAP_MIN_ADDR, PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, TASK_SIZE,
                      GuestFault, MemoryLimitExceeded, page_down, page_up)
 from .process_syscalls import ProcessSyscalls, pid_t
-from .signal_frames import IGNORED_BY_DEFAULT
+from .signal_frames import IGNORED_BY_DEFAULT, SI_TKILL, parse_sigaction, restore_frame
+from .signals import RunResult
 from .syscall_names import SYSCALL_NAMES
 
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
@@ -233,7 +234,6 @@ class Syscalls(ProcessSyscalls):
         if sig == 0:
             return 0
         if target is task.process:
-            from .signal_frames import SI_TKILL, parse_sigaction
             handler = parse_sigaction(task.process.sigactions.get(sig))[0]
             if handler == 0 and sig in IGNORED_BY_DEFAULT:
                 return 0
@@ -242,7 +242,6 @@ class Syscalls(ProcessSyscalls):
             return 0
         if sig in IGNORED_BY_DEFAULT:
             return 0
-        from .signals import RunResult
         self.m.counters.signals[sig] += 1
         self.m.process_exit(target, RunResult("signal", signal=sig, detail=f"sent by pid {task.process.pid}"))
         return 0
@@ -279,7 +278,6 @@ class Syscalls(ProcessSyscalls):
     def sys_rt_sigreturn(self, task, regs, *_):
         """Restore the registers and mask saved in the rt_sigframe; the task resumes
         where the signal interrupted it (the full pt_regs return path)."""
-        from .signal_frames import restore_frame
         try:
             task.sigmask = restore_frame(self.mem, regs) & ~((1 << 8) | (1 << 18))
         except GuestFault:

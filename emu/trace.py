@@ -56,14 +56,21 @@ Formats (``FORMATS``):
 
 from __future__ import annotations
 
-import ctypes
+import argparse
+import errno
 import json
 import os
 import sys
+import tempfile
+import time
 
+from kernel_model.insn_x86 import FIX_CALL, FIX_IP, FIX_SETF
+
+from .cli import make_machine, print_error, report_result
 from .disasm import Disassembler, format_objdump_line, symbol_of
 from .errors import InputError, SymbolError
-from .memory import GuestFault
+from .machine import Machine
+from .memory import PROT_EXEC, PROT_WRITE, GuestFault
 from .regs import GPR_NAMES
 from .signals import signal_name
 from .syscall_names import SYSCALL_NAMES
@@ -313,7 +320,6 @@ class Tracer:
         if self.mem_writes and self.fmt != "chrome":
             self._mem_hook = m.add_mem_hook(self._on_mem_write)
         # Guest stores into writable code (no text poke tells us): watch those mappings.
-        from .memory import PROT_EXEC, PROT_WRITE
         self._smc_hooks = [
             m.add_mem_hook(self._on_code_write, v.start, v.end - 1)
             for v in m.mem.vmas if v.prot & PROT_EXEC and v.prot & PROT_WRITE and not v.special]
@@ -994,7 +1000,6 @@ class Tracer:
                 self._mw.append((None, 8))
         elif kind == "xol_done":
             au = info["uprobe"].arch
-            from kernel_model.insn_x86 import FIX_CALL
             if au is not None and au.fixups & FIX_CALL:
                 self._mw.append((None, 8))
         elif kind == "sys_uretprobe":
@@ -1062,7 +1067,6 @@ class Tracer:
             au = info["uprobe"].arch
             fix = []
             if au is not None:
-                from kernel_model.insn_x86 import FIX_CALL, FIX_IP, FIX_SETF
                 if au.fixups & FIX_IP:
                     fix.append("ip")
                 if au.fixups & FIX_CALL:
@@ -1132,7 +1136,6 @@ def _consumer(uc) -> str:
 
 
 def _errno_name(n: int) -> str:
-    import errno
     return errno.errorcode.get(n, f"errno {n}")
 
 
@@ -1196,7 +1199,6 @@ def add_cli(sub, add_machine_options) -> None:
 
 
 def _count(text: str) -> int:
-    import argparse
     try:
         n = int(text, 0)
     except ValueError:
@@ -1207,7 +1209,6 @@ def _count(text: str) -> int:
 
 
 def cmd_trace(args) -> int:
-    from .cli import make_machine, report_result
     to_stdout = not args.output
     # A machine-readable trace on stdout keeps stdout for the trace alone; the guest's
     # own output then goes to stderr after the run.
@@ -1241,7 +1242,6 @@ def cmd_trace(args) -> int:
                 sys.stderr.buffer.write(bytes(data))
         sys.stderr.flush()
     if args.start is not None and not tracer.insns:
-        from .cli import print_error
         print_error(f"uprobe-emu: trace: {args.start} was never reached")
     return report_result(result, m)
 
@@ -1249,9 +1249,6 @@ def cmd_trace(args) -> int:
 def _bench(n: int = 500_000, fmts=("text",), repeat: int = 3) -> None:
     """``python -m emu.trace [N] [FORMAT...]``: traced instructions per second for
     guest:fib traced to a temporary file (best of ``repeat``)."""
-    import tempfile
-    import time
-    from .machine import Machine
     for fmt in fmts:
         best = float("inf")
         for _ in range(repeat):
