@@ -592,6 +592,8 @@ class Machine:
         try:
             self.syscalls.dispatch(task, regs)
             if self._result is not None or task.state == "dead":
+                self._stopped_by_hook = True
+                self.uc.emu_stop()          # exited: the scheduler picks the next task
                 return
             if task.pending_signals:
                 self._exit_to_user(task, regs)
@@ -762,7 +764,11 @@ class Machine:
         self.syscalls.task_exited(task)
 
     def stop(self, detail: str = "stop requested") -> None:
-        """Ask a running guest to stop at the next opportunity (thread-safe)."""
+        """Ask a running guest to stop at the next opportunity (thread-safe): the run
+        (or step) returns a "stopped" result and the task is left at the instruction it
+        was about to execute; the next :meth:`run` or :meth:`step` resumes there.  A
+        stop asked for while the guest does not run applies to nothing: each run starts
+        without one."""
         self._stop_requested = detail
         self._stopped_by_hook = True
         self.uc.emu_stop()

@@ -132,8 +132,7 @@ class ProcessSyscalls:
         if len(live) <= 1:
             self.m.exit_group(code & 0xFF, task)
             return None
-        self.m.task_exit(task)
-        self.m.uc.emu_stop()
+        self.m.task_exit(task)          # the machine leaves emu_start for the next task
         return None
 
     def sys_exit_group(self, task, regs, code, *_):
