@@ -13,18 +13,14 @@ through with further single instructions, counted in :attr:`Stepper.hidden_insns
 :attr:`Stepper.insns`.
 
 **Breakpoints are not uprobes.**  They never write guest memory and never show up in the
-uprobes counters: each enabled breakpoint address gets a Unicorn code hook bounded to that
-one address (Unicorn decides at translation time which instructions call a hook, so the
-rest of the guest runs at full speed; the translation cache is dropped for the address
-when a hook is added or removed, since an already translated block would not call it).
+uprobes counters: each enabled breakpoint address gets a machine code hook bounded to that
+one address (``Machine.add_code_hook``: the rest of the guest runs at full speed, and the
+machine drops the translations of the address when the hook is added or removed).
 Resuming from a breakpoint address first single-steps off it, as gdb does.
 
-Single steps are ``emu_start(..., count=1)``; traps raised by that one instruction are
-handled by the machine's own hooks.  No Python per-instruction hook is installed; Unicorn's
-own counting hook exists only while stepping.  Measured on unicorn 2.1.4: blocks
-translated during a free run (count 0) do not call that counting hook, so a later
-``count=1`` can run on for a whole loop; the stepper drops the translation cache whenever
-it switches between stepping and free runs.  A ``rep``-prefixed string instruction steps
+Single steps are ``Machine.step()``: one instruction, its traps and faults handled by the
+machine exactly as in ``Machine.run``.  No Python per-instruction hook is installed.
+A ``rep``-prefixed string instruction steps
 once per iteration, as the hardware's trap flag does.
 
 The shell follows gdb 13's output for the same commands (checked against a real gdb in

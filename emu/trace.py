@@ -7,9 +7,11 @@ interleaved exactly where it happens, in four formats.
     with open("fib.trace", "w") as f, Tracer(m, "text", f, start="fib_loop", count=1000):
         m.run()
 
-A :class:`Tracer` installs one ``UC_HOOK_CODE`` only while it traces: from construction,
-or - with ``start=`` - from the first time the guest reaches that address (until then a
-hook on that one address is the only cost); after ``count`` instructions, at the guest's
+A :class:`Tracer` adds one whole-address-space machine code hook only while it traces:
+from construction, or - with ``start=`` - from the first time the guest reaches that
+address (until then a hook on that one address is the only cost; adding the whole-space
+hook drops every translation, so blocks the guest ran before the start are traced too);
+after ``count`` instructions, at the guest's
 exit or death, or at :meth:`Tracer.close` the hook is removed and the guest runs at full
 speed again.  Registers are read in one native batch per instruction and diffed against
 the previous instruction's snapshot; decodes are cached per address by
