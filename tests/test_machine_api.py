@@ -200,3 +200,20 @@ def test_unknown_register_name_is_an_input_error():
     m = Machine.from_asm(LOOP)
     with pytest.raises(InputError, match="unknown register 'xmm99'"):
         m.reg_read("xmm99")
+
+
+def test_a_stop_asked_for_while_not_running_applies_to_nothing():
+    m = Machine.from_asm(LOOP)
+    m.stop("too early")
+    r = m.run()
+    assert (r.reason, r.exit_code) == ("exit", 15), f"got {r}"
+
+
+def test_a_signal_sent_outside_a_trap_is_delivered_before_the_next_instruction():
+    m = Machine.from_asm(LOOP)
+    entry = m.pc
+    m.send_sig(m.task, 10, detail="sent by the test")        # SIGUSR1, default action
+    assert m.signal_pending(m.task)
+    r = m.run()
+    got = (r.reason, r.signal, r.rip, r.detail, m.regs.rcx)
+    assert got == ("signal", 10, entry, "sent by the test", 0), f"got {got}"
