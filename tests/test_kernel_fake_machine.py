@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from emu.counters import Counters
-from emu.mm_types import GuestFault
+from emu.mm_types import PROT_EXEC, PROT_READ, GuestFault, MappedFile, Vma
 from emu.regs import GPR_NAMES, PtRegs
 from emu.signals import SIGNALS
 from kernel_model import arch_x86 as arch
@@ -26,6 +26,14 @@ class FakeMem:
         self.bytes: dict[int, int] = {}
         self.writes: list = []
         self.maps: list = []
+        self.vmas: list = []
+
+    def find_vma(self, addr):
+        return next((v for v in self.vmas if v.start <= addr < v.end), None)
+
+    def map_file(self, start, file):
+        self.vmas.append(Vma(start, start + 0x1000, PROT_READ | PROT_EXEC, file=file))
+        self.fill(start, file.read(0, 0x1000))
 
     def _read(self, addr, n, access="read"):
         try:
@@ -64,7 +72,8 @@ class FakeMachine:
         self.syscalls = SimpleNamespace(register=lambda nr, fn: None)
         self.sent: list = []
         self.mem = FakeMem()
-        proc = SimpleNamespace(pid=1000, mem=self.mem, mm_uprobes=None, files=[], tasks=[])
+        proc = SimpleNamespace(pid=1000, mem=self.mem, mm_uprobes=None, files=[], tasks=[],
+                               exit_result=None, mm_owner=None)
         self.task = SimpleNamespace(tid=1000, process=proc, utask=None, state="running")
         self.main_process = proc
         self.processes = [proc]
@@ -86,9 +95,9 @@ def fake():
     return m, Kernel(m, "latest")
 
 
-def regs_at(rip: int, rsp: int = STACK, **values) -> PtRegs:
+def regs_at(rip: int, rsp: int = STACK, eflags: int = 0x202, **values) -> PtRegs:
     v = dict.fromkeys(GPR_NAMES, 0)
-    v.update(rip=rip, rsp=rsp, eflags=0x202, **values)
+    v.update(rip=rip, rsp=rsp, eflags=eflags, **values)
     return PtRegs.from_dict(v)
 
 
@@ -160,3 +169,29 @@ def test_sys_uretprobe_outside_the_trampoline_queues_sigill(fake):
     assert kernel.uprobes.uret.sys_uretprobe(m.task, regs) is None
     assert [(s, d) for _, s, d in m.sent] == \
         [(SIGILL, "uretprobe syscall outside the trampoline")], m.sent
+
+
+TEXT = 0x400000
+NOP_AT = 0x10                               # file offset of a one-byte nop (emulated)
+
+
+def probed_nop(m, kernel):
+    file = MappedFile("/fake/a.out", b"\xcc" * NOP_AT + b"\x90" + b"\xc3" * 15)
+    m.process.files.append(file)
+    m.mem.map_file(TEXT, file)
+    hits = []
+    kernel.uprobes.register(("/fake/a.out", NOP_AT), handler=lambda ctx: hits.append(ctx.regs.rip))
+    return hits
+
+
+@pytest.mark.parametrize("tf,signals", [(False, []), (True, [(SIGTRAP, "single-step over an emulated probe")])])
+def test_handle_swbp_runs_the_handler_once_and_queues_sigtrap_only_under_tf(fake, tf, signals):
+    m, kernel = fake
+    hits = probed_nop(m, kernel)
+    vaddr = TEXT + NOP_AT
+    assert m.mem.read(vaddr, 1) == b"\xcc", "the breakpoint was not installed"
+    regs = regs_at(vaddr + 1, eflags=0x302 if tf else 0x202)
+    assert kernel.uprobes.handle_int3(m.task, regs) is True
+    assert hits == [vaddr], f"handler saw rip {[hex(h) for h in hits]}, expected [{vaddr:#x}]"
+    assert regs.rip == vaddr + 1, f"the emulated nop should leave rip at {vaddr + 1:#x}, not {regs.rip:#x}"
+    assert [(s, d) for _, s, d in m.sent] == signals, m.sent
