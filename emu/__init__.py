@@ -7,9 +7,17 @@
 
 from .errors import (ElfError, EmuError, GuestSignalError, InputError, ProbeSpecError,
                      RegistrationError, SymbolError, UnsupportedError)
-from .machine import Machine
 from .signals import RunResult
 
 __all__ = ["Machine", "RunResult", "EmuError", "InputError", "ElfError", "SymbolError",
            "ProbeSpecError", "RegistrationError", "GuestSignalError", "UnsupportedError"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``emu.Machine`` is imported on first use (PEP 562): the kernel model imports
+    ``emu``'s leaf modules without loading the machine and Unicorn."""
+    if name == "Machine":
+        from .machine import Machine
+        return Machine
+    raise AttributeError(f"module 'emu' has no attribute {name!r}")

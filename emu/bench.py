@@ -53,16 +53,37 @@ JSON (``--json FILE``), schema ``uprobe-emu.bench/1``::
 
 from __future__ import annotations
 
+import functools
 import json
+import multiprocessing as mp
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from guest_programs import build_guest, guest_source, write_guest
+from kernel_model import costmodel
+from kernel_model.profiles import KernelProfile
+from kernel_model.usdt import usdt_attach_offsets
+
+from . import baseline
+from .asm import asm_to_elf
+from .cli import count, seconds
+from .elf import parse_elf
 from .errors import EmuError, InputError, RegistrationError
 from .events import Syscall
+from .hostdiff import HostKernelError, HostProbes, ResolvedProbe, Tracefs, host_profile_name, run_tag
+from .machine import Machine
+from .mm_types import MappedFile
 
 SCHEMA = "uprobe-emu.bench/1"
 GUEST = "bench_trigger"
@@ -123,7 +144,6 @@ class ColumnSpec:
         return self.kernel + "".join(f"+{k}={v}" for k, v in self.overrides)
 
     def profile(self):
-        from kernel_model.profiles import KernelProfile
         return KernelProfile.get(self.kernel, **dict(self.overrides))
 
     def as_dict(self) -> dict:
@@ -161,43 +181,30 @@ def column_from_costmodel(col) -> ColumnSpec:
 
 # ----------------------------------------------------------------------------- guest
 
-_ELF_CACHE: dict = {}
-
-
 def guest_elf() -> bytes:
-    if "elf" not in _ELF_CACHE:
-        from guest_programs import build_guest
-        _ELF_CACHE["elf"] = build_guest(GUEST)[0]
-    return _ELF_CACHE["elf"]
+    return build_guest(GUEST)[0]
 
 
+@functools.cache
 def growth_elf() -> bytes:
     """The same guest with a never-executed run of SLED_SIZE one-byte nops appended to its
     text (``probe_sled``): distinct probe sites for the growth scenarios.  Built here, not
     registered as a guest, so the built-in guest stays small."""
-    if "growth" not in _ELF_CACHE:
-        from guest_programs import guest_source
-        from .asm import asm_to_elf
-        src = guest_source(GUEST)
-        head, sep, data = src.partition("\n.data\n")
-        sled = f"\nprobe_sled:\n    .fill {SLED_SIZE}, 1, 0x90\nprobe_sled_end:\n    ret\n"
-        _ELF_CACHE["growth"] = asm_to_elf(head + sled + sep + data)[0]
-    return _ELF_CACHE["growth"]
+    src = guest_source(GUEST)
+    head, sep, data = src.partition("\n.data\n")
+    sled = f"\nprobe_sled:\n    .fill {SLED_SIZE}, 1, 0x90\nprobe_sled_end:\n    ret\n"
+    return asm_to_elf(head + sled + sep + data)[0]
 
 
+@functools.cache
 def guest_file():
     """The guest as a MappedFile (for offsets without a machine)."""
-    if "file" not in _ELF_CACHE:
-        from .elf import parse_elf
-        from .memory import MappedFile
-        data = guest_elf()
-        _ELF_CACHE["file"] = MappedFile(GUEST_PATH, data, parse_elf(data, GUEST_PATH))
-    return _ELF_CACHE["file"]
+    data = guest_elf()
+    return MappedFile(GUEST_PATH, data, parse_elf(data, GUEST_PATH))
 
 
 def site_offset(file, scen: Scenario, profile) -> int:
     """File offset the scenario probes; USDT sites follow libbpf's nop-combo rule."""
-    from kernel_model.usdt import usdt_attach_offsets
     vaddr = file.elf.resolve(scen.target).value
     if scen.usdt:
         offset, _ = usdt_attach_offsets(file, SimpleNamespace(pc=vaddr, semaphore=0), profile)
@@ -206,7 +213,6 @@ def site_offset(file, scen: Scenario, profile) -> int:
 
 
 def new_machine(col: ColumnSpec, loop: int, n: int, warmup: int, n2: int = 0, *, sled: bool = False):
-    from .machine import Machine
     argv = [GUEST, str(loop), str(n), str(warmup), str(n2)]
     return Machine.from_bytes(growth_elf() if sled else guest_elf(), GUEST_PATH, argv=argv,
                               kernel=col.kernel, **dict(col.overrides))
@@ -293,7 +299,6 @@ def count_events(scen: Scenario, col: ColumnSpec, consumer: str = "program") -> 
     Runs WARMUP, N1 and N2 iterations as three phases with a ``UC_HOOK_CODE`` counting
     guest instructions; per-iteration values are (phase 2 - phase 1) / (N2 - N1), so the
     code around the loop cancels exactly."""
-    from unicorn import UC_HOOK_CODE
     try:
         m = new_machine(col, scen.loop, COUNT_N1, COUNT_WARMUP, COUNT_N2)
         box = [0]
@@ -303,10 +308,10 @@ def count_events(scen: Scenario, col: ColumnSpec, consumer: str = "program") -> 
         return {"status": "n/a", "reason": msg if msg.startswith(e.errno_name) else f"{e.errno_name}: {msg}"}
     insns = [0]
 
-    def code(uc, addr, size, data):
+    def code(addr, size):
         insns[0] += 1
 
-    m.uc.hook_add(UC_HOOK_CODE, code)
+    m.add_code_hook(code)
     marks = []
 
     def listener(e):
@@ -417,52 +422,10 @@ def _stats(samples: list[float]) -> dict:
 
 # ----------------------------------------------------------------------------- bare Unicorn
 
-STACK_TOP = 0x7FF000010000
-
-
-def _bare_uc(int3_site: str | None = None):
-    from unicorn import UC_ARCH_X86, UC_MODE_64, UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, Uc
-    from unicorn import x86_const as X
-    file = guest_file()
-    uc = Uc(UC_ARCH_X86, UC_MODE_64)
-    for seg in file.elf.segments:          # the loader's layout: text r-x, data rw-
-        start = seg.vaddr & ~0xFFF
-        end = (seg.vaddr + seg.memsz + 0xFFF) & ~0xFFF
-        prot = (UC_PROT_READ if seg.flags & 4 else 0) | (UC_PROT_WRITE if seg.flags & 2 else 0) | \
-            (UC_PROT_EXEC if seg.flags & 1 else 0)
-        uc.mem_map(start, end - start, prot)
-        uc.mem_write(seg.vaddr, file.data[seg.offset:seg.offset + seg.filesz])
-    uc.mem_map(STACK_TOP - 0x10000, 0x10000, UC_PROT_READ | UC_PROT_WRITE)
-    if int3_site:
-        uc.mem_write(file.elf.resolve(int3_site).value, b"\xcc")
-    return uc, X
-
-
 def bare_run(loop: int, n: int, mode: str = "none") -> float:
-    """Seconds for ``n`` iterations of a guest loop on a bare Uc.  ``mode``: ``none`` (no
-    hook), ``int3`` (nop loop, the nop replaced by int3, an empty UC_HOOK_INTR),
-    ``syscall`` (an empty UC_HOOK_INSN on syscall)."""
-    from unicorn import UC_HOOK_INSN, UC_HOOK_INTR
-    file = guest_file()
-    uc, X = _bare_uc("uprobe_target_nop" if mode == "int3" else None)
-    if mode == "int3":
-        uc.hook_add(UC_HOOK_INTR, lambda uc, intno, data: None)
-        loop = 2
-    elif mode == "syscall":
-        uc.hook_add(UC_HOOK_INSN, lambda uc, data: None, None, 1, 0, X.UC_X86_INS_SYSCALL)
-    done = file.elf.resolve("bench_done").value
-    sp = STACK_TOP - 0x100
-    uc.mem_write(sp, done.to_bytes(8, "little"))
-    uc.reg_write(X.UC_X86_REG_RSP, sp)
-    uc.reg_write(X.UC_X86_REG_R12, n)
-    uc.reg_write(X.UC_X86_REG_R14, loop)
-    start = file.elf.resolve("dispatch").value
-    t0 = time.perf_counter()
-    uc.emu_start(start, done)
-    dt = time.perf_counter() - t0
-    if uc.reg_read(X.UC_X86_REG_R12) != 0:
-        raise EmuError("bare Unicorn baseline did not complete its loop")
-    return dt
+    """Seconds for ``n`` iterations of a guest loop on a bare Unicorn instance (see
+    :func:`emu.baseline.bare_run`)."""
+    return baseline.bare_run(guest_file(), loop, n, mode)
 
 
 def measure_baseline(loop: int, mode: str, iterations: int | None, repeat: int, seconds: float) -> dict:
@@ -597,8 +560,6 @@ def host_native(scen_name: str, n: int | None, warmup: int, repeat: int, seconds
                 tracefs, path: str, profile) -> dict:
     """Run the trigger ELF natively with a tracefs uprobe (instance tracing off); time
     N iterations minus a 0-iteration run."""
-    import subprocess
-    from .hostdiff import HostKernelError, HostProbes, ResolvedProbe, run_tag
     scen = SCENARIOS[scen_name]
     out = {"scenario": scen_name}
 
@@ -710,7 +671,6 @@ def _run_jobs(jobs: list, workers: int, progress, task) -> list:
             if progress is not None:
                 progress.advance(task)
         return results
-    import multiprocessing as mp
     with mp.get_context("fork").Pool(workers) as pool:
         for res in pool.imap_unordered(_job, jobs):
             results.append(res)
@@ -759,7 +719,6 @@ class Config:
 
 
 def run_bench(cfg: Config, progress=None) -> dict:
-    from kernel_model import costmodel
     cost = costmodel.get_machine(cfg.cost_profile)
     loops = sorted({SCENARIOS[s].loop for s in cfg.scenarios})
     jobs = [("baseline", (lp, "none", cfg.iterations and max(cfg.iterations, 10_000), cfg.repeat,
@@ -798,7 +757,6 @@ def run_bench(cfg: Config, progress=None) -> dict:
 
 
 def _assemble(cfg: Config, cost, results: list) -> dict:
-    from kernel_model import costmodel
     baselines = {"hook_free": {}, "int3_hook": None, "syscall_hook": None}
     measured, counts = {}, {}
     growth = {"probe_count": [], "attach": None, "ri_memory": []}
@@ -957,11 +915,7 @@ def _ri_extrapolate(rows: list) -> None:
 
 
 def _unicorn_version() -> str:
-    try:
-        import unicorn
-        return unicorn.__version__
-    except Exception:   # noqa: BLE001
-        return "?"
+    return baseline.unicorn_version()
 
 
 # ----------------------------------------------------------------------------- printing
@@ -1009,8 +963,6 @@ def _cell_mops(res: dict) -> str:
 
 
 def render(report: dict, console) -> None:
-    from rich.markup import escape
-    from rich.table import Table
     cols = [c["label"] for c in report["columns"]]
     cp = report["cost_profile"]["name"]
     cfg = report["config"]
@@ -1094,7 +1046,6 @@ def render(report: dict, console) -> None:
 
 
 def _render_targets(rows: list, console) -> None:
-    from rich.table import Table
     t = Table(title="targets", title_justify="left")
     for h in ("target", "measured", "limit", "", "note"):
         t.add_column(h, justify="right" if h in ("measured", "limit") else "left")
@@ -1105,7 +1056,6 @@ def _render_targets(rows: list, console) -> None:
 
 
 def _render_checks(report: dict, console) -> None:
-    from rich.table import Table
     checks = report["projection_checks"]
     t = Table(title=f"projected vs published ratios (cost profile {report['cost_profile']['name']}; "
                     "target: calibration table +-15%, others +-25%)", title_justify="left")
@@ -1134,7 +1084,6 @@ def _render_checks(report: dict, console) -> None:
 
 
 def _render_growth(g: dict, console) -> None:
-    from rich.table import Table
     if g["probe_count"]:
         t = Table(title="growth: uprobe-nop per-hit cost with N probes registered in the process",
                   title_justify="left")
@@ -1176,10 +1125,8 @@ def _render_growth(g: dict, console) -> None:
 
 
 def render_host(h: dict, console) -> None:
-    from rich.table import Table
     t = Table(title=f"host kernel {h['release']} (native, tracefs uprobe event enabled in a private "
                     f"instance with tracing_on=0) vs the model ({h['profile']})", title_justify="left")
-    from rich.markup import escape
     for hd in ("scenario", escape("host M/s [min-max]"), "hits ok", "model M/s", "model/host",
                f"proj ({h['cost_profile']})", "proj/host", "proj (host-live fit)"):
         t.add_column(hd, justify="left" if hd == "scenario" else "right")
@@ -1207,10 +1154,6 @@ def render_host(h: dict, console) -> None:
 
 def run_host(cfg: Config, progress=None) -> dict:
     """Native measurements on this host's kernel, beside the model's."""
-    import tempfile
-    from kernel_model import costmodel
-    from .hostdiff import HostKernelError, Tracefs, host_profile_name
-    from guest_programs import write_guest
     prof_name = host_profile_name()
     col = ColumnSpec(prof_name)
     profile = col.profile()
@@ -1280,8 +1223,6 @@ def run_host(cfg: Config, progress=None) -> dict:
 # ----------------------------------------------------------------------------- CLI
 
 def add_cli(sub, add_machine_options) -> None:
-    from kernel_model.profiles import KernelProfile
-    from .cli import count, seconds
     p = sub.add_parser(
         "bench", help="the kernel's trigger benchmarks in the model (and on the host kernel)",
         description="Run the kernel's bench_trigger scenarios under kernel profiles: emulated "
@@ -1341,7 +1282,6 @@ def config_from_args(args) -> Config:
         raise InputError("--seconds must be more than 0")
     if args.workers < 1:
         raise InputError("--workers must be at least 1")
-    from kernel_model import costmodel
     costmodel.get_machine(args.cost_profile)
     q = args.quick
     cfg = Config(scenarios=names, columns=cols, consumer=args.consumer,
@@ -1365,14 +1305,12 @@ def config_from_args(args) -> Config:
 
 
 def _consoles():
-    from rich.console import Console
     out = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 220)
     err = Console(file=sys.stderr)
     return out, err
 
 
 def cmd_bench(args) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     cfg = config_from_args(args)
     out, err = _consoles()
     with _JsonReport(args.json) as json_out:
@@ -1380,7 +1318,6 @@ def cmd_bench(args) -> int:
                       TimeElapsedColumn(), console=err, transient=err.is_terminal) as progress:
             report = run_bench(cfg, progress)
             if args.host_kernel:
-                from .hostdiff import HostKernelError
                 try:
                     report["host_kernel"] = run_host(cfg, progress)
                 except HostKernelError as e:

@@ -21,13 +21,13 @@ import collections
 import re
 import select
 import socket
+import sys
 import threading
 
-from unicorn import x86_const as X
-
+from .cli import make_machine, port_number
 from .errors import EmuError, InputError
 from .memory import GuestFault
-from .stepper import StepperError
+from .stepper import Stepper, StepperError
 
 SIGTRAP, SIGINT = 5, 2
 
@@ -43,12 +43,11 @@ _SSE = [(f"xmm{i}", 128, "vec128") for i in range(16)] + [("mxcsr", 32, "i386_mx
 _LINUX = [("orig_rax", 64, "int")]
 _SEGMENTS = [("fs_base", 64, "int"), ("gs_base", 64, "int")]
 REGISTERS = _CORE + _SSE + _LINUX + _SEGMENTS
-REGNUM = {name: i for i, (name, _, _) in enumerate(REGISTERS)}
 
-_UC = {n: getattr(X, "UC_X86_REG_" + n.upper()) for n in
-       ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12",
-        "r13", "r14", "r15", "rip", "eflags", "fs_base", "gs_base", "mxcsr")}
-_UC.update({f"xmm{i}": getattr(X, f"UC_X86_REG_XMM{i}") for i in range(16)})
+# registers the CPU holds (read and written through the machine by name)
+_UC = frozenset(("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11",
+                 "r12", "r13", "r14", "r15", "rip", "eflags", "fs_base", "gs_base", "mxcsr")
+                + tuple(f"xmm{i}" for i in range(16)))
 _GPRS = frozenset(("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11",
                    "r12", "r13", "r14", "r15", "rip", "eflags", "fs_base", "gs_base"))
 _USER_SEGMENTS = {"cs": 0x33, "ss": 0x2B, "ds": 0, "es": 0, "fs": 0, "gs": 0}
@@ -105,16 +104,6 @@ class Disconnected(Exception):
 
 def checksum(data: bytes) -> bytes:
     return b"%02x" % (sum(data) & 0xFF)
-
-
-def escape_binary(data: bytes) -> bytes:
-    out = bytearray()
-    for b in data:
-        if b in (0x23, 0x24, 0x7D, 0x2A):
-            out += bytes([0x7D, b ^ 0x20])
-        else:
-            out.append(b)
-    return bytes(out)
 
 
 def unescape_binary(data: bytes) -> bytes:
@@ -325,7 +314,6 @@ class GdbStub:
     """
 
     def __init__(self, machine, *, max_insns=None, timeout=None):
-        from .stepper import Stepper
         self.m = machine
         self.stepper = Stepper(machine, max_insns=max_insns, timeout=timeout)
         self.conn: GdbConnection | None = None
@@ -350,10 +338,7 @@ class GdbStub:
         elif name == "orig_rax":
             val = task.orig_rax & 0xFFFFFFFFFFFFFFFF
         elif name in _UC:
-            if task is self.m.task or task.context is None:
-                val = task.process.uc.reg_read(_UC[name])
-            else:
-                val = task.context.reg_read(_UC[name])
+            val = self.m.task_reg_read(task, name)
             if isinstance(val, tuple):
                 val = val[0]
         return (val & ((1 << bits) - 1)).to_bytes(bits // 8, "little")
@@ -365,7 +350,7 @@ class GdbStub:
         if name in _GPRS:
             self.stepper.set_register(name, value)
         else:
-            self.m.uc.reg_write(_UC[name], value)       # xmm, mxcsr
+            self.m.reg_write(name, value)       # xmm, mxcsr
 
     def g_packet(self) -> str:
         task = self._task()
@@ -731,15 +716,12 @@ def add_cli(sub, add_machine_options) -> None:
     p.add_argument("program", metavar="PROGRAM")
     p.add_argument("args", nargs="*", metavar="ARGS")
     add_machine_options(p)
-    from .cli import port_number
     p.add_argument("--port", type=port_number, default=1234, metavar="N")
     p.add_argument("--host", default="127.0.0.1", help="listen address (loopback by default)")
     p.set_defaults(func=cmd_gdbserver)
 
 
 def cmd_gdbserver(args) -> int:
-    import sys
-    from .cli import make_machine
     m = make_machine(args)
     if args.event:
         m.uprobes.add_events(args.event, output=sys.stderr)

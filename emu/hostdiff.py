@@ -301,10 +301,10 @@ def probe_command(kind: str, group: str, event: str, path: str, offset: int, arg
     """One ``uprobe_events`` definition, every field checked so that the line is exactly
     one command with exactly these fields (trace_uprobe.c's __trace_uprobe_create():
     ``[pr]:GROUP/EVENT PATH:OFFSET FETCHARGS...``)."""
-    from kernel_model.probe_spec import _is_good_name, _is_good_system_name
+    from kernel_model.probe_spec import is_good_name, is_good_system_name
     if kind not in ("p", "r"):
         raise InputError(f"diff: probe kind {kind!r} is not p or r")
-    if not _is_good_system_name(group) or not _is_good_name(event):
+    if not is_good_system_name(group) or not is_good_name(event):
         raise InputError(f"diff: bad event name {group}/{event}")
     raw = _check_field("program path", path)
     if not raw.startswith(b"/"):

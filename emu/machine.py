@@ -22,17 +22,28 @@ import struct
 import threading
 import time
 
-from unicorn import (UC_ARCH_X86, UC_HOOK_INSN, UC_HOOK_INSN_INVALID, UC_HOOK_INTR,
-                     UC_HOOK_MEM_INVALID, UC_MODE_64, Uc, UcError)
+from capstone import CS_ARCH_X86, CS_MODE_64, Cs
+from unicorn import (UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_INSN, UC_HOOK_INSN_INVALID, UC_HOOK_INTR,
+                     UC_HOOK_MEM_INVALID, UC_HOOK_MEM_READ, UC_HOOK_MEM_WRITE, UC_MODE_64, Uc, UcError)
 from unicorn import unicorn_const as UCC
 from unicorn import x86_const as X
+from unicorn.unicorn_py3.unicorn import uclib
+
+from guest_programs import build_guest
+from kernel_model.kernel import Kernel  # the modeled kernel owns traps 1/3, 335, 336
 
 from . import events as ev
+from . import signal_frames as sf
+from .asm import asm_to_elf
 from .counters import Counters
-from .errors import InputError
+from .elf import load_elf_file, parse_elf
+from .errors import GuestSignalError, InputError, SymbolError
+from .loader import load_image
 from .memory import DEFAULT_MAX_MEMORY, GuestFault, MappedFile, Memory, MemoryLimit
-from .regs import RF, TF, PtRegs, RegisterFile
+from .regs import GPR_NAMES, RF, TF, PtRegs
+from .sched import Scheduler
 from .signals import SIGNALS, RunResult
+from .syscalls import Syscalls
 from .task import Process, Task
 
 _LEGACY_PREFIXES = frozenset((0x26, 0x2E, 0x36, 0x3E, 0x64, 0x65, 0x66, 0x67, 0xF0, 0xF2, 0xF3))
@@ -56,8 +67,93 @@ _MEM_ACCESS = {
 }
 
 
-class _Stop(Exception):
-    """Internal: leave the current emu_start with a result."""
+_CODE_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_void_p)
+_UC_IDS = tuple(getattr(X, "UC_X86_REG_" + n.upper()) for n in GPR_NAMES)
+
+
+@functools.cache
+def _uc_reg_id(name: str) -> int:
+    rid = getattr(X, "UC_X86_REG_" + name.upper(), None)
+    if rid is None:
+        raise InputError(f"unknown register {name!r}")
+    return rid
+
+
+class Hook:
+    """A handle of :meth:`Machine.add_code_hook` / :meth:`Machine.add_mem_hook`."""
+
+    __slots__ = ("uc", "handle", "fptr", "begin", "end", "binding")
+
+    def __init__(self, uc, handle, fptr, begin: int, end: int, binding: bool = False):
+        self.uc, self.handle, self.fptr = uc, handle, fptr
+        self.begin, self.end, self.binding = begin, end, binding
+
+
+class RegisterFile:
+    """Preallocated ctypes buffers for batched native register access on one Uc:
+    every general register in ONE ``uc_reg_read_batch`` call per trap, and only the
+    changed ones written back (also one call)."""
+
+    def __init__(self, uc):
+        n = len(GPR_NAMES)
+        self._uc = uc
+        self._n = n
+        self._ids = (ctypes.c_int * n)(*_UC_IDS)
+        self._buf = (ctypes.c_uint64 * n)()
+        base = ctypes.addressof(self._buf)
+        self._ptrs = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
+        # one-register write buffers, reused
+        self._wid = (ctypes.c_int * n)()
+        self._wbuf = (ctypes.c_uint64 * n)()
+        wbase = ctypes.addressof(self._wbuf)
+        self._wptrs = (ctypes.c_void_p * n)(*[wbase + 8 * i for i in range(n)])
+
+    def read_all(self) -> list[int]:
+        status = uclib.uc_reg_read_batch(self._uc._uch, self._ids, self._ptrs, self._n)
+        if status:
+            raise UcError(status)
+        return list(self._buf)
+
+    def write(self, changes: dict[int, int]) -> None:
+        if not changes:
+            return
+        k = 0
+        for i, v in changes.items():
+            self._wid[k] = self._ids[i]
+            self._wbuf[k] = v & 0xFFFFFFFFFFFFFFFF
+            k += 1
+        status = uclib.uc_reg_write_batch(self._uc._uch, self._wid, self._wptrs, k)
+        if status:
+            raise UcError(status)
+
+
+class SnapshotReader:
+    """All of ``GPR_NAMES`` in one native ``uc_reg_read_batch`` per call, returned as a
+    snapshot int (slot i = register i), for a per-instruction tracer.  The call goes
+    through an unprototyped ctypes function with arguments converted once: half the
+    cost of the prototyped binding call.  The attributes ``fn``, ``uch``, ``ids``,
+    ``ptrs``, ``n`` and ``buf`` let a hot loop make the call itself:
+    ``fn(uch, ids, ptrs, n)`` (non-zero: failed) fills ``buf``."""
+
+    def __init__(self, uc):
+        n = len(GPR_NAMES)
+        self.ids = (ctypes.c_int * n)(*_UC_IDS)
+        self.buf = (ctypes.c_uint64 * n)()
+        base = ctypes.addressof(self.buf)
+        self.ptrs = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
+        self.n = ctypes.c_int(n)
+        self.uch = uc._uch if isinstance(uc._uch, ctypes.c_void_p) else ctypes.c_void_p(uc._uch)
+        fn = ctypes.CDLL(uclib._name).uc_reg_read_batch
+        fn.argtypes = None
+        fn.restype = ctypes.c_int
+        self.fn = fn
+        self.uc = uc      # keeps the engine alive as long as the reader
+
+    def __call__(self) -> int:
+        """The registers now, as a snapshot int."""
+        if self.fn(self.uch, self.ids, self.ptrs, self.n):
+            raise UcError(UCC.UC_ERR_ARG)
+        return int.from_bytes(self.buf, "little")
 
 
 @functools.cache
@@ -138,11 +234,6 @@ class Machine:
         limit); past it mmap/brk/fork get ENOMEM and loading fails.  ``capture_output``:
         keep the guest's stdout/stderr in ``stdout``/``stderr`` (default: only when not
         passing it through), at most ``output_limit`` bytes each."""
-        from kernel_model.kernel import Kernel  # the modeled kernel owns traps 1/3, 335, 336
-        from .syscalls import Syscalls
-
-        from .sched import Scheduler
-
         if max_memory is not None and max_memory <= 0:
             raise InputError(f"max_memory must be positive, not {max_memory}")
         self.counters = Counters()
@@ -168,7 +259,6 @@ class Machine:
         self._result: RunResult | None = None
         self._pending_fault: tuple[str, int] | None = None
         self._stop_requested: str | None = None
-        self.insn_count: int | None = None
         self.exited = False
         self.last_result: RunResult | None = None
         self._hook_error = None
@@ -176,13 +266,16 @@ class Machine:
         self._stopped_by_hook = False
         self._in_syscall = False
         self._db_after_syscall: tuple | None = None   # (task, rip): see _syscall
+        self._running = False            # inside emu_start
+        self._in_step = False            # inside step(): a hook added then does not restart
+        self._tb_mode = None             # (uc, "step" | "free"): see _translation_mode
+        self._retired_thunks: list = []  # ctypes callbacks of removed hooks (see remove_hook)
+        self._live_hooks: set = set()
 
     # ------------------------------------------------------------------ builders
     @classmethod
     def from_elf(cls, path: str, argv: list[str] | None = None, env: list[str] | None = None,
                  **kw) -> "Machine":
-        from .elf import load_elf_file
-        from .loader import load_image
         image = load_elf_file(path)
         m = cls(comm=os.path.basename(path)[:15], **kw)
         load_image(m, image, MappedFile(path, image.data, image), argv or [path], env)
@@ -191,8 +284,6 @@ class Machine:
     @classmethod
     def from_bytes(cls, data: bytes, path: str, argv: list[str] | None = None,
                    env: list[str] | None = None, **kw) -> "Machine":
-        from .elf import parse_elf
-        from .loader import load_image
         image = parse_elf(data, path)
         m = cls(comm=os.path.basename(path)[:15], **kw)
         load_image(m, image, MappedFile(path, image.data, image), argv or [path], env)
@@ -201,13 +292,11 @@ class Machine:
     @classmethod
     def from_asm(cls, source: str, *, path: str = "asm-guest", argv: list[str] | None = None,
                  **kw) -> "Machine":
-        from .asm import asm_to_elf
         elf, _ = asm_to_elf(source)
         return cls.from_bytes(elf, path, argv=argv, **kw)
 
     @classmethod
     def from_guest(cls, name: str, argv: list[str] | None = None, **kw) -> "Machine":
-        from guest_programs import build_guest
         elf, path = build_guest(name)
         return cls.from_bytes(elf, path, argv=argv or [path], **kw)
 
@@ -339,7 +428,6 @@ class Machine:
 
     def resolve(self, name: str) -> int:
         """Address of a symbol of the main executable (load bias applied)."""
-        from .errors import SymbolError
         exe = self.process.exe
         if exe is None or exe.elf is None:
             raise SymbolError(f"unknown symbol {name!r}: no executable loaded")
@@ -365,9 +453,6 @@ class Machine:
         after emu_start returns (Unicorn would otherwise swallow them)."""
         try:
             return fn(*args)
-        except _Stop:
-            self._stopped_by_hook = True
-            self.uc.emu_stop()
         except GuestFault as e:
             self._kernel_access_fault(e, at_breakpoint=fn == self._interrupt and args == (3,))
         except BaseException as e:  # noqa: BLE001 - re-raised in run()
@@ -382,14 +467,13 @@ class Machine:
         At a breakpoint the task is left at the probed instruction, where the kernel's
         arch_uprobe_abort_xol puts it after a faulting step."""
         try:
+            task = self.task
             regs = self.read_regs()
             if at_breakpoint:
                 regs.rip -= 1
-            self.kernel.fixup_fault(self.task, regs)
-            self.force_sig(self.task, SIGSEGV, addr=fault.addr, detail=f"{fault.access} fault",
-                           regs=regs)
-        except _Stop:
-            pass
+            self.kernel.fixup_fault(task, regs)
+            self.send_sig(task, SIGSEGV, addr=fault.addr, detail=f"{fault.access} fault")
+            self._exit_to_user(task, regs)
         except BaseException as e:  # noqa: BLE001 - re-raised in run()
             self._hook_error = e
         self._stopped_by_hook = True
@@ -410,6 +494,9 @@ class Machine:
         if intno == 3:
             self.counters.bp_traps += 1
             self.kernel.do_int3(task, regs)
+            if task.pending_signals:
+                self._exit_to_user(task, regs)
+                return
             if regs.eflags & TF and self._unicorn_skips_tf_trap(regs.rip):
                 self._single_step_pause(task, regs)
             if task.state != "running":
@@ -423,8 +510,7 @@ class Machine:
         elif intno == 0:
             self.kernel.fixup_fault(task, regs)
             self.write_regs(regs)
-            self.force_sig(task, SIGFPE, addr=regs.rip, detail="integer divide error", regs=regs)
-            return
+            self.send_sig(task, SIGFPE, addr=regs.rip, detail="integer divide error")
         elif intno == 0x80:
             # int $0x80 enters the ia32 syscall table, which this model does not provide
             self.counters.unknown_syscalls["int80:" + str(regs.rax & 0xFFFFFFFF)] += 1
@@ -434,8 +520,9 @@ class Machine:
             regs.rip -= 2
             self.kernel.fixup_fault(task, regs)
             self.write_regs(regs)
-            self.force_sig(task, SIGSEGV, addr=0, detail=f"general protection (int ${intno:#x})",
-                           regs=regs)
+            self.send_sig(task, SIGSEGV, addr=0, detail=f"general protection (int ${intno:#x})")
+        if task.pending_signals:
+            self._exit_to_user(task, regs)
             return
         self.write_regs(regs)
 
@@ -481,8 +568,9 @@ class Machine:
         return 0
 
     def _port_io(self) -> None:
-        regs = self.read_regs()
-        self.force_sig(self.task, SIGSEGV, addr=0, detail="general protection (port I/O)", regs=regs)
+        task = self.task
+        self.send_sig(task, SIGSEGV, addr=0, detail="general protection (port I/O)")
+        self._exit_to_user(task, self.read_regs())
 
     def _on_syscall(self, uc, _data):
         self._guard(self._syscall)
@@ -504,6 +592,13 @@ class Machine:
         self._in_syscall = True
         try:
             self.syscalls.dispatch(task, regs)
+            if self._result is not None or task.state == "dead":
+                self._stopped_by_hook = True
+                self.uc.emu_stop()          # exited: the scheduler picks the next task
+                return
+            if task.pending_signals:
+                self._exit_to_user(task, regs)
+                return
         finally:
             self._in_syscall = False
         if self.events:
@@ -532,26 +627,50 @@ class Machine:
             self.uc.emu_stop()
 
     # ------------------------------------------------------------------ signals
-    def force_sig(self, task: Task, signo: int, *, addr: int | None = None, detail: str = "",
-                  regs: PtRegs | None = None, code: int | None = None) -> None:
-        """Deliver a signal to the running task: its handler if the guest installed one
-        (an rt_sigframe, as the kernel builds it), else the default action - terminate
-        (or ignore, for SIGCHLD-like signals).  Never returns: the current emulation
-        stops and resumes in the handler, or the process is gone."""
-        if regs is None:
-            regs = self.read_regs()
+    def send_sig(self, task: Task, signo: int, *, addr: int | None = None, detail: str = "",
+                 code: int | None = None) -> None:
+        """Queue a signal on ``task`` and return, as the kernel's ``force_sig_fault`` /
+        ``send_sig`` do: it is delivered at the task's next exit to user mode, after the
+        trap or syscall handler has returned and its registers were written back (see
+        :meth:`_exit_to_user`).  ``addr`` is the fault address (si_addr), ``code`` the
+        si_code (default: SI_KERNEL, or SEGV_MAPERR with an address)."""
+        task.pending_signals.append((signo, addr, detail, code))
+
+    def signal_pending(self, task: Task) -> bool:
+        """``signal_pending()``: a signal is queued and not yet delivered."""
+        return bool(task.pending_signals)
+
+    def _exit_to_user(self, task: Task, regs: PtRegs) -> bool:
+        """``exit_to_user_mode_loop`` -> ``arch_do_signal_or_restart``: deliver the
+        task's pending signals to ``regs`` (the registers the handler left) - a handler
+        frame (rt_sigframe) or the default action - and end the current emu_start so
+        the task resumes where delivery put it.  False if nothing was pending."""
+        if not task.pending_signals:
+            return False
+        while task.pending_signals:
+            signo, addr, detail, code = task.pending_signals.pop(0)
+            self._deliver_signal(task, signo, addr, detail, code, regs)
+            if task.state == "dead" or self._result is not None:
+                task.pending_signals.clear()
+        self._stopped_by_hook = True
+        self.uc.emu_stop()
+        return True
+
+    def _deliver_signal(self, task: Task, signo: int, addr, detail: str, code, regs: PtRegs) -> None:
+        """One signal: the guest's handler if it installed one (an rt_sigframe, as
+        setup_rt_frame builds it), else the default action - terminate (or ignore, for
+        SIGCHLD-like signals)."""
         self.counters.signals[signo] += 1
         if self.events:
             self.events.publish(ev.Signal(task, signo, addr, regs.rip, detail))
         if task is self.task and task.state != "dead" and self._deliver_to_handler(task, signo, addr, regs, code):
             self._write_back_in_hook(regs)
-            raise _Stop()
+            return
         if task is self.task and task.state != "dead":
             # the kernel's register changes up to the signal are the task's state
             self._write_back_in_hook(regs)
         self.process_exit(task.process, RunResult("signal", signal=signo, fault_addr=addr, rip=regs.rip,
                                                   rip_symbol=self.symbolize(regs.rip), detail=detail))
-        raise _Stop()
 
     def _write_back_in_hook(self, regs: PtRegs) -> None:
         changes = regs.changed()
@@ -563,7 +682,6 @@ class Machine:
     def _deliver_to_handler(self, task: Task, signo: int, addr, regs: PtRegs, code) -> bool:
         """setup_rt_frame: True when the guest's handler takes the signal (regs now point
         at it); False for the default action."""
-        from . import signal_frames as sf
         handler, flags, restorer, mask = sf.parse_sigaction(task.process.sigactions.get(signo))
         if signo in (sf.SIGKILL, sf.SIGSTOP) or handler == sf.SIG_DFL or not flags & sf.SA_RESTORER:
             return False
@@ -601,7 +719,6 @@ class Machine:
 
     def exit_group(self, code: int, task: Task | None = None) -> None:
         self.process_exit((task or self.task).process, RunResult("exit", exit_code=code & 0xFF))
-        raise _Stop()
 
     def process_exit(self, proc: Process, result: RunResult) -> None:
         """Every task of ``proc`` dies; the parent can reap it; the run ends with the
@@ -647,7 +764,11 @@ class Machine:
         self.syscalls.task_exited(task)
 
     def stop(self, detail: str = "stop requested") -> None:
-        """Ask a running guest to stop at the next opportunity (thread-safe)."""
+        """Ask a running guest to stop at the next opportunity (thread-safe): the run
+        (or step) returns a "stopped" result and the task is left at the instruction it
+        was about to execute; the next :meth:`run` or :meth:`step` resumes there.  A
+        stop asked for while the guest does not run applies to nothing: each run starts
+        without one."""
         self._stop_requested = detail
         self._stopped_by_hook = True
         self.uc.emu_stop()
@@ -684,9 +805,9 @@ class Machine:
         """
         if self.exited:
             raise InputError("the guest has already exited")
-        self._result = None
-        self._hook_error = None
-        self._stop_requested = None
+        self._begin()
+        if self._tb_mode is not None and self._tb_mode[1] == "step":
+            self._translation_mode("run")
         start = time.perf_counter()
         deadline = start + timeout if timeout else None
         remaining = int(max_insns) if max_insns else None
@@ -708,12 +829,13 @@ class Machine:
                 break
             rip = self._rip()
             task.slices += 1
-            stopped_early = self._emulate(rip, left, count)
+            if task.pending_signals and self._exit_to_user(task, self.read_regs()):
+                stopped_early = True         # sent from outside a trap: deliver first
+            else:
+                stopped_early = self._emulate(rip, left, count)
             if remaining is not None:
                 remaining -= self._insns_run(count, stopped_early)
-            if self._hook_error is not None:
-                err, self._hook_error = self._hook_error, None
-                raise err
+            self._raise_hook_error()
             if self._result is not None:
                 result = self._result
                 break
@@ -761,14 +883,30 @@ class Machine:
                 break
             self._switch_to(nxt)
             self._release_exited()
+        self._end(result)
+        if raise_on_signal and result.reason == "signal":
+            raise GuestSignalError(result)
+        return result
+
+    def _begin(self) -> None:
+        """A run or step starts: nothing decided yet.  A stop requested before it
+        applies to the run that was going (resume after a stop is well-defined)."""
+        self._result = None
+        self._hook_error = None
+        self._stop_requested = None
+        self._pending_fault = None
+
+    def _end(self, result: RunResult) -> RunResult:
         self._account()
         self._release_exited()
         result.stdout, result.stderr = bytes(self.stdout), bytes(self.stderr)
         self.last_result = result
-        if raise_on_signal and result.reason == "signal":
-            from .errors import GuestSignalError
-            raise GuestSignalError(result)
         return result
+
+    def _raise_hook_error(self) -> None:
+        if self._hook_error is not None:
+            err, self._hook_error = self._hook_error, None
+            raise err
 
     def _rip(self) -> int:
         return self.uc.reg_read(X.UC_X86_REG_RIP)
@@ -789,12 +927,16 @@ class Machine:
         """One emu_start on the current task; True when a hook or fault ended it."""
         self._stopped_by_hook = False
         task = self.task
+        self._running = True
         try:
             self.uc.emu_start(rip, _NEVER, timeout=int(left * 1_000_000) if left else 0, count=count)
         except UcError as e:
+            self._running = False
             if self._result is None and self._hook_error is None and task.state != "dead":
                 self._fault_to_signal(e)
             return True
+        finally:
+            self._running = False
         return task.state != "running" or self._stopped_by_hook
 
     def _why_returned(self, task: Task, start: float, timeout: float | None, count: int) -> str:
@@ -805,10 +947,8 @@ class Machine:
                 regs = self.read_regs()
                 regs.rip = rip - 1
                 self.write_regs(regs)
-                try:
-                    self.force_sig(task, SIGSEGV, addr=0, detail="general protection (hlt)", regs=regs)
-                except _Stop:
-                    pass
+                self.send_sig(task, SIGSEGV, addr=0, detail="general protection (hlt)")
+                self._exit_to_user(task, regs)
                 return "hlt"
         except GuestFault:
             pass
@@ -828,7 +968,6 @@ class Machine:
             return False
         if not count:
             return True
-        from capstone import CS_ARCH_X86, CS_MODE_64, Cs
         cs = Cs(CS_ARCH_X86, CS_MODE_64)
         for k in range(2, 16):
             try:
@@ -863,15 +1002,191 @@ class Machine:
         regs = self.read_regs()
         kind, addr = self._pending_fault or ("ill", 0)
         self._pending_fault = None
-        self.kernel.fixup_fault(self.task, regs)
+        task = self.task
+        self.kernel.fixup_fault(task, regs)
         self.write_regs(regs)
+        if kind == "ill":
+            self.send_sig(task, SIGILL, addr=regs.rip, detail="invalid opcode")
+        else:
+            self.send_sig(task, SIGSEGV, addr=addr, detail=f"{kind} fault")
+        self._exit_to_user(task, regs)
+
+    # ------------------------------------------------------------------ single steps
+    def step(self) -> RunResult | None:
+        """Execute exactly one instruction of the current task, with the traps, probes
+        and faults handled exactly as in :meth:`run` (the same hooks and fault path).
+        Returns the RunResult when the guest ended (exit, fatal signal), else None.
+
+        A ``hlt`` is not executed: a user task gets #GP for it (SIGSEGV at the hlt), as
+        ``run`` reports it.  A probed instruction's int3 is one step: the kernel model's
+        out-of-line step that follows is the next."""
+        if self.exited:
+            raise InputError("the guest has already exited")
+        self._begin()
+        self._translation_mode("step")
+        task = self.task
+        rip = self._rip()
+        if self._is_hlt(rip):
+            regs = self.read_regs()
+            self.send_sig(task, SIGSEGV, addr=0, detail="general protection (hlt)")
+            self._exit_to_user(task, regs)
+        else:
+            self._in_step = True
+            try:
+                self._emulate(rip, None, 1)
+            finally:
+                self._in_step = False
+        self._raise_hook_error()
+        if self._result is None:
+            return None
+        return self._end(self._result)
+
+    def _is_hlt(self, rip: int) -> bool:
         try:
-            if kind == "ill":
-                self.force_sig(self.task, SIGILL, addr=regs.rip, detail="invalid opcode", regs=regs)
-            else:
-                self.force_sig(self.task, SIGSEGV, addr=addr, detail=f"{kind} fault", regs=regs)
-        except _Stop:
-            pass
+            code = self.mem.read(rip, 15)
+        except GuestFault:
+            return False
+        i = 0
+        while i < 14 and code[i] in _LEGACY_PREFIXES:
+            i += 1
+        return code[i] == 0xF4
+
+    def _translation_mode(self, mode: str) -> None:
+        """Unicorn counts instructions (``count=``) with a hook that a translated block
+        calls only if it was translated while counting: blocks of a free run would let
+        a single step run on, and blocks of single steps call the counting hook on
+        every instruction of a later run.  Drop the translations when switching
+        between :meth:`step` and :meth:`run`."""
+        key = (self.uc, mode)
+        if self._tb_mode != key and (mode == "step" or self._tb_mode is not None):
+            self.uc.ctl_flush_tb()
+        self._tb_mode = key
+
+    # ------------------------------------------------------------------ hooks (front ends)
+    def add_code_hook(self, fn, begin: int = 1, end: int = 0, *, process: Process | None = None) -> "Hook":
+        """Call ``fn(address, size)`` before each instruction in [begin, end] (begin >
+        end: everywhere) of ``process`` (default: the current one).  Unicorn decides at
+        translation time which instructions call a hook, so the translations of the
+        range are dropped now, and a hook added while the guest runs ends the current
+        emu_start (the run resumes at once, with the hook in every block).
+
+        ``fn`` may instead take the native callback's four arguments ``(handle,
+        address, size, user_data)`` when it has a true ``native`` attribute (the
+        tracer's hot path, one Python frame less); it must then catch its own errors
+        and report them with :meth:`hook_failed`."""
+        proc = process or self.process
+        uc = proc.uc
+        if getattr(fn, "native", False):
+            thunk = fn
+        else:
+            def thunk(_handle, address, size, _user_data):
+                try:
+                    fn(address, size)
+                except BaseException as e:  # noqa: BLE001 - re-raised by run()/step()
+                    self.hook_failed(e)
+        fptr = _CODE_CB(thunk)
+        handle = ctypes.c_size_t()
+        status = uclib.uc_hook_add(uc._uch, ctypes.byref(handle), UC_HOOK_CODE,
+                                   ctypes.cast(fptr, ctypes.c_void_p), None,
+                                   ctypes.c_uint64(begin), ctypes.c_uint64(end))
+        if status:
+            raise UcError(status)
+        hook = Hook(uc, handle.value, fptr, begin, end)
+        self._live_hooks.add(hook)       # the native thunk lives as long as the hook
+        self._flush_range(uc, begin, end)
+        return hook
+
+    def add_mem_hook(self, fn, begin: int = 1, end: int = 0, *, access: str = "write",
+                     process: Process | None = None) -> "Hook":
+        """Call ``fn(access, address, size, value)`` for each guest data access of kind
+        ``access`` ("write" or "read") in [begin, end] (begin > end: everywhere)."""
+        kind = {"write": UC_HOOK_MEM_WRITE, "read": UC_HOOK_MEM_READ}.get(access)
+        if kind is None:
+            raise InputError(f"memory hook access must be 'read' or 'write', not {access!r}")
+        uc = (process or self.process).uc
+
+        def cb(_uc, acc, address, size, value, _data):
+            fn(access, address, size, value)
+        hook = Hook(uc, uc.hook_add(kind, cb, None, begin, end), None, begin, end, binding=True)
+        self._flush_range(uc, begin, end)
+        return hook
+
+    def remove_hook(self, hook: "Hook") -> None:
+        """Remove a hook of :meth:`add_code_hook` / :meth:`add_mem_hook` (idempotent)."""
+        if hook.handle is None or hook.uc is None:
+            return
+        if hook.binding:
+            hook.uc.hook_del(hook.handle)
+        else:
+            uclib.uc_hook_del(hook.uc._uch, ctypes.c_size_t(hook.handle))
+            # keep the ctypes thunk alive: Unicorn may still be inside this very callback
+            self._retired_thunks.append(hook.fptr)
+            del self._retired_thunks[:-64]
+        self._flush_range(hook.uc, hook.begin, hook.end, restart=False)
+        self._live_hooks.discard(hook)
+        hook.handle = None
+
+    def hook_failed(self, err: BaseException) -> None:
+        """A front end's hook raised: stop the guest; run()/step() re-raise ``err``."""
+        if self._hook_error is None:
+            self._hook_error = err
+        self._stopped_by_hook = True
+        self.uc.emu_stop()
+
+    def _flush_range(self, uc, begin: int, end: int, restart: bool = True) -> None:
+        if begin > end:
+            uc.ctl_flush_tb()
+        else:
+            uc.ctl_remove_cache(begin, end + 1)
+        if restart and self._running and not self._in_step and uc is self.uc:
+            # blocks already chained in this emu_start would not see the change
+            self._stopped_by_hook = True
+            uc.emu_stop()
+
+    # ------------------------------------------------------------------ registers by name
+    def reg_read(self, name: str) -> int:
+        """Any register of the current task by its Unicorn name (``rax``, ``fs_base``,
+        ``xmm0`` - 128-bit as an int, ``mxcsr``, ``fpcw``...)."""
+        return self.uc.reg_read(_uc_reg_id(name))
+
+    def reg_write(self, name: str, value: int) -> None:
+        """Write one register by name (see :meth:`reg_read`)."""
+        self.uc.reg_write(_uc_reg_id(name), value)
+
+    def task_reg_read(self, task: Task, name: str) -> int:
+        """A register of ``task`` by name, on the CPU or not (an off-CPU task's saved
+        context)."""
+        if task is self.task or task.context is None:
+            return task.process.uc.reg_read(_uc_reg_id(name))
+        return task.context.reg_read(_uc_reg_id(name))
+
+    def snapshot_reader(self) -> SnapshotReader:
+        """A per-instruction reader of every general register of the current process's
+        CPU as one int (see :class:`SnapshotReader`)."""
+        return SnapshotReader(self.uc)
+
+    @property
+    def pc(self) -> int:
+        """The current task's rip."""
+        return self._rip()
+
+    def init_task_context(self, task: Task, regs: PtRegs) -> None:
+        """Give a new task (fork/clone child) the CPU state ``regs`` (copy_thread)."""
+        proc = task.process
+        uc = proc.uc
+        shared = uc is self.uc
+        saved = uc.context_save() if shared else None
+        proc.regfile.write({i: v for i, v in enumerate(regs.values())})
+        uc.reg_write(X.UC_X86_REG_RIP, regs.rip)
+        task.context = uc.context_save()
+        if shared:
+            uc.context_restore(saved)
+        task.orig_rax = -1
+
+    def interrupted(self) -> bool:
+        """Must a waiting read give up?  The run's timeout fired (Unicorn's timer
+        thread) or a stop / Ctrl-C was requested."""
+        return self._stop_requested is not None or bool(self.uc.query(UCC.UC_QUERY_TIMEOUT))
 
     # ------------------------------------------------------------------ Ctrl-C
     def interruptible(self):

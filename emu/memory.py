@@ -25,20 +25,15 @@ import ctypes
 import mmap as _mmap
 import struct
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from unicorn import UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, UcError
 from unicorn.unicorn_py3.unicorn import uclib
 
-PAGE_SIZE = 0x1000
-PAGE_MASK = ~(PAGE_SIZE - 1)
-PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
-TASK_SIZE = 0x7FFFFFFFF000          # 4-level paging user address space limit
-MMAP_BASE = 0x7FFFF7FFF000          # top-down mmap area starts below the stack gap
-MMAP_MIN_ADDR = 0x10000             # vm.mmap_min_addr (CONFIG_DEFAULT_MMAP_MIN_ADDR)
-MAX_MAP_COUNT = 65530               # vm.max_map_count (DEFAULT_MAX_MAP_COUNT)
-DEFAULT_MAX_MEMORY = 4 << 30        # bytes of guest mappings over all address spaces
-PROT_ALL = 7
+from .mm_types import (DEFAULT_MAX_MEMORY, MAX_MAP_COUNT, MMAP_BASE, MMAP_MIN_ADDR,  # noqa: F401
+                       PAGE_MASK, PAGE_SIZE, PROT_ALL, PROT_EXEC, PROT_READ, PROT_WRITE, TASK_SIZE,
+                       GuestFault, MappedFile, MemoryLimit, MemoryLimitExceeded, Vma, page_down,
+                       page_up)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -53,49 +48,6 @@ _GROW_REGION_MAX = 16 << 20         # a growing mapping is one Unicorn region pe
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _HOST_FLAGS = _mmap.MAP_PRIVATE | _mmap.MAP_ANONYMOUS | getattr(_mmap, "MAP_NORESERVE", 0x4000)
 _MADV_DONTNEED = 4
-
-
-def page_down(x: int) -> int:
-    return x & PAGE_MASK
-
-
-def page_up(x: int) -> int:
-    return (x + PAGE_SIZE - 1) & PAGE_MASK
-
-
-class GuestFault(Exception):
-    """A guest memory access the kernel could not satisfy (-EFAULT / SIGSEGV)."""
-
-    def __init__(self, addr: int, access: str = "read"):
-        self.addr = addr
-        self.access = access
-        super().__init__(f"{access} fault at {addr:#x}")
-
-
-class MemoryLimitExceeded(Exception):
-    """A mapping would take the guest past its memory limit (the kernel's ENOMEM)."""
-
-
-class MemoryLimit:
-    """Bytes of guest mappings, counted over every address space of one machine.
-
-    The kernel's ``may_expand_vm`` against ``RLIMIT_AS``: every mapping counts, whether
-    touched or not, so the limit bounds the host memory a guest can ever make resident.
-    """
-
-    def __init__(self, limit: int | None = DEFAULT_MAX_MEMORY):
-        self.limit = limit
-        self.used = 0
-
-    def charge(self, nbytes: int) -> None:
-        if self.limit is not None and nbytes > 0 and self.used + nbytes > self.limit:
-            raise MemoryLimitExceeded(
-                f"{nbytes:#x} more bytes would exceed the memory limit of {self.limit:#x}"
-                f" ({self.used:#x} in use)")
-        self.used += nbytes
-
-    def uncharge(self, nbytes: int) -> None:
-        self.used = max(0, self.used - nbytes)
 
 
 def _host_alloc(size: int) -> int:
@@ -138,66 +90,6 @@ class _Backing:
     host: int
 
 
-@dataclass(eq=False)
-class MappedFile:
-    """A file the process maps: its path, bytes and (for ELF) the parsed image.
-
-    The object itself is the file identity (the kernel's inode) that uprobes key on.
-    """
-
-    path: str
-    data: bytes
-    elf: object = None
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
-
-    def read(self, offset: int, n: int) -> bytes:
-        """Bytes from the file (page cache), zero-padded past EOF as copy_insn does."""
-        chunk = self.data[offset:offset + n] if offset < len(self.data) else b""
-        return chunk + b"\0" * (n - len(chunk))
-
-    def __repr__(self):
-        return f"MappedFile({self.path!r})"
-
-
-@dataclass(eq=False)
-class Vma:
-    start: int
-    end: int
-    prot: int
-    name: str = ""
-    file: MappedFile | None = None
-    pgoff: int = 0                # file offset of ``start`` (bytes, page aligned)
-    special: bool = False         # [uprobes], [uprobes-trampoline], [vdso]-like
-    flags: set = field(default_factory=set)
-    mayprot: int = PROT_ALL       # VM_MAYREAD/MAYWRITE/MAYEXEC: what mprotect may grant
-
-    @property
-    def size(self) -> int:
-        return self.end - self.start
-
-    def perms(self) -> str:
-        return ("r" if self.prot & PROT_READ else "-") + \
-               ("w" if self.prot & PROT_WRITE else "-") + \
-               ("x" if self.prot & PROT_EXEC else "-") + "p"
-
-    def offset_of(self, vaddr: int) -> int:
-        """File offset of ``vaddr`` (the kernel's vaddr_to_offset)."""
-        return vaddr - self.start + self.pgoff
-
-    def vaddr_of(self, offset: int) -> int:
-        """Virtual address of file ``offset`` in this mapping (offset_to_vaddr)."""
-        return self.start + offset - self.pgoff
-
-    def maps_line(self) -> str:
-        """One /proc/PID/maps line, padded as show_map_vma() does (name at column 73)."""
-        path = self.file.path if self.file is not None else self.name
-        prefix = f"{self.start:08x}-{self.end:08x} {self.perms()} {self.pgoff:08x} 00:00 0 "
-        return prefix.ljust(72) + " " + path if path else prefix
-
-
 def _uc_prot(prot: int) -> int:
     p = 0
     if prot & PROT_READ:
@@ -237,9 +129,6 @@ class Memory:
             if v.start <= addr < v.end:
                 return v
         return None
-
-    def vmas_for_file(self, file: MappedFile) -> list[Vma]:
-        return [v for v in self.vmas if v.file is file]
 
     def _overlapping(self, start: int, end: int) -> list[Vma]:
         i = max(0, bisect.bisect_right(self._starts, start) - 1)

@@ -124,19 +124,7 @@ class ProcessSyscalls:
 
     def _set_child_context(self, parent_task, child, cregs) -> None:
         """The child's CPU state: the parent's, with the child's differences."""
-        m = self.m
-        uc = child.process.uc
-        if uc is parent_task.process.uc:
-            saved = uc.context_save()
-            child.process.regfile.write({i: v for i, v in enumerate(cregs._v)})
-            uc.reg_write(X86_RIP, cregs.rip)
-            child.context = uc.context_save()
-            uc.context_restore(saved)
-        else:
-            child.process.regfile.write({i: v for i, v in enumerate(cregs._v)})
-            uc.reg_write(X86_RIP, cregs.rip)
-            child.context = uc.context_save()
-        child.orig_rax = -1
+        self.m.init_task_context(child, cregs)
 
     # -- exit and wait ------------------------------------------------------------------
     def sys_exit(self, task, regs, code, *_):
@@ -144,10 +132,9 @@ class ProcessSyscalls:
         live = [t for t in proc.tasks if t.state != "dead"]
         if len(live) <= 1:
             self.m.exit_group(code & 0xFF, task)
-        self.m.task_exit(task)
-        self.m.uc.emu_stop()
-        from .machine import _Stop
-        raise _Stop()
+            return None
+        self.m.task_exit(task)          # the machine leaves emu_start for the next task
+        return None
 
     def sys_exit_group(self, task, regs, code, *_):
         self.m.exit_group(code & 0xFF, task)
@@ -280,5 +267,3 @@ class ProcessSyscalls:
     def sys_getppid(self, task, regs, *_):
         return task.process.ppid
 
-
-from unicorn.x86_const import UC_X86_REG_RIP as X86_RIP  # noqa: E402

@@ -1,18 +1,12 @@
 """pt_regs: the task's user registers as the kernel sees them at a trap.
 
-Unicorn's Python binding costs about a microsecond per call, so a trap reads every
-general register in ONE native ``uc_reg_read_batch`` call into a preallocated buffer,
-and writes back only the registers a handler changed (also one call).  This is the
-machine-side half of ``struct pt_regs``; ``orig_rax`` is kernel-only state (the syscall
+The machine reads them in one native batch per trap and writes back only what a
+handler changed (``emu.machine.RegisterFile``).  This is the machine-side half of
+``struct pt_regs``; ``orig_rax`` is kernel-only state (the syscall
 number at entry, -1 otherwise) and never reaches the CPU.
 """
 
 from __future__ import annotations
-
-import ctypes
-
-from unicorn import x86_const as X
-from unicorn.unicorn_py3.unicorn import uclib
 
 # Names in gdb's amd64 order; the user-visible register set of a Linux x86_64 task.
 GPR_NAMES = (
@@ -20,7 +14,6 @@ GPR_NAMES = (
     "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
     "rip", "eflags", "fs_base", "gs_base",
 )
-_UC_IDS = tuple(getattr(X, "UC_X86_REG_" + n.upper()) for n in GPR_NAMES)
 
 # Linux x86_64 user segment selectors (__USER_CS / __USER_DS).  Unicorn runs the guest
 # with its own flat segments; the model always reports what a Linux task would have.
@@ -41,44 +34,6 @@ TF = 1 << 8
 RF = 1 << 16
 
 _INDEX = {name: i for i, name in enumerate(GPR_NAMES)}
-
-
-class RegisterFile:
-    """Preallocated ctypes buffers for batched native register access on one Uc."""
-
-    def __init__(self, uc):
-        n = len(GPR_NAMES)
-        self._uc = uc
-        self._n = n
-        self._ids = (ctypes.c_int * n)(*_UC_IDS)
-        self._buf = (ctypes.c_uint64 * n)()
-        base = ctypes.addressof(self._buf)
-        self._ptrs = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
-        # one-register write buffers, reused
-        self._wid = (ctypes.c_int * n)()
-        self._wbuf = (ctypes.c_uint64 * n)()
-        wbase = ctypes.addressof(self._wbuf)
-        self._wptrs = (ctypes.c_void_p * n)(*[wbase + 8 * i for i in range(n)])
-
-    def read_all(self) -> list[int]:
-        status = uclib.uc_reg_read_batch(self._uc._uch, self._ids, self._ptrs, self._n)
-        if status:
-            from unicorn import UcError
-            raise UcError(status)
-        return self._buf[:]
-
-    def write(self, changes: dict[int, int]) -> None:
-        """Write ``{index: value}`` (indexes into GPR_NAMES) in one native call."""
-        k = 0
-        for idx, val in changes.items():
-            self._wid[k] = _UC_IDS[idx]
-            self._wbuf[k] = val & 0xFFFFFFFFFFFFFFFF
-            k += 1
-        if k:
-            status = uclib.uc_reg_write_batch(self._uc._uch, self._wid, self._wptrs, k)
-            if status:
-                from unicorn import UcError
-                raise UcError(status)
 
 
 class PtRegs:
@@ -129,6 +84,10 @@ class PtRegs:
         """{index: value} of the registers set since the snapshot and now different."""
         v, o = self._v, self._orig
         return {i: v[i] for i in self._dirty if v[i] != o[i]}
+
+    def values(self) -> list[int]:
+        """The registers in ``GPR_NAMES`` order."""
+        return list(self._v)
 
     def copy(self) -> "PtRegs":
         return PtRegs(list(self._v), self.orig_rax)

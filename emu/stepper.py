@@ -13,18 +13,14 @@ through with further single instructions, counted in :attr:`Stepper.hidden_insns
 :attr:`Stepper.insns`.
 
 **Breakpoints are not uprobes.**  They never write guest memory and never show up in the
-uprobes counters: each enabled breakpoint address gets a Unicorn code hook bounded to that
-one address (Unicorn decides at translation time which instructions call a hook, so the
-rest of the guest runs at full speed; the translation cache is dropped for the address
-when a hook is added or removed, since an already translated block would not call it).
+uprobes counters: each enabled breakpoint address gets a machine code hook bounded to that
+one address (``Machine.add_code_hook``: the rest of the guest runs at full speed, and the
+machine drops the translations of the address when the hook is added or removed).
 Resuming from a breakpoint address first single-steps off it, as gdb does.
 
-Single steps are ``emu_start(..., count=1)``; traps raised by that one instruction are
-handled by the machine's own hooks.  No Python per-instruction hook is installed; Unicorn's
-own counting hook exists only while stepping.  Measured on unicorn 2.1.4: blocks
-translated during a free run (count 0) do not call that counting hook, so a later
-``count=1`` can run on for a whole loop; the stepper drops the translation cache whenever
-it switches between stepping and free runs.  A ``rep``-prefixed string instruction steps
+Single steps are ``Machine.step()``: one instruction, its traps and faults handled by the
+machine exactly as in ``Machine.run``.  No Python per-instruction hook is installed.
+A ``rep``-prefixed string instruction steps
 once per iteration, as the hardware's trap flag does.
 
 The shell follows gdb 13's output for the same commands (checked against a real gdb in
@@ -45,21 +41,17 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from unicorn import UC_HOOK_CODE, UcError
-from unicorn import x86_const as X
-
+from .cli import make_machine
 from .disasm import Disassembler, Insn, annotation, symbol_of
 from .errors import EmuError, SymbolError
 from .memory import PROT_EXEC, GuestFault
 from .regs import GPR_NAMES, PtRegs, format_eflags
 from .signals import SIGNALS, RunResult, signal_name
 
-_NEVER = 0xDEAD_BEEF_0000_0000          # emu_start "until" no guest can reach
 _MASK = 0xFFFFFFFFFFFFFFFF
 _TRANSITIONAL_VMAS = ("[uprobes]", "[uprobes-trampoline]")
 _STUCK = 100_000                         # hidden instructions before we call a step stuck
 DEFAULT_TIMEOUT = 120.0
-SIGSEGV = SIGNALS["SIGSEGV"]
 
 
 class StepperError(EmuError):
@@ -149,8 +141,6 @@ class Stepper:
         self._goal: tuple[int, int | None] | None = None
         self._armed = False
         self._hit: tuple[str, Breakpoint | None] | None = None
-        self._mode: str | None = None        # "step" / "free": the last kind of emu_start
-        self._seen_result = machine.last_result      # to notice runs made behind our back
         self._sites: tuple[int, dict] | None = None  # (uprobes in the tree, {vaddr: Uprobe})
         machine.mem.text_write_listeners.append(self._text_written)
 
@@ -165,7 +155,7 @@ class Stepper:
 
     @property
     def rip(self) -> int:
-        return self.machine.uc.reg_read(X.UC_X86_REG_RIP)
+        return self.machine.pc
 
     def regs(self) -> PtRegs:
         """The task's registers now (a snapshot; see :meth:`set_register`)."""
@@ -253,20 +243,17 @@ class Stepper:
         # hooks live on the main process's CPU (like gdb's default: the parent is
         # followed across fork); each remembers the Uc it was added to
         m = self.machine
-        uc = getattr(m, "main_process", m.process).uc
+        proc = getattr(m, "main_process", m.process)
         want = {bp.address for bp in self.breakpoints.values() if bp.enabled}
         if self._goal is not None:
             want.add(self._goal[0])
         for addr in [a for a in self._hooks if a not in want]:
-            owner, handle = self._hooks.pop(addr)
-            owner.hook_del(handle)
-            owner.ctl_remove_cache(addr, addr + 1)
+            m.remove_hook(self._hooks.pop(addr))
         for addr in want:
             if addr not in self._hooks:
-                self._hooks[addr] = (uc, uc.hook_add(UC_HOOK_CODE, self._on_code, None, addr, addr))
-                uc.ctl_remove_cache(addr, addr + 1)
+                self._hooks[addr] = m.add_code_hook(self._on_code, addr, addr, process=proc)
 
-    def _on_code(self, uc, addr, _size, _data):
+    def _on_code(self, addr, _size):
         if not self._armed:
             return
         for bp in self.breakpoints.values():
@@ -277,7 +264,7 @@ class Stepper:
                 return
         goal = self._goal
         if goal is not None and addr == goal[0] and \
-                (goal[1] is None or uc.reg_read(X.UC_X86_REG_RSP) >= goal[1]):
+                (goal[1] is None or self.machine.reg_read("rsp") >= goal[1]):
             self._hit = ("goal", None)
             self.machine.stop("goal")
 
@@ -390,15 +377,9 @@ class Stepper:
         self._goal = goal
         self._hit = None
         self._sync_hooks()
-        if self._mode != "free":
-            # blocks translated for single steps call the (now deleted) count hook on
-            # every instruction: drop them so the free run is at full speed again
-            m.uc.ctl_flush_tb()
-            self._mode = "free"
         self._armed = True
         try:
             result = m.run(max_insns=self.max_insns, timeout=self.timeout)
-            self._seen_result = result
         finally:
             self._armed = False
             self._goal = None
@@ -445,7 +426,7 @@ class Stepper:
             orig, patched = None, False
         hits = c.uprobe_hits
         traps = c.bp_traps
-        res = self._exec1(hlt=orig is not None and orig.mnemonic == "hlt")
+        res = self._exec1()
         if res is not None:
             if res.reason == "exit":
                 self.insns += 1             # exit/exit_group retired; a faulting insn did not
@@ -475,48 +456,11 @@ class Stepper:
         self.insns += 1
         return None
 
-    def _exec1(self, hlt: bool = False) -> RunResult | None:
-        """Exactly one instruction of the current task on Unicorn, with the machine's trap
-        handling.
-
-        This mirrors the error handling of ``Machine.run`` (faults become signals, hook
-        errors are re-raised).  A ``hlt`` is not executed: a user task gets #GP for it,
-        so SIGSEGV is delivered at the ``hlt``, as ``Machine.run`` does.
-        """
-        m = self.machine
-        if self._mode != "step" or m.last_result is not self._seen_result:
-            # Unicorn counts instructions with a code hook that translated blocks only
-            # call if it existed when they were translated: blocks left by a free run
-            # (count 0) would let count=1 run on past the instruction.  Start afresh.
-            m.uc.ctl_flush_tb()
-            self._mode = "step"
-        m._result = None
-        m._hook_error = None
-        m._stop_requested = None
-        m._pending_fault = None
-        task = m.task
-        if hlt:
-            try:
-                m.force_sig(task, SIGSEGV, addr=0, detail="general protection (hlt)")
-            except Exception:           # the machine ends the run by raising its own stop
-                if m._result is None:
-                    raise
-        else:
-            try:
-                m.uc.emu_start(self.rip, _NEVER, count=1)
-            except UcError as e:
-                if m._result is None and m._hook_error is None and \
-                        getattr(task, "state", "running") != "dead":
-                    m._fault_to_signal(e)
-        if m._hook_error is not None:
-            err, m._hook_error = m._hook_error, None
-            raise err
-        result = m._result
-        if result is None:
-            return None
-        result.stdout, result.stderr = bytes(m.stdout), bytes(m.stderr)
-        m.last_result = self._seen_result = result
-        return result
+    def _exec1(self) -> RunResult | None:
+        """Exactly one instruction of the current task (:meth:`Machine.step`: the
+        machine's own trap and fault handling).  Returns the run result when the guest
+        ended, else None."""
+        return self.machine.step()
 
     # ------------------------------------------------------------------ code
     def probe_sites(self) -> dict:
@@ -1316,7 +1260,6 @@ def add_cli(sub, add_machine_options) -> None:
 
 
 def cmd_step(args) -> int:
-    from .cli import make_machine
     scripts = []
     for path in args.scripts:
         try:

@@ -15,7 +15,6 @@ import os
 import random
 import struct
 
-from unicorn.unicorn_const import UC_QUERY_TIMEOUT
 
 from .errors import InputError
 from .files import FdTable, HostFile, HostInput, OpenFile, OutputSink, PipeInput, SeqFile, stat_bytes
@@ -23,7 +22,8 @@ from .grant import GrantedDir
 from .memory import (MMAP_MIN_ADDR, PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, TASK_SIZE,
                      GuestFault, MemoryLimitExceeded, page_down, page_up)
 from .process_syscalls import ProcessSyscalls, pid_t
-from .signal_frames import IGNORED_BY_DEFAULT
+from .signal_frames import IGNORED_BY_DEFAULT, SI_TKILL, parse_sigaction, restore_frame
+from .signals import RunResult
 from .syscall_names import SYSCALL_NAMES
 
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
@@ -117,6 +117,12 @@ class Syscalls(ProcessSyscalls):
         if ret is not None:
             regs.rax = ret
 
+    def boot_clock_ns(self, advance: int = 0) -> int:
+        """Nanoseconds since boot on the modeled clock (ftrace's timestamps), after moving
+        it ``advance`` ns on: the one clock of the machine, shared with clock_gettime."""
+        self.clock_ns += advance
+        return self.clock_ns - CLOCK_EPOCH_NS
+
     # ------------------------------------------------------------------ helpers
     @property
     def mem(self):
@@ -149,8 +155,7 @@ class Syscalls(ProcessSyscalls):
     def interrupted(self) -> bool:
         """Must a waiting read give up?  The run's timeout fired (Unicorn's timer
         thread) or a stop / Ctrl-C was requested."""
-        m = self.m
-        return m._stop_requested is not None or bool(m.uc.query(UC_QUERY_TIMEOUT))
+        return self.m.interrupted()
 
     # ------------------------------------------------------------------ process
     def sys_getpgid(self, task, regs, pid, *_):
@@ -229,16 +234,14 @@ class Syscalls(ProcessSyscalls):
         if sig == 0:
             return 0
         if target is task.process:
-            from .signal_frames import SI_TKILL, parse_sigaction
             handler = parse_sigaction(task.process.sigactions.get(sig))[0]
             if handler == 0 and sig in IGNORED_BY_DEFAULT:
                 return 0
             regs.rax = 0                 # the syscall's own result, saved in the frame
-            self.m.force_sig(task, sig, detail="sent by the guest itself", regs=regs, code=SI_TKILL)
+            self.m.send_sig(task, sig, detail="sent by the guest itself", code=SI_TKILL)
             return 0
         if sig in IGNORED_BY_DEFAULT:
             return 0
-        from .signals import RunResult
         self.m.counters.signals[sig] += 1
         self.m.process_exit(target, RunResult("signal", signal=sig, detail=f"sent by pid {task.process.pid}"))
         return 0
@@ -275,11 +278,11 @@ class Syscalls(ProcessSyscalls):
     def sys_rt_sigreturn(self, task, regs, *_):
         """Restore the registers and mask saved in the rt_sigframe; the task resumes
         where the signal interrupted it (the full pt_regs return path)."""
-        from .signal_frames import restore_frame
         try:
             task.sigmask = restore_frame(self.mem, regs) & ~((1 << 8) | (1 << 18))
         except GuestFault:
-            self.m.force_sig(task, 11, detail="bad signal frame", regs=regs)
+            self.m.send_sig(task, 11, detail="bad signal frame")
+            return None
         regs.orig_rax = -1
         return regs.rax
 

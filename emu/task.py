@@ -9,8 +9,12 @@ state (``mm_uprobes``, owned by the kernel model).  One task runs at first.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .memory import MappedFile, Memory
+from .mm_types import MappedFile
+
+if TYPE_CHECKING:
+    from .memory import Memory
 
 
 @dataclass(eq=False)
@@ -61,6 +65,7 @@ class Task:
     slices: int = 0
     counters: object = None
     on_resume: object = None          # kernel work to finish when next switched in
+    pending_signals: list = field(default_factory=list)   # (signo, addr, detail, code): see Machine.send_sig
 
     @property
     def comm(self) -> str:

@@ -109,19 +109,18 @@ def run_to(machine, target, *, max_insns: int = 100_000_000) -> Regs:
 
     Uses a one-address code hook, removed again: no breakpoint byte is written, so
     uprobes and guest memory are untouched."""
-    import unicorn
     addr = machine.resolve(target) if isinstance(target, str) else int(target)
     state = {}
 
-    def hit(uc, address, size, _):
+    def hit(address, size):
         state["hit"] = True
         machine.stop(f"reached {target}")
 
-    h = machine.uc.hook_add(unicorn.UC_HOOK_CODE, hit, begin=addr, end=addr)
+    h = machine.add_code_hook(hit, addr, addr)
     try:
         result = machine.run(max_insns=max_insns)
     finally:
-        machine.uc.hook_del(h)
+        machine.remove_hook(h)
     if not state.get("hit"):
         raise AssertionError(f"the guest never reached {target}: {result.describe()}")
     return snapshot(machine)

@@ -7,9 +7,11 @@ interleaved exactly where it happens, in four formats.
     with open("fib.trace", "w") as f, Tracer(m, "text", f, start="fib_loop", count=1000):
         m.run()
 
-A :class:`Tracer` installs one ``UC_HOOK_CODE`` only while it traces: from construction,
-or - with ``start=`` - from the first time the guest reaches that address (until then a
-hook on that one address is the only cost); after ``count`` instructions, at the guest's
+A :class:`Tracer` adds one whole-address-space machine code hook only while it traces:
+from construction, or - with ``start=`` - from the first time the guest reaches that
+address (until then a hook on that one address is the only cost; adding the whole-space
+hook drops every translation, so blocks the guest ran before the start are traced too);
+after ``count`` instructions, at the guest's
 exit or death, or at :meth:`Tracer.close` the hook is removed and the guest runs at full
 speed again.  Registers are read in one native batch per instruction and diffed against
 the previous instruction's snapshot; decodes are cached per address by
@@ -56,16 +58,21 @@ Formats (``FORMATS``):
 
 from __future__ import annotations
 
-import ctypes
+import argparse
+import errno
 import json
 import os
 import sys
+import tempfile
+import time
 
-from unicorn import UC_HOOK_CODE, UC_HOOK_MEM_WRITE
+from kernel_model.insn_x86 import FIX_CALL, FIX_IP, FIX_SETF
 
+from .cli import make_machine, print_error, report_result
 from .disasm import Disassembler, format_objdump_line, symbol_of
 from .errors import InputError, SymbolError
-from .memory import GuestFault
+from .machine import Machine
+from .memory import PROT_EXEC, PROT_WRITE, GuestFault
 from .regs import GPR_NAMES
 from .signals import signal_name
 from .syscall_names import SYSCALL_NAMES
@@ -130,90 +137,6 @@ def _dumps(obj) -> str:
 def _signed(v: int) -> int:
     v &= 0xFFFFFFFFFFFFFFFF
     return v - (1 << 64) if v >> 63 else v
-
-
-_CODE_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_void_p)
-
-
-def _add_code_hook(uc, callback):
-    """A whole-address-space ``UC_HOOK_CODE`` calling ``callback(handle, address,
-    size, user_data)`` straight from ctypes, without the binding's two wrapper frames
-    per instruction.  An exception is handled as the binding does: recorded on the Uc
-    (re-raised by ``emu_start``) and the emulation stopped.  Falls back to the binding's
-    ``hook_add`` if its internals are not what unicorn 2.1 has."""
-    try:
-        from unicorn.unicorn_py3.unicorn import uclib
-        uch = uc._uch
-        uc._hook_exception  # noqa: B018 - the binding's error slot must exist
-    except (ImportError, AttributeError):
-        return ("binding", uc.hook_add(UC_HOOK_CODE, callback))
-
-    def guarded(handle, address, size, user_data):
-        try:
-            callback(handle, address, size, user_data)
-        except BaseException as e:  # noqa: BLE001 - re-raised by emu_start
-            _hook_error(uc, e)
-
-    fptr = _CODE_CB(callback if getattr(callback, "guarded", False) else guarded)
-    handle = ctypes.c_size_t()
-    status = uclib.uc_hook_add(uch, ctypes.byref(handle), UC_HOOK_CODE,
-                               ctypes.cast(fptr, ctypes.c_void_p), None,
-                               ctypes.c_uint64(1), ctypes.c_uint64(0))
-    if status:
-        from unicorn import UcError
-        raise UcError(status)
-    return ("raw", handle.value, fptr)
-
-
-def _hook_error(uc, e: BaseException) -> None:
-    """What the binding does with an exception raised in a hook."""
-    if getattr(uc, "_hook_exception", None) is None:
-        uc._hook_exception = e
-    uc.emu_stop()
-
-
-def _del_code_hook(uc, hook) -> None:
-    if hook[0] == "binding":
-        uc.hook_del(hook[1])
-        return
-    from unicorn.unicorn_py3.unicorn import uclib
-    uclib.uc_hook_del(uc._uch, ctypes.c_size_t(hook[1]))
-    # keep the ctypes thunk alive: Unicorn may still be inside this very callback
-    _RETIRED.append(hook[2])
-    del _RETIRED[:-64]
-
-
-_RETIRED: list = []
-
-
-class _RegReader:
-    """All of ``GPR_NAMES`` in one native ``uc_reg_read_batch`` per call, returned as a
-    snapshot int (slot i = register i).  The call goes through an unprototyped ctypes
-    function with arguments converted once: half the cost of the prototyped binding
-    call, which matters at one call per traced instruction."""
-
-    def __init__(self, uc):
-        from unicorn.unicorn_py3.unicorn import uclib
-        from unicorn import x86_const as X
-        n = _NREGS
-        self._ids = (ctypes.c_int * n)(*[getattr(X, "UC_X86_REG_" + r.upper()) for r in GPR_NAMES])
-        self._buf = (ctypes.c_uint64 * n)()
-        base = ctypes.addressof(self._buf)
-        self._ptrs = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
-        self._n = ctypes.c_int(n)
-        self._uch = uc._uch if isinstance(uc._uch, ctypes.c_void_p) else ctypes.c_void_p(uc._uch)
-        fn = ctypes.CDLL(uclib._name).uc_reg_read_batch
-        fn.argtypes = None
-        fn.restype = ctypes.c_int
-        self._fn = fn
-        self._uc = uc      # keeps the engine alive as long as the reader
-
-    def __call__(self) -> int:
-        """The registers now, as a snapshot int."""
-        if self._fn(self._uch, self._ids, self._ptrs, self._n):
-            from unicorn import UcError
-            raise UcError("uc_reg_read_batch failed")
-        return int.from_bytes(self._buf, "little")
 
 
 class _Entry:
@@ -311,12 +234,12 @@ class Tracer:
         self._chrome_stack: list = []            # (name, cat)
         self._chrome_first = True
         self._header_written = False
-        self._uc = machine.uc
+        self._uc = machine.uc                    # identifies the traced address space
         self._proc = machine.process             # the traced process (its threads share the CPU)
         self._task = machine.task                # the task whose trace state is loaded
         self._tstate: dict = {}                  # off-CPU tasks: their pending trace state
         self._named = {machine.task}             # chrome: tasks with a thread_name
-        self._read = _RegReader(machine.uc)
+        self._read = machine.snapshot_reader()
         self._limit = count if count is not None else 1 << 62
         self._hook = (self._make_hook_text() if fmt == "text" else getattr(self, "_hook_" + fmt))
         self._event_fn = getattr(self, "_event_" + fmt)
@@ -330,7 +253,7 @@ class Tracer:
         else:
             addr = self._resolve(start)
             self.start_addr = addr
-            self._start_hook = machine.uc.hook_add(UC_HOOK_CODE, self._on_start, None, addr, addr)
+            self._start_hook = machine.add_code_hook(self._on_start, addr, addr)
 
     # ------------------------------------------------------------------ public
     def close(self) -> None:
@@ -374,27 +297,33 @@ class Tracer:
             raise SymbolError(f"bad offset {off!r} in {text!r}") from None
         return self.machine.resolve(name.strip()) + delta
 
-    def _on_start(self, uc, addr, size, _):
+    def _on_start(self, addr, size):
         if self.active or self.finished:
             return
-        self.machine.uc.hook_del(self._start_hook)
+        self.machine.remove_hook(self._start_hook)
         self._start_hook = None
+        # Adding the whole-space hook drops every translation and restarts the run, so
+        # blocks translated before the start (a loop body, a function called earlier)
+        # are traced too.  The new hook may also run for this very instruction: trace
+        # it here, once.
         self._activate()
-        # The new hook may also run for this very instruction: trace it here, once.
-        self._hook(uc, addr, size, None)
+        self._hook(None, addr, size, None)
         self._skip = addr
 
     def _activate(self) -> None:
         m = self.machine
         self.active = True
         self._prev = None
-        self._code_hook = _add_code_hook(m.uc, self._hook)
+        hook = self._hook
+        if not getattr(hook, "native", False):
+            def hook(address, size, _h=hook):
+                _h(None, address, size, None)
+        self._code_hook = m.add_code_hook(hook)
         if self.mem_writes and self.fmt != "chrome":
-            self._mem_hook = m.uc.hook_add(UC_HOOK_MEM_WRITE, self._on_mem_write)
+            self._mem_hook = m.add_mem_hook(self._on_mem_write)
         # Guest stores into writable code (no text poke tells us): watch those mappings.
-        from .memory import PROT_EXEC, PROT_WRITE
         self._smc_hooks = [
-            m.uc.hook_add(UC_HOOK_MEM_WRITE, self._on_code_write, None, v.start, v.end - 1)
+            m.add_mem_hook(self._on_code_write, v.start, v.end - 1)
             for v in m.mem.vmas if v.prot & PROT_EXEC and v.prot & PROT_WRITE and not v.special]
         self._started = True
         if not self._listening:
@@ -405,16 +334,16 @@ class Tracer:
     def _deactivate(self) -> None:
         m = self.machine
         if self._code_hook is not None:
-            _del_code_hook(m.uc, self._code_hook)
+            m.remove_hook(self._code_hook)
             self._code_hook = None
         if self._mem_hook is not None:
-            m.uc.hook_del(self._mem_hook)
+            m.remove_hook(self._mem_hook)
             self._mem_hook = None
         for h in self._smc_hooks:
-            m.uc.hook_del(h)
+            m.remove_hook(h)
         self._smc_hooks = []
         if self._start_hook is not None:
-            m.uc.hook_del(self._start_hook)
+            m.remove_hook(self._start_hook)
             self._start_hook = None
         self.active = False
         if not self._in_event:
@@ -555,7 +484,7 @@ class Tracer:
         self._entries[addr] = e
         return e
 
-    def _on_code_write(self, uc, access, addr, size, value, _):
+    def _on_code_write(self, access, addr, size, value):
         self._dis.invalidate(addr, addr + size)
         self._invalidate(addr, addr + size)
 
@@ -586,7 +515,7 @@ class Tracer:
         return ""
 
     # ------------------------------------------------------------------ memory writes
-    def _on_mem_write(self, uc, access, addr, size, value, _):
+    def _on_mem_write(self, access, addr, size, value):
         if size <= 8:
             self._mw.append((addr, (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")))
         else:
@@ -652,8 +581,7 @@ class Tracer:
         """The per-instruction callback for ``text``: a closure over everything it
         touches that does not change while tracing (one call per instruction)."""
         rd = self._read
-        uc = self.machine.uc
-        fn, uch, ids, ptrs, nregs, rbuf = rd._fn, rd._uch, rd._ids, rd._ptrs, rd._n, rd._buf
+        fn, uch, ids, ptrs, nregs, rbuf = rd.fn, rd.uch, rd.ids, rd.ptrs, rd.n, rd.buf
         frombytes = int.from_bytes
         buf = self._buf
         append = buf.append
@@ -706,10 +634,10 @@ class Tracer:
                 if len(buf) > _FLUSH_AT:
                     write("".join(buf))
                     buf.clear()
-            except BaseException as e:  # noqa: BLE001 - re-raised by emu_start
-                _hook_error(uc, e)
+            except BaseException as e:  # noqa: BLE001 - re-raised by Machine.run
+                m.hook_failed(e)
 
-        hook.guarded = True
+        hook.native = True
         return hook
 
     def _slow_start(self, cur: int, addr: int):
@@ -1073,7 +1001,6 @@ class Tracer:
                 self._mw.append((None, 8))
         elif kind == "xol_done":
             au = info["uprobe"].arch
-            from kernel_model.insn_x86 import FIX_CALL
             if au is not None and au.fixups & FIX_CALL:
                 self._mw.append((None, 8))
         elif kind == "sys_uretprobe":
@@ -1141,7 +1068,6 @@ class Tracer:
             au = info["uprobe"].arch
             fix = []
             if au is not None:
-                from kernel_model.insn_x86 import FIX_CALL, FIX_IP, FIX_SETF
                 if au.fixups & FIX_IP:
                     fix.append("ip")
                 if au.fixups & FIX_CALL:
@@ -1211,7 +1137,6 @@ def _consumer(uc) -> str:
 
 
 def _errno_name(n: int) -> str:
-    import errno
     return errno.errorcode.get(n, f"errno {n}")
 
 
@@ -1275,7 +1200,6 @@ def add_cli(sub, add_machine_options) -> None:
 
 
 def _count(text: str) -> int:
-    import argparse
     try:
         n = int(text, 0)
     except ValueError:
@@ -1286,7 +1210,6 @@ def _count(text: str) -> int:
 
 
 def cmd_trace(args) -> int:
-    from .cli import make_machine, report_result
     to_stdout = not args.output
     # A machine-readable trace on stdout keeps stdout for the trace alone; the guest's
     # own output then goes to stderr after the run.
@@ -1320,7 +1243,6 @@ def cmd_trace(args) -> int:
                 sys.stderr.buffer.write(bytes(data))
         sys.stderr.flush()
     if args.start is not None and not tracer.insns:
-        from .cli import print_error
         print_error(f"uprobe-emu: trace: {args.start} was never reached")
     return report_result(result, m)
 
@@ -1328,9 +1250,6 @@ def cmd_trace(args) -> int:
 def _bench(n: int = 500_000, fmts=("text",), repeat: int = 3) -> None:
     """``python -m emu.trace [N] [FORMAT...]``: traced instructions per second for
     guest:fib traced to a temporary file (best of ``repeat``)."""
-    import tempfile
-    import time
-    from .machine import Machine
     for fmt in fmts:
         best = float("inf")
         for _ in range(repeat):

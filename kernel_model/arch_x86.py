@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from emu.memory import GuestFault
+from emu.mm_types import GuestFault
 from emu.regs import TF
 
 from .insn_x86 import FIX_CALL, FIX_IP, FIX_SETF, ArchUprobe, analyze_insn, jcc_taken

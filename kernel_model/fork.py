@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from emu.memory import PAGE_SIZE, PROT_EXEC
+from emu.mm_types import PAGE_SIZE, PROT_EXEC
 
 from . import arch_x86 as arch
 from .uprobes_types import MmUprobes, XolArea

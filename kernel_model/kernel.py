@@ -4,7 +4,7 @@ trap entry points the machine calls (the kernel's do_int3 / exc_debug notifiers)
 from __future__ import annotations
 
 from emu.events import RefCtrUpdate
-from emu.memory import GuestFault, PROT_WRITE
+from emu.mm_types import GuestFault, PROT_WRITE
 from emu.signals import SIGNALS
 
 from .profiles import KernelProfile
@@ -34,13 +34,13 @@ class Kernel:
         """#BP from user mode: uprobes first (uprobe_pre_sstep_notifier), else SIGTRAP."""
         if self.uprobes.handle_int3(task, regs):
             return
-        self.machine.force_sig(task, SIGTRAP, detail="breakpoint trap (int3)", regs=regs)
+        self.machine.send_sig(task, SIGTRAP, detail="breakpoint trap (int3)")
 
     def do_debug(self, task, regs) -> None:
         """#DB from user mode: a uprobes single-step completes, else SIGTRAP."""
         if self.uprobes.handle_debug(task, regs):
             return
-        self.machine.force_sig(task, SIGTRAP, detail="trace trap (single-step)", regs=regs)
+        self.machine.send_sig(task, SIGTRAP, detail="trace trap (single-step)")
 
     def fixup_fault(self, task, regs) -> None:
         """A fault is about to become a signal: abort an out-of-line step first so the

@@ -15,7 +15,7 @@ import errno
 import struct
 
 from emu import events as ev
-from emu.memory import PAGE_SIZE, PROT_EXEC, PROT_READ, TASK_SIZE, GuestFault
+from emu.mm_types import PAGE_SIZE, PROT_EXEC, PROT_READ, TASK_SIZE, GuestFault
 from emu.signals import SIGNALS
 
 from .insn_x86 import NOP5, NOP10
@@ -199,8 +199,7 @@ class Optimizer:
         if self.design is None or not self.in_trampoline(proc, regs.rip):
             how = self.profile.uprobe_syscall_outside
             if how == "SIGILL":
-                self.machine.force_sig(task, SIGILL, detail="uprobe syscall outside a trampoline",
-                                       regs=regs)
+                self.machine.send_sig(task, SIGILL, detail="uprobe syscall outside a trampoline")
                 return None
             return -getattr(errno, how)
         d = self.design
@@ -208,7 +207,7 @@ class Optimizer:
         try:
             ax, r11, cx, retaddr = struct.unpack("<4Q", mem.read_user(regs.rsp, 32))  # uprobe_syscall_args
         except GuestFault:
-            self.machine.force_sig(task, SIGILL, detail="uprobe syscall: bad stack", regs=regs)
+            self.machine.send_sig(task, SIGILL, detail="uprobe syscall: bad stack")
             return None
         tramp_ret = regs.rip
         regs.rax, regs.r11, regs.rcx = ax, r11, cx
@@ -230,7 +229,7 @@ class Optimizer:
             mem.write_user(regs.rsp, struct.pack("<4Q", regs.rax & 0xFFFFFFFFFFFFFFFF, regs.r11,
                                                  regs.rcx, target & 0xFFFFFFFFFFFFFFFF))
         except GuestFault:
-            self.machine.force_sig(task, SIGILL, detail="uprobe syscall: bad stack", regs=regs)
+            self.machine.send_sig(task, SIGILL, detail="uprobe syscall: bad stack")
             return None
         regs.rip = tramp_ret
         regs.r11 = regs.eflags

@@ -166,12 +166,12 @@ def _starts_symbol(c: str) -> bool:
     return len(c) == 1 and (c.isascii() and c.isalpha() or c in "_.")
 
 
-def _is_good_name(name: str) -> bool:
+def is_good_name(name: str) -> bool:
     """``is_good_name()`` (kernel/trace/trace.h): a C identifier (ASCII)."""
     return bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name))
 
 
-def _is_good_system_name(name: str) -> bool:
+def is_good_system_name(name: str) -> bool:
     """``is_good_system_name()``: like a C identifier but ``-`` is allowed too."""
     return bool(re.fullmatch(r"[A-Za-z_\-][A-Za-z0-9_\-]*", name))
 
@@ -470,7 +470,7 @@ class _ArgParser:
             body, body_pos = text[eq + 1:], pos + eq + 1
         else:
             name, body, body_pos = f"arg{index}", text, pos
-        if not _is_good_name(name):
+        if not is_good_name(name):
             raise self.error(f"Argument name {name!r} must follow the same rules as "
                              "C identifiers", pos)
         if name in _RESERVED_FIELD_NAMES:
@@ -747,7 +747,7 @@ def perf_event_name(symbol: str, is_return: bool) -> str:
     if len(name) >= MAX_EVENT_NAME_LEN:
         raise ProbeSpecError(f"the event name {name!r} is too long (>= {MAX_EVENT_NAME_LEN} "
                              "bytes): name the event, p:[GRP/]EVENT")
-    if not _is_good_name(name):
+    if not is_good_name(name):
         raise ProbeSpecError(f"{name!r} (from symbol {symbol!r}) is an invalid event name: "
                              "name the event, p:[GRP/]EVENT")
     return name
@@ -901,7 +901,7 @@ class _SpecParser:
                 raise self.error(f"Group name is too long ({slash} > "
                                  f"{MAX_EVENT_NAME_LEN - 1} characters)", pos)
             group = ev[:slash]
-            if not _is_good_system_name(group):
+            if not is_good_system_name(group):
                 raise self.error(f"Group name {group!r} must follow the same rules as "
                                  "C identifiers", pos)
             ev, pos = ev[slash + 1:], pos + slash + 1
@@ -912,7 +912,7 @@ class _SpecParser:
         if len(ev) > MAX_EVENT_NAME_LEN:
             raise self.error(f"Event name is too long ({len(ev)} > {MAX_EVENT_NAME_LEN} "
                              "characters)", pos)
-        if not _is_good_name(ev):
+        if not is_good_name(ev):
             raise self.error(f"Event name {ev!r} must follow the same rules as C "
                              "identifiers", pos)
         return group, ev

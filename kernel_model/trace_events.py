@@ -13,7 +13,6 @@ import re
 from dataclasses import dataclass, field
 
 from emu.errors import ProbeSpecError
-from emu.syscalls import CLOCK_EPOCH_NS
 
 from .probe_spec import ProbeSpec, default_event_name, format_listing, format_profile_line, \
     format_trace_line, parse_probe_spec, perf_event_name
@@ -195,9 +194,7 @@ class TraceEvents:
         values = [(arg, arg.fetch(fctx)) for arg in ev.spec.args]
         if not ev.ftrace:
             return 0
-        sys = self.machine.syscalls
-        sys.clock_ns += 1000
-        ts = (sys.clock_ns - CLOCK_EPOCH_NS) / 1e9
+        ts = self.machine.syscalls.boot_clock_ns(advance=1000) / 1e9
         if ctx.is_return:
             ip, func = ctx.regs.rip, ctx.func
         else:

@@ -17,7 +17,7 @@ import itertools
 
 from emu import events as ev
 from emu.errors import RegistrationError, SymbolError
-from emu.memory import PAGE_SIZE, PROT_EXEC, PROT_WRITE, TASK_SIZE, GuestFault, MappedFile
+from emu.mm_types import PAGE_SIZE, PROT_EXEC, PROT_WRITE, TASK_SIZE, GuestFault, MappedFile
 from emu.regs import TF
 from emu.signals import SIGNALS
 
@@ -384,8 +384,7 @@ class Uprobes:
         if self.events:
             self.events.publish(ev.Emulated(task, uprobe, regs.rip))
         if regs.eflags & TF:
-            self.machine.force_sig(task, SIGTRAP, detail="single-step over an emulated probe",
-                                   regs=regs)
+            self.machine.send_sig(task, SIGTRAP, detail="single-step over an emulated probe")
         return True
 
     # -- out-of-line single-step ---------------------------------------------------
@@ -460,8 +459,7 @@ class Uprobes:
         if self.events:
             self.events.publish(ev.XolDone(task, uprobe, regs.rip))
         if sigtrap:
-            self.machine.force_sig(task, SIGTRAP, detail="single-step after a probed instruction",
-                                   regs=regs)
+            self.machine.send_sig(task, SIGTRAP, detail="single-step after a probed instruction")
         return True
 
     def _end_sstep(self, task, utask: UprobeTask) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from emu.memory import PAGE_SIZE, MappedFile
+from emu.mm_types import PAGE_SIZE, MappedFile
 
 from .arch_x86 import UPROBE_XOL_SLOT_BYTES
 from .insn_x86 import ArchUprobe

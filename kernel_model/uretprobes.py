@@ -33,7 +33,7 @@ from __future__ import annotations
 import struct
 
 from emu import events as ev
-from emu.memory import GuestFault
+from emu.mm_types import GuestFault
 from emu.signals import SIGNALS
 
 from . import arch_x86 as arch
@@ -179,8 +179,8 @@ class Uretprobes:
         handlers of the whole chain, newest first; stale chains dropped silently."""
         utask = task.utask
         if utask is None or not utask.return_instances:
-            self.machine.force_sig(task, SIGILL, detail="uretprobe trampoline without a "
-                                   "return instance", regs=regs)
+            self.machine.send_sig(task, SIGILL, detail="uretprobe trampoline without a "
+                                  "return instance")
             return
         stack = utask.return_instances
         while True:
@@ -241,14 +241,13 @@ class Uretprobes:
         mm = task.process.mm_uprobes
         area = mm.xol_area if mm else None
         if area is None or regs.rip != area.vaddr + arch.URETPROBE_SYSCALL_CHECK:
-            self.machine.force_sig(task, SIGILL, detail="uretprobe syscall outside the trampoline",
-                                   regs=regs)
+            self.machine.send_sig(task, SIGILL, detail="uretprobe syscall outside the trampoline")
             return None
         mem = task.process.mem
         try:
             r11, cx, ax = struct.unpack("<3Q", mem.read_user(regs.rsp, 24))  # struct uretprobe_syscall_args
         except GuestFault:
-            self.machine.force_sig(task, SIGILL, detail="uretprobe syscall: bad stack", regs=regs)
+            self.machine.send_sig(task, SIGILL, detail="uretprobe syscall: bad stack")
             return None
         regs.r11, regs.rcx, regs.rax = r11, cx, ax
         regs.rsp += 24
@@ -257,13 +256,15 @@ class Uretprobes:
         if self.events:
             self.events.publish(ev.SysUretprobe(task))
         self.uprobe_handle_trampoline(task, regs)
+        if self.machine.signal_pending(task):
+            return None                  # no return instance: SIGILL, nothing to copy back
         if regs.rsp != sp:
             return regs.rax              # a consumer moved sp: full pt_regs (IRET) return
         regs.rsp -= 24
         try:
             mem.write_user(regs.rsp, struct.pack("<3Q", regs.r11, regs.rcx, regs.rip))
         except GuestFault:
-            self.machine.force_sig(task, SIGILL, detail="uretprobe syscall: bad stack", regs=regs)
+            self.machine.send_sig(task, SIGILL, detail="uretprobe syscall: bad stack")
             return None
         regs.rip = ip
         regs.r11 = regs.eflags           # ensure SYSRET
