@@ -259,6 +259,7 @@ class Machine:
         self._result: RunResult | None = None
         self._pending_fault: tuple[str, int] | None = None
         self._stop_requested: str | None = None
+        self._sigint: str | None = None          # set by interruptible() on Ctrl-C
         self.exited = False
         self.last_result: RunResult | None = None
         self._hook_error = None
@@ -827,6 +828,10 @@ class Machine:
             if left is not None and left <= 0:
                 result = RunResult("timeout", rip=self._rip(), rip_symbol=self.symbolize(self._rip()))
                 break
+            if self._stop_requested:         # Ctrl-C came before this run started
+                result = RunResult("stopped", rip=self._rip(), rip_symbol=self.symbolize(self._rip()),
+                                   detail=self._stop_requested)
+                break
             rip = self._rip()
             task.slices += 1
             if task.pending_signals and self._exit_to_user(task, self.read_regs()):
@@ -893,7 +898,7 @@ class Machine:
         applies to the run that was going (resume after a stop is well-defined)."""
         self._result = None
         self._hook_error = None
-        self._stop_requested = None
+        self._stop_requested = self._sigint      # Ctrl-C inside interruptible() sticks
         self._pending_fault = None
 
     def _end(self, result: RunResult) -> RunResult:
@@ -1199,18 +1204,32 @@ class Machine:
 
 
 class _Interruptible:
+    """Ctrl-C stops the guest.  The Python-level handler stops it on the main thread at
+    once (so a read waiting on stdin never sees the EOF that may follow before the
+    helper thread runs); the helper thread, woken by the wakeup fd, stops it while
+    Unicorn runs guest code with the GIL released, where no Python handler can run.
+    A Ctrl-C stays in force for the rest of the block (a run that starts after it
+    stops at once)."""
+
+    SIGINT_DETAIL = "interrupted (SIGINT)"
+
     def __init__(self, machine: Machine):
         self.m = machine
+
+    def _fire(self, *_):
+        self.m._sigint = self.SIGINT_DETAIL
+        self.m.stop(self.SIGINT_DETAIL)
 
     def __enter__(self):
         if threading.current_thread() is not threading.main_thread():
             self.active = False
             return self
         self.active = True
+        self.m._sigint = None
         self.r, self.w = os.pipe()
         os.set_blocking(self.w, False)
         self.old_fd = host_signal.set_wakeup_fd(self.w)
-        self.old_handler = host_signal.signal(host_signal.SIGINT, lambda *_: None)
+        self.old_handler = host_signal.signal(host_signal.SIGINT, self._fire)
         self.thread = threading.Thread(target=self._watch, daemon=True)
         self.thread.start()
         return self
@@ -1221,7 +1240,7 @@ class _Interruptible:
             if not data or b"\xff" in data:
                 return
             if host_signal.SIGINT in data:
-                self.m.stop("interrupted (SIGINT)")
+                self._fire()
 
     def __exit__(self, *exc):
         if not self.active:
@@ -1232,4 +1251,5 @@ class _Interruptible:
         self.thread.join(1)
         os.close(self.r)
         os.close(self.w)
+        self.m._sigint = None
         return False

@@ -159,3 +159,24 @@ def test_an_endless_stdin_file_is_refused_by_diff_not_read_into_memory(hello):
     line = one_line_error(cli("diff", "--stdin", "/dev/zero", "-e", f"p {hello}:0x1000", hello,
                               timeout=60))
     assert "/dev/zero" in line and "MiB" in line, line
+
+
+@pytest.mark.parametrize("delay", [0.15, 0.3, 1.0])
+def test_ctrl_c_while_the_tool_starts_or_runs_is_one_line_and_130(delay):
+    """Importing the tool takes a while; a Ctrl-C then is no traceback either.  The
+    guest waits on its stdin (kept open), so only the signal can end the run."""
+    import shutil
+    import signal
+    import subprocess
+    import time
+    proc = subprocess.Popen([shutil.which("uprobe-emu"), "run", "/bin/busybox", "--", "cat"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(30)
+    finally:
+        proc.kill()
+    err = proc.stderr.read().decode()
+    assert proc.returncode == 130 and "Traceback" not in err, (proc.returncode, err)
+    assert len(err.strip().splitlines()) == 1, err

@@ -217,3 +217,22 @@ def test_a_signal_sent_outside_a_trap_is_delivered_before_the_next_instruction()
     r = m.run()
     got = (r.reason, r.signal, r.rip, r.detail, m.regs.rcx)
     assert got == ("signal", 10, entry, "sent by the test", 0), f"got {got}"
+
+
+SPIN = """
+_start:
+    jmp _start
+"""
+
+
+def test_ctrl_c_inside_interruptible_before_run_stops_the_run_at_once():
+    """A Ctrl-C that lands between ``interruptible()`` and ``run()`` is not lost."""
+    import os
+    import signal
+    m = Machine.from_asm(SPIN)
+    with m.interruptible():
+        os.kill(os.getpid(), signal.SIGINT)
+        r = m.run(timeout=20)
+    assert (r.reason, r.detail) == ("stopped", "interrupted (SIGINT)"), (r.reason, r.detail)
+    r2 = m.run(timeout=0.5)
+    assert r2.reason == "timeout", f"outside the block a run starts without the Ctrl-C: {r2.reason}"
