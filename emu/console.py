@@ -11,7 +11,7 @@ EXIT_INTERRUPTED = 130
 
 def main() -> int:
     try:
-        from emu.cli import main as cli_main
+        from emu.frontends.cli import main as cli_main
         return cli_main()       # handles Ctrl-C itself once it has parsed its arguments
     except KeyboardInterrupt:
         print("uprobe-emu: interrupted", file=sys.stderr)

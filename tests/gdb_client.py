@@ -8,7 +8,7 @@ import traceback
 
 from emu import Machine
 from emu.asm import asm_to_elf
-from emu.gdbstub import checksum, serve_once
+from emu.frontends.gdbstub import checksum, serve_once
 
 # exits 42 after three calls; `spin` loops for ever
 GUEST = """

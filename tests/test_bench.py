@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from emu import bench
-from emu.bench import EVENT_KEYS, SCENARIOS, ColumnSpec, count_events, parse_column
+from emu.frontends import bench
+from emu.frontends.bench import EVENT_KEYS, SCENARIOS, ColumnSpec, count_events, parse_column
 from emu.errors import InputError
 from kernel_model import costmodel
 from kernel_model.profiles import KernelProfile
@@ -368,7 +368,7 @@ def test_unknown_cost_profile_is_an_input_error():
 # ----------------------------------------------------------------------------- host kernel
 
 def _tracefs_reason():
-    from emu.hostdiff import HostKernelError, Tracefs
+    from emu.frontends.hostdiff import HostKernelError, Tracefs
     try:
         Tracefs().close()
     except HostKernelError as e:
@@ -379,7 +379,7 @@ def _tracefs_reason():
 @pytest.mark.skipif(_tracefs_reason() is not None, reason=f"host tracefs unusable: {_tracefs_reason()}")
 def test_host_kernel_run_counts_every_hit(tmp_path):
     import os
-    from emu.hostdiff import Tracefs, host_profile_name, run_tag
+    from emu.frontends.hostdiff import Tracefs, host_profile_name, run_tag
     from guest_programs import write_guest
     path = str(tmp_path / "bench_trigger")
     write_guest("bench_trigger", path)

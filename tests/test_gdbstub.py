@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from emu import Machine
-from emu.gdbstub import REGISTERS, serve_once, target_xml
+from emu.frontends.gdbstub import REGISTERS, serve_once, target_xml
 from guest_programs import write_guest
 
 GDB = shutil.which("gdb")

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from emu.gdbstub import PACKET_SIZE, FrameParser, checksum
+from emu.frontends.gdbstub import PACKET_SIZE, FrameParser, checksum
 from gdb_client import RawClient, Stub, guest_machine
 
 E = b"E01"

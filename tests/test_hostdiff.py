@@ -13,8 +13,8 @@ import subprocess
 
 import pytest
 
-from emu import hostdiff
-from emu.hostdiff import HostKernelError, HostProbes, Tracefs
+from emu.frontends import hostdiff
+from emu.frontends.hostdiff import HostKernelError, HostProbes, Tracefs
 from guest_programs import CORPUS, build_corpus_guest
 
 
@@ -135,7 +135,7 @@ def test_diff_cli_shows_the_first_divergence(corpus_dir):
 
 
 def test_non_root_gets_one_line_and_exit_2(monkeypatch, capsys):
-    from emu.cli import main
+    from emu.frontends.cli import main
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert main(["diff", "guest:hello", "-e", "guest:hello:_start"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

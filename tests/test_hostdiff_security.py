@@ -14,8 +14,8 @@ import time
 import pytest
 
 from cli_helpers import cli, one_line_error
-from emu import hostdiff
-from emu.hostdiff import Tracefs, run_tag
+from emu.frontends import hostdiff
+from emu.frontends.hostdiff import Tracefs, run_tag
 from test_hostdiff import needs_tracefs
 
 UEMU = shutil.which("uprobe-emu")

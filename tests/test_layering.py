@@ -163,3 +163,42 @@ def test_no_import_cycles():
 
 def test_the_cycle_check_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+SHIMS = {"emu.cli", "emu.stepper", "emu.trace", "emu.testing", "emu.console"}
+
+
+@pytest.mark.parametrize("mod", [m for m in MODULES if _top(m) == "emu" and
+                                 not m.startswith("emu.frontends") and m not in SHIMS])
+def test_the_engine_does_not_import_the_front_ends(mod):
+    """emu/ is the engine; only the thin re-export modules kept for old import paths
+    (and the console script) name emu.frontends."""
+    bad = [(t, line) for t, _, line in _imports(mod, module_level=False) if t.startswith("emu.frontends")]
+    assert not bad, f"{mod} imports front ends {bad}"
+
+
+def _machine_private_names() -> set[str]:
+    """Private methods and attributes of class Machine (emu/machine.py)."""
+    tree = ast.parse(MODULES["emu.machine"].read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Machine")
+    names = {n.name for n in cls.body if isinstance(n, ast.FunctionDef) and n.name.startswith("_")
+             and not n.name.startswith("__")}
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                node.value.id == "self" and node.attr.startswith("_") and not node.attr.startswith("__"):
+            names.add(node.attr)
+    return names
+
+
+def test_the_machine_has_private_state_to_protect():
+    assert {"_result", "_hook_error", "_stop_requested", "_emulate"} <= _machine_private_names()
+
+
+@pytest.mark.parametrize("mod", [m for m in MODULES if m not in ("emu.machine",)])
+def test_no_module_outside_the_machine_uses_its_private_members(mod):
+    private = _machine_private_names()
+    path = MODULES[mod]
+    bad = [(n.attr, n.lineno) for n in ast.walk(ast.parse(path.read_text(), str(path)))
+           if isinstance(n, ast.Attribute) and n.attr in private and
+           not (isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"))]
+    assert not bad, f"{mod} uses private members of Machine: {bad}"

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from emu import Machine
-from emu.trace import Tracer
+from emu.frontends.trace import Tracer
 
 # f is translated (and run) before the trace starts at `mark`, then called again.
 CALLED_TWICE = """

@@ -340,7 +340,7 @@ def test_output_is_not_kept_unless_asked():
 
 
 def test_cli_max_memory_option(tmp_path):
-    from emu.cli import main
+    from emu.frontends.cli import main
     elf = tmp_path / "g"
     elf.write_bytes(_elf_with_memsz(0x10000000))       # 256 MiB segment
     assert main(["run", str(elf), "--max-memory", "128M"]) == 2

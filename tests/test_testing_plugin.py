@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from emu.testing import Regs
+from emu.frontends.testing import Regs
 
 pytest_plugins = ["pytester"]
 
@@ -21,18 +21,18 @@ def test_the_readme_example_file_passes(pytester):
 
 def test_plugin_is_registered_as_a_pytest11_entry_point():
     from importlib.metadata import entry_points
-    eps = [ep for ep in entry_points(group="pytest11") if ep.value == "emu.testing"]
+    eps = [ep for ep in entry_points(group="pytest11") if ep.value == "emu.frontends.testing"]
     assert eps, "pip install . registers the pytest11 entry point 'uprobe_emu'"
 
 
 def test_failure_prints_only_differing_registers_in_gdb_layout(pytester):
     pytester.makepyfile(test_regs="""
-        from emu.testing import snapshot
+        from emu.frontends.testing import snapshot
 
         def test_differs(emu_asm):
             a = emu_asm("_start:\\n    mov rax, 5\\n    mov eax, 231\\n    syscall\\n")
             b = emu_asm("_start:\\n    mov rax, 7\\n    mov eax, 231\\n    syscall\\n")
-            from emu.testing import run_to
+            from emu.frontends.testing import run_to
             ra = run_to(a, a.resolve("_start") + 7)
             rb = run_to(b, b.resolve("_start") + 7)
             assert ra == rb
@@ -48,7 +48,7 @@ def test_failure_prints_only_differing_registers_in_gdb_layout(pytester):
 
 def test_expect_signal_failure_message(pytester):
     pytester.makepyfile(test_sig="""
-        from emu.testing import expect_signal
+        from emu.frontends.testing import expect_signal
 
         def test_wrong(emu_machine):
             expect_signal(emu_machine(guest="exit42"), "SIGSEGV")

@@ -22,7 +22,7 @@ import pytest
 from cli_helpers import cli, one_line_error
 from emu import Machine
 from emu.asm import asm_to_elf
-from emu.trace import FORMATS, Tracer
+from emu.frontends.trace import FORMATS, Tracer
 from guest_programs import write_guest
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -24,10 +24,10 @@ import socket
 import sys
 import threading
 
-from .cli import make_machine, port_number
-from .errors import EmuError, InputError
-from .memory import GuestFault
-from .stepper import Stepper, StepperError
+from emu.frontends.cli import make_machine, port_number
+from emu.errors import EmuError, InputError
+from emu.memory import GuestFault
+from emu.frontends.stepper import Stepper, StepperError
 
 SIGTRAP, SIGINT = 5, 2
 

@@ -75,15 +75,15 @@ from kernel_model import costmodel
 from kernel_model.profiles import KernelProfile
 from kernel_model.usdt import usdt_attach_offsets
 
-from . import baseline
-from .asm import asm_to_elf
-from .cli import count, seconds
-from .elf import parse_elf
-from .errors import EmuError, InputError, RegistrationError
-from .events import Syscall
-from .hostdiff import HostKernelError, HostProbes, ResolvedProbe, Tracefs, host_profile_name, run_tag
-from .machine import Machine
-from .mm_types import MappedFile
+from emu import baseline
+from emu.asm import asm_to_elf
+from emu.frontends.cli import count, seconds
+from emu.elf import parse_elf
+from emu.errors import EmuError, InputError, RegistrationError
+from emu.events import Syscall
+from emu.frontends.hostdiff import HostKernelError, HostProbes, ResolvedProbe, Tracefs, host_profile_name, run_tag
+from emu.machine import Machine
+from emu.mm_types import MappedFile
 
 SCHEMA = "uprobe-emu.bench/1"
 GUEST = "bench_trigger"

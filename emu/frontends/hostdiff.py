@@ -30,7 +30,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 
-from .errors import EmuError, InputError
+from emu.errors import EmuError, InputError
 
 TRACE_LINE = re.compile(
     r"^\s*(?P<task>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<flags>\S+\s+)?(?P<ts>\d+\.\d+): "
@@ -419,7 +419,7 @@ class ResolvedProbe:
 def resolve_specs(path: str, specs: list[str]) -> tuple[list[ResolvedProbe], object]:
     """Resolve user specs against the ELF to (kind, file offset, fetchargs text)."""
     from kernel_model.trace_events import parse_user_spec
-    from .elf import load_elf_file
+    from emu.elf import load_elf_file
     image = load_elf_file(path)
     out = []
     for i, text in enumerate(specs):
@@ -515,8 +515,8 @@ def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: b
 
 def run_model(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: bytes,
               kernel: str, max_insns: int | None) -> RunRecord:
-    from .machine import Machine
-    from .errors import RegistrationError
+    from emu.machine import Machine
+    from emu.errors import RegistrationError
     m = Machine.from_elf(path, argv=argv, stdin=stdin, kernel=kernel)
     group = "uemu"
     for p in probes:
@@ -567,7 +567,7 @@ def compare(native: RunRecord, model: RunRecord, context: int = 3) -> list[str]:
 # ----------------------------------------------------------------------------- CLI
 
 def add_cli(sub, add_machine_options) -> None:
-    from .cli import count, seconds
+    from emu.frontends.cli import count, seconds
     p = sub.add_parser("diff", help="run a guest under the host kernel's uprobes and the model; compare",
                        description="Run PROGRAM natively with the probes created through tracefs "
                                    "and in the model under the matching kernel profile, then "
@@ -591,7 +591,7 @@ def add_cli(sub, add_machine_options) -> None:
 
 
 def cmd_diff(args) -> int:
-    from .cli import read_stdin_file
+    from emu.frontends.cli import read_stdin_file
     stdin = read_stdin_file(args.stdin)
     path, tmpdir = _program_path(args.program)
     try:

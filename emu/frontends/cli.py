@@ -1,0 +1,333 @@
+"""``uprobe-emu``: run guests under the uprobes model from the shell.
+
+Exit codes: the guest's own status; 128+N when the guest died of signal N (one report
+line on stderr); 124 when the instruction budget or the timeout ended the run; 130 on
+Ctrl-C; 2 for a usage or input error (one readable line, never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+from emu.errors import EmuError, printable
+
+EXIT_USAGE = 2
+EXIT_BUDGET = 124
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit code 2."""
+
+    def error(self, message):
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def _size(text: str) -> int:
+    """A byte count: 4294967296, 0x100000000, 512M, 4G, 4GiB."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    try:
+        value = int(t[:-1] if scale > 1 else t, 0) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r}") from None
+    if value < 4096:
+        raise argparse.ArgumentTypeError(f"must be at least one page (4096 bytes): {text!r}")
+    return value
+
+
+def count(text: str) -> int:
+    """An option value that counts something: an integer >= 0 (0x.. and 0o.. accepted)."""
+    n = _int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text!r}")
+    return n
+
+
+def seconds(text: str) -> float:
+    """A duration: a finite number >= 0 (``nan`` and ``inf`` would reach Unicorn's
+    microsecond timeout as a conversion error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text!r}")
+    return value
+
+
+def port_number(text: str) -> int:
+    """A TCP port, 0-65535 (0 = any free port); socket.bind() raises OverflowError else."""
+    n = _int(text)
+    if not 0 <= n <= 0xFFFF:
+        raise argparse.ArgumentTypeError(f"a TCP port is 0-65535, not {text!r}")
+    return n
+
+
+def _add_machine_options(p: argparse.ArgumentParser) -> None:
+    from kernel_model.profiles import KernelProfile
+    p.add_argument("--kernel", default="latest", metavar="V",
+                   help=f"kernel profile ({', '.join(KernelProfile.names())}); default latest")
+    p.add_argument("--max-insns", type=count, default=0, metavar="N",
+                   help="exact instruction budget (default 0 = none: full speed, the timeout "
+                        "bounds the run; a budget costs ~5x on hot loops)")
+    p.add_argument("--timeout", type=seconds, default=120.0, metavar="S",
+                   help="wall-clock limit (default 120; 0 = none)")
+    p.add_argument("--max-memory", type=_size, default=None, metavar="SIZE",
+                   help="limit of the guest's mappings over all its processes (e.g. 512M, "
+                        "default 4G); past it mmap/brk/fork fail with ENOMEM")
+    p.add_argument("--stdin", metavar="FILE",
+                   help="file the guest reads on fd 0, as it reads (default: this command's stdin)")
+    p.add_argument("--mem-total", type=_size, default=None, metavar="SIZE",
+                   help="RAM the guest's sysinfo reports, e.g. 512M, 8G (default 4G)")
+    p.add_argument("--grant-dir", metavar="DIR",
+                   help="host directory the guest may open files in (default: none)")
+    p.add_argument("--seed", type=_int, default=0, metavar="N",
+                   help="seed of the scheduler's interleaving and of getrandom (default 0)")
+    p.add_argument("-e", "--event", action="append", default=[], metavar="SPEC",
+                   help="probe spec: tracefs 'p:[GRP/]EV PATH:OFF [ARGS]', 'r:...', "
+                        "'PATH:SYMBOL[+OFF][%%return]', 'uprobe:PATH:SYM', 'uretprobe:PATH:SYM'")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="uprobe-emu",
+                     description="Run x86_64 guests on Unicorn under a model of Linux uprobes.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    run = sub.add_parser("run", help="run a guest (PROGRAM: a static ELF path or guest:NAME)",
+                         description="Run PROGRAM [ARGS...]; arguments for the guest that start "
+                                     "with '-' go after '--'.")
+    run.add_argument("program", metavar="PROGRAM")
+    run.add_argument("args", nargs="*", metavar="ARGS")
+    _add_machine_options(run)
+    run.add_argument("--events-file", "--events", dest="events_file", metavar="FILE",
+                     help="write probe hit lines here instead of stderr")
+    run.add_argument("--counters", action="store_true", help="print the event counters at exit")
+
+    g = sub.add_parser("guests", help="list the built-in guests")
+    g.add_argument("--write", metavar="DIR", help="also write each guest as an ELF file into DIR")
+
+    # Further subcommands live with their features: each module's add_cli(sub, common)
+    # adds a subparser whose defaults carry func=cmd_xxx.
+    import importlib
+    for name in CLI_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+            continue
+        mod.add_cli(sub, _add_machine_options)
+    return parser
+
+
+# Modules that contribute subcommands (trace, step, bench, diff, gdbserver ...).
+CLI_MODULES = ("emu.frontends.trace", "emu.frontends.stepper", "emu.frontends.bench",
+               "emu.frontends.hostdiff", "emu.frontends.gdbstub")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    guest_tail: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, guest_tail = argv[:i], argv[i + 1:]
+    parser = build_parser()
+    try:
+        args = _parse(parser, _attach_delete_events(argv))
+        args.guest_tail = guest_tail
+        return _dispatch(args)
+    except UsageError as e:
+        print_error(str(e))
+        return EXIT_USAGE
+    except EmuError as e:
+        print_error(f"uprobe-emu: error: {e}")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("uprobe-emu: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return 0
+
+
+def print_error(line: str) -> None:
+    """The one way an error reaches the terminal: one line, control bytes escaped."""
+    print(printable(line), file=sys.stderr)
+
+
+def _attach_delete_events(argv: list[str]) -> list[str]:
+    """``-e -:[GRP/]EVENT`` is a delete request, not an option: argparse takes any word
+    starting with ``-`` for an option, so the value is attached (``--event=-:...``)."""
+    out: list[str] = []
+    it = iter(argv)
+    for word in it:
+        if word in ("-e", "--event"):
+            value = next(it, None)
+            if value is not None and value.startswith("-:"):
+                out.append(f"--event={value}")
+                continue
+            out.append(word)
+            if value is not None:
+                out.append(value)
+            continue
+        out.append(word)
+    return out
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Options may come before or after PROGRAM (argparse's intermixed parsing, which
+    only works on the subcommand's own parser)."""
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if not argv or argv[0].startswith("-") or argv[0] not in subparsers.choices:
+        return parser.parse_args(argv)          # --help, or a usage error
+    args = subparsers.choices[argv[0]].parse_intermixed_args(argv[1:])
+    args.command = argv[0]
+    return args
+
+
+def _dispatch(args) -> int:
+    if args.command == "guests":
+        return cmd_guests(args)
+    if args.command == "run":
+        return cmd_run(args)
+    func = getattr(args, "func", None)
+    if func is None:
+        raise UsageError(f"uprobe-emu: unknown command {args.command!r}")
+    return func(args)
+
+
+def cmd_guests(args) -> int:
+    from guest_programs import GUESTS, write_guest
+    for name in sorted(GUESTS):
+        print(f"guest:{name:<18} {GUESTS[name].description}")
+    if args.write:
+        try:
+            os.makedirs(args.write, exist_ok=True)
+            for name in GUESTS:
+                write_guest(name, os.path.join(args.write, name))
+        except OSError as e:
+            raise EmuError(f"cannot write the guests into {args.write!r}: "
+                           f"{e.strerror or e}") from None
+    return 0
+
+
+# `diff` feeds the same stdin bytes to the native run and the model, so it holds them
+# in memory: bounded, so `diff --stdin /dev/zero` is an error, not a host out of memory.
+MAX_STDIN_BYTES = 64 << 20
+
+
+def read_stdin_file(path: str | None) -> bytes:
+    """The bytes of ``--stdin FILE`` (b"" without one), at most MAX_STDIN_BYTES."""
+    if not path:
+        return b""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_STDIN_BYTES + 1)
+    except OSError as e:
+        raise EmuError(f"cannot read --stdin file {path!r}: {e.strerror or e}") from None
+    if len(data) > MAX_STDIN_BYTES:
+        raise EmuError(f"--stdin file {path!r} is larger than {MAX_STDIN_BYTES >> 20} MiB")
+    return data
+
+
+def _open_stdin(args, own_stdin: bool) -> bytes | int:
+    """The guest's fd 0: the --stdin file (opened without blocking on a FIFO, read as
+    the guest reads), else this command's own stdin, else (own_stdin False: the
+    command reads its stdin itself) an empty pipe."""
+    if args.stdin:
+        try:
+            return os.open(args.stdin, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError as e:
+            raise EmuError(f"cannot read --stdin file {args.stdin!r}: {e.strerror}") from None
+    return 0 if own_stdin else b""
+
+
+def make_machine(args, passthrough: bool = True, own_stdin: bool = True):
+    """The machine of a CLI run.  With ``passthrough`` the guest's fds 0-2 are
+    described as this command's own (a terminal, a file or a pipe), as they would be
+    natively; otherwise its output is captured, so fds 1 and 2 are pipes."""
+    from emu.machine import Machine
+    if args.grant_dir and not os.path.isdir(args.grant_dir):
+        raise EmuError(f"--grant-dir {args.grant_dir!r} is not a directory")
+    extra = list(getattr(args, "args", []) or []) + list(getattr(args, "guest_tail", []))
+    prog = args.program
+    guest_argv = [prog[len("guest:"):] if prog.startswith("guest:") else prog] + extra
+    stdin = _open_stdin(args, own_stdin and passthrough)
+    try:
+        return Machine.from_program(args.program, argv=guest_argv, kernel=args.kernel, stdin=stdin,
+                                    passthrough=passthrough, grant_dir=args.grant_dir,
+                                    seed=getattr(args, "seed", 0),
+                                    stdio="host" if passthrough else "pipe",
+                                    mem_total=getattr(args, "mem_total", None),
+                                    **_memory_option(args))
+    finally:
+        if isinstance(stdin, int) and stdin != 0:
+            os.close(stdin)
+
+
+def _memory_option(args) -> dict:
+    size = getattr(args, "max_memory", None)
+    return {} if size is None else {"max_memory": size}
+
+
+def report_result(result, machine=None) -> int:
+    if result.reason == "exit":
+        return result.status
+    print_error(f"uprobe-emu: guest {result.describe()}")
+    if result.reason == "signal":
+        return result.status
+    if result.reason == "stopped" and "SIGINT" in result.detail:
+        return EXIT_INTERRUPTED
+    return EXIT_BUDGET
+
+
+def cmd_run(args) -> int:
+    m = make_machine(args)
+    out = _open_events(args)
+    try:
+        if args.event:
+            m.uprobes.add_events(args.event, output=out)
+        with m.interruptible():
+            result = m.run(max_insns=args.max_insns or None, timeout=args.timeout or None)
+    finally:
+        if out not in (None, sys.stderr):
+            out.close()
+    code = report_result(result, m)
+    if args.counters:
+        _print_counters(m)
+    return code
+
+
+def _open_events(args):
+    if not getattr(args, "events_file", None):
+        return sys.stderr
+    try:
+        return open(args.events_file, "w")
+    except OSError as e:
+        raise EmuError(f"cannot write {args.events_file!r}: {e.strerror}") from None
+
+
+def _print_counters(m) -> None:
+    snap = m.counters.snapshot()
+    for k, v in snap.items():
+        if v:
+            print(f"{k}: {v}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
