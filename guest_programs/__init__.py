@@ -8,9 +8,12 @@ read it.
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
 from dataclasses import dataclass
 from importlib import resources
 
+from emu.asm import asm_to_elf
 from emu.errors import InputError
 
 
@@ -42,7 +45,6 @@ def guest_source(name: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _build(name: str) -> bytes:
-    from emu.asm import asm_to_elf
     elf, _ = asm_to_elf(guest_source(name))
     return elf
 
@@ -93,8 +95,6 @@ CORPUS = {g.name: g for g in (
 
 def build_corpus_guest(name: str, out_dir: str, gcc: str = "gcc") -> str:
     """Compile a corpus guest (static, -O1, frame pointers) into ``out_dir``."""
-    import os
-    import subprocess
     if name not in CORPUS:
         raise InputError(f"unknown corpus guest {name!r}; try one of: {', '.join(sorted(CORPUS))}")
     g = CORPUS[name]

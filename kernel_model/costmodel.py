@@ -59,6 +59,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from emu.errors import InputError
+
 FEATURES = ("insn", "int3", "singlestep", "syscall", "uprobe", "uretprobe", "emulate",
             "ri_alloc", "ri_reuse", "args_fill", "text_write")
 
@@ -391,7 +393,6 @@ def machines() -> Mapping[str, CostProfile]:
 def get_machine(name: str) -> CostProfile:
     ms = machines()
     if name not in ms:
-        from emu.errors import InputError
         raise InputError(f"unknown cost profile {name!r}; known: {', '.join(ms)}")
     return ms[name]
 

@@ -7,16 +7,17 @@ from emu.events import RefCtrUpdate
 from emu.mm_types import GuestFault, PROT_WRITE
 from emu.signals import SIGNALS
 
+from .fork import copy_process, dup_mmap, vma_dontcopy
+from .optimize import Optimizer
 from .profiles import KernelProfile
+from .trace_events import TraceEvents
+from .uprobes import Uprobes
 
 SIGTRAP = SIGNALS["SIGTRAP"]
 
 
 class Kernel:
     def __init__(self, machine, profile="latest", **overrides):
-        from .optimize import Optimizer
-        from .trace_events import TraceEvents
-        from .uprobes import Uprobes
         self.machine = machine
         self.profile = profile if isinstance(profile, KernelProfile) else \
             KernelProfile.get(profile, **overrides)
@@ -58,15 +59,12 @@ class Kernel:
 
     def copy_process(self, parent_task, child_task, *, share_mm: bool, vfork: bool) -> None:
         """uprobe_copy_process: pending return instances for fork/vfork children."""
-        from .fork import copy_process
         copy_process(self.uprobes, parent_task, child_task, share_mm=share_mm, vfork=vfork)
 
     def vma_dontcopy(self, vma) -> bool:
-        from .fork import vma_dontcopy
         return vma_dontcopy(self.profile, vma)
 
     def dup_mmap(self, parent, child) -> None:
-        from .fork import dup_mmap
         dup_mmap(self.uprobes, parent, child)
 
     # -- USDT semaphores ---------------------------------------------------------

@@ -12,11 +12,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from emu.errors import ProbeSpecError
+from emu.errors import ProbeSpecError, SymbolError
 
 from .probe_spec import ProbeSpec, default_event_name, format_listing, format_profile_line, \
     format_trace_line, parse_probe_spec, perf_event_name
 from .uprobes_types import UprobeConsumer
+from .usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
 
 _KNOWN_HEAD = re.compile(r"^(?:[pr](?::|\s|$)|-:|(?:uprobe|u|uretprobe|ur):)")
 
@@ -132,7 +133,6 @@ class TraceEvents:
 
     def _add_usdt(self, text: str, **kw) -> TraceEvent:
         """``usdt:PATH:[PROVIDER:]NAME``: one event per note site, named PROVIDER_NAME."""
-        from .usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
         path, provider, name = parse_usdt_spec(text)
         file = self.uprobes.find_file(path)
         first = None
@@ -162,7 +162,6 @@ class TraceEvents:
         if spec.symbol is not None:
             return up.symbol_offset(file, spec.symbol, spec.sym_offset)
         if spec.address is not None:
-            from emu.errors import SymbolError
             if file.elf is None:
                 raise SymbolError(f"{file.path} has no program headers to map {spec.address:#x}")
             return file, file.elf.vaddr_to_offset(spec.address)

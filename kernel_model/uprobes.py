@@ -14,6 +14,7 @@ and ``insn_x86``; return probes in ``uretprobes``.
 from __future__ import annotations
 
 import itertools
+import os
 
 from emu import events as ev
 from emu.errors import RegistrationError, SymbolError
@@ -23,6 +24,7 @@ from emu.signals import SIGNALS
 
 from . import arch_x86 as arch
 from .uretprobes import Uretprobes
+from .usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
 from .uprobes_types import (UINSNS_PER_PAGE, UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE,  # noqa: F401
                             UTASK_RUNNING, UTASK_SSTEP, ArchUprobeTask, MmUprobes, Uprobe,
                             UprobeConsumer, UprobeContext, UprobeTask, XolArea)
@@ -88,7 +90,6 @@ class Uprobes:
                 return f
         if path in ("", None) and files:
             return files[0]
-        import os
         for f in files:
             if os.path.basename(f.path) == os.path.basename(path):
                 return f
@@ -489,7 +490,6 @@ class Uprobes:
     def register_usdt(self, spec: str, handler=None, ret_handler=None, filter=None) -> list:
         """Attach a consumer to every site of ``usdt:PATH:[PROVIDER:]NAME`` (libbpf's
         nop-combo rule and semaphores included); returns the consumers."""
-        from .usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
         path, provider, name = parse_usdt_spec(spec)
         file = self.find_file(path)
         out = []

@@ -8,11 +8,15 @@ Ctrl-C; 2 for a usage or input error (one readable line, never a traceback).
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import os
 import sys
 
 from emu.errors import EmuError, printable
+from emu.machine import Machine
+from guest_programs import GUESTS, write_guest
+from kernel_model.profiles import KernelProfile
 
 EXIT_USAGE = 2
 EXIT_BUDGET = 124
@@ -79,7 +83,6 @@ def port_number(text: str) -> int:
 
 
 def _add_machine_options(p: argparse.ArgumentParser) -> None:
-    from kernel_model.profiles import KernelProfile
     p.add_argument("--kernel", default="latest", metavar="V",
                    help=f"kernel profile ({', '.join(KernelProfile.names())}); default latest")
     p.add_argument("--max-insns", type=count, default=0, metavar="N",
@@ -124,7 +127,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Further subcommands live with their features: each module's add_cli(sub, common)
     # adds a subparser whose defaults carry func=cmd_xxx.
-    import importlib
     for name in CLI_MODULES:
         try:
             mod = importlib.import_module(name)
@@ -212,7 +214,6 @@ def _dispatch(args) -> int:
 
 
 def cmd_guests(args) -> int:
-    from guest_programs import GUESTS, write_guest
     for name in sorted(GUESTS):
         print(f"guest:{name:<18} {GUESTS[name].description}")
     if args.write:
@@ -261,7 +262,6 @@ def make_machine(args, passthrough: bool = True, own_stdin: bool = True):
     """The machine of a CLI run.  With ``passthrough`` the guest's fds 0-2 are
     described as this command's own (a terminal, a file or a pipe), as they would be
     natively; otherwise its output is captured, so fds 1 and 2 are pipes."""
-    from emu.machine import Machine
     if args.grant_dir and not os.path.isdir(args.grant_dir):
         raise EmuError(f"--grant-dir {args.grant_dir!r} is not a directory")
     extra = list(getattr(args, "args", []) or []) + list(getattr(args, "guest_tail", []))

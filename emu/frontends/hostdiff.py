@@ -30,7 +30,14 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 
-from emu.errors import EmuError, InputError
+from emu.elf import load_elf_file
+from emu.errors import EmuError, InputError, RegistrationError
+from emu.frontends.cli import count, read_stdin_file, seconds
+from emu.machine import Machine
+from guest_programs import write_guest
+from kernel_model.probe_spec import is_good_name, is_good_system_name
+from kernel_model.profiles import KernelProfile
+from kernel_model.trace_events import parse_user_spec
 
 TRACE_LINE = re.compile(
     r"^\s*(?P<task>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<flags>\S+\s+)?(?P<ts>\d+\.\d+): "
@@ -76,7 +83,6 @@ def parse_trace(text: str) -> list[dict]:
 
 def host_profile_name(release: str | None = None) -> str:
     """The kernel profile matching a release string (6.18.44-... -> 6.18)."""
-    from kernel_model.profiles import KernelProfile
     release = release or os.uname().release
     m = re.match(r"(\d+)\.(\d+)", release)
     if not m:
@@ -301,7 +307,6 @@ def probe_command(kind: str, group: str, event: str, path: str, offset: int, arg
     """One ``uprobe_events`` definition, every field checked so that the line is exactly
     one command with exactly these fields (trace_uprobe.c's __trace_uprobe_create():
     ``[pr]:GROUP/EVENT PATH:OFFSET FETCHARGS...``)."""
-    from kernel_model.probe_spec import is_good_name, is_good_system_name
     if kind not in ("p", "r"):
         raise InputError(f"diff: probe kind {kind!r} is not p or r")
     if not is_good_system_name(group) or not is_good_name(event):
@@ -418,8 +423,6 @@ class ResolvedProbe:
 
 def resolve_specs(path: str, specs: list[str]) -> tuple[list[ResolvedProbe], object]:
     """Resolve user specs against the ELF to (kind, file offset, fetchargs text)."""
-    from kernel_model.trace_events import parse_user_spec
-    from emu.elf import load_elf_file
     image = load_elf_file(path)
     out = []
     for i, text in enumerate(specs):
@@ -515,8 +518,6 @@ def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: b
 
 def run_model(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: bytes,
               kernel: str, max_insns: int | None) -> RunRecord:
-    from emu.machine import Machine
-    from emu.errors import RegistrationError
     m = Machine.from_elf(path, argv=argv, stdin=stdin, kernel=kernel)
     group = "uemu"
     for p in probes:
@@ -567,7 +568,6 @@ def compare(native: RunRecord, model: RunRecord, context: int = 3) -> list[str]:
 # ----------------------------------------------------------------------------- CLI
 
 def add_cli(sub, add_machine_options) -> None:
-    from emu.frontends.cli import count, seconds
     p = sub.add_parser("diff", help="run a guest under the host kernel's uprobes and the model; compare",
                        description="Run PROGRAM natively with the probes created through tracefs "
                                    "and in the model under the matching kernel profile, then "
@@ -591,7 +591,6 @@ def add_cli(sub, add_machine_options) -> None:
 
 
 def cmd_diff(args) -> int:
-    from emu.frontends.cli import read_stdin_file
     stdin = read_stdin_file(args.stdin)
     path, tmpdir = _program_path(args.program)
     try:
@@ -620,7 +619,6 @@ def cmd_diff(args) -> int:
 def _program_path(program: str) -> tuple[str, str | None]:
     """A real file for the native run: guest:NAME is written out as an ELF."""
     if program.startswith("guest:"):
-        from guest_programs import write_guest
         tmpdir = tempfile.mkdtemp(prefix="uemu-guest-")
         name = program[len("guest:"):]
         path = os.path.join(tmpdir, name)
