@@ -69,7 +69,7 @@ def _load_image(machine, image, mfile, argv: list[str], env: list[str] | None) -
         # a partially file-backed last page is zero past filesz (bss start)
         tail_start = seg.vaddr + bias + seg.filesz
         if seg.memsz > seg.filesz and tail_start < file_backed_end:
-            mem.uc.mem_write(tail_start, b"\0" * (file_backed_end - tail_start))
+            mem.write(tail_start, b"\0" * (file_backed_end - tail_start))
         end_of_bss = max(end_of_bss, seg.vaddr + bias + seg.memsz)
     proc.brk_start = proc.brk = page_up(end_of_bss)
     machine.symbols = {name: s.value + bias for name, s in image.symbols.items()}
@@ -126,7 +126,7 @@ def _setup_stack(machine, argv, env, image, phdr, bias) -> int:
         words += [k, v]
     table = struct.pack(f"<{len(words)}Q", *words)
     sp = (strings_start - len(table)) & ~0xF
-    mem.uc.mem_write(sp, table)
-    mem.uc.mem_write(strings_start, bytes(strings))
+    mem.write(sp, table)
+    mem.write(strings_start, bytes(strings))
     machine.auxv = dict(auxv)
     return sp

@@ -370,6 +370,11 @@ class Memory:
             raise GuestFault(addr, "read")
         return buf.raw
 
+    def write(self, addr: int, data: bytes) -> None:
+        """Raw write (the kernel's FOLL_FORCE view, as exec fills a new image):
+        ignores permissions; faults only where nothing is mapped."""
+        self._raw_write(addr, bytes(data))
+
     def _raw_write(self, addr: int, data: bytes) -> None:
         if self.uc is None or uclib.uc_mem_write(self.uc._uch, addr, data, len(data)):
             raise GuestFault(addr, "write")
