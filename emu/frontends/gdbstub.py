@@ -27,7 +27,7 @@ import threading
 from emu.frontends.cli import make_machine, port_number
 from emu.errors import EmuError, InputError
 from emu.memory import GuestFault
-from emu.frontends.stepper import Stepper, StepperError
+from emu.frontends.stepper.engine import Stepper, StepperError
 
 SIGTRAP, SIGINT = 5, 2
 

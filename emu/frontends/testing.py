@@ -80,7 +80,7 @@ class Regs(Mapping):
 
     def gdb_line(self, name: str, value: int | None = None) -> str:
         """One register in gdb's ``info registers`` layout (the stepper's formatter)."""
-        from emu.frontends.stepper import register_line
+        from emu.frontends.stepper.format import register_line
         return register_line(name, self._v[name] if value is None else value, self._gdb_label)
 
     def _gdb_label(self, addr: int) -> str | None:

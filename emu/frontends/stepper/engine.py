@@ -1,0 +1,706 @@
+"""The stepping engine (the bdb half of the stepper): :class:`Stepper` owns the stop
+decisions, the breakpoint table and the frames over one machine; it has no UI.  The gdb-like
+shell on top of it is :mod:`emu.frontends.stepper.shell`, the gdb remote stub another client.
+
+**The kernel model's transitional states are never a stop.**  A probed instruction is
+stepped as the unprobed one would be: its uprobe handlers run exactly once, and the step
+ends where the original instruction would have put rip.  What the kernel does in between
+(the ``int3`` trap, an out-of-line step in the ``[uprobes]`` XOL page, the uretprobe
+trampoline, the ``call`` into an optimized probe's ``[uprobes-trampoline]``) is executed
+through with further single instructions, counted in :attr:`Stepper.hidden_insns`, not in
+:attr:`Stepper.insns`.
+
+**Breakpoints are not uprobes.**  They never write guest memory and never show up in the
+uprobes counters: each enabled breakpoint address gets a machine code hook bounded to that
+one address (``Machine.add_code_hook``: the rest of the guest runs at full speed, and the
+machine drops the translations of the address when the hook is added or removed).
+Resuming from a breakpoint address first single-steps off it, as gdb does.
+
+Single steps are ``Machine.step()``: one instruction, its traps and faults handled by the
+machine exactly as in ``Machine.run``.  No Python per-instruction hook is installed.
+A ``rep``-prefixed string instruction steps once per iteration, as the hardware's trap
+flag does.
+
+Frames (``bt``, ``finish``) follow the frame-pointer chain (``push rbp; mov rbp, rsp``
+prologues), with a prologue check for the innermost frame; frameless functions are
+assumed not to have pushed anything.  A saved return address that is the uretprobe
+trampoline is replaced by the return instance's original return address.
+
+Expressions (``*EXPR`` locations, ``p``, ``x``) are gdb's small subset: ``$reg``, numbers and
+symbols joined by ``+`` and ``-``, typed the way gdb types them (:meth:`Stepper.evaluate_typed`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from emu.disasm import Disassembler, Insn, symbol_of
+from emu.errors import EmuError, SymbolError
+from emu.frontends.stepper.format import (ALIASES, INFO_REGISTERS, SEGMENTS, format_register,
+                                          gdb_label, register_value, subreg)
+from emu.memory import PROT_EXEC, GuestFault
+from emu.regs import PtRegs
+from emu.signals import RunResult
+
+_MASK = 0xFFFFFFFFFFFFFFFF
+_TRANSITIONAL_VMAS = ("[uprobes]", "[uprobes-trampoline]")
+_STUCK = 100_000                         # hidden instructions before we call a step stuck
+DEFAULT_TIMEOUT = 120.0                  # seconds of each free run
+
+
+class StepperError(EmuError):
+    """A stepper command that cannot be done (one line for the user)."""
+
+
+# =============================================================================== data
+
+@dataclass(eq=False)
+class Breakpoint:
+    """A stepper breakpoint (never a uprobe; guest memory is not changed)."""
+
+    number: int
+    address: int
+    location: str
+    enabled: bool = True
+    hits: int = 0
+
+
+@dataclass
+class StopEvent:
+    """Why and where execution stopped.
+
+    ``reason``: ``"step"`` (a stepping verb reached its goal: step, step_over, finish,
+    run_until), ``"breakpoint"``, ``"exit"``, ``"signal"`` (the guest died of it) or
+    ``"stopped"`` (instruction budget, timeout, Ctrl-C).  ``verb`` names the verb that ran.
+    ``insns`` is the exact number of guest instructions this verb executed when it
+    single-stepped (None after a free run).  ``result`` is the machine's RunResult for
+    exit/signal/stopped.
+    """
+
+    reason: str
+    rip: int | None
+    symbol: str | None
+    verb: str = "step"
+    breakpoint: Breakpoint | None = None
+    insns: int | None = None
+    result: RunResult | None = None
+    detail: str = ""
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.result.exit_code if self.result is not None else None
+
+    @property
+    def signal(self) -> int | None:
+        return self.result.signal if self.result is not None else None
+
+
+@dataclass
+class Frame:
+    """One ``bt`` line.  ``pc`` is the real return address for outer frames (never the
+    uretprobe trampoline; ``uretprobe`` tells that it came from a return instance)."""
+
+    level: int
+    pc: int
+    function: str | None
+    uretprobe: bool = False
+    slot: int | None = None             # where the return address into this frame is saved
+
+
+# =============================================================================== engine
+
+class Stepper:
+    """The stepping core over one :class:`emu.machine.Machine`.
+
+    Args:
+        machine: the machine to drive (not yet run, or stopped by a previous verb).
+        max_insns: instruction budget of each free run (``cont``/``finish``/...); None
+            for none (Unicorn's counter slows free runs down about tenfold).
+        timeout: wall-clock seconds of each free run; None for none.
+    """
+
+    def __init__(self, machine, *, max_insns: int | None = None,
+                 timeout: float | None = DEFAULT_TIMEOUT):
+        self.machine = machine
+        self.max_insns = max_insns
+        self.timeout = timeout
+        self.disasm = Disassembler(machine)
+        self.breakpoints: dict[int, Breakpoint] = {}
+        self.insns = 0                   # guest instructions single-stepped, exact
+        self.hidden_insns = 0            # kernel-model (transitional) instructions stepped
+        self.last_event: StopEvent | None = None
+        self.exited = bool(machine.exited)
+        self._next_number = 1
+        self._hooks: dict[int, tuple] = {}   # address -> (Uc, hook handle)
+        self._goal: tuple[int, int | None] | None = None
+        self._armed = False
+        self._hit: tuple[str, Breakpoint | None] | None = None
+        self._sites: tuple[int, dict] | None = None  # (uprobes in the tree, {vaddr: Uprobe})
+        machine.mem.text_write_listeners.append(self._text_written)
+
+    # ------------------------------------------------------------------ template methods
+    def on_stop(self, event: StopEvent) -> None:
+        """Called with every stop event, before the verb returns it.  Override it."""
+
+    # ------------------------------------------------------------------ state
+    @property
+    def alive(self) -> bool:
+        return not self.exited
+
+    @property
+    def rip(self) -> int:
+        return self.machine.pc
+
+    def regs(self) -> PtRegs:
+        """The task's registers now (a snapshot; see :meth:`set_register`)."""
+        self.require_alive("The program has no registers now.")
+        return self.machine.read_regs()
+
+    def set_register(self, name: str, value: int) -> None:
+        """Write one register (gdb's ``set $reg = value``); sub-registers (``eax``,
+        ``ax``, ``al``, ``ah``, ``r8d``...) change only their bits."""
+        self.require_alive("The program has no registers now.")
+        name = ALIASES.get(name, name)
+        if name in SEGMENTS:
+            raise StepperError(f"Register ${name} is fixed for a 64-bit Linux task.")
+        full, shift, bits = subreg(name)
+        if full is None:
+            raise StepperError(f"Invalid register `{name}'")
+        regs = self.machine.read_regs()
+        mask = ((1 << bits) - 1) << shift
+        old = getattr(regs, full)
+        setattr(regs, full, (old & ~mask) | ((value << shift) & mask))
+        self.machine.write_regs(regs)
+
+    def symbolize(self, addr: int) -> str | None:
+        """``func+0xoff`` for a guest code address (ELF symbols), else None."""
+        return self.disasm.symbolize(addr)
+
+    # ------------------------------------------------------------------ locations
+    def resolve(self, target) -> int:
+        """An address from an int, ``"SYMBOL"``, ``"SYMBOL+OFF"`` or ``"*EXPR"``."""
+        if isinstance(target, int):
+            return target & _MASK
+        text = str(target).strip()
+        if text.startswith("*"):
+            return self.evaluate(text[1:]) & _MASK
+        name, plus, off = text.partition("+")
+        try:
+            base = self.machine.resolve(name.strip())
+        except SymbolError:
+            raise StepperError(f'Function "{name.strip()}" not defined.') from None
+        if plus:
+            try:
+                base += int(off.strip(), 0)
+            except ValueError:
+                raise StepperError(f"bad offset in {text!r}") from None
+        return base
+
+    def evaluate(self, expr: str) -> int:
+        """A small gdb-like expression: terms ``$reg``, numbers, symbols (``&sym`` or
+        ``sym``: its address), joined by ``+`` and ``-``."""
+        return self.evaluate_typed(expr)[0]
+
+    def evaluate_typed(self, expr: str) -> tuple[int, str]:
+        """:meth:`evaluate` and gdb's type of the result: ``"int32"``/``"int64"`` (numbers,
+        registers), ``"code_ptr"`` (symbols, ``$rip``) or ``"data_ptr"`` (``$rsp``, ``$rbp``)."""
+        return _evaluate(self, expr)
+
+    # ------------------------------------------------------------------ breakpoints
+    def break_at(self, target) -> Breakpoint:
+        """Add a breakpoint at a symbol, ``symbol+off``, ``*expr`` or an address."""
+        addr = self.resolve(target)
+        vma = self.machine.mem.find_vma(addr)
+        if vma is None or not vma.prot & PROT_EXEC:
+            raise StepperError(f"Cannot insert breakpoint at {addr:#x}: not in executable memory.")
+        if vma.name in _TRANSITIONAL_VMAS:
+            raise StepperError(f"Cannot insert breakpoint at {addr:#x}: it is in {vma.name}, "
+                               "which stepping executes through.")
+        loc = target if isinstance(target, str) else f"*{addr:#x}"
+        bp = Breakpoint(self._next_number, addr, loc)
+        self._next_number += 1
+        self.breakpoints[bp.number] = bp
+        self._sync_hooks()
+        return bp
+
+    def delete(self, number: int | None = None) -> None:
+        """Delete breakpoint ``number``, or all of them."""
+        if number is None:
+            self.breakpoints.clear()
+        elif self.breakpoints.pop(number, None) is None:
+            raise StepperError(f"No breakpoint number {number}.")
+        self._sync_hooks()
+
+    def enable(self, number: int, enabled: bool = True) -> None:
+        bp = self.breakpoints.get(number)
+        if bp is None:
+            raise StepperError(f"No breakpoint number {number}.")
+        bp.enabled = enabled
+        self._sync_hooks()
+
+    def _sync_hooks(self) -> None:
+        # hooks live on the main process's CPU (like gdb's default: the parent is
+        # followed across fork); each remembers the Uc it was added to
+        m = self.machine
+        proc = getattr(m, "main_process", m.process)
+        want = {bp.address for bp in self.breakpoints.values() if bp.enabled}
+        if self._goal is not None:
+            want.add(self._goal[0])
+        for addr in [a for a in self._hooks if a not in want]:
+            m.remove_hook(self._hooks.pop(addr))
+        for addr in want:
+            if addr not in self._hooks:
+                self._hooks[addr] = m.add_code_hook(self._on_code, addr, addr, process=proc)
+
+    def _on_code(self, addr, _size):
+        if not self._armed:
+            return
+        for bp in self.breakpoints.values():
+            if bp.address == addr and bp.enabled:
+                bp.hits += 1
+                self._hit = ("breakpoint", bp)
+                self.machine.stop("breakpoint")
+                return
+        goal = self._goal
+        if goal is not None and addr == goal[0] and \
+                (goal[1] is None or self.machine.reg_read("rsp") >= goal[1]):
+            self._hit = ("goal", None)
+            self.machine.stop("goal")
+
+    # ------------------------------------------------------------------ verbs
+    def step(self, count: int = 1) -> StopEvent:
+        """Execute ``count`` guest instructions (gdb ``stepi``).  A probed instruction
+        counts as one: its handlers run once and the step lands where the unprobed
+        instruction would."""
+        self.require_alive()
+        done = 0
+        for i in range(count):
+            before = self.insns
+            res = self._step_insn()
+            done += self.insns - before
+            if res is not None:
+                return self._terminal(res, "step", insns=done)
+            if i + 1 < count:
+                bp = self._enabled_bp_at(self.rip)
+                if bp is not None:
+                    bp.hits += 1
+                    return self._event("breakpoint", "step", bp=bp, insns=done)
+        return self._event("step", "step", insns=done)
+
+    def step_over(self, count: int = 1) -> StopEvent:
+        """Like :meth:`step`, but a ``call`` runs until it returns (gdb ``nexti``),
+        through a pending uretprobe trampoline too."""
+        self.require_alive()
+        ev = None
+        for _ in range(count):
+            insn = self.original_insn(self.rip)
+            if insn.mnemonic == "call":
+                ev = self._resume("step_over", goal=(insn.next, self.machine.read_regs().rsp))
+            else:
+                ev = self.step()
+                ev.verb = "step_over"
+            if ev.reason != "step":
+                return ev
+        return ev
+
+    def run_until(self, target) -> StopEvent:
+        """Run until execution reaches ``target`` (a symbol or an address) or a
+        breakpoint; from ``target`` itself, until it is reached again."""
+        self.require_alive()
+        return self._resume("run_until", goal=(self.resolve(target), None))
+
+    def finish(self) -> StopEvent:
+        """Run until the current function returns to its caller (the frame's return
+        address with the stack popped past it; uretprobe-aware)."""
+        self.require_alive()
+        return self._resume("finish", goal=self.finish_target())
+
+    def finish_target(self) -> tuple[int, int]:
+        """``(return address, stack pointer after the return)`` of the current frame."""
+        frames = self.backtrace(max_frames=2)
+        if len(frames) < 2:
+            raise StepperError('"finish" not meaningful in the outermost frame.')
+        return frames[1].pc, frames[0].slot + 8
+
+    def cont(self) -> StopEvent:
+        """Run until a breakpoint, the end of the guest, the budget or the timeout."""
+        self.require_alive()
+        return self._resume("cont")
+
+    # ------------------------------------------------------------------ machinery
+    def require_alive(self, message: str = "The program is not being run.") -> None:
+        if self.exited:
+            raise StepperError(message)
+
+    def _enabled_bp_at(self, addr: int) -> Breakpoint | None:
+        return next((bp for bp in self.breakpoints.values()
+                     if bp.address == addr and bp.enabled), None)
+
+    def _event(self, reason: str, verb: str, *, bp=None, insns=None, result=None,
+               detail: str = "") -> StopEvent:
+        rip = None if self.exited else self.rip
+        sym = self.symbolize(rip) if rip is not None else None
+        ev = StopEvent(reason, rip, sym, verb, bp, insns, result, detail)
+        self.last_event = ev
+        self.on_stop(ev)
+        return ev
+
+    def _terminal(self, result: RunResult, verb: str, insns=None) -> StopEvent:
+        if result.reason in ("exit", "signal"):
+            self.exited = True
+            ev = StopEvent(result.reason, result.rip, result.rip_symbol, verb, None, insns, result,
+                           result.describe())
+            self.last_event = ev
+            self.on_stop(ev)
+            return ev
+        self._settle()
+        return self._event("stopped", verb, insns=insns, result=result, detail=result.describe())
+
+    def _goal_met(self, goal) -> bool:
+        addr, min_rsp = goal
+        return self.rip == addr and (min_rsp is None or self.machine.read_regs().rsp >= min_rsp)
+
+    def _resume(self, verb: str, goal=None) -> StopEvent:
+        """Free-run with breakpoints (and the verb's goal) armed."""
+        m = self.machine
+        insns = None
+        rip = self.rip
+        if self._enabled_bp_at(rip) is not None or (goal is not None and goal[0] == rip):
+            before = self.insns
+            res = self._step_insn()          # step off without triggering it
+            insns = self.insns - before
+            if res is not None:
+                return self._terminal(res, verb, insns=insns)
+            if goal is not None and self._goal_met(goal):
+                return self._event("step", verb, insns=insns)
+        self._goal = goal
+        self._hit = None
+        self._sync_hooks()
+        self._armed = True
+        try:
+            result = m.run(max_insns=self.max_insns, timeout=self.timeout)
+        finally:
+            self._armed = False
+            self._goal = None
+            self._sync_hooks()
+        if result.reason == "stopped" and self._hit is not None:
+            kind, bp = self._hit
+            self._hit = None
+            if kind == "breakpoint":
+                return self._event("breakpoint", verb, bp=bp)
+            return self._event("step", verb)
+        return self._terminal(result, verb)
+
+    def _transitional(self, rip: int) -> bool:
+        """rip is somewhere the kernel model, not the guest program, put it."""
+        utask = self.machine.task.utask
+        if utask is not None and utask.state == "sstep":    # kernel_model.uprobes.UTASK_SSTEP
+            return True
+        vma = self.machine.mem.find_vma(rip)
+        return vma is not None and vma.special and vma.name in _TRANSITIONAL_VMAS
+
+    def _settle(self) -> None:
+        """After a free run stopped at an arbitrary point: leave any transitional state."""
+        n = 0
+        while not self.exited and self._transitional(self.rip):
+            res = self._exec1()
+            self.hidden_insns += 1
+            n += 1
+            if res is not None:
+                self._terminal(res, "settle")
+                return
+            if n > _STUCK:
+                raise StepperError(f"stuck in a kernel-model state at {self.rip:#x}")
+
+    def _step_insn(self) -> RunResult | None:
+        """One guest instruction, executing any transitional state it leads into.
+        Returns the run result when the guest ended, else None."""
+        m = self.machine
+        c = m.counters
+        start = self.rip
+        try:
+            orig = self.original_insn(start)
+            patched = m.mem.read(start, orig.size) != orig.bytes
+        except GuestFault:
+            orig, patched = None, False
+        hits = c.uprobe_hits
+        traps = c.bp_traps
+        res = self._exec1()
+        if res is not None:
+            if res.reason == "exit":
+                self.insns += 1             # exit/exit_group retired; a faulting insn did not
+            return res
+        retries = n = 0
+        while True:
+            rip = self.rip
+            if self._transitional(rip):
+                pass
+            elif patched and start < rip < start + orig.size:
+                pass                        # between the lea and the call of an nop10 site
+            elif rip == start and patched and c.bp_traps > traps and c.uprobe_hits == hits \
+                    and retries < 3:
+                retries += 1                # the kernel restarted the probed insn
+            elif rip == start and orig is not None and orig.mnemonic.startswith("rep") \
+                    and m.read_regs().rcx == 0 and n == 0:
+                pass                        # Unicorn's extra exit step of a finished rep
+            else:
+                break
+            n += 1
+            if n > _STUCK:
+                raise StepperError(f"stuck in a kernel-model state at {rip:#x}")
+            res = self._exec1()
+            self.hidden_insns += 1
+            if res is not None:
+                return res
+        self.insns += 1
+        return None
+
+    def _exec1(self) -> RunResult | None:
+        """Exactly one instruction of the current task (:meth:`Machine.step`: the
+        machine's own trap and fault handling).  Returns the run result when the guest
+        ended, else None."""
+        return self.machine.step()
+
+    # ------------------------------------------------------------------ code
+    def probe_sites(self) -> dict:
+        """``{vaddr: Uprobe}`` for every registered uprobe mapped in the process
+        (cached until the text or the uprobes tree changes)."""
+        up = self.machine.uprobes
+        if self._sites is not None and self._sites[0] == len(up.tree):
+            return self._sites[1]
+        proc = self.machine.process
+        out = {}
+        for uprobe in list(up.tree.values()):
+            for vaddr in up.vaddr_of(proc, uprobe.file, uprobe.offset):
+                out[vaddr] = uprobe
+        self._sites = (len(up.tree), out)
+        return out
+
+    def _text_written(self, start: int, end: int) -> None:
+        self._sites = None
+
+    def original_insn(self, addr: int) -> Insn:
+        """The instruction the unprobed program has at ``addr``: a uprobe site is
+        decoded from the file bytes instead of its int3 / optimized call."""
+        uprobe = self.probe_sites().get(addr)
+        if uprobe is not None:
+            return self.disasm.decode_bytes(addr, uprobe.file.read(uprobe.offset, 15))
+        return self.disasm.decode(addr)
+
+    def function_range(self, addr: int) -> tuple[str, int, int]:
+        """``(name, start, end)`` of the function symbol containing ``addr``."""
+        hit = symbol_of(self.machine, addr)
+        vma = self.machine.mem.find_vma(addr)
+        if hit is None or vma is None or vma.file is None:
+            raise StepperError(f"No function contains specified address {addr:#x}.")
+        name, off = hit
+        start = addr - off
+        bias = getattr(vma.file, "load_bias", 0)
+        sym = vma.file.elf.symbols.get(name)
+        end = start + sym.size if sym is not None and sym.size else 0
+        if not end:
+            # an unsized label: up to the next code symbol, or the end of the mapping
+            end = vma.end
+            for s in vma.file.elf.all_symbols:
+                v = s.value + bias
+                if start < v < end and symbol_of(self.machine, v) == (s.name, 0):
+                    end = v
+        return name, start, end
+
+    # ------------------------------------------------------------------ frames
+    def backtrace(self, max_frames: int = 64) -> list[Frame]:
+        """Frames, innermost first, from the frame-pointer chain; a saved return address
+        that is the uretprobe trampoline shows the return instance's original one."""
+        self.require_alive("No stack.")
+        m = self.machine
+        mem = m.mem
+        regs = m.read_regs()
+        rip = regs.rip
+        hit = symbol_of(m, rip)
+        frames = [Frame(0, rip, hit[0] if hit else None)]
+        slot, rbp = self._frame0_slot(regs)
+        tramp, pending = self._pending_returns()
+        used: set = set()
+        while len(frames) < max_frames and slot is not None and frames[-1].function != "main":
+            # like gdb (backtrace past-main off): the C runtime's frames are not shown
+            try:
+                ret = mem.read_u64(slot)
+            except GuestFault:
+                break
+            via = False
+            if tramp is not None and ret == tramp:
+                ri = next((r for r in pending if r.stack == slot and id(r) not in used), None)
+                if ri is None:
+                    ri = next((r for r in pending if id(r) not in used), None)
+                if ri is None:
+                    break
+                used.add(id(ri))
+                ret, via = ri.orig_ret_vaddr, True
+            vma = mem.find_vma(ret)
+            if vma is None or not vma.prot & PROT_EXEC:
+                break
+            frames[-1].slot = slot
+            # the call is before the return address: name the caller by ret - 1
+            name = symbol_of(m, ret - 1)
+            frames.append(Frame(len(frames), ret, name[0] if name else None, via))
+            if not rbp or rbp <= slot:
+                break
+            try:
+                slot, rbp = rbp + 8, mem.read_u64(rbp)
+            except GuestFault:
+                break
+        return frames
+
+    def _pending_returns(self):
+        mm = self.machine.process.mm_uprobes
+        utask = self.machine.task.utask
+        if mm is None or mm.xol_area is None or utask is None:
+            return None, []
+        return mm.xol_area.vaddr, list(reversed(utask.return_instances))   # newest first
+
+    def _frame0_slot(self, regs) -> tuple[int | None, int]:
+        """Where frame 0's return address is saved, and the caller's rbp."""
+        rip, rsp, rbp = regs.rip, regs.rsp, regs.rbp
+        try:
+            insn = self.original_insn(rip)
+        except GuestFault:
+            return None, 0
+        if insn.mnemonic in ("ret", "retq"):
+            return rsp, rbp
+        hit = symbol_of(self.machine, rip)
+        pro = None
+        if hit is not None:
+            try:
+                pro = self._prologue(rip - hit[1])
+            except GuestFault:
+                pro = None
+        if pro is not None:
+            push_at, mov_at, _ = pro
+            if rip <= push_at:
+                return rsp, rbp
+            if rip <= mov_at:                # rbp pushed, not yet the frame pointer
+                return rsp + 8, rbp
+            return self._rbp_slot(rbp)
+        # No prologue at the symbol: a frameless function, or a label inside a function
+        # (every label of an assembly guest is a symbol).  Trust [rsp] if it looks like
+        # a return address, else the frame pointer.
+        try:
+            if self._is_return_address(self.machine.mem.read_u64(rsp)):
+                return rsp, rbp
+        except GuestFault:
+            pass
+        return self._rbp_slot(rbp)
+
+    def _is_return_address(self, addr: int) -> bool:
+        """``addr`` follows a call instruction (or is the uretprobe trampoline)."""
+        tramp, _ = self._pending_returns()
+        if tramp is not None and addr == tramp:
+            return True
+        vma = self.machine.mem.find_vma(addr)
+        if vma is None or not vma.prot & PROT_EXEC:
+            return False
+        for k in (5, 2, 3, 6, 7, 4):
+            try:
+                insn = self.original_insn(addr - k)
+            except GuestFault:
+                continue
+            if insn.mnemonic == "call" and insn.size == k:
+                return True
+        return False
+
+    def _rbp_slot(self, rbp: int) -> tuple[int | None, int]:
+        try:
+            return rbp + 8, self.machine.mem.read_u64(rbp)
+        except GuestFault:
+            return None, 0
+
+    def _prologue(self, start: int):
+        """``(push_at, mov_at, body)`` for ``[endbr64;] push rbp; mov rbp, rsp``."""
+        insn = self.original_insn(start)
+        if insn.mnemonic == "endbr64":
+            insn = self.original_insn(insn.next)
+        if (insn.mnemonic, insn.op_str) != ("push", "rbp"):
+            return None
+        mov = self.original_insn(insn.next)
+        if (mov.mnemonic, mov.op_str) != ("mov", "rbp, rsp"):
+            return None
+        return insn.address, mov.address, mov.next
+
+    # ------------------------------------------------------------------ text views
+    def format_registers(self, names=None) -> str:
+        """``info registers`` exactly as gdb 13 lays it out (see :func:`format_register`)."""
+        regs = self.regs()
+        names = list(names) if names else list(INFO_REGISTERS)
+        return "\n".join(self._register_line(n, regs) for n in names)
+
+    def _register_line(self, name: str, regs) -> str:
+        key = name[1:] if name.startswith("$") else name
+        value, kind = register_value(key, regs)
+        if kind is None:
+            raise StepperError(f"Invalid register `{key}'")
+        return format_register(key, value, kind, self._code_label)
+
+    def _code_label(self, addr: int) -> str | None:
+        return gdb_label(self.machine, addr)
+
+
+# =============================================================================== expressions
+
+def _evaluate(stepper: Stepper, expr: str) -> tuple[int, str]:
+    """(value, gdb type kind) of ``term (+|- term)*``."""
+    text = expr.strip()
+    if not text:
+        raise StepperError("Argument required (expression to compute).")
+    terms, ops, cur = [], ["+"], ""
+    depth = 0
+    for ch in text:
+        if ch in "+-" and cur.strip() and depth == 0:
+            terms.append(cur.strip())
+            ops.append(ch)
+            cur = ""
+        else:
+            cur += ch
+    terms.append(cur.strip())
+    total, kinds = 0, []
+    for op, term in zip(ops, terms):
+        neg = False
+        while term.startswith("-"):
+            neg, term = not neg, term[1:].strip()
+        value, k = _term(stepper, term)
+        if neg:
+            value = -value
+        kinds.append(k)
+        total = total + value if op == "+" else total - value
+    # gdb's arithmetic: a pointer keeps its type, else the widest integer wins
+    kind = next((k for k in kinds if k.endswith("_ptr")), None)
+    if kind is None:
+        kind = kinds[0] if len(kinds) == 1 else f"int{max(int(k[3:]) for k in kinds if k.startswith('int'))}" \
+            if all(k.startswith("int") for k in kinds) else "int64"
+    return total & _MASK, kind
+
+
+def _term(stepper: Stepper, term: str) -> tuple[int, str]:
+    if not term:
+        raise StepperError("A syntax error in expression.")
+    if term.startswith("(") and term.endswith(")"):
+        return _evaluate(stepper, term[1:-1])
+    if term.startswith("$"):
+        regs = stepper.regs()
+        value, kind = register_value(term[1:], regs)
+        if kind is None:
+            raise StepperError(f"Invalid register `{term[1:]}'")
+        return value, kind
+    try:
+        value = int(term, 0)
+    except ValueError:
+        pass
+    else:                           # gdb types a literal as int when it fits, else long
+        return value, "int32" if value < 1 << 31 else "int64"
+
+    name = term[1:] if term.startswith("&") else term
+    try:
+        return stepper.machine.resolve(name), "code_ptr"
+    except SymbolError:
+        raise StepperError(f'No symbol "{name}" in current context.') from None
+
+__all__ = ["Stepper", "StopEvent", "Breakpoint", "Frame", "StepperError", "DEFAULT_TIMEOUT"]

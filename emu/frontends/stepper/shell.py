@@ -1,0 +1,502 @@
+"""The gdb-like command shell over a :class:`~emu.frontends.stepper.engine.Stepper` (the pdb
+half of the stepper): :class:`StepperShell` parses commands, turns them into engine verbs
+and prints the results as gdb does, and ``uprobe-emu step`` (:func:`add_cli`,
+:func:`cmd_step`) runs it on a guest.
+
+The shell follows gdb 13's output for the same commands (checked against a real gdb in
+tests/test_stepper.py) with these differences: each stop is followed by the next
+instruction (``=> 0x401005 <f+5>:\tmov ...``, as gdb's ``display/i $pc`` shows it), in
+capstone's Intel syntax; ``b SYMBOL`` breaks at the symbol's first instruction (gdb skips a
+``push rbp; mov rbp, rsp`` prologue); ``info registers`` lists no k0-k7 (the emulated CPU
+has no AVX-512); errors never abort a command file.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from emu.disasm import annotation, symbol_of
+from emu.errors import EmuError
+from emu.frontends.cli import make_machine
+from emu.frontends.stepper.engine import Stepper, StepperError, StopEvent
+from emu.frontends.stepper.format import gdb_label, natural, signed
+from emu.memory import GuestFault
+from emu.signals import signal_name
+
+_SIGNAL_TEXT = {"SIGSEGV": "Segmentation fault", "SIGILL": "Illegal instruction",
+                "SIGTRAP": "Trace/breakpoint trap", "SIGFPE": "Arithmetic exception",
+                "SIGBUS": "Bus error", "SIGABRT": "Aborted", "SIGKILL": "Killed",
+                "SIGSYS": "Bad system call", "SIGTERM": "Terminated", "SIGINT": "Interrupt",
+                "SIGPIPE": "Broken pipe", "SIGALRM": "Alarm clock"}
+_X_SIZES = {"b": 1, "h": 2, "w": 4, "g": 8}
+_X_PER_LINE = {1: 8, 2: 8, 4: 4, 8: 2}
+
+HELP = """\
+Commands (gdb-like):
+  si [N], stepi [N]         one guest instruction (a probed one counts as one)
+  ni [N], nexti [N]         same, but a call runs until it returns
+  c, continue               run until a breakpoint or the end
+  run, starti               gdb compatibility: the guest waits at its entry already
+  finish                    run until the current function returns
+  until LOCATION            run until LOCATION (also: advance)
+  b, break SYMBOL|*ADDR     breakpoint (never a uprobe; memory is not changed)
+  delete [N...]             delete breakpoints (all without N)
+  info registers [REG...]   registers in gdb's layout (i r)
+  info breakpoints          breakpoints (i b)
+  x/NFU ADDR                memory: F = x d u i, U = b h w g (x/8bx, x/4gx, x/5i $pc)
+  disas [LOCATION]          the function, objdump-like, => marks rip
+  bt, backtrace             frames (a pending uretprobe shows the real return address)
+  p[/x] EXPR                print ($reg, numbers, symbols, + and -)
+  set $REG = EXPR           write a register
+  probe list|enable N|disable N    the uprobe consumers (-e events)
+  q, quit                   leave"""
+
+
+class StepperShell:
+    """The ``uprobe-emu step`` command language over a :class:`Stepper`.
+
+    ``execute(line)`` runs one command; output goes to ``out``, error lines to ``err``.
+    Errors never stop the shell.
+    """
+
+    def __init__(self, stepper: Stepper, out=None, err=None):
+        self.s = stepper
+        self.m = stepper.machine
+        self.out = out if out is not None else sys.stdout
+        self.err = err if err is not None else sys.stderr
+        self.history = 0                     # gdb's $N value history counter
+        self.quit = False
+        self._x_last = ("x", 4)
+        self.errors = 0
+        self.interactive = False
+        self._commands = {
+            "si": self.cmd_stepi, "stepi": self.cmd_stepi,
+            "ni": self.cmd_nexti, "nexti": self.cmd_nexti,
+            "r": self.cmd_run, "run": self.cmd_run, "starti": self.cmd_starti,
+            "c": self.cmd_continue, "cont": self.cmd_continue, "continue": self.cmd_continue,
+            "finish": self.cmd_finish, "fin": self.cmd_finish,
+            "until": self.cmd_until, "u": self.cmd_until, "advance": self.cmd_until,
+            "b": self.cmd_break, "br": self.cmd_break, "break": self.cmd_break,
+            "d": self.cmd_delete, "delete": self.cmd_delete,
+            "i": self.cmd_info, "info": self.cmd_info,
+            "disas": self.cmd_disas, "disassemble": self.cmd_disas,
+            "bt": self.cmd_bt, "backtrace": self.cmd_bt, "where": self.cmd_bt,
+            "p": self.cmd_print, "print": self.cmd_print,
+            "set": self.cmd_set,
+            "probe": self.cmd_probe,
+            "q": self.cmd_quit, "quit": self.cmd_quit,
+            "help": self.cmd_help, "h": self.cmd_help,
+        }
+
+    # ------------------------------------------------------------------ driver
+    def execute(self, line: str) -> None:
+        """Run one command line; an error prints one line on ``err``."""
+        line = line.strip()
+        if not line or line.startswith("#"):
+            return
+        head, _, rest = line.partition(" ")
+        fmt = ""
+        if "/" in head:
+            head, fmt = head.split("/", 1)
+        if head == "x":
+            fn = self.cmd_x
+        else:
+            fn = self._commands.get(head)
+        try:
+            if fn is None:
+                raise StepperError(f'Undefined command: "{head}".  Try "help".')
+            if fmt and fn not in (self.cmd_x, self.cmd_print):
+                raise StepperError(f'Undefined command: "{head}/{fmt}".  Try "help".')
+            if fn in (self.cmd_x, self.cmd_print):
+                fn(rest.strip(), fmt)
+            else:
+                fn(rest.strip())
+        except (EmuError, GuestFault) as e:
+            self.errors += 1
+            msg = str(e) if isinstance(e, EmuError) else f"Cannot access memory at address {e.addr:#x}"
+            self._flush()
+            print(msg.splitlines()[0] if msg else type(e).__name__, file=self.err)
+            self.err.flush()
+        self._flush()
+
+    def run_lines(self, lines) -> None:
+        for line in lines:
+            if self.quit:
+                return
+            self.execute(line)
+
+    def interact(self, stream=None, prompt: str = "(uprobe-emu) ") -> None:
+        """Read commands until EOF or ``q``; prompt only on a terminal."""
+        stream = stream if stream is not None else sys.stdin
+        tty = stream.isatty()
+        self.interactive = tty
+        if tty:
+            try:
+                import readline  # noqa: F401 - line editing and history for input()
+            except ImportError:
+                pass
+        last = ""
+        while not self.quit:
+            try:
+                if tty:
+                    line = input(prompt)
+                else:
+                    line = stream.readline()
+                    if not line:
+                        break
+            except EOFError:
+                if tty:
+                    print("quit", file=self.out)
+                break
+            except KeyboardInterrupt:
+                print("Quit", file=self.out)
+                continue
+            if tty and not line.strip():
+                line = last                      # gdb repeats the last command on Enter
+            last = line
+            self.execute(line)
+
+    def _p(self, text: str = "") -> None:
+        print(text, file=self.out)
+
+    def _flush(self) -> None:
+        try:
+            self.out.flush()
+        except (AttributeError, ValueError):
+            pass
+
+    # ------------------------------------------------------------------ stops
+    def _where(self, rip: int) -> str:
+        hit = symbol_of(self.m, rip)
+        return f"{rip:#018x} in {hit[0] if hit else '??'} ()"
+
+    def _xi_line(self, addr: int, current: bool) -> str:
+        insn = self.s.disasm.decode(addr)
+        label = gdb_label(self.m, addr)
+        mark = "=> " if current else "   "
+        text = insn.text + annotation(insn, lambda a: gdb_label(self.m, a))
+        orig = self.s.original_insn(addr)
+        if orig.bytes != insn.bytes[:orig.size]:
+            text += f"        # uprobe site: {orig.text}"
+        return f"{mark}{addr:#x}{f' <{label}>' if label else ''}:\t{text}"
+
+    def report(self, ev: StopEvent) -> None:
+        """Print a stop the way gdb does, followed by the next instruction."""
+        if ev.reason == "exit":
+            code = ev.exit_code or 0
+            pid = getattr(self.m, "main_process", self.m.process).pid
+            if code:
+                self._p(f"[Inferior 1 (process {pid}) exited with code {code:02o}]")
+            else:
+                self._p(f"[Inferior 1 (process {pid}) exited normally]")
+            return
+        if ev.reason == "signal":
+            name = signal_name(ev.signal)
+            self._p()
+            self._p(f"Program terminated with signal {name}, {_SIGNAL_TEXT.get(name, name)}.")
+            self._p(f"[{ev.detail}]")
+            return
+        if ev.reason == "breakpoint":
+            self._p()
+            self._p(f"Breakpoint {ev.breakpoint.number}, {self._where(ev.rip)}")
+        elif ev.reason == "stopped":
+            self._p()
+            self._p(f"Program stopped: {ev.detail}.")
+            self._p(self._where(ev.rip))
+        else:
+            self._p(self._where(ev.rip))
+        self._p(self._xi_line(ev.rip, True))
+
+    def _guest_run(self, fn, *args) -> None:
+        with self.m.interruptible():
+            ev = fn(*args)
+        self.report(ev)
+
+    # ------------------------------------------------------------------ commands
+    def _count(self, arg: str) -> int:
+        if not arg:
+            return 1
+        n = self.s.evaluate(arg)
+        if n <= 0 or n > 1 << 40:
+            raise StepperError(f"bad count {arg!r}")
+        return n
+
+    def cmd_stepi(self, arg: str) -> None:
+        self._guest_run(self.s.step, self._count(arg))
+
+    def cmd_nexti(self, arg: str) -> None:
+        self._guest_run(self.s.step_over, self._count(arg))
+
+    def cmd_continue(self, arg: str) -> None:
+        self.s.require_alive()
+        self._p("Continuing.")
+        self._guest_run(self.s.cont)
+
+    def _not_started(self) -> None:
+        if self.s.insns or self.s.hidden_insns or self.s.last_event is not None:
+            raise StepperError("The program being debugged has been started already.")
+
+    def cmd_run(self, arg: str) -> None:
+        """gdb's ``run``: the guest is loaded and waits at its entry; run it."""
+        self._not_started()
+        self._guest_run(self.s.cont)
+
+    def cmd_starti(self, arg: str) -> None:
+        """gdb's ``starti``: the guest already waits at its first instruction."""
+        self._not_started()
+        self._p()
+        self._p("Program stopped.")
+        self._p(self._where(self.s.rip))
+        self._p(self._xi_line(self.s.rip, True))
+
+    def cmd_finish(self, arg: str) -> None:
+        self.s.require_alive()
+        self.s.finish_target()                   # the error, if any, comes first
+        if self.interactive:                     # gdb prints this only from a terminal
+            self._p(f"Run till exit from #0  {self._where(self.s.rip)}")
+        self._guest_run(self.s.finish)
+
+    def cmd_until(self, arg: str) -> None:
+        if not arg:
+            raise StepperError("Argument required (a location).")
+        self._guest_run(self.s.run_until, arg)
+
+    def cmd_break(self, arg: str) -> None:
+        if not arg:
+            self.s.require_alive()
+            arg = f"*{self.s.rip:#x}"
+        bp = self.s.break_at(arg)
+        self._p(f"Breakpoint {bp.number} at {bp.address:#x}")
+
+    def cmd_delete(self, arg: str) -> None:
+        if not arg:
+            self.s.delete()
+            return
+        for word in arg.split():
+            try:
+                n = int(word)
+            except ValueError:
+                raise StepperError(f"Convenience variable must have integer value.\n"
+                                   f"bad breakpoint number: '{word}'") from None
+            self.s.delete(n)
+
+    def cmd_info(self, arg: str) -> None:
+        what, _, rest = arg.partition(" ")
+        if what in ("r", "reg", "registers"):
+            names = [w.lstrip("$") for w in rest.split()]
+            self._p(self.s.format_registers(names or None))
+        elif what in ("b", "br", "break", "breakpoints"):
+            self._info_breakpoints()
+        elif what in ("probes", "probe"):
+            self._probe_list()
+        else:
+            raise StepperError(f'Undefined info command: "{arg}".  Try "help info".')
+
+    def _info_breakpoints(self) -> None:
+        bps = list(self.s.breakpoints.values())
+        if not bps:
+            self._p("No breakpoints or watchpoints.")
+            return
+        self._p("Num     Type           Disp Enb Address            What")
+        for bp in bps:
+            label = gdb_label(self.m, bp.address)
+            what = f"<{label}>" if label else ""
+            self._p(f"{bp.number:<7} {'breakpoint':<14} keep {'y' if bp.enabled else 'n'}   "
+                    f"{bp.address:#018x} {what}".rstrip())
+            if bp.hits:
+                self._p(f"\tbreakpoint already hit {bp.hits} time{'s' if bp.hits != 1 else ''}")
+
+    def cmd_x(self, arg: str, fmt: str) -> None:
+        count, letter, size = _parse_x_format(fmt, self._x_last)
+        if not arg:
+            raise StepperError("Argument required (starting display address).")
+        addr = self.s.evaluate(arg)
+        self._x_last = (letter, size) if letter != "i" else (self._x_last[0], self._x_last[1])
+        if letter == "i":
+            rip = self.s.rip if self.s.alive else None
+            for _ in range(count):
+                self._p(self._xi_line(addr, addr == rip))
+                addr += self.s.disasm.decode(addr).size
+            return
+        data = self.m.mem.read(addr, count * size)      # raises GuestFault as gdb's error
+        per = _X_PER_LINE[size]
+        for i in range(0, count, per):
+            a = addr + i * size
+            label = gdb_label(self.m, a)
+            cells = []
+            for j in range(i, min(count, i + per)):
+                v = int.from_bytes(data[j * size:(j + 1) * size], "little")
+                if letter == "x":
+                    cells.append(f"0x{v:0{size * 2}x}")
+                elif letter == "d":
+                    cells.append(str(signed(v, size * 8)))
+                else:
+                    cells.append(str(v))
+            self._p(f"{a:#x}{f' <{label}>' if label else ''}:\t" + "\t".join(cells))
+
+    def cmd_disas(self, arg: str) -> None:
+        rip = self.s.rip if self.s.alive else None
+        if arg:
+            where = self.s.resolve(arg)
+        elif rip is None:
+            raise StepperError("No frame selected.")
+        else:
+            where = rip
+        name, start, end = self.s.function_range(where)
+        sites = self.s.probe_sites()
+        d = self.s.disasm
+        self._p(f"{start:016x} <{name}>:")
+        for insn in d.range(start, end):
+            line = d.format(insn)
+            if insn.address in sites:
+                up = sites[insn.address]
+                orig = d.decode_bytes(insn.address, up.file.read(up.offset, 15))
+                first, nl, more = line.partition("\n")
+                line = f"{first}        # uprobe site: {orig.text}" + nl + more
+            mark = "=> " if insn.address == rip else "   "
+            self._p("\n".join(mark + part if k == 0 else "   " + part
+                              for k, part in enumerate(line.split("\n"))))
+
+    def cmd_bt(self, arg: str) -> None:
+        limit = self._count(arg) if arg else 64
+        for f in self.s.backtrace(max_frames=limit):
+            note = "  [uretprobe pending: saved return address is the trampoline]" if f.uretprobe else ""
+            self._p(f"#{f.level:<2} {f.pc:#018x} in {f.function or '??'} (){note}")
+
+    def cmd_print(self, arg: str, fmt: str) -> None:
+        value, kind = self.s.evaluate_typed(arg)
+        self.history += 1
+        if fmt in ("x", "d", "u"):
+            bits = int(kind[3:]) if kind.startswith("int") else 64
+            v = value & ((1 << bits) - 1)
+            text = f"{v:#x}" if fmt == "x" else str(signed(v, bits) if fmt == "d" else v)
+        elif fmt:
+            raise StepperError(f"Undefined output format \"{fmt}\".")
+        elif kind == "code_ptr":
+            text = "(void (*)()) " + natural(value, kind, lambda a: gdb_label(self.m, a))
+        elif kind == "data_ptr":
+            text = "(void *) " + natural(value, kind)
+        else:
+            text = natural(value, kind)
+        self._p(f"${self.history} = {text}")
+
+    def cmd_set(self, arg: str) -> None:
+        if arg.startswith("var "):
+            arg = arg[4:].strip()
+        lhs, eq, rhs = arg.partition("=")
+        lhs = lhs.strip()
+        if not eq or not lhs.startswith("$"):
+            raise StepperError("usage: set $REG = EXPR")
+        self.s.set_register(lhs[1:], self.s.evaluate(rhs))
+
+    def cmd_probe(self, arg: str) -> None:
+        words = arg.split()
+        if not words or words[0] == "list":
+            self._probe_list()
+            return
+        if words[0] in ("enable", "disable") and len(words) == 2:
+            cons = self._consumers()
+            try:
+                uc = cons[int(words[1])]
+            except (ValueError, KeyError):
+                raise StepperError(f"No probe number {words[1]}.") from None
+            uc.enabled = words[0] == "enable"
+            return
+        raise StepperError("usage: probe list | probe enable N | probe disable N")
+
+    def _consumers(self) -> dict:
+        out = {}
+        for uprobe in list(self.m.uprobes.tree.values()):
+            for uc in uprobe.consumers:
+                out[uc.id] = uc
+        return dict(sorted(out.items()))
+
+    def _probe_list(self) -> None:
+        cons = self._consumers()
+        if not cons:
+            self._p("No uprobes.")
+            return
+        events = {id(ev.consumer): ev for ev in self.m.kernel.trace.events}
+        self._p("Num     Enb Hits       Address            What")
+        for n, uc in cons.items():
+            up = uc.uprobe
+            addrs = self.m.uprobes.vaddr_of(self.m.process, up.file, up.offset)
+            addr = f"{addrs[0]:#018x}" if addrs else f"{'<not mapped>':<18}"
+            label = gdb_label(self.m, addrs[0]) if addrs else None
+            ev = events.get(id(uc))
+            kind = "uretprobe" if uc.ret_handler is not None and uc.handler is None else "uprobe"
+            name = ev.name if ev is not None else (uc.name or kind)
+            hits = ev.hits if ev is not None else uc.hits
+            where = f" <{label}>" if label else ""
+            self._p(f"{n:<7} {'y' if uc.enabled else 'n'}   {hits:<10} {addr}{where} {name} ({kind})")
+
+    def cmd_quit(self, arg: str) -> None:
+        self.quit = True
+
+    def cmd_help(self, arg: str) -> None:
+        self._p(HELP)
+
+
+def _parse_x_format(fmt: str, last: tuple[str, int]) -> tuple[int, str, int]:
+    """``x/NFU``: count, format letter (x d u i), unit size in bytes."""
+    digits = ""
+    i = 0
+    while i < len(fmt) and fmt[i].isdigit():
+        digits += fmt[i]
+        i += 1
+    count = int(digits) if digits else 1
+    letter, size = last
+    for ch in fmt[i:]:
+        if ch in _X_SIZES:
+            size = _X_SIZES[ch]
+        elif ch in "xdui":
+            letter = ch
+        else:
+            raise StepperError(f"Invalid number \"{fmt}\"." if ch.isdigit() else
+                               f"Undefined output format \"{ch}\".")
+    if count <= 0 or count > 1 << 16:
+        raise StepperError(f"bad count in x/{fmt}")
+    return count, letter, size
+
+
+# =============================================================================== CLI
+
+def add_cli(sub, add_machine_options) -> None:
+    p = sub.add_parser(
+        "step", help="step through a guest with gdb-like commands",
+        description="Interactive instruction stepper (PROGRAM: a static ELF path or guest:NAME). "
+                    "Commands come from -x FILE, then from stdin (prompt only on a terminal); "
+                    "'help' lists them.  Stepping executes through the uprobes kernel model's "
+                    "own states (int3 trap, out-of-line step, trampolines): a probed "
+                    "instruction is one step.  --max-insns and --timeout bound each free run "
+                    "(c, finish, until, ni over a call).  Exit code 0 (2 for a usage or input "
+                    "error).")
+    p.add_argument("program", metavar="PROGRAM")
+    p.add_argument("args", nargs="*", metavar="ARGS")
+    add_machine_options(p)
+    p.add_argument("-x", "--command", dest="scripts", action="append", default=[], metavar="FILE",
+                   help="run the commands in FILE first (repeatable)")
+    p.set_defaults(func=cmd_step)
+
+
+def cmd_step(args) -> int:
+    scripts = []
+    for path in args.scripts:
+        try:
+            with open(path) as f:
+                scripts.append(f.read().splitlines())
+        except OSError as e:
+            raise EmuError(f"cannot read command file {path!r}: {e.strerror}") from None
+    m = make_machine(args, own_stdin=False)     # the stepper reads its commands from stdin
+    if args.event:
+        m.uprobes.add_events(args.event, output=sys.stdout)
+    stepper = Stepper(m, max_insns=args.max_insns or None, timeout=args.timeout or None)
+    shell = StepperShell(stepper)
+    for lines in scripts:
+        shell.run_lines(lines)
+    if not shell.quit:
+        shell.interact(sys.stdin)
+    sys.stdout.flush()
+    return 0
+
+__all__ = ["StepperShell", "HELP", "add_cli", "cmd_step"]
