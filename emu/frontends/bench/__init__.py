@@ -1,0 +1,74 @@
+"""``uprobe-emu bench``: the kernel's trigger benchmarks (selftests.md 4.1) in the model.
+
+Each scenario runs the built-in guest ``bench_trigger`` (the kernel's trigger bodies in
+keystone assembly) under a kernel profile with one consumer that counts hits, and reports
+
+* emulated throughput in M triggers/s (min / median / max over ``--repeat`` runs), timed
+  after a warm-up so first-hit effects (the nop5/nop10 optimization, pool and XOL-area
+  creation) are excluded;
+* the exact events of one iteration from the machine's counters (a count run with a
+  guest-instruction hook measures two phases and takes the difference, so every number
+  is an exact integer);
+* two bare-Unicorn baselines measured in the same process on the same trigger code: the
+  scenario's loop without any hook, and the nop loop with its ``nop`` replaced by ``int3``
+  and an empty ``UC_HOOK_INTR`` callback (one interrupt per iteration); printed as ratios
+  model / baseline;
+* the projected kernel throughput of a cost profile (``kernel_model.costmodel``) applied
+  to the exact event counts, and for every scenario pair a published table covers, the
+  projected ratio beside the published one with the error;
+* growth scenarios: per-hit cost with 1, 100 and 10,000 probes registered, the time to
+  attach 50,000 probes, and return_instance memory per allocation policy.
+
+Scenarios whose machinery a profile lacks (nop10 before 7.2: the kernel and the model
+refuse the probe with ENOTSUPP) are listed as ``n/a (reason)``.
+
+USDT scenarios: the keystone guest has no ``.note.stapsdt``, so the bench probes the site
+address (the note's pc) with libbpf's nop-combo rule (``kernel_model.usdt.
+usdt_attach_offsets``): attach one byte further, on the nop5/nop10, when the profile has
+the uprobe syscall and the site is the matching combo.  The same ELF runs natively for
+``--host-kernel``, where the same rule picks the tracefs probe offset.
+
+Consumers (``--consumer``): ``program`` (default; a trace event with a program-only
+consumer, like the BPF programs of the kernel's bench: the args buffer is filled only by
+kernels without the lazy buffer), ``handler`` (a plain Python uprobe consumer), ``ftrace``
+(a trace event that writes ftrace lines; args buffer filled on every hit).
+
+The package, one job per module: :mod:`.scenarios` (the scenario table, kernel columns, the
+guest ELFs, attaching the counting consumer), :mod:`.measure` (count and timed runs in the
+model, bare-Unicorn baselines, growth), :mod:`.host` (``--host-kernel``: native runs with
+tracefs probes), :mod:`.report` (the job pool, the assembled report, targets, the JSON
+file), :mod:`.render` (rich tables) and :mod:`.cli` (options, configuration, the command).
+
+JSON (``--json FILE``), schema ``uprobe-emu.bench/1``::
+
+    {"schema", "host": {...}, "config": {...},
+     "columns": [{"label", "kernel", "overrides"}],
+     "baselines": {"int3_hook": {"mops": {min, median, max}, ...}, "syscall_hook": ...,
+                   "hook_free": {"<loop>": {...}}},
+     "scenarios": [{"name", "description", "results": {"<column label>": {
+         "status": "ok" | "n/a", "reason", "iterations", "warmup", "samples_mops": [...],
+         "mops": {"min", "median", "max"}, "per_iter": {counter: n, "syscalls": {nr: n}},
+         "insns_per_iter", "hits_per_iter", "consistent", "ratio_hook_free", "ratio_int3",
+         "projected_mops", "projected_ns"}}}],
+     "ratios": [{"scenario", "column", "vs", "measured", "projected"}],
+     "cost_profile": {"name", "coef", ...}, "projection_checks": [{...}],
+     "growth": {"probe_count": [...], "attach": {...}, "ri_memory": [...]},
+     "host_kernel": {...} | null,
+     "targets": [{"target", "value", "op", "limit", "ok", "note"}]}
+"""
+
+
+from .cli import add_cli, cmd_bench, config_from_args
+from .host import host_native, run_host
+from .measure import (EVENT_KEYS, bare_run, count_events, growth_attach, growth_probe_counts, growth_ri,
+                      measure_baseline, measure_scenario, time_model)
+from .render import events_str, render, render_host
+from .report import SCHEMA, Config, run_bench, targets
+from .scenarios import (GUEST, GUEST_PATH, LOOP_NAMES, SCENARIOS, ColumnSpec, Scenario, attach, guest_elf,
+                        guest_file, growth_elf, parse_column, site_offset)
+
+__all__ = ["EVENT_KEYS", "GUEST", "GUEST_PATH", "LOOP_NAMES", "SCENARIOS", "SCHEMA", "ColumnSpec", "Config",
+           "Scenario", "add_cli", "attach", "bare_run", "cmd_bench", "config_from_args", "count_events",
+           "events_str", "growth_attach", "growth_elf", "growth_probe_counts", "growth_ri", "guest_elf",
+           "guest_file", "host_native", "measure_baseline", "measure_scenario", "parse_column", "render",
+           "render_host", "run_bench", "run_host", "site_offset", "targets", "time_model"]
