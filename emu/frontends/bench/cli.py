@@ -1,0 +1,126 @@
+"""``uprobe-emu bench``: the subcommand's options, the run configuration they make, and the
+command itself (progress on stderr, the report on stdout, ``--json FILE``)."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from kernel_model import costmodel
+from kernel_model.profiles import KernelProfile
+
+from emu.errors import EmuError, InputError
+from emu.frontends.cli import count, seconds
+from emu.frontends.hostdiff import HostKernelError
+
+from .host import run_host
+from .render import render
+from .report import Config, JsonReport, run_bench
+from .scenarios import SCENARIOS, parse_column
+
+
+def add_cli(sub, add_machine_options) -> None:
+    p = sub.add_parser(
+        "bench", help="the kernel's trigger benchmarks in the model (and on the host kernel)",
+        description="Run the kernel's bench_trigger scenarios under kernel profiles: emulated "
+                    "M/s, exact events per iteration, bare-Unicorn baselines, projected kernel "
+                    "cost, growth scenarios.  Scenarios: " + ", ".join(SCENARIOS) + ".")
+    p.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="default: all")
+    p.add_argument("--kernel", default="latest", metavar="V",
+                   help=f"kernel profile ({', '.join(KernelProfile.names())}), optionally with "
+                        "switches: 6.17:nop_emulation=x86_nops; default latest")
+    p.add_argument("--vs", metavar="V2", action="append", default=[],
+                   help="a second profile to compare with (side by side, with ratios)")
+    p.add_argument("--policy", metavar="P,P", help="compare return_instance allocation policies "
+                                                    "(kmalloc, array64, pool)")
+    p.add_argument("--consumer", default="program", choices=("program", "handler", "ftrace"),
+                   help="hit counter: program-only trace event (default), Python handler, ftrace event")
+    p.add_argument("--iterations", type=count, metavar="N", help="timed iterations (default: sized to --seconds)")
+    p.add_argument("--seconds", type=seconds, default=None, metavar="S",
+                   help="target duration of one timed run when --iterations is not given (default 0.5)")
+    p.add_argument("--warmup", type=count, default=None, metavar="W", help="warm-up iterations (default 10)")
+    p.add_argument("--repeat", type=count, default=None, metavar="R", help="timed runs per scenario (default 3)")
+    p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
+    p.add_argument("--quick", action="store_true", help="small iteration counts (seconds)")
+    p.add_argument("--workers", type=count, default=1, metavar="N",
+                   help="run scenarios in N processes (timings compete for cores)")
+    p.add_argument("--cost-profile", default="intel-2025", metavar="NAME",
+                   help="machine profile for projected kernel cost (intel-2025, host-6.18)")
+    p.add_argument("--no-growth", action="store_true", help="skip the growth scenarios")
+    p.add_argument("--no-checks", action="store_true", help="skip the published-ratio checks")
+    p.add_argument("--ri-iterations", type=count, metavar="N",
+                   help="loop iterations of the return-instance growth scenario (2 uretprobe hits each)")
+    p.add_argument("--host-kernel", action="store_true",
+                   help="also measure the same scenarios natively on this host's kernel (root, tracefs)")
+    p.set_defaults(func=cmd_bench)
+
+
+def config_from_args(args) -> Config:
+    names = args.scenarios or list(SCENARIOS)
+    bad = [s for s in names if s not in SCENARIOS]
+    if bad:
+        raise InputError(f"unknown scenario {bad[0]!r}; known: {', '.join(SCENARIOS)}")
+    kernels = [args.kernel] + list(args.vs)
+    policies = [p.strip() for p in args.policy.split(",")] if args.policy else [None]
+    for pol in policies:
+        if pol is not None and pol not in ("kmalloc", "array64", "pool"):
+            raise InputError(f"unknown return_instance policy {pol!r} (kmalloc, array64, pool)")
+    cols = []
+    for k in kernels:
+        for pol in policies:
+            cols.append(parse_column(k, {"ri_alloc": pol} if pol else None))
+    if len({c.label for c in cols}) != len(cols):
+        raise InputError("the same kernel column is given twice")
+    if args.iterations is not None and args.iterations < 1:
+        raise InputError("--iterations must be positive")
+    if args.repeat is not None and args.repeat < 1:
+        raise InputError("--repeat must be at least 1")
+    if args.seconds is not None and args.seconds <= 0:
+        raise InputError("--seconds must be more than 0")
+    if args.workers < 1:
+        raise InputError("--workers must be at least 1")
+    costmodel.get_machine(args.cost_profile)
+    q = args.quick
+    cfg = Config(scenarios=names, columns=cols, consumer=args.consumer,
+                 iterations=args.iterations if args.iterations is not None else (2000 if q else None),
+                 warmup=args.warmup if args.warmup is not None else (2 if q else 10),
+                 repeat=args.repeat if args.repeat is not None else (1 if q else 3),
+                 seconds=args.seconds if args.seconds is not None else (0.05 if q else 0.5),
+                 workers=args.workers, cost_profile=args.cost_profile, growth=not args.no_growth,
+                 checks=not args.no_checks)
+    cfg.host_iterations = args.iterations
+    cfg.growth_repeat = max(cfg.repeat, 3)
+    if q:
+        cfg.attach_count = 5_000
+        cfg.ri_iterations = 500
+        cfg.growth_iterations = 2000
+        cfg.growth_repeat = 1
+        cfg.adjacent = (100_000, 10_000)
+    if args.ri_iterations:
+        cfg.ri_iterations = args.ri_iterations
+    return cfg
+
+
+def _consoles():
+    out = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 220)
+    err = Console(file=sys.stderr)
+    return out, err
+
+
+def cmd_bench(args) -> int:
+    cfg = config_from_args(args)
+    out, err = _consoles()
+    with JsonReport(args.json) as json_out:
+        with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err, transient=err.is_terminal) as progress:
+            report = run_bench(cfg, progress)
+            if args.host_kernel:
+                try:
+                    report["host_kernel"] = run_host(cfg, progress)
+                except HostKernelError as e:
+                    raise EmuError(f"--host-kernel: {e}") from None
+        render(report, out)
+        json_out.write(report)
+    return 0
