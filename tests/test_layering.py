@@ -202,3 +202,13 @@ def test_no_module_outside_the_machine_uses_its_private_members(mod):
            if isinstance(n, ast.Attribute) and n.attr in private and
            not (isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"))]
     assert not bad, f"{mod} uses private members of Machine: {bad}"
+
+
+@pytest.mark.parametrize("mod", [m for m in MODULES if m.startswith("emu.frontends") or
+                                 _top(m) == "kernel_model"])
+def test_front_ends_and_the_kernel_model_never_touch_the_cpu_object(mod):
+    """``machine.uc`` / ``regfile`` are the machine's own: others go through its API."""
+    path = MODULES[mod]
+    bad = [(n.attr, n.lineno) for n in ast.walk(ast.parse(path.read_text(), str(path)))
+           if isinstance(n, ast.Attribute) and n.attr in ("uc", "regfile")]
+    assert not bad, f"{mod} uses the machine's Unicorn objects: {bad}"

@@ -117,7 +117,7 @@ class Tracer:
         self._smc_hooks: list = []
         self._start_hook = None
         self._header_written = False
-        self._uc = machine.uc                    # identifies the traced address space
+        self._mm = machine.mem                   # identifies the traced address space
         self._proc = machine.process             # the traced process (its threads share the CPU)
         self._task = machine.task                # the task whose trace state is loaded
         self._tstate: dict = {}                  # off-CPU tasks: their pending trace state
@@ -424,7 +424,7 @@ class Tracer:
     def _ours(self, task) -> bool:
         """Does ``task`` run on the traced CPU (the traced process, its threads, a
         vfork child borrowing its mm)?  Forked processes have a CPU of their own."""
-        return task is None or getattr(task.process, "uc", self._uc) is self._uc
+        return task is None or getattr(task.process, "mem", self._mm) is self._mm
 
     def _collect_mw(self, cur: int) -> list:
         """Memory written by the pending instruction - by the CPU (the write hook) and
