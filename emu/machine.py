@@ -112,14 +112,14 @@ class RegisterFile:
         status = uclib.uc_reg_read_batch(self._uc._uch, self._ids, self._ptrs, self._n)
         if status:
             raise UcError(status)
-        return list(self._buf)
+        return self._buf[:]                 # one native slice (list() iterates in Python)
 
     def write(self, changes: dict[int, int]) -> None:
         if not changes:
             return
         k = 0
         for i, v in changes.items():
-            self._wid[k] = self._ids[i]
+            self._wid[k] = _UC_IDS[i]
             self._wbuf[k] = v & 0xFFFFFFFFFFFFFFFF
             k += 1
         status = uclib.uc_reg_write_batch(self._uc._uch, self._wid, self._wptrs, k)
