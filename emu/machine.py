@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
 import signal as host_signal
 import struct
@@ -87,6 +88,17 @@ class Hook:
     def __init__(self, uc, handle, fptr, begin: int, end: int, binding: bool = False):
         self.uc, self.handle, self.fptr = uc, handle, fptr
         self.begin, self.end, self.binding = begin, end, binding
+
+
+def _check_limits(max_insns, timeout) -> None:
+    """run()'s limits: a budget is a count >= 0, a timeout a finite number >= 0 (None
+    or 0: none).  Unicorn would take nan/inf as a conversion error mid-run."""
+    if max_insns is not None and (isinstance(max_insns, bool) or not isinstance(max_insns, int)
+                                  or max_insns < 0):
+        raise InputError(f"max_insns must be an instruction count >= 0 or None, not {max_insns!r}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not math.isfinite(timeout) or timeout < 0):
+        raise InputError(f"timeout must be a finite number of seconds >= 0 or None, not {timeout!r}")
 
 
 class RegisterFile:
@@ -806,6 +818,7 @@ class Machine:
         """
         if self.exited:
             raise InputError("the guest has already exited")
+        _check_limits(max_insns, timeout)
         self._begin()
         if self._tb_mode is not None and self._tb_mode[1] == "step":
             self._translation_mode("run")

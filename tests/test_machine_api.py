@@ -236,3 +236,15 @@ def test_ctrl_c_inside_interruptible_before_run_stops_the_run_at_once():
     assert (r.reason, r.detail) == ("stopped", "interrupted (SIGINT)"), (r.reason, r.detail)
     r2 = m.run(timeout=0.5)
     assert r2.reason == "timeout", f"outside the block a run starts without the Ctrl-C: {r2.reason}"
+
+
+@pytest.mark.parametrize("kw", [dict(timeout=float("nan")), dict(timeout=float("inf")), dict(timeout=-1),
+                                dict(max_insns=-5), dict(max_insns=2.5)],
+                         ids=["timeout-nan", "timeout-inf", "timeout-negative", "budget-negative",
+                              "budget-float"])
+def test_run_refuses_limits_unicorn_cannot_take(kw):
+    from emu.errors import InputError
+    m = Machine.from_asm(LOOP)
+    with pytest.raises(InputError, match="must be"):
+        m.run(**kw)
+    assert m.run().reason == "exit", "a refused run leaves the guest where it was"
