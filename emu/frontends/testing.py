@@ -80,6 +80,8 @@ class Regs(Mapping):
 
     def gdb_line(self, name: str, value: int | None = None) -> str:
         """One register in gdb's ``info registers`` layout (the stepper's formatter)."""
+        # lazy: pytest loads this plugin in every run of a project that installs us; the
+        # stepper package pulls in the machine and Unicorn
         from emu.frontends.stepper.format import register_line
         return register_line(name, self._v[name] if value is None else value, self._gdb_label)
 
@@ -169,7 +171,7 @@ def pytest_assertrepr_compare(config, op, left, right):
 @pytest.fixture
 def emu_machine():
     """Factory: ``emu_machine(guest=NAME | asm=SOURCE | elf=PATH, **machine_kwargs)``."""
-    from emu.machine import Machine
+    from emu.machine import Machine     # lazy, as in Regs.gdb_line
 
     def make(*, guest: str | None = None, asm: str | None = None, elf: str | None = None, **kw):
         given = [x for x in (guest, asm, elf) if x is not None]
