@@ -164,3 +164,13 @@ def test_bash_does_not_believe_it_runs_under_sshd():
     r = m.run()
     assert (r.exit_code, r.stdout) == (0, b"hi\n"), r
     assert not [p for p in opened if "bashrc" in p], f"bash opened {opened}"
+
+
+def test_credentials_are_per_task_and_copied_at_fork(build_c):
+    """copy_creds: a thread's raw setresuid changes only that task; a fork child starts
+    with the ids of the thread that forked."""
+    exe = build_c("thread_creds.c", "-static", "-pthread")
+    want = native(exe, 0, 0, [])
+    got = model(exe, uid=0, gid=0, groups=[])
+    assert got == want == ("thread uid=5,6,7\nthread's child uid=5,6,7\nmain uid=0,0,0\n"
+                           "main's child uid=8,8,8\n"), f"native:\n{want}\nmodel:\n{got}"
