@@ -174,3 +174,37 @@ def test_credentials_are_per_task_and_copied_at_fork(build_c):
     got = model(exe, uid=0, gid=0, groups=[])
     assert got == want == ("thread uid=5,6,7\nthread's child uid=5,6,7\nmain uid=0,0,0\n"
                            "main's child uid=8,8,8\n"), f"native:\n{want}\nmodel:\n{got}"
+
+
+@pytest.mark.parametrize("groups,status", [([], 0), ([4], 256 - 14)])
+def test_getgroups_touches_the_list_only_to_copy_groups(groups, status):
+    """groups_to_user copies ngroups entries: with none, a NULL list is no EFAULT."""
+    m = Machine.from_asm("""
+_start:
+    mov edi, 5
+    xor esi, esi
+    mov eax, 115           # getgroups(5, NULL)
+    syscall
+    mov edi, eax
+    mov eax, 60
+    syscall
+""", uid=1, gid=1, groups=groups)
+    r = m.run()
+    assert r.exit_code == status, f"want exit {status}, got {r.exit_code}"
+
+
+def test_getresuid_to_a_bad_pointer_is_efault():
+    m = Machine.from_asm("""
+_start:
+    mov edi, 8
+    mov esi, 8
+    mov edx, 8
+    mov eax, 118           # getresuid(8, 8, 8)
+    syscall
+    neg eax
+    mov edi, eax
+    mov eax, 60
+    syscall
+""")
+    r = m.run()
+    assert r.exit_code == 14, f"EFAULT (14) expected, got {r.exit_code}"
