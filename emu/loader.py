@@ -112,12 +112,13 @@ def _setup_stack(machine, argv, env, image, phdr, bias) -> int:
     platform = put(b"x86_64\0")
     random_at = put(rng.randbytes(16))
     strings_start = top - len(strings)
+    cred = machine.task.cred                  # create_elf_tables: the exec'ing task's ids
     auxv = [
         (AT["AT_HWCAP"], 0x178BFBFF), (AT["AT_MINSIGSTKSZ"], 0xD30), (AT["AT_PAGESZ"], PAGE_SIZE),
         (AT["AT_CLKTCK"], 100), (AT["AT_PHDR"], phdr), (AT["AT_PHENT"], image.phentsize),
         (AT["AT_PHNUM"], image.phnum), (AT["AT_BASE"], 0), (AT["AT_FLAGS"], 0),
-        (AT["AT_ENTRY"], image.entry + bias), (AT["AT_UID"], 1000), (AT["AT_EUID"], 1000),
-        (AT["AT_GID"], 1000), (AT["AT_EGID"], 1000), (AT["AT_SECURE"], 0),
+        (AT["AT_ENTRY"], image.entry + bias), (AT["AT_UID"], cred.uid), (AT["AT_EUID"], cred.euid),
+        (AT["AT_GID"], cred.gid), (AT["AT_EGID"], cred.egid), (AT["AT_SECURE"], 0),
         (AT["AT_RANDOM"], random_at), (AT["AT_HWCAP2"], 2), (AT["AT_EXECFN"], execfn),
         (AT["AT_PLATFORM"], platform), (AT["AT_NULL"], 0),
     ]

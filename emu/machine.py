@@ -38,6 +38,7 @@ from . import signal_frames as sf
 from .asm import asm_to_elf
 from .counters import Counters
 from .elf import load_elf_file, parse_elf
+from .identity_syscalls import Cred
 from .errors import GuestSignalError, InputError, SymbolError
 from .loader import load_image
 from .memory import DEFAULT_MAX_MEMORY, GuestFault, MappedFile, Memory, MemoryLimit
@@ -241,11 +242,14 @@ class Machine:
                  grant_dir: str | None = None, seed: int = 0, comm: str = "guest",
                  stdio: str = "pipe", mem_total: int | None = None,
                  max_memory: int | None = DEFAULT_MAX_MEMORY, capture_output: bool | None = None,
-                 output_limit: int | None = DEFAULT_OUTPUT_LIMIT, **kernel_overrides):
+                 output_limit: int | None = DEFAULT_OUTPUT_LIMIT, uid: int | None = None,
+                 gid: int | None = None, groups: list[int] | None = None, **kernel_overrides):
         """``max_memory``: bytes of guest mappings over all its processes (None: no
         limit); past it mmap/brk/fork get ENOMEM and loading fails.  ``capture_output``:
         keep the guest's stdout/stderr in ``stdout``/``stderr`` (default: only when not
-        passing it through), at most ``output_limit`` bytes each."""
+        passing it through), at most ``output_limit`` bytes each.  ``uid``/``gid``/
+        ``groups``: the first task's credentials (default: the invoking user's; see
+        :meth:`emu.identity_syscalls.Cred.initial`)."""
         if max_memory is not None and max_memory <= 0:
             raise InputError(f"max_memory must be positive, not {max_memory}")
         self.counters = Counters()
@@ -256,7 +260,8 @@ class Machine:
         self._next_pid = 1000
         self.scheduler = Scheduler(seed)
         self.all_tasks: list[Task] = []
-        self.task: Task = self.new_task(self.new_process(comm=comm))
+        cred = Cred.initial(uid, gid, groups)
+        self.task: Task = self.new_task(self.new_process(comm=comm), cred=cred)
         self.main_process = self.task.process
         self._acct = self.counters.snapshot()
         self.passthrough = passthrough
@@ -370,9 +375,10 @@ class Machine:
             proc.mem.release()
             proc.uc = proc.regfile = None
 
-    def new_task(self, process: Process, tid: int | None = None) -> Task:
+    def new_task(self, process: Process, tid: int | None = None, *, comm: str = "",
+                 cred: Cred | None = None) -> Task:
         task = Task(tid=tid if tid is not None else (process.pid if not process.tasks else self._alloc_pid()),
-                    process=process)
+                    process=process, comm=comm, cred=cred)
         task.counters = Counters()
         process.tasks.append(task)
         self.tasks.append(task)

@@ -62,10 +62,10 @@ class ProcessSyscalls:
         if thread:
             child_proc = parent
         elif flags & CLONE_VM:
-            child_proc = m.new_process(comm=parent.comm, share_mm=parent, parent=parent)
+            child_proc = m.new_process(comm=task.comm, share_mm=parent, parent=parent)
             self._inherit(parent, child_proc, flags)
         else:
-            child_proc = m.new_process(comm=parent.comm, parent=parent)
+            child_proc = m.new_process(comm=task.comm, parent=parent)
             self._inherit(parent, child_proc, flags)
             try:
                 self._copy_mm(parent, child_proc)
@@ -73,7 +73,7 @@ class ProcessSyscalls:
                 child_proc.fds.put()               # the copied fd table goes with the child
                 m.discard_process(child_proc)
                 return _neg(E.ENOMEM)          # dup_mmap past the memory limit
-        child = m.new_task(child_proc)
+        child = m.new_task(child_proc, comm=task.comm, cred=task.cred)   # dup_task_struct, copy_creds
         # the child resumes after the syscall with rax = 0 (the parent's regs otherwise)
         cregs = regs.copy()
         cregs.rax = 0

@@ -19,6 +19,7 @@ import struct
 from .errors import InputError
 from .files import FdTable, HostFile, HostInput, OpenFile, OutputSink, PipeInput, SeqFile, stat_bytes
 from .grant import GrantedDir
+from .identity_syscalls import IdentitySyscalls
 from .memory import (MMAP_MIN_ADDR, PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, TASK_SIZE,
                      GuestFault, MemoryLimitExceeded, page_down, page_up)
 from .process_syscalls import ProcessSyscalls, pid_t
@@ -71,7 +72,7 @@ def guest_exe_view(path: str) -> str:
     return os.path.normpath("/" + path) if not path.startswith("/") else os.path.normpath(path)
 
 
-class Syscalls(ProcessSyscalls):
+class Syscalls(IdentitySyscalls, ProcessSyscalls):
     """The syscall table of one machine.  ``register(nr, fn)`` adds or overrides an
     entry (the kernel model registers uretprobe/uprobe, 335/336)."""
 
@@ -165,11 +166,6 @@ class Syscalls(ProcessSyscalls):
 
     def sys_getpgrp(self, task, regs, *_):
         return task.process.pgid
-
-    def sys_getuid(self, task, regs, *_):
-        return 1000
-
-    sys_geteuid = sys_getgid = sys_getegid = sys_getuid
 
     def sys_set_tid_address(self, task, regs, tidptr, *_):
         task.clear_child_tid = tidptr

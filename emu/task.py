@@ -66,7 +66,9 @@ class Task:
     counters: object = None
     on_resume: object = None          # kernel work to finish when next switched in
     pending_signals: list = field(default_factory=list)   # (signo, addr, detail, code): see Machine.send_sig
+    comm: str = ""                    # the thread's name (task->comm): prctl(PR_SET_NAME)
+    cred: object = None               # emu.identity_syscalls.Cred (task->cred)
 
-    @property
-    def comm(self) -> str:
-        return self.process.comm
+    def __post_init__(self):
+        if not self.comm:
+            self.comm = self.process.comm

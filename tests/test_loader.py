@@ -27,7 +27,7 @@ def test_static_pie_is_loaded_at_the_default_base(build_c):
 @pytest.mark.parametrize("flavour", ["-static", "-static-pie"])
 def test_initial_stack_and_auxv(build_c, flavour):
     exe = build_c("auxv.c", flavour)
-    r = Machine.from_elf(exe, argv=[exe, "arg"], env=["FOO=bar"]).run()
+    r = Machine.from_elf(exe, argv=[exe, "arg"], env=["FOO=bar"], uid=1000, gid=1000).run()
     lines = dict(line.split("=", 1) for line in r.stdout.decode().splitlines() if "=" in line
                  and " " not in line.split("=", 1)[0])
     assert lines["pagesz"] == "4096"

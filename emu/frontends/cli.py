@@ -74,6 +74,18 @@ def seconds(text: str) -> float:
     return value
 
 
+def _id(text: str) -> int:
+    """A uid or gid: 0 to 4294967294 ((uid_t)-1 means "no id")."""
+    n = _int(text)
+    if not 0 <= n < 0xFFFFFFFF:
+        raise argparse.ArgumentTypeError(f"an id is 0-4294967294, not {text!r}")
+    return n
+
+
+def _id_list(text: str) -> list[int]:
+    return [_id(t) for t in text.split(",")] if text else []
+
+
 def port_number(text: str) -> int:
     """A TCP port, 0-65535 (0 = any free port); socket.bind() raises OverflowError else."""
     n = _int(text)
@@ -97,6 +109,14 @@ def _add_machine_options(p: argparse.ArgumentParser) -> None:
                    help="file the guest reads on fd 0, as it reads (default: this command's stdin)")
     p.add_argument("--mem-total", type=_size, default=None, metavar="SIZE",
                    help="RAM the guest's sysinfo reports, e.g. 512M, 8G (default 4G)")
+    p.add_argument("--uid", type=_id, default=None, metavar="N",
+                   help="the guest's real/effective/saved uid (default: yours; 0 = root, "
+                        "allowed to change ids)")
+    p.add_argument("--gid", type=_id, default=None, metavar="N",
+                   help="the guest's gid (default: yours)")
+    p.add_argument("--groups", type=_id_list, default=None, metavar="N,N...",
+                   help="the guest's supplementary groups (default: yours when neither "
+                        "--uid nor --gid is given, else none; '' = none)")
     p.add_argument("--grant-dir", metavar="DIR",
                    help="host directory the guest may open files in (default: none)")
     p.add_argument("--seed", type=_int, default=0, metavar="N",
@@ -274,6 +294,8 @@ def make_machine(args, passthrough: bool = True, own_stdin: bool = True):
                                     seed=getattr(args, "seed", 0),
                                     stdio="host" if passthrough else "pipe",
                                     mem_total=getattr(args, "mem_total", None),
+                                    uid=getattr(args, "uid", None), gid=getattr(args, "gid", None),
+                                    groups=getattr(args, "groups", None),
                                     **_memory_option(args))
     finally:
         if isinstance(stdin, int) and stdin != 0:
