@@ -83,3 +83,13 @@ def test_replace_drops_the_old_description():
     t.install(b, 1)
     assert t.replace(0, b, cloexec=True) == 0
     assert (a.refs, b.refs, t.get(0) is b, t.cloexec) == (0, 2, True, {0})
+
+
+@pytest.mark.parametrize("argv", [["printf", "hi"], ["printf", "%s-%03d\\n", "x", "7"]])
+def test_busybox_printf_matches_native(argv):
+    """busybox's printf checks its stdout with fcntl(F_GETFL) before writing: without
+    fcntl it printed nothing and exited 1."""
+    cmd = ["/bin/busybox", *argv]
+    p = subprocess.run(cmd, capture_output=True, timeout=60)
+    r = Machine.from_elf(cmd[0], argv=cmd).run(timeout=60)
+    assert (r.exit_code, r.stdout) == (p.returncode, p.stdout), r.describe()
