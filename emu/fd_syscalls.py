@@ -140,9 +140,11 @@ class FdSyscalls:
         if res != -E.EAGAIN or f.nonblock:
             return self._copy_out(task, buf, res)
 
+        token = self._sleep_on(task)
+
         def retry() -> bool:
-            if task.state != "blocked":
-                return True                  # the task died while it slept
+            if not self._still_asleep(task, token):
+                return True                  # the task died or was woken otherwise
             got = f.read(count)
             if got == -E.EAGAIN:
                 return False
@@ -152,6 +154,17 @@ class FdSyscalls:
         f.pipe.wait(retry)
         self.m.block(task, "pipe_read")
         return None
+
+    @staticmethod
+    def _sleep_on(task) -> object:
+        """A token for this sleep: a waiter left on a pipe from an earlier sleep (the
+        task was woken otherwise, then slept again) must not complete a later one."""
+        task.fd_wait = object()
+        return task.fd_wait
+
+    @staticmethod
+    def _still_asleep(task, token) -> bool:
+        return task.state == "blocked" and getattr(task, "fd_wait", None) is token
 
     @staticmethod
     def _copy_out(task, buf: int, data) -> int:
@@ -172,9 +185,10 @@ class FdSyscalls:
         if isinstance(done, int):
             return done
         state = {"written": done[0]}
+        token = self._sleep_on(task)
 
         def retry() -> bool:
-            if task.state != "blocked":
+            if not self._still_asleep(task, token):
                 return True
             res = self._write_some(task, f, data, state["written"])
             if isinstance(res, tuple):
@@ -312,9 +326,10 @@ class FdSyscalls:
             return res
         deadline = None if timeout is None else self.clock_ns + timeout
         state = {"done": False}
+        token = self._sleep_on(task)
 
         def finish(final: bool) -> bool:
-            if state["done"] or task.state != "blocked":
+            if state["done"] or not self._still_asleep(task, token):
                 state["done"] = True
                 return True
             try:

@@ -180,3 +180,39 @@ def test_busybox_pipeline_into_an_applet_needs_execve_and_says_so():
     assert (r.reason, r.exit_code) == ("exit", 126), r.describe()
     assert b"cat: Function not implemented" in r.stderr, r.stderr
     assert os.path.exists(BUSYBOX)
+
+
+class _FakeMachine:
+    """block/wake as Machine does them, recording the results."""
+
+    def __init__(self):
+        self.woken = []
+
+    def block(self, task, reason):
+        task.state, task.blocked_on = "blocked", reason
+
+    def wake(self, task, rax):
+        task.state, task.blocked_on = "running", None
+        self.woken.append(rax)
+
+
+def test_a_waiter_left_from_an_earlier_sleep_does_not_complete_a_later_one():
+    """A reader of pipe A woken some other way, then asleep on pipe B: bytes written to
+    A stay in A and B's read keeps waiting."""
+    from types import SimpleNamespace
+
+    from emu.fd_syscalls import FdSyscalls
+
+    sc = FdSyscalls()
+    sc.m = _FakeMachine()
+    task = SimpleNamespace(state="running", blocked_on=None,
+                           process=SimpleNamespace(mem=_Mem()))
+    a, ra, wa = ends()
+    b, rb, wb = ends()
+    assert sc.pipe_read(task, ra, 0x1000, 8) is None
+    sc.m.wake(task, -4)                    # woken otherwise (as a signal would: EINTR)
+    assert sc.pipe_read(task, rb, 0x2000, 8) is None
+    wa.write(b"for-a")
+    assert (bytes(a.buf), task.state, sc.m.woken) == (b"for-a", "blocked", [-4])
+    wb.write(b"for-b")
+    assert (task.state, sc.m.woken, task.process.mem.writes) == ("running", [-4, 5], [(0x2000, b"for-b")])
