@@ -39,6 +39,8 @@ NR_OPEN_DEFAULT = 1024                        # RLIMIT_NOFILE's soft limit (see 
 POLL_SLICE_MS = 50                            # how often a waiting read looks at the clock
 PIPE_DEV, PROC_DEV = 0xC, 0x17                # st_dev of pipefs and of procfs
 GUEST_UID, GUEST_GID = 1000, 1000
+DEFAULT_POLLMASK = 0x1 | 0x4 | 0x40 | 0x100   # POLLIN POLLOUT POLLRDNORM POLLWRNORM
+O_LARGEFILE = 0o100000
 
 
 def stat_bytes(mode: int, *, size: int = 0, rdev: int = 0, ino: int = 1, dev: int = 0x16,
@@ -69,6 +71,9 @@ class OpenFile:
 
     readable = False
     writable = False
+    is_pipe = False
+    status_flags = 0          # the f_flags fcntl(F_SETFL) may change (O_APPEND, O_NONBLOCK...)
+    open_flags = 0            # what open() added for good (O_LARGEFILE on a regular file)
 
     def __init__(self):
         self.refs = 0
@@ -105,6 +110,16 @@ class OpenFile:
     def ioctl(self, cmd: int, arg: int, mem) -> int:
         return -E.ENOTTY
 
+    def poll(self) -> int:
+        """f_op->poll; DEFAULT_POLLMASK (always ready) for a file without one."""
+        return DEFAULT_POLLMASK
+
+    @property
+    def f_flags(self) -> int:
+        """What F_GETFL answers: the access mode and the status flags."""
+        acc = 2 if self.readable and self.writable else 1 if self.writable else 0
+        return acc | self.open_flags | self.status_flags
+
     @property
     def is_dir(self) -> bool:
         return False
@@ -126,6 +141,10 @@ class PipeInput(OpenFile):
         chunk = bytes(self.data[:min(count, READ_CHUNK)])
         del self.data[:len(chunk)]
         return chunk
+
+    def poll(self):
+        """A pipe whose writer is gone: readable while data remains, hung up."""
+        return (0x1 | 0x40 if self.data else 0) | 0x10
 
     def fstat(self):
         return stat_bytes(S.S_IFIFO | 0o600, dev=PIPE_DEV, ino=self.ino)
@@ -253,6 +272,7 @@ class HostFile(OpenFile):
         self.writable = acc in (os.O_WRONLY, os.O_RDWR)
         self._close = weakref.finalize(self, os.close, host_fd)
         self._dir = S.S_ISDIR(os.fstat(host_fd).st_mode)
+        self.open_flags = O_LARGEFILE             # force_o_largefile() on 64-bit
 
     @property
     def is_dir(self):
@@ -346,6 +366,7 @@ class FdTable:
 
     def __init__(self, limit: int = NR_OPEN_DEFAULT):
         self.fds: dict[int, OpenFile] = {}
+        self.cloexec: set[int] = set()        # close_on_exec bits (FD_CLOEXEC)
         self.limit = limit
         self.users = 1
 
@@ -358,7 +379,7 @@ class FdTable:
     def get(self, fd: int) -> OpenFile | None:
         return self.fds.get(fd)
 
-    def install(self, file: OpenFile, lowest: int = 0) -> int:
+    def install(self, file: OpenFile, lowest: int = 0, cloexec: bool = False) -> int:
         """alloc_fd + fd_install: the lowest free descriptor >= ``lowest``; -EMFILE
         when the table is full.  Takes a new reference on ``file``."""
         fd = lowest
@@ -367,21 +388,41 @@ class FdTable:
         if fd >= self.limit:
             return -E.EMFILE
         self.fds[fd] = file.get()
+        self.set_cloexec(fd, cloexec)
         return fd
+
+    def replace(self, fd: int, file: OpenFile, cloexec: bool = False) -> int:
+        """do_dup2: ``fd`` now points at ``file``; what it pointed at loses a reference
+        (closed silently, as dup2 does)."""
+        old = self.fds.get(fd)
+        self.fds[fd] = file.get()
+        self.set_cloexec(fd, cloexec)
+        if old is not None:
+            old.put()
+        return fd
+
+    def set_cloexec(self, fd: int, on: bool) -> None:
+        if on:
+            self.cloexec.add(fd)
+        else:
+            self.cloexec.discard(fd)
 
     def close(self, fd: int) -> int:
         """close_fd: the slot empties now, the description goes with its last reference."""
         file = self.fds.pop(fd, None)
         if file is None:
             return -E.EBADF
+        self.cloexec.discard(fd)
         file.put()
         return 0
 
     def fork(self) -> "FdTable":
-        """dup_fd: a new table pointing at the same descriptions."""
+        """dup_fd: a new table pointing at the same descriptions, close-on-exec bits
+        included."""
         child = FdTable(self.limit)
         for fd, file in self.fds.items():
             child.fds[fd] = file.get()
+        child.cloexec = set(self.cloexec)
         return child
 
     def share(self) -> "FdTable":

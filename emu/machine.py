@@ -901,6 +901,8 @@ class Machine:
                                    insns=int(max_insns))
                 break
             nxt = self.scheduler.pick(self.tasks)
+            if nxt is None and self.syscalls.expire_timeouts():
+                nxt = self.scheduler.pick(self.tasks)   # idle: the clock jumps to a deadline
             if nxt is None:
                 result = RunResult("stopped", rip=self._rip(), rip_symbol=self.symbolize(self._rip()),
                                    detail="deadlock: every task is blocked")

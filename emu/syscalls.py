@@ -17,6 +17,7 @@ import struct
 
 
 from .errors import InputError
+from .fd_syscalls import FdSyscalls
 from .files import FdTable, HostFile, HostInput, OpenFile, OutputSink, PipeInput, SeqFile, stat_bytes
 from .grant import GrantedDir
 from .identity_syscalls import IdentitySyscalls
@@ -72,7 +73,7 @@ def guest_exe_view(path: str) -> str:
     return os.path.normpath("/" + path) if not path.startswith("/") else os.path.normpath(path)
 
 
-class Syscalls(IdentitySyscalls, ProcessSyscalls):
+class Syscalls(IdentitySyscalls, ProcessSyscalls, FdSyscalls):
     """The syscall table of one machine.  ``register(nr, fn)`` adds or overrides an
     entry (the kernel model registers uretprobe/uprobe, 335/336)."""
 
@@ -441,6 +442,8 @@ class Syscalls(IdentitySyscalls, ProcessSyscalls):
         f = self._file(task, fd)
         if f is None or not f.readable:
             return _neg(E.EBADF)
+        if f.is_pipe:
+            return self.pipe_read(task, f, buf, min(count, MAX_RW_COUNT))
         data = f.read(min(count, MAX_RW_COUNT), self.interrupted)
         if isinstance(data, int):
             return data
@@ -454,7 +457,8 @@ class Syscalls(IdentitySyscalls, ProcessSyscalls):
             return _neg(E.EBADF)
         if count == 0:
             return 0
-        return f.write(self.mem.read_user(buf, min(count, MAX_RW_COUNT)))
+        data = self.mem.read_user(buf, min(count, MAX_RW_COUNT))
+        return self.pipe_write(task, f, data) if f.is_pipe else f.write(data)
 
     def sys_writev(self, task, regs, fd, iov, iovcnt, *_):
         f = self._file(task, fd)
@@ -470,7 +474,9 @@ class Syscalls(IdentitySyscalls, ProcessSyscalls):
             ln = min(ln, MAX_RW_COUNT - len(data))
             if ln:
                 data += self.mem.read_user(base, ln)
-        return f.write(bytes(data)) if data else 0
+        if not data:
+            return 0
+        return self.pipe_write(task, f, bytes(data)) if f.is_pipe else f.write(bytes(data))
 
     def sys_pread64(self, task, regs, fd, buf, count, off, *_):
         f = self._file(task, fd)
