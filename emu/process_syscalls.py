@@ -73,7 +73,10 @@ class ProcessSyscalls:
                 child_proc.fds.put()               # the copied fd table goes with the child
                 m.discard_process(child_proc)
                 return _neg(E.ENOMEM)          # dup_mmap past the memory limit
+        if not thread:
+            child_proc.exit_signal = flags & 0xFF      # CSIGNAL: SIGCHLD for fork/vfork
         child = m.new_task(child_proc)
+        child.sigmask = task.sigmask                # copy_process: the blocked mask is inherited
         # the child resumes after the syscall with rax = 0 (the parent's regs otherwise)
         cregs = regs.copy()
         cregs.rax = 0

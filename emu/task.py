@@ -9,12 +9,24 @@ state (``mm_uprobes``, owned by the kernel model).  One task runs at first.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from .mm_types import MappedFile
 
 if TYPE_CHECKING:
     from .memory import Memory
+
+
+class PendingSignal(NamedTuple):
+    """One queued signal (the kernel's ``struct sigqueue``): ``addr`` is si_addr of a
+    fault, ``code`` the si_code, ``force`` marks a kernel-raised signal that a blocked
+    mask cannot hold back (force_sig_fault), ``info`` a prebuilt siginfo (SIGCHLD)."""
+    signo: int
+    addr: int | None = None
+    detail: str = ""
+    code: int | None = None
+    force: bool = True
+    info: bytes | None = None
 
 
 @dataclass(eq=False)
@@ -41,6 +53,8 @@ class Process:
     mm_owner: "Process | None" = None                 # vfork child: whose mm it borrows
     vfork_parent_task: object = None
     counters: object = None
+    shared_pending: list = field(default_factory=list)   # process-directed PendingSignals (kill)
+    exit_signal: int = 0                              # sent to the parent at exit (clone's low byte)
 
     def __post_init__(self):
         if not self.pgid:
@@ -65,7 +79,8 @@ class Task:
     slices: int = 0
     counters: object = None
     on_resume: object = None          # kernel work to finish when next switched in
-    pending_signals: list = field(default_factory=list)   # (signo, addr, detail, code): see Machine.send_sig
+    pending_signals: list = field(default_factory=list)   # PendingSignals: see Machine.send_sig
+    saved_sigmask: int | None = None  # rt_sigsuspend's mask to restore after delivery
 
     @property
     def comm(self) -> str:

@@ -1,0 +1,210 @@
+"""Signal syscalls: sending (kill, tgkill, tkill), actions and masks (rt_sigaction,
+rt_sigprocmask, rt_sigpending), waiting (rt_sigsuspend, pause), rt_sigreturn,
+sigaltstack, and the SIGCHLD a parent gets when a child exits.
+
+A mixin of :class:`emu.syscalls.Syscalls`, modeling kernel/signal.c.  Sending only
+queues (``Machine.send_sig`` for one task, ``Machine.send_process_sig`` for a process);
+the machine delivers at the task's next exit to user mode, skipping what the task's
+mask blocks (``dequeue_signal``), so a blocked signal pends until rt_sigprocmask,
+rt_sigsuspend or rt_sigreturn unblocks it.
+"""
+
+from __future__ import annotations
+
+import errno as E
+import struct
+
+from .memory import GuestFault
+from .process_syscalls import pid_t
+from .signal_frames import IGNORED_BY_DEFAULT, SI_TKILL, SIG_DFL, SIG_IGN, parse_sigaction, restore_frame, siginfo
+from .signals import RunResult
+
+SI_USER = 0
+CLD_EXITED, CLD_KILLED = 1, 2
+SIGCHLD = 17
+UNBLOCKABLE = (1 << 8) | (1 << 18)          # SIGKILL, SIGSTOP
+SIG_BLOCK, SIG_UNBLOCK, SIG_SETMASK = 0, 1, 2
+
+
+def _neg(err: int) -> int:
+    return -err
+
+
+def _bit(sig: int) -> int:
+    return 1 << (sig - 1)
+
+
+class SignalSyscalls:
+    """kernel/signal.c on the machine's tasks."""
+
+    # -- sending ----------------------------------------------------------------------
+    def sys_kill(self, task, regs, pid, sig, *_):
+        """kill_something_info: pid > 0 one process; 0 the caller's group; -1 every
+        process but the caller; < -1 the group -pid."""
+        pid = pid_t(pid)
+        live = [p for p in self.m.processes if p.exit_result is None]
+        if pid > 0:
+            targets = [p for p in live if p.pid == pid]
+        elif pid == 0:
+            targets = [p for p in live if p.pgid == task.process.pgid]
+        elif pid == -1:
+            targets = [p for p in live if p is not task.process]
+        else:
+            targets = [p for p in live if p.pgid == -pid]
+        if not 0 <= sig <= 64:
+            return _neg(E.EINVAL)
+        if not targets:
+            return _neg(E.ESRCH)
+        for proc in targets:
+            self._send(task, regs, proc, None, sig, SI_USER)
+        return 0
+
+    def sys_tgkill(self, task, regs, tgid, tid, sig, *_):
+        if pid_t(tgid) <= 0 or pid_t(tid) <= 0:
+            return _neg(E.EINVAL)
+        return self._send_to_tid(task, regs, tid, sig, tgid=pid_t(tgid))
+
+    def sys_tkill(self, task, regs, tid, sig, *_):
+        if pid_t(tid) <= 0:
+            return _neg(E.EINVAL)
+        return self._send_to_tid(task, regs, tid, sig)
+
+    def _send_to_tid(self, task, regs, tid, sig, tgid=None):
+        target = next((t for t in self.m.tasks if t.tid == tid & 0xFFFFFFFF), None)
+        if target is None or (tgid is not None and target.process.pid != tgid):
+            return _neg(E.ESRCH)
+        if not 0 <= sig <= 64:
+            return _neg(E.EINVAL)
+        self._send(task, regs, target.process, target, sig, SI_TKILL)
+        return 0
+
+    def _send(self, task, regs, proc, target, sig, code) -> None:
+        """send_signal_locked: ``target`` a task (tkill) or None (to the process).
+        prepare_signal drops an ignored, unblocked signal; complete_signal kills a
+        process at once on a fatal one (default action, not blocked); otherwise it is
+        queued, with the sender's pid in its siginfo."""
+        if sig == 0:
+            return
+        handler = parse_sigaction(proc.sigactions.get(sig))[0]
+        tasks = [target] if target is not None else [t for t in proc.tasks if t.state != "dead"]
+        blocked = bool(tasks) and all(t.sigmask & _bit(sig) for t in tasks) and sig not in (9, 19)
+        if not blocked and (handler == SIG_IGN or (handler == SIG_DFL and sig in IGNORED_BY_DEFAULT)):
+            return
+        regs.rax = 0                     # the syscall's own result, saved in a frame
+        if not blocked and (handler == SIG_DFL or sig == 9) and proc is not task.process:
+            self.m.counters.signals[sig] += 1
+            self.m.process_exit(proc, RunResult("signal", signal=sig, detail=f"sent by pid {task.process.pid}"))
+            return
+        info = siginfo(sig, code, None, task.process.pid)
+        detail = "sent by the guest itself" if proc is task.process else f"sent by pid {task.process.pid}"
+        if target is None:
+            self.m.send_process_sig(proc, sig, detail=detail, code=code, info=info)
+        else:
+            self.m.send_sig(target, sig, detail=detail, code=code, force=False, info=info)
+            if not target.sigmask & _bit(sig):
+                self.m.signal_wake_up(target)
+
+    def child_exited(self, proc) -> None:
+        """exit_notify -> do_notify_parent: after the wait bookkeeping, the parent gets
+        the child's exit signal (SIGCHLD for fork) with CLD_EXITED/CLD_KILLED, the
+        child's pid and status; ignored by default, so only a handler (or a blocked
+        mask) sees it."""
+        super().child_exited(proc)
+        parent = proc.parent
+        if not proc.exit_signal or parent is None or parent.exit_result is not None:
+            return
+        sig, res = proc.exit_signal, proc.exit_result
+        handler = parse_sigaction(parent.sigactions.get(sig))[0]
+        live = [t for t in parent.tasks if t.state != "dead"]
+        blocked = bool(live) and all(t.sigmask & _bit(sig) for t in live)
+        if not blocked and (handler == SIG_IGN or (handler == SIG_DFL and sig in IGNORED_BY_DEFAULT)):
+            return
+        code, status = (CLD_EXITED, res.exit_code) if res.reason == "exit" else (CLD_KILLED, res.signal)
+        info = struct.pack("<iiiiiIiiqq", sig, 0, code, 0, proc.pid, 1000, status or 0, 0, 0, 0)
+        self.m.send_process_sig(parent, sig, detail=f"child {proc.pid} exited", code=code,
+                                info=info.ljust(128, b"\0"))
+
+    # -- actions and masks ------------------------------------------------------------
+    def sys_rt_sigaction(self, task, regs, sig, act, oldact, sigsetsize, *_):
+        if sigsetsize != 8 or not 1 <= sig <= 64 or sig in (9, 19):
+            return _neg(E.EINVAL)
+        actions = task.process.sigactions
+        if oldact:
+            self.mem.write_user(oldact, actions.get(sig, b"\0" * 32))
+        if act:
+            actions[sig] = self.mem.read_user(act, 32)
+            handler = parse_sigaction(actions[sig])[0]
+            if handler == SIG_IGN or (handler == SIG_DFL and sig in IGNORED_BY_DEFAULT):
+                self._flush_pending(task.process, sig)
+        return 0
+
+    @staticmethod
+    def _flush_pending(proc, sig) -> None:
+        """do_sigaction: an action that ignores ``sig`` discards it where it pends
+        (POSIX 3.3.1.3), on the process and on each of its tasks."""
+        proc.shared_pending[:] = [p for p in proc.shared_pending if p.signo != sig]
+        for t in proc.tasks:
+            t.pending_signals[:] = [p for p in t.pending_signals if p.signo != sig]
+
+    def sys_rt_sigprocmask(self, task, regs, how, nset, oset, sigsetsize, *_):
+        """The new mask applies at once: a signal it unblocks is delivered as this
+        syscall returns (the machine's exit-to-user path)."""
+        if sigsetsize != 8:
+            return _neg(E.EINVAL)
+        new = self.mem.read_u64(nset) if nset else None
+        if new is not None and how not in (SIG_BLOCK, SIG_UNBLOCK, SIG_SETMASK):
+            return _neg(E.EINVAL)
+        if oset:
+            self.mem.write_u64(oset, task.sigmask)
+        if new is not None:
+            if how == SIG_BLOCK:
+                task.sigmask |= new
+            elif how == SIG_UNBLOCK:
+                task.sigmask &= ~new
+            else:
+                task.sigmask = new
+            task.sigmask &= ~UNBLOCKABLE
+        return 0
+
+    def sys_rt_sigpending(self, task, regs, uset, sigsetsize, *_):
+        """do_sigpending: the blocked signals pending on the task or its process."""
+        if sigsetsize > 8:
+            return _neg(E.EINVAL)
+        bits = self.m.pending_set(task) & task.sigmask
+        self.mem.write_user(uset, struct.pack("<Q", bits)[:sigsetsize])
+        return 0
+
+    # -- waiting ----------------------------------------------------------------------
+    def sys_rt_sigsuspend(self, task, regs, uset, sigsetsize, *_):
+        """Install the mask and sleep until a signal is delivered; -EINTR, and the
+        handler's frame saves the mask from before the call (set_restore_sigmask)."""
+        if sigsetsize != 8:
+            return _neg(E.EINVAL)
+        new = self.mem.read_u64(uset) & ~UNBLOCKABLE
+        task.saved_sigmask, task.sigmask = task.sigmask, new
+        if self.m.signal_pending(task):
+            return _neg(E.EINTR)
+        self.m.block(task, "sigsuspend")
+        return None
+
+    def sys_pause(self, task, regs, *_):
+        if self.m.signal_pending(task):
+            return _neg(E.EINTR)
+        self.m.block(task, "pause")
+        return None
+
+    def sys_rt_sigreturn(self, task, regs, *_):
+        """Restore the registers and mask saved in the rt_sigframe; the task resumes
+        where the signal interrupted it (the full pt_regs return path)."""
+        try:
+            task.sigmask = restore_frame(self.mem, regs) & ~UNBLOCKABLE
+        except GuestFault:
+            self.m.send_sig(task, 11, detail="bad signal frame")
+            return None
+        regs.orig_rax = -1
+        return regs.rax
+
+    def sys_sigaltstack(self, task, regs, ss, old, *_):
+        if old:
+            self.mem.write_user(old, struct.pack("<QiiQ", 0, 2, 0, 0))  # SS_DISABLE
+        return 0
