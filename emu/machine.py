@@ -953,6 +953,8 @@ class Machine:
                                    insns=int(max_insns))
                 break
             nxt = self.scheduler.pick(self.tasks)
+            if nxt is None and self.syscalls.idle_wakeup():
+                nxt = self.scheduler.pick(self.tasks)     # a timer woke a sleeper
             if nxt is None:
                 result = RunResult("stopped", rip=self._rip(), rip_symbol=self.symbolize(self._rip()),
                                    detail="deadlock: every task is blocked")

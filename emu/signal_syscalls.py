@@ -24,6 +24,11 @@ CLD_EXITED, CLD_KILLED = 1, 2
 SIGCHLD = 17
 UNBLOCKABLE = (1 << 8) | (1 << 18)          # SIGKILL, SIGSTOP
 SIG_BLOCK, SIG_UNBLOCK, SIG_SETMASK = 0, 1, 2
+SIGALRM, SI_KERNEL = 14, 0x80
+ITIMER_REAL = 0
+TIMER_ABSTIME = 1
+NSEC, USEC = 1_000_000_000, 1_000
+CLOCK_EPOCH_NS = 1_767_225_600 * NSEC        # emu.syscalls' CLOCK_REALTIME at boot
 
 
 def _neg(err: int) -> int:
@@ -123,6 +128,120 @@ class SignalSyscalls:
         info = struct.pack("<iiiiiIiiqq", sig, 0, code, 0, proc.pid, 1000, status or 0, 0, 0, 0)
         self.m.send_process_sig(parent, sig, detail=f"child {proc.pid} exited", code=code,
                                 info=info.ljust(128, b"\0"))
+
+    # -- timers on the virtual clock ------------------------------------------------------
+    def run_timers(self) -> bool:
+        """it_real_fn: every process whose ITIMER_REAL expired at the current virtual
+        time gets SIGALRM (SI_KERNEL); a periodic timer re-arms.  True if one fired."""
+        fired = False
+        for proc in self.m.processes:
+            timer = proc.real_timer
+            if proc.exit_result is not None or timer is None or timer[0] > self.clock_ns:
+                continue
+            expires, interval = timer
+            proc.real_timer = (expires + interval, interval) if interval else None
+            if interval and proc.real_timer[0] <= self.clock_ns:       # catch up, one signal
+                skipped = (self.clock_ns - expires) // interval
+                proc.real_timer = (expires + (skipped + 1) * interval, interval)
+            self._send_kernel(proc, SIGALRM)
+            fired = True
+        return fired
+
+    def idle_wakeup(self) -> bool:
+        """Every task sleeps: jump the virtual clock to the next timer expiry (as an
+        idle CPU would wait for it) and fire it.  False when no timer is armed."""
+        live = [p.real_timer[0] for p in self.m.processes
+                if p.exit_result is None and p.real_timer is not None]
+        if not live:
+            return False
+        self.clock_ns = max(self.clock_ns, min(live))
+        return self.run_timers()
+
+    def _send_kernel(self, proc, sig) -> None:
+        """A kernel-originated process signal (SEND_SIG_PRIV): prepare_signal drops it
+        when ignored; SIG_DFL SIGALRM terminates."""
+        handler = parse_sigaction(proc.sigactions.get(sig))[0]
+        live = [t for t in proc.tasks if t.state != "dead"]
+        blocked = bool(live) and all(t.sigmask & _bit(sig) for t in live)
+        if not blocked and (handler == SIG_IGN or (handler == SIG_DFL and sig in IGNORED_BY_DEFAULT)):
+            return
+        self.m.send_process_sig(proc, sig, detail="timer expired", code=SI_KERNEL,
+                                info=siginfo(sig, SI_KERNEL, None, 0))
+
+    def _itimer_value(self, proc) -> tuple[int, int]:
+        """(remaining ns, interval ns) of the process's ITIMER_REAL."""
+        if proc.real_timer is None:
+            return 0, 0
+        expires, interval = proc.real_timer
+        return max(expires - self.clock_ns, 1), interval
+
+    def sys_alarm(self, task, regs, seconds, *_):
+        """alarm_setitimer: returns the old timer's seconds, rounded to nearest (a
+        timer under a second left counts as one)."""
+        left, _ = self._itimer_value(task.process)
+        seconds &= 0xFFFFFFFF
+        task.process.real_timer = (self.clock_ns + seconds * NSEC, 0) if seconds else None
+        secs, rest = divmod(left, NSEC)
+        return secs + (1 if (not secs and rest) or rest >= NSEC // 2 else 0)
+
+    def sys_getitimer(self, task, regs, which, value, *_):
+        if which != ITIMER_REAL:
+            return _neg(E.EINVAL)
+        self._write_itimerval(value, *self._itimer_value(task.process))
+        return 0
+
+    def sys_setitimer(self, task, regs, which, new, old, *_):
+        """ITIMER_REAL on the virtual clock; ITIMER_VIRTUAL/PROF (CPU time) are not
+        modeled and answer EINVAL."""
+        if which != ITIMER_REAL:
+            return _neg(E.EINVAL)
+        if new:
+            isec, iusec, vsec, vusec = struct.unpack("<qqqq", self.mem.read_user(new, 32))
+            if not (0 <= iusec < 1_000_000 and 0 <= vusec < 1_000_000 and isec >= 0 and vsec >= 0):
+                return _neg(E.EINVAL)
+        if old:
+            self._write_itimerval(old, *self._itimer_value(task.process))
+        if new:
+            value, interval = vsec * NSEC + vusec * USEC, isec * NSEC + iusec * USEC
+            task.process.real_timer = (self.clock_ns + value, interval) if value else None
+        return 0
+
+    def _write_itimerval(self, ptr, value_ns, interval_ns) -> None:
+        usec = lambda ns: divmod(-(-ns // USEC), 1_000_000)       # noqa: E731 - rounded up
+        self.mem.write_user(ptr, struct.pack("<qqqq", *usec(interval_ns), *usec(value_ns)))
+
+    def sys_nanosleep(self, task, regs, req, rem, *_):
+        return self._nanosleep(task, req, rem, absolute_ns=None)
+
+    def sys_clock_nanosleep(self, task, regs, clk, flags, req, rem, *_):
+        if clk not in (0, 1, 7):          # REALTIME, MONOTONIC, BOOTTIME
+            return _neg(E.EINVAL if clk not in (2, 3) else E.ENOTSUP)
+        base = 0 if clk == 0 else CLOCK_EPOCH_NS
+        if flags & TIMER_ABSTIME:
+            return self._nanosleep(task, req, 0, absolute_ns=base)
+        return self._nanosleep(task, req, rem, absolute_ns=None)
+
+    def _nanosleep(self, task, req, rem, absolute_ns) -> int:
+        """hrtimer_nanosleep on the virtual clock: the clock moves to the wake-up time,
+        unless a timer of this process expires first - then SIGALRM is sent, the clock
+        stops there and the sleep returns -EINTR with the rest in ``rem``."""
+        sec, nsec = struct.unpack("<qq", self.mem.read_user(req, 16))
+        if sec < 0 or not 0 <= nsec < NSEC:
+            return _neg(E.EINVAL)
+        end = sec * NSEC + nsec + (absolute_ns if absolute_ns is not None else self.clock_ns)
+        timer = task.process.real_timer
+        self.m.yield_cpu()
+        if timer is not None and timer[0] < end:
+            self.clock_ns = max(self.clock_ns, timer[0])
+            self.run_timers()
+            if self.m.signal_pending(task):
+                left = end - self.clock_ns
+                if rem:
+                    self.mem.write_user(rem, struct.pack("<qq", *divmod(left, NSEC)))
+                return _neg(E.EINTR)
+        self.clock_ns = max(self.clock_ns, end)
+        self.run_timers()
+        return 0
 
     # -- actions and masks ------------------------------------------------------------
     def sys_rt_sigaction(self, task, regs, sig, act, oldact, sigsetsize, *_):

@@ -210,6 +210,7 @@ class Syscalls(SignalSyscalls, ProcessSyscalls):
     # ------------------------------------------------------------------ time / random
     def _tick(self) -> int:
         self.clock_ns += CLOCK_TICK_NS
+        self.run_timers()                  # an ITIMER_REAL may expire as time passes
         return self.clock_ns
 
     def sys_clock_gettime(self, task, regs, clk, tp, *_):

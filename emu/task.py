@@ -55,6 +55,7 @@ class Process:
     counters: object = None
     shared_pending: list = field(default_factory=list)   # process-directed PendingSignals (kill)
     exit_signal: int = 0                              # sent to the parent at exit (clone's low byte)
+    real_timer: tuple | None = None                   # ITIMER_REAL: (expiry ns, interval ns)
 
     def __post_init__(self):
         if not self.pgid:
