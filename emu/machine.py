@@ -58,7 +58,7 @@ EINTR = 4
 # SYNCHRONOUS_MASK: SIGILL SIGTRAP SIGBUS SIGFPE SIGSEGV SIGSYS, dequeued before others
 SYNCHRONOUS_SIGNALS = frozenset((4, 5, 7, 8, 11, 31))
 # sleeps a signal interrupts (TASK_INTERRUPTIBLE waits that return -EINTR)
-INTERRUPTIBLE_SLEEPS = frozenset(("sigsuspend", "pause"))
+INTERRUPTIBLE_SLEEPS = frozenset(("sigsuspend", "pause", "sigtimedwait"))
 DEFAULT_TIMEOUT = 120.0
 # Bytes of each of stdout/stderr a Machine keeps (when it keeps them at all).
 DEFAULT_OUTPUT_LIMIT = 16 << 20
@@ -684,16 +684,25 @@ class Machine:
             bits |= _sigbit(p.signo)
         return bits
 
-    def _next_signal(self, task: Task) -> tuple[list, int] | None:
+    def _next_signal(self, task: Task, wanted: int | None = None) -> tuple[list, int] | None:
         """dequeue_signal/next_signal: (queue, index) of the signal to deliver - the
         task's own queue before the process's, synchronous (fault) signals first, then
-        the lowest number; blocked ones stay queued unless forced."""
+        the lowest number; blocked ones stay queued unless forced.  ``wanted`` (a
+        sigset, rt_sigtimedwait) takes any signal in it instead, blocked or not."""
         for queue in (task.pending_signals, task.process.shared_pending):
-            ok = [(i, p) for i, p in enumerate(queue) if p.force or not task.sigmask & _sigbit(p.signo)]
+            if wanted is not None:
+                ok = [(i, p) for i, p in enumerate(queue) if wanted & _sigbit(p.signo)]
+            else:
+                ok = [(i, p) for i, p in enumerate(queue) if p.force or not task.sigmask & _sigbit(p.signo)]
             if ok:
                 i, _ = min(ok, key=lambda e: (e[1].signo not in SYNCHRONOUS_SIGNALS, e[1].signo, e[0]))
                 return queue, i
         return None
+
+    def dequeue_signal(self, task: Task, wanted: int) -> PendingSignal | None:
+        """Take the first pending signal in the set ``wanted`` off its queue."""
+        nxt = self._next_signal(task, wanted)
+        return None if nxt is None else nxt[0].pop(nxt[1])
 
     def _exit_to_user(self, task: Task, regs: PtRegs) -> bool:
         """``exit_to_user_mode_loop`` -> ``arch_do_signal_or_restart``: deliver the

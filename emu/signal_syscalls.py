@@ -39,6 +39,15 @@ def _bit(sig: int) -> int:
     return 1 << (sig - 1)
 
 
+def _blocked(tasks, sig: int) -> bool:
+    """Every one of ``tasks`` blocks ``sig`` - in its mask, or in the mask it had
+    before rt_sigtimedwait opened it (``real_blocked``, which sig_ignored also
+    honours)."""
+    if sig in (9, 19) or not tasks:
+        return False
+    return all((t.sigmask | (t.sigwait[3] if t.sigwait else 0)) & _bit(sig) for t in tasks)
+
+
 class SignalSyscalls:
     """kernel/signal.c on the machine's tasks."""
 
@@ -92,7 +101,7 @@ class SignalSyscalls:
             return
         handler = parse_sigaction(proc.sigactions.get(sig))[0]
         tasks = [target] if target is not None else [t for t in proc.tasks if t.state != "dead"]
-        blocked = bool(tasks) and all(t.sigmask & _bit(sig) for t in tasks) and sig not in (9, 19)
+        blocked = _blocked(tasks, sig)
         if not blocked and (handler == SIG_IGN or (handler == SIG_DFL and sig in IGNORED_BY_DEFAULT)):
             return
         regs.rax = 0                     # the syscall's own result, saved in a frame
@@ -120,8 +129,7 @@ class SignalSyscalls:
             return
         sig, res = proc.exit_signal, proc.exit_result
         handler = parse_sigaction(parent.sigactions.get(sig))[0]
-        live = [t for t in parent.tasks if t.state != "dead"]
-        blocked = bool(live) and all(t.sigmask & _bit(sig) for t in live)
+        blocked = _blocked([t for t in parent.tasks if t.state != "dead"], sig)
         if not blocked and (handler == SIG_IGN or (handler == SIG_DFL and sig in IGNORED_BY_DEFAULT)):
             return
         code, status = (CLD_EXITED, res.exit_code) if res.reason == "exit" else (CLD_KILLED, res.signal)
@@ -152,17 +160,22 @@ class SignalSyscalls:
         idle CPU would wait for it) and fire it.  False when no timer is armed."""
         live = [p.real_timer[0] for p in self.m.processes
                 if p.exit_result is None and p.real_timer is not None]
-        if not live:
+        waits = [t for t in self.m.tasks if t.state == "blocked" and t.sigwait and t.sigwait[1] is not None]
+        if not live and not waits:
             return False
-        self.clock_ns = max(self.clock_ns, min(live))
-        return self.run_timers()
+        self.clock_ns = max(self.clock_ns, min(live + [t.sigwait[1] for t in waits]))
+        fired = self.run_timers()
+        for t in waits:
+            if t.state == "blocked" and t.sigwait[1] <= self.clock_ns:
+                self.m.wake(t, _neg(E.EAGAIN))        # the wait timed out
+                fired = True
+        return fired
 
     def _send_kernel(self, proc, sig) -> None:
         """A kernel-originated process signal (SEND_SIG_PRIV): prepare_signal drops it
         when ignored; SIG_DFL SIGALRM terminates."""
         handler = parse_sigaction(proc.sigactions.get(sig))[0]
-        live = [t for t in proc.tasks if t.state != "dead"]
-        blocked = bool(live) and all(t.sigmask & _bit(sig) for t in live)
+        blocked = _blocked([t for t in proc.tasks if t.state != "dead"], sig)
         if not blocked and (handler == SIG_IGN or (handler == SIG_DFL and sig in IGNORED_BY_DEFAULT)):
             return
         self.m.send_process_sig(proc, sig, detail="timer expired", code=SI_KERNEL,
@@ -305,6 +318,50 @@ class SignalSyscalls:
             return _neg(E.EINTR)
         self.m.block(task, "sigsuspend")
         return None
+
+    def sys_rt_sigtimedwait(self, task, regs, uthese, uinfo, uts, sigsetsize, *_):
+        """do_sigtimedwait: take a pending signal of the set (blocked or not) without
+        running its handler and return its number, its siginfo in ``uinfo``.  With none
+        pending: -EAGAIN for a zero timeout, else sleep with the set opened in the mask
+        (real_blocked kept) until one arrives or the timeout passes on the virtual
+        clock (-EAGAIN); another unblocked signal interrupts it (-EINTR)."""
+        if sigsetsize != 8:
+            return _neg(E.EINVAL)
+        wanted = self.mem.read_u64(uthese) & ~UNBLOCKABLE
+        deadline = None
+        if uts:
+            sec, nsec = struct.unpack("<qq", self.mem.read_user(uts, 16))
+            if sec < 0 or not 0 <= nsec < NSEC:
+                return _neg(E.EINVAL)
+            deadline = self.clock_ns + sec * NSEC + nsec
+        got = self.m.dequeue_signal(task, wanted)
+        if got is not None:
+            return self._sigwait_result(task, got, uinfo)
+        if deadline == self.clock_ns:
+            return _neg(E.EAGAIN)
+        task.sigwait = (wanted, deadline, uinfo, task.sigmask)
+        task.sigmask &= ~wanted
+        task.on_resume = lambda: self._sigwait_resume(task)
+        self.m.block(task, "sigtimedwait")
+        return None
+
+    def _sigwait_resume(self, task) -> None:
+        """The sleeper runs again: restore its mask and, if a wanted signal came,
+        return it instead of -EINTR/-EAGAIN (the rax the wake-up wrote)."""
+        wanted, _, uinfo, real_blocked = task.sigwait
+        task.sigwait, task.sigmask = None, real_blocked
+        got = self.m.dequeue_signal(task, wanted)
+        if got is not None:
+            regs = self.m.read_regs()
+            regs.rax = self._sigwait_result(task, got, uinfo) & 0xFFFFFFFFFFFFFFFF
+            self.m.write_regs(regs)
+
+    def _sigwait_result(self, task, sig, uinfo) -> int:
+        if uinfo:
+            code = sig.code if sig.code is not None else SI_KERNEL
+            info = sig.info or siginfo(sig.signo, code, sig.addr, task.process.pid)
+            task.process.mem.write_user(uinfo, info)
+        return sig.signo
 
     def sys_pause(self, task, regs, *_):
         if self.m.signal_pending(task):
