@@ -774,8 +774,9 @@ class Machine:
         # the frame saves the mask to return to: rt_sigsuspend's, not the temporary one
         old_mask = task.sigmask if task.saved_sigmask is None else task.saved_sigmask
         try:
-            frame_at, frame, info_at, uc_at = sf.build_frame(regs, regs.rsp, signo, info, old_mask,
-                                                             restorer)
+            frame_at, frame, info_at, uc_at = sf.build_frame(
+                regs, regs.rsp, signo, info, old_mask, restorer,
+                altstack=task.sigaltstack, onstack=bool(flags & sf.SA_ONSTACK))
             self.mem.write_user(frame_at, frame)
         except GuestFault:
             return False                     # no room for the frame: SIGSEGV kills
@@ -787,6 +788,8 @@ class Machine:
             task.sigmask |= _sigbit(signo)
         task.sigmask |= mask
         task.saved_sigmask = None
+        if task.sigaltstack is not None and task.sigaltstack[2] & sf.SS_AUTODISARM:
+            task.sigaltstack = None          # sas_ss_reset: saved in uc_stack, restored by sigreturn
         if flags & sf.SA_RESETHAND:
             task.process.sigactions.pop(signo, None)
         if self.events:

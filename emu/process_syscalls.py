@@ -80,6 +80,8 @@ class ProcessSyscalls:
             child_proc.exit_signal = flags & 0xFF      # CSIGNAL: SIGCHLD for fork/vfork
         child = m.new_task(child_proc)
         child.sigmask = task.sigmask                # copy_process: the blocked mask is inherited
+        if not flags & CLONE_VM or flags & CLONE_VFORK:
+            child.sigaltstack = task.sigaltstack    # a new thread starts without one
         # the child resumes after the syscall with rax = 0 (the parent's regs otherwise)
         cregs = regs.copy()
         cregs.rax = 0

@@ -16,7 +16,9 @@ import struct
 
 from .memory import GuestFault
 from .process_syscalls import pid_t
-from .signal_frames import IGNORED_BY_DEFAULT, SI_TKILL, SIG_DFL, SIG_IGN, parse_sigaction, restore_frame, siginfo
+from .signal_frames import (IGNORED_BY_DEFAULT, MINSIGSTKSZ, SI_TKILL, SIG_DFL, SIG_IGN, SS_AUTODISARM,
+                            SS_DISABLE, SS_ONSTACK, on_sig_stack, pack_stack_t, parse_sigaction,
+                            restore_frame, saved_altstack, siginfo)
 from .signals import RunResult
 
 SI_USER = 0
@@ -370,17 +372,41 @@ class SignalSyscalls:
         return None
 
     def sys_rt_sigreturn(self, task, regs, *_):
-        """Restore the registers and mask saved in the rt_sigframe; the task resumes
-        where the signal interrupted it (the full pt_regs return path)."""
+        """Restore the registers, mask and alternate stack saved in the rt_sigframe;
+        the task resumes where the signal interrupted it (the full pt_regs path)."""
+        uc = regs.rsp
         try:
+            saved_ss = saved_altstack(self.mem, uc)
             task.sigmask = restore_frame(self.mem, regs) & ~UNBLOCKABLE
         except GuestFault:
             self.m.send_sig(task, 11, detail="bad signal frame")
             return None
+        self._do_sigaltstack(task, regs.rsp, *saved_ss)      # restore_altstack; errors ignored
         regs.orig_rax = -1
         return regs.rax
 
     def sys_sigaltstack(self, task, regs, ss, old, *_):
+        """do_sigaltstack: report the alternate stack (SS_ONSTACK while on it), then
+        install the new one: EPERM while running on it, EINVAL for an unknown mode,
+        ENOMEM under MINSIGSTKSZ."""
+        new = struct.unpack("<QIxxxxQ", self.mem.read_user(ss, 24)) if ss else None
         if old:
-            self.mem.write_user(old, struct.pack("<QiiQ", 0, 2, 0, 0))  # SS_DISABLE
+            self.mem.write_user(old, pack_stack_t(task.sigaltstack, regs.rsp))
+        if new is None:
+            return 0
+        return self._do_sigaltstack(task, regs.rsp, *new)
+
+    @staticmethod
+    def _do_sigaltstack(task, sp, ss_sp, ss_flags, ss_size) -> int:
+        if on_sig_stack(task.sigaltstack, sp):
+            return _neg(E.EPERM)
+        mode = ss_flags & ~SS_AUTODISARM
+        if mode not in (SS_DISABLE, SS_ONSTACK, 0):
+            return _neg(E.EINVAL)
+        if mode == SS_DISABLE:
+            task.sigaltstack = None
+            return 0
+        if ss_size < MINSIGSTKSZ:
+            return _neg(E.ENOMEM)
+        task.sigaltstack = (ss_sp, ss_size, ss_flags & SS_AUTODISARM)
         return 0

@@ -82,6 +82,7 @@ class Task:
     on_resume: object = None          # kernel work to finish when next switched in
     pending_signals: list = field(default_factory=list)   # PendingSignals: see Machine.send_sig
     saved_sigmask: int | None = None  # rt_sigsuspend's mask to restore after delivery
+    sigaltstack: tuple | None = None  # (ss_sp, ss_size, SS_AUTODISARM bit) or None (disabled)
     sigwait: tuple | None = None      # rt_sigtimedwait sleeping: (set, deadline ns | None, &info, real_blocked)
 
     @property
