@@ -367,6 +367,9 @@ class FdSyscalls:
             self._poll_timeouts = []
         return self._poll_timeouts
 
+    def next_poll_deadline_ns(self) -> int | None:
+        return min((e[0] for e in self._timeouts()), default=None)
+
     def expire_timeouts(self) -> bool:
         """Every task sleeps: move the virtual clock to the earliest poll/select
         deadline and time that sleeper out.  False when no deadline is pending."""

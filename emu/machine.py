@@ -46,7 +46,7 @@ from .regs import GPR_NAMES, RF, TF, PtRegs
 from .sched import Scheduler
 from .signals import SIGNALS, RunResult
 from .syscalls import Syscalls
-from .task import Process, Task
+from .task import PendingSignal, Process, Task
 
 _LEGACY_PREFIXES = frozenset((0x26, 0x2E, 0x36, 0x3E, 0x64, 0x65, 0x66, 0x67, 0xF0, 0xF2, 0xF3))
 
@@ -55,6 +55,12 @@ _NEVER = 0xDEAD_BEEF_0000_0000
 # No instruction budget by default: Unicorn's native counter is a per-instruction hook
 # inside Unicorn that slows hot loops about fivefold; the wall-clock timeout bounds runs.
 DEFAULT_MAX_INSNS = None
+SIGRTMIN = 32
+EINTR = 4
+# SYNCHRONOUS_MASK: SIGILL SIGTRAP SIGBUS SIGFPE SIGSEGV SIGSYS, dequeued before others
+SYNCHRONOUS_SIGNALS = frozenset((4, 5, 7, 8, 11, 31))
+# sleeps a signal interrupts (TASK_INTERRUPTIBLE waits that return -EINTR)
+INTERRUPTIBLE_SLEEPS = frozenset(("sigsuspend", "pause", "sigtimedwait"))
 DEFAULT_TIMEOUT = 120.0
 # Bytes of each of stdout/stderr a Machine keeps (when it keeps them at all).
 DEFAULT_OUTPUT_LIMIT = 16 << 20
@@ -74,6 +80,11 @@ _UC_IDS = tuple(getattr(X, "UC_X86_REG_" + n.upper()) for n in GPR_NAMES)
 
 
 @functools.cache
+def _sigbit(signo: int) -> int:
+    """sigmask(): the bit of ``signo`` in a sigset."""
+    return 1 << (signo - 1)
+
+
 def _uc_reg_id(name: str) -> int:
     rid = getattr(X, "UC_X86_REG_" + name.upper(), None)
     if rid is None:
@@ -513,8 +524,7 @@ class Machine:
         if intno == 3:
             self.counters.bp_traps += 1
             self.kernel.do_int3(task, regs)
-            if task.pending_signals:
-                self._exit_to_user(task, regs)
+            if self._exit_to_user(task, regs):
                 return
             if regs.eflags & TF and self._unicorn_skips_tf_trap(regs.rip):
                 self._single_step_pause(task, regs)
@@ -540,8 +550,7 @@ class Machine:
             self.kernel.fixup_fault(task, regs)
             self.write_regs(regs)
             self.send_sig(task, SIGSEGV, addr=0, detail=f"general protection (int ${intno:#x})")
-        if task.pending_signals:
-            self._exit_to_user(task, regs)
+        if self._exit_to_user(task, regs):
             return
         self.write_regs(regs)
 
@@ -615,8 +624,7 @@ class Machine:
                 self._stopped_by_hook = True
                 self.uc.emu_stop()          # exited: the scheduler picks the next task
                 return
-            if task.pending_signals:
-                self._exit_to_user(task, regs)
+            if self._exit_to_user(task, regs):
                 return
         finally:
             self._in_syscall = False
@@ -647,42 +655,105 @@ class Machine:
 
     # ------------------------------------------------------------------ signals
     def send_sig(self, task: Task, signo: int, *, addr: int | None = None, detail: str = "",
-                 code: int | None = None) -> None:
+                 code: int | None = None, force: bool = True, info: bytes | None = None) -> None:
         """Queue a signal on ``task`` and return, as the kernel's ``force_sig_fault`` /
         ``send_sig`` do: it is delivered at the task's next exit to user mode, after the
         trap or syscall handler has returned and its registers were written back (see
         :meth:`_exit_to_user`).  ``addr`` is the fault address (si_addr), ``code`` the
-        si_code (default: SI_KERNEL, or SEGV_MAPERR with an address)."""
-        task.pending_signals.append((signo, addr, detail, code))
+        si_code (default: SI_KERNEL, or SEGV_MAPERR with an address).  ``force`` (the
+        kernel's own signals) delivers it through a blocked mask (a blocked fault
+        kills); ``force=False`` is an ordinary sent signal, which a mask holds back."""
+        self._queue_signal(task.pending_signals, PendingSignal(signo, addr, detail, code, force, info))
+
+    def send_process_sig(self, proc: Process, signo: int, *, detail: str = "", code: int | None = None,
+                         info: bytes | None = None) -> None:
+        """A process-directed signal (kill, SIGCHLD): queued on the process's shared
+        pending set; any of its tasks that does not block it takes it (complete_signal),
+        and one sleeping in rt_sigsuspend wakes up."""
+        self._queue_signal(proc.shared_pending, PendingSignal(signo, None, detail, code, False, info))
+        for t in proc.tasks:
+            if not t.sigmask & _sigbit(signo):
+                self.signal_wake_up(t)
+                break
+
+    @staticmethod
+    def _queue_signal(queue: list, sig: PendingSignal) -> None:
+        """legacy_queue: a standard signal (below SIGRTMIN) already pending is not
+        queued twice; real-time signals queue every instance."""
+        if sig.signo < SIGRTMIN and any(p.signo == sig.signo for p in queue):
+            return
+        queue.append(sig)
+
+    def signal_wake_up(self, task: Task) -> None:
+        """signal_wake_up: a task sleeping interruptibly for a signal (rt_sigsuspend,
+        pause) returns -EINTR and takes the signal when it next runs."""
+        if task.state == "blocked" and task.blocked_on in INTERRUPTIBLE_SLEEPS:
+            self.wake(task, -EINTR)
 
     def signal_pending(self, task: Task) -> bool:
-        """``signal_pending()``: a signal is queued and not yet delivered."""
-        return bool(task.pending_signals)
+        """``signal_pending()`` (TIF_SIGPENDING after recalc_sigpending): a signal the
+        task's mask does not block, or a forced one, is queued."""
+        return self._next_signal(task) is not None
+
+    def pending_set(self, task: Task) -> int:
+        """The pending signals of ``task`` as a sigset: its own and its process's."""
+        bits = 0
+        for p in task.pending_signals + task.process.shared_pending:
+            bits |= _sigbit(p.signo)
+        return bits
+
+    def _next_signal(self, task: Task, wanted: int | None = None) -> tuple[list, int] | None:
+        """dequeue_signal/next_signal: (queue, index) of the signal to deliver - the
+        task's own queue before the process's, synchronous (fault) signals first, then
+        the lowest number; blocked ones stay queued unless forced.  ``wanted`` (a
+        sigset, rt_sigtimedwait) takes any signal in it instead, blocked or not."""
+        for queue in (task.pending_signals, task.process.shared_pending):
+            if wanted is not None:
+                ok = [(i, p) for i, p in enumerate(queue) if wanted & _sigbit(p.signo)]
+            else:
+                ok = [(i, p) for i, p in enumerate(queue) if p.force or not task.sigmask & _sigbit(p.signo)]
+            if ok:
+                i, _ = min(ok, key=lambda e: (e[1].signo not in SYNCHRONOUS_SIGNALS, e[1].signo, e[0]))
+                return queue, i
+        return None
+
+    def dequeue_signal(self, task: Task, wanted: int) -> PendingSignal | None:
+        """Take the first pending signal in the set ``wanted`` off its queue."""
+        nxt = self._next_signal(task, wanted)
+        return None if nxt is None else nxt[0].pop(nxt[1])
 
     def _exit_to_user(self, task: Task, regs: PtRegs) -> bool:
         """``exit_to_user_mode_loop`` -> ``arch_do_signal_or_restart``: deliver the
-        task's pending signals to ``regs`` (the registers the handler left) - a handler
-        frame (rt_sigframe) or the default action - and end the current emu_start so
-        the task resumes where delivery put it.  False if nothing was pending."""
-        if not task.pending_signals:
+        task's deliverable signals to ``regs`` (the registers the handler left) - a
+        handler frame (rt_sigframe) each, or the default action - and end the current
+        emu_start so the task resumes where delivery put it.  Each frame's mask update
+        applies to the next pick.  False if nothing was deliverable."""
+        if self._next_signal(task) is None:
             return False
-        while task.pending_signals:
-            signo, addr, detail, code = task.pending_signals.pop(0)
-            self._deliver_signal(task, signo, addr, detail, code, regs)
+        while (nxt := self._next_signal(task)) is not None:
+            queue, i = nxt
+            sig = queue.pop(i)
+            self._deliver_signal(task, sig, regs)
             if task.state == "dead" or self._result is not None:
                 task.pending_signals.clear()
+                break
+        if task.saved_sigmask is not None and task.state != "dead":
+            task.sigmask, task.saved_sigmask = task.saved_sigmask, None   # restore_saved_sigmask
         self._stopped_by_hook = True
         self.uc.emu_stop()
         return True
 
-    def _deliver_signal(self, task: Task, signo: int, addr, detail: str, code, regs: PtRegs) -> None:
+    def _deliver_signal(self, task: Task, sig: PendingSignal, regs: PtRegs) -> None:
         """One signal: the guest's handler if it installed one (an rt_sigframe, as
         setup_rt_frame builds it), else the default action - terminate (or ignore, for
         SIGCHLD-like signals)."""
+        signo, addr, detail = sig.signo, sig.addr, sig.detail
+        if not sig.force and self._ignored(task, signo):
+            return                           # ignored when it became deliverable
         self.counters.signals[signo] += 1
         if self.events:
             self.events.publish(ev.Signal(task, signo, addr, regs.rip, detail))
-        if task is self.task and task.state != "dead" and self._deliver_to_handler(task, signo, addr, regs, code):
+        if task is self.task and task.state != "dead" and self._deliver_to_handler(task, sig, regs):
             self._write_back_in_hook(regs)
             return
         if task is self.task and task.state != "dead":
@@ -698,23 +769,32 @@ class Machine:
         self.regfile.write(changes)
         self.task.orig_rax = regs.orig_rax
 
-    def _deliver_to_handler(self, task: Task, signo: int, addr, regs: PtRegs, code) -> bool:
+    @staticmethod
+    def _ignored(task: Task, signo: int) -> bool:
+        """sig_ignored at delivery: SIG_IGN, or SIG_DFL whose default is to ignore."""
+        handler = sf.parse_sigaction(task.process.sigactions.get(signo))[0]
+        return handler == sf.SIG_IGN or (handler == sf.SIG_DFL and signo in sf.IGNORED_BY_DEFAULT)
+
+    def _deliver_to_handler(self, task: Task, sig: PendingSignal, regs: PtRegs) -> bool:
         """setup_rt_frame: True when the guest's handler takes the signal (regs now point
         at it); False for the default action."""
+        signo, addr, code = sig.signo, sig.addr, sig.code
         handler, flags, restorer, mask = sf.parse_sigaction(task.process.sigactions.get(signo))
         if signo in (sf.SIGKILL, sf.SIGSTOP) or handler == sf.SIG_DFL or not flags & sf.SA_RESTORER:
             return False
         if handler == sf.SIG_IGN:
             return not self._fatal_if_ignored(signo)
-        blocked = task.sigmask & (1 << (signo - 1))
-        if blocked and addr is not None:
-            return False                     # a blocked fault signal kills (force_sig_fault)
+        if task.sigmask & _sigbit(signo):
+            return False                     # a blocked forced signal kills (force_sig_fault)
         if code is None:
             code = sf.SI_KERNEL if addr is None else sf.SEGV_MAPERR
-        info = sf.siginfo(signo, code, addr, task.process.pid)
+        info = sig.info or sf.siginfo(signo, code, addr, task.process.pid)
+        # the frame saves the mask to return to: rt_sigsuspend's, not the temporary one
+        old_mask = task.sigmask if task.saved_sigmask is None else task.saved_sigmask
         try:
-            frame_at, frame, info_at, uc_at = sf.build_frame(regs, regs.rsp, signo, info, task.sigmask,
-                                                             restorer)
+            frame_at, frame, info_at, uc_at = sf.build_frame(
+                regs, regs.rsp, signo, info, old_mask, restorer,
+                altstack=task.sigaltstack, onstack=bool(flags & sf.SA_ONSTACK))
             self.mem.write_user(frame_at, frame)
         except GuestFault:
             return False                     # no room for the frame: SIGSEGV kills
@@ -723,8 +803,11 @@ class Machine:
         regs.eflags &= ~(0x400 | 0x10000 | TF)          # DF RF TF cleared for the handler
         regs.orig_rax = -1
         if not flags & sf.SA_NODEFER:
-            task.sigmask |= 1 << (signo - 1)
+            task.sigmask |= _sigbit(signo)
         task.sigmask |= mask
+        task.saved_sigmask = None
+        if task.sigaltstack is not None and task.sigaltstack[2] & sf.SS_AUTODISARM:
+            task.sigaltstack = None          # sas_ss_reset: saved in uc_stack, restored by sigreturn
         if flags & sf.SA_RESETHAND:
             task.process.sigactions.pop(signo, None)
         if self.events:
@@ -853,7 +936,7 @@ class Machine:
                 break
             rip = self._rip()
             task.slices += 1
-            if task.pending_signals and self._exit_to_user(task, self.read_regs()):
+            if self.signal_pending(task) and self._exit_to_user(task, self.read_regs()):
                 stopped_early = True         # sent from outside a trap: deliver first
             else:
                 stopped_early = self._emulate(rip, left, count)
@@ -901,8 +984,8 @@ class Machine:
                                    insns=int(max_insns))
                 break
             nxt = self.scheduler.pick(self.tasks)
-            if nxt is None and self.syscalls.expire_timeouts():
-                nxt = self.scheduler.pick(self.tasks)   # idle: the clock jumps to a deadline
+            if nxt is None and self.syscalls.idle():
+                nxt = self.scheduler.pick(self.tasks)   # idle: the clock jumped to a deadline
             if nxt is None:
                 result = RunResult("stopped", rip=self._rip(), rip_symbol=self.symbolize(self._rip()),
                                    detail="deadlock: every task is blocked")

@@ -23,6 +23,9 @@ CLONE_SETTLS, CLONE_PARENT_SETTID, CLONE_CHILD_CLEARTID = 0x80000, 0x100000, 0x2
 CLONE_CHILD_SETTID = 0x1000000
 SIGCHLD = 17
 WNOHANG = 1
+WSTOPPED, WEXITED, WCONTINUED, WNOWAIT = 2, 4, 8, 0x01000000
+P_ALL, P_PID, P_PGID = 0, 1, 2
+CLD_EXITED, CLD_KILLED = 1, 2
 FUTEX_WAIT, FUTEX_WAKE, FUTEX_WAIT_BITSET, FUTEX_WAKE_BITSET = 0, 1, 9, 10
 FUTEX_CMD_MASK = ~(128 | 256)          # FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME
 
@@ -73,7 +76,12 @@ class ProcessSyscalls:
                 child_proc.fds.put()               # the copied fd table goes with the child
                 m.discard_process(child_proc)
                 return _neg(E.ENOMEM)          # dup_mmap past the memory limit
+        if not thread:
+            child_proc.exit_signal = flags & 0xFF      # CSIGNAL: SIGCHLD for fork/vfork
         child = m.new_task(child_proc, comm=task.comm, cred=task.cred)   # dup_task_struct, copy_creds
+        child.sigmask = task.sigmask                # copy_process: the blocked mask is inherited
+        if not flags & CLONE_VM or flags & CLONE_VFORK:
+            child.sigaltstack = task.sigaltstack    # a new thread starts without one
         # the child resumes after the syscall with rax = 0 (the parent's regs otherwise)
         cregs = regs.copy()
         cregs.rax = 0
@@ -172,6 +180,9 @@ class ProcessSyscalls:
                 res = self._reap(t, parent, t.wait_args)
                 if res is not None:
                     self.m.wake(t, res)
+            elif t.state == "blocked" and t.blocked_on == "waitid":
+                if self._waitid_reap(parent, *t.wait_args):
+                    self.m.wake(t, 0)
 
     def _status_word(self, result) -> int:
         if result.reason == "exit":
@@ -206,6 +217,54 @@ class ProcessSyscalls:
         task.wait_args = (pid, status)
         self.m.block(task, "wait4")
         return None
+
+    def sys_waitid(self, task, regs, idtype, id_, infop, options, rusage, *_):
+        """kernel_waitid: P_ALL / P_PID / P_PGID children that exited (WEXITED; stopped
+        and continued children are not modeled), their siginfo in ``infop``; WNOHANG
+        with none ready zeroes it and returns 0; WNOWAIT leaves the zombie."""
+        if options & ~(WNOHANG | WEXITED | WSTOPPED | WCONTINUED | WNOWAIT | 0xE0000000) \
+                or not options & (WEXITED | WSTOPPED | WCONTINUED) or idtype not in (P_ALL, P_PID, P_PGID):
+            return _neg(E.EINVAL)
+        id_ = pid_t(id_)
+        if idtype != P_ALL and id_ <= 0:
+            return _neg(E.EINVAL)
+        args = (idtype, id_, infop, options)
+        if not [c for c in task.process.children if self._waitid_match(c, idtype, id_)]:
+            return _neg(E.ECHILD)
+        if self._waitid_reap(task.process, *args):
+            return 0
+        if options & WNOHANG:
+            if infop:
+                task.process.mem.write_user(infop, b"\0" * 12)        # si_signo, si_errno, si_code
+                task.process.mem.write_user(infop + 16, b"\0" * 12)   # si_pid, si_uid, si_status
+            return 0
+        task.wait_args = args
+        self.m.block(task, "waitid")
+        return None
+
+    @staticmethod
+    def _waitid_match(child, idtype, id_) -> bool:
+        return idtype == P_ALL or (idtype == P_PID and child.pid == id_) or \
+            (idtype == P_PGID and child.pgid == id_)
+
+    def _waitid_reap(self, parent, idtype, id_, infop, options) -> bool:
+        """wait_task_zombie for waitid: True when an exited child was found."""
+        if not options & WEXITED:
+            return False
+        for child in parent.children:
+            if child.exit_result is None or not self._waitid_match(child, idtype, id_):
+                continue
+            res = child.exit_result
+            code, status = (CLD_EXITED, res.exit_code) if res.reason == "exit" else (CLD_KILLED, res.signal)
+            if infop:
+                parent.mem.write_user(infop, struct.pack("<iii", SIGCHLD, 0, code))
+                parent.mem.write_user(infop + 16, struct.pack("<iIi", child.pid, 1000, status or 0))
+            if not options & WNOWAIT:
+                parent.children.remove(child)
+                if child in self.m.processes:
+                    self.m.processes.remove(child)
+            return True
+        return False
 
     # -- futex ------------------------------------------------------------------------
     def sys_futex(self, task, regs, uaddr, op, val, timeout, uaddr2, val3):

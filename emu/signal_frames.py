@@ -9,6 +9,7 @@ kernel raises at a fault is delivered with the faulting rip; for a fault inside 
 out-of-line step that rip is the probe address (the uprobes abort path), so returning
 from the handler re-executes the int3 and the probe's handlers run again, as on Linux.
 
+The frame's ``uc_stack`` is the sigaltstack state; SA_ONSTACK handlers run on it.
 FP state is not saved (``uc_mcontext.fpstate`` is NULL), which handlers that do not
 touch the FPU never notice.
 """
@@ -52,17 +53,51 @@ def siginfo(signo: int, code: int, addr: int | None, pid: int = 0) -> bytes:
     return info.ljust(SIGINFO_SIZE, b"\0")
 
 
+SS_ONSTACK, SS_DISABLE, SS_AUTODISARM = 1, 2, 1 << 31
+MINSIGSTKSZ = 2048
+
+
+def on_sig_stack(altstack, sp: int) -> bool:
+    """on_sig_stack: ``sp`` lies in the task's alternate stack (ss_sp, ss_size, flags)."""
+    if altstack is None:
+        return False
+    ss_sp, ss_size, flags = altstack
+    if flags & SS_AUTODISARM:
+        return False
+    return (sp - ss_sp) & 0xFFFFFFFFFFFFFFFF < ss_size
+
+
+def sas_ss_flags(altstack, sp: int) -> int:
+    """sas_ss_flags: what sigaltstack() and uc_stack report for a task at ``sp``."""
+    if altstack is None or not altstack[1]:
+        return SS_DISABLE
+    return SS_ONSTACK if on_sig_stack(altstack, sp) else 0
+
+
+def pack_stack_t(altstack, sp: int) -> bytes:
+    """__save_altstack: struct stack_t {ss_sp; ss_flags; ss_size} as seen at ``sp``."""
+    if altstack is None:
+        return struct.pack("<QiiQ", 0, SS_DISABLE, 0, 0)
+    ss_sp, ss_size, flags = altstack
+    return struct.pack("<QIiQ", ss_sp, (sas_ss_flags(altstack, sp) | (flags & SS_AUTODISARM)) & 0xFFFFFFFF,
+                       0, ss_size)
+
+
 def build_frame(regs, sp_top: int, signo: int, info: bytes, old_mask: int,
-                restorer: int) -> tuple[int, bytes, int, int]:
-    """(frame address, frame bytes, &info, &uc): the rt_sigframe below ``sp_top``."""
+                restorer: int, *, altstack=None, onstack: bool = False) -> tuple[int, bytes, int, int]:
+    """(frame address, frame bytes, &info, &uc): the rt_sigframe below ``sp_top``, or
+    at the top of the alternate stack for an SA_ONSTACK handler when the task is not
+    already on it (get_sigframe: there the red zone is not skipped)."""
     sp = sp_top - 128                                   # skip the red zone
+    if onstack and sas_ss_flags(altstack, sp) == 0:
+        sp = altstack[0] + altstack[1]
     sp = ((sp - FRAME_SIZE) & ~0xF) - 8                 # as after a call: (sp + 8) % 16 == 0
     gregs = [getattr(regs, n) & 0xFFFFFFFFFFFFFFFF for n in SIGCONTEXT_REGS]
     sigctx = struct.pack("<18Q", *gregs)
     sigctx += struct.pack("<HHHH", regs.cs, 0, 0, regs.ss)   # cs, gs, fs, ss
     sigctx += struct.pack("<QQQQ", 0, 14 if signo == 11 else 0, old_mask, 0)  # err trapno oldmask cr2
     sigctx += struct.pack("<Q", 0) + b"\0" * 64                             # fpstate, reserved
-    uc = struct.pack("<QQ", 0, 0) + struct.pack("<QiiQ", 0, 2, 0, 0)[:24]   # flags, link, stack_t(disabled)
+    uc = struct.pack("<QQ", 0, 0) + pack_stack_t(altstack, regs.rsp)        # flags, link, uc_stack
     uc += sigctx + struct.pack("<Q", old_mask)
     frame = struct.pack("<Q", restorer) + uc + info
     assert len(frame) == FRAME_SIZE
@@ -83,3 +118,8 @@ def restore_frame(mem, regs) -> int:
             setattr(regs, name, value)
     (mask,) = struct.unpack("<Q", mem.read_user(uc + 40 + 256, 8))
     return mask
+
+
+def saved_altstack(mem, uc: int) -> tuple[int, int, int]:
+    """(ss_sp, ss_flags, ss_size) of the uc_stack of the ucontext at ``uc``."""
+    return struct.unpack("<QIxxxxQ", mem.read_user(uc + 16, 24))

@@ -23,9 +23,8 @@ from .grant import GrantedDir
 from .identity_syscalls import IdentitySyscalls
 from .memory import (MMAP_MIN_ADDR, PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, TASK_SIZE,
                      GuestFault, MemoryLimitExceeded, page_down, page_up)
-from .process_syscalls import ProcessSyscalls, pid_t
-from .signal_frames import IGNORED_BY_DEFAULT, SI_TKILL, parse_sigaction, restore_frame
-from .signals import RunResult
+from .process_syscalls import ProcessSyscalls
+from .signal_syscalls import SignalSyscalls
 from .syscall_names import SYSCALL_NAMES
 
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
@@ -73,7 +72,7 @@ def guest_exe_view(path: str) -> str:
     return os.path.normpath("/" + path) if not path.startswith("/") else os.path.normpath(path)
 
 
-class Syscalls(IdentitySyscalls, ProcessSyscalls, FdSyscalls):
+class Syscalls(SignalSyscalls, IdentitySyscalls, ProcessSyscalls, FdSyscalls):
     """The syscall table of one machine.  ``register(nr, fn)`` adds or overrides an
     entry (the kernel model registers uretprobe/uprobe, 335/336)."""
 
@@ -94,6 +93,16 @@ class Syscalls(IdentitySyscalls, ProcessSyscalls, FdSyscalls):
             fn = getattr(self, "sys_" + name, None)
             if fn is not None:
                 self.table[nr] = fn
+
+    def idle(self) -> bool:
+        """Every task sleeps: the virtual clock moves to the earliest deadline - a
+        poll/select timeout, an ITIMER_REAL expiry or an rt_sigtimedwait timeout - and
+        that sleeper is woken (as an idle CPU waits for the next timer interrupt).
+        False when nothing is pending: the run ends as a deadlock."""
+        poll_at, timer_at = self.next_poll_deadline_ns(), self.next_timer_ns()
+        if timer_at is not None and (poll_at is None or timer_at <= poll_at):
+            return self.idle_wakeup() or self.expire_timeouts()
+        return self.expire_timeouts() or self.idle_wakeup()
 
     def register(self, nr: int, fn) -> None:
         self.table[nr] = fn
@@ -205,92 +214,10 @@ class Syscalls(IdentitySyscalls, ProcessSyscalls, FdSyscalls):
     def sys_getrlimit(self, task, regs, resource, old, *_):
         return self.sys_prlimit64(task, regs, 0, resource, 0, old)
 
-    def sys_kill(self, task, regs, pid, sig, *_):
-        pid = pid_t(pid)
-        if pid in (0, task.process.pid):
-            return self._send(task, regs, task.process, sig)
-        target = next((p for p in self.m.processes if p.pid == pid and p.exit_result is None), None)
-        if target is None:
-            return _neg(E.ESRCH)
-        return self._send(task, regs, target, sig)
-
-    def sys_tgkill(self, task, regs, tgid, tid, sig, *_):
-        return self.sys_tkill(task, regs, tid, sig)
-
-    def sys_tkill(self, task, regs, tid, sig, *_):
-        target = next((t for t in self.m.tasks if t.tid == tid & 0xFFFFFFFF), None)
-        if target is None:
-            return _neg(E.ESRCH)
-        return self._send(task, regs, target.process, sig)
-
-    def _send(self, task, regs, target, sig):
-        """Deliver ``sig`` to a process with its default action (handlers are not
-        modeled): terminate, or ignore for SIGCHLD-like signals."""
-        if not 0 <= sig <= 64:
-            return _neg(E.EINVAL)
-        if sig == 0:
-            return 0
-        if target is task.process:
-            handler = parse_sigaction(task.process.sigactions.get(sig))[0]
-            if handler == 0 and sig in IGNORED_BY_DEFAULT:
-                return 0
-            regs.rax = 0                 # the syscall's own result, saved in the frame
-            self.m.send_sig(task, sig, detail="sent by the guest itself", code=SI_TKILL)
-            return 0
-        if sig in IGNORED_BY_DEFAULT:
-            return 0
-        self.m.counters.signals[sig] += 1
-        self.m.process_exit(target, RunResult("signal", signal=sig, detail=f"sent by pid {task.process.pid}"))
-        return 0
-
-    # ------------------------------------------------------------------ signals (recorded)
-    def sys_rt_sigaction(self, task, regs, sig, act, oldact, sigsetsize, *_):
-        if sigsetsize != 8 or not 1 <= sig <= 64 or sig in (9, 19):
-            return _neg(E.EINVAL)
-        actions = task.process.sigactions
-        if oldact:
-            self.mem.write_user(oldact, actions.get(sig, b"\0" * 32))
-        if act:
-            actions[sig] = self.mem.read_user(act, 32)
-        return 0
-
-    def sys_rt_sigprocmask(self, task, regs, how, nset, oset, sigsetsize, *_):
-        if sigsetsize != 8:
-            return _neg(E.EINVAL)
-        if oset:
-            self.mem.write_u64(oset, task.sigmask)
-        if nset:
-            new = self.mem.read_u64(nset)
-            if how == 0:
-                task.sigmask |= new
-            elif how == 1:
-                task.sigmask &= ~new
-            elif how == 2:
-                task.sigmask = new
-            else:
-                return _neg(E.EINVAL)
-            task.sigmask &= ~((1 << 8) | (1 << 18))  # SIGKILL, SIGSTOP cannot be blocked
-        return 0
-
-    def sys_rt_sigreturn(self, task, regs, *_):
-        """Restore the registers and mask saved in the rt_sigframe; the task resumes
-        where the signal interrupted it (the full pt_regs return path)."""
-        try:
-            task.sigmask = restore_frame(self.mem, regs) & ~((1 << 8) | (1 << 18))
-        except GuestFault:
-            self.m.send_sig(task, 11, detail="bad signal frame")
-            return None
-        regs.orig_rax = -1
-        return regs.rax
-
-    def sys_sigaltstack(self, task, regs, ss, old, *_):
-        if old:
-            self.mem.write_user(old, struct.pack("<QiiQ", 0, 2, 0, 0))  # SS_DISABLE
-        return 0
-
     # ------------------------------------------------------------------ time / random
     def _tick(self) -> int:
         self.clock_ns += CLOCK_TICK_NS
+        self.run_timers()                  # an ITIMER_REAL may expire as time passes
         return self.clock_ns
 
     def sys_clock_gettime(self, task, regs, clk, tp, *_):

@@ -9,12 +9,24 @@ state (``mm_uprobes``, owned by the kernel model).  One task runs at first.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from .mm_types import MappedFile
 
 if TYPE_CHECKING:
     from .memory import Memory
+
+
+class PendingSignal(NamedTuple):
+    """One queued signal (the kernel's ``struct sigqueue``): ``addr`` is si_addr of a
+    fault, ``code`` the si_code, ``force`` marks a kernel-raised signal that a blocked
+    mask cannot hold back (force_sig_fault), ``info`` a prebuilt siginfo (SIGCHLD)."""
+    signo: int
+    addr: int | None = None
+    detail: str = ""
+    code: int | None = None
+    force: bool = True
+    info: bytes | None = None
 
 
 @dataclass(eq=False)
@@ -41,6 +53,9 @@ class Process:
     mm_owner: "Process | None" = None                 # vfork child: whose mm it borrows
     vfork_parent_task: object = None
     counters: object = None
+    shared_pending: list = field(default_factory=list)   # process-directed PendingSignals (kill)
+    exit_signal: int = 0                              # sent to the parent at exit (clone's low byte)
+    real_timer: tuple | None = None                   # ITIMER_REAL: (expiry ns, interval ns)
 
     def __post_init__(self):
         if not self.pgid:
@@ -65,9 +80,12 @@ class Task:
     slices: int = 0
     counters: object = None
     on_resume: object = None          # kernel work to finish when next switched in
-    pending_signals: list = field(default_factory=list)   # (signo, addr, detail, code): see Machine.send_sig
+    pending_signals: list = field(default_factory=list)   # PendingSignals: see Machine.send_sig
     comm: str = ""                    # the thread's name (task->comm): prctl(PR_SET_NAME)
     cred: object = None               # emu.identity_syscalls.Cred (task->cred)
+    saved_sigmask: int | None = None  # rt_sigsuspend's mask to restore after delivery
+    sigaltstack: tuple | None = None  # (ss_sp, ss_size, SS_AUTODISARM bit) or None (disabled)
+    sigwait: tuple | None = None      # rt_sigtimedwait sleeping: (set, deadline ns | None, &info, real_blocked)
 
     def __post_init__(self):
         if not self.comm:

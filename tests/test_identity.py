@@ -208,3 +208,13 @@ _start:
 """)
     r = m.run()
     assert r.exit_code == 14, f"EFAULT (14) expected, got {r.exit_code}"
+
+
+def test_glibc_set_ids_in_a_threaded_program_reaches_every_thread(build_c):
+    """glibc signals each other thread (SIGSETXID) to change its own credentials: the
+    signal must run the other thread's handler, or setresgid never returns."""
+    exe = build_c("setxid_threads.c", "-static", "-pthread")
+    want = native(exe)
+    r = Machine.from_elf(exe, uid=0, gid=0, groups=[]).run(timeout=60)
+    assert r.reason == "exit" and r.exit_code == 0, r
+    assert r.stdout.decode() == want, f"native:\n{want}model:\n{r.stdout.decode()}"
