@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from emu import Machine
+from native_helpers import assert_native_then_model
 
 BUSYBOX = "/bin/busybox"
 
@@ -24,11 +25,7 @@ def guest(build_c):
     ("dflchld", b"r=0 got=0 pid_ok=0 status=0 code=0 reaped=1 exit=3 again=-1 errno=10\n"),
 ])
 def test_matches_native(guest, mode, expected):
-    native = subprocess.run([guest, mode], capture_output=True, timeout=60)
-    assert native.stdout == expected, f"the host disagrees with the spec: {native.stdout!r}"
-    r = Machine.from_elf(guest, argv=[guest, mode]).run(timeout=60)
-    assert (r.reason, r.exit_code, r.stdout) == ("exit", 0, expected), \
-        f"expected {expected!r}, got {r.stdout!r} ({r.describe()})"
+    assert_native_then_model(guest, mode, expected)
 
 
 def test_sigchld_is_counted_once_per_child(guest):

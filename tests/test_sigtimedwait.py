@@ -5,11 +5,10 @@ SIGCHLD (blocked, at its default action), ends the wait.  Compared with native r
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
 from emu import Machine
+from native_helpers import assert_native_then_model
 
 
 @pytest.fixture(scope="module")
@@ -24,11 +23,7 @@ def guest(build_c):
     ("sigchld", b"r=17 code=1 status=5 pid_ok=1\nreaped=1\n"),
 ])
 def test_matches_native(guest, mode, expected):
-    native = subprocess.run([guest, mode], capture_output=True, timeout=60)
-    assert native.stdout == expected, f"the host disagrees with the spec: {native.stdout!r}"
-    r = Machine.from_elf(guest, argv=[guest, mode]).run(timeout=60)
-    assert (r.reason, r.exit_code, r.stdout) == ("exit", 0, expected), \
-        f"expected {expected!r}, got {r.stdout!r} ({r.describe()})"
+    assert_native_then_model(guest, mode, expected)
 
 
 def test_timeout_advances_the_virtual_clock(guest):
