@@ -203,15 +203,9 @@ def tty_ioctl(host_fd: int | None, cmd: int, arg: int, mem) -> int:
     return -E.ENOTTY
 
 
-class HostInput(OpenFile):
-    """fd 0 backed by a host descriptor this object owns (closed on release).
-
-    Reads happen only when the guest reads, at most READ_CHUNK bytes at a time.  A read
-    that would block (a FIFO without a writer yet, an idle pipe or tty) polls in short
-    slices and gives up with EINTR as soon as ``interrupted()`` says the run must end
-    (timeout, Ctrl-C, stop request)."""
-
-    readable = True
+class HostDescriptor(OpenFile):
+    """An open file description backed by a host descriptor this object owns (closed
+    with the last reference): positioned reads and seeks go to the host file."""
 
     def __init__(self, host_fd: int):
         super().__init__()
@@ -220,6 +214,31 @@ class HostInput(OpenFile):
 
     def release(self):
         self._close()
+
+    def pread(self, count, offset):
+        if not self.readable:
+            return -E.EBADF
+        try:
+            return os.pread(self.fd, min(count, READ_CHUNK), offset)
+        except OSError as e:
+            return _errno(e)
+
+    def lseek(self, offset, whence):
+        try:
+            return os.lseek(self.fd, offset, whence)
+        except OSError as e:
+            return _errno(e)
+
+
+class HostInput(HostDescriptor):
+    """fd 0 backed by a host descriptor this object owns (closed on release).
+
+    Reads happen only when the guest reads, at most READ_CHUNK bytes at a time.  A read
+    that would block (a FIFO without a writer yet, an idle pipe or tty) polls in short
+    slices and gives up with EINTR as soon as ``interrupted()`` says the run must end
+    (timeout, Ctrl-C, stop request)."""
+
+    readable = True
 
     def read(self, count, interrupted):
         count = min(count, READ_CHUNK)
@@ -236,18 +255,6 @@ class HostInput(OpenFile):
             if interrupted():
                 return -E.EINTR
 
-    def pread(self, count, offset):
-        try:
-            return os.pread(self.fd, min(count, READ_CHUNK), offset)
-        except OSError as e:
-            return _errno(e)
-
-    def lseek(self, offset, whence):
-        try:
-            return os.lseek(self.fd, offset, whence)
-        except OSError as e:
-            return _errno(e)
-
     def fstat(self):
         try:
             return host_stat_bytes(os.fstat(self.fd))
@@ -259,27 +266,22 @@ class HostInput(OpenFile):
 
 
 # ---------------------------------------------------------------------------- files
-class HostFile(OpenFile):
+class HostFile(HostDescriptor):
     """A regular file or directory opened beneath the granted directory.  ``guest_path``
     is its path as the guest sees it (relative to the granted root), so an ``openat``
     relative to a directory descriptor resolves beneath the grant as well."""
 
     def __init__(self, host_fd: int, guest_path: str, acc: int):
-        super().__init__()
-        self.fd = host_fd
+        super().__init__(host_fd)
         self.guest_path = guest_path
         self.readable = acc in (os.O_RDONLY, os.O_RDWR)
         self.writable = acc in (os.O_WRONLY, os.O_RDWR)
-        self._close = weakref.finalize(self, os.close, host_fd)
         self._dir = S.S_ISDIR(os.fstat(host_fd).st_mode)
         self.open_flags = O_LARGEFILE             # force_o_largefile() on 64-bit
 
     @property
     def is_dir(self):
         return self._dir
-
-    def release(self):
-        self._close()
 
     def read(self, count, interrupted):
         if not self.readable:
@@ -294,20 +296,6 @@ class HostFile(OpenFile):
             return -E.EBADF
         try:
             return os.write(self.fd, data)
-        except OSError as e:
-            return _errno(e)
-
-    def pread(self, count, offset):
-        if not self.readable:
-            return -E.EBADF
-        try:
-            return os.pread(self.fd, min(count, READ_CHUNK), offset)
-        except OSError as e:
-            return _errno(e)
-
-    def lseek(self, offset, whence):
-        try:
-            return os.lseek(self.fd, offset, whence)
         except OSError as e:
             return _errno(e)
 
