@@ -12,27 +12,10 @@ import pytest
 
 from emu import Machine
 from emu.frontends.gdbstub import REGISTERS, serve_once, target_xml
+from gdb_client import GUEST  # exits 42 after three calls; its `spin` is not reached here
 from guest_programs import write_guest
 
 GDB = shutil.which("gdb")
-
-GUEST = """
-_start:
-    mov rbx, 3
-again:
-    call func
-    dec rbx
-    jnz again
-    mov edi, 42
-    mov eax, 231
-    syscall
-func:
-    push rbp
-    mov rbp, rsp
-    mov rax, 0x1234
-    pop rbp
-    ret
-"""
 
 
 def write_elf(tmp_path, source=GUEST, name="g"):
