@@ -124,6 +124,11 @@ class OpenFile:
     def is_dir(self) -> bool:
         return False
 
+    def proc_link(self) -> str:
+        """What readlink("/proc/self/fd/N") says about this description (d_path, or a
+        pseudo filesystem's dname such as ``pipe:[INO]``)."""
+        return "anon_inode:[unknown]"
+
 
 # ---------------------------------------------------------------------------- stdio
 class PipeInput(OpenFile):
@@ -145,6 +150,9 @@ class PipeInput(OpenFile):
     def poll(self):
         """A pipe whose writer is gone: readable while data remains, hung up."""
         return (0x1 | 0x40 if self.data else 0) | 0x10
+
+    def proc_link(self):
+        return f"pipe:[{self.ino}]"
 
     def fstat(self):
         return stat_bytes(S.S_IFIFO | 0o600, dev=PIPE_DEV, ino=self.ino)
@@ -180,6 +188,21 @@ class OutputSink(OpenFile):
 
     def ioctl(self, cmd, arg, mem):
         return tty_ioctl(self.host_fd, cmd, arg, mem)
+
+    def proc_link(self):
+        return host_proc_link(self.host_fd, self.ino)
+
+
+def host_proc_link(host_fd: int | None, ino: int) -> str:
+    """A stdio descriptor's /proc/self/fd link: the host's terminal name for a tty
+    (``/dev/pts/N``), else the pipe the guest is told it is."""
+    if host_fd is not None:
+        try:
+            if os.isatty(host_fd):
+                return os.ttyname(host_fd)
+        except OSError:
+            pass
+    return f"pipe:[{ino}]"
 
 
 def tty_ioctl(host_fd: int | None, cmd: int, arg: int, mem) -> int:
@@ -264,6 +287,9 @@ class HostInput(HostDescriptor):
     def ioctl(self, cmd, arg, mem):
         return tty_ioctl(self.fd, cmd, arg, mem)
 
+    def proc_link(self):
+        return host_proc_link(self.fd, 3)
+
 
 # ---------------------------------------------------------------------------- files
 class HostFile(HostDescriptor):
@@ -282,6 +308,9 @@ class HostFile(HostDescriptor):
     @property
     def is_dir(self):
         return self._dir
+
+    def proc_link(self):
+        return "/" + self.guest_path.lstrip("/")
 
     def read(self, count, interrupted):
         if not self.readable:

@@ -86,6 +86,9 @@ class PipeEnd(OpenFile):
         else:
             pipe.readers += 1
 
+    def proc_link(self):
+        return f"pipe:[{self.pipe.ino}]"
+
     @property
     def nonblock(self) -> bool:
         return bool(self.status_flags & O_NONBLOCK)

@@ -113,6 +113,7 @@ class ProcessSyscalls:
         child.files = list(parent.files)
         child.brk_start, child.brk = parent.brk_start, parent.brk
         child.sigactions = dict(parent.sigactions)
+        child.cwd, child.umask = parent.cwd, parent.umask       # copy_fs (CLONE_FS not modeled)
         # copy_files: CLONE_FILES shares the table, otherwise dup_fd copies it and every
         # open file description gains a reference (closing one side leaves the other)
         child.fds = parent.fds.share() if flags & CLONE_FILES else parent.fds.fork()

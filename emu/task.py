@@ -56,6 +56,8 @@ class Process:
     shared_pending: list = field(default_factory=list)   # process-directed PendingSignals (kill)
     exit_signal: int = 0                              # sent to the parent at exit (clone's low byte)
     real_timer: tuple | None = None                   # ITIMER_REAL: (expiry ns, interval ns)
+    cwd: str = "/"                                    # fs->pwd as a guest path (emu.vfs)
+    umask: int = 0o022                                # fs->umask
 
     def __post_init__(self):
         if not self.pgid:
