@@ -391,6 +391,8 @@ class Machine:
         task = Task(tid=tid if tid is not None else (process.pid if not process.tasks else self._alloc_pid()),
                     process=process, comm=comm, cred=cred)
         task.counters = Counters()
+        clock = getattr(self, "syscalls", None)           # absent while the first task is made
+        task.start_time_ns = clock.boot_clock_ns() if clock is not None else 0
         process.tasks.append(task)
         self.tasks.append(task)
         self.all_tasks.append(task)

@@ -114,6 +114,8 @@ class ProcessSyscalls:
         child.brk_start, child.brk = parent.brk_start, parent.brk
         child.sigactions = dict(parent.sigactions)
         child.cwd, child.umask = parent.cwd, parent.umask       # copy_fs (CLONE_FS not modeled)
+        for f in ("start_stack", "arg_start", "arg_end", "env_start", "env_end"):   # dup_mm
+            setattr(child, f, getattr(parent, f))
         # copy_files: CLONE_FILES shares the table, otherwise dup_fd copies it and every
         # open file description gains a reference (closing one side leaves the other)
         child.fds = parent.fds.share() if flags & CLONE_FILES else parent.fds.fork()
