@@ -39,11 +39,13 @@ from __future__ import annotations
 
 import errno as E
 import os
+import re
 import stat as S
 
-from .files import PROC_DEV, READ_CHUNK, HostFile, OutputSink, PipeInput, SeqFile
+from .files import PROC_DEV, HostFile, OutputSink, PipeInput, SeqFile
+from .memory import GuestFault
 from .pipes import PipeEnd
-from .specialfs import DirFile, DirNode, LinkNode, access_mode, may_open, stat_of
+from .specialfs import DirNode, LinkNode, access_mode, may_open, stat_of
 from .vfs_types import Attrs, SpecialNode
 
 PAGE_SIZE = 4096
@@ -301,7 +303,7 @@ def _read(mem, addr: int, n: int) -> bytes:
         step = min(n, PAGE_SIZE - (addr % PAGE_SIZE))
         try:
             out += mem.read(addr, step)
-        except Exception:                      # an unmapped page ends the copy
+        except GuestFault:                     # an unmapped page ends the copy
             break
         addr += step
         n -= step
@@ -336,7 +338,11 @@ def _host_mounts() -> list[tuple[str, str, str]]:
             rows = [line.split() for line in f]
     except OSError:
         return []
-    return [(r[0], r[1].encode().decode("unicode_escape"), r[2]) for r in rows if len(r) >= 3]
+    return [(r[0], _octal_unescape(r[1]), r[2]) for r in rows if len(r) >= 3]
+
+
+def _octal_unescape(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda mo: chr(int(mo.group(1), 8)), field)
 
 
 def _host_fs(table, path: str) -> tuple[str, str]:
