@@ -370,11 +370,19 @@ def test_loadavg_counts_tasks_and_the_last_pid(m):
     assert text(m, "loadavg") == f"0.00 0.00 0.00 1/2 {t2.tid}\n"
 
 
-def test_mounts_are_the_guests_view(m):
+def test_mounts_are_the_guests_view(tmp_path):
+    m = machine(grant_dirs=[str(tmp_path)])
     lines = text(m, "self/mounts").splitlines()
-    assert lines[0].split()[1:4:2] == ["/", "ro,relatime"], lines
+    got = [line.split()[1:4:2] for line in lines]
+    assert got == [["/", "ro,relatime"], [str(tmp_path), "rw,relatime"], ["/proc", "rw,relatime"],
+                   ["/dev", "rw,relatime,mode=755"]], lines
     assert lines[-2:] == ["proc /proc proc rw,relatime 0 0", "devtmpfs /dev devtmpfs rw,relatime,mode=755 0 0"]
     assert walk(m, "mounts").readlink(m.task) == "self/mounts"
+
+
+def test_mounts_show_a_granted_root_read_write():
+    m = machine(grant_dirs=["/"])
+    assert text(m, "self/mounts").splitlines()[0].split()[1:4:2] == ["/", "rw,relatime"]
 
 
 def test_a_zombie_keeps_its_directory_without_an_mm(m):

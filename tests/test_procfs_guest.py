@@ -78,3 +78,26 @@ def test_cmdline_and_comm_as_natively(procdev):
     want = f"{procdev}|cmdline|a b|\ncomm: procdev_static_\n".encode()
     assert native(procdev, "cmdline") == want
     assert model(procdev, "cmdline") == want
+
+
+BUSYBOX, BASH = "/bin/busybox", "/usr/bin/bash-static"
+SCRIPTS = [
+    (BUSYBOX, "sh", "echo hidden >/dev/null; echo shown; read x </dev/null; echo rc=$?"),
+    (BUSYBOX, "sh", "exec 3</proc/self/status; read a b <&3; echo $a $b"),
+    (BUSYBOX, "sh", "echo err 2>/dev/null >&2; echo done"),
+    (BUSYBOX, "sh", "read -n 4 z </dev/zero; echo ${#z}"),
+    (BUSYBOX, "sh", "echo x >/dev/full; echo rc=$?"),
+    (BASH, None, "echo hidden >/dev/null; read c </proc/self/comm; echo $c; echo $(</proc/self/cmdline)"),
+    (BASH, None, "echo x >/dev/full; echo rc=$?"),
+    (BASH, None, "echo a > /dev/stderr; echo b >/dev/stdout"),
+]
+
+
+@pytest.mark.parametrize("binary,applet,script", SCRIPTS, ids=[s[2] for s in SCRIPTS])
+def test_shell_redirections_to_dev_and_proc_match_native(binary, applet, script):
+    argv = [binary, *([applet] if applet else []), "-c", script]
+    nat = subprocess.run(["setsid", *argv], capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
+    r = Machine.from_elf(binary, argv=argv).run(timeout=60)
+    got = (r.exit_code, r.stdout, r.stderr)
+    want = (nat.returncode, nat.stdout, nat.stderr)
+    assert got == want, f"native {want}\nmodel  {got} ({r.describe()})"
