@@ -56,6 +56,7 @@ PROC_BLKSIZE = 1024
 FD_LINK_SIZE = 64                         # proc_fd_instantiate: i_size of an fd link
 NR_OPEN_DEFAULT = 64                      # BITS_PER_LONG: the fd table embedded in files_struct
 PF_FORKNOEXEC = 0x40                      # forked but has not exec'd
+PF_EXITED = 0x4 | 0x8 | 0x8000            # PF_EXITING | PF_POSTCOREDUMP | PF_NOFREEZE (do_exit)
 SIG_DFL, SIG_IGN = 0, 1
 SIGCHLD = 17
 RLIM_INFINITY = (1 << 64) - 1
@@ -197,8 +198,10 @@ def status_text(machine, proc, task) -> str:
     """proc_pid_status for ``task`` of ``proc``."""
     cred = task.cred
     alive = _alive(proc)
-    lines = [f"Name:\t{escape_comm(task.comm)}\n", f"Umask:\t{proc.umask:04o}\n",
-             f"State:\t{task_state(task)}\n", f"Tgid:\t{proc.pid}\n", "Ngid:\t0\n",
+    lines = [f"Name:\t{escape_comm(task.comm)}\n"]
+    if alive:                                      # task_umask: no fs_struct after exit
+        lines.append(f"Umask:\t{proc.umask:04o}\n")
+    lines += [f"State:\t{task_state(task)}\n", f"Tgid:\t{proc.pid}\n", "Ngid:\t0\n",
              f"Pid:\t{task.tid}\n", f"PPid:\t{proc.ppid if alive or proc.parent else 0}\n",
              "TracerPid:\t0\n",
              f"Uid:\t{cred.uid}\t{cred.euid}\t{cred.suid}\t{cred.fsuid}\n",
@@ -235,6 +238,8 @@ def stat_text(machine, proc, task, whole: bool) -> str:
     ctty = _ctty(machine)
     tty_nr, tty_pgrp = (ctty, machine.main_process.pgid) if ctty else (0, -1)
     flags = PF_FORKNOEXEC if task is not machine.all_tasks[0] else 0
+    if state == "Z":
+        flags |= PF_EXITED
     mm = MmStats(proc) if alive else None
     sleeping = 1 if state == "S" and (not whole or threads < 2) else 0
     if task.tid != proc.pid:
@@ -312,20 +317,30 @@ def _read(mem, addr: int, n: int) -> bytes:
 
 
 def mounts_text(machine) -> str:
-    """show_vfsmnt over the guest's mounts: the sysroot read-only at /, each granted
-    directory read-write at its own path, then proc and devtmpfs.  A host directory's
-    source and type are those of the host filesystem holding it."""
-    sc = machine.syscalls
-    lines = []
-    sysroot = getattr(sc, "sysroot", None) or "/"
-    grants = list(getattr(sc, "grant_dirs", None) or ([sc.grant_dir] if getattr(sc, "grant_dir", None) else []))
+    """show_vfsmnt over the guest's mount table, in mount order: the sysroot at /
+    (read-only unless / itself is granted), each granted directory read-write at its
+    path, then proc and devtmpfs.  A host directory's source and type are those of the
+    host filesystem holding it.  The empty directory hiding /sys is not a filesystem
+    of its own and is not listed."""
+    vfs = machine.syscalls.vfs
     table = _host_mounts()
-    for path, point, opts in [(sysroot, "/", "ro"), *[(g, g, "rw") for g in grants]]:
-        src, fstype = _host_fs(table, path)
-        lines.append(f"{src} {_octal_escape(point)} {fstype} {opts},relatime 0 0\n")
-    lines.append("proc /proc proc rw,relatime 0 0\n")
-    lines.append("devtmpfs /dev devtmpfs rw,relatime,mode=755 0 0\n")
+    lines = [_host_mount_line(table, vfs.root)]
+    for point, mnt in vfs.mounts.items():
+        if mnt.node is None:
+            lines.append(_host_mount_line(table, mnt))
+        elif point in SPECIAL_MOUNT_LINES:
+            lines.append(SPECIAL_MOUNT_LINES[point])
     return "".join(lines)
+
+
+SPECIAL_MOUNT_LINES = {"/proc": "proc /proc proc rw,relatime 0 0\n",
+                       "/dev": "devtmpfs /dev devtmpfs rw,relatime,mode=755 0 0\n"}
+
+
+def _host_mount_line(table, mnt) -> str:
+    src, fstype = _host_fs(table, mnt.host)
+    opts = "rw" if mnt.writable else "ro"
+    return f"{_octal_escape(src)} {_octal_escape(mnt.point)} {fstype} {opts},relatime 0 0\n"
 
 
 def _octal_escape(path: str) -> str:

@@ -393,7 +393,9 @@ def test_a_zombie_keeps_its_directory_without_an_mm(m):
     child.exit_result = RunResult("exit", exit_code=3)
     kid.state, kid.exit_code = "dead", 3
     status = text(m, f"{kid.tid}/status")
-    assert (field(status, "State"), field(status, "FDSize"), "VmSize" in status) == ("Z (zombie)", "0", False)
+    got = (field(status, "State"), field(status, "FDSize"), "VmSize" in status, "Umask" in status)
+    assert got == ("Z (zombie)", "0", False, False), "no mm, no files, no fs_struct"
     stat = text(m, f"{kid.tid}/stat").rsplit(")", 1)[1].split()
-    assert (stat[0], stat[-1], stat[20]) == ("Z", "768", "0"), "exit_code is the wait status; no vsize"
+    got = (stat[0], stat[-1], stat[20], stat[6])
+    assert got == ("Z", "768", "0", str(0x804C)), "exit_code is the wait status; no vsize; do_exit's flags"
     assert (text(m, f"{kid.tid}/cmdline"), walk(m, f"{kid.tid}/exe").readlink(m.task)) == ("", -E.ENOENT)

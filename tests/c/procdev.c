@@ -256,6 +256,9 @@ static int fork_status(void)
     for (int i = 0; i < 49 && f; i++)          /* to field 52: exit_code */
         f = strchr(f, ' ') ? strchr(f, ' ') + 1 : NULL;
     printf("zombie state %c exit_code %s", paren[2], f ? f : "?\n");
+    unsigned long flags = 0;
+    sscanf(paren + 2, "%*c %*d %*d %*d %*d %*d %lu", &flags);
+    printf("zombie flags without PF_RANDOMIZE: %#lx\n", flags & ~0x400000UL);
     int st;
     waitpid(child, &st, 0);
     snprintf(path, sizeof path, "/proc/%d/status", child);
