@@ -34,8 +34,14 @@ EXPECTED = {
     "status": b"Name:\tprocdev_static_\nUmask:\t0027\nState:\tR (running)\nTgid is getpid: 1\n"
               b"Pid is gettid: 1\nPPid is getppid: 1\nUid is getuid: 1\nThreads:\t1\n"
               b"SigPnd:\t0000000000000000\nShdPnd:\t0000000000000000\nSigBlk:\t0000000000000200\n"
-              b"SigIgn:\t0000000000000002\nSigCgt:\t0000000000004000\nVmLck:\t       0 kB\n",
-    "stat": b"pid is getpid: 1\ncomm: (procdev_static_)\nstate R ppid is getppid: 1 pgrp is getpgrp: 1\n"
+              b"SigIgn:\t0000000000000002\nSigCgt:\t0000000000004000\nNgid:\t0\nTracerPid:\t0\n"
+              b"Kthread:\t0\nVmLck:\t       0 kB\nVmPin:\t       0 kB\nVmSwap:\t       0 kB\n"
+              b"HugetlbPages:\t       0 kB\nCoreDumping:\t0\nuntag_mask:\t0xffffffffffffffff\n",
+    "stat": b"priority 20 nice 0 itrealvalue 0 rsslim 18446744073709551615 kstkesp 0 kstkeip 0\n"
+            b"signal 0 blocked 512 sigignore 2 sigcatch 16384 nswap 0 0\n"
+            b"exit_signal 17 rt_priority 0 policy 0 exit_code 0\nstart_stack is argc's address: 1\n"
+            b"arg span is cmdline: 1\nenv span is environ: 1\nvsize nonzero: 1\n"
+            b"pid is getpid: 1\ncomm: (procdev_static_)\nstate R ppid is getppid: 1 pgrp is getpgrp: 1\n"
             b"fields after comm: 50\n",
     "fds": b"fd 9 is a pipe: 1\nreopened: 5\nwrite: 12\nread: 12 through proc\n"
            b"same pipe inode: 1 fifo: 1\nlisted: 0 1 2 3 9\nfd 42: -1 errno=2\n",

@@ -85,13 +85,50 @@ static int status(void)
     show("SigBlk");
     show("SigIgn");
     show("SigCgt");
+    show("Ngid");
+    show("TracerPid");
+    show("Kthread");
     show("VmLck");
+    show("VmPin");
+    show("VmSwap");
+    show("HugetlbPages");
+    show("CoreDumping");
+    show("untag_mask");
     show("Groups");
     return 0;
 }
 
-static int stat_(void)
+extern char **environ;
+
+static int stat_(char **argv)
 {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, on_term);
+    long cmdline_len = slurp("/proc/self/cmdline");
+    long env_len = 0;
+    for (char **e = environ; *e; e++)
+        env_len += strlen(*e) + 1;
+    slurp("/proc/self/stat");
+    unsigned long f[53] = {0};                 /* f[3].. = fields 3.. after the comm */
+    char *p = strrchr(buf, ')') + 2;
+    for (int i = 3; i <= 52 && p; i++) {
+        f[i] = i == 3 ? (unsigned long)*p : strtoul(p, NULL, 10);
+        p = strchr(p, ' ');
+        p = p ? p + 1 : NULL;
+    }
+    printf("priority %ld nice %ld itrealvalue %lu rsslim %lu kstkesp %lu kstkeip %lu\n",
+           (long)f[18], (long)f[19], f[21], f[25], f[29], f[30]);
+    printf("signal %lu blocked %lu sigignore %lu sigcatch %lu nswap %lu %lu\n", f[31], f[32], f[33],
+           f[34], f[36], f[37]);
+    printf("exit_signal %lu rt_priority %lu policy %lu exit_code %lu\n", f[38], f[40], f[41], f[52]);
+    printf("start_stack is argc's address: %d\n", f[28] == (unsigned long)(argv - 1));
+    printf("arg span is cmdline: %d\n", (long)(f[49] - f[48]) == cmdline_len && f[48] == (unsigned long)argv[0]);
+    printf("env span is environ: %d\n", (long)(f[51] - f[50]) == env_len && f[49] == f[50]);
+    printf("vsize nonzero: %d\n", f[23] != 0);
     slurp("/proc/self/stat");
     char *close_paren = strrchr(buf, ')');
     char state;
@@ -322,7 +359,7 @@ int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "status";
     if (!strcmp(mode, "status")) return status();
-    if (!strcmp(mode, "stat")) return stat_();
+    if (!strcmp(mode, "stat")) return stat_(argv);
     if (!strcmp(mode, "cmdline")) return cmdline();
     if (!strcmp(mode, "fds")) return fds();
     if (!strcmp(mode, "devices")) return devices();
