@@ -42,13 +42,14 @@ import os
 import re
 import stat as S
 
-from .files import PROC_DEV, OutputSink, PipeInput, SeqFile, attrs_stat_bytes
+from .files import OutputSink, PipeInput, SeqFile, attrs_stat_bytes
 from .memory import GuestFault
 from .pipes import PipeEnd
 from .specialfs import DirNode, LinkNode, access_mode, may_open
 from .vfs_types import Attrs, SpecialNode
 
 PAGE_SIZE = 4096
+PROC_DEV = os.makedev(0, 21)              # st_dev of this machine's procfs (0:21, as `stat /proc`)
 PROC_ROOT_INO = 1
 SELF_INO, THREAD_SELF_INO, MOUNTS_LINK_INO = 0xF0000000, 0xF0000001, 0xF0000002
 TOP_INOS = {"uptime": 0xF0000031, "loadavg": 0xF000002E, "meminfo": 0xF000002F}

@@ -10,10 +10,10 @@ import struct
 
 import pytest
 
-from emu.files import PROC_DEV
+import os
 from emu.machine import Machine
 from emu.pipes import Pipe, PipeEnd
-from emu.procfs import ProcFs, max_fds
+from emu.procfs import PROC_DEV, ProcFs, max_fds
 
 O_RDONLY, O_WRONLY, O_RDWR = 0, 1, 2
 GUEST = dict(uid=1000, gid=1000, groups=[4, 27])
@@ -234,6 +234,20 @@ def test_maps_is_the_target_processs_maps(m):
 
 
 # ------------------------------------------------------------------ links and listing
+
+@pytest.mark.parametrize("path", ["/proc", "/proc/self", "/proc/self/status", "/proc/uptime"])
+def test_st_dev_is_the_hosts_procfs(m, path):
+    assert walk(m, path[len("/proc"):] or "/").attrs(m.task).dev == os.stat(path, follow_symlinks=False).st_dev
+
+
+@pytest.mark.parametrize("path,ino", [("self", 0xF0000000), ("thread-self", 0xF0000001), ("mounts", 0xF0000002),
+                                      ("", 1)])
+def test_fixed_inodes_are_the_hosts(m, path, ino):
+    host = os.stat("/proc/" + path, follow_symlinks=False).st_ino
+    root = ProcFs(m).root
+    node = root.lookup(m.task, path) if path else root
+    assert (node.attrs(m.task).ino, host) == (ino, ino)
+
 
 def test_self_and_thread_self_links(m):
     fs = ProcFs(m)
