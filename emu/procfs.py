@@ -18,7 +18,8 @@ out, because the model has nothing honest to say there:
   no count of are 0 (session, page faults, CPU times, rss), as getrusage says 0.
   FDSize and stat's flags follow the kernel's rules (see :func:`max_fds`).
 * ``<pid>/cmdline`` (get_mm_cmdline): the argv strings from the guest's memory, with
-  the setproctitle rule; ``comm`` (0644: writing renames the thread, comm_write);
+  the setproctitle rule; ``environ`` (0400) likewise; ``cwd`` and ``root`` (links to
+  the working directory and ``/``); ``comm`` (0644: writing renames the thread, comm_write);
   ``maps``; ``exe`` (the executable's guest path); ``mounts``; ``fd/`` (magic links:
   readlink gives the description's name, opening one opens the file again: a new
   description of the same pipe, the same granted file by its path, the same modeled
@@ -301,6 +302,19 @@ def cmdline_bytes(proc) -> bytes:
         nul = more.find(b"\0")
         return more[:nul] if nul >= 0 else more
     return data
+
+
+def environ_bytes(proc) -> bytes:
+    """environ_read: env_start..env_end from the guest's memory (empty without an mm)."""
+    if not _alive(proc) or proc.env_end <= proc.env_start:
+        return b""
+    return _read(proc.mem, proc.env_start, proc.env_end - proc.env_start)
+
+
+def fs_link(proc, path: str) -> str | int:
+    """proc_cwd_link / proc_root_link: the directory's guest path (the process's
+    fs_struct); ENOENT once it has exited."""
+    return path if _alive(proc) else -E.ENOENT
 
 
 def _read(mem, addr: int, n: int) -> bytes:
@@ -693,18 +707,21 @@ class ProcFs:
             if not in_task_dir:
                 out.append(("task", self.task_dir(proc, task, path, base | 1)))
             out.append(("fd", self.fd_dir(proc, task, path, base | 2)))
+            out.append(file("environ", 10, lambda r: environ_bytes(proc), mode=0o400))
             out += [file("status", 3, lambda r: status_text(m, proc, task)),
                     file("comm", 4, lambda r: escape_free(task.comm) + "\n", mode=0o644,
                          write=lambda r, data: comm_write(r, task, data)),
                     file("cmdline", 5, lambda r: cmdline_bytes(proc)),
                     file("stat", 6, lambda r: stat_text(m, proc, task, not in_task_dir)),
                     file("maps", 7, lambda r: proc.mem.maps() if _alive(proc) else "")]
+            out.append(("cwd", ProcLink(self, base | 11, lambda r: fs_link(proc, proc.cwd), owner=task)))
+            out.append(("root", ProcLink(self, base | 12, lambda r: fs_link(proc, "/"), owner=task)))
             out.append(("exe", ProcLink(self, base | 8, lambda r: exe_link(m, proc), owner=task,
                                         target=lambda r: exe_link(m, proc, follow=True))))
             out.append(file("mounts", 9, lambda r: mounts_text(m)))
             return out
 
-        nlink = 3 if in_task_dir else 4
+        nlink = 3 if in_task_dir else 4          # pid_entry_nlink: 2 + the subdirectories
         parent = (proc.pid << 24 | 1) if in_task_dir else PROC_ROOT_INO
         return ProcDir(self, path, base, entries, owner=task, nlink=nlink, parent_ino=parent)
 

@@ -267,10 +267,21 @@ def test_root_lists_the_guests_processes_only(m):
 
 def test_pid_directory_entries_in_kernel_order(m):
     names = [n for n, _, _ in walk(m, "self").children(m.task)]
-    assert names == ["task", "fd", "status", "comm", "cmdline", "stat", "maps", "exe", "mounts"]
+    assert names == ["task", "fd", "environ", "status", "comm", "cmdline", "stat", "maps", "cwd", "root",
+                     "exe", "mounts"]
 
 
-@pytest.mark.parametrize("path", ["cpuinfo", "filesystems", "99999", "01000", "self/environ",
+def test_environ_is_the_envp_strings(m):
+    assert text(m, "self/environ") == "A=1\0"
+    assert oct(walk(m, "self/environ").attrs(m.task).mode) == oct(S.S_IFREG | 0o400)
+
+
+def test_cwd_and_root_links(m):
+    m.process.cwd = "/tmp"
+    assert (walk(m, "self/cwd").readlink(m.task), walk(m, "self/root").readlink(m.task)) == ("/tmp", "/")
+
+
+@pytest.mark.parametrize("path", ["cpuinfo", "filesystems", "99999", "01000", "self/auxv",
                                   "self/fd/7", "self/task/99999", "sys"])
 def test_what_is_not_modeled_is_enoent(m, path):
     assert walk(m, path) == -E.ENOENT

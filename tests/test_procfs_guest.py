@@ -82,7 +82,7 @@ def test_groups_line_matches_the_native_run(procdev):
 
 
 def test_cmdline_and_comm_as_natively(procdev):
-    want = f"{procdev}|cmdline|a b|\ncomm: procdev_static_\n".encode()
+    want = f"{procdev}|cmdline|a b|\ncomm: procdev_static_\nenviron matches: 1\ncwd is getcwd: 1\nroot: /\n".encode()
     assert native(procdev, "cmdline") == want
     assert model(procdev, "cmdline") == want
 

@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+extern char **environ;
 static char buf[1 << 16];
 
 static long slurp(const char *path)
@@ -98,8 +99,6 @@ static int status(void)
     return 0;
 }
 
-extern char **environ;
-
 static int stat_(char **argv)
 {
     sigset_t set;
@@ -152,6 +151,19 @@ static int cmdline(void)
     putchar('\n');
     slurp("/proc/self/comm");
     printf("comm: %s", buf);
+    long n_env = slurp("/proc/self/environ"), at = 0, same = 1;
+    for (char **e = environ; *e; e++) {
+        same &= at + (long)strlen(*e) < n_env && !strcmp(buf + at, *e);
+        at += strlen(*e) + 1;
+    }
+    printf("environ matches: %d\n", same && at == n_env);
+    char link[4096], here[4096];
+    ssize_t k = readlink("/proc/self/cwd", link, sizeof link - 1);
+    link[k > 0 ? k : 0] = 0;
+    printf("cwd is getcwd: %d\n", getcwd(here, sizeof here) && !strcmp(link, here));
+    k = readlink("/proc/self/root", link, sizeof link - 1);
+    link[k > 0 ? k : 0] = 0;
+    printf("root: %s\n", link);
     return 0;
 }
 
