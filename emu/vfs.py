@@ -157,6 +157,7 @@ class Nameidata:
         self.vfs, self.task = vfs, task
         self.cred = cred if cred is not None else task.cred
         self.links = 0
+        self.checking = True                  # search permission checked (not in start())
         self._fds: list[int] = []
 
     def close(self) -> None:
@@ -183,8 +184,14 @@ class Nameidata:
 
     def start(self, base: str) -> list[Loc] | int:
         """The walk's stack at a directory known by its guest path (the working
-        directory or a directory descriptor): ENOENT once it is gone."""
-        stack = self.lookup(self.root(), base, follow=True)
+        directory or a directory descriptor): ENOENT once it is gone.  No search
+        permission is needed on its ancestors: the kernel holds the directory itself,
+        checked when it was entered (chdir) or opened."""
+        self.checking = False
+        try:
+            stack = self.lookup(self.root(), base, follow=True)
+        finally:
+            self.checking = True
         if isinstance(stack, int):
             return -E.ENOENT if stack == -E.ENOTDIR else stack
         return stack if stack[-1].is_dir(self.task) else -E.ENOTDIR
@@ -231,6 +238,8 @@ class Nameidata:
         """A directory to look a name up in: ENOTDIR, or EACCES without search (x)."""
         if not cur.is_dir(self.task):
             return -E.ENOTDIR
+        if not self.checking:
+            return 0
         return self.vfs.permission(self.cred, cur, MAY_EXEC, self.task)
 
     def component(self, stack: list[Loc], name: str, *, follow: bool, must_dir: bool = True
