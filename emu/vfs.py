@@ -329,8 +329,17 @@ class Vfs:
                 self.root = Mount("/", host=self.sysroot, writable=True, mnt_id=1)
             else:
                 self.mounts[point] = Mount(point, host=real, writable=True, mnt_id=10 + i)
-        for i, (point, node) in enumerate((special or {}).items()):
-            self.mounts[point] = Mount(point, node=node, writable=True, mnt_id=30 + i)
+        for point, node in (special or {}).items():
+            self.mount(point, node)
+
+    def mount(self, point: str, node: SpecialNode) -> None:
+        """Mount a modeled filesystem's root node at the absolute guest path ``point``
+        (over whatever the sysroot has there).  Writability is the nodes' business
+        (their modes and ``open``), not the mount's."""
+        if not isinstance(point, str) or not point.startswith("/") or point != os.path.normpath(point) \
+                or point == "/":
+            raise InputError(f"mount point must be a normalized absolute path other than /, not {point!r}")
+        self.mounts[point] = Mount(point, node=node, writable=True, mnt_id=30 + len(self.mounts))
 
     def nameidata(self, task, cred=None) -> Nameidata:
         return Nameidata(self, task, cred)

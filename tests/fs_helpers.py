@@ -18,7 +18,7 @@ def make_layout(root: Path) -> Path:
     if root.exists():
         shutil.rmtree(root)
     w, ro = root / "w", root / "ro"
-    for d in (w / "dir" / "sub", ro / "dir", w / "ro_dir", w / "sticky", w / "full" / "x"):
+    for d in (w / "dir" / "sub", ro / "dir", ro / "full" / "x", w / "ro_dir", w / "sticky", w / "full" / "x"):
         d.mkdir(parents=True)
     (w / "f").write_text("0123456789")
     (w / "secret").write_text("s")
