@@ -37,6 +37,8 @@ def make_layout(root: Path) -> Path:
     (w / "ro_dir").chmod(0o555)
     (w / "sticky").chmod(0o1777)
     (w / "sticky" / "rootfile").write_text("r")
+    for i in range(41):                        # c0 -> c1 -> ... -> c40 -> f: 41 links from c0
+        (w / f"c{i}").symlink_to(f"c{i + 1}" if i < 40 else "f")
     (ro / "f").write_text("ro file")
     (ro / "lnk").symlink_to("f")
     return w
