@@ -44,7 +44,8 @@ EXPECTED = {
             b"pid is getpid: 1\ncomm: (procdev_static_)\nstate R ppid is getppid: 1 pgrp is getpgrp: 1\n"
             b"fields after comm: 50\n",
     "fds": b"fd 9 is a pipe: 1\nreopened: 5\nwrite: 12\nread: 12 through proc\n"
-           b"same pipe inode: 1 fifo: 1\nlisted: 0 1 2 3 9\nfd 42: -1 errno=2\n",
+           b"same pipe inode: 1 fifo: 1\nlisted: 0 1 2 3 9\n"
+           b"reopened file reads from 0: 1, the first still at 4\nfd 42: -1 errno=2\n",
     "devices": b"/dev/null: chr=1 mode=666 rdev=1:3 ino=3\n/dev/zero: chr=1 mode=666 rdev=1:5 ino=4\n"
                b"/dev/full: chr=1 mode=666 rdev=1:7 ino=5\n/dev/random: chr=1 mode=666 rdev=1:8 ino=6\n"
                b"/dev/urandom: chr=1 mode=666 rdev=1:9 ino=7\n/dev/tty: chr=1 mode=666 rdev=5:0 ino=9\n"

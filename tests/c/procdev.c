@@ -202,6 +202,17 @@ static int fds(void)
             printf(" %d%s", i, seen[i] == 1 ? "" : "?");
     printf("\n");
     closedir(d);
+    int exe = open("/proc/self/exe", O_RDONLY);   /* a file with a path: reopened by it */
+    char head[4], again_head[4];
+    lseek(exe, 1, SEEK_SET);
+    read(exe, head, 3);
+    snprintf(link, sizeof link, "/proc/self/fd/%d", exe);
+    int again = open(link, O_RDONLY);
+    ssize_t got_again = read(again, again_head, 4);
+    printf("reopened file reads from 0: %d, the first still at %ld\n",
+           got_again == 4 && !memcmp(again_head, "\177ELF", 4), (long)lseek(exe, 0, SEEK_CUR));
+    close(again);
+    close(exe);
     errno = 0;
     n = readlink("/proc/self/fd/42", link, sizeof link);
     printf("fd 42: %zd errno=%d\n", n, errno);
