@@ -289,19 +289,19 @@ def _ctty(machine) -> int:
 
 
 def cmdline_bytes(proc) -> bytes:
-    """get_mm_cmdline: arg_start..arg_end from the guest's memory; when the NUL ending
-    the arguments was overwritten (setproctitle), the text up to the first NUL from
-    arg_start, at most a page past the arguments into the environment."""
+    """get_mm_cmdline: arg_start..arg_end from the guest's memory.  When the NUL ending
+    the arguments was overwritten (setproctitle), get_mm_proctitle: the text from
+    arg_start up to and with its first NUL, at most a page, running on into the
+    environment only when it lies right after the arguments."""
     if not _alive(proc) or proc.arg_end <= proc.arg_start:
         return b""
-    mem = proc.mem
-    data = _read(mem, proc.arg_start, proc.arg_end - proc.arg_start)
-    if len(data) == proc.arg_end - proc.arg_start and data and data[-1] != 0:
-        end = max(proc.env_end, proc.arg_end)
-        more = _read(mem, proc.arg_start, min(end - proc.arg_start, proc.arg_end - proc.arg_start + PAGE_SIZE))
-        nul = more.find(b"\0")
-        return more[:nul] if nul >= 0 else more
-    return data
+    mem, start, end = proc.mem, proc.arg_start, proc.arg_end
+    env_end = proc.env_end if proc.env_start == end and proc.env_end >= proc.env_start else end
+    if _read(mem, end - 1, 1) not in (b"", b"\0"):
+        page = _read(mem, start, min(PAGE_SIZE, env_end - start))
+        nul = page.find(b"\0")
+        return page[:nul + 1] if nul >= 0 else page
+    return _read(mem, start, end - start)
 
 
 def environ_bytes(proc) -> bytes:

@@ -194,11 +194,19 @@ def test_cmdline_follows_the_argv_bytes_in_guest_memory(m):
 
 def test_cmdline_after_setproctitle_stops_at_the_first_nul(m):
     """The NUL ending the arguments overwritten: the title runs on into the
-    environment up to its first NUL (get_mm_proctitle)."""
+    environment up to its first NUL, which it includes (get_mm_proctitle)."""
     p = m.process
     n = p.arg_end - p.arg_start
     m.mem.write(p.arg_start, b"t" * n)
-    assert text(m, "self/cmdline") == "t" * n + "A=1"
+    assert text(m, "self/cmdline") == "t" * n + "A=1\0"
+
+
+def test_setproctitle_text_is_at_most_a_page():
+    m = machine(env=["E=" + "e" * 5000])
+    p = m.process
+    m.mem.write(p.arg_start, b"t" * (p.arg_end - p.arg_start))
+    got = text(m, "self/cmdline")
+    assert (len(got), got[-1]) == (4096, "e"), "no NUL within the page: the whole page"
 
 
 def test_comm_reads_the_name_and_a_newline(m):

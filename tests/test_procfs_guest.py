@@ -82,6 +82,17 @@ def test_groups_line_matches_the_native_run(procdev):
     assert pick(model(procdev, "status")) == pick(native(procdev, "status"))
 
 
+def test_setproctitle_cmdline_as_natively(procdev):
+    """The title runs into the environment, up to and with its first NUL."""
+    env = {"A": "1", "B": "22"}
+    argv = [procdev, "title", "x"]
+    nat = subprocess.run(argv, capture_output=True, timeout=60, env=env).stdout
+    r = Machine.from_elf(procdev, argv=argv, env=["A=1", "B=22"]).run(timeout=60)
+    n = len(procdev) + len("title") + len("x") + 3
+    want = b"t" * n + b"A=1|\n" + f"{n + 4} bytes\n".encode()
+    assert (nat, r.stdout) == (want, want)
+
+
 def test_cmdline_and_comm_as_natively(procdev):
     want = f"{procdev}|cmdline|a b|\ncomm: procdev_static_\nenviron matches: 1\ncwd is getcwd: 1\nroot: /\n".encode()
     assert native(procdev, "cmdline") == want

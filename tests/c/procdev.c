@@ -378,6 +378,18 @@ static int threads(void)
     return 0;
 }
 
+static int title(int argc, char **argv)
+{
+    /* setproctitle: the argument strings overwritten, their last NUL too */
+    char *end = argv[argc - 1] + strlen(argv[argc - 1]);
+    memset(argv[0], 't', end - argv[0] + 1);
+    long n = slurp("/proc/self/cmdline");
+    for (long i = 0; i < n; i++)
+        putchar(buf[i] ? buf[i] : '|');
+    printf("\n%ld bytes\n", n);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "status";
@@ -390,5 +402,6 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "uptime")) return uptime();
     if (!strcmp(mode, "fork")) return fork_status();
     if (!strcmp(mode, "threads")) return threads();
+    if (!strcmp(mode, "title")) return title(argc, argv);
     return 2;
 }
