@@ -29,12 +29,13 @@ import stat as S
 import weakref
 
 from .files import READ_CHUNK, HostInput, OpenFile, OutputSink, attrs_stat_bytes, tty_ioctl
-from .specialfs import DirNode, LinkNode, access_mode, may_open
+from .specialfs import DirNode, LinkNode, access_mode, keep_open_flags, may_open
 from .vfs_types import Attrs, SpecialNode
 
 DEVTMPFS_DEV = os.makedev(0, 6)          # st_dev of the host's devtmpfs (0:6)
 BOGO_DIRENT_SIZE = 20                    # shmem: a directory's size grows by this per entry
 POLL_SLICE_MS = 50
+O_NONBLOCK = 0o4000
 CHR_MODE = S.S_IFCHR | 0o666
 # name: (major, minor, inode) as devtmpfs numbers them on this kernel
 CHAR_DEVICES = {
@@ -115,9 +116,11 @@ class CharDevNode(SpecialNode):
             return err
         readable, writable = access_mode(flags)
         if self.name == "tty":
-            return self.fs.ctty.open(self, readable, writable)
-        kind = {"null": NullFile, "zero": ZeroFile, "full": FullFile}.get(self.name, RandomFile)
-        return kind(self, readable, writable)
+            f = self.fs.ctty.open(self, readable, writable)
+        else:
+            kind = {"null": NullFile, "zero": ZeroFile, "full": FullFile}.get(self.name, RandomFile)
+            f = kind(self, readable, writable)
+        return f if isinstance(f, int) else keep_open_flags(f, flags)
 
 
 class DeviceFile(OpenFile):
@@ -127,7 +130,6 @@ class DeviceFile(OpenFile):
         super().__init__()
         self.node = node
         self.readable, self.writable = readable, writable
-        self.open_flags = 0o100000               # O_LARGEFILE (force_o_largefile)
 
     def attrs(self):
         return self.node.attrs(None)
@@ -234,14 +236,17 @@ class TtyFile(DeviceFile):
             return -E.EBADF
         poller = select.poll()
         poller.register(self.fd, select.POLLIN)
+        nonblock = bool(self.status_flags & O_NONBLOCK)
         while True:
-            if poller.poll(POLL_SLICE_MS):
+            if poller.poll(0 if nonblock else POLL_SLICE_MS):
                 try:
                     return os.read(self.fd, min(count, READ_CHUNK))
                 except BlockingIOError:
                     pass
                 except OSError as e:
                     return -(e.errno or E.EIO)
+            if nonblock:
+                return -E.EAGAIN
             if interrupted is None or interrupted():
                 return -E.EINTR
 
@@ -261,6 +266,11 @@ class TtyFile(DeviceFile):
 
     def lseek(self, offset, whence):
         return -E.ESPIPE                          # tty_fops: no_llseek
+
+    def poll(self):
+        """tty_poll: readable when the terminal has input; always writable."""
+        ready = select.select([self.fd], [], [], 0)[0]
+        return (0x1 | 0x40 if ready else 0) | 0x4 | 0x100
 
     def ioctl(self, cmd, arg, mem):
         return tty_ioctl(self.fd, cmd, arg, mem)

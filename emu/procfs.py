@@ -22,8 +22,8 @@ out, because the model has nothing honest to say there:
   the working directory and ``/``); ``comm`` (0644: writing renames the thread, comm_write);
   ``maps``; ``exe`` (the executable's guest path); ``mounts``; ``fd/`` (magic links:
   readlink gives the description's name, opening one opens the file again: a new
-  description of the same pipe, the same granted file by its path, the same modeled
-  file); ``task/<tid>/`` with status, comm, cmdline, stat and maps.
+  description of the same pipe, a file with a path by that path, a modeled file
+  anew); ``task/<tid>/`` with status, comm, cmdline, stat and maps.
 * ``uptime`` (the virtual clock; idle time is not modeled: 0.00), ``loadavg`` (no
   load average is computed: 0.00; running/total tasks and the last pid are real),
   ``meminfo`` (MemTotal/MemFree/MemAvailable as sysinfo computes them, no buffers,
@@ -46,7 +46,7 @@ import stat as S
 from .files import OutputSink, PipeInput, SeqFile, attrs_stat_bytes
 from .memory import GuestFault
 from .pipes import PipeEnd
-from .specialfs import DirNode, LinkNode, access_mode, may_open
+from .specialfs import DirNode, LinkNode, access_mode, keep_open_flags, may_open
 from .vfs_types import Attrs, SpecialNode
 
 PAGE_SIZE = 4096
@@ -468,8 +468,9 @@ class ProcFileNode(SpecialNode):
             return err
         readable, writable = access_mode(flags)
         text = self.show(task)
-        return ProcSeqFile(text if isinstance(text, bytes) else text.encode(), self, task,
-                           readable, writable)
+        f = ProcSeqFile(text if isinstance(text, bytes) else text.encode(), self, task,
+                        readable, writable)
+        return keep_open_flags(f, flags)
 
     def write(self, task, data: bytes) -> int:
         if self._write is None:
@@ -709,7 +710,7 @@ class ProcFs:
             out.append(("fd", self.fd_dir(proc, task, path, base | 2)))
             out.append(file("environ", 10, lambda r: environ_bytes(proc), mode=0o400))
             out += [file("status", 3, lambda r: status_text(m, proc, task)),
-                    file("comm", 4, lambda r: escape_free(task.comm) + "\n", mode=0o644,
+                    file("comm", 4, lambda r: task.comm + "\n", mode=0o644,
                          write=lambda r, data: comm_write(r, task, data)),
                     file("cmdline", 5, lambda r: cmdline_bytes(proc)),
                     file("stat", 6, lambda r: stat_text(m, proc, task, not in_task_dir)),
@@ -746,11 +747,6 @@ class ProcFs:
             return len(proc.fds) if _alive(proc) else 0
         return ProcDir(self, path + "/fd", ino, entries, mode=0o500, owner=task, size=lookup_size,
                        parent_ino=ino & ~0xFFFFFF)
-
-
-def escape_free(comm: str) -> str:
-    """proc_task_name without escaping (comm, stat)."""
-    return comm
 
 
 def comm_write(reader, task, data: bytes) -> int:

@@ -195,3 +195,27 @@ def test_tty_writes_follow_the_stdio_sink_of_that_terminal():
         os.close(master)
         os.close(slave)
     assert bytes(m.stdout) == b"hi", f"stdout captured {bytes(m.stdout)!r}"
+
+
+@pytest.mark.parametrize("flags,want", [
+    (O_WRONLY | 0o2000 | 0o4000 | 0o100 | 0o1000 | 0o2000000, 0o106001),   # APPEND NONBLOCK CREAT TRUNC CLOEXEC
+    (O_RDWR | 0o10000 | 0o1000000, 0o1110002),                              # DSYNC NOATIME
+    (O_RDONLY, 0o100000)])
+def test_f_flags_keep_what_the_kernel_keeps(dev, flags, want):
+    """F_GETFL of /dev/null as the host answers for the same open flags."""
+    assert oct(opened(dev, "null", flags).f_flags) == oct(want)
+
+
+def test_tty_nonblocking_read_without_input_is_eagain():
+    master, slave = os.openpty()
+    try:
+        m = machine(stdin=slave)
+        f = DevFs(m).root.lookup(m.task, "tty").open(m.task, O_RDONLY | 0o4000)
+        assert (f.read(10, lambda: False), f.poll() & 1) == (-E.EAGAIN, 0)
+        os.write(master, b"k\n")
+        assert select.select([slave], [], [], 10)[0]
+        assert (f.poll() & 1, f.read(10, lambda: False)) == (1, b"k\n")
+        f.release()
+    finally:
+        os.close(master)
+        os.close(slave)

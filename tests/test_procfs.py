@@ -249,7 +249,8 @@ def test_st_dev_is_the_hosts_procfs(m, path):
 
 
 @pytest.mark.parametrize("path,ino", [("self", 0xF0000000), ("thread-self", 0xF0000001), ("mounts", 0xF0000002),
-                                      ("", 1)])
+                                      ("", 1), ("uptime", 0xF0000031), ("loadavg", 0xF000002E),
+                                      ("meminfo", 0xF000002F)])
 def test_fixed_inodes_are_the_hosts(m, path, ino):
     host = os.stat("/proc/" + path, follow_symlinks=False).st_ino
     root = ProcFs(m).root
@@ -432,3 +433,8 @@ def test_a_zombie_keeps_its_directory_without_an_mm(m):
     got = (stat[0], stat[-1], stat[20], stat[6])
     assert got == ("Z", "768", "0", str(0x804C)), "exit_code is the wait status; no vsize; do_exit's flags"
     assert (text(m, f"{kid.tid}/cmdline"), walk(m, f"{kid.tid}/exe").readlink(m.task)) == ("", -E.ENOENT)
+
+
+def test_f_flags_of_an_open_proc_file(m):
+    """F_GETFL as the host answers for open("/proc/self/status", O_RDONLY|O_NONBLOCK)."""
+    assert oct(walk(m, "self/status").open(m.task, O_RDONLY | 0o4000).f_flags) == oct(0o104000)
