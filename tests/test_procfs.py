@@ -438,3 +438,21 @@ def test_a_zombie_keeps_its_directory_without_an_mm(m):
 def test_f_flags_of_an_open_proc_file(m):
     """F_GETFL as the host answers for open("/proc/self/status", O_RDONLY|O_NONBLOCK)."""
     assert oct(walk(m, "self/status").open(m.task, O_RDONLY | 0o4000).f_flags) == oct(0o104000)
+
+
+def test_reopening_a_pipe_read_write_counts_a_reader_and_a_writer(m):
+    """fifo_open with O_RDWR: one description that reads and writes, never waiting."""
+    pipe = Pipe(ino=78)
+    fd = m.process.fds.install(PipeEnd(pipe, write=True))
+    both = walk(m, f"self/fd/{fd}").open(m.task, O_RDWR)
+    assert (both.readable, both.writable, pipe.readers, pipe.writers) == (True, True, 1, 2)
+    assert both.write(b"loop") == 4 and both.read(10) == b"loop"
+    both.get().put()
+    assert (pipe.readers, pipe.writers) == (0, 1)
+
+
+def test_reopening_with_o_nonblock_keeps_it_on_the_new_end(m):
+    pipe = Pipe(ino=79)
+    fd = m.process.fds.install(PipeEnd(pipe, write=True))
+    rd = walk(m, f"self/fd/{fd}").open(m.task, O_RDONLY | 0o4000)
+    assert (rd.nonblock, m.process.fds.get(fd).nonblock) == (True, False)
