@@ -456,3 +456,21 @@ def test_reopening_with_o_nonblock_keeps_it_on_the_new_end(m):
     fd = m.process.fds.install(PipeEnd(pipe, write=True))
     rd = walk(m, f"self/fd/{fd}").open(m.task, O_RDONLY | 0o4000)
     assert (rd.nonblock, m.process.fds.get(fd).nonblock) == (True, False)
+
+
+def test_stat_names_the_controlling_terminal():
+    master, slave = os.openpty()
+    try:
+        m = machine(stdin=slave)
+        rdev = os.fstat(slave).st_rdev
+        want = (os.minor(rdev) & 0xFF) | (os.major(rdev) << 8) | ((os.minor(rdev) & ~0xFF) << 12)
+        fields = text(m, "self/stat").rsplit(")", 1)[1].split()
+        assert (fields[4], fields[5]) == (str(want), "1000"), "tty_nr (new_encode_dev) and tpgid"
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_stat_without_a_terminal_has_no_tty(m):
+    fields = text(m, "self/stat").rsplit(")", 1)[1].split()
+    assert (fields[4], fields[5]) == ("0", "-1")
