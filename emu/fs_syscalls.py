@@ -230,6 +230,17 @@ class FsSyscalls:
             return f
         return task.process.fds.install(f, 0, cloexec=bool(flags & O_CLOEXEC))
 
+    def open_guest_path(self, task, path: str, flags: int) -> OpenFile | int:
+        """A new open file description for the guest path ``path`` (absolute or relative
+        to the task's working directory), as ``open`` would make it; not installed.
+        /proc reopens a descriptor's file by its path through this."""
+        for _ in range(OPEN_RETRIES):
+            with self.vfs.nameidata(task) as nd:
+                f = self._open_walk(nd, task, AT_FDCWD, path, flags, 0)
+            if f is not RETRY:
+                return f
+        return _neg(E.EAGAIN)
+
     def _open_walk(self, nd, task, dirfd, name, flags, mode) -> OpenFile | int:
         r = self._parent(nd, task, dirfd, name)
         if isinstance(r, int):

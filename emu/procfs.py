@@ -65,7 +65,6 @@ RLIM_INFINITY = (1 << 64) - 1
 USER_HZ = 100
 NSEC = 1_000_000_000
 O_ACCMODE, O_WRONLY, O_RDWR, O_NONBLOCK = 3, 1, 2, 0o4000
-AT_FDCWD = -100
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -563,7 +562,7 @@ def reopen(machine, task, f, flags: int):
         return OutputSink(machine, f.which, host_fd=f.host_fd, ino=f.ino)
     path = getattr(f, "guest_path", None)
     if path:
-        return open_by_path(machine, task, path, flags)
+        return machine.syscalls.open_guest_path(task, path, flags)
     return -E.ENXIO
 
 
@@ -589,19 +588,6 @@ class DuplexPipeEnd(PipeEnd):
 
     def poll(self):
         return self.pipe.poll_mask(True) | self.pipe.poll_mask(False)
-
-
-def open_by_path(machine, task, path: str, flags: int):
-    """An open of ``path`` through the guest's own walk (its permission and read-only
-    rules apply), as the kernel reopens a file with a path by that path."""
-    from .fs_syscalls import OPEN_RETRIES, RETRY
-    sc = machine.syscalls
-    for _ in range(OPEN_RETRIES):
-        with sc.vfs.nameidata(task) as nd:
-            f = sc._open_walk(nd, task, AT_FDCWD, path, flags, 0)
-        if f is not RETRY:
-            return f
-    return -E.EAGAIN
 
 
 # ----------------------------------------------------------------------------- directories

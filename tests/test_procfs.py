@@ -474,3 +474,21 @@ def test_stat_names_the_controlling_terminal():
 def test_stat_without_a_terminal_has_no_tty(m):
     fields = text(m, "self/stat").rsplit(")", 1)[1].split()
     assert (fields[4], fields[5]) == ("0", "-1")
+
+
+def test_reopening_a_file_with_a_path_opens_it_by_that_path(tmp_path):
+    (tmp_path / "f").write_bytes(b"0123456789")
+    m = machine(grant_dirs=[str(tmp_path)], uid=0, gid=0, groups=[])    # pytest's tmp is 0700 root's
+    first = m.syscalls.open_guest_path(m.task, str(tmp_path / "f"), O_RDONLY)
+    fd = m.process.fds.install(first)
+    assert first.read(4, None) == b"0123"
+    again = walk(m, f"self/fd/{fd}").open(m.task, O_RDWR)
+    assert again is not first and again.read(3, None) == b"012", "a description of its own"
+    assert again.write(b"X") == 1 and (tmp_path / "f").read_bytes() == b"012X456789"
+
+
+def test_reopening_a_read_only_sysroot_file_for_writing_is_erofs(build_c):
+    exe = build_c("hello.c", "-static")
+    m = machine(uid=0, gid=0, groups=[])
+    fd = m.process.fds.install(m.syscalls.open_guest_path(m.task, exe, O_RDONLY))
+    assert walk(m, f"self/fd/{fd}").open(m.task, O_WRONLY) == -E.EROFS
