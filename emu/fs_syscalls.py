@@ -324,7 +324,7 @@ class FsSyscalls:
         if flags & O_DIRECTORY and not S.S_ISDIR(mode):
             return _neg(E.ENOTDIR)
         if flags & O_PATH:
-            return self._open_path(loc, flags)
+            return self._open_path(task, loc, flags)
         if loc.file is not None:
             return loc.file                      # a magic link to a descriptor: the same file
         may = {0: MAY_READ, 1: MAY_WRITE, 2: MAY_READ | MAY_WRITE, 3: MAY_READ | MAY_WRITE}[acc]
@@ -388,12 +388,12 @@ class FsSyscalls:
                                   O_CLOEXEC)) | O_LARGEFILE
         return f
 
-    def _open_path(self, loc: Loc, flags: int) -> OpenFile | int:
+    def _open_path(self, task, loc: Loc, flags: int) -> OpenFile | int:
         """O_PATH: a descriptor naming the inode (usable as a dirfd, for fstat and
         AT_EMPTY_PATH), no permission needed."""
         if loc.fd is None:
-            if loc.node is not None and S.S_ISDIR(loc.attrs(None).mode):
-                d = SpecialDir(None, loc.node, loc.path, 0)
+            if loc.node is not None and S.S_ISDIR(loc.attrs(task).mode):
+                d = SpecialDir(task, loc.node, loc.path, 0)
                 d.readable = False
                 return d
             return loc.file if loc.file is not None else _neg(E.EACCES)
@@ -547,6 +547,19 @@ class FsSyscalls:
         if data:
             self.mem.write_user(dirp, data)
         return len(data)
+
+    def sys_fsync(self, task, regs, fd, *_):
+        """vfs_fsync_range: the host file's own fsync; EINVAL for a file without one
+        (pipes, terminals, modeled files)."""
+        f = self._file(task, fd)
+        if f is None or getattr(f, "path_only", False):
+            return _neg(E.EBADF)
+        if not isinstance(f, HostFile):
+            return _neg(E.EINVAL)
+        return _host(os.fsync, f.fd)
+
+    def sys_fdatasync(self, task, regs, fd, *_):
+        return self.sys_fsync(task, regs, fd)
 
     def sys_ftruncate(self, task, regs, fd, length, *_):
         if _off(length) < 0:

@@ -93,7 +93,7 @@ class Loc:
         return self._attrs
 
     def mode(self, task) -> int:
-        return self.attrs(task).mode
+        return self.st.st_mode if self.st is not None else self.attrs(task).mode
 
     def is_dir(self, task) -> bool:
         return S.S_ISDIR(self.mode(task))

@@ -206,6 +206,10 @@ int main(int argc, char **argv)
             result(label, syscall(SYS_renameat2, AT_FDCWD, a[0], AT_FDCWD, a[1], num(a[2])));
         } else if (!strcmp(name, "truncate")) {
             result(label, truncate(a[0], num(a[1])));
+        } else if (!strcmp(name, "fsync")) {
+            result(label, fsync(last));
+        } else if (!strcmp(name, "fdatasync")) {
+            result(label, fdatasync(last));
         } else if (!strcmp(name, "ftruncate")) {
             result(label, ftruncate(last, num(a[0])));
         } else if (!strcmp(name, "umask")) {
