@@ -20,7 +20,6 @@ from dataclasses import replace
 
 from .files import (O_LARGEFILE, HostFile, OpenFile, SeqFile, SpecialDir, attrs_stat_bytes,
                     host_statx, host_syscall)
-from .memory import GuestFault
 from .vfs import MAY_EXEC, MAY_READ, MAY_WRITE, PATH_MAX, EmptyDir, Loc, fs_capable, in_group
 from .vfs_types import Attrs, SpecialNode
 
@@ -1023,11 +1022,19 @@ class FsSyscalls:
             return ret
 
     def _renamed(self, old: str, new: str) -> None:
-        """A directory the guest renamed stays the working directory of the processes
-        in it (the kernel holds the inode; this model holds the path, so it follows)."""
+        """What the guest renamed stays the working directory, or the open file, of
+        whoever holds it (the kernel holds the inode; this model holds the path, so
+        the path follows)."""
+        def moved(path: str) -> str | None:
+            if path == old or path.startswith(old.rstrip("/") + "/"):
+                return new + path[len(old):]
+            return None
         for proc in self.m.processes:
-            if proc.cwd == old or proc.cwd.startswith(old.rstrip("/") + "/"):
-                proc.cwd = new + proc.cwd[len(old):]
+            proc.cwd = moved(proc.cwd) or proc.cwd
+            for f in proc.fds.fds.values() if hasattr(proc.fds, "fds") else ():
+                path = getattr(f, "guest_path", None)
+                if path and moved(path):
+                    f.guest_path = moved(path)
 
     def sys_truncate(self, task, regs, path, length, *_):
         """do_sys_truncate / vfs_truncate: EINVAL for a negative length, EISDIR,
@@ -1302,5 +1309,3 @@ def interim_special_mounts(machine) -> dict[str, SpecialNode]:
     """INTERIM: the modeled mounts until emu/procfs.py and emu/devfs.py provide theirs."""
     return {"/proc": InterimProcRoot(machine), "/sys": EmptyDir()}
 
-
-__all__ = ["FsSyscalls", "interim_special_mounts", "GuestFault"]

@@ -101,6 +101,8 @@ CASES = {
     "cwd_of_a_child": ["forkchdir,dir", "forkchdir,/", "getcwd,4096"],
     "cwd_renamed_by_the_guest": ["mkdir,a,0755", "chdir,a", "rename,../a,../b", "getcwd,4096",
                                  "creat,x,0644", "stat,../b/x"],
+    "dirfd_renamed_by_the_guest": ["mkdir,a,0755", "open,a,0", "rename,a,b", "openat,x,0x41,0644",
+                                   "stat,b/x"],
     "cwd_removed": ["mkdir,gone,0755", "chdir,gone", "rmdir,../gone", "getcwd,4096"],
     # attributes
     "chmod": ["chmod,f,0600", "stat,f", "open,f,0", "fchmod,0604", "fstat", "chmod,lnk,0640", "stat,f",
