@@ -20,7 +20,6 @@ from dataclasses import replace
 
 from .files import (O_LARGEFILE, HostFile, OpenFile, SeqFile, SpecialDir, attrs_stat_bytes,
                     host_statx, host_syscall)
-from .memory import GuestFault
 from .vfs import MAY_EXEC, MAY_READ, MAY_WRITE, PATH_MAX, EmptyDir, Loc, fs_capable, in_group
 from .vfs_types import Attrs, SpecialNode
 
@@ -253,6 +252,8 @@ class FsSyscalls:
         creat = bool(flags & O_CREAT)
         follow = not flags & O_NOFOLLOW and not (creat and flags & O_EXCL)
         if last is None or last in (".", ".."):
+            if creat and flags & O_EXCL:
+                return _neg(E.EEXIST)
             stack = nd.component(stack, last, follow=True) if last else stack
             if isinstance(stack, int):
                 return stack
@@ -333,7 +334,7 @@ class FsSyscalls:
         if flags & O_DIRECTORY and not S.S_ISDIR(mode):
             return _neg(E.ENOTDIR)
         if flags & O_PATH:
-            return self._open_path(loc, flags)
+            return self._open_path(task, loc, flags)
         if loc.file is not None:                 # a magic link to a descriptor: opened again
             from .procfs import reopen
             return reopen(self.m, task, loc.file, flags)
@@ -398,12 +399,12 @@ class FsSyscalls:
                                   O_CLOEXEC)) | O_LARGEFILE
         return f
 
-    def _open_path(self, loc: Loc, flags: int) -> OpenFile | int:
+    def _open_path(self, task, loc: Loc, flags: int) -> OpenFile | int:
         """O_PATH: a descriptor naming the inode (usable as a dirfd, for fstat and
         AT_EMPTY_PATH), no permission needed."""
         if loc.fd is None:
-            if loc.node is not None and S.S_ISDIR(loc.attrs(None).mode):
-                d = SpecialDir(None, loc.node, loc.path, 0)
+            if loc.node is not None and S.S_ISDIR(loc.attrs(task).mode):
+                d = SpecialDir(task, loc.node, loc.path, 0)
                 d.readable = False
                 return d
             return loc.file if loc.file is not None else _neg(E.EACCES)
@@ -557,6 +558,19 @@ class FsSyscalls:
         if data:
             self.mem.write_user(dirp, data)
         return len(data)
+
+    def sys_fsync(self, task, regs, fd, *_):
+        """vfs_fsync_range: the host file's own fsync; EINVAL for a file without one
+        (pipes, terminals, modeled files)."""
+        f = self._file(task, fd)
+        if f is None or getattr(f, "path_only", False):
+            return _neg(E.EBADF)
+        if not isinstance(f, HostFile):
+            return _neg(E.EINVAL)
+        return _host(os.fsync, f.fd)
+
+    def sys_fdatasync(self, task, regs, fd, *_):
+        return self.sys_fsync(task, regs, fd)
 
     def sys_ftruncate(self, task, regs, fd, length, *_):
         if _off(length) < 0:
@@ -1020,11 +1034,19 @@ class FsSyscalls:
             return ret
 
     def _renamed(self, old: str, new: str) -> None:
-        """A directory the guest renamed stays the working directory of the processes
-        in it (the kernel holds the inode; this model holds the path, so it follows)."""
+        """What the guest renamed stays the working directory, or the open file, of
+        whoever holds it (the kernel holds the inode; this model holds the path, so
+        the path follows)."""
+        def moved(path: str) -> str | None:
+            if path == old or path.startswith(old.rstrip("/") + "/"):
+                return new + path[len(old):]
+            return None
         for proc in self.m.processes:
-            if proc.cwd == old or proc.cwd.startswith(old.rstrip("/") + "/"):
-                proc.cwd = new + proc.cwd[len(old):]
+            proc.cwd = moved(proc.cwd) or proc.cwd
+            for f in proc.fds.fds.values() if hasattr(proc.fds, "fds") else ():
+                path = getattr(f, "guest_path", None)
+                if path and moved(path):
+                    f.guest_path = moved(path)
 
     def sys_truncate(self, task, regs, path, length, *_):
         """do_sys_truncate / vfs_truncate: EINVAL for a negative length, EISDIR,
@@ -1062,7 +1084,7 @@ class FsSyscalls:
                 f.release()
 
     # ================================================================== attributes
-    def _setattr_at(self, task, dirfd, path, flags, change, *, empty_ok=True) -> int:
+    def _setattr_at(self, task, dirfd, path, flags, change, *, empty_ok=True, pre=None) -> int:
         """The path (or, with AT_EMPTY_PATH, the descriptor) whose attributes change:
         EROFS on a read-only mount (mnt_want_write), then ``change(nd, loc)``."""
         name = self._pathname(path, empty_ok=empty_ok and bool(flags & AT_EMPTY_PATH)) if path else ""
@@ -1076,6 +1098,9 @@ class FsSyscalls:
                 loc = stack if isinstance(stack, int) else stack[-1]
             if isinstance(loc, int):
                 return loc
+            err = pre(loc) if pre else 0
+            if err:
+                return err
             if not self._mount_writable(loc):
                 return _neg(E.EROFS)
             if loc.fd is None:
@@ -1157,26 +1182,31 @@ class FsSyscalls:
         return self._setattr_at(task, fd, 0, AT_EMPTY_PATH, lambda nd, loc: self._chown(nd, loc, uid, gid))
 
     def sys_utimensat(self, task, regs, dirfd, path, times, flags, *_):
-        """do_utimes: EINVAL for a bad tv_nsec; "now" needs ownership or write
-        permission (EACCES), explicit times ownership (EPERM); NULL path: the fd."""
+        """sys_utimensat/do_utimes/vfs_utimes in order: both UTIME_OMIT does nothing
+        (not even the lookup); the flags; NULL path: the descriptor itself (no flags);
+        the lookup; EINVAL for a bad tv_nsec; EROFS; then "now" needs ownership or write
+        permission (EACCES), explicit times ownership (EPERM)."""
         flags &= 0xFFFFFFFF
-        if flags & ~(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH):
-            return _neg(E.EINVAL)
         spec = [(0, UTIME_NOW), (0, UTIME_NOW)]
         if times:
             spec = [struct.unpack("<qq", self.mem.read_user(times + 16 * i, 16)) for i in (0, 1)]
-            for sec, ns in spec:
-                if ns not in (UTIME_NOW, UTIME_OMIT) and not 0 <= ns < 1_000_000_000:
-                    return _neg(E.EINVAL)
+            if all(ns == UTIME_OMIT for _, ns in spec):
+                return 0
         if not path:
-            if flags & AT_SYMLINK_NOFOLLOW:
+            if _fd(dirfd) == _fd(AT_FDCWD):
+                return _neg(E.EFAULT)
+            if flags:
                 return _neg(E.EINVAL)
             f = self._file(task, dirfd)
             if f is None or getattr(f, "path_only", False):
                 return _neg(E.EBADF)
-            flags |= AT_EMPTY_PATH
-        if all(ns == UTIME_OMIT for _, ns in spec):
-            return 0
+            flags = AT_EMPTY_PATH
+        elif flags & ~(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH):
+            return _neg(E.EINVAL)
+
+        def valid(loc):
+            bad = any(ns not in (UTIME_NOW, UTIME_OMIT) and not 0 <= ns < 1_000_000_000 for _, ns in spec)
+            return _neg(E.EINVAL) if bad else 0
 
         def change(nd, loc):
             a = loc.attrs(task)
@@ -1191,12 +1221,9 @@ class FsSyscalls:
             t = time.time_ns()
             vals = tuple(old if ns == UTIME_OMIT else t if ns == UTIME_NOW else sec * 1_000_000_000 + ns
                          for (sec, ns), old in zip(spec, (cur.st_atime_ns, cur.st_mtime_ns)))
-            return _host(os.utime, _proc_fd(loc.fd), ns=tuple(vals))
-        return self._setattr_at(task, dirfd, path, flags, change)
+            return _host(os.utime, _proc_fd(loc.fd), ns=vals)
+        return self._setattr_at(task, dirfd, path, flags, change, pre=valid)
 
 
 def join_path(parent: str, name: str) -> str:
     return parent.rstrip("/") + "/" + name
-
-
-__all__ = ["FsSyscalls", "GuestFault"]

@@ -12,7 +12,6 @@ import pytest
 from cli_helpers import cli, one_line_error
 from emu import Machine
 from emu.errors import EmuError
-from fs_helpers import model_ops
 
 
 @pytest.fixture
