@@ -18,10 +18,10 @@ import struct
 import time
 from dataclasses import replace
 
-from .files import (O_LARGEFILE, HostFile, OpenFile, SeqFile, SpecialDir, attrs_stat_bytes,
+from .files import (O_LARGEFILE, HostFile, OpenFile, SpecialDir, attrs_stat_bytes,
                     host_statx, host_syscall)
-from .vfs import MAY_EXEC, MAY_READ, MAY_WRITE, PATH_MAX, EmptyDir, Loc, fs_capable, in_group
-from .vfs_types import Attrs, SpecialNode
+from .vfs import MAY_EXEC, MAY_READ, MAY_WRITE, PATH_MAX, Loc, fs_capable, in_group
+from .vfs_types import Attrs
 
 AT_FDCWD = -100
 AT_SYMLINK_NOFOLLOW, AT_REMOVEDIR, AT_EACCESS, AT_SYMLINK_FOLLOW = 0x100, 0x200, 0x200, 0x400
