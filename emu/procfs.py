@@ -18,7 +18,8 @@ out, because the model has nothing honest to say there:
   no count of are 0 (session, page faults, CPU times, rss), as getrusage says 0.
   FDSize and stat's flags follow the kernel's rules (see :func:`max_fds`).
 * ``<pid>/cmdline`` (get_mm_cmdline): the argv strings from the guest's memory, with
-  the setproctitle rule; ``environ`` (0400) likewise; ``cwd`` and ``root`` (links to
+  the setproctitle rule; ``environ`` (0400) likewise; ``auxv`` (0400, the exec's
+  auxiliary vector); ``cwd`` and ``root`` (links to
   the working directory and ``/``); ``comm`` (0644: writing renames the thread, comm_write);
   ``maps``; ``exe`` (the executable's guest path); ``mounts``; ``fd/`` (magic links:
   readlink gives the description's name, opening one opens the file again: a new
@@ -42,6 +43,7 @@ import errno as E
 import os
 import re
 import stat as S
+import struct
 
 from .files import OutputSink, PipeInput, SeqFile, attrs_stat_bytes
 from .memory import GuestFault
@@ -308,6 +310,16 @@ def environ_bytes(proc) -> bytes:
     if not _alive(proc) or proc.env_end <= proc.env_start:
         return b""
     return _read(proc.mem, proc.env_start, proc.env_end - proc.env_start)
+
+
+def auxv_bytes(machine, proc) -> bytes:
+    """proc_pid_auxv: mm->saved_auxv, the (type, value) pairs exec put on the stack,
+    AT_NULL included; empty without an mm."""
+    auxv = getattr(machine, "auxv", None)
+    if not _alive(proc) or not auxv:
+        return b""
+    pairs = [(k, v) for k, v in auxv.items() if k != 0] + [(0, 0)]
+    return struct.pack(f"<{2 * len(pairs)}Q", *(x for pair in pairs for x in pair))
 
 
 def fs_link(proc, path: str) -> str | int:
@@ -695,6 +707,7 @@ class ProcFs:
                 out.append(("task", self.task_dir(proc, task, path, base | 1)))
             out.append(("fd", self.fd_dir(proc, task, path, base | 2)))
             out.append(file("environ", 10, lambda r: environ_bytes(proc), mode=0o400))
+            out.append(file("auxv", 13, lambda r: auxv_bytes(m, proc), mode=0o400))
             out += [file("status", 3, lambda r: status_text(m, proc, task)),
                     file("comm", 4, lambda r: task.comm + "\n", mode=0o644,
                          write=lambda r, data: comm_write(r, task, data)),

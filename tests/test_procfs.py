@@ -276,7 +276,7 @@ def test_root_lists_the_guests_processes_only(m):
 
 def test_pid_directory_entries_in_kernel_order(m):
     names = [n for n, _, _ in walk(m, "self").children(m.task)]
-    assert names == ["task", "fd", "environ", "status", "comm", "cmdline", "stat", "maps", "cwd", "root",
+    assert names == ["task", "fd", "environ", "auxv", "status", "comm", "cmdline", "stat", "maps", "cwd", "root",
                      "exe", "mounts"]
 
 
@@ -290,7 +290,14 @@ def test_cwd_and_root_links(m):
     assert (walk(m, "self/cwd").readlink(m.task), walk(m, "self/root").readlink(m.task)) == ("/tmp", "/")
 
 
-@pytest.mark.parametrize("path", ["cpuinfo", "filesystems", "99999", "01000", "self/auxv",
+def test_auxv_is_the_exec_auxiliary_vector(m):
+    raw = text(m, "self/auxv").encode("latin-1")
+    pairs = list(struct.iter_unpack("<QQ", raw))
+    assert pairs[-1] == (0, 0) and dict(pairs[:-1]) == {k: v for k, v in m.auxv.items() if k}, pairs
+    assert pairs[:-1] == [(k, v) for k, v in m.auxv.items() if k], "in the order exec wrote them"
+
+
+@pytest.mark.parametrize("path", ["cpuinfo", "filesystems", "99999", "01000", "self/statm",
                                   "self/fd/7", "self/task/99999", "sys"])
 def test_what_is_not_modeled_is_enoent(m, path):
     assert walk(m, path) == -E.ENOENT

@@ -94,7 +94,8 @@ def test_setproctitle_cmdline_as_natively(procdev):
 
 
 def test_cmdline_and_comm_as_natively(procdev):
-    want = f"{procdev}|cmdline|a b|\ncomm: procdev_static_\nenviron matches: 1\ncwd is getcwd: 1\nroot: /\n".encode()
+    want = (f"{procdev}|cmdline|a b|\ncomm: procdev_static_\nenviron matches: 1\ncwd is getcwd: 1\nroot: /\n"
+            "auxv pairs agree with getauxval: 1, ends with AT_NULL: 1\n").encode()
     assert native(procdev, "cmdline") == want
     assert model(procdev, "cmdline") == want
 

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <termios.h>
 #include <sys/ioctl.h>
+#include <sys/auxv.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -164,6 +165,13 @@ static int cmdline(void)
     k = readlink("/proc/self/root", link, sizeof link - 1);
     link[k > 0 ? k : 0] = 0;
     printf("root: %s\n", link);
+    long n_aux = slurp("/proc/self/auxv"), pairs = n_aux / 16, agree = 0;
+    unsigned long *aux = (unsigned long *)buf;
+    for (long i = 0; i + 1 < pairs; i++)
+        agree += getauxval(aux[2 * i]) == aux[2 * i + 1] ||
+                 aux[2 * i] == AT_HWCAP;      /* glibc answers its own x86 HWCAP bits there */
+    printf("auxv pairs agree with getauxval: %d, ends with AT_NULL: %d\n", agree == pairs - 1,
+           pairs > 0 && aux[2 * pairs - 2] == AT_NULL && n_aux % 16 == 0);
     return 0;
 }
 
