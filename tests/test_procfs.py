@@ -499,3 +499,33 @@ def test_reopening_a_read_only_sysroot_file_for_writing_is_erofs(build_c):
     m = machine(uid=0, gid=0, groups=[])
     fd = m.process.fds.install(m.syscalls.open_guest_path(m.task, exe, O_RDONLY))
     assert walk(m, f"self/fd/{fd}").open(m.task, O_WRONLY) == -E.EROFS
+
+
+def test_every_node_answers_for_live_zombie_and_threaded_processes(m):
+    """The whole tree, walked without following links: every node gives attributes,
+    every file opens and reads, every link reads - values or errnos, never an
+    exception (a zombie, a second thread and a sleeping task included)."""
+    from emu.signals import RunResult
+    t2 = m.new_task(m.process, cred=m.task.cred)
+    t2.state = "blocked"
+    child = m.new_process(comm="kid", parent=m.process)
+    child.fds = m.process.fds.fork()
+    kid = m.new_task(child, cred=m.task.cred)
+    child.exit_result = RunResult("exit", exit_code=1)
+    kid.state, kid.exit_code = "dead", 1
+    seen = 0
+
+    def visit(node, depth):
+        nonlocal seen
+        seen += 1
+        a = node.attrs(m.task)
+        if S.S_ISDIR(a.mode) and depth < 6:
+            for name, _, _ in node.children(m.task):
+                visit(node.lookup(m.task, name), depth + 1)
+        elif S.S_ISREG(a.mode):
+            f = node.open(m.task, O_RDONLY)
+            assert isinstance(f, int) or isinstance(f.read(1 << 20, None), (bytes, int))
+        elif S.S_ISLNK(a.mode):
+            assert isinstance(node.readlink(m.task), (str, int))
+    visit(ProcFs(m).root, 0)
+    assert seen > 60, seen
