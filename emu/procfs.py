@@ -117,11 +117,14 @@ def _alive(proc) -> bool:
 
 
 def task_state(task) -> str:
-    """get_task_state: R for a runnable task, S for one sleeping in a syscall, Z for a
-    dead one (a zombie, or a thread-group leader that exited before its threads)."""
+    """get_task_state: R for a runnable task, S for one sleeping in a syscall, D for a
+    vfork parent (wait_for_vfork_done sleeps TASK_KILLABLE, an uninterruptible
+    state), Z for a dead one (a zombie, or a leader that exited before its threads)."""
     if task.state == "dead" or task.exit_code is not None:
         return "Z (zombie)"
-    return "S (sleeping)" if task.state == "blocked" else "R (running)"
+    if task.state != "blocked":
+        return "R (running)"
+    return "D (disk sleep)" if task.blocked_on == "vfork" else "S (sleeping)"
 
 
 def leader(machine, proc):

@@ -140,9 +140,11 @@ def test_thread_counts_and_pids_of_a_second_thread(m):
     assert walk(m, "thread-self", t2).path == f"/proc/1000/task/{t2.tid}"
 
 
-def test_state_of_a_sleeping_task_is_s(m):
-    m.task.state = "blocked"
-    assert field(text(m, "self/status"), "State") == "S (sleeping)"
+@pytest.mark.parametrize("reason,want", [("pipe_read", "S (sleeping)"), ("wait4", "S (sleeping)"),
+                                         ("vfork", "D (disk sleep)")])
+def test_state_of_a_sleeping_task(m, reason, want):
+    m.block(m.task, reason)
+    assert field(text(m, "self/status"), "State") == want
 
 
 # ------------------------------------------------------------------ /proc/<pid>/stat

@@ -53,6 +53,7 @@ EXPECTED = {
                b"zero read 8 first 0 last 0\nfull write -1 errno=28\nurandom read 16\n"
                b"/dev/stdin -> /proc/self/fd/0\n/dev/fd -> /proc/self/fd\n",
     "redirect": b"after: back on stdout\n",
+    "vfork": b"State:\tD (disk sleep)\n",
     "uptime": b"parsed: 1\nMemTotal first\nMemTotal is sysconf: 1\n",
     "fork": b"child PPid is getppid: 1\nchild Tgid is getpid: 1\nState:\tZ (zombie)\nThreads:\t1\n"
             b"(missing)\nFDSize:\t0\nzombie cmdline: 0\nzombie state Z exit_code 768\n"

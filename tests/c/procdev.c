@@ -398,6 +398,22 @@ static int title(int argc, char **argv)
     return 0;
 }
 
+static int vfork_parent(void)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/status", getpid());
+    pid_t child = vfork();
+    if (child == 0) {                 /* the parent sleeps in vfork until this exits */
+        slurp(path);
+        const char *state = line("State");
+        write(1, state, strlen(state));
+        write(1, "\n", 1);
+        _exit(0);
+    }
+    waitpid(child, NULL, 0);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "status";
@@ -411,5 +427,6 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "fork")) return fork_status();
     if (!strcmp(mode, "threads")) return threads();
     if (!strcmp(mode, "title")) return title(argc, argv);
+    if (!strcmp(mode, "vfork")) return vfork_parent();
     return 2;
 }
