@@ -247,7 +247,7 @@ def stat_text(machine, proc, task, whole: bool) -> str:
     if state == "Z":
         flags |= PF_EXITED
     mm = MmStats(proc) if alive else None
-    sleeping = 1 if state == "S" and (not whole or threads < 2) else 0
+    not_running = 1 if state != "R" and (not whole or threads < 2) else 0   # wchan
     if task.tid != proc.pid:
         exit_signal = -1                                  # a thread (CLONE_THREAD)
     else:
@@ -259,7 +259,7 @@ def stat_text(machine, proc, task, whole: bool) -> str:
               mm.start_code if mm else 0, mm.end_code if mm else 0,
               proc.start_stack if mm else 0, 0, 0,
               _sigbits(task.pending_signals) & 0x7FFFFFFF, task.sigmask & 0x7FFFFFFF,
-              ign & 0x7FFFFFFF, catch & 0x7FFFFFFF, sleeping, 0, 0, exit_signal, 0, 0, 0, 0, 0, 0]
+              ign & 0x7FFFFFFF, catch & 0x7FFFFFFF, not_running, 0, 0, exit_signal, 0, 0, 0, 0, 0, 0]
     if mm:
         fields += [mm.start_data, mm.end_data, proc.brk_start, proc.arg_start, proc.arg_end,
                    proc.env_start, proc.env_end]

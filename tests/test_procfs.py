@@ -172,6 +172,17 @@ def test_stat_of_a_thread_and_of_a_forked_child(m):
     assert text(m, "1000/stat").rsplit(")", 1)[1].split()[17] == "2", "num_threads"
 
 
+@pytest.mark.parametrize("state,threads,whole,want", [
+    ("running", 1, True, "0"), ("blocked", 1, True, "1"), ("blocked", 2, True, "0"), ("blocked", 2, False, "1")])
+def test_stat_wchan_says_not_running(m, state, threads, whole, want):
+    """Field 35 is !task_is_running, shown for a thread or a single-threaded process."""
+    if threads == 2:
+        m.new_task(m.process, cred=m.task.cred)
+    m.task.state = state
+    path = "1000/stat" if whole else "1000/task/1000/stat"
+    assert text(m, path).rsplit(")", 1)[1].split()[32] == want
+
+
 def test_stat_comm_is_not_escaped_and_may_hold_parens(m):
     m.task.comm = "a) b"
     assert text(m, "self/stat").startswith("1000 (a) b) R ")
@@ -439,8 +450,9 @@ def test_a_zombie_keeps_its_directory_without_an_mm(m):
     got = (field(status, "State"), field(status, "FDSize"), "VmSize" in status, "Umask" in status)
     assert got == ("Z (zombie)", "0", False, False), "no mm, no files, no fs_struct"
     stat = text(m, f"{kid.tid}/stat").rsplit(")", 1)[1].split()
-    got = (stat[0], stat[-1], stat[20], stat[6])
-    assert got == ("Z", "768", "0", str(0x804C)), "exit_code is the wait status; no vsize; do_exit's flags"
+    got = (stat[0], stat[-1], stat[20], stat[6], stat[32])
+    assert got == ("Z", "768", "0", str(0x804C), "1"), \
+        "exit_code is the wait status; no vsize; do_exit's flags; not running"
     assert (text(m, f"{kid.tid}/cmdline"), walk(m, f"{kid.tid}/exe").readlink(m.task)) == ("", -E.ENOENT)
 
 

@@ -57,7 +57,7 @@ EXPECTED = {
     "uptime": b"parsed: 1\nMemTotal first\nMemTotal is sysconf: 1\n",
     "fork": b"child PPid is getppid: 1\nchild Tgid is getpid: 1\nState:\tZ (zombie)\nThreads:\t1\n"
             b"(missing)\nFDSize:\t0\nzombie cmdline: 0\nzombie state Z exit_code 768\n"
-            b"zombie flags without PF_RANDOMIZE: 0x804c\n"
+            b"zombie flags without PF_RANDOMIZE: 0x804c\nzombie wchan: 1\n"
             b"reaped child's dir: -2\n",
     "threads": b"thread-self from the thread: 1\nThreads:\t2\ntask entries: 2, the thread's among them: 1\n"
                b"thread Pid is its tid: 1, Tgid is getpid: 1\n/proc/TID reachable: 1\nThreads:\t1\n",

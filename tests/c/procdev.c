@@ -327,6 +327,10 @@ static int fork_status(void)
     unsigned long flags = 0;
     sscanf(paren + 2, "%*c %*d %*d %*d %*d %*d %lu", &flags);
     printf("zombie flags without PF_RANDOMIZE: %#lx\n", flags & ~0x400000UL);
+    char *w = paren + 2;
+    for (int i = 3; i < 35 && w; i++)          /* to field 35: wchan, "not running" */
+        w = strchr(w, ' ') ? strchr(w, ' ') + 1 : NULL;
+    printf("zombie wchan: %ld\n", w ? strtol(w, NULL, 10) : -1L);
     int st;
     waitpid(child, &st, 0);
     snprintf(path, sizeof path, "/proc/%d/status", child);
