@@ -27,6 +27,7 @@ import os
 import select
 import stat as S
 import weakref
+from types import MappingProxyType
 
 from .files import READ_CHUNK, HostInput, OpenFile, OutputSink, attrs_stat_bytes, tty_ioctl
 from .specialfs import DirNode, LinkNode, access_mode, keep_open_flags, may_open
@@ -38,14 +39,14 @@ POLL_SLICE_MS = 50
 O_NONBLOCK = 0o4000
 CHR_MODE = S.S_IFCHR | 0o666
 # name: (major, minor, inode) as devtmpfs numbers them on this kernel
-CHAR_DEVICES = {
+CHAR_DEVICES = MappingProxyType({
     "null": (1, 3, 3), "zero": (1, 5, 4), "full": (1, 7, 5), "random": (1, 8, 6),
     "urandom": (1, 9, 7), "tty": (5, 0, 9),
-}
-LINKS = {"fd": ("/proc/self/fd", 111), "stdin": ("/proc/self/fd/0", 112),
-         "stdout": ("/proc/self/fd/1", 113), "stderr": ("/proc/self/fd/2", 114)}
-ORDER = ("fd", "full", "null", "random", "stderr", "stdin", "stdout", "tty", "urandom", "zero")
-
+})
+LINKS = MappingProxyType({"fd": ("/proc/self/fd", 111), "stdin": ("/proc/self/fd/0", 112),
+                          "stdout": ("/proc/self/fd/1", 113), "stderr": ("/proc/self/fd/2", 114)})
+# readdir order: the host's (newest entry first), restricted to the modeled nodes
+ORDER = ("stderr", "stdout", "stdin", "fd", "tty", "urandom", "random", "full", "zero", "null")
 
 class DevFs:
     """The /dev mount of one machine.  ``root`` is its directory node."""

@@ -44,6 +44,7 @@ import os
 import re
 import stat as S
 import struct
+from types import MappingProxyType
 
 from .files import OutputSink, PipeInput, SeqFile, attrs_stat_bytes
 from .memory import GuestFault
@@ -55,7 +56,7 @@ PAGE_SIZE = 4096
 PROC_DEV = os.makedev(0, 21)              # st_dev of this machine's procfs (0:21, as `stat /proc`)
 PROC_ROOT_INO = 1
 SELF_INO, THREAD_SELF_INO, MOUNTS_LINK_INO = 0xF0000000, 0xF0000001, 0xF0000002
-TOP_INOS = {"uptime": 0xF0000031, "loadavg": 0xF000002E, "meminfo": 0xF000002F}
+TOP_INOS = MappingProxyType({"uptime": 0xF0000031, "loadavg": 0xF000002E, "meminfo": 0xF000002F})
 PROC_BLKSIZE = 1024
 FD_LINK_SIZE = 64                         # proc_fd_instantiate: i_size of an fd link
 NR_OPEN_DEFAULT = 64                      # BITS_PER_LONG: the fd table embedded in files_struct
@@ -362,8 +363,8 @@ def mounts_text(machine) -> str:
     return "".join(lines)
 
 
-SPECIAL_MOUNT_LINES = {"/proc": "proc /proc proc rw,relatime 0 0\n",
-                       "/dev": "devtmpfs /dev devtmpfs rw,relatime,mode=755 0 0\n"}
+SPECIAL_MOUNT_LINES = MappingProxyType({"/proc": "proc /proc proc rw,relatime 0 0\n",
+                                        "/dev": "devtmpfs /dev devtmpfs rw,relatime,mode=755 0 0\n"})
 
 
 def _host_mount_line(table, mnt) -> str:

@@ -77,9 +77,16 @@ def test_stdio_links_point_into_proc_self_fd(dev, name, target):
 def test_directory_lists_every_node_with_its_type(dev):
     fs, task = dev
     got = fs.root.children(task)
-    want = [("fd", 111, 10), ("full", 5, 2), ("null", 3, 2), ("random", 6, 2), ("stderr", 114, 10),
-            ("stdin", 112, 10), ("stdout", 113, 10), ("tty", 9, 2), ("urandom", 7, 2), ("zero", 4, 2)]
+    want = [("stderr", 114, 10), ("stdout", 113, 10), ("stdin", 112, 10), ("fd", 111, 10), ("tty", 9, 2),
+            ("urandom", 7, 2), ("random", 6, 2), ("full", 5, 2), ("zero", 4, 2), ("null", 3, 2)]
     assert got == want, got
+
+
+def test_directory_order_is_the_hosts_for_these_names(dev):
+    fs, task = dev
+    ours = [name for name, _, _ in fs.root.children(task)]
+    host = [name for name in os.listdir("/dev") if name in ours]
+    assert ours == host, f"host readdir order {host}, model {ours}"
     a = fs.root.attrs(task)
     assert (oct(a.mode), a.ino, a.dev, a.nlink, a.size) == (oct(S.S_IFDIR | 0o755), 1, DEVTMPFS_DEV, 2, 240), a
 

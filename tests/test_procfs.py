@@ -287,6 +287,14 @@ def test_root_lists_the_guests_processes_only(m):
     assert names == ["mounts", "uptime", "loadavg", "meminfo", "self", "thread-self", "1000", "1001"]
 
 
+@pytest.mark.parametrize("path", ["", "self", "self/task/1000"])
+def test_readdir_order_is_the_hosts_for_these_names(m, path):
+    ours = [n for n, _, _ in walk(m, path or "/").children(m.task) if not n.isdigit()]
+    host_dir = "/proc/" + path.replace("1000", str(os.getpid()))
+    host = [n for n in os.listdir(host_dir) if n in ours]
+    assert ours == host, f"host order {host}, model {ours}"
+
+
 def test_pid_directory_entries_in_kernel_order(m):
     names = [n for n, _, _ in walk(m, "self").children(m.task)]
     assert names == ["task", "fd", "environ", "auxv", "status", "comm", "cmdline", "stat", "maps", "cwd", "root",
