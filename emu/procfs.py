@@ -46,7 +46,7 @@ import stat as S
 import struct
 from types import MappingProxyType
 
-from .files import OutputSink, PipeInput, SeqFile, attrs_stat_bytes
+from .files import HostInput, OutputSink, PipeInput, SeqFile, attrs_stat_bytes
 from .memory import GuestFault
 from .pipes import PipeEnd
 from .specialfs import DirNode, LinkNode, access_mode, keep_open_flags, may_open
@@ -559,8 +559,8 @@ def reopen(machine, task, f, flags: int):
     inode opens it: a new description each time (its own offset), with the access
     mode of this open.  A pipe end gives a new end of the same pipe (fifo_open); a
     granted file is opened again by its path; a modeled file or directory by its
-    node; a stdio sink writes where the guest's output goes.  Anything else (the
-    guest's stdin pipe for writing, a host descriptor of the CLI): ENXIO."""
+    node; a stdio sink writes where the guest's output goes; the CLI's stdin is read
+    again.  Anything else (the stdin for writing, stdout for reading): ENXIO."""
     rw = access_mode(flags)
     if isinstance(rw, int):
         return rw
@@ -576,10 +576,24 @@ def reopen(machine, task, f, flags: int):
         return again
     if isinstance(f, OutputSink) and not readable:
         return OutputSink(machine, f.which, host_fd=f.host_fd, ino=f.ino)
+    if isinstance(f, HostInput) and not writable:
+        return _reopen_host_input(f)
     path = getattr(f, "guest_path", None)
     if path:
         return machine.syscalls.open_guest_path(task, path, flags)
     return -E.ENXIO
+
+
+def _reopen_host_input(f):
+    """The CLI's stdin (a host pipe, file or terminal) opened again for reading, through
+    the host's own magic link to that very inode: a description of its own (a file
+    reads from its start).  Never for writing: the guest may not change the user's
+    --stdin file."""
+    try:
+        fd = os.open(f"/proc/self/fd/{f.fd}", os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError as e:
+        return -(e.errno or E.EIO)
+    return HostInput(fd)
 
 
 def _pipe_end(pipe, readable: bool, writable: bool, nonblock: int):

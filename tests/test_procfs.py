@@ -405,6 +405,22 @@ def test_reopening_a_proc_file_makes_a_new_snapshot(m):
     assert (f.read(100, None), again.read(100, None)) == (b"prog\n", b"renamed\n")
 
 
+def test_reopening_a_host_stdin_file_reads_it_from_its_start(tmp_path):
+    (tmp_path / "in").write_bytes(b"stdin file")
+    hfd = os.open(tmp_path / "in", os.O_RDONLY)
+    try:
+        m = machine(stdin=hfd)
+    finally:
+        os.close(hfd)
+    fd0 = m.process.fds.get(0)
+    assert fd0.read(5, lambda: False) == b"stdin"
+    again = walk(m, "self/fd/0").open(m.task, O_RDONLY)
+    assert again.read(100, lambda: False) == b"stdin file", "its own offset, at 0"
+    assert fd0.read(100, lambda: False) == b" file"
+    assert walk(m, "self/fd/0").open(m.task, O_WRONLY) == -E.ENXIO, "never written through /proc"
+    again.release()
+
+
 def test_reopening_the_stdin_pipe_for_writing_is_enxio(m):
     assert walk(m, "self/fd/0").open(m.task, O_WRONLY) == -E.ENXIO
 

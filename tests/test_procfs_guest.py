@@ -124,3 +124,12 @@ def test_shell_redirections_to_dev_and_proc_match_native(binary, applet, script)
     got = (r.exit_code, r.stdout, r.stderr)
     want = (nat.returncode, nat.stdout, nat.stderr)
     assert got == want, f"native {want}\nmodel  {got} ({r.describe()})"
+
+
+def test_cli_guest_reads_its_piped_stdin_through_dev_stdin():
+    """`echo hello | uprobe-emu run busybox sh -c 'read x </dev/stdin ...'` as natively."""
+    script = "read x </dev/stdin; echo got $x; exec 3</proc/self/fd/0; echo rc=$?"
+    nat = subprocess.run([BUSYBOX, "sh", "-c", script], input=b"hello\n", capture_output=True, timeout=60)
+    emu = subprocess.run(["uprobe-emu", "run", BUSYBOX, "--", "sh", "-c", script], input=b"hello\n",
+                         capture_output=True, timeout=120)
+    assert (emu.returncode, emu.stdout) == (nat.returncode, nat.stdout) == (0, b"got hello\nrc=0\n"), emu.stderr
