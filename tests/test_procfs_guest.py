@@ -4,6 +4,7 @@ and the model must print exactly what the native run prints."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 
 import pytest
@@ -130,6 +131,6 @@ def test_cli_guest_reads_its_piped_stdin_through_dev_stdin():
     """`echo hello | uprobe-emu run busybox sh -c 'read x </dev/stdin ...'` as natively."""
     script = "read x </dev/stdin; echo got $x; exec 3</proc/self/fd/0; echo rc=$?"
     nat = subprocess.run([BUSYBOX, "sh", "-c", script], input=b"hello\n", capture_output=True, timeout=60)
-    emu = subprocess.run(["uprobe-emu", "run", BUSYBOX, "--", "sh", "-c", script], input=b"hello\n",
+    emu = subprocess.run([shutil.which("uprobe-emu"), "run", BUSYBOX, "--", "sh", "-c", script], input=b"hello\n",
                          capture_output=True, timeout=120)
     assert (emu.returncode, emu.stdout) == (nat.returncode, nat.stdout) == (0, b"got hello\nrc=0\n"), emu.stderr
