@@ -14,16 +14,11 @@ import errno as E
 import stat as S
 
 from .files import SpecialDir
-from .vfs_types import Attrs, SpecialNode
+from .vfs_types import Attrs, SpecialNode, dtype_of
 
 O_ACCMODE, O_WRONLY, O_RDWR, O_DIRECTORY = 3, 1, 2, 0o200000
 O_CREAT, O_EXCL, O_NOCTTY, O_TRUNC, O_CLOEXEC, O_LARGEFILE = 0o100, 0o200, 0o400, 0o1000, 0o2000000, 0o100000
 SETFL_FLAGS = 0o2000 | 0o4000 | 0o20000 | 0o40000 | 0o1000000   # O_APPEND O_NONBLOCK FASYNC O_DIRECT O_NOATIME
-
-
-def dtype(mode: int) -> int:
-    """fs_umode_to_dtype: the d_type of an inode mode."""
-    return (mode & 0o170000) >> 12
 
 
 def access_mode(flags: int) -> tuple[bool, bool] | int:
@@ -88,7 +83,7 @@ class DirNode(SpecialNode):
         out = []
         for name, node in self.entries(task):
             a = node.attrs(task)
-            out.append((name, a.ino, dtype(a.mode)))
+            out.append((name, a.ino, dtype_of(a.mode)))
         return out
 
     def open(self, task, flags):

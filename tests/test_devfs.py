@@ -226,3 +226,10 @@ def test_tty_nonblocking_read_without_input_is_eagain():
     finally:
         os.close(master)
         os.close(slave)
+
+
+@pytest.mark.parametrize("mode,want", [(S.S_IFCHR | 0o666, 2), (S.S_IFLNK | 0o777, 10), (S.S_IFDIR | 0o755, 4),
+                                       (S.S_IFREG | 0o444, 8), (S.S_IFIFO | 0o600, 1)])
+def test_dtype_of_a_mode(mode, want):
+    from emu.vfs_types import dtype_of
+    assert dtype_of(mode) == want
