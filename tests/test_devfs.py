@@ -77,7 +77,8 @@ def test_stdio_links_point_into_proc_self_fd(dev, name, target):
 def test_directory_lists_every_node_with_its_type(dev):
     fs, task = dev
     got = fs.root.children(task)
-    want = [("stderr", 114, 10), ("stdout", 113, 10), ("stdin", 112, 10), ("fd", 111, 10), ("tty", 9, 2),
+    want = [("stderr", 114, 10), ("stdout", 113, 10), ("stdin", 112, 10), ("fd", 111, 10), ("pts", 1, 4),
+            ("tty", 9, 2),
             ("urandom", 7, 2), ("random", 6, 2), ("full", 5, 2), ("zero", 4, 2), ("null", 3, 2)]
     assert got == want, got
 
@@ -88,7 +89,7 @@ def test_directory_order_is_the_hosts_for_these_names(dev):
     host = [name for name in os.listdir("/dev") if name in ours]
     assert ours == host, f"host readdir order {host}, model {ours}"
     a = fs.root.attrs(task)
-    assert (oct(a.mode), a.ino, a.dev, a.nlink, a.size) == (oct(S.S_IFDIR | 0o755), 1, DEVTMPFS_DEV, 2, 240), a
+    assert (oct(a.mode), a.ino, a.dev, a.nlink, a.size) == (oct(S.S_IFDIR | 0o755), 1, DEVTMPFS_DEV, 3, 260), a
 
 
 def test_unknown_name_is_enoent(dev):
@@ -233,3 +234,27 @@ def test_tty_nonblocking_read_without_input_is_eagain():
 def test_dtype_of_a_mode(mode, want):
     from emu.vfs_types import dtype_of
     assert dtype_of(mode) == want
+
+
+def test_pts_is_empty_without_a_terminal(dev):
+    assert node(dev, "pts").children(dev[1]) == []
+
+
+def test_pts_holds_the_terminal_ttyname_looks_for():
+    """/dev/pts/N is the terminal's inode: what ttyname() compares with fstat(0)."""
+    master, slave = os.openpty()
+    try:
+        m = machine(stdin=slave)
+        number = os.ttyname(slave).rsplit("/", 1)[1]
+        pts = DevFs(m).root.lookup(m.task, "pts")
+        assert [n for n, _, t in pts.children(m.task) if t == 2] == [number]
+        a = pts.lookup(m.task, number).attrs(m.task)
+        fd0 = struct.unpack_from("<QQQIIIiQ", m.process.fds.get(0).fstat())
+        assert (a.dev, a.ino, a.mode, a.rdev) == (fd0[0], fd0[1], fd0[3], fd0[7]), (a, fd0)
+        assert m.process.fds.get(0).proc_link() == f"/dev/pts/{number}"
+        f = pts.lookup(m.task, number).open(m.task, O_RDWR)
+        assert f.write(b"x") == 1 and os.read(master, 10).endswith(b"x")
+        f.release()
+    finally:
+        os.close(master)
+        os.close(slave)
