@@ -39,7 +39,7 @@ RESOLVE_ALL = 0x1F
 RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT = 1, 2, 4
 UTIME_NOW, UTIME_OMIT = (1 << 30) - 1, (1 << 30) - 2
 STATX_BASIC_STATS, STATX_MNT_ID, STATX__RESERVED = 0x7FF, 0x1000, 0x80000000
-SYS_renameat2, SYS_fchmodat2, SYS_fchownat = 316, 452, 260
+SYS_renameat2, SYS_fchmodat2, SYS_fchownat, SYS_linkat = 316, 452, 260, 265
 NO_ID = 0xFFFFFFFF
 MAX_RW_COUNT = 1 << 24
 OPEN_RETRIES = 16          # walks of one open that another host process's swap may restart
@@ -888,10 +888,14 @@ class FsSyscalls:
         oldname = self._pathname(old, empty_ok=bool(flags & AT_EMPTY_PATH))
         if isinstance(oldname, int):
             return oldname
-        if oldname == "":
-            return _neg(E.ENOENT) if not fs_capable(task.cred) else _neg(E.EPERM)
+        if oldname == "" and not fs_capable(task.cred):
+            return _neg(E.ENOENT)                 # AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH
         with self.vfs.nameidata(task) as nd:
-            src = self._lookup(nd, task, olddfd, oldname, bool(flags & AT_SYMLINK_FOLLOW))
+            if oldname == "":
+                src = self._fd_loc(task, olddfd)
+                src = src if isinstance(src, int) else [src]
+            else:
+                src = self._lookup(nd, task, olddfd, oldname, bool(flags & AT_SYMLINK_FOLLOW))
             if isinstance(src, int):
                 return src
 
@@ -901,14 +905,15 @@ class FsSyscalls:
                     return _neg(E.EXDEV)
                 if loc.is_dir(task):
                     return _neg(E.EPERM)
-                if loc.fd is None or len(src) < 2:
+                if loc.fd is None:
                     return _neg(E.EPERM)
                 a = loc.attrs(task)
                 if not fs_capable(nd.cred) and nd.cred.fsuid != a.uid and \
                         (not S.S_ISREG(a.mode) or self._perm(nd, loc, MAY_READ | MAY_WRITE)):
                     return _neg(E.EPERM)          # may_linkat: fs.protected_hardlinks
-                return _host(os.link, loc.path.rsplit("/", 1)[1], name, src_dir_fd=src[-2].fd,
-                             dst_dir_fd=parent.fd, follow_symlinks=False)
+                return host_syscall(SYS_linkat, ctypes.c_int(loc.fd), ctypes.c_char_p(b""),
+                                    ctypes.c_int(parent.fd), ctypes.c_char_p(os.fsencode(name)),
+                                    ctypes.c_int(AT_EMPTY_PATH))
             newname = self._pathname(new)
             if isinstance(newname, int):
                 return newname
@@ -1101,14 +1106,11 @@ class FsSyscalls:
             err = pre(loc) if pre else 0
             if err:
                 return err
-            if not self._mount_writable(loc):
-                return _neg(E.EROFS)
             if loc.fd is None:
-                return _neg(E.EPERM)
+                return _neg(E.EPERM)              # a modeled inode: no setattr
+            if not loc.mount.writable:
+                return _neg(E.EROFS)
             return change(nd, loc)
-
-    def _mount_writable(self, loc: Loc) -> bool:
-        return loc.mount.writable and loc.mount.node is None
 
     def _chmod(self, nd, loc: Loc, mode: int) -> int:
         """chmod_common + setattr_prepare: the owner or root; S_ISGID dropped for a

@@ -116,6 +116,8 @@ CASES = {
                      "link,f,h", "stat,h", "link,dir,h2", "link,missing,h3", "link,f,dir",
                      "linkat,lnk,h4,0", "lstat,h4", "linkat,lnk,h5,0x400", "lstat,h5"],
     "fsync": ["open,f,2", "fsync", "fdatasync", "open,dir,0", "fsync", "open,f,0x200000", "fsync"],
+    "linkat_empty_path": ["open,f,0", "linkfd,hl", "stat,hl", "linkfd,f", "open,dir,0", "linkfd,hd",
+                          "open,f,0", "become,1000,1000", "linkfd,h2"],
     "umask": ["umask,077", "umask,0777", "umask,01022", "umask,022"],
     # an unprivileged guest
     "unprivileged_permissions": ["become,1000,1000", "open,secret,0", "access,secret,4", "stat,secret",

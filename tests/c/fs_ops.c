@@ -245,6 +245,8 @@ int main(int argc, char **argv)
             result(label, link(a[0], a[1]));
         } else if (!strcmp(name, "linkat")) {
             result(label, linkat(AT_FDCWD, a[0], AT_FDCWD, a[1], num(a[2])));
+        } else if (!strcmp(name, "linkfd")) {   /* the last descriptor's file, AT_EMPTY_PATH */
+            result(label, linkat(last, "", AT_FDCWD, a[0], AT_EMPTY_PATH));
         } else if (!strcmp(name, "become")) {   /* drop to uid,gid */
             r = setgroups(0, NULL);
             r = r < 0 ? r : setresgid(num(a[1]), num(a[1]), num(a[1]));
