@@ -21,11 +21,11 @@ from .fd_syscalls import FdSyscalls
 from .files import FdTable, HostInput, OpenFile, OutputSink, PipeInput
 from .devfs import DevFs
 from .fs_syscalls import FsSyscalls
-from .procfs import ProcFs
 from .identity_syscalls import IdentitySyscalls
 from .memory import (MMAP_MIN_ADDR, PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, TASK_SIZE,
                      GuestFault, MemoryLimitExceeded, page_down, page_up)
 from .process_syscalls import ProcessSyscalls
+from .procfs import ProcFs
 from .signal_syscalls import SignalSyscalls
 from .syscall_names import SYSCALL_NAMES
 from .vfs import EmptyDir, Vfs

@@ -56,7 +56,7 @@ EXPECTED = {
     "redirect": b"after: back on stdout\n",
     "vfork": b"State:\tD (disk sleep)\n",
     "uptime": b"parsed: 1\nMemTotal first\nMemTotal is sysconf: 1\n",
-    "fork": b"child PPid is getppid: 1\nchild Tgid is getpid: 1\nState:\tZ (zombie)\nThreads:\t1\n"
+    "fork": b"child cmdline is the parent's: 1\nchild PPid is getppid: 1\nchild Tgid is getpid: 1\nState:\tZ (zombie)\nThreads:\t1\n"
             b"(missing)\nFDSize:\t0\nzombie cmdline: 0\nzombie state Z exit_code 768\n"
             b"zombie flags without PF_RANDOMIZE: 0x804c\nzombie wchan: 1\n"
             b"reaped child's dir: -2\n",

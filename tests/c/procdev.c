@@ -298,8 +298,13 @@ static int uptime(void)
 
 static int fork_status(void)
 {
+    static char parent_cmdline[4096];
+    long parent_len = slurp("/proc/self/cmdline");
+    memcpy(parent_cmdline, buf, parent_len);
     pid_t child = fork();
     if (child == 0) {
+        long n = slurp("/proc/self/cmdline");
+        printf("child cmdline is the parent's: %d\n", n == parent_len && !memcmp(buf, parent_cmdline, n));
         slurp("/proc/self/status");
         printf("child PPid is getppid: %d\n", num("PPid") == getppid());
         printf("child Tgid is getpid: %d\n", num("Tgid") == getpid());
