@@ -117,6 +117,23 @@ def _alive(proc) -> bool:
     return proc.exit_result is None
 
 
+def _dead(task) -> bool:
+    return task.state == "dead" or task.exit_code is not None
+
+
+def _has_mm(proc, task) -> bool:
+    """Does ``task`` still hold its mm, files and fs_struct?  Not once it has exited: a
+    zombie process, or a thread-group leader that exited before its threads (its
+    /proc/PID then shows no Vm lines, no descriptors, an empty cmdline)."""
+    return _alive(proc) and not _dead(task)
+
+
+def nr_threads(proc) -> int:
+    """get_nr_threads: the live threads and the leader, which stays counted as a zombie
+    until the whole group is released."""
+    return 1 + sum(1 for t in live_threads(proc) if t.tid != proc.pid)
+
+
 def task_state(task) -> str:
     """get_task_state: R for a runnable task, S for one sleeping in a syscall, D for a
     vfork parent (wait_for_vfork_done sleeps TASK_KILLABLE, an uninterruptible
@@ -204,20 +221,20 @@ def _kb(label: str, value: int) -> str:
 def status_text(machine, proc, task) -> str:
     """proc_pid_status for ``task`` of ``proc``."""
     cred = task.cred
-    alive = _alive(proc)
+    alive, has_mm = _alive(proc), _has_mm(proc, task)
     lines = [f"Name:\t{escape_comm(task.comm)}\n"]
-    if alive:                                      # task_umask: no fs_struct after exit
+    if has_mm:                                     # task_umask: no fs_struct after exit
         lines.append(f"Umask:\t{proc.umask:04o}\n")
     lines += [f"State:\t{task_state(task)}\n", f"Tgid:\t{proc.pid}\n", "Ngid:\t0\n",
              f"Pid:\t{task.tid}\n", f"PPid:\t{proc.ppid if alive or proc.parent else 0}\n",
              "TracerPid:\t0\n",
              f"Uid:\t{cred.uid}\t{cred.euid}\t{cred.suid}\t{cred.fsuid}\n",
              f"Gid:\t{cred.gid}\t{cred.egid}\t{cred.sgid}\t{cred.fsgid}\n",
-             f"FDSize:\t{max_fds(proc.fds) if alive else 0}\n",
+             f"FDSize:\t{max_fds(proc.fds) if has_mm else 0}\n",
              "Groups:\t" + " ".join(str(g) for g in cred.groups) + " \n",
              f"NStgid:\t{proc.pid}\n", f"NSpid:\t{task.tid}\n", f"NSpgid:\t{proc.pgid}\n",
              "Kthread:\t0\n"]
-    if alive:
+    if has_mm:
         mm = MmStats(proc)
         text_kb, lib_kb = mm.text_lib_kb()
         lines += [_kb("VmSize:\t", mm.total_vm * 4), _kb("VmLck:\t", 0), _kb("VmPin:\t", 0),
@@ -228,7 +245,7 @@ def status_text(machine, proc, task) -> str:
     ign, catch = ign_catch(proc)
     queued = sum(len(t.pending_signals) for t in machine.tasks) + \
         sum(len(p.shared_pending) for p in machine.processes)
-    lines += [f"Threads:\t{max(len(live_threads(proc)), 1)}\n", f"SigQ:\t{queued}/{RLIM_INFINITY}\n",
+    lines += [f"Threads:\t{nr_threads(proc)}\n", f"SigQ:\t{queued}/{RLIM_INFINITY}\n",
               f"SigPnd:\t{sigset(_sigbits(task.pending_signals))}\n",
               f"ShdPnd:\t{sigset(_sigbits(proc.shared_pending))}\n",
               f"SigBlk:\t{sigset(task.sigmask)}\n", f"SigIgn:\t{sigset(ign)}\n",
@@ -240,14 +257,14 @@ def stat_text(machine, proc, task, whole: bool) -> str:
     """do_task_stat: /proc/PID/stat (``whole``) or /proc/PID/task/TID/stat."""
     alive = _alive(proc)
     state = task_state(task)[0]
-    threads = max(len(live_threads(proc)), 1)
+    threads = nr_threads(proc)
     ign, catch = ign_catch(proc)
     ctty = _ctty(machine)
     tty_nr, tty_pgrp = (ctty, machine.main_process.pgid) if ctty else (0, -1)
     flags = PF_FORKNOEXEC if task is not machine.all_tasks[0] else 0
     if state == "Z":
         flags |= PF_EXITED
-    mm = MmStats(proc) if alive else None
+    mm = MmStats(proc) if _has_mm(proc, task) else None
     not_running = 1 if state != "R" and (not whole or threads < 2) else 0   # wchan
     if task.tid != proc.pid:
         exit_signal = -1                                  # a thread (CLONE_THREAD)
@@ -293,12 +310,12 @@ def _ctty(machine) -> int:
     return (minor & 0xFF) | (major << 8) | ((minor & ~0xFF) << 12)
 
 
-def cmdline_bytes(proc) -> bytes:
+def cmdline_bytes(proc, task) -> bytes:
     """get_mm_cmdline: arg_start..arg_end from the guest's memory.  When the NUL ending
     the arguments was overwritten (setproctitle), get_mm_proctitle: the text from
     arg_start up to and with its first NUL, at most a page, running on into the
     environment only when it lies right after the arguments."""
-    if not _alive(proc) or proc.arg_end <= proc.arg_start:
+    if not _has_mm(proc, task) or proc.arg_end <= proc.arg_start:
         return b""
     mem, start, end = proc.mem, proc.arg_start, proc.arg_end
     env_end = proc.env_end if proc.env_start == end and proc.env_end >= proc.env_start else end
@@ -309,27 +326,27 @@ def cmdline_bytes(proc) -> bytes:
     return _read(mem, start, end - start)
 
 
-def environ_bytes(proc) -> bytes:
+def environ_bytes(proc, task) -> bytes:
     """environ_read: env_start..env_end from the guest's memory (empty without an mm)."""
-    if not _alive(proc) or proc.env_end <= proc.env_start:
+    if not _has_mm(proc, task) or proc.env_end <= proc.env_start:
         return b""
     return _read(proc.mem, proc.env_start, proc.env_end - proc.env_start)
 
 
-def auxv_bytes(machine, proc) -> bytes:
+def auxv_bytes(machine, proc, task) -> bytes:
     """proc_pid_auxv: mm->saved_auxv, the (type, value) pairs exec put on the stack,
     AT_NULL included; empty without an mm."""
     auxv = getattr(machine, "auxv", None)
-    if not _alive(proc) or not auxv:
+    if not _has_mm(proc, task) or not auxv:
         return b""
     pairs = [(k, v) for k, v in auxv.items() if k != 0] + [(0, 0)]
     return struct.pack(f"<{2 * len(pairs)}Q", *(x for pair in pairs for x in pair))
 
 
-def fs_link(proc, path: str) -> str | int:
+def fs_link(proc, task, path: str) -> str | int:
     """proc_cwd_link / proc_root_link: the directory's guest path (the process's
-    fs_struct); ENOENT once it has exited."""
-    return path if _alive(proc) else -E.ENOENT
+    fs_struct); ENOENT once the task has exited."""
+    return path if _has_mm(proc, task) else -E.ENOENT
 
 
 def _read(mem, addr: int, n: int) -> bytes:
@@ -724,18 +741,18 @@ class ProcFs:
             if not in_task_dir:
                 out.append(("task", self.task_dir(proc, task, path, base | 1)))
             out.append(("fd", self.fd_dir(proc, task, path, base | 2)))
-            out.append(file("environ", 10, lambda r: environ_bytes(proc), mode=0o400))
-            out.append(file("auxv", 13, lambda r: auxv_bytes(m, proc), mode=0o400))
+            out.append(file("environ", 10, lambda r: environ_bytes(proc, task), mode=0o400))
+            out.append(file("auxv", 13, lambda r: auxv_bytes(m, proc, task), mode=0o400))
             out += [file("status", 3, lambda r: status_text(m, proc, task)),
                     file("comm", 4, lambda r: task.comm + "\n", mode=0o644,
                          write=lambda r, data: comm_write(r, task, data)),
-                    file("cmdline", 5, lambda r: cmdline_bytes(proc)),
+                    file("cmdline", 5, lambda r: cmdline_bytes(proc, task)),
                     file("stat", 6, lambda r: stat_text(m, proc, task, not in_task_dir)),
-                    file("maps", 7, lambda r: proc.mem.maps() if _alive(proc) else "")]
-            out.append(("cwd", ProcLink(self, base | 11, lambda r: fs_link(proc, proc.cwd), owner=task)))
-            out.append(("root", ProcLink(self, base | 12, lambda r: fs_link(proc, "/"), owner=task)))
-            out.append(("exe", ProcLink(self, base | 8, lambda r: exe_link(m, proc), owner=task,
-                                        target=lambda r: exe_link(m, proc, follow=True))))
+                    file("maps", 7, lambda r: proc.mem.maps() if _has_mm(proc, task) else "")]
+            out.append(("cwd", ProcLink(self, base | 11, lambda r: fs_link(proc, task, proc.cwd), owner=task)))
+            out.append(("root", ProcLink(self, base | 12, lambda r: fs_link(proc, task, "/"), owner=task)))
+            out.append(("exe", ProcLink(self, base | 8, lambda r: exe_link(m, proc, task), owner=task,
+                                        target=lambda r: exe_link(m, proc, task, follow=True))))
             out.append(file("mounts", 9, lambda r: mounts_text(m)))
             return out
 
@@ -745,10 +762,11 @@ class ProcFs:
 
     def task_dir(self, proc, task, path: str, ino: int) -> ProcDir:
         def entries(reader):
-            threads = live_threads(proc) or [leader(self.m, proc)]
+            lead = leader(self.m, proc)           # listed until the group is released
+            threads = [lead] + [t for t in live_threads(proc) if t is not lead]
             return [(str(t.tid), self.pid_dir(proc, t, in_task_dir=True)) for t in threads]
         return ProcDir(self, path + "/task", ino, entries, owner=task, parent_ino=ino & ~0xFFFFFF,
-                       nlink=lambda r: 2 + max(len(live_threads(proc)), 1))
+                       nlink=lambda r: 2 + nr_threads(proc))
 
     def fd_dir(self, proc, task, path: str, ino: int) -> ProcDir:
         """/proc/PID/fd (proc_fd_operations): mode 0500, its size the number of open
@@ -756,12 +774,12 @@ class ProcFs:
         base = task.tid << 24 | 0x10000
 
         def entries(reader):
-            if not _alive(proc):
+            if not _has_mm(proc, task):
                 return []
             return [(str(fd), FdLink(self, proc, fd, base | fd)) for fd in sorted(proc.fds.fds)]
 
         def lookup_size(reader):
-            return len(proc.fds) if _alive(proc) else 0
+            return len(proc.fds) if _has_mm(proc, task) else 0
         return ProcDir(self, path + "/fd", ino, entries, mode=0o500, owner=task, size=lookup_size,
                        parent_ino=ino & ~0xFFFFFF)
 
@@ -776,11 +794,11 @@ def comm_write(reader, task, data: bytes) -> int:
     return len(data)
 
 
-def exe_link(machine, proc, follow: bool = False) -> str | int:
+def exe_link(machine, proc, task, follow: bool = False) -> str | int:
     """proc_exe_link: the executable's path in the guest's view (readlink), or where a
     walk through the link goes (the file, when the guest can see it); ENOENT once the
     process has no mm (a zombie)."""
-    if not _alive(proc) or not proc.exe_path:
+    if not _has_mm(proc, task) or not proc.exe_path:
         return -E.ENOENT
     sc = machine.syscalls
     return sc.exe_target(proc.exe_path) if follow else sc.exe_view(proc.exe_path)

@@ -567,3 +567,17 @@ def test_every_node_answers_for_live_zombie_and_threaded_processes(m):
             assert isinstance(node.readlink(m.task), (str, int))
     visit(ProcFs(m).root, 0)
     assert seen > 60, seen
+
+
+def test_a_leader_that_exited_before_its_threads(m):
+    """/proc/PID is the leader's view: a zombie without mm, files or fs_struct while
+    the group lives; Threads and task/ still count it."""
+    t2 = m.new_task(m.process, cred=m.task.cred)
+    m.task.state, m.task.exit_code = "dead", 0
+    m.process.tasks.remove(m.task)
+    status = text(m, "1000/status", t2)
+    got = [field(status, n) for n in ("State", "Threads", "FDSize")] + ["VmSize" in status, "Umask" in status]
+    assert got == ["Z (zombie)", "2", "0", False, False], got
+    assert (text(m, "1000/cmdline", t2), walk(m, "1000/fd", t2).children(t2)) == ("", [])
+    assert [n for n, _, _ in walk(m, "1000/task", t2).children(t2)] == ["1000", str(t2.tid)]
+    assert "VmSize" in text(m, f"1000/task/{t2.tid}/status", t2), "the live thread still has the mm"

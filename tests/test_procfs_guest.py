@@ -55,6 +55,8 @@ EXPECTED = {
                b"/dev/stdin -> /proc/self/fd/0\n/dev/fd -> /proc/self/fd\n",
     "redirect": b"after: back on stdout\n",
     "vfork": b"State:\tD (disk sleep)\n",
+    "leader_exit": b"State:\tZ (zombie)\nThreads:\t2\nFDSize:\t0\nVmSize shown: 0, Umask shown: 0\n"
+                   b"cmdline: 0 bytes\nState:\tR (running)\nthread's VmSize shown: 1\ntask entries: 2\n",
     "uptime": b"parsed: 1\nMemTotal first\nMemTotal is sysconf: 1\n",
     "fork": b"child cmdline is the parent's: 1\nchild PPid is getppid: 1\nchild Tgid is getpid: 1\nState:\tZ (zombie)\nThreads:\t1\n"
             b"(missing)\nFDSize:\t0\nzombie cmdline: 0\nzombie state Z exit_code 768\n"

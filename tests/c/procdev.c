@@ -17,6 +17,7 @@
 #include <sys/ioctl.h>
 #include <sys/auxv.h>
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -423,6 +424,43 @@ static int vfork_parent(void)
     return 0;
 }
 
+static void *survivor(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 100000; i++) {    /* until the main thread is a zombie */
+        slurp("/proc/self/stat");
+        if (strrchr(buf, ')')[2] == 'Z')
+            break;
+        sched_yield();
+    }
+    slurp("/proc/self/status");
+    show("State");
+    show("Threads");
+    show("FDSize");
+    printf("VmSize shown: %d, Umask shown: %d\n", strstr(buf, "VmSize") != NULL, strstr(buf, "Umask") != NULL);
+    printf("cmdline: %ld bytes\n", slurp("/proc/self/cmdline"));
+    char path[96];
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", gettid());
+    slurp(path);
+    show("State");
+    printf("thread's VmSize shown: %d\n", strstr(buf, "VmSize") != NULL);
+    int tasks = 0;
+    DIR *d = opendir("/proc/self/task");
+    for (struct dirent *e; (e = readdir(d));)
+        tasks += e->d_name[0] != '.';
+    closedir(d);
+    printf("task entries: %d\n", tasks);
+    fflush(stdout);
+    exit(0);
+}
+
+static int leader_exit(void)
+{
+    pthread_t t;
+    pthread_create(&t, NULL, survivor, NULL);
+    pthread_exit(NULL);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "status";
@@ -437,5 +475,6 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "threads")) return threads();
     if (!strcmp(mode, "title")) return title(argc, argv);
     if (!strcmp(mode, "vfork")) return vfork_parent();
+    if (!strcmp(mode, "leader_exit")) return leader_exit();
     return 2;
 }
