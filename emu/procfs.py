@@ -19,12 +19,14 @@ out, because the model has nothing honest to say there:
   FDSize and stat's flags follow the kernel's rules (see :func:`max_fds`).
 * ``<pid>/cmdline`` (get_mm_cmdline): the argv strings from the guest's memory, with
   the setproctitle rule; ``environ`` (0400) likewise; ``auxv`` (0400, the exec's
-  auxiliary vector); ``cwd`` and ``root`` (links to
-  the working directory and ``/``); ``comm`` (0644: writing renames the thread, comm_write);
-  ``maps``; ``exe`` (the executable's guest path); ``mounts``; ``fd/`` (magic links:
+  auxiliary vector); ``cwd`` and ``root`` (links to the working directory and ``/``);
+  ``comm`` (0644: writing renames the thread, comm_write); ``maps``; ``exe`` (the
+  executable's guest path); ``mounts``; ``fd/`` (magic links:
   readlink gives the description's name, opening one opens the file again: a new
   description of the same pipe, a file with a path by that path, a modeled file
-  anew); ``task/<tid>/`` with status, comm, cmdline, stat and maps.
+  anew); ``task/<tid>/`` with status, comm, cmdline, stat and maps.  /proc/PID is the
+  thread-group leader's view: once the leader has exited (before its threads) it has
+  no mm, descriptors or fs_struct there, as in the kernel.
 * ``uptime`` (the virtual clock; idle time is not modeled: 0.00), ``loadavg`` (no
   load average is computed: 0.00; running/total tasks and the last pid are real),
   ``meminfo`` (MemTotal/MemFree/MemAvailable as sysinfo computes them, no buffers,
@@ -575,8 +577,8 @@ def reopen(machine, task, f, flags: int):
     """Open the file behind a /proc fd link again, as a path walk that jumped to its
     inode opens it: a new description each time (its own offset), with the access
     mode of this open.  A pipe end gives a new end of the same pipe (fifo_open); a
-    granted file is opened again by its path; a modeled file or directory by its
-    node; a stdio sink writes where the guest's output goes; the CLI's stdin is read
+    file with a path is opened again by that path (the view's permission and
+    read-only rules apply); a modeled file by its node; a stdio sink writes where the guest's output goes; the CLI's stdin is read
     again.  Anything else (the stdin for writing, stdout for reading): ENXIO."""
     rw = access_mode(flags)
     if isinstance(rw, int):
