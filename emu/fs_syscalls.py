@@ -93,17 +93,33 @@ class FsSyscalls:
 
     def _start(self, nd, task, dirfd: int, name: str):
         """The walk's starting stack: the root for an absolute name, else the working
-        directory or the directory descriptor's path (EBADF, ENOTDIR)."""
+        directory or the directory descriptor's own inode (EBADF, ENOTDIR)."""
         if name.startswith("/"):
             return nd.root()
         if _fd(dirfd) == _fd(AT_FDCWD):
-            return nd.start(task.process.cwd)
+            return self._cwd_stack(nd, task)
         f = self._file(task, dirfd)
         if f is None:
             return _neg(E.EBADF)
         if not f.is_dir or getattr(f, "guest_path", None) is None:
             return _neg(E.ENOTDIR)
+        if isinstance(f, HostFile):
+            return nd.adopt(Loc(self._mount_of(f.guest_path), f.guest_path, fd=f.fd, st=os.fstat(f.fd)))
+        if isinstance(f, SpecialDir):
+            return nd.adopt(Loc(self._mount_of(f.guest_path), f.guest_path, node=f.node))
         return nd.start(f.guest_path)
+
+    def _cwd_stack(self, nd, task):
+        """The working directory's stack: the held inode, or (first use, or after a
+        rename) a walk of its path, which is then held."""
+        proc = task.process
+        held = self.vfs.cwd_loc(proc)
+        if held is not None:
+            return nd.adopt(held)
+        stack = nd.start(proc.cwd)
+        if not isinstance(stack, int):
+            self.vfs.hold_cwd(proc, stack[-1])
+        return stack
 
     def _lookup(self, nd, task, dirfd: int, name: str, follow: bool):
         start = self._start(nd, task, dirfd, name)
@@ -649,7 +665,7 @@ class FsSyscalls:
         return 0
 
     def _cwd_loc(self, nd, task):
-        stack = nd.start(task.process.cwd)
+        stack = self._cwd_stack(nd, task)
         return stack if isinstance(stack, int) else stack[-1]
 
     def _statx_of(self, task, loc: Loc) -> bytes | int:
@@ -742,10 +758,11 @@ class FsSyscalls:
         return old
 
     def sys_getcwd(self, task, regs, buf, size, *_):
-        """getcwd: ENOENT once the directory is gone, ERANGE when the path and its
+        """getcwd: ENOENT once the directory is removed, ERANGE when the path and its
         NUL do not fit; the length with the NUL."""
         with self.vfs.nameidata(task) as nd:
-            if isinstance(nd.start(task.process.cwd), int):
+            loc = self._cwd_loc(nd, task)
+            if isinstance(loc, int) or (loc.fd is not None and os.fstat(loc.fd).st_nlink == 0):
                 return _neg(E.ENOENT)
         data = os.fsencode(task.process.cwd) + b"\0"
         if len(data) > size & 0xFFFFFFFFFFFFFFFF:
@@ -770,7 +787,7 @@ class FsSyscalls:
         if not f.is_dir or getattr(f, "guest_path", None) is None:
             return _neg(E.ENOTDIR)
         with self.vfs.nameidata(task) as nd:
-            stack = nd.start(f.guest_path)
+            stack = self._start(nd, task, fd, "")
             if isinstance(stack, int):
                 return stack
             return self._set_cwd(nd, task, stack[-1])
@@ -782,6 +799,7 @@ class FsSyscalls:
         if err:
             return err
         task.process.cwd = loc.path
+        self.vfs.hold_cwd(task.process, loc)
         return 0
 
     # ================================================================== create / delete
@@ -1035,7 +1053,10 @@ class FsSyscalls:
                 return new + path[len(old):]
             return None
         for proc in self.m.processes:
+            held = self.vfs.cwd_loc(proc)
             proc.cwd = moved(proc.cwd) or proc.cwd
+            if held is not None:
+                held.path = proc.cwd
             for f in proc.fds.fds.values() if hasattr(proc.fds, "fds") else ():
                 path = getattr(f, "guest_path", None)
                 if path and moved(path):

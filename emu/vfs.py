@@ -182,6 +182,25 @@ class Nameidata:
     def root(self) -> list[Loc]:
         return [self.mount_root(self.vfs.root)]
 
+    def adopt(self, loc: Loc) -> list[Loc]:
+        """A walk starting at an inode held elsewhere (the working directory, a
+        directory descriptor): its own duplicate of the descriptor."""
+        if loc.fd is None:
+            return [Loc(loc.mount, loc.path, node=loc.node, file=loc.file)]
+        fd = os.dup(loc.fd)
+        self._fds.append(fd)
+        return [Loc(loc.mount, loc.path, fd=fd, st=os.fstat(fd))]
+
+    def dotdot(self, stack: list[Loc]) -> list[Loc] | int:
+        """follow_dotdot: the previous location, never above /; a walk that started at
+        a held inode finds its parent by guest path."""
+        if len(stack) > 1:
+            return stack[:-1]
+        if stack[0].path == "/":
+            return stack
+        parent = self.held(stack[0].path.rsplit("/", 1)[0] or "/")
+        return -E.ENOENT if parent == -E.ENOTDIR else parent
+
     def start(self, base: str) -> list[Loc] | int:
         """The walk's stack at a directory known by its guest path (the working
         directory or a directory descriptor): ENOENT once it is gone.  No search
@@ -256,7 +275,7 @@ class Nameidata:
         if name == ".":
             return stack
         if name == "..":
-            return stack[:-1] if len(stack) > 1 else stack
+            return self.dotdot(stack)
         if len(os.fsencode(name)) > NAME_MAX:
             return -E.ENAMETOOLONG
         child = self.step(stack[-1], name)
@@ -322,6 +341,7 @@ class Vfs:
         self.sysroot = os.path.realpath(sysroot)
         self.root = Mount("/", host=self.sysroot, writable=False, mnt_id=1)
         self.mounts: dict[str, Mount] = {}
+        self._cwds: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # Process -> Loc
         self.grant_dirs: dict[str, str] = {}            # host directory -> guest mount point
         for i, d in enumerate(grant_dirs):
             if not isinstance(d, str) or not os.path.isdir(d):
@@ -347,6 +367,27 @@ class Vfs:
 
     def nameidata(self, task, cred=None) -> Nameidata:
         return Nameidata(self, task, cred)
+
+    # -- working directories ------------------------------------------------------------
+    def hold_cwd(self, proc, loc: Loc) -> None:
+        """fs->pwd: the process's working directory held by its inode (an O_PATH
+        descriptor), so lookups relative to it need no walk from / and still work
+        once it is removed, as the kernel's do."""
+        fd = os.dup(loc.fd) if loc.fd is not None else None
+        held = Loc(loc.mount, loc.path, fd=fd, st=loc.st, node=loc.node)
+        if fd is not None:
+            weakref.finalize(held, os.close, fd)
+        self._cwds[proc] = held
+
+    def cwd_loc(self, proc) -> Loc | None:
+        """The held working directory when it is still the one ``proc.cwd`` names (a
+        forked child starts with its parent's)."""
+        held = self._cwds.get(proc)
+        if held is None and proc.parent is not None:
+            held = self._cwds.get(proc.parent)
+            if held is not None and held.path == proc.cwd:
+                self._cwds[proc] = held
+        return held if held is not None and held.path == proc.cwd else None
 
     # -- the host's names as the guest sees them ----------------------------------------
     def _sysroot_path(self, real: str) -> str | None:

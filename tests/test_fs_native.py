@@ -103,7 +103,8 @@ CASES = {
                                  "creat,x,0644", "stat,../b/x"],
     "dirfd_renamed_by_the_guest": ["mkdir,a,0755", "open,a,0", "rename,a,b", "openat,x,0x41,0644",
                                    "stat,b/x"],
-    "cwd_removed": ["mkdir,gone,0755", "chdir,gone", "rmdir,../gone", "getcwd,4096"],
+    "cwd_removed": ["mkdir,gone,0755", "chdir,gone", "rmdir,../gone", "getcwd,4096", "open,.,0",
+                    "open,..,0", "creat,x,0644", "stat,.", "chdir,..", "getcwd,4096"],
     # attributes
     "chmod": ["chmod,f,0600", "stat,f", "open,f,0", "fchmod,0604", "fstat", "chmod,lnk,0640", "stat,f",
               "chmod,missing,0600", "open,lnk,0x220000", "fchmod,0600"],
