@@ -19,8 +19,10 @@ by guest path, ``..`` popping the walk's own stack of locations (above a mount r
 goes back to the parent mount, above ``/`` it stays), symlinks read and followed in the
 *guest* namespace (absolute targets restart at the guest ``/``), ``ELOOP`` after 40 links.
 
-A process's working directory and a directory descriptor are remembered by their guest
-path (``Process.cwd``, ``HostFile.guest_path``) and walked again from ``/`` when used.
+A process's working directory and a directory descriptor are held by their inode (a
+host descriptor) and a relative walk starts there; their guest path (``Process.cwd``,
+``HostFile.guest_path``) is what ``getcwd`` reports and what ``..`` above the starting
+directory walks from ``/``.
 Host inodes other than regular files, directories and symlinks (FIFOs, sockets, device
 nodes) can be stat'ed but not opened (``EACCES``): one could block the emulator or reach
 host hardware.
