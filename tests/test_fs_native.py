@@ -130,6 +130,11 @@ CASES = {
                                "creat,mine/f,0644", "stat,mine/f", "chown,mine/f,-1,1000",
                                "unlink,mine/f", "rmdir,mine"],
     "root_exec_needs_an_x_bit": ["access,noexec,1", "access,exe,1", "open,noexec,0"],
+    "root_overrides_directory_modes": ["chmod,dir,0", "access,dir,7", "open,dir/a,0", "read,1",
+                                       "chmod,secret,0", "access,secret,6", "access,secret,1",
+                                       "open,secret,2", "chmod,secret,0100", "access,secret,1"],
+    "group_and_other_bits": ["chmod,secret,0640", "chown,secret,0,1000", "become,1000,1000",
+                             "open,secret,0", "open,secret,1", "access,f,2", "access,f,4"],
     "seteuid_access_uses_the_real_uid": ["seteuid,1000", "access,secret,4", "faccessat2,secret,4,0x200",
                                          "open,secret,0"],
 }
