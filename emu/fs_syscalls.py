@@ -262,7 +262,7 @@ class FsSyscalls:
             stack = nd.component(stack, last, follow=True) if last else stack
             if isinstance(stack, int):
                 return stack
-            return self._open_existing(nd, stack, flags, created=False)
+            return self._open_existing(nd, stack, flags)
         if creat and trailing:
             return _neg(E.EISDIR)
         parent = stack[-1]
@@ -277,7 +277,7 @@ class FsSyscalls:
             target = child.node.follow(nd.task) if child.node is not None else ""
             if not isinstance(target, (str, int)):       # a /proc magic link: nd_jump_link
                 res = nd.follow_link(stack, child)
-                return res if isinstance(res, int) else self._open_existing(nd, res, flags, created=False)
+                return res if isinstance(res, int) else self._open_existing(nd, res, flags)
             nd.links += 1
             if nd.links > 40:
                 return _neg(E.ELOOP)
@@ -293,7 +293,7 @@ class FsSyscalls:
         stack = stack + [child]
         if trailing and not child.is_dir(nd.task):
             return _neg(E.ENOTDIR)
-        return self._open_existing(nd, stack, flags, created=False)
+        return self._open_existing(nd, stack, flags)
 
     @staticmethod
     def _link_target(nd, link: Loc):
@@ -313,12 +313,14 @@ class FsSyscalls:
             return _neg(E.EROFS)
         err = self._may_create(nd, parent)
         if err:
-            return err
+            return _neg(E.EACCES) if err == -E.EPERM else err     # no ->create: EACCES
         acc = flags & O_ACCMODE
         hflags = (acc if acc != 3 else os.O_RDWR) | O_CREAT | O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC | \
             (flags & (O_APPEND | O_NONBLOCK | O_SYNC | O_DSYNC))
         try:
             hfd = os.open(last, hflags, 0o600, dir_fd=parent.fd)
+        except FileExistsError:
+            return _neg(E.EEXIST) if flags & O_EXCL else RETRY    # another host process made it
         except OSError as e:
             return -(e.errno or E.EIO)
         try:
@@ -328,7 +330,7 @@ class FsSyscalls:
             pass
         return self._host_file(hfd, stack[-1].path.rstrip("/") + "/" + last, flags)
 
-    def _open_existing(self, nd, stack, flags, *, created: bool) -> OpenFile | int:
+    def _open_existing(self, nd, stack, flags) -> OpenFile | int:
         """do_open + may_open for an inode that exists."""
         loc = stack[-1]
         task = nd.task
