@@ -389,8 +389,8 @@ class FsSyscalls:
             os.close(hfd)
             return RETRY
         if extra & O_TRUNC and S.S_ISREG(st.st_mode):
-            try:
-                os.ftruncate(hfd, 0)
+            try:                                  # this very inode, even if opened O_RDONLY
+                os.truncate(_proc_fd(hfd), 0)
             except OSError as e:
                 os.close(hfd)
                 return -(e.errno or E.EIO)

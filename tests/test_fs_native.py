@@ -29,6 +29,7 @@ CASES = {
     "open_creat_through_dangling_link": [f"open,dangling,{OCREAT | 1},0600", "stat,nowhere", "lstat,dangling"],
     "open_creat_umask": ["umask,027", f"open,new,{OCREAT | 1},0777", "fstat", "umask,0", "mkdir,d2,0777",
                          "stat,d2"],
+    "open_rdonly_trunc": [f"open,f,{OTRUNC}", "fstat", "read,3", "write,x"],
     "open_trunc": [f"open,f,{OTRUNC | 1}", "fstat", "write,ab", "stat,f"],
     "open_append": [f"open,f,{OAPPEND | 1}", "write,XY", "lseek,0,1", "pwrite,Z,0", "close", "open,f,0",
                     "read,100"],
