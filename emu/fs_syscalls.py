@@ -603,7 +603,15 @@ class FsSyscalls:
         if name == "":
             if not flags & AT_EMPTY_PATH:
                 return _neg(E.ENOENT)
-            return self.sys_fstat(task, None, dirfd, statbuf)
+            if _fd(dirfd) != _fd(AT_FDCWD):
+                return self.sys_fstat(task, None, dirfd, statbuf)
+            with self.vfs.nameidata(task) as nd:           # the working directory itself
+                loc = self._cwd_loc(nd, task)
+                st = loc if isinstance(loc, int) else self._stat_bytes(task, loc)
+            if isinstance(st, int):
+                return st
+            self.mem.write_user(statbuf, st)
+            return 0
         with self.vfs.nameidata(task) as nd:
             stack = self._lookup(nd, task, dirfd, name, not flags & AT_SYMLINK_NOFOLLOW)
             if isinstance(stack, int):

@@ -169,3 +169,11 @@ def test_stat_of_an_untouched_tree_matches_native_to_the_inode(build_c, tmp_path
     want = subprocess.run([exe, *ops], capture_output=True, timeout=60, cwd=w).stdout.decode()
     got = model_ops(exe, tmp_path / "t", ops, fresh=False)
     assert got.splitlines() == want.splitlines()
+
+
+def test_empty_and_null_path_names_as_native(build_c, tmp_path):
+    exe = build_c("empty_paths.c", "-static")
+    w = make_layout(tmp_path / "t")
+    want = subprocess.run([exe], capture_output=True, timeout=60, cwd=w).stdout.decode()
+    got = model_ops(exe, tmp_path / "t", [], fresh=False)
+    assert got.splitlines() == want.splitlines()
