@@ -359,7 +359,9 @@ class FsSyscalls:
         if loc.node is not None:
             if S.S_ISDIR(mode):
                 parent = stack[-2].attrs(task).ino if len(stack) > 1 else loc.attrs(task).ino
-                return SpecialDir(task, loc.node, loc.path, parent)
+                d = SpecialDir(task, loc.node, loc.path, parent)
+                d.open_flags = (flags & (O_DIRECTORY | O_NOFOLLOW | O_NOATIME)) | O_LARGEFILE
+                return d
             return loc.node.open(task, flags)
         if not (S.S_ISREG(mode) or S.S_ISDIR(mode)):
             return _neg(E.EACCES)                 # host FIFOs, sockets, devices: not opened

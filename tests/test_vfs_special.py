@@ -115,6 +115,12 @@ def test_getdents_lists_dot_dotdot_and_the_children(build_c):
                       f"magic/{DT_LNK} loop/{DT_LNK} next=end"), out
 
 
+def test_a_modeled_directory_opens_like_a_directory(build_c):
+    assert run(build_c, ["open,/fake/sub,0x10000", "getfl", "read,4", "open,/fake/sub,1", "fstat"]) == [
+        "open,/fake/sub,0x10000 -> 3", "getfl -> 98304", "read,4 -> EISDIR", "open,/fake/sub,1 -> EISDIR",
+        "fstat -> mode=40555 nlink=2 uid=0 gid=0 size=0"]
+
+
 def test_openat_relative_to_a_modeled_directory(build_c):
     assert run(build_c, ["open,/fake/sub,0", "openat,leaf,0", "read,4"])[2] == "read,4 -> 4 'leaf'"
 
