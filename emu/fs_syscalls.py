@@ -356,6 +356,8 @@ class FsSyscalls:
         err = self._perm(nd, loc, may)
         if err:
             return err
+        if flags & O_NOATIME and not self._owner_or_capable(nd.cred, loc.attrs(task)):
+            return _neg(E.EPERM)
         if loc.node is not None:
             if S.S_ISDIR(mode):
                 parent = stack[-2].attrs(task).ino if len(stack) > 1 else loc.attrs(task).ino

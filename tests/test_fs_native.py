@@ -136,6 +136,8 @@ CASES = {
                                        "open,secret,2", "chmod,secret,0100", "access,secret,1"],
     "group_and_other_bits": ["chmod,secret,0640", "chown,secret,0,1000", "become,1000,1000",
                              "open,secret,0", "open,secret,1", "access,f,2", "access,f,4"],
+    "noatime_needs_ownership": ["open,f,0x40000", "become,1000,1000", "open,f,0x40000", "open,f,0",
+                                "creat,mine,0644", "open,mine,0x40000"],
     "seteuid_access_uses_the_real_uid": ["seteuid,1000", "access,secret,4", "faccessat2,secret,4,0x200",
                                          "open,secret,0"],
 }
