@@ -20,7 +20,8 @@ from dataclasses import replace
 
 from .files import (O_LARGEFILE, HostFile, OpenFile, SeqFile, SpecialDir, attrs_stat_bytes,
                     host_statx, host_syscall)
-from .vfs import MAY_EXEC, MAY_READ, MAY_WRITE, PATH_MAX, EmptyDir, Loc, fs_capable, in_group
+from .vfs import (MAY_EXEC, MAY_READ, MAY_WRITE, PATH_MAX, RESOLVE_BENEATH, RESOLVE_CACHED,
+                  RESOLVE_IN_ROOT, RESOLVE_NO_SYMLINKS, EmptyDir, Loc, fs_capable, in_group)
 from .vfs_types import Attrs, SpecialNode
 
 AT_FDCWD = -100
@@ -35,7 +36,7 @@ VALID_OPEN_FLAGS = (O_ACCMODE | O_CREAT | O_EXCL | O_NOCTTY | O_TRUNC | O_APPEND
                     O_SYNC | O_PATH | O_TMPFILE)
 O_PATH_FLAGS = O_DIRECTORY | O_NOFOLLOW | O_PATH | O_CLOEXEC
 SETFL_FLAGS = O_APPEND | O_NONBLOCK | FASYNC | O_DIRECT | O_NOATIME
-RESOLVE_ALL = 0x1F
+RESOLVE_ALL = 0x3F
 RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT = 1, 2, 4
 UTIME_NOW, UTIME_OMIT = (1 << 30) - 1, (1 << 30) - 2
 STATX_BASIC_STATS, STATX_MNT_ID, STATX__RESERVED = 0x7FF, 0x1000, 0x80000000
@@ -219,11 +220,13 @@ class FsSyscalls:
             return _neg(E.EINVAL)
         if mode and not flags & (O_CREAT | O_TMPFILE & ~O_DIRECTORY):
             return _neg(E.EINVAL)
-        if resolve:
-            return _neg(E.EINVAL)          # RESOLVE_* restrictions are not modeled
-        return self._do_open(task, dirfd, path, flags, mode)
+        if resolve & RESOLVE_BENEATH and resolve & RESOLVE_IN_ROOT:
+            return _neg(E.EINVAL)
+        if resolve & RESOLVE_CACHED and flags & (O_TRUNC | O_CREAT | O_TMPFILE):
+            return _neg(E.EAGAIN)
+        return self._do_open(task, dirfd, path, flags, mode, resolve)
 
-    def _do_open(self, task, dirfd, path, flags, mode) -> int:
+    def _do_open(self, task, dirfd, path, flags, mode, resolve: int = 0) -> int:
         """build_open_flags + do_filp_open, then fd_install."""
         if flags & O_TMPFILE == O_TMPFILE:
             return _neg(E.EOPNOTSUPP)      # no O_TMPFILE in the modeled filesystems
@@ -236,7 +239,7 @@ class FsSyscalls:
             return name
         for _ in range(OPEN_RETRIES):
             with self.vfs.nameidata(task) as nd:
-                f = self._open_walk(nd, task, dirfd, name, flags, mode)
+                f = self._open_walk(nd, task, dirfd, name, flags, mode, resolve)
             if f is not RETRY:
                 break
         else:
@@ -245,7 +248,12 @@ class FsSyscalls:
             return f
         return task.process.fds.install(f, 0, cloexec=bool(flags & O_CLOEXEC))
 
-    def _open_walk(self, nd, task, dirfd, name, flags, mode) -> OpenFile | int:
+    def _open_walk(self, nd, task, dirfd, name, flags, mode, resolve: int = 0) -> OpenFile | int:
+        if resolve:
+            start = self._start(nd, task, dirfd, "." if name.startswith("/") else name)
+            if isinstance(start, int):
+                return start
+            nd.restrict(resolve, start)
         r = self._parent(nd, task, dirfd, name)
         if isinstance(r, int):
             return r
@@ -279,7 +287,7 @@ class FsSyscalls:
                 res = nd.follow_link(stack, child)
                 return res if isinstance(res, int) else self._open_existing(nd, res, flags)
             nd.links += 1
-            if nd.links > 40:
+            if nd.links > 40 or nd.resolve & RESOLVE_NO_SYMLINKS:
                 return _neg(E.ELOOP)
             target = self._link_target(nd, child)
             if isinstance(target, int):

@@ -40,6 +40,8 @@ from .errors import InputError
 from .vfs_types import Attrs, DT_DIR, SpecialNode, dtype_of
 
 PATH_MAX, NAME_MAX, MAXSYMLINKS = 4096, 255, 40
+RESOLVE_NO_XDEV, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS = 0x01, 0x02, 0x04
+RESOLVE_BENEATH, RESOLVE_IN_ROOT, RESOLVE_CACHED = 0x08, 0x10, 0x20
 MAY_EXEC, MAY_WRITE, MAY_READ = 1, 2, 4
 O_PATH_NOFOLLOW = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -152,15 +154,36 @@ class EmptyDir(SpecialNode):
 
 
 class Nameidata:
-    """One path walk (``struct nameidata``): the symlink count and the host
-    descriptors opened on the way, all closed by :meth:`close`."""
+    """One path walk (``struct nameidata``): the symlink count, openat2's RESOLVE_*
+    restrictions, and the host descriptors opened on the way, all closed by
+    :meth:`close`."""
 
     def __init__(self, vfs: "Vfs", task, cred=None):
         self.vfs, self.task = vfs, task
         self.cred = cred if cred is not None else task.cred
         self.links = 0
         self.checking = True                  # search permission checked (not in start())
+        self.resolve = 0
+        self.scope: list[Loc] | None = None   # RESOLVE_BENEATH/IN_ROOT: the starting stack
         self._fds: list[int] = []
+
+    def restrict(self, resolve: int, start: list[Loc]) -> None:
+        """openat2's resolve flags (LOOKUP_NO_XDEV ... LOOKUP_IN_ROOT) for this walk;
+        ``start`` is the directory a scoped walk may not leave."""
+        self.resolve = resolve
+        if resolve & (RESOLVE_BENEATH | RESOLVE_IN_ROOT):
+            self.scope = list(start)
+
+    def jump_root(self, stack: list[Loc]) -> list[Loc] | int:
+        """nd_jump_root: where an absolute name (or symlink target) starts - the root,
+        the scope under RESOLVE_IN_ROOT; EXDEV under RESOLVE_BENEATH, or under
+        RESOLVE_NO_XDEV when that changes the mount."""
+        if self.resolve & RESOLVE_BENEATH:
+            return -E.EXDEV
+        new = list(self.scope) if self.resolve & RESOLVE_IN_ROOT else self.root()
+        if self.resolve & RESOLVE_NO_XDEV and stack and new[-1].mount is not stack[-1].mount:
+            return -E.EXDEV
+        return new
 
     def close(self) -> None:
         for fd in self._fds:
@@ -194,9 +217,14 @@ class Nameidata:
         return [Loc(loc.mount, loc.path, fd=fd, st=os.fstat(fd))]
 
     def dotdot(self, stack: list[Loc]) -> list[Loc] | int:
-        """follow_dotdot: the previous location, never above /; a walk that started at
-        a held inode finds its parent by guest path."""
+        """follow_dotdot: the previous location, never above / (nor above the scope:
+        RESOLVE_IN_ROOT stays, RESOLVE_BENEATH is EXDEV); a walk that started at a held
+        inode finds its parent by guest path."""
+        if self.scope is not None and len(stack) <= len(self.scope):
+            return -E.EXDEV if self.resolve & RESOLVE_BENEATH else stack
         if len(stack) > 1:
+            if self.resolve & RESOLVE_NO_XDEV and stack[-2].mount is not stack[-1].mount:
+                return -E.EXDEV
             return stack[:-1]
         if stack[0].path == "/":
             return stack
@@ -217,10 +245,13 @@ class Nameidata:
         """The stack at an inode the task already holds (its working directory, an open
         file's path): walked without search permission checks."""
         was, self.checking = self.checking, False
+        saved = self.resolve, self.scope
+        self.resolve, self.scope = 0, None
         try:
             return self.lookup(self.root(), path, follow=True)
         finally:
             self.checking = was
+            self.resolve, self.scope = saved
 
     def step(self, cur: Loc, name: str) -> Loc | int:
         """One component beneath ``cur`` (lookup_fast/lookup_slow + follow_managed):
@@ -228,7 +259,7 @@ class Nameidata:
         path = join(cur.path, name)
         m = self.vfs.mounts.get(path)
         if m is not None:
-            return self.mount_root(m)
+            return -E.EXDEV if self.resolve & RESOLVE_NO_XDEV else self.mount_root(m)
         if cur.node is not None:
             child = cur.node.lookup(self.task, name)
             return child if isinstance(child, int) else Loc(cur.mount, path, node=child)
@@ -248,7 +279,9 @@ class Nameidata:
         path had a trailing slash."""
         if len(os.fsencode(path)) >= PATH_MAX:
             return -E.ENAMETOOLONG
-        stack = self.root() if path.startswith("/") else list(stack)
+        stack = self.jump_root(stack) if path.startswith("/") else list(stack)
+        if isinstance(stack, int):
+            return stack
         names = [c for c in path.split("/") if c]
         trailing = path.endswith("/") and bool(names)
         for name in names[:-1]:
@@ -291,7 +324,7 @@ class Nameidata:
         """pick_link/get_link: continue at the link's target in the guest namespace,
         relative to the link's directory; a /proc magic link jumps to an open file."""
         self.links += 1
-        if self.links > MAXSYMLINKS:
+        if self.links > MAXSYMLINKS or self.resolve & RESOLVE_NO_SYMLINKS:
             return -E.ELOOP
         if link.node is not None:
             target = link.node.follow(self.task)
@@ -303,6 +336,10 @@ class Nameidata:
         if isinstance(target, int):
             return target
         if not isinstance(target, str):                 # nd_jump_link
+            if self.resolve & RESOLVE_NO_MAGICLINKS:
+                return -E.ELOOP
+            if self.scope is not None:
+                return -E.EXDEV
             path = getattr(target, "guest_path", None)
             if path:
                 return self.held(path)

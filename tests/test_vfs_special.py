@@ -91,6 +91,15 @@ def test_open_follows_the_trees_symlinks(build_c, link, data):
     assert out == [f"open,/fake/{link},0 -> 3", f"read,64 -> {len(data)} '{data}'"]
 
 
+@pytest.mark.parametrize("resolve,want", [(0, "3"), (0x2, "ELOOP"), (0x4, "ELOOP"), (0x8, "EXDEV"),
+                                          (0x10, "EXDEV")])
+def test_openat2_resolve_flags_on_a_magic_link(build_c, resolve, want):
+    """nd_jump_link: RESOLVE_NO_MAGICLINKS is ELOOP, a scoped walk EXDEV (the absolute
+    path is relative to / for RESOLVE_IN_ROOT here, the guest's cwd being /)."""
+    op = f"openat2,fake/magic,0,0,{resolve}"
+    assert run(build_c, [op]) == [f"{op} -> {want}"]
+
+
 def test_statfull_of_a_node_shows_its_device_and_inode(build_c):
     out = run(build_c, ["statfull,/fake/sub"])[0]
     assert f" dev={FAKE_DEV:x} ino=4 " in out, out
