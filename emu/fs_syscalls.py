@@ -20,7 +20,8 @@ from dataclasses import replace
 
 from .files import (O_LARGEFILE, HostFile, OpenFile, SpecialDir, attrs_stat_bytes,
                     host_statx, host_syscall)
-from .vfs import MAY_EXEC, MAY_READ, MAY_WRITE, PATH_MAX, Loc, fs_capable, in_group
+from .vfs import (MAY_EXEC, MAY_READ, MAY_WRITE, PATH_MAX, RESOLVE_BENEATH, RESOLVE_CACHED,
+                  RESOLVE_IN_ROOT, RESOLVE_NO_SYMLINKS, Loc, fs_capable, in_group)
 from .vfs_types import Attrs
 
 AT_FDCWD = -100
@@ -35,7 +36,7 @@ VALID_OPEN_FLAGS = (O_ACCMODE | O_CREAT | O_EXCL | O_NOCTTY | O_TRUNC | O_APPEND
                     O_SYNC | O_PATH | O_TMPFILE)
 O_PATH_FLAGS = O_DIRECTORY | O_NOFOLLOW | O_PATH | O_CLOEXEC
 SETFL_FLAGS = O_APPEND | O_NONBLOCK | FASYNC | O_DIRECT | O_NOATIME
-RESOLVE_ALL = 0x1F
+RESOLVE_ALL = 0x3F
 RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT = 1, 2, 4
 UTIME_NOW, UTIME_OMIT = (1 << 30) - 1, (1 << 30) - 2
 STATX_BASIC_STATS, STATX_MNT_ID, STATX__RESERVED = 0x7FF, 0x1000, 0x80000000
@@ -93,17 +94,33 @@ class FsSyscalls:
 
     def _start(self, nd, task, dirfd: int, name: str):
         """The walk's starting stack: the root for an absolute name, else the working
-        directory or the directory descriptor's path (EBADF, ENOTDIR)."""
+        directory or the directory descriptor's own inode (EBADF, ENOTDIR)."""
         if name.startswith("/"):
             return nd.root()
         if _fd(dirfd) == _fd(AT_FDCWD):
-            return nd.start(task.process.cwd)
+            return self._cwd_stack(nd, task)
         f = self._file(task, dirfd)
         if f is None:
             return _neg(E.EBADF)
         if not f.is_dir or getattr(f, "guest_path", None) is None:
             return _neg(E.ENOTDIR)
+        if isinstance(f, HostFile):
+            return nd.adopt(Loc(self._mount_of(f.guest_path), f.guest_path, fd=f.fd, st=os.fstat(f.fd)))
+        if isinstance(f, SpecialDir):
+            return nd.adopt(Loc(self._mount_of(f.guest_path), f.guest_path, node=f.node))
         return nd.start(f.guest_path)
+
+    def _cwd_stack(self, nd, task):
+        """The working directory's stack: the held inode, or (first use, or after a
+        rename) a walk of its path, which is then held."""
+        proc = task.process
+        held = self.vfs.cwd_loc(proc)
+        if held is not None:
+            return nd.adopt(held)
+        stack = nd.start(proc.cwd)
+        if not isinstance(stack, int):
+            self.vfs.hold_cwd(proc, stack[-1])
+        return stack
 
     def _lookup(self, nd, task, dirfd: int, name: str, follow: bool):
         start = self._start(nd, task, dirfd, name)
@@ -203,11 +220,13 @@ class FsSyscalls:
             return _neg(E.EINVAL)
         if mode and not flags & (O_CREAT | O_TMPFILE & ~O_DIRECTORY):
             return _neg(E.EINVAL)
-        if resolve:
-            return _neg(E.EINVAL)          # RESOLVE_* restrictions are not modeled
-        return self._do_open(task, dirfd, path, flags, mode)
+        if resolve & RESOLVE_BENEATH and resolve & RESOLVE_IN_ROOT:
+            return _neg(E.EINVAL)
+        if resolve & RESOLVE_CACHED and flags & (O_TRUNC | O_CREAT | O_TMPFILE):
+            return _neg(E.EAGAIN)
+        return self._do_open(task, dirfd, path, flags, mode, resolve)
 
-    def _do_open(self, task, dirfd, path, flags, mode) -> int:
+    def _do_open(self, task, dirfd, path, flags, mode, resolve: int = 0) -> int:
         """build_open_flags + do_filp_open, then fd_install."""
         if flags & O_TMPFILE == O_TMPFILE:
             return _neg(E.EOPNOTSUPP)      # no O_TMPFILE in the modeled filesystems
@@ -220,7 +239,7 @@ class FsSyscalls:
             return name
         for _ in range(OPEN_RETRIES):
             with self.vfs.nameidata(task) as nd:
-                f = self._open_walk(nd, task, dirfd, name, flags, mode)
+                f = self._open_walk(nd, task, dirfd, name, flags, mode, resolve)
             if f is not RETRY:
                 break
         else:
@@ -240,7 +259,12 @@ class FsSyscalls:
                 return f
         return _neg(E.EAGAIN)
 
-    def _open_walk(self, nd, task, dirfd, name, flags, mode) -> OpenFile | int:
+    def _open_walk(self, nd, task, dirfd, name, flags, mode, resolve: int = 0) -> OpenFile | int:
+        if resolve:
+            start = self._start(nd, task, dirfd, "." if name.startswith("/") else name)
+            if isinstance(start, int):
+                return start
+            nd.restrict(resolve, start)
         r = self._parent(nd, task, dirfd, name)
         if isinstance(r, int):
             return r
@@ -257,7 +281,7 @@ class FsSyscalls:
             stack = nd.component(stack, last, follow=True) if last else stack
             if isinstance(stack, int):
                 return stack
-            return self._open_existing(nd, stack, flags, created=False)
+            return self._open_existing(nd, stack, flags)
         if creat and trailing:
             return _neg(E.EISDIR)
         parent = stack[-1]
@@ -272,9 +296,9 @@ class FsSyscalls:
             target = child.node.follow(nd.task) if child.node is not None else ""
             if not isinstance(target, (str, int)):       # a /proc magic link: nd_jump_link
                 res = nd.follow_link(stack, child)
-                return res if isinstance(res, int) else self._open_existing(nd, res, flags, created=False)
+                return res if isinstance(res, int) else self._open_existing(nd, res, flags)
             nd.links += 1
-            if nd.links > 40:
+            if nd.links > 40 or nd.resolve & RESOLVE_NO_SYMLINKS:
                 return _neg(E.ELOOP)
             target = self._link_target(nd, child)
             if isinstance(target, int):
@@ -288,7 +312,7 @@ class FsSyscalls:
         stack = stack + [child]
         if trailing and not child.is_dir(nd.task):
             return _neg(E.ENOTDIR)
-        return self._open_existing(nd, stack, flags, created=False)
+        return self._open_existing(nd, stack, flags)
 
     @staticmethod
     def _link_target(nd, link: Loc):
@@ -308,12 +332,14 @@ class FsSyscalls:
             return _neg(E.EROFS)
         err = self._may_create(nd, parent)
         if err:
-            return err
+            return _neg(E.EACCES) if err == -E.EPERM else err     # no ->create: EACCES
         acc = flags & O_ACCMODE
         hflags = (acc if acc != 3 else os.O_RDWR) | O_CREAT | O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC | \
             (flags & (O_APPEND | O_NONBLOCK | O_SYNC | O_DSYNC))
         try:
             hfd = os.open(last, hflags, 0o600, dir_fd=parent.fd)
+        except FileExistsError:
+            return _neg(E.EEXIST) if flags & O_EXCL else RETRY    # another host process made it
         except OSError as e:
             return -(e.errno or E.EIO)
         try:
@@ -323,7 +349,7 @@ class FsSyscalls:
             pass
         return self._host_file(hfd, stack[-1].path.rstrip("/") + "/" + last, flags)
 
-    def _open_existing(self, nd, stack, flags, *, created: bool) -> OpenFile | int:
+    def _open_existing(self, nd, stack, flags) -> OpenFile | int:
         """do_open + may_open for an inode that exists."""
         loc = stack[-1]
         task = nd.task
@@ -350,10 +376,14 @@ class FsSyscalls:
         err = self._perm(nd, loc, may)
         if err:
             return err
+        if flags & O_NOATIME and not self._owner_or_capable(nd.cred, loc.attrs(task)):
+            return _neg(E.EPERM)
         if loc.node is not None:
             if S.S_ISDIR(mode):
                 parent = stack[-2].attrs(task).ino if len(stack) > 1 else loc.attrs(task).ino
-                return SpecialDir(task, loc.node, loc.path, parent)
+                d = SpecialDir(task, loc.node, loc.path, parent)
+                d.open_flags = (flags & (O_DIRECTORY | O_NOFOLLOW | O_NOATIME)) | O_LARGEFILE
+                return d
             return loc.node.open(task, flags)
         if not (S.S_ISREG(mode) or S.S_ISDIR(mode)):
             return _neg(E.EACCES)                 # host FIFOs, sockets, devices: not opened
@@ -383,8 +413,8 @@ class FsSyscalls:
             os.close(hfd)
             return RETRY
         if extra & O_TRUNC and S.S_ISREG(st.st_mode):
-            try:
-                os.ftruncate(hfd, 0)
+            try:                                  # this very inode, even if opened O_RDONLY
+                os.truncate(_proc_fd(hfd), 0)
             except OSError as e:
                 os.close(hfd)
                 return -(e.errno or E.EIO)
@@ -597,7 +627,15 @@ class FsSyscalls:
         if name == "":
             if not flags & AT_EMPTY_PATH:
                 return _neg(E.ENOENT)
-            return self.sys_fstat(task, None, dirfd, statbuf)
+            if _fd(dirfd) != _fd(AT_FDCWD):
+                return self.sys_fstat(task, None, dirfd, statbuf)
+            with self.vfs.nameidata(task) as nd:           # the working directory itself
+                loc = self._cwd_loc(nd, task)
+                st = loc if isinstance(loc, int) else self._stat_bytes(task, loc)
+            if isinstance(st, int):
+                return st
+            self.mem.write_user(statbuf, st)
+            return 0
         with self.vfs.nameidata(task) as nd:
             stack = self._lookup(nd, task, dirfd, name, not flags & AT_SYMLINK_NOFOLLOW)
             if isinstance(stack, int):
@@ -661,7 +699,7 @@ class FsSyscalls:
         return 0
 
     def _cwd_loc(self, nd, task):
-        stack = nd.start(task.process.cwd)
+        stack = self._cwd_stack(nd, task)
         return stack if isinstance(stack, int) else stack[-1]
 
     def _statx_of(self, task, loc: Loc) -> bytes | int:
@@ -754,10 +792,11 @@ class FsSyscalls:
         return old
 
     def sys_getcwd(self, task, regs, buf, size, *_):
-        """getcwd: ENOENT once the directory is gone, ERANGE when the path and its
+        """getcwd: ENOENT once the directory is removed, ERANGE when the path and its
         NUL do not fit; the length with the NUL."""
         with self.vfs.nameidata(task) as nd:
-            if isinstance(nd.start(task.process.cwd), int):
+            loc = self._cwd_loc(nd, task)
+            if isinstance(loc, int) or (loc.fd is not None and os.fstat(loc.fd).st_nlink == 0):
                 return _neg(E.ENOENT)
         data = os.fsencode(task.process.cwd) + b"\0"
         if len(data) > size & 0xFFFFFFFFFFFFFFFF:
@@ -782,7 +821,7 @@ class FsSyscalls:
         if not f.is_dir or getattr(f, "guest_path", None) is None:
             return _neg(E.ENOTDIR)
         with self.vfs.nameidata(task) as nd:
-            stack = nd.start(f.guest_path)
+            stack = self._start(nd, task, fd, "")
             if isinstance(stack, int):
                 return stack
             return self._set_cwd(nd, task, stack[-1])
@@ -794,6 +833,7 @@ class FsSyscalls:
         if err:
             return err
         task.process.cwd = loc.path
+        self.vfs.hold_cwd(task.process, loc)
         return 0
 
     # ================================================================== create / delete
@@ -1047,7 +1087,10 @@ class FsSyscalls:
                 return new + path[len(old):]
             return None
         for proc in self.m.processes:
+            held = self.vfs.cwd_loc(proc)
             proc.cwd = moved(proc.cwd) or proc.cwd
+            if held is not None:
+                held.path = proc.cwd
             for f in proc.fds.fds.values() if hasattr(proc.fds, "fds") else ():
                 path = getattr(f, "guest_path", None)
                 if path and moved(path):

@@ -124,19 +124,22 @@ class Syscalls(SignalSyscalls, IdentitySyscalls, ProcessSyscalls, FdSyscalls, Fs
         """The first process's working directory: ``cwd`` (a guest path, which must be
         a directory of the view), else the invoking process's when the guest can see it
         (as under strace or qemu-user), else ``/``."""
-        if cwd is None:
+        explicit = cwd is not None
+        if not explicit:
             try:
-                here = os.getcwd()
+                cwd = self.vfs.guest_path_of_host(os.getcwd()) or "/"
             except OSError:
-                return "/"
-            return self.vfs.guest_path_of_host(here) or "/"
-        if not isinstance(cwd, str) or not cwd.startswith("/"):
+                cwd = "/"
+        elif not isinstance(cwd, str) or not cwd.startswith("/"):
             raise InputError(f"cwd must be an absolute guest path, not {cwd!r}")
         with self.vfs.nameidata(self.m.task) as nd:
             stack = nd.start(cwd)
-        if isinstance(stack, int) or not stack[-1].is_dir(self.m.task):
-            raise InputError(f"cwd {cwd!r} is not a directory of the guest's view")
-        return stack[-1].path
+            if isinstance(stack, int) and not explicit:
+                cwd, stack = "/", nd.root()
+            if isinstance(stack, int):
+                raise InputError(f"cwd {cwd!r} is not a directory of the guest's view")
+            self.vfs.hold_cwd(self.m.main_process, stack[-1])
+            return stack[-1].path
 
     def exe_view(self, path: str) -> str:
         """/proc/self/exe's text: the executable's path in the guest's view (d_path of

@@ -19,8 +19,10 @@ by guest path, ``..`` popping the walk's own stack of locations (above a mount r
 goes back to the parent mount, above ``/`` it stays), symlinks read and followed in the
 *guest* namespace (absolute targets restart at the guest ``/``), ``ELOOP`` after 40 links.
 
-A process's working directory and a directory descriptor are remembered by their guest
-path (``Process.cwd``, ``HostFile.guest_path``) and walked again from ``/`` when used.
+A process's working directory and a directory descriptor are held by their inode (a
+host descriptor) and a relative walk starts there; their guest path (``Process.cwd``,
+``HostFile.guest_path``) is what ``getcwd`` reports and what ``..`` above the starting
+directory walks from ``/``.
 Host inodes other than regular files, directories and symlinks (FIFOs, sockets, device
 nodes) can be stat'ed but not opened (``EACCES``): one could block the emulator or reach
 host hardware.
@@ -38,6 +40,8 @@ from .errors import InputError
 from .vfs_types import Attrs, DT_DIR, SpecialNode, dtype_of
 
 PATH_MAX, NAME_MAX, MAXSYMLINKS = 4096, 255, 40
+RESOLVE_NO_XDEV, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS = 0x01, 0x02, 0x04
+RESOLVE_BENEATH, RESOLVE_IN_ROOT, RESOLVE_CACHED = 0x08, 0x10, 0x20
 MAY_EXEC, MAY_WRITE, MAY_READ = 1, 2, 4
 O_PATH_NOFOLLOW = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -150,15 +154,36 @@ class EmptyDir(SpecialNode):
 
 
 class Nameidata:
-    """One path walk (``struct nameidata``): the symlink count and the host
-    descriptors opened on the way, all closed by :meth:`close`."""
+    """One path walk (``struct nameidata``): the symlink count, openat2's RESOLVE_*
+    restrictions, and the host descriptors opened on the way, all closed by
+    :meth:`close`."""
 
     def __init__(self, vfs: "Vfs", task, cred=None):
         self.vfs, self.task = vfs, task
         self.cred = cred if cred is not None else task.cred
         self.links = 0
         self.checking = True                  # search permission checked (not in start())
+        self.resolve = 0
+        self.scope: list[Loc] | None = None   # RESOLVE_BENEATH/IN_ROOT: the starting stack
         self._fds: list[int] = []
+
+    def restrict(self, resolve: int, start: list[Loc]) -> None:
+        """openat2's resolve flags (LOOKUP_NO_XDEV ... LOOKUP_IN_ROOT) for this walk;
+        ``start`` is the directory a scoped walk may not leave."""
+        self.resolve = resolve
+        if resolve & (RESOLVE_BENEATH | RESOLVE_IN_ROOT):
+            self.scope = list(start)
+
+    def jump_root(self, stack: list[Loc]) -> list[Loc] | int:
+        """nd_jump_root: where an absolute name (or symlink target) starts - the root,
+        the scope under RESOLVE_IN_ROOT; EXDEV under RESOLVE_BENEATH, or under
+        RESOLVE_NO_XDEV when that changes the mount."""
+        if self.resolve & RESOLVE_BENEATH:
+            return -E.EXDEV
+        new = list(self.scope) if self.resolve & RESOLVE_IN_ROOT else self.root()
+        if self.resolve & RESOLVE_NO_XDEV and stack and new[-1].mount is not stack[-1].mount:
+            return -E.EXDEV
+        return new
 
     def close(self) -> None:
         for fd in self._fds:
@@ -182,6 +207,30 @@ class Nameidata:
     def root(self) -> list[Loc]:
         return [self.mount_root(self.vfs.root)]
 
+    def adopt(self, loc: Loc) -> list[Loc]:
+        """A walk starting at an inode held elsewhere (the working directory, a
+        directory descriptor): its own duplicate of the descriptor."""
+        if loc.fd is None:
+            return [Loc(loc.mount, loc.path, node=loc.node, file=loc.file)]
+        fd = os.dup(loc.fd)
+        self._fds.append(fd)
+        return [Loc(loc.mount, loc.path, fd=fd, st=os.fstat(fd))]
+
+    def dotdot(self, stack: list[Loc]) -> list[Loc] | int:
+        """follow_dotdot: the previous location, never above / (nor above the scope:
+        RESOLVE_IN_ROOT stays, RESOLVE_BENEATH is EXDEV); a walk that started at a held
+        inode finds its parent by guest path."""
+        if self.scope is not None and len(stack) <= len(self.scope):
+            return -E.EXDEV if self.resolve & RESOLVE_BENEATH else stack
+        if len(stack) > 1:
+            if self.resolve & RESOLVE_NO_XDEV and stack[-2].mount is not stack[-1].mount:
+                return -E.EXDEV
+            return stack[:-1]
+        if stack[0].path == "/":
+            return stack
+        parent = self.held(stack[0].path.rsplit("/", 1)[0] or "/")
+        return -E.ENOENT if parent == -E.ENOTDIR else parent
+
     def start(self, base: str) -> list[Loc] | int:
         """The walk's stack at a directory known by its guest path (the working
         directory or a directory descriptor): ENOENT once it is gone.  No search
@@ -196,10 +245,13 @@ class Nameidata:
         """The stack at an inode the task already holds (its working directory, an open
         file's path): walked without search permission checks."""
         was, self.checking = self.checking, False
+        saved = self.resolve, self.scope
+        self.resolve, self.scope = 0, None
         try:
             return self.lookup(self.root(), path, follow=True)
         finally:
             self.checking = was
+            self.resolve, self.scope = saved
 
     def step(self, cur: Loc, name: str) -> Loc | int:
         """One component beneath ``cur`` (lookup_fast/lookup_slow + follow_managed):
@@ -207,7 +259,7 @@ class Nameidata:
         path = join(cur.path, name)
         m = self.vfs.mounts.get(path)
         if m is not None:
-            return self.mount_root(m)
+            return -E.EXDEV if self.resolve & RESOLVE_NO_XDEV else self.mount_root(m)
         if cur.node is not None:
             child = cur.node.lookup(self.task, name)
             return child if isinstance(child, int) else Loc(cur.mount, path, node=child)
@@ -227,7 +279,9 @@ class Nameidata:
         path had a trailing slash."""
         if len(os.fsencode(path)) >= PATH_MAX:
             return -E.ENAMETOOLONG
-        stack = self.root() if path.startswith("/") else list(stack)
+        stack = self.jump_root(stack) if path.startswith("/") else list(stack)
+        if isinstance(stack, int):
+            return stack
         names = [c for c in path.split("/") if c]
         trailing = path.endswith("/") and bool(names)
         for name in names[:-1]:
@@ -256,7 +310,7 @@ class Nameidata:
         if name == ".":
             return stack
         if name == "..":
-            return stack[:-1] if len(stack) > 1 else stack
+            return self.dotdot(stack)
         if len(os.fsencode(name)) > NAME_MAX:
             return -E.ENAMETOOLONG
         child = self.step(stack[-1], name)
@@ -270,7 +324,7 @@ class Nameidata:
         """pick_link/get_link: continue at the link's target in the guest namespace,
         relative to the link's directory; a /proc magic link jumps to an open file."""
         self.links += 1
-        if self.links > MAXSYMLINKS:
+        if self.links > MAXSYMLINKS or self.resolve & RESOLVE_NO_SYMLINKS:
             return -E.ELOOP
         if link.node is not None:
             target = link.node.follow(self.task)
@@ -282,6 +336,10 @@ class Nameidata:
         if isinstance(target, int):
             return target
         if not isinstance(target, str):                 # nd_jump_link
+            if self.resolve & RESOLVE_NO_MAGICLINKS:
+                return -E.ELOOP
+            if self.scope is not None:
+                return -E.EXDEV
             path = getattr(target, "guest_path", None)
             if path:
                 return self.held(path)
@@ -322,6 +380,7 @@ class Vfs:
         self.sysroot = os.path.realpath(sysroot)
         self.root = Mount("/", host=self.sysroot, writable=False, mnt_id=1)
         self.mounts: dict[str, Mount] = {}
+        self._cwds: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # Process -> Loc
         self.grant_dirs: dict[str, str] = {}            # host directory -> guest mount point
         for i, d in enumerate(grant_dirs):
             if not isinstance(d, str) or not os.path.isdir(d):
@@ -347,6 +406,27 @@ class Vfs:
 
     def nameidata(self, task, cred=None) -> Nameidata:
         return Nameidata(self, task, cred)
+
+    # -- working directories ------------------------------------------------------------
+    def hold_cwd(self, proc, loc: Loc) -> None:
+        """fs->pwd: the process's working directory held by its inode (an O_PATH
+        descriptor), so lookups relative to it need no walk from / and still work
+        once it is removed, as the kernel's do."""
+        fd = os.dup(loc.fd) if loc.fd is not None else None
+        held = Loc(loc.mount, loc.path, fd=fd, st=loc.st, node=loc.node)
+        if fd is not None:
+            weakref.finalize(held, os.close, fd)
+        self._cwds[proc] = held
+
+    def cwd_loc(self, proc) -> Loc | None:
+        """The held working directory when it is still the one ``proc.cwd`` names (a
+        forked child starts with its parent's)."""
+        held = self._cwds.get(proc)
+        if held is None and proc.parent is not None:
+            held = self._cwds.get(proc.parent)
+            if held is not None and held.path == proc.cwd:
+                self._cwds[proc] = held
+        return held if held is not None and held.path == proc.cwd else None
 
     # -- the host's names as the guest sees them ----------------------------------------
     def _sysroot_path(self, real: str) -> str | None:

@@ -29,6 +29,7 @@ CASES = {
     "open_creat_through_dangling_link": [f"open,dangling,{OCREAT | 1},0600", "stat,nowhere", "lstat,dangling"],
     "open_creat_umask": ["umask,027", f"open,new,{OCREAT | 1},0777", "fstat", "umask,0", "mkdir,d2,0777",
                          "stat,d2"],
+    "open_rdonly_trunc": [f"open,f,{OTRUNC}", "fstat", "read,3", "write,x"],
     "open_trunc": [f"open,f,{OTRUNC | 1}", "fstat", "write,ab", "stat,f"],
     "open_append": [f"open,f,{OAPPEND | 1}", "write,XY", "lseek,0,1", "pwrite,Z,0", "close", "open,f,0",
                     "read,100"],
@@ -46,7 +47,15 @@ CASES = {
     "openat_relative_to_dirfd": ["open,dir,0", "openat,a,0", "read,10", "open,dir,0", "openat,../f,0",
                                  "read,3", "open,f,0", "openat,x,0"],
     "openat2_checks": ["openat2,f,0,0,0", "openat2,f,0,0644,0", f"openat2,new,{OCREAT | 1},0644,0",
-                       "openat2,f,0x80000000,0,0"],
+                       "openat2,f,0x80000000,0,0", "openat2,f,0,0,64", "openat2,f,0,0,24"],
+    "openat2_no_symlinks": ["openat2,lnk,0,0,4", "openat2,f,0,0,4", f"openat2,lnk,{OPATH | ONOFOLLOW},0,4",
+                            "openat2,dlnk/a,0,0,4", "openat2,dangling,0x41,0644,4"],
+    "openat2_beneath": ["openat2,abs,0,0,8", "openat2,/etc/passwd,0,0,8", "openat2,../w/f,0,0,8",
+                        "openat2,dir/../f,0,0,8", "openat2,lnk,0,0,8", "openat2,up,0,0,8", "openat2,..,0,0,8"],
+    "openat2_in_root": ["openat2,up,0,0,16", "fstat", "openat2,abs,0,0,16", "openat2,/f,0,0,16",
+                        "read,3", "openat2,../../f,0,0,16", "read,3"],
+    "openat2_no_xdev": ["openat2,dir/a,0,0,1", "openat2,/proc/self/maps,0,0,1", "openat2,/proc,0,0,1"],
+    "openat2_cached": ["openat2,f,0x40,0644,32", f"openat2,f,{OTRUNC},0,32", "openat2,f,0,0,32"],
     "creat": ["creat,c,0600", "write,x", "stat,c", "creat,dir,0600"],
     # read / write family
     "pread_pwrite": ["open,f,2", "pread,3,2", "pwrite,AB,8", "pread,20,0", "read,2", "pread,4,100",
@@ -103,7 +112,8 @@ CASES = {
                                  "creat,x,0644", "stat,../b/x"],
     "dirfd_renamed_by_the_guest": ["mkdir,a,0755", "open,a,0", "rename,a,b", "openat,x,0x41,0644",
                                    "stat,b/x"],
-    "cwd_removed": ["mkdir,gone,0755", "chdir,gone", "rmdir,../gone", "getcwd,4096"],
+    "cwd_removed": ["mkdir,gone,0755", "chdir,gone", "rmdir,../gone", "getcwd,4096", "open,.,0",
+                    "open,..,0", "creat,x,0644", "stat,.", "chdir,..", "getcwd,4096"],
     # attributes
     "chmod": ["chmod,f,0600", "stat,f", "open,f,0", "fchmod,0604", "fstat", "chmod,lnk,0640", "stat,f",
               "chmod,missing,0600", "open,lnk,0x220000", "fchmod,0600"],
@@ -129,6 +139,13 @@ CASES = {
                                "creat,mine/f,0644", "stat,mine/f", "chown,mine/f,-1,1000",
                                "unlink,mine/f", "rmdir,mine"],
     "root_exec_needs_an_x_bit": ["access,noexec,1", "access,exe,1", "open,noexec,0"],
+    "root_overrides_directory_modes": ["chmod,dir,0", "access,dir,7", "open,dir/a,0", "read,1",
+                                       "chmod,secret,0", "access,secret,6", "access,secret,1",
+                                       "open,secret,2", "chmod,secret,0100", "access,secret,1"],
+    "group_and_other_bits": ["chmod,secret,0640", "chown,secret,0,1000", "become,1000,1000",
+                             "open,secret,0", "open,secret,1", "access,f,2", "access,f,4"],
+    "noatime_needs_ownership": ["open,f,0x40000", "become,1000,1000", "open,f,0x40000", "open,f,0",
+                                "creat,mine,0644", "open,mine,0x40000"],
     "seteuid_access_uses_the_real_uid": ["seteuid,1000", "access,secret,4", "faccessat2,secret,4,0x200",
                                          "open,secret,0"],
 }
@@ -149,7 +166,7 @@ def test_stat_of_an_untouched_tree_matches_native_to_the_inode(build_c, tmp_path
     """Read-only operations on one layout: inode numbers, device, times and blocks are
     the host's own."""
     exe = build_c("fs_ops.c", "-static")
-    ops = ["statfull,f", "statfull,dir", "lstatfull,lnk", "statfull,/", "statfull,..",
+    ops = ["statfull,f", "statfull,dir", "lstatfull,lnk", "statfull,..",
            "open,f,0", "fstatfull", "open,dir,0", "fstatfull", "getdents,4096",
            "statx,f,0,0x7ff", "statx,dir,0,0xfff", "statx,lnk,0x100,0x7ff", "statx,lnk,0,0x1",
            "statx,dir,0x2000,0x7ff", "statx,f,0,0x0", "stat,/proc/self/exe", "open,/proc/self/exe,0",
@@ -161,4 +178,12 @@ def test_stat_of_an_untouched_tree_matches_native_to_the_inode(build_c, tmp_path
     os.readlink(w / "lnk")
     want = subprocess.run([exe, *ops], capture_output=True, timeout=60, cwd=w).stdout.decode()
     got = model_ops(exe, tmp_path / "t", ops, fresh=False)
+    assert got.splitlines() == want.splitlines()
+
+
+def test_empty_and_null_path_names_as_native(build_c, tmp_path):
+    exe = build_c("empty_paths.c", "-static")
+    w = make_layout(tmp_path / "t")
+    want = subprocess.run([exe], capture_output=True, timeout=60, cwd=w).stdout.decode()
+    got = model_ops(exe, tmp_path / "t", [], fresh=False)
     assert got.splitlines() == want.splitlines()

@@ -91,6 +91,15 @@ def test_open_follows_the_trees_symlinks(build_c, link, data):
     assert out == [f"open,/fake/{link},0 -> 3", f"read,64 -> {len(data)} '{data}'"]
 
 
+@pytest.mark.parametrize("resolve,want", [(0, "3"), (0x2, "ELOOP"), (0x4, "ELOOP"), (0x8, "EXDEV"),
+                                          (0x10, "EXDEV")])
+def test_openat2_resolve_flags_on_a_magic_link(build_c, resolve, want):
+    """nd_jump_link: RESOLVE_NO_MAGICLINKS is ELOOP, a scoped walk EXDEV (the absolute
+    path is relative to / for RESOLVE_IN_ROOT here, the guest's cwd being /)."""
+    op = f"openat2,fake/magic,0,0,{resolve}"
+    assert run(build_c, [op]) == [f"{op} -> {want}"]
+
+
 def test_statfull_of_a_node_shows_its_device_and_inode(build_c):
     out = run(build_c, ["statfull,/fake/sub"])[0]
     assert f" dev={FAKE_DEV:x} ino=4 " in out, out
@@ -113,6 +122,12 @@ def test_getdents_lists_dot_dotdot_and_the_children(build_c):
     assert out[1] == (f"getdents,4096 -> {out[1].split(' -> ')[1].split(':')[0]}: ./{DT_DIR} ../{DT_DIR} "
                       f"file/{DT_REG} secret/{DT_REG} sub/{DT_DIR} rel/{DT_LNK} abs/{DT_LNK} up/{DT_LNK} "
                       f"magic/{DT_LNK} loop/{DT_LNK} next=end"), out
+
+
+def test_a_modeled_directory_opens_like_a_directory(build_c):
+    assert run(build_c, ["open,/fake/sub,0x10000", "getfl", "read,4", "open,/fake/sub,1", "fstat"]) == [
+        "open,/fake/sub,0x10000 -> 3", "getfl -> 98304", "read,4 -> EISDIR", "open,/fake/sub,1 -> EISDIR",
+        "fstat -> mode=40555 nlink=2 uid=0 gid=0 size=0"]
 
 
 def test_openat_relative_to_a_modeled_directory(build_c):

@@ -36,13 +36,28 @@ def ops(build_c, root, operations, **kw):
     ("rename,f,../g2/x", "EXDEV"),
     ("rename,../ro/f,x", "EXDEV"),               # the read-only sysroot: EXDEV before EROFS
     ("rename,f,../ro/x", "EXDEV"),
+    ("rename,../ro/missing,x", "EXDEV"),         # before the lookup, too
+    ("link,../ro/f,x", "EXDEV"),                 # from the read-only mount
+    ("link,f,../ro/x", "EROFS"),                 # into it: filename_create's EROFS comes first
     ("rename,f,g", "0"),
     ("link,f,h", "0"),
 ])
 def test_rename_and_link_across_mounts_are_exdev(build_c, two_grants, op, want):
+    """The read-only cases were measured natively between a read-only bind mount and
+    the file system beneath it."""
     g1 = two_grants / "g1"
     out = ops(build_c, two_grants, [op], grant_dirs=[str(g1), str(two_grants / "g2")], cwd=str(g1))
     assert out == [f"{op} -> {want}"]
+
+
+def test_a_symlink_out_of_a_grant_cannot_write_outside(build_c, two_grants):
+    g1 = two_grants / "g1"
+    (g1 / "out").symlink_to(two_grants / "ro" / "f")
+    out = ops(build_c, two_grants, ["open,out,1", "open,out,0x241,0644", "truncate,out,0", "open,out,0",
+                                    "read,10"], grant_dirs=[str(g1)], cwd=str(g1))
+    assert out == ["open,out,1 -> EROFS", "open,out,0x241,0644 -> EROFS", "truncate,out,0 -> EROFS",
+                   "open,out,0 -> 3", "read,10 -> 2 'ro'"]
+    assert (two_grants / "ro" / "f").read_text() == "ro"
 
 
 def test_dotdot_above_a_grant_is_the_parent_mount(build_c, two_grants):

@@ -120,7 +120,7 @@ def _add_machine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sysroot", metavar="DIR", default="/",
                    help="host directory the guest sees, read-only, as / (default: /)")
     p.add_argument("--grant-dir", metavar="DIR", action="append", default=[],
-                   help="host directory the guest may also write in, seen at its own path "
+                   help="host directory the guest may also write in, seen where it lies "
                         "(repeatable; default: none)")
     p.add_argument("--seed", type=_int, default=0, metavar="N",
                    help="seed of the scheduler's interleaving and of getrandom (default 0)")
