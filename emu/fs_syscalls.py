@@ -760,7 +760,7 @@ class FsSyscalls:
                     return stack
                 loc = stack[-1]
             if not loc.is_link(task):
-                return _neg(E.EINVAL)
+                return _neg(E.ENOENT if name == "" else E.EINVAL)
             if loc.node is not None:
                 text = loc.node.readlink(task)
             else:
