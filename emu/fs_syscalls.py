@@ -850,10 +850,10 @@ class FsSyscalls:
             return _neg(E.EEXIST)
         if child != -E.ENOENT:
             return child
+        if trailing and not allow_slash:
+            return _neg(E.ENOENT)                 # only mkdir may name its new entry "x/"
         if not parent.mount.writable:
             return _neg(E.EROFS)
-        if trailing and not allow_slash:
-            return _neg(E.ENOENT)
         err = self._may_create(nd, parent)
         return err or make(nd, parent, last)
 

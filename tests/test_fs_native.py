@@ -122,6 +122,7 @@ CASES = {
     "utimens": ["utimens,f,1000,5,0", "times,f,0", "utimens,f,1,1000000000,0", "utimens,lnk,7,0,0x100",
                 "times,lnk,0x100", "utimens,missing,1,0,0", "utimens,missing,1,1000000000,0",
                 "utimens,f,1,1000000000,0x2", "utimens,f,1,1073741822,0"],
+    "create_with_a_trailing_slash": ["symlink,f,s/", "link,f,h/", "mkdir,m/,0755", "stat,m"],
     "symlink_link": ["symlink,f,s", "readlink,s,50", "symlink,x,f", "symlink,,e", "symlink,x,missing/s",
                      "link,f,h", "stat,h", "link,dir,h2", "link,missing,h3", "link,f,dir",
                      "linkat,lnk,h4,0", "lstat,h4", "linkat,lnk,h5,0x400", "lstat,h5"],
