@@ -36,6 +36,8 @@ CASES = {
     "open_nofollow": [f"open,lnk,{ONOFOLLOW}", f"open,dlnk/a,{ONOFOLLOW}", f"open,f,{ONOFOLLOW}"],
     "open_path": [f"open,lnk,{OPATH | ONOFOLLOW}", "read,4", "fstat", "getfl", "close",
                   f"open,dir,{OPATH}", "openat,a,0", "read,5"],
+    "open_cloexec": [f"open,f,{OCLOEXEC}", "getfd", "open,f,0", "getfd", f"open,dir,{OCLOEXEC | ODIR}", "getfd",
+                     f"openat2,f,{OCLOEXEC},0,0", "getfd"],
     "open_getfl": [f"open,f,{OCLOEXEC | OAPPEND | 2}", "getfl", f"open,dir,{ODIR}", "getfl"],
     "open_loop": ["open,loop,0", "stat,loop", "lstat,loop"],
     "forty_links_and_no_more": ["open,c1,0", "read,3", "open,c0,0", "stat,c0", "stat,c1", "lstat,c0",
