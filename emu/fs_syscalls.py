@@ -772,7 +772,7 @@ class FsSyscalls:
                     return stack
                 loc = stack[-1]
             if not loc.is_link(task):
-                return _neg(E.EINVAL)
+                return _neg(E.ENOENT if name == "" else E.EINVAL)
             if loc.node is not None:
                 text = loc.node.readlink(task)
             else:
@@ -862,10 +862,10 @@ class FsSyscalls:
             return _neg(E.EEXIST)
         if child != -E.ENOENT:
             return child
+        if trailing and not allow_slash:
+            return _neg(E.ENOENT)                 # only mkdir may name its new entry "x/"
         if not parent.mount.writable:
             return _neg(E.EROFS)
-        if trailing and not allow_slash:
-            return _neg(E.ENOENT)
         err = self._may_create(nd, parent)
         return err or make(nd, parent, last)
 
@@ -947,10 +947,8 @@ class FsSyscalls:
                     return _neg(E.EPERM)
                 if loc.fd is None:
                     return _neg(E.EPERM)
-                a = loc.attrs(task)
-                if not fs_capable(nd.cred) and nd.cred.fsuid != a.uid and \
-                        (not S.S_ISREG(a.mode) or self._perm(nd, loc, MAY_READ | MAY_WRITE)):
-                    return _neg(E.EPERM)          # may_linkat: fs.protected_hardlinks
+                if not self._may_linkat(nd, loc):
+                    return _neg(E.EPERM)
                 return host_syscall(SYS_linkat, ctypes.c_int(loc.fd), ctypes.c_char_p(b""),
                                     ctypes.c_int(parent.fd), ctypes.c_char_p(os.fsencode(name)),
                                     ctypes.c_int(AT_EMPTY_PATH))
@@ -961,6 +959,19 @@ class FsSyscalls:
             if isinstance(r, int):
                 return r
             return self._create_last(nd, *r, make)
+
+    def _may_linkat(self, nd, loc: Loc) -> bool:
+        """may_linkat under fs.protected_hardlinks=1 (Debian's default): the owner or
+        root, or a "safe" source - a regular file, neither setuid nor setgid-executable,
+        that the task may read and write."""
+        a = loc.attrs(nd.task)
+        if self._owner_or_capable(nd.cred, a):
+            return True
+        if not S.S_ISREG(a.mode) or a.mode & S.S_ISUID:
+            return False
+        if a.mode & (S.S_ISGID | S.S_IXGRP) == S.S_ISGID | S.S_IXGRP:
+            return False
+        return self._perm(nd, loc, MAY_READ | MAY_WRITE) == 0
 
     def sys_unlink(self, task, regs, path, *_):
         return self.sys_unlinkat(task, regs, AT_FDCWD, path, 0)

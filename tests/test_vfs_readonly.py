@@ -47,6 +47,9 @@ PINNED = [
     ("rename,../ro/.,../ro/x", "EBUSY"),
     ("symlink,a,../ro/f", "EEXIST"),
     ("symlink,a,../ro/new", "EROFS"),
+    ("symlink,a,../ro/new/", "ENOENT"),          # a trailing slash only mkdir may have
+    ("symlink,a,../ro/f/", "EEXIST"),
+    ("link,../ro/f,../ro/new/", "ENOENT"),
     ("link,../ro/f,../ro/dir", "EEXIST"),
     ("link,../ro/f,../ro/new", "EROFS"),
     ("link,../ro/missing,../ro/new", "ENOENT"),

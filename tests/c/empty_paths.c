@@ -30,6 +30,12 @@ int main(void)
     show("faccessat2(cwd, \"\", EMPTY)", syscall(SYS_faccessat2, AT_FDCWD, "", 0, AT_EMPTY_PATH), NULL);
     show("faccessat2(cwd, \"\", 0)", syscall(SYS_faccessat2, AT_FDCWD, "", 0, 0), NULL);
     show("readlinkat(cwd, \"\")", syscall(SYS_readlinkat, AT_FDCWD, "", b, 64), NULL);
+    int dir = open(".", O_RDONLY | O_DIRECTORY);
+    int lnk = open("lnk", O_PATH | O_NOFOLLOW);
+    show("readlinkat(dir, \"\")", syscall(SYS_readlinkat, dir, "", b, 64), NULL);
+    show("readlinkat(O_PATH link, \"\")", syscall(SYS_readlinkat, lnk, "", b, 64), NULL);
+    show("fstatat(O_PATH link, \"\", EMPTY)", syscall(SYS_newfstatat, lnk, "", &st, AT_EMPTY_PATH), &st);
+    show("fchownat(O_PATH link, \"\", EMPTY)", syscall(SYS_fchownat, lnk, "", -1, -1, AT_EMPTY_PATH), NULL);
     show("open(\"\")", syscall(SYS_open, "", O_RDONLY), NULL);
     show("mkdir(\"\")", syscall(SYS_mkdir, "", 0755), NULL);
     show("unlink(\"\")", syscall(SYS_unlink, ""), NULL);

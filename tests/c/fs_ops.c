@@ -108,6 +108,8 @@ int main(int argc, char **argv)
             result(label, r);
         } else if (!strcmp(name, "close")) {
             result(label, close(last));
+        } else if (!strcmp(name, "getfd")) {
+            result(label, fcntl(last, F_GETFD));
         } else if (!strcmp(name, "getfl")) {
             result(label, fcntl(last, F_GETFL));
         } else if (!strcmp(name, "read") || !strcmp(name, "pread")) {
