@@ -1065,6 +1065,8 @@ class FsSyscalls:
             if not src.is_dir(task) and (otrail or ntrail) and (isinstance(dst, int) or not flags & RENAME_EXCHANGE):
                 return _neg(E.ENOTDIR)
             err = self._may_delete(nd, op, src)
+            if not err and src.is_dir(task) and (op.st.st_dev, op.st.st_ino) != (np_.st.st_dev, np_.st.st_ino):
+                err = self._perm(nd, src, MAY_WRITE)      # vfs_rename: its ".." changes
             if not err and not isinstance(dst, int):
                 err = self._may_delete(nd, np_, dst)
             elif not err:
