@@ -45,7 +45,7 @@ CASES = {
     "symlinks_in_the_middle": ["open,dlnk/a,0", "read,3", "stat,dlnk/../f", "open,up/etc/passwd,0",
                                "stat,abs", "stat,dangling/x", "stat,lnk/x"],
     "open_name_too_long": ["open," + "n" * 256 + ",0", "open," + "n" * 255 + ",0",
-                           "stat," + "d/" * 2047 + "x"],
+                           "stat," + "d/" * 2047 + "x", "stat," + "d/" * 2048, "stat," + "./" * 2047 + "f"],
     "openat_relative_to_dirfd": ["open,dir,0", "openat,a,0", "read,10", "open,dir,0", "openat,../f,0",
                                  "read,3", "open,f,0", "openat,x,0"],
     "openat2_checks": ["openat2,f,0,0,0", "openat2,f,0,0644,0", f"openat2,new,{OCREAT | 1},0644,0",
