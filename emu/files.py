@@ -318,14 +318,10 @@ def attrs_stat_bytes(a) -> bytes:
         ts(a.ctime_ns) + b"\0" * 24
 
 
-_libc_cache: list = []
-
-
 def host_syscall(nr: int, *args) -> int:
-    """A raw host syscall through libc (getdents64, statx): the result or -errno."""
-    if not _libc_cache:
-        _libc_cache.append(ctypes.CDLL(None, use_errno=True))
-    libc = _libc_cache[0]
+    """A raw host syscall through libc (getdents64, statx, renameat2...): the result
+    or -errno."""
+    libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     ret = libc.syscall(ctypes.c_long(nr), *args)
     return -ctypes.get_errno() if ret < 0 else ret

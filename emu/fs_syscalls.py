@@ -900,6 +900,40 @@ class FsSyscalls:
                 return r
             return self._create_last(nd, *r, make, allow_slash=True)
 
+    def sys_mknod(self, task, regs, path, mode, dev, *_):
+        return self.sys_mknodat(task, regs, AT_FDCWD, path, mode, dev)
+
+    def sys_mknodat(self, task, regs, dirfd, path, mode, dev, *_):
+        """do_mknodat: a regular file, FIFO or socket node with the mode less the umask;
+        EINVAL for an unknown type.  Device nodes are EPERM even for root: the model
+        never creates host device nodes (a guest's would name the host's hardware)."""
+        mode &= 0xFFFFFFFF
+        kind = mode & 0o170000 or S.S_IFREG
+        if kind not in (S.S_IFREG, S.S_IFIFO, S.S_IFSOCK, S.S_IFCHR, S.S_IFBLK):
+            return _neg(E.EINVAL)
+        umask = task.process.umask
+
+        def make(nd, parent, name):
+            if kind in (S.S_IFCHR, S.S_IFBLK):
+                return _neg(E.EPERM)
+            err = _host(os.mknod, name, kind | 0o600, 0, dir_fd=parent.fd)
+            if err:
+                return err
+            try:
+                fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent.fd)
+            except OSError:
+                return 0
+            try:
+                host_syscall(SYS_fchmodat2, ctypes.c_int(fd), ctypes.c_char_p(b""),
+                             ctypes.c_uint(mode & 0o7777 & ~umask), ctypes.c_int(AT_EMPTY_PATH))
+                self._init_owner(nd, parent, lambda u, g: host_syscall(
+                    SYS_fchownat, ctypes.c_int(fd), ctypes.c_char_p(b""), ctypes.c_int(u), ctypes.c_int(g),
+                    ctypes.c_int(AT_EMPTY_PATH)))
+            finally:
+                os.close(fd)
+            return 0
+        return self._create_at(task, dirfd, path, make)
+
     def sys_symlink(self, task, regs, target, path, *_):
         return self.sys_symlinkat(task, regs, target, AT_FDCWD, path)
 
@@ -1077,6 +1111,8 @@ class FsSyscalls:
             if not src.is_dir(task) and (otrail or ntrail) and (isinstance(dst, int) or not flags & RENAME_EXCHANGE):
                 return _neg(E.ENOTDIR)
             err = self._may_delete(nd, op, src)
+            if not err and src.is_dir(task) and (op.st.st_dev, op.st.st_ino) != (np_.st.st_dev, np_.st.st_ino):
+                err = self._perm(nd, src, MAY_WRITE)      # vfs_rename: its ".." changes
             if not err and not isinstance(dst, int):
                 err = self._may_delete(nd, np_, dst)
             elif not err:

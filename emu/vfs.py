@@ -37,7 +37,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from .errors import InputError
-from .vfs_types import Attrs, DT_DIR, SpecialNode, dtype_of
+from .vfs_types import Attrs, SpecialNode
 
 PATH_MAX, NAME_MAX, MAXSYMLINKS = 4096, 255, 40
 RESOLVE_NO_XDEV, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS = 0x01, 0x02, 0x04
@@ -117,7 +117,7 @@ def fs_capable(cred) -> bool:
     return cred.euid == 0 and cred.fsuid == 0
 
 
-def generic_permission(cred, attrs: Attrs, mask: int, *, privileged: bool | None = None) -> int:
+def generic_permission(cred, attrs: Attrs, mask: int) -> int:
     """generic_permission: the owner, group or other bits for ``mask`` (MAY_*), then
     root's overrides - directories always, files for read and write, and for exec only
     when at least one x bit is set."""
@@ -131,7 +131,7 @@ def generic_permission(cred, attrs: Attrs, mask: int, *, privileged: bool | None
     mask &= MAY_READ | MAY_WRITE | MAY_EXEC
     if mask & ~bits & 7 == 0:
         return 0
-    if fs_capable(cred) if privileged is None else privileged:
+    if fs_capable(cred):
         if S.S_ISDIR(mode) or not mask & MAY_EXEC or mode & 0o111:
             return 0
     return -E.EACCES
@@ -453,15 +453,11 @@ class Vfs:
         return guest
 
     # -- permissions --------------------------------------------------------------------
-    def permission(self, cred, loc: Loc, mask: int, task=None, *, privileged=None) -> int:
+    def permission(self, cred, loc: Loc, mask: int, task=None) -> int:
         """inode_permission: EROFS for a write to a regular file, directory or symlink
         on a read-only mount (sb_permission), then generic_permission."""
         attrs = loc.attrs(task)
         if mask & MAY_WRITE and not loc.mount.writable and \
                 S.S_IFMT(attrs.mode) in (S.S_IFREG, S.S_IFDIR, S.S_IFLNK):
             return -E.EROFS
-        return generic_permission(cred, attrs, mask, privileged=privileged)
-
-    @staticmethod
-    def dtype(loc: Loc, task) -> int:
-        return DT_DIR if loc.is_dir(task) else dtype_of(loc.mode(task))
+        return generic_permission(cred, attrs, mask)

@@ -14,7 +14,7 @@ from fs_helpers import same_tree
 BUSYBOX = "/bin/busybox"           # Debian busybox-static (installed by .ci/run)
 
 SCRIPTS = {
-    "pwd_and_cd": "pwd; cd sub && pwd; cd ..; pwd; cd /; pwd; cd; echo rc=$?",
+    "pwd_and_cd": "pwd; cd sub && pwd; cd ..; pwd; cd /; pwd; cd /nonexistent; echo rc=$?",
     "ls": "ls; ls -a sub; ls -d s*; ls missing; echo rc=$?",
     "mkdir_rmdir": "mkdir -p d/e/f && cd d/e && pwd && cd ../.. && rmdir d/e/f d/e d && ls",
     "find": "find . | sort",

@@ -121,6 +121,15 @@ def test_host_fifos_and_devices_stat_but_do_not_open(build_c, tmp_path):
     assert out[1:3] == ["open,fifo,0 -> EACCES", "open,fifo,1 -> EACCES"]
 
 
+def test_device_nodes_are_never_created(build_c, tmp_path):
+    """Natively root may mknod a device (0); the model refuses (EPERM) rather than make a
+    host device node, and leaves nothing behind."""
+    out = ops(build_c, tmp_path, ["mknod,null,020666,0x103", "mknod,blk,060600,0x801"],
+              grant_dirs=[str(tmp_path)], cwd=str(tmp_path))
+    assert out == ["mknod,null,020666,0x103 -> EPERM", "mknod,blk,060600,0x801 -> EPERM"]
+    assert not (tmp_path / "null").exists() and not (tmp_path / "blk").exists()
+
+
 def test_an_unprivileged_guest_cannot_read_a_root_only_file(build_c, tmp_path):
     (tmp_path / "secret").write_text("x")
     (tmp_path / "secret").chmod(0o600)

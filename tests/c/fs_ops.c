@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -241,6 +242,8 @@ int main(int argc, char **argv)
             result(label, utimensat(AT_FDCWD, a[0], ts, num(a[3])));
         } else if (!strcmp(name, "utimensnull")) {
             result(label, utimensat(AT_FDCWD, a[0], NULL, 0));
+        } else if (!strcmp(name, "mknod")) {    /* path, mode (with type), dev */
+            result(label, mknod(a[0], num(a[1]), num(a[2])));
         } else if (!strcmp(name, "symlink")) {
             result(label, symlink(a[0], a[1]));
         } else if (!strcmp(name, "link")) {
