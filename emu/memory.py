@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import mmap as _mmap
+import os
 import struct
 import weakref
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ _libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_
                        ctypes.c_long)
 _libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_libc.pread.restype = ctypes.c_ssize_t
+_libc.pread.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long)
 _libc.mremap.restype = ctypes.c_void_p
 _libc.mremap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int)
 _MREMAP_MAYMOVE = 1
@@ -210,6 +213,26 @@ class Memory:
         self._reindex()
         return self._merge_anon(vma)
 
+    def map_file(self, start: int, size: int, prot: int, file: MappedFile, pgoff: int, host_fd: int,
+                 *, shared: bool = False, name: str = "") -> Vma:
+        """A file mapping (mmap_region with a file): [start, start+size) shows the file
+        from offset ``pgoff``.  The file's pages are read from ``host_fd`` straight into
+        the mapping's host memory (no Python copy); the part of the last page past EOF,
+        and whole pages past it, read as zeros.  Private and shared read-only mappings
+        look alike to the guest: a write to either is the guest's own copy (MAP_SHARED
+        writable mappings are refused by the caller)."""
+        vma = self.map(start, size, prot, name, file=file, pgoff=pgoff)
+        vma.shared = shared
+        for lo, host, n in self._host_ranges(vma.start, vma.end):
+            off = pgoff + lo - vma.start
+            while n > 0:
+                got = _libc.pread(host_fd, host, n, off)
+                if got <= 0:
+                    break                      # EOF (or a read error): the rest stays zero
+                host, n, off = host + got, n - got, off + got
+        self.uc.ctl_remove_cache(vma.start, vma.end)
+        return vma
+
     def _grow_anon(self, start: int, end: int, prot: int, name: str, mayprot: int | None) -> Vma | None:
         """Extend the anonymous mapping that ends at ``start`` (a growing [heap]) as one
         Unicorn region: its host pages are mremap()ed larger (moved, never copied) and
@@ -272,7 +295,7 @@ class Memory:
     def _piece(v: Vma, lo: int, hi: int, prot: int) -> Vma:
         """The part [lo, hi) of ``v`` as its own VMA (split_vma)."""
         return Vma(lo, hi, prot, v.name, v.file, v.pgoff + (lo - v.start) if v.file else 0,
-                   v.special, set(v.flags), v.mayprot)
+                   v.special, set(v.flags), v.mayprot, v.shared)
 
     def _free_backing(self, start: int, end: int) -> None:
         """Give the host pages of [start, end) back (munmap of the host range)."""
@@ -441,3 +464,57 @@ class Memory:
     def maps(self) -> str:
         """/proc/self/maps."""
         return "".join(v.maps_line() + "\n" for v in self.vmas)
+
+
+class PageCache:
+    """The machine's files as the page cache knows them: one :class:`MappedFile` per
+    inode (st_dev, st_ino), whichever path reached it - a symlink or a hard link to a
+    mapped library is the same file, hence the same uprobe key (the kernel's
+    ``struct inode`` behind every ``vma->vm_file``).
+
+    A file met through mmap() is read on demand through a duplicate of the host
+    descriptor the page cache keeps; every kept descriptor is closed with the cache."""
+
+    def __init__(self):
+        self.files: dict[tuple[int, int], MappedFile] = {}
+        self._fds: list[int] = []
+        self._close = weakref.finalize(self, _close_all, self._fds)
+
+    def lookup(self, dev: int, ino: int) -> MappedFile | None:
+        return self.files.get((dev, ino)) if ino else None
+
+    def add(self, mfile: MappedFile) -> MappedFile:
+        """Remember an already read file (the executable, the interpreter); the one
+        cached first for its inode wins."""
+        if not mfile.ino:
+            return mfile
+        return self.files.setdefault((mfile.dev, mfile.ino), mfile)
+
+    def file_of(self, host_fd: int, path: str, d_path: str) -> MappedFile:
+        """The MappedFile of the open host file ``host_fd`` (filemap: the inode's
+        address_space), made on first use."""
+        st = os.fstat(host_fd)
+        hit = self.lookup(st.st_dev, st.st_ino)
+        if hit is not None:
+            return hit
+        fd = os.dup(host_fd)
+        self._fds.append(fd)
+
+        def reader(offset: int, n: int, fd=fd) -> bytes:
+            try:
+                return os.pread(fd, n, offset)
+            except OSError:
+                return b""
+        mfile = MappedFile(path, dev=st.st_dev, ino=st.st_ino, reader=reader, file_size=st.st_size,
+                           d_path=d_path)
+        self.files[(st.st_dev, st.st_ino)] = mfile
+        return mfile
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()
