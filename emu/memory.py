@@ -258,19 +258,28 @@ class Memory:
 
     def _merge_anon(self, vma: Vma) -> Vma:
         """Adjacent anonymous mappings with the same protection and name are one VMA,
-        as vma_merge() makes them (a growing [heap] stays one line in maps)."""
+        as vma_merge() makes them (a growing [heap] stays one line in maps; an mmap
+        just below another anonymous mapping extends it downwards)."""
         if vma.file is not None or vma.special:
             return vma
         i = self.vmas.index(vma)
-        if i > 0:
+        if i + 1 < len(self.vmas) and self._mergeable(vma, self.vmas[i + 1]):
+            vma.end = self.vmas[i + 1].end
+            del self.vmas[i + 1]
+            self._reindex()
+        if i > 0 and self._mergeable(self.vmas[i - 1], vma):
             prev = self.vmas[i - 1]
-            if prev.end == vma.start and prev.file is None and not prev.special and \
-                    prev.prot == vma.prot and prev.name == vma.name and prev.mayprot == vma.mayprot:
-                prev.end = vma.end
-                del self.vmas[i]
-                self._reindex()
-                return prev
+            prev.end = vma.end
+            del self.vmas[i]
+            self._reindex()
+            return prev
         return vma
+
+    @staticmethod
+    def _mergeable(lo: Vma, hi: Vma) -> bool:
+        return lo.end == hi.start and lo.file is None and hi.file is None and not lo.special and \
+            not hi.special and lo.prot == hi.prot and lo.name == hi.name and lo.mayprot == hi.mayprot and \
+            lo.flags == hi.flags
 
     def unmap(self, start: int, size: int) -> None:
         start, end = page_down(start), page_up(start + size)

@@ -42,6 +42,7 @@ MAX_RW_COUNT = 1 << 24                             # most bytes one write() copi
 DEFAULT_MEM_TOTAL = 4 << 30                        # the modeled machine's RAM (sysinfo)
 CLOCK_EPOCH_NS = 1_767_225_600 * 1_000_000_000    # 2026-01-01T00:00:00Z
 CLOCK_TICK_NS = 1_000                              # each clock read advances 1 us
+COARSE_RES_NS = 4_000_000                          # CLOCK_*_COARSE resolution: one jiffy at HZ=250
 RLIM_INFINITY = 0xFFFFFFFFFFFFFFFF
 RLIMIT_STACK, RLIMIT_NOFILE = 3, 7
 
@@ -225,6 +226,23 @@ class Syscalls(MmSyscalls, SignalSyscalls, IdentitySyscalls, ProcessSyscalls, Fd
         if clk != 0:
             ns -= CLOCK_EPOCH_NS  # monotonic-like clocks start at boot
         self.mem.write_user(tp, struct.pack("<qq", ns // 1_000_000_000, ns % 1_000_000_000))
+        return 0
+
+    def sys_clock_getres(self, task, regs, clk, res, *_):
+        """posix_get_hrtimer_res: 1 ns for the high-resolution clocks, a jiffy (HZ=250)
+        for the coarse ones; the clocks clock_gettime knows (the vDSO's fallback)."""
+        if clk not in (0, 1, 2, 3, 4, 5, 6, 7):
+            return _neg(E.EINVAL)
+        if res:
+            ns = COARSE_RES_NS if clk in (5, 6) else 1
+            self.mem.write_user(res, struct.pack("<qq", 0, ns))
+        return 0
+
+    def sys_getcpu(self, task, regs, cpu, node, *_):
+        """getcpu(): the machine has one CPU in one NUMA node."""
+        for ptr in (cpu, node):
+            if ptr:
+                self.mem.write_user(ptr, struct.pack("<I", 0))
         return 0
 
     def sys_gettimeofday(self, task, regs, tv, tz, *_):
