@@ -105,8 +105,8 @@ def _map_segments(mem, image, mfile, bias: int) -> int:
         # whole file pages are mapped, as mmap does; bss is zeroed below
         data = image.data[file_start:file_start + (file_backed_end - start)]
         if seg.filesz:
-            mem.map(start, file_backed_end - start, prot, image.path, file=mfile, pgoff=file_start,
-                    data=data)
+            mem.map(start, file_backed_end - start, prot, mfile.d_path or mfile.path, file=mfile,
+                    pgoff=file_start, data=data)
         if map_end > file_backed_end:
             mem.map(file_backed_end, map_end - file_backed_end, prot, "")
         # a partially file-backed last page is zero past filesz (padzero)

@@ -100,12 +100,14 @@ class MmSyscalls:
             return _neg(E.ENODEV)                # no ->mmap: pipes, /proc files, directories
         if shared and file.writable:
             return _neg(E.ENODEV)                # a shared writable mapping would write back
-        mfile = self.m.page_cache.file_of(file.fd, file.proc_link(), self._d_path(file))
+        d_path = self._d_path(file)
+        mfile = self.m.page_cache.file_of(file.fd, file.proc_link(), d_path)
         if mfile not in task.process.files:
             task.process.files.append(mfile)
         try:
             # a read-only descriptor's shared mapping loses VM_MAYWRITE
-            vma = self.mem.map_file(where, length, prot, mfile, off, file.fd, shared=shared)
+            vma = self.mem.map_file(where, length, prot, mfile, off, file.fd, shared=shared,
+                                    name=d_path)
         except MemoryLimitExceeded:
             return _neg(E.ENOMEM)
         if shared:

@@ -108,7 +108,7 @@ class Vma:
     start: int
     end: int
     prot: int
-    name: str = ""
+    name: str = ""                # a file mapping: the path it was mapped through (d_path)
     file: MappedFile | None = None
     pgoff: int = 0                # file offset of ``start`` (bytes, page aligned)
     special: bool = False         # [uprobes], [uprobes-trampoline], [vdso]-like
@@ -136,7 +136,7 @@ class Vma:
     def maps_line(self) -> str:
         """One /proc/PID/maps line, padded as show_map_vma() does (name at column 73)."""
         f = self.file
-        path = (f.d_path or f.path) if f is not None else self.name
+        path = self.name or (f.d_path or f.path) if f is not None else self.name
         dev, ino = (f.dev_string(), f.ino) if f is not None else ("00:00", 0)
         prefix = f"{self.start:08x}-{self.end:08x} {self.perms()} {self.pgoff:08x} {dev} {ino} "
         return prefix.ljust(72) + " " + path if path else prefix
