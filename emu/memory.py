@@ -233,6 +233,30 @@ class Memory:
         self.uc.ctl_remove_cache(vma.start, vma.end)
         return vma
 
+    def fill_from_file(self, start: int, end: int, file: MappedFile, offset: int) -> None:
+        """Read file bytes from ``offset`` into [start, end) (a file mapping that grew or
+        faults in afresh); past EOF the pages read as zeros."""
+        chunk = 1 << 20
+        for lo in range(start, end, chunk):
+            n = min(chunk, end - lo)
+            self._raw_write(lo, file.read(offset + lo - start, n))
+        self.uc.ctl_remove_cache(start, end)
+
+    def join(self, lo: Vma, hi: Vma) -> Vma:
+        """Two adjacent VMAs become ``lo`` (vma_expand after an in-place mremap)."""
+        lo.end = hi.end
+        self.vmas.remove(hi)
+        self._reindex()
+        return lo
+
+    def copy_within(self, src: int, dst: int, n: int) -> None:
+        """Copy ``n`` bytes of host memory from guest ``src`` to guest ``dst`` (move_page_tables:
+        the pages move with the mapping, nothing goes through Python)."""
+        for lo, host, length in list(self._host_ranges(src, src + n)):
+            for dlo, dhost, dn in list(self._host_ranges(dst + lo - src, dst + lo - src + length)):
+                ctypes.memmove(dhost, host + dlo - (dst + lo - src), dn)
+        self.uc.ctl_remove_cache(dst, dst + n)
+
     def _grow_anon(self, start: int, end: int, prot: int, name: str, mayprot: int | None) -> Vma | None:
         """Extend the anonymous mapping that ends at ``start`` (a growing [heap]) as one
         Unicorn region: its host pages are mremap()ed larger (moved, never copied) and

@@ -25,6 +25,7 @@ MAP_FIXED, MAP_ANONYMOUS, MAP_FIXED_NOREPLACE = 0x10, 0x20, 0x100000
 LEGACY_MAP_MASK = 0x01 | 0x02 | 0x10 | 0x20 | 0x0100 | 0x0800 | 0x1000 | 0x2000 | 0x4000 | \
     0x8000 | 0x10000 | 0x20000 | 0x40000
 PROT_GROWSDOWN, PROT_GROWSUP = 0x01000000, 0x02000000
+MREMAP_MAYMOVE, MREMAP_FIXED, MREMAP_DONTUNMAP = 1, 2, 4
 
 
 def _neg(err: int) -> int:
@@ -124,6 +125,87 @@ class MmSyscalls:
         root = self.grant_dir or "/"
         rel = os.path.relpath(host, root)
         return file.proc_link() if rel.startswith("..") else os.path.normpath("/" + rel)
+
+    # ------------------------------------------------------------------ mremap
+    def sys_mremap(self, task, regs, addr, old_len, new_len, flags, new_addr, *_):
+        """mremap(): check_mremap_params, check_prep_vma, then mremap_at (shrink in
+        place, grow in place, or move with MREMAP_MAYMOVE) or mremap_to (a given
+        address).  A moved mapping keeps its file, offset and protection; its bytes
+        move with it."""
+        fixed = flags & (MREMAP_FIXED | MREMAP_DONTUNMAP)
+        old_len, new_len = page_up(old_len), page_up(new_len)
+        if flags & ~(MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP) or addr & (PAGE_SIZE - 1):
+            return _neg(E.EINVAL)
+        if not new_len or new_len > TASK_SIZE:
+            return _neg(E.EINVAL)
+        if flags & MREMAP_FIXED:
+            if new_addr > TASK_SIZE - new_len or new_addr & (PAGE_SIZE - 1):
+                return _neg(E.EINVAL)
+        if fixed and not flags & MREMAP_MAYMOVE:
+            return _neg(E.EINVAL)
+        if flags & MREMAP_DONTUNMAP and old_len != new_len:
+            return _neg(E.EINVAL)
+        if flags & MREMAP_FIXED and new_addr < addr + old_len and addr < new_addr + new_len:
+            return _neg(E.EINVAL)                       # the target overlaps the source
+        vma = self.mem.find_vma(addr)
+        if vma is None:
+            return _neg(E.EFAULT)
+        if not old_len and not vma.shared:
+            return _neg(E.EINVAL)                       # "duplicating" a private mapping
+        if min(old_len, new_len) > vma.end - addr:
+            return _neg(E.EFAULT)                       # the old range spans VMAs
+        if flags & MREMAP_FIXED:
+            self.mem.unmap(new_addr, new_len)
+        if new_len < old_len:
+            self.mem.unmap(addr + new_len, old_len - new_len)        # shrink_vma
+            if not fixed:
+                return addr
+            old_len = new_len
+        elif new_len == old_len and not fixed:
+            return addr
+        try:
+            return self._mremap_grow_or_move(vma, addr, old_len, new_len, flags, new_addr)
+        except MemoryLimitExceeded:
+            return _neg(E.ENOMEM)
+
+    def _mremap_grow_or_move(self, vma, addr: int, old_len: int, new_len: int, flags: int,
+                             new_addr: int) -> int:
+        mem = self.mem
+        end = addr + old_len
+        if not flags & (MREMAP_FIXED | MREMAP_DONTUNMAP) and end == vma.end and \
+                end + new_len - old_len <= TASK_SIZE and mem.is_free(end, addr + new_len):
+            self._remap_piece(vma, end, addr + new_len, end, 0)       # expand in place
+            return addr
+        if not flags & MREMAP_MAYMOVE:
+            return _neg(E.ENOMEM)
+        if not flags & MREMAP_FIXED:
+            new_addr = mem.get_unmapped_area(new_len)
+            if new_addr is None:
+                return _neg(E.ENOMEM)
+        self._remap_piece(vma, new_addr, new_addr + new_len, addr, old_len)   # move_vma
+        mem.copy_within(addr, new_addr, old_len)
+        if flags & MREMAP_DONTUNMAP:
+            if vma.file is not None:                    # the old range faults in afresh
+                mem.fill_from_file(addr, addr + old_len, vma.file, vma.offset_of(addr))
+            else:
+                mem.discard(addr, old_len)
+        else:
+            mem.unmap(addr, old_len)
+        return new_addr
+
+    def _remap_piece(self, vma, start: int, end: int, src: int, copied: int) -> None:
+        """A mapping [start, end) like ``vma``, showing what ``vma`` shows from ``src``
+        on; past the ``copied`` bytes that move with it, a file mapping reads the file.
+        Grown in place it stays one VMA (vma_expand)."""
+        mem = self.mem
+        new = mem.map(start, end - start, vma.prot, vma.name, file=vma.file,
+                      pgoff=vma.offset_of(src) if vma.file else 0, special=vma.special,
+                      mayprot=vma.mayprot)
+        new.flags, new.shared = set(vma.flags), vma.shared
+        if vma.file is not None:
+            mem.fill_from_file(start + copied, end, vma.file, vma.offset_of(src) + copied)
+            if start == vma.end:
+                mem.join(vma, new)
 
     def sys_munmap(self, task, regs, addr, length, *_):
         """do_vmi_munmap: special mappings ([uprobes], the trampoline) can be unmapped

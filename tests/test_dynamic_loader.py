@@ -43,6 +43,17 @@ def test_a_gcc_built_dynamic_hello_prints_as_native(build_c):
         (7, f"hello from {exe} argc=2\none\nheap ok\n".encode(), b"to stderr\n"), r.describe()
 
 
+@pytest.mark.parametrize("source", ["forks.c", "threads.c", "signals.c", "pipes.c"])
+def test_dynamic_programs_that_fork_and_thread_run_as_native(build_c, source):
+    """A fork copies the library mappings (file pages included); threads get their TLS
+    from ld.so's static TLS block."""
+    exe = build_c(source, "-pthread", name=source[:-2] + "_dynamic")
+    native = subprocess.run([exe], capture_output=True, timeout=60)
+    r = _run([exe])
+    assert (r.exit_code, r.stdout) == (native.returncode, native.stdout), \
+        f"expected {native.stdout!r}, got {r.stdout!r} ({r.describe()})"
+
+
 def test_the_run_starts_at_the_interpreters_entry():
     m = Machine.from_elf("/bin/true", grant_dir="/")
     interp = m.process.files[1]
