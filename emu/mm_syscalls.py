@@ -26,6 +26,7 @@ LEGACY_MAP_MASK = 0x01 | 0x02 | 0x10 | 0x20 | 0x0100 | 0x0800 | 0x1000 | 0x2000 
     0x8000 | 0x10000 | 0x20000 | 0x40000
 PROT_GROWSDOWN, PROT_GROWSUP = 0x01000000, 0x02000000
 MREMAP_MAYMOVE, MREMAP_FIXED, MREMAP_DONTUNMAP = 1, 2, 4
+MAX_LFS_FILESIZE = (1 << 63) - 1
 
 
 def _neg(err: int) -> int:
@@ -53,8 +54,8 @@ class MmSyscalls:
         length = page_up(length)
         if length > TASK_SIZE:
             return _neg(E.ENOMEM)                # PAGE_ALIGN wrapped, or larger than user space
-        if file is not None and (off >> 12) + (length >> 12) >= 1 << 52:
-            return _neg(E.EOVERFLOW)             # pgoff + pages wraps
+        if file is not None and off + length > MAX_LFS_FILESIZE:
+            return _neg(E.EOVERFLOW)             # file_mmap_ok: past the largest file offset
         if prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC):
             return _neg(E.EINVAL)
         where = self._mmap_address(addr, length, flags)

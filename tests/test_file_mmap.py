@@ -77,6 +77,9 @@ def _section(lines, start, stop=None):
     "unaligned offset: errno=22",
     "bad map type: errno=22",
     "zero length: errno=22",
+    "offset 0x8000000000000000: failed errno=75",
+    "offset 0x7ffffffffffff000: failed errno=75",
+    "offset 0x7fffffffffffe000: ok errno=0",
 ])
 def test_mmap_case_answers_as_the_kernel(native, model, case):
     assert case in native, f"the host disagrees with the spec: {case!r} not in {native}"

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define AT(n) ((void *)(0x200000000UL + (n) * 0x1000UL))
@@ -62,6 +63,13 @@ int main(int argc, char **argv)
     result("unaligned offset", mmap(0, 0x1000, PROT_READ, MAP_PRIVATE, fd, 0x10));
     result("bad map type", mmap(0, 0x1000, PROT_READ, 0, fd, 0));
     result("zero length", mmap(0, 0, PROT_READ, MAP_PRIVATE, fd, 0));
+    unsigned long offs[] = {0x8000000000000000UL, 0x7ffffffffffff000UL, 0x7fffffffffffe000UL};
+    for (int i = 0; i < 3; i++) {          /* file_mmap_ok: offset + length <= MAX_LFS_FILESIZE */
+        long r = syscall(SYS_mmap, 0, 0x1000, PROT_READ, MAP_PRIVATE, fd, offs[i]);
+        printf("offset %#lx: %s errno=%d\n", offs[i], r < 0 ? "failed" : "ok", r < 0 ? errno : 0);
+        if (r >= 0)
+            munmap((void *)r, 0x1000);
+    }
 
     munmap(AT(0), 0x2000);
     munmap(AT(0x10), 0x1000);
