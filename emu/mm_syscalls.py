@@ -155,6 +155,8 @@ class MmSyscalls:
             return _neg(E.EINVAL)                       # "duplicating" a private mapping
         if min(old_len, new_len) > vma.end - addr:
             return _neg(E.EFAULT)                       # the old range spans VMAs
+        if vma.special and new_len > old_len:
+            return _neg(E.EFAULT)                       # VM_DONTEXPAND: special mappings
         if flags & MREMAP_FIXED:
             self.mem.unmap(new_addr, new_len)
         if new_len < old_len:

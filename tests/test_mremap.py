@@ -50,3 +50,10 @@ def test_maps_after_mremap(outputs, section):
         j = next((k for k in range(i + 1, len(lines)) if not lines[k][:1].isdigit()), len(lines))
         return lines[i:j]
     assert block(model) == block(native), "\n".join(["expected:", *block(native), "got:", *block(model)])
+
+
+def test_a_special_mapping_cannot_grow():
+    """[vdso] is VM_DONTEXPAND: growing it is EFAULT (moving it is allowed)."""
+    m = Machine.from_elf("/bin/true", grant_dir="/")
+    vdso = next(v for v in m.mem.vmas if v.name == "[vdso]")
+    assert m.syscalls.sys_mremap(m.task, None, vdso.start, vdso.size, vdso.size * 2, 1, 0) == -14
