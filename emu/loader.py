@@ -125,7 +125,7 @@ def _program_bias(image) -> int:
         return 0
     if image.interp is None:
         return ET_DYN_BASE
-    return page_down((ET_DYN_BASE & ~(_maximum_alignment(image) - 1)) - page_down(image.segments[0].vaddr))
+    return page_down((ET_DYN_BASE & ~(_maximum_alignment(image) - 1)) - image.segments[0].vaddr)
 
 
 def _interp_bias(mem, interp) -> int:
@@ -134,10 +134,11 @@ def _interp_bias(mem, interp) -> int:
     if interp.etype != "DYN":
         return 0
     size = _total_mapping_size(interp)
-    where = mem.get_unmapped_area(size)
+    first = page_down(interp.segments[0].vaddr)
+    where = mem.get_unmapped_area(size, hint=first or None)     # elf_map's address is a hint
     if where is None:
         raise MemoryLimitExceeded(f"no room for the interpreter ({size:#x} bytes)")
-    return where - page_down(interp.segments[0].vaddr)
+    return where - first
 
 
 def _load_image(machine, image, mfile, argv: list[str], env: list[str] | None) -> None:

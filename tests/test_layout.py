@@ -36,10 +36,14 @@ def layout_exe(build_c):
     return build_c("layout.c", name="layout_dynamic")
 
 
-def test_start_up_pointers_equal_a_native_run_without_randomization(layout_exe):
+@pytest.mark.parametrize("flags", [(), ("-Wl,-z,max-page-size=0x200000",), ("-no-pie",)],
+                         ids=["pie", "pie-2MiB-aligned", "no-pie"])
+def test_start_up_pointers_equal_a_native_run_without_randomization(build_c, flags):
     """auxv (kernel order, every address), argv/envp/stack, sbrk, main, malloc (brk and
-    mmap'ed), a libc function: all as natively."""
-    native, model = _without_cpu(_native(layout_exe)), _without_cpu(_emulated(layout_exe))
+    mmap'ed), a libc function: all as natively - for a PIE (ELF_ET_DYN_BASE), a PIE whose
+    segments ask for 2 MiB alignment (the base aligned down to it) and an ET_EXEC."""
+    exe = build_c("layout.c", *flags, name="layout_dynamic" + "".join(f[-4:] for f in flags))
+    native, model = _without_cpu(_native(exe)), _without_cpu(_emulated(exe))
     assert model == native, "\n".join(["expected (native):", *native, "got (model):", *model])
 
 
