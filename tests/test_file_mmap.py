@@ -134,3 +134,23 @@ def test_a_mapped_file_reads_from_the_host_past_eof_as_zeros(files):
 
 def test_without_a_descriptor_a_file_mapping_is_ebadf():
     assert run_syscall(9, 0, 4096, 1, 2, 7, 0) == -9       # MAP_PRIVATE on fd 7: nothing open
+
+
+def test_the_page_cache_holds_few_host_descriptors(files, tmp_path):
+    """Many mapped files, few open host descriptors: a file whose descriptor was
+    closed is reopened by path (and only while it is the same inode)."""
+    cache = PageCache()
+    mapped = []
+    for i in range(PageCache.MAX_OPEN + 20):
+        p = tmp_path / f"f{i}"
+        p.write_bytes(bytes([i]) * 10)
+        fd = os.open(p, os.O_RDONLY)
+        mapped.append(cache.file_of(fd, str(p), str(p)))
+        os.close(fd)
+    got = [f.read(3, 1) for f in mapped]
+    assert got == [bytes([i]) for i in range(len(mapped))] and len(cache._open) <= PageCache.MAX_OPEN
+    (tmp_path / "f0").unlink()
+    (tmp_path / "f0").write_bytes(b"other inode")
+    for f in mapped[1:PageCache.MAX_OPEN + 1]:
+        f.read(0, 1)                                   # evicts f0's descriptor
+    assert mapped[0].read(0, 2) == b"\0\0", "a replaced file must not be read as the mapped one"
