@@ -74,3 +74,14 @@ def test_a_static_guest_keeps_its_layout(build_c):
     m = Machine.from_elf(exe)
     stack = next(v for v in m.mem.vmas if v.name == "[stack]")
     assert (stack.end, 33 in m.auxv) == (0x7FFFFFFDE000, False), (hex(stack.end), m.auxv)
+
+
+def test_an_anonymous_mmap_just_below_another_merges_with_it():
+    """Top-down mmaps land just below the previous one; vma_merge makes them one VMA
+    (one maps line), as malloc's big chunks next to ld.so's anonymous pages show."""
+    m = Machine.from_asm("_start:\n    mov eax, 231\n    syscall\n")
+    first = m.syscalls.sys_mmap(m.task, None, 0, 0x3000, 3, 0x22, -1, 0)
+    second = m.syscalls.sys_mmap(m.task, None, 0, 0x2000, 3, 0x22, -1, 0)
+    lines = [ln for ln in m.mem.maps().splitlines() if ln.startswith(f"{second:08x}")]
+    assert (second, lines) == (first - 0x2000, [f"{second:08x}-{first + 0x3000:08x} rw-p 00000000 00:00 0 "]), \
+        m.mem.maps()
