@@ -159,10 +159,11 @@ def _load_image(machine, image, mfile, argv: list[str], env: list[str] | None) -
     if interp is not None:
         iimage, ifile = interp
         ibias = _interp_bias(mem, iimage)
+        ifile = cache.add(ifile)
         ifile.load_bias = ibias
-        proc.files.append(cache.add(ifile))
+        proc.files.append(ifile)
         _map_segments(mem, iimage, ifile, ibias)
-        interp_base, entry = ibias + page_down(iimage.segments[0].vaddr), iimage.entry + ibias
+        interp_base, entry = ibias, iimage.entry + ibias     # AT_BASE: load_elf_interp's load_addr
         vdso_base = map_vdso(mem, machine.kernel.profile.release)
     phdr = _phdr_vaddr(image) + bias
     env = DEFAULT_ENV if env is None else env
