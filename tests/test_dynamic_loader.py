@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +122,26 @@ def test_the_cli_runs_bin_true_with_the_host_as_sysroot():
 def test_the_cli_runs_bin_echo():
     proc = cli("run", "--grant-dir", "/", "/bin/echo", "hi")
     assert (proc.returncode, proc.stdout) == (0, b"hi\n"), proc.stderr
+
+
+def _native_fault_pc(argv: list[str]) -> int:
+    """Where the native run faults: gdb runs it with randomization disabled (its default)."""
+    out = subprocess.run(["gdb", "-nx", "-batch", "-ex", "run", "-ex", 'printf "PC=%#lx\\n", $pc',
+                          "--args", *argv], capture_output=True, text=True, timeout=120).stdout
+    assert "SIGSEGV" in out, out
+    return int(out.split("PC=")[1].split()[0], 16)
+
+
+@pytest.mark.parametrize("flavour", ["-static", "-static-pie"])
+def test_a_static_program_as_interpreter_is_mapped_and_entered_as_natively(build_c, tmp_path, flavour):
+    """PT_INTERP naming a static executable: the kernel maps it (ET_EXEC at its own
+    addresses, static-pie top-down below mmap_base) and enters it with the program's
+    auxv; its glibc then faults at the same pc as natively."""
+    interp = build_c("hello.c", flavour)
+    exe = str(tmp_path / "via")
+    subprocess.run(["gcc", "-O1", f"-Wl,--dynamic-linker={interp}", "-o", exe,
+                    str(Path(__file__).parent / "c" / "layout.c")], check=True)
+    native_pc = _native_fault_pc([exe, "a"])
+    r = Machine.from_elf(exe, argv=[exe, "a"]).run(timeout=60)
+    assert (r.reason, r.signal, r.rip) == ("signal", 11, native_pc), \
+        f"expected SIGSEGV at {native_pc:#x}, got {r.describe()}"
