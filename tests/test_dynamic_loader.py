@@ -6,6 +6,7 @@ and gcc's output run with native exit codes and output."""
 from __future__ import annotations
 
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -145,3 +146,19 @@ def test_a_static_program_as_interpreter_is_mapped_and_entered_as_natively(build
     r = Machine.from_elf(exe, argv=[exe, "a"]).run(timeout=60)
     assert (r.reason, r.signal, r.rip) == ("signal", 11, native_pc), \
         f"expected SIGSEGV at {native_pc:#x}, got {r.describe()}"
+
+
+def test_an_interpreter_too_big_for_the_memory_limit_is_one_line(tmp_path):
+    """An interpreter whose last PT_LOAD asks for 64 TiB of bss: refused in one line (as
+    execve fails with ENOMEM), nothing allocated on the host."""
+    data = bytearray(Path("/lib64/ld-linux-x86-64.so.2").read_bytes())
+    phoff, phnum = struct.unpack_from("<Q", data, 32)[0], struct.unpack_from("<H", data, 56)[0]
+    loads = [phoff + 56 * i for i in range(phnum) if struct.unpack_from("<I", data, phoff + 56 * i)[0] == 1]
+    struct.pack_into("<Q", data, loads[-1] + 40, 0x4000_0000_0000)       # p_memsz
+    fat = tmp_path / "ld.so"
+    fat.write_bytes(bytes(data))
+    exe = str(tmp_path / "prog")
+    subprocess.run(["gcc", "-O1", f"-Wl,--dynamic-linker={fat}", "-o", exe,
+                    str(Path(__file__).parent / "c" / "hello.c")], check=True)
+    line = one_line_error(cli("run", exe))
+    assert line.startswith(f"uprobe-emu: error: {exe}: cannot be loaded: ") and line.endswith("(see --max-memory)"), line
