@@ -1,11 +1,12 @@
-"""The memory-mapping syscalls: mmap (anonymous and file-backed), munmap, mprotect.
+"""The memory-mapping syscalls: mmap (anonymous and file-backed), munmap, mprotect, mremap.
 
 ``sys_mmap`` follows ``ksys_mmap_pgoff`` -> ``do_mmap``: the same checks in the same
 order, so a bad call gets the errno the kernel gives.  A file mapping shows a guest-opened
 host file (:class:`emu.files.HostFile`) from a page-aligned offset, its pages read into
 the mapping at mmap time (the zero tail of the last page and pages past EOF read as
 zeros); MAP_PRIVATE and read-only MAP_SHARED mappings are modeled, a writable shared one
-is not (ENODEV: no write-back to the host file).  Each file mapping's VMA carries the
+is not (ENODEV: no write-back to the host file; a read-only shared mapping of a writable
+descriptor cannot be mprotect'ed writable either, EACCES).  Each file mapping's VMA carries the
 page cache's :class:`~emu.mm_types.MappedFile` for the file's (st_dev, st_ino), the key
 uprobes use.
 """
@@ -100,7 +101,7 @@ class MmSyscalls:
             return _neg(E.EACCES)
         if not isinstance(file, HostFile) or file.is_dir:
             return _neg(E.ENODEV)                # no ->mmap: pipes, /proc files, directories
-        if shared and file.writable:
+        if shared and prot & PROT_WRITE:
             return _neg(E.ENODEV)                # a shared writable mapping would write back
         d_path = self._d_path(file)
         mfile = self.m.page_cache.file_of(file.fd, file.proc_link(), d_path)
@@ -113,7 +114,7 @@ class MmSyscalls:
         except MemoryLimitExceeded:
             return _neg(E.ENOMEM)
         if shared:
-            vma.mayprot &= ~PROT_WRITE
+            vma.mayprot &= ~PROT_WRITE           # read-only descriptor: no VM_MAYWRITE; else not modeled
         return where
 
     def _d_path(self, file: HostFile) -> str:

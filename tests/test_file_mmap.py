@@ -71,6 +71,7 @@ def _section(lines, start, stop=None):
     "mprotect shared writable: -1 errno=13",      # no VM_MAYWRITE on an O_RDONLY file
     "shared writable on O_RDONLY: errno=13",
     "private on O_WRONLY: errno=13",
+    "shared read-only on O_RDWR: ok",
     "directory: errno=19",
     "pipe: errno=19",
     "closed fd: errno=9",

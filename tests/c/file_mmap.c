@@ -57,6 +57,11 @@ int main(int argc, char **argv)
     printf("mprotect shared writable: %d errno=%d\n", rc, errno);
     result("shared writable on O_RDONLY", mmap(0, 0x1000, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
     result("private on O_WRONLY", mmap(0, 0x1000, PROT_READ, MAP_PRIVATE, wfd, 0));
+    int rwfd = open(argv[3], O_RDWR);
+    void *rs = mmap(0, 0x1000, PROT_READ, MAP_SHARED, rwfd, 0);
+    result("shared read-only on O_RDWR", rs);
+    if (rs != MAP_FAILED)
+        munmap(rs, 0x1000);
     result("directory", mmap(0, 0x1000, PROT_READ, MAP_PRIVATE, dfd, 0));
     result("pipe", mmap(0, 0x1000, PROT_READ, MAP_PRIVATE, pfd[0], 0));
     result("closed fd", mmap(0, 0x1000, PROT_READ, MAP_PRIVATE, 1000, 0));
