@@ -28,9 +28,13 @@ def _run(argv, **kw):
 
 
 @pytest.mark.parametrize("argv", [["/bin/true"], ["/bin/false"], ["/bin/echo", "hi"],
-                                  ["/bin/echo", "-n", "a", "b"], ["/bin/cat", "/etc/hostname"]],
-                         ids=["true", "false", "echo", "echo-n", "cat"])
-def test_host_binaries_exit_and_print_as_native(argv):
+                                  ["/bin/echo", "-n", "a", "b"], ["/bin/cat", "FILE"],
+                                  ["/usr/bin/sort", "FILE"]],
+                         ids=["true", "false", "echo", "echo-n", "cat", "sort"])
+def test_host_binaries_exit_and_print_as_native(argv, tmp_path):
+    data = tmp_path / "lines.txt"
+    data.write_text("pear\napple\nfig\n")
+    argv = [str(data) if a == "FILE" else a for a in argv]
     native = subprocess.run(argv, capture_output=True, timeout=60)
     r = _run(argv)
     assert (r.reason, r.exit_code, r.stdout, r.stderr) == \
