@@ -1,12 +1,13 @@
 """Reading static x86_64 Linux ELF executables, and writing tiny ones.
 
-The emulator runs what the kernel's ``binfmt_elf`` would run *without* an interpreter:
-static ``ET_EXEC`` executables and static-pie ``ET_DYN`` ones.  Everything else is
+The emulator runs what the kernel's ``binfmt_elf`` runs: ``ET_EXEC`` and ``ET_DYN``
+executables, static or with a ``PT_INTERP`` (recorded in ``ElfImage.interp``; the
+loader maps that interpreter, which does the dynamic linking).  Everything else is
 refused here, up front, with one readable line (an :class:`ElfError`) instead of a
 confusing fault later inside the emulator.  The checks mirror the ones the kernel makes
 (magic, class, machine, program header size, ``p_filesz <= p_memsz``, mmap-able
-offsets), plus the ones the emulator needs because it has no dynamic loader
-(``PT_INTERP``, ``DT_NEEDED``).
+offsets, a NUL-terminated ``PT_INTERP``), plus one the emulator needs: a file with
+``DT_NEEDED`` but no interpreter (a shared library) would crash on its first call.
 
 Program headers are decoded by hand with :mod:`struct` because they decide whether the
 file runs at all and must be bounds-checked exactly.  Sections (symbols, USDT notes) are
@@ -176,6 +177,7 @@ class ElfImage:
     all_symbols: list[Symbol] = field(repr=False)
     usdt: list[UsdtNote]
     tls: Segment | None
+    interp: str | None = None  # PT_INTERP: the program interpreter the loader maps
     _code_index: _CodeSymbolIndex = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -385,15 +387,16 @@ def _file_kind(mode: int) -> str:
 
 
 def parse_elf(data: bytes, path: str) -> ElfImage:
-    """Validate ``data`` as a runnable static x86_64 executable and describe it."""
+    """Validate ``data`` as a runnable x86_64 executable and describe it."""
     data = bytes(data)
     header = _parse_header(data, path)
     phdrs = _parse_program_headers(data, header, path)
-    _reject_interpreter(data, phdrs, path)
+    interp = _interpreter(data, phdrs, path)
     segments = [_segment(data, ph, path) for ph in phdrs if ph.type == _PT_LOAD]
     if not segments:
         raise ElfError(f"{path}: no loadable segments (no PT_LOAD program header)")
-    _reject_needed_libraries(data, phdrs, segments, path)
+    if interp is None:
+        _reject_needed_libraries(data, phdrs, segments, path)
     tls = next((_segment(data, ph, path) for ph in phdrs if ph.type == _PT_TLS), None)
     all_symbols, usdt = _parse_sections(data, header, path)
     return ElfImage(
@@ -409,6 +412,7 @@ def parse_elf(data: bytes, path: str) -> ElfImage:
         all_symbols=all_symbols,
         usdt=usdt,
         tls=tls,
+        interp=interp,
     )
 
 
@@ -476,13 +480,19 @@ def _parse_program_headers(data: bytes, header: _Header, path: str) -> list[_Pro
     ]
 
 
-def _reject_interpreter(data: bytes, phdrs: list[_ProgramHeader], path: str) -> None:
-    """There is no dynamic loader in the emulator, so PT_INTERP means "cannot run"."""
+def _interpreter(data: bytes, phdrs: list[_ProgramHeader], path: str) -> str | None:
+    """The PT_INTERP path, checked as load_elf_binary checks it: inside the file, at
+    least two bytes, NUL-terminated (-ENOEXEC otherwise)."""
     for ph in phdrs:
-        if ph.type == _PT_INTERP:
-            raw = data[ph.offset : ph.offset + ph.filesz].split(b"\0", 1)[0]
-            interp = raw.decode("utf-8", errors="replace") or "?"
-            raise ElfError(f"{path}: dynamically linked ELF is not supported yet (PT_INTERP {interp})")
+        if ph.type != _PT_INTERP:
+            continue
+        if ph.filesz > 4096 or ph.filesz < 2 or ph.offset + ph.filesz > len(data):
+            raise ElfError(f"{path}: bad PT_INTERP (size {ph.filesz:#x} at offset {ph.offset:#x})")
+        raw = data[ph.offset : ph.offset + ph.filesz]
+        if raw[-1] != 0:
+            raise ElfError(f"{path}: bad PT_INTERP (the path is not NUL-terminated)")
+        return raw.split(b"\0", 1)[0].decode("utf-8", errors="surrogateescape")
+    return None
 
 
 def _segment(data: bytes, ph: _ProgramHeader, path: str) -> Segment:

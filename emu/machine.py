@@ -40,8 +40,8 @@ from .counters import Counters
 from .elf import load_elf_file, parse_elf
 from .identity_syscalls import Cred
 from .errors import GuestSignalError, InputError, SymbolError
-from .loader import load_image
-from .memory import DEFAULT_MAX_MEMORY, GuestFault, MappedFile, Memory, MemoryLimit
+from .loader import file_identity, load_image
+from .memory import DEFAULT_MAX_MEMORY, GuestFault, MappedFile, Memory, MemoryLimit, PageCache
 from .regs import GPR_NAMES, RF, TF, PtRegs
 from .sched import Scheduler
 from .signals import SIGNALS, RunResult
@@ -270,6 +270,7 @@ class Machine:
             raise InputError(f"max_memory must be positive, not {max_memory}")
         self.counters = Counters()
         self.mem_limit = MemoryLimit(max_memory)
+        self.page_cache = PageCache()            # one MappedFile per (st_dev, st_ino)
         self._released: list[Process] = []      # exited processes whose mm is still to free
         self.processes: list[Process] = []      # live processes (and zombies until reaped)
         self.tasks: list[Task] = []              # live tasks
@@ -320,7 +321,9 @@ class Machine:
                  **kw) -> "Machine":
         image = load_elf_file(path)
         m = cls(comm=os.path.basename(path)[:15], **kw)
-        load_image(m, image, MappedFile(path, image.data, image), argv or [path], env)
+        dev, ino, d_path = file_identity(path)
+        load_image(m, image, MappedFile(path, image.data, image, dev=dev, ino=ino, d_path=d_path),
+                   argv or [path], env)
         return m
 
     @classmethod
@@ -344,7 +347,8 @@ class Machine:
 
     @classmethod
     def from_program(cls, program: str, argv: list[str] | None = None, **kw) -> "Machine":
-        """A CLI PROGRAM: ``guest:NAME`` or a path to a static ELF."""
+        """A CLI PROGRAM: ``guest:NAME`` or a path to an ELF (static, or dynamic with its
+        interpreter in the sysroot)."""
         if program.startswith("guest:"):
             return cls.from_guest(program[len("guest:"):], argv=argv, **kw)
         return cls.from_elf(program, argv=argv, **kw)

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import functools
 import mmap as _mmap
+import os
 import struct
 import weakref
 from dataclasses import dataclass
@@ -41,6 +43,8 @@ _libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_
                        ctypes.c_long)
 _libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_libc.pread.restype = ctypes.c_ssize_t
+_libc.pread.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long)
 _libc.mremap.restype = ctypes.c_void_p
 _libc.mremap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int)
 _MREMAP_MAYMOVE = 1
@@ -210,6 +214,50 @@ class Memory:
         self._reindex()
         return self._merge_anon(vma)
 
+    def map_file(self, start: int, size: int, prot: int, file: MappedFile, pgoff: int, host_fd: int,
+                 *, shared: bool = False, name: str = "") -> Vma:
+        """A file mapping (mmap_region with a file): [start, start+size) shows the file
+        from offset ``pgoff``.  The file's pages are read from ``host_fd`` straight into
+        the mapping's host memory (no Python copy); the part of the last page past EOF,
+        and whole pages past it, read as zeros.  Private and shared read-only mappings
+        look alike to the guest: a write to either is the guest's own copy (MAP_SHARED
+        writable mappings are refused by the caller)."""
+        vma = self.map(start, size, prot, name, file=file, pgoff=pgoff)
+        vma.shared = shared
+        for lo, host, n in self._host_ranges(vma.start, vma.end):
+            off = pgoff + lo - vma.start
+            while n > 0:
+                got = _libc.pread(host_fd, host, n, off)
+                if got <= 0:
+                    break                      # EOF (or a read error): the rest stays zero
+                host, n, off = host + got, n - got, off + got
+        self.uc.ctl_remove_cache(vma.start, vma.end)
+        return vma
+
+    def fill_from_file(self, start: int, end: int, file: MappedFile, offset: int) -> None:
+        """Read file bytes from ``offset`` into [start, end) (a file mapping that grew or
+        faults in afresh); past EOF the pages read as zeros."""
+        chunk = 1 << 20
+        for lo in range(start, end, chunk):
+            n = min(chunk, end - lo)
+            self._raw_write(lo, file.read(offset + lo - start, n))
+        self.uc.ctl_remove_cache(start, end)
+
+    def join(self, lo: Vma, hi: Vma) -> Vma:
+        """Two adjacent VMAs become ``lo`` (vma_expand after an in-place mremap)."""
+        lo.end = hi.end
+        self.vmas.remove(hi)
+        self._reindex()
+        return lo
+
+    def copy_within(self, src: int, dst: int, n: int) -> None:
+        """Copy ``n`` bytes of host memory from guest ``src`` to guest ``dst`` (move_page_tables:
+        the pages move with the mapping, nothing goes through Python)."""
+        for lo, host, length in list(self._host_ranges(src, src + n)):
+            for dlo, dhost, dn in list(self._host_ranges(dst + lo - src, dst + lo - src + length)):
+                ctypes.memmove(dhost, host + dlo - (dst + lo - src), dn)
+        self.uc.ctl_remove_cache(dst, dst + n)
+
     def _grow_anon(self, start: int, end: int, prot: int, name: str, mayprot: int | None) -> Vma | None:
         """Extend the anonymous mapping that ends at ``start`` (a growing [heap]) as one
         Unicorn region: its host pages are mremap()ed larger (moved, never copied) and
@@ -235,19 +283,28 @@ class Memory:
 
     def _merge_anon(self, vma: Vma) -> Vma:
         """Adjacent anonymous mappings with the same protection and name are one VMA,
-        as vma_merge() makes them (a growing [heap] stays one line in maps)."""
+        as vma_merge() makes them (a growing [heap] stays one line in maps; an mmap
+        just below another anonymous mapping extends it downwards)."""
         if vma.file is not None or vma.special:
             return vma
         i = self.vmas.index(vma)
-        if i > 0:
+        if i + 1 < len(self.vmas) and self._mergeable(vma, self.vmas[i + 1]):
+            vma.end = self.vmas[i + 1].end
+            del self.vmas[i + 1]
+            self._reindex()
+        if i > 0 and self._mergeable(self.vmas[i - 1], vma):
             prev = self.vmas[i - 1]
-            if prev.end == vma.start and prev.file is None and not prev.special and \
-                    prev.prot == vma.prot and prev.name == vma.name and prev.mayprot == vma.mayprot:
-                prev.end = vma.end
-                del self.vmas[i]
-                self._reindex()
-                return prev
+            prev.end = vma.end
+            del self.vmas[i]
+            self._reindex()
+            return prev
         return vma
+
+    @staticmethod
+    def _mergeable(lo: Vma, hi: Vma) -> bool:
+        return lo.end == hi.start and lo.file is None and hi.file is None and not lo.special and \
+            not hi.special and lo.prot == hi.prot and lo.name == hi.name and lo.mayprot == hi.mayprot and \
+            lo.flags == hi.flags
 
     def unmap(self, start: int, size: int) -> None:
         start, end = page_down(start), page_up(start + size)
@@ -272,7 +329,7 @@ class Memory:
     def _piece(v: Vma, lo: int, hi: int, prot: int) -> Vma:
         """The part [lo, hi) of ``v`` as its own VMA (split_vma)."""
         return Vma(lo, hi, prot, v.name, v.file, v.pgoff + (lo - v.start) if v.file else 0,
-                   v.special, set(v.flags), v.mayprot)
+                   v.special, set(v.flags), v.mayprot, v.shared)
 
     def _free_backing(self, start: int, end: int) -> None:
         """Give the host pages of [start, end) back (munmap of the host range)."""
@@ -441,3 +498,94 @@ class Memory:
     def maps(self) -> str:
         """/proc/self/maps."""
         return "".join(v.maps_line() + "\n" for v in self.vmas)
+
+
+class PageCache:
+    """The machine's files as the page cache knows them: one :class:`MappedFile` per
+    inode (st_dev, st_ino), whichever path reached it - a symlink or a hard link to a
+    mapped library is the same file, hence the same uprobe key (the kernel's
+    ``struct inode`` behind every ``vma->vm_file``).
+
+    A file met through mmap() is not held in memory: it is read on demand (copy_insn)
+    through a host descriptor of its own.  At most ``MAX_OPEN`` such descriptors stay
+    open (least recently used first closed); a closed one is reopened by its host path,
+    and only if that is still the same inode, unchanged (st_ctime) - so a guest mapping
+    many files cannot exhaust the host's descriptors."""
+
+    MAX_OPEN = 64
+
+    def __init__(self):
+        self.files: dict[tuple[int, int], MappedFile] = {}
+        self._paths: dict[tuple[int, int], str] = {}
+        self._open: dict[tuple[int, int], int] = {}       # insertion order = LRU order
+        self._close = weakref.finalize(self, _close_all, self._open)
+
+    def lookup(self, dev: int, ino: int) -> MappedFile | None:
+        return self.files.get((dev, ino)) if ino else None
+
+    def add(self, mfile: MappedFile) -> MappedFile:
+        """Remember an already read file (the executable, the interpreter); the one
+        cached first for its inode wins."""
+        if not mfile.ino:
+            return mfile
+        return self.files.setdefault((mfile.dev, mfile.ino), mfile)
+
+    def file_of(self, host_fd: int, path: str, d_path: str) -> MappedFile:
+        """The MappedFile of the open host file ``host_fd`` (filemap: the inode's
+        address_space), made on first use."""
+        st = os.fstat(host_fd)
+        key = (st.st_dev, st.st_ino)
+        hit = self.lookup(*key)
+        if hit is not None:
+            return hit
+        try:
+            self._paths[key] = (os.readlink(f"/proc/self/fd/{host_fd}"), st.st_ctime_ns)
+        except OSError:
+            self._paths[key] = ("", 0)
+        mfile = MappedFile(path, dev=st.st_dev, ino=st.st_ino, file_size=st.st_size, d_path=d_path,
+                           reader=functools.partial(self._read, key))
+        self.files[key] = mfile
+        return mfile
+
+    def _read(self, key: tuple[int, int], offset: int, n: int) -> bytes:
+        fd = self._descriptor(key)
+        if fd is None:
+            return b""
+        try:
+            return os.pread(fd, n, offset)
+        except OSError:
+            return b""
+
+    def _descriptor(self, key: tuple[int, int]) -> int | None:
+        fd = self._open.pop(key, None)
+        if fd is None:
+            fd = self._reopen(key)
+            if fd is None:
+                return None
+            while len(self._open) >= self.MAX_OPEN:
+                os.close(self._open.pop(next(iter(self._open))))
+        self._open[key] = fd
+        return fd
+
+    def _reopen(self, key: tuple[int, int]) -> int | None:
+        path, ctime = self._paths.get(key, ("", 0))
+        if not path:
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return None
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino, st.st_ctime_ns) != (*key, ctime):   # an inode number reused
+            os.close(fd)
+            return None
+        return fd
+
+
+def _close_all(fds: dict) -> None:
+    for fd in fds.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()

@@ -65,21 +65,39 @@ class MemoryLimit:
 class MappedFile:
     """A file the process maps: its path, bytes and (for ELF) the parsed image.
 
-    The object itself is the file identity (the kernel's inode) that uprobes key on.
+    The object itself is the file identity (the kernel's inode) that uprobes key on:
+    the page cache hands out one object per (``dev``, ``ino``), so two paths to one file
+    are one file.  ``dev``/``ino`` are the host's st_dev/st_ino (0 for an image that
+    never was a file).  A file mapped with mmap() is not held in memory: ``reader``
+    (offset, n) -> bytes reads it (``size`` bytes long) from the host.
     """
 
     path: str
-    data: bytes
+    data: bytes = b""
     elf: object = None
+    dev: int = 0
+    ino: int = 0
+    reader: object = field(default=None, repr=False)
+    file_size: int | None = None
+    d_path: str = ""              # the path /proc/PID/maps prints (d_path: symlinks resolved)
 
     @property
     def size(self) -> int:
-        return len(self.data)
+        return len(self.data) if self.file_size is None else self.file_size
 
     def read(self, offset: int, n: int) -> bytes:
         """Bytes from the file (page cache), zero-padded past EOF as copy_insn does."""
-        chunk = self.data[offset:offset + n] if offset < len(self.data) else b""
+        if self.reader is not None:
+            chunk = self.reader(offset, n) if 0 <= offset < self.size else b""
+        else:
+            chunk = self.data[offset:offset + n] if offset < len(self.data) else b""
         return chunk + b"\0" * (n - len(chunk))
+
+    def dev_string(self) -> str:
+        """``MAJ:MIN`` in hex as show_map_vma prints the inode's device."""
+        major = ((self.dev >> 8) & 0xFFF) | ((self.dev >> 32) & ~0xFFF)
+        minor = (self.dev & 0xFF) | ((self.dev >> 12) & ~0xFF)
+        return f"{major:02x}:{minor:02x}"
 
     def __repr__(self):
         return f"MappedFile({self.path!r})"
@@ -90,12 +108,13 @@ class Vma:
     start: int
     end: int
     prot: int
-    name: str = ""
+    name: str = ""                # a file mapping: the path it was mapped through (d_path)
     file: MappedFile | None = None
     pgoff: int = 0                # file offset of ``start`` (bytes, page aligned)
     special: bool = False         # [uprobes], [uprobes-trampoline], [vdso]-like
     flags: set = field(default_factory=set)
     mayprot: int = PROT_ALL       # VM_MAYREAD/MAYWRITE/MAYEXEC: what mprotect may grant
+    shared: bool = False          # VM_SHARED (a MAP_SHARED file mapping): 's' in maps
 
     @property
     def size(self) -> int:
@@ -104,7 +123,7 @@ class Vma:
     def perms(self) -> str:
         return ("r" if self.prot & PROT_READ else "-") + \
                ("w" if self.prot & PROT_WRITE else "-") + \
-               ("x" if self.prot & PROT_EXEC else "-") + "p"
+               ("x" if self.prot & PROT_EXEC else "-") + ("s" if self.shared else "p")
 
     def offset_of(self, vaddr: int) -> int:
         """File offset of ``vaddr`` (the kernel's vaddr_to_offset)."""
@@ -116,6 +135,8 @@ class Vma:
 
     def maps_line(self) -> str:
         """One /proc/PID/maps line, padded as show_map_vma() does (name at column 73)."""
-        path = self.file.path if self.file is not None else self.name
-        prefix = f"{self.start:08x}-{self.end:08x} {self.perms()} {self.pgoff:08x} 00:00 0 "
+        f = self.file
+        path = self.name or (f.d_path or f.path) if f is not None else self.name
+        dev, ino = (f.dev_string(), f.ino) if f is not None else ("00:00", 0)
+        prefix = f"{self.start:08x}-{self.end:08x} {self.perms()} {self.pgoff:08x} {dev} {ino} "
         return prefix.ljust(72) + " " + path if path else prefix

@@ -130,7 +130,7 @@ class ProcessSyscalls:
             new = child.mem.map(vma.start, vma.size, vma.prot, vma.name, file=vma.file,
                                 pgoff=vma.pgoff, special=vma.special, mayprot=vma.mayprot)
             child.mem.copy_pages_from(parent.mem, vma.start, vma.end)
-            new.flags = set(vma.flags)
+            new.flags, new.shared = set(vma.flags), vma.shared
         m.kernel.dup_mmap(parent, child)
 
     def _set_child_context(self, parent_task, child, cregs) -> None:

@@ -22,17 +22,15 @@ from .files import FdTable, HostInput, OpenFile, OutputSink, PipeInput
 from .devfs import DevFs
 from .fs_syscalls import FsSyscalls
 from .identity_syscalls import IdentitySyscalls
-from .memory import (MMAP_MIN_ADDR, PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, TASK_SIZE,
-                     GuestFault, MemoryLimitExceeded, page_down, page_up)
+from .mm_syscalls import MmSyscalls
+from .memory import (PAGE_SIZE, PROT_READ, PROT_WRITE, TASK_SIZE, GuestFault, MemoryLimitExceeded,
+                     page_up)
 from .process_syscalls import ProcessSyscalls
 from .procfs import ProcFs
 from .signal_syscalls import SignalSyscalls
 from .syscall_names import SYSCALL_NAMES
 from .vfs import EmptyDir, Vfs
 
-MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
-MAP_FIXED_NOREPLACE = 0x100000
-PROT_GROWSDOWN, PROT_GROWSUP = 0x01000000, 0x02000000
 MADV_DONTNEED = 4
 # madvise_behavior_valid(): the advice values the kernel accepts
 MADV_VALID = frozenset((0, 1, 2, 3, 4, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
@@ -41,6 +39,7 @@ ARCH_SET_GS, ARCH_SET_FS, ARCH_GET_FS, ARCH_GET_GS = 0x1001, 0x1002, 0x1003, 0x1
 DEFAULT_MEM_TOTAL = 4 << 30                        # the modeled machine's RAM (sysinfo)
 CLOCK_EPOCH_NS = 1_767_225_600 * 1_000_000_000    # 2026-01-01T00:00:00Z
 CLOCK_TICK_NS = 1_000                              # each clock read advances 1 us
+COARSE_RES_NS = 4_000_000                          # CLOCK_*_COARSE resolution: one jiffy at HZ=250
 RLIM_INFINITY = 0xFFFFFFFFFFFFFFFF
 RLIMIT_STACK, RLIMIT_NOFILE = 3, 7
 
@@ -55,7 +54,7 @@ def _fd(value: int) -> int:
     return value & 0xFFFFFFFF
 
 
-class Syscalls(SignalSyscalls, IdentitySyscalls, ProcessSyscalls, FdSyscalls, FsSyscalls):
+class Syscalls(MmSyscalls, SignalSyscalls, IdentitySyscalls, ProcessSyscalls, FdSyscalls, FsSyscalls):
     """The syscall table of one machine.  ``register(nr, fn)`` adds or overrides an
     entry (the kernel model registers uretprobe/uprobe, 335/336)."""
 
@@ -250,6 +249,23 @@ class Syscalls(SignalSyscalls, IdentitySyscalls, ProcessSyscalls, FdSyscalls, Fs
         self.mem.write_user(tp, struct.pack("<qq", ns // 1_000_000_000, ns % 1_000_000_000))
         return 0
 
+    def sys_clock_getres(self, task, regs, clk, res, *_):
+        """posix_get_hrtimer_res: 1 ns for the high-resolution clocks, a jiffy (HZ=250)
+        for the coarse ones; the clocks clock_gettime knows (the vDSO's fallback)."""
+        if clk not in (0, 1, 2, 3, 4, 5, 6, 7):
+            return _neg(E.EINVAL)
+        if res:
+            ns = COARSE_RES_NS if clk in (5, 6) else 1
+            self.mem.write_user(res, struct.pack("<qq", 0, ns))
+        return 0
+
+    def sys_getcpu(self, task, regs, cpu, node, *_):
+        """getcpu(): the machine has one CPU in one NUMA node."""
+        for ptr in (cpu, node):
+            if ptr:
+                self.mem.write_user(ptr, struct.pack("<I", 0))
+        return 0
+
     def sys_gettimeofday(self, task, regs, tv, tz, *_):
         ns = self._tick()
         if tv:
@@ -290,71 +306,6 @@ class Syscalls(SignalSyscalls, IdentitySyscalls, ProcessSyscalls, FdSyscalls, Fs
             self.mem.unmap(new_top, old_top - new_top)
         proc.brk = addr
         return addr
-
-    def sys_mmap(self, task, regs, addr, length, prot, flags, fd, off):
-        """do_mmap's checks in the kernel's order, for anonymous private mappings."""
-        if off & (PAGE_SIZE - 1):
-            return _neg(E.EINVAL)
-        if length == 0:
-            return _neg(E.EINVAL)
-        length = page_up(length)
-        if length > TASK_SIZE:
-            return _neg(E.ENOMEM)                # PAGE_ALIGN wrapped, or larger than user space
-        if prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC):
-            return _neg(E.EINVAL)
-        if not flags & MAP_ANONYMOUS:
-            return _neg(E.EACCES)   # file mappings are not modeled: the guest is sandboxed
-        if flags & MAP_SHARED:
-            return _neg(E.EINVAL)   # only anonymous private mappings are modeled
-        if flags & (MAP_FIXED | MAP_FIXED_NOREPLACE):
-            if addr & (PAGE_SIZE - 1):
-                return _neg(E.EINVAL)
-            if addr > TASK_SIZE - length:
-                return _neg(E.ENOMEM)
-            if addr < MMAP_MIN_ADDR:
-                return _neg(E.EPERM)             # security_mmap_addr: below vm.mmap_min_addr
-            if flags & MAP_FIXED_NOREPLACE and not self.mem.is_free(addr, addr + length):
-                return _neg(E.EEXIST)
-            where = addr
-        else:
-            where = self.mem.get_unmapped_area(length, hint=addr or None)
-            if where is None:
-                return _neg(E.ENOMEM)
-        try:
-            self.mem.map(where, length, prot, "")
-        except MemoryLimitExceeded:
-            return _neg(E.ENOMEM)
-        return where
-
-    def sys_munmap(self, task, regs, addr, length, *_):
-        """do_vmi_munmap: special mappings ([uprobes], the trampoline) can be unmapped
-        too, as on the host kernel (they are not sealed without
-        CONFIG_MSEAL_SYSTEM_MAPPINGS)."""
-        if addr & (PAGE_SIZE - 1) or addr > TASK_SIZE or length > TASK_SIZE - addr:
-            return _neg(E.EINVAL)
-        length = page_up(length)
-        if length == 0:
-            return _neg(E.EINVAL)
-        self.mem.unmap(addr, length)
-        return 0
-
-    def sys_mprotect(self, task, regs, addr, length, prot, *_):
-        """do_mprotect_pkey: EACCES when a mapping would gain a permission outside its
-        VM_MAY* bits (the kernel's answer for [uprobes] made readable or writable, and
-        for [uprobes-trampoline] made writable)."""
-        if addr & (PAGE_SIZE - 1):
-            return _neg(E.EINVAL)
-        if prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC | PROT_GROWSDOWN | PROT_GROWSUP):
-            return _neg(E.EINVAL)
-        prot &= PROT_READ | PROT_WRITE | PROT_EXEC
-        if length == 0:
-            return 0
-        end = page_up(addr + length)
-        if end <= addr or end > 1 << 64:
-            return _neg(E.ENOMEM)
-        if not self.mem.may_protect(addr, end - addr, prot):
-            return _neg(E.EACCES)
-        return 0 if self.mem.protect(addr, end - addr, prot) else _neg(E.ENOMEM)
 
     def sys_madvise(self, task, regs, addr, length, advice, *_):
         """madvise(): MADV_DONTNEED zeroes private anonymous pages (glibc's free relies

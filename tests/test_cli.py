@@ -64,9 +64,15 @@ def test_not_an_elf_is_one_line(tmp_path):
     assert "not an ELF" in one_line_error(cli("run", str(f)))
 
 
-def test_dynamic_elf_is_refused_in_one_line(build_c):
-    exe = build_c("hello.c", name="hello_dynamic")
-    assert "dynamically linked ELF is not supported yet" in one_line_error(cli("run", exe))
+def test_dynamic_elf_with_a_missing_interpreter_is_one_line(build_c, tmp_path):
+    data = bytearray(open(build_c("hello.c", name="hello_dynamic"), "rb").read())
+    at = data.find(b"/lib64/ld-linux-x86-64.so.2\0")
+    data[at:at + 12] = b"/nonexistent"
+    exe = tmp_path / "dyn"
+    exe.write_bytes(bytes(data))
+    assert one_line_error(cli("run", str(exe))) == \
+        f"uprobe-emu: error: {exe}: cannot load its interpreter /nonexistentnux-x86-64.so.2: " \
+        "cannot read: no such file or directory"
 
 
 def test_wrong_architecture_is_one_line(tmp_path, build_c):

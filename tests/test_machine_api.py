@@ -43,10 +43,10 @@ def test_trace_from_symbol_sees_blocks_translated_before_the_start():
     with Tracer(m, "text", out, start="mark"):
         assert m.run().exit_code == 0
     got = _trace_lines(out.getvalue())
-    want = [("call   0x401015 <f>", "rsp=0x7ffffffdde28 rip=0x401015"),
+    want = [("call   0x401015 <f>", "rsp=0x7ffffffdddf8 rip=0x401015"),
             ("add    rax, 1", "rax=0x2"),
             ("add    rbx, 2", "rbx=0x4"),
-            ("ret", "rsp=0x7ffffffdde30 rip=0x40100c"),
+            ("ret", "rsp=0x7ffffffdde00 rip=0x40100c"),
             ("mov    eax, 0x3c", "rax=0x3c"),
             ("xor    edi, edi", "eflags=0x246"),
             ("syscall", "")]

@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    run = sub.add_parser("run", help="run a guest (PROGRAM: a static ELF path or guest:NAME)",
+    run = sub.add_parser("run", help="run a guest (PROGRAM: an ELF path or guest:NAME)",
                          description="Run PROGRAM [ARGS...]; arguments for the guest that start "
                                      "with '-' go after '--'.")
     run.add_argument("program", metavar="PROGRAM")
