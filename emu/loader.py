@@ -15,9 +15,10 @@ AT_RANDOM bytes and the strings, 16-byte aligned as the psABI requires.
 from __future__ import annotations
 
 import os
+import stat
 import struct
 
-from .elf import PF_R, PF_W, PF_X, load_elf_file
+from .elf import MAX_ELF_FILE_SIZE, PF_R, PF_W, PF_X, parse_elf
 from .errors import ElfError, InputError
 from .memory import (PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, MappedFile,
                      MemoryLimitExceeded, page_down, page_up)
@@ -28,7 +29,6 @@ STACK_TOP_MAX = 0x7FFFFFFFF000       # the kernel's stack top without randomizat
 STACK_SIZE = 8 << 20
 ET_DYN_BASE = 0x555555554000         # ELF_ET_DYN_BASE (DEFAULT_MAP_WINDOW / 3 * 2), page aligned
 DEFAULT_ENV = ["PATH=/usr/bin:/bin", "HOME=/root", "LANG=C"]
-SYSROOT = "/"                         # where an interpreter path is looked up
 HWCAP, HWCAP2 = 0x178BFBFF, 2         # the emulated CPU's CPUID.1:EDX, HWCAP2_FSGSBASE
 MINSIGSTKSZ = 0xD30                   # get_sigframe_size() of the emulated FPU state
 RSEQ_FEATURE_SIZE, RSEQ_ALIGN = 0x1C, 0x20   # offsetof(struct rseq, end), its alignment
@@ -66,19 +66,34 @@ def load_image(machine, image, mfile, argv: list[str], env: list[str] | None) ->
         raise ElfError(f"{image.path}: cannot be loaded: {e} (see --max-memory)") from None
 
 
-def _load_interp(image) -> tuple[object, MappedFile]:
-    """open_exec(elf_interpreter): the interpreter from the sysroot, as an ELF without
-    an interpreter of its own (the kernel does not chain them)."""
-    host = os.path.join(SYSROOT, image.interp.lstrip("/"))
+def _load_interp(machine, image) -> tuple[object, MappedFile]:
+    """open_exec(elf_interpreter): the interpreter opened through the guest's file view
+    (the sysroot, its symlinks followed in the guest's namespace, the first task's
+    permissions), as an ELF without an interpreter of its own (the kernel does not
+    chain them)."""
+    def refuse(reason: str):
+        return ElfError(f"{image.path}: cannot load its interpreter {image.interp}: {reason}")
+
+    f = machine.syscalls.open_guest_path(machine.task, image.interp, os.O_RDONLY)
+    if isinstance(f, int):
+        raise refuse(os.strerror(-f).lower())
     try:
-        interp = load_elf_file(host)
+        st = os.fstat(f.fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise refuse("not a regular file")
+        if st.st_size > MAX_ELF_FILE_SIZE:
+            raise refuse(f"too large ({st.st_size} bytes)")
+        data = b"".join(iter(lambda: os.read(f.fd, 1 << 20), b""))
+    finally:
+        f.get().put()                    # the loader's reference was the only one
+    try:
+        interp = parse_elf(data, image.interp)
     except InputError as e:
-        raise ElfError(f"{image.path}: cannot load its interpreter {image.interp}: "
-                       f"{str(e).split(': ', 1)[-1]}") from None
+        raise refuse(str(e).split(": ", 1)[-1]) from None
     if interp.interp is not None:
         raise ElfError(f"{image.path}: its interpreter {image.interp} has an interpreter itself")
-    dev, ino, d_path = file_identity(host)
-    return interp, MappedFile(image.interp, interp.data, interp, dev=dev, ino=ino, d_path=d_path)
+    return interp, MappedFile(image.interp, interp.data, interp, dev=st.st_dev, ino=st.st_ino,
+                              d_path=f.guest_path)
 
 
 def _total_mapping_size(image) -> int:
@@ -144,7 +159,7 @@ def _interp_bias(mem, interp) -> int:
 def _load_image(machine, image, mfile, argv: list[str], env: list[str] | None) -> None:
     if not image.segments:
         raise ElfError(f"{image.path}: no PT_LOAD segments")
-    interp = _load_interp(image) if image.interp is not None else None
+    interp = _load_interp(machine, image) if image.interp is not None else None
     mem = machine.mem
     bias = _program_bias(image)
     mfile.load_bias = bias

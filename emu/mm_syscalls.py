@@ -118,15 +118,14 @@ class MmSyscalls:
         return where
 
     def _d_path(self, file: HostFile) -> str:
-        """The file's path as /proc/PID/maps prints it: symlinks resolved, as the guest
-        sees the host (beneath the granted directory)."""
+        """The file's path as /proc/PID/maps prints it (d_path): where the file is now
+        in the guest's view (symlinks resolved, a rename seen), else the path it was
+        opened at."""
         try:
             host = os.readlink(f"/proc/self/fd/{file.fd}")
         except OSError:
             return file.proc_link()
-        root = self.grant_dir or "/"
-        rel = os.path.relpath(host, root)
-        return file.proc_link() if rel.startswith("..") else os.path.normpath("/" + rel)
+        return self.vfs.guest_path_of_host(host) or file.proc_link()
 
     # ------------------------------------------------------------------ mremap
     def sys_mremap(self, task, regs, addr, old_len, new_len, flags, new_addr, *_):

@@ -46,7 +46,7 @@ def native(mmap_exe, files):
 @pytest.fixture(scope="module")
 def model(mmap_exe, files):
     """The emulated run, and the file VMAs of the fixed area just before exit_group."""
-    m = Machine.from_elf(mmap_exe, argv=_argv(mmap_exe, files), grant_dir="/")
+    m = Machine.from_elf(mmap_exe, argv=_argv(mmap_exe, files), grant_dirs=[str(files)])
     at_exit = []
     m.events.subscribe(lambda e: e.nr == 231 and at_exit.extend(
         v for v in m.mem.vmas if v.start >> 32 == 2), ev.Syscall)

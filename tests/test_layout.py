@@ -20,7 +20,7 @@ def _without_cpu(lines: list[str]) -> list[str]:
 
 
 def _emulated(exe: str, *args: str) -> list[str]:
-    r = Machine.from_elf(exe, argv=[exe, *args], env=ENV, grant_dir="/", uid=0, gid=0).run(timeout=60)
+    r = Machine.from_elf(exe, argv=[exe, *args], env=ENV, uid=0, gid=0).run(timeout=60)
     assert (r.reason, r.exit_code) == ("exit", 0), r.describe()
     return r.stdout.decode().splitlines()
 
@@ -62,7 +62,7 @@ def test_proc_self_maps_equals_a_native_run_without_randomization(layout_exe):
 
 
 def test_stack_top_is_stack_top_max(layout_exe):
-    m = Machine.from_elf(layout_exe, argv=[layout_exe], env=ENV, grant_dir="/")
+    m = Machine.from_elf(layout_exe, argv=[layout_exe], env=ENV)
     stack = next(v for v in m.mem.vmas if v.name == "[stack]")
     assert stack.end == 0x7FFFFFFFF000, f"expected the stack to end at 0x7ffffffff000, got {stack.end:#x}"
 

@@ -19,7 +19,7 @@ def outputs(build_c, tmp_path_factory):
     data.write_bytes(bytes((i * 7 + 3) & 0xFF for i in range(0x3800)))
     native = subprocess.run([exe, str(data)], capture_output=True, timeout=60)
     assert native.returncode == 0, native.stderr
-    r = Machine.from_elf(exe, argv=[exe, str(data)], grant_dir="/").run(timeout=60)
+    r = Machine.from_elf(exe, argv=[exe, str(data)]).run(timeout=60)
     assert (r.reason, r.exit_code) == ("exit", 0), r.describe()
     return native.stdout.decode().splitlines(), r.stdout.decode().splitlines()
 
@@ -54,6 +54,6 @@ def test_maps_after_mremap(outputs, section):
 
 def test_a_special_mapping_cannot_grow():
     """[vdso] is VM_DONTEXPAND: growing it is EFAULT (moving it is allowed)."""
-    m = Machine.from_elf("/bin/true", grant_dir="/")
+    m = Machine.from_elf("/bin/true")
     vdso = next(v for v in m.mem.vmas if v.name == "[vdso]")
     assert m.syscalls.sys_mremap(m.task, None, vdso.start, vdso.size, vdso.size * 2, 1, 0) == -14

@@ -66,7 +66,7 @@ def clock_exe(build_c):
 
 
 def _run_counting(exe: str, n: int):
-    m = Machine.from_elf(exe, argv=[exe, str(n)], grant_dir="/")
+    m = Machine.from_elf(exe, argv=[exe, str(n)])
     calls: Counter = Counter()
 
     def on_syscall(e):
@@ -80,7 +80,7 @@ def _run_counting(exe: str, n: int):
 
 
 def test_the_mapped_vdso_is_the_image_at_at_sysinfo_ehdr(clock_exe):
-    m = Machine.from_elf(clock_exe, grant_dir="/")
+    m = Machine.from_elf(clock_exe)
     vdso = next(v for v in m.mem.vmas if v.name == "[vdso]")
     image = vdso_image(linux_version_code(m.profile.release))
     assert (m.auxv[33], m.mem.read(vdso.start, vdso.size)) == (vdso.start, image), \
