@@ -88,6 +88,8 @@ class Task:
     saved_sigmask: int | None = None  # rt_sigsuspend's mask to restore after delivery
     sigaltstack: tuple | None = None  # (ss_sp, ss_size, SS_AUTODISARM bit) or None (disabled)
     sigwait: tuple | None = None      # rt_sigtimedwait sleeping: (set, deadline ns | None, &info, real_blocked)
+    sleep_interrupt: object = None    # the sleeping syscall's result if a signal wakes it (Machine.block)
+    restart_block: object = None      # restart_syscall's continuation of an interrupted sleep, or None
 
     def __post_init__(self):
         if not self.comm:
