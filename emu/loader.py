@@ -130,4 +130,9 @@ def _setup_stack(machine, argv, env, image, phdr, bias) -> int:
     mem.write(sp, table)
     mem.write(strings_start, bytes(strings))
     machine.auxv = dict(auxv)
+    proc = machine.process                    # what /proc/PID/{cmdline,environ,stat} read
+    proc.start_stack = sp
+    proc.arg_start = arg_ptrs[0] if arg_ptrs else (env_ptrs[0] if env_ptrs else execfn)
+    proc.arg_end = proc.env_start = env_ptrs[0] if env_ptrs else execfn
+    proc.env_end = execfn
     return sp

@@ -59,8 +59,9 @@ SIGRTMIN = 32
 EINTR = 4
 # SYNCHRONOUS_MASK: SIGILL SIGTRAP SIGBUS SIGFPE SIGSEGV SIGSYS, dequeued before others
 SYNCHRONOUS_SIGNALS = frozenset((4, 5, 7, 8, 11, 31))
-# sleeps a signal interrupts (TASK_INTERRUPTIBLE waits that return -EINTR)
-INTERRUPTIBLE_SLEEPS = frozenset(("sigsuspend", "pause", "sigtimedwait"))
+# include/linux/errno.h: syscall results that ask arch_do_signal_or_restart to restart
+ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK = 512, 513, 514, 516
+NR_RESTART_SYSCALL = 219
 DEFAULT_TIMEOUT = 120.0
 # Bytes of each of stdout/stderr a Machine keeps (when it keeps them at all).
 DEFAULT_OUTPUT_LIMIT = 16 << 20
@@ -391,6 +392,8 @@ class Machine:
         task = Task(tid=tid if tid is not None else (process.pid if not process.tasks else self._alloc_pid()),
                     process=process, comm=comm, cred=cred)
         task.counters = Counters()
+        clock = getattr(self, "syscalls", None)           # absent while the first task is made
+        task.start_time_ns = clock.boot_clock_ns() if clock is not None else 0
         process.tasks.append(task)
         self.tasks.append(task)
         self.all_tasks.append(task)
@@ -624,7 +627,9 @@ class Machine:
                 self._stopped_by_hook = True
                 self.uc.emu_stop()          # exited: the scheduler picks the next task
                 return
-            if self._exit_to_user(task, regs):
+            if task.pending_rax is not None and task.state == "running":
+                regs.rax, task.pending_rax = task.pending_rax, None   # woken before it slept
+            if task.state == "running" and self._exit_to_user(task, regs):
                 return
         finally:
             self._in_syscall = False
@@ -646,7 +651,8 @@ class Machine:
         # Unicorn adds 2 to rip after this hook returns: resume at X by writing X - 2.
         changes[16] = (regs.rip - 2) & 0xFFFFFFFFFFFFFFFF
         self.regfile.write(changes)
-        task.orig_rax = -1
+        # a sleeper keeps orig_rax: its exit-to-user work (restart) waits for the wake-up
+        task.orig_rax = nr if task.state == "blocked" and task.sleep_interrupt is not None else -1
         if task.state != "running" or self._switch_requested or self._stop_requested:
             # blocked, or yielded: let the scheduler run.  A stop asked for from another
             # thread while this hook ran (Ctrl-C during a waiting read) is asked again
@@ -685,10 +691,14 @@ class Machine:
         queue.append(sig)
 
     def signal_wake_up(self, task: Task) -> None:
-        """signal_wake_up: a task sleeping interruptibly for a signal (rt_sigsuspend,
-        pause) returns -EINTR and takes the signal when it next runs."""
-        if task.state == "blocked" and task.blocked_on in INTERRUPTIBLE_SLEEPS:
-            self.wake(task, -EINTR)
+        """signal_wake_up: a task in an interruptible sleep (TASK_INTERRUPTIBLE) wakes;
+        its syscall returns what its sleep said a signal makes of it (``block``'s
+        ``interrupt``: -ERESTARTSYS for a pipe read, -ERESTARTNOHAND for pause...) and
+        the signal is taken, and the syscall perhaps restarted, when it next runs."""
+        if task.state != "blocked" or task.sleep_interrupt is None:
+            return
+        interrupt = task.sleep_interrupt
+        self.wake(task, interrupt() if callable(interrupt) else interrupt)
 
     def signal_pending(self, task: Task) -> bool:
         """``signal_pending()`` (TIF_SIGPENDING after recalc_sigpending): a signal the
@@ -728,7 +738,7 @@ class Machine:
         handler frame (rt_sigframe) each, or the default action - and end the current
         emu_start so the task resumes where delivery put it.  Each frame's mask update
         applies to the next pick.  False if nothing was deliverable."""
-        if self._next_signal(task) is None:
+        if self._next_signal(task) is None and self._restart_code(regs) is None:
             return False
         while (nxt := self._next_signal(task)) is not None:
             queue, i = nxt
@@ -737,6 +747,12 @@ class Machine:
             if task.state == "dead" or self._result is not None:
                 task.pending_signals.clear()
                 break
+        if task.state != "dead" and self._result is None:
+            if self._restart_code(regs) is not None:
+                self._restart_without_handler(regs)
+            if task is self.task:
+                regs.orig_rax = -1           # the syscall is over: back in user mode
+                self._write_back_in_hook(regs)
         if task.saved_sigmask is not None and task.state != "dead":
             task.sigmask, task.saved_sigmask = task.saved_sigmask, None   # restore_saved_sigmask
         self._stopped_by_hook = True
@@ -762,10 +778,43 @@ class Machine:
         self.process_exit(task.process, RunResult("signal", signal=signo, fault_addr=addr, rip=regs.rip,
                                                   rip_symbol=self.symbolize(regs.rip), detail=detail))
 
+    @staticmethod
+    def _restart_code(regs: PtRegs) -> int | None:
+        """The -ERESTART* code a syscall left in rax (syscall_get_nr >= 0 and
+        syscall_get_error), or None: not in a syscall, or an ordinary result."""
+        if regs.orig_rax is None or regs.orig_rax < 0 or regs.orig_rax >> 63:
+            return None
+        code = (-regs.rax) & 0xFFFFFFFFFFFFFFFF
+        return code if code in (ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK) else None
+
+    def _restart_for_handler(self, regs: PtRegs, sa_flags: int) -> None:
+        """handle_signal: a handler is about to run on a syscall's way out -
+        ERESTARTNOHAND and ERESTART_RESTARTBLOCK become EINTR, so does ERESTARTSYS
+        unless the action has SA_RESTART; ERESTARTNOINTR (and SA_RESTART's
+        ERESTARTSYS) re-executes the syscall after the handler (rip -= 2, rax =
+        orig_rax, as the frame saves them)."""
+        code = self._restart_code(regs)
+        if code is None:
+            return
+        if code in (ERESTARTNOHAND, ERESTART_RESTARTBLOCK) or (code == ERESTARTSYS and not sa_flags & sf.SA_RESTART):
+            regs.rax = -EINTR & 0xFFFFFFFFFFFFFFFF
+        else:
+            regs.rax, regs.rip = regs.orig_rax, regs.rip - 2
+        regs.orig_rax = -1
+
+    def _restart_without_handler(self, regs: PtRegs) -> None:
+        """arch_do_signal_or_restart with no handler to run (the signal was ignored, or
+        another task took it): every restart code re-executes the syscall;
+        ERESTART_RESTARTBLOCK through restart_syscall (the task's restart_block)."""
+        code = self._restart_code(regs)
+        regs.rax = NR_RESTART_SYSCALL if code == ERESTART_RESTARTBLOCK else regs.orig_rax
+        regs.rip -= 2
+        regs.orig_rax = -1
+
     def _write_back_in_hook(self, regs: PtRegs) -> None:
         changes = regs.changed()
-        if self._in_syscall and 16 in changes:
-            changes[16] = (changes[16] - 2) & 0xFFFFFFFFFFFFFFFF   # see _syscall
+        if self._in_syscall:
+            changes[16] = (regs.rip - 2) & 0xFFFFFFFFFFFFFFFF   # see _syscall
         self.regfile.write(changes)
         self.task.orig_rax = regs.orig_rax
 
@@ -786,6 +835,7 @@ class Machine:
             return not self._fatal_if_ignored(signo)
         if task.sigmask & _sigbit(signo):
             return False                     # a blocked forced signal kills (force_sig_fault)
+        self._restart_for_handler(regs, flags)
         if code is None:
             code = sf.SI_KERNEL if addr is None else sf.SEGV_MAPERR
         info = sig.info or sf.siginfo(signo, code, addr, task.process.pid)
@@ -875,10 +925,16 @@ class Machine:
         self._stopped_by_hook = True
         self.uc.emu_stop()
 
-    def block(self, task: Task, reason: str) -> None:
-        """Put ``task`` to sleep in a syscall; :meth:`wake` completes it with a value."""
+    def block(self, task: Task, reason: str, *, interrupt=None) -> None:
+        """Put ``task`` to sleep in a syscall; :meth:`wake` completes it with a value.
+        ``interrupt``: the syscall's result when a signal wakes it (an int, or a callable
+        computing it at that moment, e.g. a partial count); None sleeps through signals
+        (TASK_UNINTERRUPTIBLE / killable: vfork, an XOL slot)."""
         task.state = "blocked"
         task.blocked_on = reason
+        task.sleep_interrupt = interrupt
+        if interrupt is not None and self.signal_pending(task):
+            self.signal_wake_up(task)        # prepare_to_wait saw the signal: no sleep
 
     def wake(self, task: Task, rax: int | None) -> None:
         """Make a sleeping task runnable; ``rax`` completes its syscall (None: it did not
@@ -886,6 +942,7 @@ class Machine:
         if task.state == "blocked":
             task.state = "running"
             task.blocked_on = None
+            task.sleep_interrupt = None
             if rax is not None:
                 task.pending_rax = rax & 0xFFFFFFFFFFFFFFFF
 
@@ -936,7 +993,7 @@ class Machine:
                 break
             rip = self._rip()
             task.slices += 1
-            if self.signal_pending(task) and self._exit_to_user(task, self.read_regs()):
+            if self._resume_exit_work(task):
                 stopped_early = True         # sent from outside a trap: deliver first
             else:
                 stopped_early = self._emulate(rip, left, count)
@@ -996,6 +1053,15 @@ class Machine:
         if raise_on_signal and result.reason == "signal":
             raise GuestSignalError(result)
         return result
+
+    def _resume_exit_work(self, task: Task) -> bool:
+        """Before the task runs on: the exit-to-user work of a syscall it slept in (a
+        signal to deliver, a restart to make), or a signal sent to it from outside a
+        trap.  True when delivery moved it."""
+        in_syscall = task.orig_rax != -1
+        done = (in_syscall or self.signal_pending(task)) and self._exit_to_user(task, self.read_regs())
+        task.orig_rax = -1
+        return done
 
     def _begin(self) -> None:
         """A run or step starts: nothing decided yet.  A stop requested before it

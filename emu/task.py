@@ -58,6 +58,11 @@ class Process:
     real_timer: tuple | None = None                   # ITIMER_REAL: (expiry ns, interval ns)
     cwd: str = "/"                                    # fs->pwd as a guest path (emu.vfs)
     umask: int = 0o022                                # fs->umask
+    start_stack: int = 0                              # mm->start_stack: argc's address at exec
+    arg_start: int = 0                                # mm->arg_start..arg_end: the argv strings
+    arg_end: int = 0
+    env_start: int = 0                                # mm->env_start..env_end: the envp strings
+    env_end: int = 0
 
     def __post_init__(self):
         if not self.pgid:
@@ -87,7 +92,10 @@ class Task:
     cred: object = None               # emu.identity_syscalls.Cred (task->cred)
     saved_sigmask: int | None = None  # rt_sigsuspend's mask to restore after delivery
     sigaltstack: tuple | None = None  # (ss_sp, ss_size, SS_AUTODISARM bit) or None (disabled)
+    start_time_ns: int = 0            # start_boottime: ns since boot on the virtual clock
     sigwait: tuple | None = None      # rt_sigtimedwait sleeping: (set, deadline ns | None, &info, real_blocked)
+    sleep_interrupt: object = None    # the sleeping syscall's result if a signal wakes it (Machine.block)
+    restart_block: object = None      # restart_syscall's continuation of an interrupted sleep, or None
 
     def __post_init__(self):
         if not self.comm:
