@@ -116,6 +116,7 @@ class ProcessSyscalls:
         child.brk_start, child.brk = parent.brk_start, parent.brk
         child.sigactions = dict(parent.sigactions)
         child.cwd, child.umask = parent.cwd, parent.umask       # copy_fs (CLONE_FS not modeled)
+        child.pgid, child.sid = parent.pgid, parent.sid         # copy_process: the parent's group and session
         for f in ("start_stack", "arg_start", "arg_end", "env_start", "env_end"):   # dup_mm
             setattr(child, f, getattr(parent, f))
         # copy_files: CLONE_FILES shares the table, otherwise dup_fd copies it and every

@@ -21,6 +21,7 @@ from .fd_syscalls import FdSyscalls
 from .files import FdTable, HostFile, HostInput, OpenFile, OutputSink, PipeInput, SeqFile, stat_bytes
 from .grant import GrantedDir
 from .identity_syscalls import IdentitySyscalls
+from .misc_syscalls import MiscSyscalls
 from .memory import (MMAP_MIN_ADDR, PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, TASK_SIZE,
                      GuestFault, MemoryLimitExceeded, page_down, page_up)
 from .process_syscalls import ProcessSyscalls
@@ -72,7 +73,7 @@ def guest_exe_view(path: str) -> str:
     return os.path.normpath("/" + path) if not path.startswith("/") else os.path.normpath(path)
 
 
-class Syscalls(SignalSyscalls, IdentitySyscalls, ProcessSyscalls, FdSyscalls):
+class Syscalls(SignalSyscalls, IdentitySyscalls, ProcessSyscalls, FdSyscalls, MiscSyscalls):
     """The syscall table of one machine.  ``register(nr, fn)`` adds or overrides an
     entry (the kernel model registers uretprobe/uprobe, 335/336)."""
 

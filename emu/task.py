@@ -38,6 +38,7 @@ class Process:
     exe_path: str = ""
     ppid: int = 1
     pgid: int = 0
+    sid: int = 0                                      # session id (0: its leader is outside the guest)
     files: list = field(default_factory=list)        # MappedFile objects mapped
     brk_start: int = 0
     brk: int = 0

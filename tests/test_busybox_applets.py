@@ -38,7 +38,7 @@ SAME = [
     "busybox", "bzcat", "bzip2", "cal", "cat", "clear", "cmp", "cpio", "crc32", "cut", "dc",
     "dd", "diff", "dirname", "dos2unix", "dpkg-deb", "dumpleases", "echo", "ed", "egrep",
     "env", "expand", "expr", "factor", "false", "fgrep", "fold", "getopt", "grep", "gunzip",
-    "gzip", "head", "hexdump", "ipcalc", "kill", "less", "lzcat", "lzma", "lzop", "md5sum",
+    "gzip", "head", "hexdump", "ionice", "ipcalc", "kill", "less", "lzcat", "lzma", "lzop", "md5sum",
     "mkpasswd", "more", "nl", "od", "paste", "printf", "reset", "rev", "rpm", "rpm2cpio",
     "sed", "seq", "setsid", "sh", "sha1sum", "sha256sum", "sha3sum", "sha512sum", "shuf",
     "sleep", "sort", "stat", "strings", "stty", "sync", "tac", "tail", "tar", "tee", "test",
