@@ -15,7 +15,8 @@ Kinds of file:
 * :class:`HostInput` - fd 0 read lazily from a host descriptor (the CLI's stdin or the
   ``--stdin`` file); reads are bounded and give up when the run's timeout or Ctrl-C
   comes, so a FIFO or ``/dev/zero`` can neither hang the emulator nor fill its memory.
-* :class:`HostFile` - a file opened beneath the granted directory.
+* :class:`HostFile` - a host file or directory of the guest's view (:mod:`emu.vfs`);
+  :class:`SpecialDir` - a directory of a modeled filesystem.
 * :class:`SeqFile` - a ``/proc`` file: an in-memory snapshot read like ``seq_file``.
 
 Every operation returns a result or a negative errno; none raises for a guest's mistake.
@@ -23,6 +24,7 @@ Every operation returns a result or a negative errno; none raises for a guest's 
 
 from __future__ import annotations
 
+import ctypes
 import errno as E
 import fcntl
 import os
@@ -30,6 +32,8 @@ import select
 import stat as S
 import struct
 import weakref
+
+from .vfs_types import Attrs
 
 SEEK_SET, SEEK_CUR, SEEK_END = 0, 1, 2
 TCGETS, TCSETS, TCSETSW, TCSETSF, TIOCGWINSZ = 0x5401, 0x5402, 0x5403, 0x5404, 0x5413
@@ -103,6 +107,16 @@ class OpenFile:
 
     def lseek(self, offset: int, whence: int) -> int:
         return -E.ESPIPE
+
+    def pwrite(self, data: bytes, offset: int) -> int:
+        return -E.EBADF if not self.writable else -E.ESPIPE
+
+    def truncate(self, length: int) -> int:
+        """do_ftruncate on a file that is not a writable regular file."""
+        return -E.EINVAL
+
+    def getdents64(self, count: int) -> bytes | int:
+        return -E.ENOTDIR
 
     def fstat(self) -> bytes | int:
         return stat_bytes(S.S_IFREG | 0o600)
@@ -292,49 +306,224 @@ class HostInput(HostDescriptor):
 
 
 # ---------------------------------------------------------------------------- files
-class HostFile(HostDescriptor):
-    """A regular file or directory opened beneath the granted directory.  ``guest_path``
-    is its path as the guest sees it (relative to the granted root), so an ``openat``
-    relative to a directory descriptor resolves beneath the grant as well."""
+def attrs_stat_bytes(a) -> bytes:
+    """struct stat (x86_64, 144 bytes) of an :class:`emu.vfs_types.Attrs`, times
+    included (cp_new_stat)."""
+    def ts(ns):
+        return struct.pack("<qq", ns // 1_000_000_000, ns % 1_000_000_000)
+    return struct.pack("<QQQIIIiQqqq", a.dev, a.ino, a.nlink, a.mode, a.uid, a.gid, 0, a.rdev,
+                       a.size, a.blksize, a.blocks) + ts(a.atime_ns) + ts(a.mtime_ns) + \
+        ts(a.ctime_ns) + b"\0" * 24
 
-    def __init__(self, host_fd: int, guest_path: str, acc: int):
+
+_libc_cache: list = []
+
+
+def host_syscall(nr: int, *args) -> int:
+    """A raw host syscall through libc (getdents64, statx): the result or -errno."""
+    if not _libc_cache:
+        _libc_cache.append(ctypes.CDLL(None, use_errno=True))
+    libc = _libc_cache[0]
+    libc.syscall.restype = ctypes.c_long
+    ret = libc.syscall(ctypes.c_long(nr), *args)
+    return -ctypes.get_errno() if ret < 0 else ret
+
+
+SYS_getdents64, SYS_statx = 217, 332
+AT_EMPTY_PATH = 0x1000
+STATX_SIZE = 256
+GETDENTS_CHUNK = 1 << 16                     # most bytes of entries one getdents64 copies
+
+
+def host_statx(fd: int, mask: int, sync: int) -> bytes | int:
+    """statx(fd, "", AT_EMPTY_PATH): the host's own answer for one of its inodes."""
+    buf = ctypes.create_string_buffer(STATX_SIZE)
+    ret = host_syscall(SYS_statx, ctypes.c_int(fd), ctypes.c_char_p(b""),
+                       ctypes.c_int(AT_EMPTY_PATH | sync), ctypes.c_uint(mask & 0xFFFFFFFF), buf)
+    return ret if ret < 0 else buf.raw
+
+
+class HostFile(HostDescriptor):
+    """A host regular file or directory the guest opened (or, ``path_only``, an
+    ``O_PATH`` descriptor of any host inode).  ``guest_path`` is its path as the guest
+    sees it, so an ``openat`` relative to a directory descriptor walks the guest's
+    namespace (see :mod:`emu.vfs`).  ``acc`` is the access mode (O_RDONLY..O_RDWR, or
+    3: neither read nor write, as the kernel gives it)."""
+
+    def __init__(self, host_fd: int, guest_path: str, acc: int, *, path_only: bool = False,
+                 status_flags: int = 0):
         super().__init__(host_fd)
-        self.guest_path = guest_path
-        self.readable = acc in (os.O_RDONLY, os.O_RDWR)
-        self.writable = acc in (os.O_WRONLY, os.O_RDWR)
-        self._dir = S.S_ISDIR(os.fstat(host_fd).st_mode)
-        self.open_flags = O_LARGEFILE             # force_o_largefile() on 64-bit
+        self.guest_path = "/" + guest_path.lstrip("/")
+        self.path_only = path_only
+        self.readable = not path_only and acc in (os.O_RDONLY, os.O_RDWR)
+        self.writable = not path_only and acc in (os.O_WRONLY, os.O_RDWR)
+        self.acc = acc
+        st = os.fstat(host_fd)
+        self._dir = S.S_ISDIR(st.st_mode)
+        self._reg = S.S_ISREG(st.st_mode)
+        self.status_flags = status_flags
+        self.open_flags = (0o10000000 if path_only else O_LARGEFILE)   # O_PATH / force_o_largefile
+
+    @property
+    def f_flags(self):
+        if self.path_only:
+            return self.open_flags
+        acc = self.acc & 3
+        return acc | self.open_flags | self.status_flags
 
     @property
     def is_dir(self):
         return self._dir
 
     def proc_link(self):
-        return "/" + self.guest_path.lstrip("/")
+        return self.guest_path
+
+    def attrs(self):
+        return Attrs.from_host(os.fstat(self.fd))
 
     def read(self, count, interrupted):
         if not self.readable:
             return -E.EBADF
+        if self._dir:
+            return -E.EISDIR
         try:
             return os.read(self.fd, min(count, READ_CHUNK))
         except OSError as e:
             return _errno(e)
 
+    def pread(self, count, offset):
+        if not self.readable:
+            return -E.EBADF
+        if self._dir:
+            return -E.EISDIR
+        return super().pread(count, offset)
+
+    def _sync_append(self) -> None:
+        """fcntl(F_SETFL, O_APPEND) changed the guest's flags: the host's follow."""
+        want = bool(self.status_flags & os.O_APPEND)
+        have = bool(fcntl.fcntl(self.fd, fcntl.F_GETFL) & os.O_APPEND)
+        if want != have:
+            fcntl.fcntl(self.fd, fcntl.F_SETFL, os.O_APPEND if want else 0)
+
     def write(self, data):
         if not self.writable:
             return -E.EBADF
         try:
+            self._sync_append()
             return os.write(self.fd, data)
         except OSError as e:
             return _errno(e)
 
-    def fstat(self):
+    def pwrite(self, data, offset):
+        if not self.writable:
+            return -E.EBADF
         try:
-            st = os.fstat(self.fd)
+            self._sync_append()
+            return os.pwrite(self.fd, data, offset)
         except OSError as e:
             return _errno(e)
-        return stat_bytes(S.S_IFMT(st.st_mode) | (st.st_mode & 0o777), size=st.st_size,
-                          ino=st.st_ino, nlink=st.st_nlink)
+
+    def lseek(self, offset, whence):
+        if self.path_only:
+            return -E.EBADF
+        return super().lseek(offset, whence)
+
+    def fstat(self):
+        try:
+            return attrs_stat_bytes(Attrs.from_host(os.fstat(self.fd)))
+        except OSError as e:
+            return _errno(e)
+
+    def statx(self, mask: int, sync: int) -> bytes | int:
+        return host_statx(self.fd, mask, sync)
+
+    def truncate(self, length: int) -> int:
+        """do_ftruncate: EINVAL unless a regular file open for writing."""
+        if not self._reg or not self.writable:
+            return -E.EINVAL
+        try:
+            os.ftruncate(self.fd, length)
+        except OSError as e:
+            return _errno(e)
+        return 0
+
+    def getdents64(self, count: int) -> bytes | int:
+        """The host's getdents64 on the directory: its order, its d_off cookies (so an
+        lseek back to one resumes there), its d_ino and d_type."""
+        if self.path_only:
+            return -E.EBADF
+        if not self._dir:
+            return -E.ENOTDIR
+        size = min(count, GETDENTS_CHUNK)
+        buf = ctypes.create_string_buffer(max(size, 1))
+        n = host_syscall(SYS_getdents64, ctypes.c_int(self.fd), buf, ctypes.c_uint(size))
+        return n if n < 0 else buf.raw[:n]
+
+
+def dirent64(ino: int, off: int, dtype: int, name: bytes) -> bytes:
+    """One struct linux_dirent64, 8-byte aligned."""
+    reclen = (19 + len(name) + 1 + 7) & ~7
+    return struct.pack("<QqHB", ino, off, reclen, dtype) + name + b"\0" * (reclen - 19 - len(name))
+
+
+class SpecialDir(OpenFile):
+    """An open directory of a modeled filesystem: getdents64 lists ``.``, ``..`` and
+    the node's children, positions being entry indexes (dcache_readdir's cursor)."""
+
+    readable = True
+
+    def __init__(self, task, node, guest_path: str, parent_ino: int):
+        super().__init__()
+        self.node, self.guest_path, self.task = node, guest_path, task
+        self.parent_ino = parent_ino
+        self.pos = 0
+        self.open_flags = O_LARGEFILE
+
+    @property
+    def is_dir(self):
+        return True
+
+    def attrs(self):
+        return self.node.attrs(self.task)
+
+    def proc_link(self):
+        return self.guest_path
+
+    def read(self, count, interrupted):
+        return -E.EISDIR
+
+    def pread(self, count, offset):
+        return -E.EISDIR
+
+    def fstat(self):
+        return attrs_stat_bytes(self.attrs())
+
+    def lseek(self, offset, whence):
+        if whence == SEEK_CUR:
+            offset += self.pos
+        elif whence != SEEK_SET:
+            return -E.EINVAL
+        if offset < 0:
+            return -E.EINVAL
+        self.pos = offset
+        return offset
+
+    def getdents64(self, count: int) -> bytes | int:
+        kids = self.node.children(self.task)
+        if isinstance(kids, int):
+            return kids
+        entries = [(".", self.attrs().ino, 4), ("..", self.parent_ino, 4)] + list(kids)
+        out = bytearray()
+        while self.pos < len(entries):
+            name, ino, dtype = entries[self.pos]
+            rec = dirent64(ino, self.pos + 1, dtype, os.fsencode(name))
+            if len(out) + len(rec) > count:
+                if not out:
+                    return -E.EINVAL
+                break
+            out += rec
+            self.pos += 1
+        return bytes(out)
 
 
 class SeqFile(OpenFile):

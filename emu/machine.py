@@ -251,7 +251,8 @@ class Machine:
     """
 
     def __init__(self, *, kernel: str = "latest", stdin: bytes | int = b"", passthrough: bool = False,
-                 grant_dir: str | None = None, seed: int = 0, comm: str = "guest",
+                 sysroot: str = "/", grant_dirs: list[str] | tuple = (), grant_dir: str | None = None,
+                 cwd: str | None = None, seed: int = 0, comm: str = "guest",
                  stdio: str = "pipe", mem_total: int | None = None,
                  max_memory: int | None = DEFAULT_MAX_MEMORY, capture_output: bool | None = None,
                  output_limit: int | None = DEFAULT_OUTPUT_LIMIT, uid: int | None = None,
@@ -261,7 +262,11 @@ class Machine:
         keep the guest's stdout/stderr in ``stdout``/``stderr`` (default: only when not
         passing it through), at most ``output_limit`` bytes each.  ``uid``/``gid``/
         ``groups``: the first task's credentials (default: the invoking user's; see
-        :meth:`emu.identity_syscalls.Cred.initial`)."""
+        :meth:`emu.identity_syscalls.Cred.initial`).  ``sysroot``: the host directory
+        the guest sees read-only at ``/``; ``grant_dirs`` (``grant_dir``: one, an alias):
+        host directories mounted writable at their own paths; ``cwd``: the guest's
+        working directory (default the invoking process's when visible, else ``/``);
+        see :mod:`emu.vfs`."""
         if max_memory is not None and max_memory <= 0:
             raise InputError(f"max_memory must be positive, not {max_memory}")
         self.counters = Counters()
@@ -281,8 +286,11 @@ class Machine:
         self.stdout = OutputBuffer(output_limit)
         self.stderr = OutputBuffer(output_limit)
         self.symbols: dict[str, int] = {}
-        self.syscalls = Syscalls(self, stdin=stdin, grant_dir=grant_dir, seed=seed, stdio=stdio,
-                                 mem_total=mem_total)
+        grants = [grant_dirs] if isinstance(grant_dirs, str) else list(grant_dirs or ())
+        if grant_dir is not None:
+            grants.append(grant_dir)
+        self.syscalls = Syscalls(self, stdin=stdin, sysroot=sysroot, grant_dirs=grants, cwd=cwd,
+                                 seed=seed, stdio=stdio, mem_total=mem_total)
         self.events = ev.EventBus()     # the typed event stream (emu.events)
         self.kernel = Kernel(self, kernel, **kernel_overrides)
         self._result: RunResult | None = None

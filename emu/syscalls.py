@@ -3,8 +3,8 @@
 Arguments come in rdi, rsi, rdx, r10, r8, r9; the result goes to rax (negative errno on
 failure).  The machine has already done what the ``syscall`` instruction does (rcx, r11).
 Only modeled syscalls exist: anything else returns -ENOSYS and is counted and reported by
-number and name.  Guests are sandboxed: no host file is reachable unless the user grants
-a directory, and then only inside it (see :mod:`emu.grant`).  Descriptors and open files
+number and name.  Guests see the host's files through a filesystem view: a read-only
+sysroot, writable granted directories, modeled /proc (see :mod:`emu.vfs`).  Descriptors and open files
 are :mod:`emu.files` objects: a per-process table of refcounted descriptions.
 """
 
@@ -18,8 +18,8 @@ import struct
 
 from .errors import InputError
 from .fd_syscalls import FdSyscalls
-from .files import FdTable, HostFile, HostInput, OpenFile, OutputSink, PipeInput, SeqFile, stat_bytes
-from .grant import GrantedDir
+from .files import FdTable, HostInput, OpenFile, OutputSink, PipeInput
+from .fs_syscalls import FsSyscalls, interim_special_mounts
 from .identity_syscalls import IdentitySyscalls
 from .misc_syscalls import MiscSyscalls
 from .memory import (MMAP_MIN_ADDR, PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, TASK_SIZE,
@@ -27,6 +27,7 @@ from .memory import (MMAP_MIN_ADDR, PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE,
 from .process_syscalls import ProcessSyscalls
 from .signal_syscalls import SignalSyscalls
 from .syscall_names import SYSCALL_NAMES
+from .vfs import Vfs
 
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
 MAP_FIXED_NOREPLACE = 0x100000
@@ -36,12 +37,6 @@ MADV_DONTNEED = 4
 MADV_VALID = frozenset((0, 1, 2, 3, 4, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
                         23, 24, 25, 100, 101, 102, 103))
 ARCH_SET_GS, ARCH_SET_FS, ARCH_GET_FS, ARCH_GET_GS = 0x1001, 0x1002, 0x1003, 0x1004
-AT_FDCWD = -100
-O_ACCMODE, O_WRONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_APPEND, O_DIRECTORY = \
-    3, 1, 2, 0o100, 0o200, 0o1000, 0o2000, 0o200000
-AT_EMPTY_PATH = 0x1000
-SEEK_MAX = 4                                       # SEEK_HOLE
-MAX_RW_COUNT = 1 << 24                             # most bytes one write() copies (a short write)
 DEFAULT_MEM_TOTAL = 4 << 30                        # the modeled machine's RAM (sysinfo)
 CLOCK_EPOCH_NS = 1_767_225_600 * 1_000_000_000    # 2026-01-01T00:00:00Z
 CLOCK_TICK_NS = 1_000                              # each clock read advances 1 us
@@ -59,32 +54,19 @@ def _fd(value: int) -> int:
     return value & 0xFFFFFFFF
 
 
-def _off(value: int) -> int:
-    """An loff_t argument: signed 64-bit."""
-    return value - (1 << 64) if value >> 63 else value
-
-
-def guest_exe_view(path: str) -> str:
-    """/proc/self/exe as the guest sees it: the executable's path as the user named
-    it, made absolute against the guest's working directory ``/`` (never the host's
-    working directory); a built-in ``guest:NAME`` has no path and keeps its name."""
-    if path.startswith("guest:"):
-        return path
-    return os.path.normpath("/" + path) if not path.startswith("/") else os.path.normpath(path)
-
-
-class Syscalls(SignalSyscalls, IdentitySyscalls, ProcessSyscalls, FdSyscalls, MiscSyscalls):
+class Syscalls(SignalSyscalls, IdentitySyscalls, ProcessSyscalls, FdSyscalls, FsSyscalls, MiscSyscalls):
     """The syscall table of one machine.  ``register(nr, fn)`` adds or overrides an
     entry (the kernel model registers uretprobe/uprobe, 335/336)."""
 
-    def __init__(self, machine, *, stdin: bytes | int = b"", grant_dir: str | None = None, seed: int = 0,
+    def __init__(self, machine, *, stdin: bytes | int = b"", sysroot: str = "/",
+                 grant_dirs: list[str] | tuple = (), cwd: str | None = None, seed: int = 0,
                  stdio: str = "pipe", mem_total: int | None = None):
         self.m = machine
         mem_total = DEFAULT_MEM_TOTAL if mem_total is None else mem_total
         if not isinstance(mem_total, int) or mem_total < PAGE_SIZE:
             raise InputError(f"mem_total must be at least {PAGE_SIZE} bytes, not {mem_total!r}")
-        self.grant = GrantedDir(grant_dir) if grant_dir else None
-        self.grant_dir = self.grant.root if self.grant else None
+        self.vfs = Vfs(sysroot, grant_dirs, interim_special_mounts(machine))
+        machine.main_process.cwd = self._initial_cwd(cwd)
         self.mem_total = mem_total
         machine.main_process.fds = self._stdio_table(stdin, stdio)
         self.rng = random.Random(seed)
@@ -134,6 +116,38 @@ class Syscalls(SignalSyscalls, IdentitySyscalls, ProcessSyscalls, FdSyscalls, Mi
         it ``advance`` ns on: the one clock of the machine, shared with clock_gettime."""
         self.clock_ns += advance
         return self.clock_ns - CLOCK_EPOCH_NS
+
+    def _initial_cwd(self, cwd: str | None) -> str:
+        """The first process's working directory: ``cwd`` (a guest path, which must be
+        a directory of the view), else the invoking process's when the guest can see it
+        (as under strace or qemu-user), else ``/``."""
+        if cwd is None:
+            try:
+                here = os.getcwd()
+            except OSError:
+                return "/"
+            return self.vfs.guest_path_of_host(here) or "/"
+        if not isinstance(cwd, str) or not cwd.startswith("/"):
+            raise InputError(f"cwd must be an absolute guest path, not {cwd!r}")
+        with self.vfs.nameidata(self.m.task) as nd:
+            stack = nd.start(cwd)
+        if isinstance(stack, int) or not stack[-1].is_dir(self.m.task):
+            raise InputError(f"cwd {cwd!r} is not a directory of the guest's view")
+        return stack[-1].path
+
+    def exe_view(self, path: str) -> str:
+        """/proc/self/exe's text: the executable's path in the guest's view (d_path of
+        the file, as the host would resolve it); a program the guest cannot see by
+        name keeps the name it was given, made absolute; ``guest:NAME`` keeps its name."""
+        if path.startswith("guest:"):
+            return path
+        return self.vfs.guest_path_of_host(path) or os.path.normpath("/" + path)
+
+    def exe_target(self, path: str) -> str | int:
+        """Where a walk through /proc/self/exe goes: the executable's guest path."""
+        if path.startswith("guest:"):
+            return -E.ENOENT
+        return self.vfs.guest_path_of_host(path) or -E.ENOENT
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -365,68 +379,7 @@ class Syscalls(SignalSyscalls, IdentitySyscalls, ProcessSyscalls, FdSyscalls, Mi
             return _neg(E.EINVAL)
         return 0
 
-    # ------------------------------------------------------------------ I/O
-    def sys_read(self, task, regs, fd, buf, count, *_):
-        f = self._file(task, fd)
-        if f is None or not f.readable:
-            return _neg(E.EBADF)
-        if f.is_pipe:
-            return self.pipe_read(task, f, buf, min(count, MAX_RW_COUNT))
-        data = f.read(min(count, MAX_RW_COUNT), self.interrupted)
-        if isinstance(data, int):
-            return data
-        if data:
-            self.mem.write_user(buf, data)
-        return len(data)
-
-    def sys_write(self, task, regs, fd, buf, count, *_):
-        f = self._file(task, fd)
-        if f is None or not f.writable:
-            return _neg(E.EBADF)
-        if count == 0:
-            return 0
-        data = self.mem.read_user(buf, min(count, MAX_RW_COUNT))
-        return self.pipe_write(task, f, data) if f.is_pipe else f.write(data)
-
-    def sys_writev(self, task, regs, fd, iov, iovcnt, *_):
-        f = self._file(task, fd)
-        if f is None or not f.writable:
-            return _neg(E.EBADF)
-        if iovcnt > 1024:
-            return _neg(E.EINVAL)
-        data = bytearray()
-        for i in range(iovcnt):
-            base, ln = struct.unpack("<QQ", self.mem.read_user(iov + 16 * i, 16))
-            if ln >> 63:
-                return _neg(E.EINVAL)
-            ln = min(ln, MAX_RW_COUNT - len(data))
-            if ln:
-                data += self.mem.read_user(base, ln)
-        if not data:
-            return 0
-        return self.pipe_write(task, f, bytes(data)) if f.is_pipe else f.write(bytes(data))
-
-    def sys_pread64(self, task, regs, fd, buf, count, off, *_):
-        f = self._file(task, fd)
-        if f is None:
-            return _neg(E.EBADF)
-        if _off(off) < 0:
-            return _neg(E.EINVAL)
-        data = f.pread(min(count, MAX_RW_COUNT), _off(off))
-        if isinstance(data, int):
-            return data
-        if data:
-            self.mem.write_user(buf, data)
-        return len(data)
-
-    def sys_lseek(self, task, regs, fd, off, whence, *_):
-        f = self._file(task, fd)
-        if f is None:
-            return _neg(E.EBADF)
-        if whence & 0xFFFFFFFF > SEEK_MAX:
-            return _neg(E.EINVAL)
-        return f.lseek(_off(off), whence)
-
+    # ------------------------------------------------------------------ descriptors
     def sys_close(self, task, regs, fd, *_):
         return task.process.fds.close(_fd(fd))
 
@@ -435,102 +388,6 @@ class Syscalls(SignalSyscalls, IdentitySyscalls, ProcessSyscalls, FdSyscalls, Mi
         if f is None:
             return _neg(E.EBADF)
         return f.ioctl(cmd & 0xFFFFFFFF, arg, self.mem)
-
-    def sys_fstat(self, task, regs, fd, statbuf, *_):
-        f = self._file(task, fd)
-        if f is None:
-            return _neg(E.EBADF)
-        st = f.fstat()
-        if isinstance(st, int):
-            return st
-        self.mem.write_user(statbuf, st)
-        return 0
-
-    def sys_newfstatat(self, task, regs, dirfd, path, statbuf, flags, *_):
-        name = self.mem.read_cstring(path) if path else b""
-        if name == b"" and flags & AT_EMPTY_PATH:
-            return self.sys_fstat(task, regs, dirfd, statbuf)
-        rel = self._granted(task, dirfd, name)
-        if isinstance(rel, int):
-            return rel
-        st = self.grant.stat(rel)
-        if isinstance(st, int):
-            return st
-        self.mem.write_user(statbuf, stat_bytes(st.st_mode, size=st.st_size, ino=st.st_ino,
-                                                nlink=st.st_nlink))
-        return 0
-
-    def sys_readlink(self, task, regs, path, buf, size, *_):
-        return self._readlink(task, self.mem.read_cstring(path), buf, size)
-
-    def sys_readlinkat(self, task, regs, dirfd, path, buf, size, *_):
-        return self._readlink(task, self.mem.read_cstring(path), buf, size)
-
-    def _readlink(self, task, name: bytes, buf: int, size: int) -> int:
-        if size & 0xFFFFFFFF == 0 or (size & 0xFFFFFFFF) >> 31:
-            return _neg(E.EINVAL)
-        if name in (b"/proc/self/exe", b"/proc/%d/exe" % task.process.pid):
-            target = guest_exe_view(task.process.exe_path).encode()[:size]
-            self.mem.write_user(buf, target)
-            return len(target)
-        return _neg(E.ENOENT)
-
-    # ------------------------------------------------------------------ sandboxed files
-    def _granted(self, task, dirfd: int, name: bytes) -> str | int:
-        """The guest path as a path relative to the granted root, or an errno: no grant
-        (EACCES), an empty name (ENOENT), a bad directory descriptor (EBADF/ENOTDIR)."""
-        if self.grant is None:
-            return _neg(E.EACCES)
-        if name == b"":
-            return _neg(E.ENOENT)
-        text = os.fsdecode(name)
-        base = ""
-        if not text.startswith("/") and _fd(dirfd) != _fd(AT_FDCWD):
-            d = self._file(task, dirfd)
-            if d is None:
-                return _neg(E.EBADF)
-            if not isinstance(d, HostFile) or not d.is_dir:
-                return _neg(E.ENOTDIR)
-            base = d.guest_path
-        return self.grant.guest_relative(text, base)
-
-    def sys_openat(self, task, regs, dirfd, path, flags, mode, *_):
-        name = self.mem.read_cstring(path)
-        if name in (b"/proc/self/maps", b"/proc/%d/maps" % task.process.pid):
-            return self._open_maps(task, flags)
-        rel = self._granted(task, dirfd, name)
-        if isinstance(rel, int):
-            return rel
-        allowed = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_DIRECTORY
-        acc = flags & O_ACCMODE
-        if acc == O_ACCMODE:
-            return _neg(E.EINVAL)
-        hfd = self.grant.open(rel, flags & allowed, mode & 0o777)
-        if hfd < 0:
-            return hfd
-        return task.process.fds.install(HostFile(hfd, rel, acc), 0)
-
-    def sys_open(self, task, regs, path, flags, mode, *_):
-        return self.sys_openat(task, regs, AT_FDCWD, path, flags, mode)
-
-    def _open_maps(self, task, flags: int) -> int:
-        """/proc/self/maps (proc_pid_maps_operations): a read-only seq_file, mode 0444,
-        so the unprivileged guest cannot open it for writing."""
-        if flags & O_ACCMODE != 0:
-            return _neg(E.EACCES)
-        f = SeqFile(self.mem.maps().encode(), ino=0x1000 + task.process.pid)
-        return task.process.fds.install(f, 0)
-
-    def sys_access(self, task, regs, path, mode, *_):
-        rel = self._granted(task, AT_FDCWD, self.mem.read_cstring(path))
-        if isinstance(rel, int):
-            return rel
-        st = self.grant.stat(rel)
-        if isinstance(st, int):
-            return st
-        if mode & 1 and not st.st_mode & 0o111:      # X_OK
-            return _neg(E.EACCES)
-        return 0
 
     # ------------------------------------------------------------------ system
     def sys_sysinfo(self, task, regs, info, *_):

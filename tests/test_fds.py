@@ -89,7 +89,7 @@ def test_seq_file_snapshot_semantics():
 
 def test_child_closing_a_shared_descriptor_leaves_the_parents_open(build_c, granted):
     exe = build_c("forkfd.c", "-static")
-    assert run(exe, "data", grant_dir=granted) == native(exe, "data", cwd=granted) == \
+    assert run(exe, "data", grant_dir=granted, cwd=granted) == native(exe, "data", cwd=granted) == \
         b"child: read 4 0123 close=0\nparent: read 4 4567 close=0 close again=-1\n"
 
 
@@ -138,7 +138,7 @@ _start:
     syscall
 path:
     .asciz "data"
-""", grant_dir=granted)
+""", grant_dir=granted, cwd=granted)
     before = len(os.listdir("/proc/self/fd"))
     r = m.run()
     assert r.exit_code == 3, "open gives the lowest free descriptor"
@@ -151,7 +151,7 @@ path:
 @pytest.mark.parametrize("name", ["", "."])
 def test_empty_path_and_directory_read_get_the_native_errno(build_c, granted, name):
     exe = build_c("sandbox.c", "-static")
-    assert run(exe, name, grant_dir=granted) == native(exe, name, cwd=granted)
+    assert run(exe, name, grant_dir=granted, cwd=granted) == native(exe, name, cwd=granted)
 
 
 def test_ioctl_and_lseek_on_bad_descriptors():
@@ -184,9 +184,12 @@ def test_readlink_exe_is_the_path_the_guest_was_named_by(build_c):
     assert run(exe) == native(exe) == exe.encode() + b"\n"
 
 
-def test_readlink_exe_of_a_relative_program_does_not_show_the_host_cwd(build_c, monkeypatch):
+def test_readlink_exe_of_a_relative_program_is_its_absolute_path_as_natively(build_c, monkeypatch):
+    """The guest sees the host's paths and starts in the invoking directory, so a
+    program named relatively reads back the absolute path the host would give."""
     exe = build_c("readlink_exe.c", "-static")
     monkeypatch.chdir(os.path.dirname(exe))
     name = os.path.basename(exe)
     out = Machine.from_elf(name, argv=[name]).run().stdout
-    assert out == f"/{name}\n".encode(), f"want the guest's /{name}, got {out!r}"
+    want = native("./" + name)
+    assert out == want == f"{os.path.realpath(exe)}\n".encode(), f"want {want!r}, got {out!r}"

@@ -117,8 +117,11 @@ def _add_machine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--groups", type=_id_list, default=None, metavar="N,N...",
                    help="the guest's supplementary groups (default: yours when neither "
                         "--uid nor --gid is given, else none; '' = none)")
-    p.add_argument("--grant-dir", metavar="DIR",
-                   help="host directory the guest may open files in (default: none)")
+    p.add_argument("--sysroot", metavar="DIR", default="/",
+                   help="host directory the guest sees, read-only, as / (default: /)")
+    p.add_argument("--grant-dir", metavar="DIR", action="append", default=[],
+                   help="host directory the guest may also write in, seen at its own path "
+                        "(repeatable; default: none)")
     p.add_argument("--seed", type=_int, default=0, metavar="N",
                    help="seed of the scheduler's interleaving and of getrandom (default 0)")
     p.add_argument("-e", "--event", action="append", default=[], metavar="SPEC",
@@ -282,15 +285,18 @@ def make_machine(args, passthrough: bool = True, own_stdin: bool = True):
     """The machine of a CLI run.  With ``passthrough`` the guest's fds 0-2 are
     described as this command's own (a terminal, a file or a pipe), as they would be
     natively; otherwise its output is captured, so fds 1 and 2 are pipes."""
-    if args.grant_dir and not os.path.isdir(args.grant_dir):
-        raise EmuError(f"--grant-dir {args.grant_dir!r} is not a directory")
+    for opt, value in [("--sysroot", getattr(args, "sysroot", "/"))] + \
+            [("--grant-dir", d) for d in getattr(args, "grant_dir", None) or []]:
+        if not os.path.isdir(value):
+            raise EmuError(f"{opt} {value!r} is not a directory")
     extra = list(getattr(args, "args", []) or []) + list(getattr(args, "guest_tail", []))
     prog = args.program
     guest_argv = [prog[len("guest:"):] if prog.startswith("guest:") else prog] + extra
     stdin = _open_stdin(args, own_stdin and passthrough)
     try:
         return Machine.from_program(args.program, argv=guest_argv, kernel=args.kernel, stdin=stdin,
-                                    passthrough=passthrough, grant_dir=args.grant_dir,
+                                    passthrough=passthrough, sysroot=getattr(args, "sysroot", "/"),
+                                    grant_dirs=getattr(args, "grant_dir", None) or [],
                                     seed=getattr(args, "seed", 0),
                                     stdio="host" if passthrough else "pipe",
                                     mem_total=getattr(args, "mem_total", None),

@@ -1,0 +1,365 @@
+"""The guest's filesystem view: a mount table and the path walk (fs/namei.c).
+
+The namespace the guest sees (see README, "What a guest can read and write"):
+
+* ``/`` is the *sysroot* (default the host's ``/``), mounted read-only: the guest may
+  read files and list directories there, never write (``EROFS``);
+* each granted host directory is mounted writable where the guest sees it: at its
+  path in the sysroot when it lies there, else at its own absolute host path;
+* ``/proc`` and ``/dev`` are modeled filesystems (:class:`emu.vfs_types.SpecialNode`
+  trees) mounted over the sysroot's; ``/sys`` is an empty read-only directory (the
+  host's sysfs describes the host's hardware and kernel, not the modeled machine, so
+  none of it is shown).
+
+:class:`Nameidata` walks a path as ``link_path_walk``/``path_lookupat`` do: one component
+at a time, each host inode opened ``O_PATH|O_NOFOLLOW`` from its parent's descriptor
+(nothing is ever opened by a full host name, so a host process swapping a component for
+a symlink cannot lead the walk anywhere the guest's namespace does not), mounts crossed
+by guest path, ``..`` popping the walk's own stack of locations (above a mount root it
+goes back to the parent mount, above ``/`` it stays), symlinks read and followed in the
+*guest* namespace (absolute targets restart at the guest ``/``), ``ELOOP`` after 40 links.
+
+A process's working directory and a directory descriptor are remembered by their guest
+path (``Process.cwd``, ``HostFile.guest_path``) and walked again from ``/`` when used.
+Host inodes other than regular files, directories and symlinks (FIFOs, sockets, device
+nodes) can be stat'ed but not opened (``EACCES``): one could block the emulator or reach
+host hardware.
+"""
+
+from __future__ import annotations
+
+import errno as E
+import os
+import stat as S
+import weakref
+from dataclasses import dataclass, field
+
+from .errors import InputError
+from .vfs_types import Attrs, DT_DIR, SpecialNode, dtype_of
+
+PATH_MAX, NAME_MAX, MAXSYMLINKS = 4096, 255, 40
+MAY_EXEC, MAY_WRITE, MAY_READ = 1, 2, 4
+O_PATH_NOFOLLOW = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _err(e: OSError) -> int:
+    return -(e.errno or E.EIO)
+
+
+def join(parent: str, name: str) -> str:
+    return parent.rstrip("/") + "/" + name
+
+
+class Mount:
+    """One mount (``struct mount``): a host directory (held open ``O_PATH`` for the
+    machine's lifetime, so the walk never names it again) or a modeled node tree,
+    mounted at the guest path ``point``."""
+
+    def __init__(self, point: str, *, host: str | None = None, node: SpecialNode | None = None,
+                 writable: bool = False, mnt_id: int = 0):
+        self.point, self.node, self.writable, self.mnt_id = point, node, writable, mnt_id
+        self.host = host
+        self.fd = None
+        if host is not None:
+            try:
+                self.fd = os.open(host, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError as e:
+                raise InputError(f"{host!r}: {e.strerror}") from None
+            weakref.finalize(self, os.close, self.fd)
+
+
+@dataclass(eq=False)
+class Loc:
+    """A location the walk reached (``struct path``): its mount, its guest path, and
+    the inode - a host ``O_PATH`` descriptor owned by the walk, a modeled node, or (a
+    /proc magic link to a descriptor without a path) the open file itself."""
+    mount: Mount
+    path: str
+    fd: int | None = None
+    st: os.stat_result | None = None
+    node: SpecialNode | None = None
+    file: object = None
+    _attrs: Attrs | None = field(default=None, repr=False)
+
+    def attrs(self, task) -> Attrs:
+        if self._attrs is None:
+            if self.st is not None:
+                self._attrs = Attrs.from_host(self.st)
+            elif self.node is not None:
+                self._attrs = self.node.attrs(task)
+            else:
+                self._attrs = self.file.attrs() if hasattr(self.file, "attrs") else \
+                    Attrs(mode=S.S_IFREG | 0o600, ino=0, dev=0)
+        return self._attrs
+
+    def mode(self, task) -> int:
+        return self.attrs(task).mode
+
+    def is_dir(self, task) -> bool:
+        return S.S_ISDIR(self.mode(task))
+
+    def is_link(self, task) -> bool:
+        return S.S_ISLNK(self.mode(task))
+
+
+def in_group(cred, gid: int) -> bool:
+    """in_group_p: the filesystem gid or a supplementary group."""
+    return cred.fsgid == gid or gid in cred.groups
+
+
+def fs_capable(cred) -> bool:
+    """CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH under the root model: effective uid 0 and
+    filesystem uid 0 (``cap_emulate_setxuid`` and ``setfsuid`` drop the fs caps)."""
+    return cred.euid == 0 and cred.fsuid == 0
+
+
+def generic_permission(cred, attrs: Attrs, mask: int, *, privileged: bool | None = None) -> int:
+    """generic_permission: the owner, group or other bits for ``mask`` (MAY_*), then
+    root's overrides - directories always, files for read and write, and for exec only
+    when at least one x bit is set."""
+    mode = attrs.mode
+    if cred.fsuid == attrs.uid:
+        bits = mode >> 6
+    elif in_group(cred, attrs.gid):
+        bits = mode >> 3
+    else:
+        bits = mode
+    mask &= MAY_READ | MAY_WRITE | MAY_EXEC
+    if mask & ~bits & 7 == 0:
+        return 0
+    if fs_capable(cred) if privileged is None else privileged:
+        if S.S_ISDIR(mode) or not mask & MAY_EXEC or mode & 0o111:
+            return 0
+    return -E.EACCES
+
+
+class EmptyDir(SpecialNode):
+    """An empty read-only directory: what the guest sees at ``/sys``."""
+
+    def __init__(self, ino: int = 1, dev: int = 0x15):
+        self._attrs = Attrs(mode=S.S_IFDIR | 0o555, ino=ino, dev=dev, nlink=2)
+
+    def attrs(self, task):
+        return self._attrs
+
+    def lookup(self, task, name):
+        return -E.ENOENT
+
+    def children(self, task):
+        return []
+
+
+class Nameidata:
+    """One path walk (``struct nameidata``): the symlink count and the host
+    descriptors opened on the way, all closed by :meth:`close`."""
+
+    def __init__(self, vfs: "Vfs", task, cred=None):
+        self.vfs, self.task = vfs, task
+        self.cred = cred if cred is not None else task.cred
+        self.links = 0
+        self._fds: list[int] = []
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- locations ---------------------------------------------------------------------
+    def mount_root(self, m: Mount) -> Loc:
+        if m.node is not None:
+            return Loc(m, m.point, node=m.node)
+        fd = os.dup(m.fd)
+        self._fds.append(fd)
+        return Loc(m, m.point, fd=fd, st=os.fstat(fd))
+
+    def root(self) -> list[Loc]:
+        return [self.mount_root(self.vfs.root)]
+
+    def start(self, base: str) -> list[Loc] | int:
+        """The walk's stack at a directory known by its guest path (the working
+        directory or a directory descriptor): ENOENT once it is gone."""
+        stack = self.lookup(self.root(), base, follow=True)
+        if isinstance(stack, int):
+            return -E.ENOENT if stack == -E.ENOTDIR else stack
+        return stack if stack[-1].is_dir(self.task) else -E.ENOTDIR
+
+    def step(self, cur: Loc, name: str) -> Loc | int:
+        """One component beneath ``cur`` (lookup_fast/lookup_slow + follow_managed):
+        a mount root when the child's guest path is a mount point."""
+        path = join(cur.path, name)
+        m = self.vfs.mounts.get(path)
+        if m is not None:
+            return self.mount_root(m)
+        if cur.node is not None:
+            child = cur.node.lookup(self.task, name)
+            return child if isinstance(child, int) else Loc(cur.mount, path, node=child)
+        if cur.fd is None:
+            return -E.ENOTDIR
+        try:
+            fd = os.open(name, O_PATH_NOFOLLOW, dir_fd=cur.fd)
+        except OSError as e:
+            return _err(e)
+        self._fds.append(fd)
+        return Loc(cur.mount, path, fd=fd, st=os.fstat(fd))
+
+    # -- the walk ----------------------------------------------------------------------
+    def parent(self, stack: list[Loc], path: str) -> tuple[list[Loc], str | None, bool] | int:
+        """Every component but the last (filename_parentat): the parent's stack, the
+        last name (None for a path that ends in ``/`` alone or is ``/``) and whether the
+        path had a trailing slash."""
+        if len(os.fsencode(path)) >= PATH_MAX:
+            return -E.ENAMETOOLONG
+        stack = self.root() if path.startswith("/") else list(stack)
+        names = [c for c in path.split("/") if c]
+        trailing = path.endswith("/") and bool(names)
+        for name in names[:-1]:
+            stack = self.component(stack, name, follow=True)
+            if isinstance(stack, int):
+                return stack
+        err = self.may_lookup(stack[-1])
+        if err:
+            return err
+        return stack, (names[-1] if names else None), trailing
+
+    def may_lookup(self, cur: Loc) -> int:
+        """A directory to look a name up in: ENOTDIR, or EACCES without search (x)."""
+        if not cur.is_dir(self.task):
+            return -E.ENOTDIR
+        return self.vfs.permission(self.cred, cur, MAY_EXEC, self.task)
+
+    def component(self, stack: list[Loc], name: str, *, follow: bool, must_dir: bool = True
+                  ) -> list[Loc] | int:
+        """walk_component: ``.``, ``..`` (never above ``/``), or a child, its symlink
+        followed when ``follow``."""
+        err = self.may_lookup(stack[-1])
+        if err:
+            return err
+        if name == ".":
+            return stack
+        if name == "..":
+            return stack[:-1] if len(stack) > 1 else stack
+        if len(os.fsencode(name)) > NAME_MAX:
+            return -E.ENAMETOOLONG
+        child = self.step(stack[-1], name)
+        if isinstance(child, int):
+            return child
+        if follow and child.is_link(self.task):
+            return self.follow_link(stack, child)
+        return stack + [child]
+
+    def follow_link(self, stack: list[Loc], link: Loc) -> list[Loc] | int:
+        """pick_link/get_link: continue at the link's target in the guest namespace,
+        relative to the link's directory; a /proc magic link jumps to an open file."""
+        self.links += 1
+        if self.links > MAXSYMLINKS:
+            return -E.ELOOP
+        if link.node is not None:
+            target = link.node.follow(self.task)
+        else:
+            try:
+                target = os.fsdecode(os.readlink("", dir_fd=link.fd))
+            except OSError as e:
+                return _err(e)
+        if isinstance(target, int):
+            return target
+        if not isinstance(target, str):                 # nd_jump_link
+            path = getattr(target, "guest_path", None)
+            if path:
+                return self.lookup(self.root(), path, follow=True)
+            return stack + [Loc(link.mount, link.path, file=target)]
+        if target == "":
+            return -E.ENOENT
+        return self.lookup(stack, target, follow=True)
+
+    def lookup(self, stack: list[Loc], path: str, *, follow: bool) -> list[Loc] | int:
+        """path_lookupat: the stack ending at ``path``'s last component, its symlink
+        followed when ``follow`` or when the path has a trailing slash (which also
+        requires a directory)."""
+        r = self.parent(stack, path)
+        if isinstance(r, int):
+            return r
+        stack, last, trailing = r
+        if last is None:
+            return stack
+        stack = self.component(stack, last, follow=follow or trailing)
+        if isinstance(stack, int):
+            return stack
+        if trailing and not stack[-1].is_dir(self.task):
+            return -E.ENOTDIR
+        return stack
+
+
+class Vfs:
+    """The guest's mount table and the operations on it that need more than one walk.
+
+    ``sysroot``: the host directory shown at ``/`` (read-only); ``grant_dirs``: host
+    directories mounted writable at their own paths; ``special``: guest path ->
+    root :class:`SpecialNode` (``/proc``, ``/dev``, ``/sys``)."""
+
+    def __init__(self, sysroot: str = "/", grant_dirs: list[str] | tuple = (),
+                 special: dict[str, SpecialNode] | None = None):
+        if not isinstance(sysroot, str) or not os.path.isdir(sysroot):
+            raise InputError(f"sysroot {sysroot!r} is not a directory")
+        self.sysroot = os.path.realpath(sysroot)
+        self.root = Mount("/", host=self.sysroot, writable=False, mnt_id=1)
+        self.mounts: dict[str, Mount] = {}
+        self.grant_dirs: dict[str, str] = {}            # host directory -> guest mount point
+        for i, d in enumerate(grant_dirs):
+            if not isinstance(d, str) or not os.path.isdir(d):
+                raise InputError(f"grant dir {d!r} is not a directory")
+            real = os.path.realpath(d)
+            point = self._sysroot_path(real) or real
+            self.grant_dirs[real] = point
+            if point == "/":
+                self.root = Mount("/", host=self.sysroot, writable=True, mnt_id=1)
+            else:
+                self.mounts[point] = Mount(point, host=real, writable=True, mnt_id=10 + i)
+        for i, (point, node) in enumerate((special or {}).items()):
+            self.mounts[point] = Mount(point, node=node, writable=True, mnt_id=30 + i)
+
+    def nameidata(self, task, cred=None) -> Nameidata:
+        return Nameidata(self, task, cred)
+
+    # -- the host's names as the guest sees them ----------------------------------------
+    def _sysroot_path(self, real: str) -> str | None:
+        """Where a host path lies in the sysroot, as a guest path (None: outside it)."""
+        if self.sysroot == "/":
+            return real
+        if real == self.sysroot or real.startswith(self.sysroot + "/"):
+            return "/" + real[len(self.sysroot):].lstrip("/")
+        return None
+
+    def guest_path_of_host(self, host_path: str) -> str | None:
+        """A host path's guest path, when the guest can see it (under a grant, or under
+        the sysroot and not hidden by a modeled mount); None otherwise."""
+        real = os.path.realpath(host_path)
+        for host in sorted(self.grant_dirs, key=len, reverse=True):
+            if real == host or real.startswith(host.rstrip("/") + "/"):
+                return os.path.normpath(self.grant_dirs[host] + "/" + real[len(host):])
+        guest = self._sysroot_path(real)
+        if guest is None:
+            return None
+        for point, m in self.mounts.items():
+            if m.node is not None and (guest == point or guest.startswith(point + "/")):
+                return None
+        return guest
+
+    # -- permissions --------------------------------------------------------------------
+    def permission(self, cred, loc: Loc, mask: int, task=None, *, privileged=None) -> int:
+        """inode_permission: EROFS for a write to a regular file, directory or symlink
+        on a read-only mount (sb_permission), then generic_permission."""
+        attrs = loc.attrs(task)
+        if mask & MAY_WRITE and not loc.mount.writable and \
+                S.S_IFMT(attrs.mode) in (S.S_IFREG, S.S_IFDIR, S.S_IFLNK):
+            return -E.EROFS
+        return generic_permission(cred, attrs, mask, privileged=privileged)
+
+    @staticmethod
+    def dtype(loc: Loc, task) -> int:
+        return DT_DIR if loc.is_dir(task) else dtype_of(loc.mode(task))
