@@ -28,8 +28,8 @@ import select
 import stat as S
 import weakref
 
-from .files import READ_CHUNK, OpenFile, OutputSink, HostInput, tty_ioctl
-from .specialfs import DirNode, LinkNode, access_mode, may_open, stat_of
+from .files import READ_CHUNK, HostInput, OpenFile, OutputSink, attrs_stat_bytes, tty_ioctl
+from .specialfs import DirNode, LinkNode, access_mode, may_open
 from .vfs_types import Attrs, SpecialNode
 
 DEVTMPFS_DEV = os.makedev(0, 6)          # st_dev of the host's devtmpfs (0:6)
@@ -51,18 +51,32 @@ class DevFs:
 
     def __init__(self, machine):
         self.m = machine
-        sc = machine.syscalls
-        self.boot_ns = sc.clock_ns - sc.boot_clock_ns()    # the modeled boot: devtmpfs' creation
         self.ctty = ControllingTerminal.of(machine)
         self.nodes = {name: CharDevNode(self, name, *CHAR_DEVICES[name]) for name in CHAR_DEVICES}
         for name, (target, ino) in LINKS.items():
-            self.nodes[name] = LinkNode(target, self._attrs(S.S_IFLNK | 0o777, ino, size=len(target)))
+            self.nodes[name] = DevLink(self, target, ino)
         self.root = DevDir(self)
 
-    def _attrs(self, mode: int, ino: int, *, rdev: int = 0, size: int = 0, nlink: int = 1) -> Attrs:
-        t = self.boot_ns
+    def boot_ns(self) -> int:
+        """The modeled boot (devtmpfs' creation): the virtual clock's epoch."""
+        sc = self.m.syscalls
+        return sc.clock_ns - sc.boot_clock_ns()
+
+    def attrs(self, mode: int, ino: int, *, rdev: int = 0, size: int = 0, nlink: int = 1) -> Attrs:
+        t = self.boot_ns()
         return Attrs(mode=mode, ino=ino, dev=DEVTMPFS_DEV, nlink=nlink, uid=0, gid=0, rdev=rdev,
                      size=size, blksize=4096, blocks=0, atime_ns=t, mtime_ns=t, ctime_ns=t)
+
+
+class DevLink(LinkNode):
+    """A devtmpfs symlink (mode 0777, its size the target's length)."""
+
+    def __init__(self, fs: DevFs, target: str, ino: int):
+        super().__init__(target)
+        self.fs, self.ino = fs, ino
+
+    def attrs(self, task):
+        return self.fs.attrs(S.S_IFLNK | 0o777, self.ino, size=len(self.target))
 
 
 class DevDir(DirNode):
@@ -75,7 +89,7 @@ class DevDir(DirNode):
 
     def attrs(self, task):
         size = (2 + len(ORDER)) * BOGO_DIRENT_SIZE
-        return self.fs._attrs(S.S_IFDIR | 0o755, 1, size=size, nlink=2)
+        return self.fs.attrs(S.S_IFDIR | 0o755, 1, size=size, nlink=2)
 
     def entries(self, task):
         return [(name, self.fs.nodes[name]) for name in ORDER]
@@ -90,10 +104,10 @@ class CharDevNode(SpecialNode):
         self.name = name
         self.path = "/dev/" + name
         self.rdev = os.makedev(major, minor)
-        self._attrs = fs._attrs(CHR_MODE, ino, rdev=self.rdev)
+        self.ino = ino
 
     def attrs(self, task):
-        return self._attrs
+        return self.fs.attrs(CHR_MODE, self.ino, rdev=self.rdev)
 
     def open(self, task, flags):
         err = may_open(CHR_MODE, flags, getattr(task, "cred", None))
@@ -115,8 +129,11 @@ class DeviceFile(OpenFile):
         self.readable, self.writable = readable, writable
         self.open_flags = 0o100000               # O_LARGEFILE (force_o_largefile)
 
+    def attrs(self):
+        return self.node.attrs(None)
+
     def fstat(self):
-        return stat_of(self.node.attrs(None))
+        return attrs_stat_bytes(self.attrs())
 
     def proc_link(self):
         return self.node.path

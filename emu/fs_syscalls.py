@@ -323,8 +323,9 @@ class FsSyscalls:
             return _neg(E.ENOTDIR)
         if flags & O_PATH:
             return self._open_path(loc)
-        if loc.file is not None:
-            return loc.file                      # a magic link to a descriptor: the same file
+        if loc.file is not None:                 # a magic link to a descriptor: opened again
+            from .procfs import reopen
+            return reopen(self.m, task, loc.file, flags)
         may = {0: MAY_READ, 1: MAY_WRITE, 2: MAY_READ | MAY_WRITE, 3: MAY_READ | MAY_WRITE}[acc]
         if flags & O_TRUNC:
             may |= MAY_WRITE
@@ -1181,97 +1182,4 @@ def join_path(parent: str, name: str) -> str:
     return parent.rstrip("/") + "/" + name
 
 
-# ======================================================================================
-# INTERIM /proc: the two entries the suite relies on (/proc/self/maps, /proc/self/exe)
-# until emu/procfs.py (the full modeled /proc) is merged and mounted in its place.
-# ======================================================================================
-PROC_DEV = 0x17
-
-
-class _InterimProcNode(SpecialNode):
-    def __init__(self, machine, ino: int, mode: int):
-        self.m, self.ino, self.mode = machine, ino, mode
-
-    def attrs(self, task):
-        uid = task.cred.uid if task is not None and task.cred is not None else 0
-        gid = task.cred.gid if task is not None and task.cred is not None else 0
-        return Attrs(mode=self.mode, ino=self.ino, dev=PROC_DEV, nlink=1, uid=uid, gid=gid,
-                     blksize=1024)
-
-
-class InterimProcRoot(_InterimProcNode):
-    """INTERIM: /proc with ``self`` and one directory per live process."""
-
-    def __init__(self, machine):
-        super().__init__(machine, 1, S.S_IFDIR | 0o555)
-
-    def _proc(self, pid: int):
-        return next((p for p in self.m.processes if p.pid == pid and p.exit_result is None), None)
-
-    def lookup(self, task, name):
-        if name == "self":
-            return InterimProcLink(self.m, 2, lambda t: str(t.process.pid))
-        if name.isdigit() and self._proc(int(name)) is not None:
-            return InterimPidDir(self.m, int(name))
-        return -E.ENOENT
-
-    def children(self, task):
-        return [("self", 2, 10)] + [(str(p.pid), 0x1000 + p.pid, 4) for p in self.m.processes
-                                    if p.exit_result is None]
-
-
-class InterimProcLink(_InterimProcNode):
-    def __init__(self, machine, ino, text, target=None):
-        super().__init__(machine, ino, S.S_IFLNK | 0o777)
-        self.text, self.target = text, target
-
-    def readlink(self, task):
-        return self.text(task)
-
-    def follow(self, task):
-        return self.target(task) if self.target else self.text(task)
-
-
-class InterimPidDir(_InterimProcNode):
-    def __init__(self, machine, pid):
-        super().__init__(machine, 0x1000 + pid, S.S_IFDIR | 0o555)
-        self.pid = pid
-
-    def _process(self):
-        return next((p for p in self.m.processes if p.pid == self.pid), None)
-
-    def lookup(self, task, name):
-        proc = self._process()
-        if proc is None:
-            return -E.ENOENT
-        if name == "maps":
-            return InterimMaps(self.m, proc)
-        if name == "exe":
-            view = lambda t: self.m.syscalls.exe_view(proc.exe_path)  # noqa: E731
-            return InterimProcLink(self.m, 0x3000 + self.pid, view,
-                                   lambda t: self.m.syscalls.exe_target(proc.exe_path))
-        return -E.ENOENT
-
-    def children(self, task):
-        return [("exe", 0x3000 + self.pid, 10), ("maps", 0x2000 + self.pid, 8)]
-
-
-class InterimMaps(_InterimProcNode):
-    """/proc/PID/maps (proc_pid_maps_operations): a read-only seq_file snapshot."""
-
-    def __init__(self, machine, proc):
-        super().__init__(machine, 0x2000 + proc.pid, S.S_IFREG | 0o444)
-        self.proc = proc
-
-    def open(self, task, flags):
-        if flags & O_ACCMODE != 0:
-            return _neg(E.EACCES)
-        return SeqFile(self.proc.mem.maps().encode(), ino=0x1000 + self.proc.pid)
-
-
-def interim_special_mounts(machine) -> dict[str, SpecialNode]:
-    """INTERIM: the modeled mounts until emu/procfs.py and emu/devfs.py provide theirs."""
-    return {"/proc": InterimProcRoot(machine), "/sys": EmptyDir()}
-
-
-__all__ = ["FsSyscalls", "interim_special_mounts", "GuestFault"]
+__all__ = ["FsSyscalls", "GuestFault"]

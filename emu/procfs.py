@@ -39,11 +39,13 @@ from __future__ import annotations
 
 import errno as E
 import os
+import re
 import stat as S
 
-from .files import PROC_DEV, READ_CHUNK, HostFile, OutputSink, PipeInput, SeqFile
+from .files import PROC_DEV, OutputSink, PipeInput, SeqFile, attrs_stat_bytes
+from .memory import GuestFault
 from .pipes import PipeEnd
-from .specialfs import DirFile, DirNode, LinkNode, access_mode, may_open, stat_of
+from .specialfs import DirNode, LinkNode, access_mode, may_open
 from .vfs_types import Attrs, SpecialNode
 
 PAGE_SIZE = 4096
@@ -60,6 +62,7 @@ RLIM_INFINITY = (1 << 64) - 1
 USER_HZ = 100
 NSEC = 1_000_000_000
 O_ACCMODE, O_WRONLY, O_RDWR, O_NONBLOCK = 3, 1, 2, 0o4000
+AT_FDCWD = -100
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -266,7 +269,7 @@ def _exit_code(proc) -> int:
 
 def _ctty(machine) -> int:
     """tty_devnum of the controlling terminal, new_encode_dev'd (0: none)."""
-    devfs = getattr(machine, "devfs", None)
+    devfs = getattr(machine.syscalls, "devfs", None)
     fd = getattr(getattr(devfs, "ctty", None), "fd", None)
     if fd is None:
         return 0
@@ -301,7 +304,7 @@ def _read(mem, addr: int, n: int) -> bytes:
         step = min(n, PAGE_SIZE - (addr % PAGE_SIZE))
         try:
             out += mem.read(addr, step)
-        except Exception:                      # an unmapped page ends the copy
+        except GuestFault:                     # an unmapped page ends the copy
             break
         addr += step
         n -= step
@@ -336,7 +339,11 @@ def _host_mounts() -> list[tuple[str, str, str]]:
             rows = [line.split() for line in f]
     except OSError:
         return []
-    return [(r[0], r[1].encode().decode("unicode_escape"), r[2]) for r in rows if len(r) >= 3]
+    return [(r[0], _octal_unescape(r[1]), r[2]) for r in rows if len(r) >= 3]
+
+
+def _octal_unescape(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda mo: chr(int(mo.group(1), 8)), field)
 
 
 def _host_fs(table, path: str) -> tuple[str, str]:
@@ -400,8 +407,11 @@ class ProcSeqFile(SeqFile):
             return -E.EBADF
         return self.node.write(self.task, data)
 
+    def attrs(self):
+        return self.node.attrs(self.task)
+
     def fstat(self):
-        return stat_of(self.node.attrs(self.task))
+        return attrs_stat_bytes(self.attrs())
 
     def proc_link(self):
         return self.node.path
@@ -448,16 +458,20 @@ class ProcLink(LinkNode):
     """A /proc symlink whose text depends on the reader (self, thread-self) or on the
     target task (exe)."""
 
-    def __init__(self, fs, ino: int, text, owner=None):
+    def __init__(self, fs, ino: int, text, owner=None, *, size: int = 0, target=None):
         super().__init__("")
-        self.fs, self.ino, self.text, self.owner = fs, ino, text, owner
+        self.fs, self.ino, self.text, self.owner, self.size = fs, ino, text, owner, size
+        self.target_fn = target
 
     def attrs(self, task):
         uid, gid = _owner_ids(self.owner)
-        return self.fs.attrs(S.S_IFLNK | 0o777, self.ino, uid=uid, gid=gid)
+        return self.fs.attrs(S.S_IFLNK | 0o777, self.ino, uid=uid, gid=gid, size=self.size)
 
     def readlink(self, task):
         return self.text(task)
+
+    def follow(self, task):
+        return self.target_fn(task) if self.target_fn is not None else self.text(task)
 
 
 class FdLink(SpecialNode):
@@ -506,7 +520,7 @@ def reopen(machine, task, f, flags: int):
         return rw
     readable, writable = rw
     node = getattr(f, "node", None)
-    if node is not None:
+    if node is not None and not getattr(f, "guest_path", None):
         return node.open(task, flags)
     if isinstance(f, PipeEnd):
         return _pipe_end(f.pipe, readable, writable, flags & O_NONBLOCK)
@@ -516,8 +530,9 @@ def reopen(machine, task, f, flags: int):
         return again
     if isinstance(f, OutputSink) and not readable:
         return OutputSink(machine, f.which, host_fd=f.host_fd, ino=f.ino)
-    if isinstance(f, HostFile):
-        return _reopen_host_file(machine, task, f, flags)
+    path = getattr(f, "guest_path", None)
+    if path:
+        return open_by_path(machine, task, path, flags)
     return -E.ENXIO
 
 
@@ -545,22 +560,17 @@ class DuplexPipeEnd(PipeEnd):
         return self.pipe.poll_mask(True) | self.pipe.poll_mask(False)
 
 
-def _reopen_host_file(machine, task, f, flags: int):
-    """A granted file opened again by its guest path, through the guest's own open
-    (its permission and read-only rules apply)."""
+def open_by_path(machine, task, path: str, flags: int):
+    """An open of ``path`` through the guest's own walk (its permission and read-only
+    rules apply), as the kernel reopens a file with a path by that path."""
+    from .fs_syscalls import OPEN_RETRIES, RETRY
     sc = machine.syscalls
-    vfs_open = getattr(sc, "open_guest_path", None)
-    if vfs_open is not None:
-        return vfs_open(task, f.proc_link(), flags)
-    grant = getattr(sc, "grant", None)
-    if grant is None:
-        return -E.ENXIO
-    rel = f.guest_path.lstrip("/")
-    allowed = O_ACCMODE | O_NONBLOCK | 0o1000 | 0o2000 | 0o200000
-    hfd = grant.open(rel, flags & allowed)
-    if hfd < 0:
-        return hfd
-    return HostFile(hfd, rel, flags & O_ACCMODE)
+    for _ in range(OPEN_RETRIES):
+        with sc.vfs.nameidata(task) as nd:
+            f = sc._open_walk(nd, task, AT_FDCWD, path, flags, 0)
+        if f is not RETRY:
+            return f
+    return -E.EAGAIN
 
 
 # ----------------------------------------------------------------------------- directories
@@ -568,8 +578,9 @@ class ProcDir(DirNode):
     """A /proc directory with an ``entries`` function and attributes of its own."""
 
     def __init__(self, fs, path: str, ino: int, entries, *, mode: int = 0o555, owner=None,
-                 nlink=2, size=0):
+                 nlink=2, size=0, parent_ino: int = 0):
         self.fs, self.path, self.ino, self._entries = fs, path, ino, entries
+        self.parent_ino = parent_ino
         self.mode, self.owner, self._nlink, self._size = S.S_IFDIR | mode, owner, nlink, size
 
     def entries(self, task):
@@ -593,7 +604,7 @@ class ProcRoot(DirNode):
         self.fs = fs
         m = fs.m
         self.static = {
-            "mounts": LinkNode("self/mounts", None),
+            "mounts": ProcLink(fs, MOUNTS_LINK_INO, lambda t: "self/mounts", size=11),
             "uptime": ProcFileNode(fs, "/proc/uptime", TOP_INOS["uptime"], lambda t: uptime_text(m),
                                    no_write_errno=E.EIO),
             "loadavg": ProcFileNode(fs, "/proc/loadavg", TOP_INOS["loadavg"],
@@ -601,7 +612,6 @@ class ProcRoot(DirNode):
             "meminfo": ProcFileNode(fs, "/proc/meminfo", TOP_INOS["meminfo"],
                                     lambda t: meminfo_text(m), no_write_errno=E.EIO),
         }
-        self.static["mounts"]._attrs = fs.attrs(S.S_IFLNK | 0o777, MOUNTS_LINK_INO, size=11)
         self.self_link = ProcLink(fs, SELF_INO, lambda t: str(t.process.pid))
         self.thread_self = ProcLink(fs, THREAD_SELF_INO, lambda t: f"{t.process.pid}/task/{t.tid}")
 
@@ -673,18 +683,20 @@ class ProcFs:
                     file("cmdline", 5, lambda r: cmdline_bytes(proc)),
                     file("stat", 6, lambda r: stat_text(m, proc, task, not in_task_dir)),
                     file("maps", 7, lambda r: proc.mem.maps() if _alive(proc) else "")]
-            out.append(("exe", ProcLink(self, base | 8, lambda r: exe_link(proc), owner=task)))
+            out.append(("exe", ProcLink(self, base | 8, lambda r: exe_link(m, proc), owner=task,
+                                        target=lambda r: exe_link(m, proc, follow=True))))
             out.append(file("mounts", 9, lambda r: mounts_text(m)))
             return out
 
         nlink = 3 if in_task_dir else 4
-        return ProcDir(self, path, base, entries, owner=task, nlink=nlink)
+        parent = (proc.pid << 24 | 1) if in_task_dir else PROC_ROOT_INO
+        return ProcDir(self, path, base, entries, owner=task, nlink=nlink, parent_ino=parent)
 
     def task_dir(self, proc, task, path: str, ino: int) -> ProcDir:
         def entries(reader):
             threads = live_threads(proc) or [leader(self.m, proc)]
             return [(str(t.tid), self.pid_dir(proc, t, in_task_dir=True)) for t in threads]
-        return ProcDir(self, path + "/task", ino, entries, owner=task,
+        return ProcDir(self, path + "/task", ino, entries, owner=task, parent_ino=ino & ~0xFFFFFF,
                        nlink=lambda r: 2 + max(len(live_threads(proc)), 1))
 
     def fd_dir(self, proc, task, path: str, ino: int) -> ProcDir:
@@ -699,7 +711,8 @@ class ProcFs:
 
         def lookup_size(reader):
             return len(proc.fds) if _alive(proc) else 0
-        return ProcDir(self, path + "/fd", ino, entries, mode=0o500, owner=task, size=lookup_size)
+        return ProcDir(self, path + "/fd", ino, entries, mode=0o500, owner=task, size=lookup_size,
+                       parent_ino=ino & ~0xFFFFFF)
 
 
 def escape_free(comm: str) -> str:
@@ -717,10 +730,11 @@ def comm_write(reader, task, data: bytes) -> int:
     return len(data)
 
 
-def exe_link(proc) -> str | int:
-    """proc_exe_link: the executable's path as the guest knows it; none once the
-    process has no mm (a zombie): ENOENT."""
-    from .syscalls import guest_exe_view
+def exe_link(machine, proc, follow: bool = False) -> str | int:
+    """proc_exe_link: the executable's path in the guest's view (readlink), or where a
+    walk through the link goes (the file, when the guest can see it); ENOENT once the
+    process has no mm (a zombie)."""
     if not _alive(proc) or not proc.exe_path:
         return -E.ENOENT
-    return guest_exe_view(proc.exe_path)
+    sc = machine.syscalls
+    return sc.exe_target(proc.exe_path) if follow else sc.exe_view(proc.exe_path)

@@ -1,32 +1,22 @@
 """What the modeled filesystems (``/proc``, ``/dev``) are built from: a directory whose
-entries are computed for the asking task, a symlink with a fixed or computed text, the
-open file of such a directory, and ``struct stat`` written from :class:`Attrs`.
+entries are computed for the asking task, a symlink with a fixed or computed text, and
+the open-time checks they share (``may_open``).  An open directory is an
+:class:`emu.files.SpecialDir`, a stat buffer :func:`emu.files.attrs_stat_bytes`.
 
 The kernel's counterparts: ``proc_dir_entry``/``pid_entry`` tables and
 ``proc_pident_lookup``/``proc_pident_readdir`` for the directories, ``page_get_link``
-for the symlinks, and ``cp_new_stat`` for the stat buffer.
+for the symlinks.
 """
 
 from __future__ import annotations
 
 import errno as E
 import stat as S
-import struct
 
-from .files import OpenFile
+from .files import SpecialDir
 from .vfs_types import Attrs, SpecialNode
 
 O_ACCMODE, O_WRONLY, O_RDWR, O_DIRECTORY = 3, 1, 2, 0o200000
-NSEC = 1_000_000_000
-
-
-def stat_of(a: Attrs) -> bytes:
-    """cp_new_stat: the x86_64 ``struct stat`` (144 bytes) of ``a``."""
-    times = []
-    for ns in (a.atime_ns, a.mtime_ns, a.ctime_ns):
-        times += [ns // NSEC, ns % NSEC]
-    return struct.pack("<QQQIIIiQqqq6q3q", a.dev, a.ino, a.nlink, a.mode, a.uid, a.gid, 0, a.rdev,
-                       a.size, a.blksize, a.blocks, *times, 0, 0, 0)
 
 
 def dtype(mode: int) -> int:
@@ -71,6 +61,7 @@ class DirNode(SpecialNode):
     (name, node) pairs the asking task sees, in readdir order."""
 
     path = "/"
+    parent_ino = 0                     # the ``..`` getdents reports (0: this directory's own)
 
     def entries(self, task) -> list[tuple[str, SpecialNode]]:
         return []
@@ -91,7 +82,9 @@ class DirNode(SpecialNode):
     def open(self, task, flags):
         a = self.attrs(task)
         err = may_open(a.mode, flags, getattr(task, "cred", None), a.uid, a.gid)
-        return err if err else DirFile(self, task)
+        if err:
+            return err
+        return SpecialDir(task, self, self.path, self.parent_ino or a.ino)
 
 
 class LinkNode(SpecialNode):
@@ -106,36 +99,3 @@ class LinkNode(SpecialNode):
 
     def readlink(self, task):
         return self.target
-
-
-class DirFile(OpenFile):
-    """An open modeled directory (O_RDONLY / O_DIRECTORY): usable as a dirfd and for
-    getdents64 through ``node.children(task)``; read() is EISDIR as on any directory."""
-
-    readable = True
-
-    def __init__(self, node: DirNode, task):
-        super().__init__()
-        self.node = node
-        self.task = task
-        self.guest_path = node.path
-        self.pos = 0
-
-    @property
-    def is_dir(self):
-        return True
-
-    def read(self, count, interrupted):
-        return -E.EISDIR
-
-    def lseek(self, offset, whence):
-        if whence != 0 or offset < 0:
-            return -E.EINVAL
-        self.pos = offset
-        return offset
-
-    def fstat(self):
-        return stat_of(self.node.attrs(self.task))
-
-    def proc_link(self):
-        return self.node.path

@@ -19,7 +19,9 @@ import struct
 from .errors import InputError
 from .fd_syscalls import FdSyscalls
 from .files import FdTable, HostInput, OpenFile, OutputSink, PipeInput
-from .fs_syscalls import FsSyscalls, interim_special_mounts
+from .devfs import DevFs
+from .fs_syscalls import FsSyscalls
+from .procfs import ProcFs
 from .identity_syscalls import IdentitySyscalls
 from .misc_syscalls import MiscSyscalls
 from .memory import (MMAP_MIN_ADDR, PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, TASK_SIZE,
@@ -27,7 +29,7 @@ from .memory import (MMAP_MIN_ADDR, PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE,
 from .process_syscalls import ProcessSyscalls
 from .signal_syscalls import SignalSyscalls
 from .syscall_names import SYSCALL_NAMES
-from .vfs import Vfs
+from .vfs import EmptyDir, Vfs
 
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
 MAP_FIXED_NOREPLACE = 0x100000
@@ -65,10 +67,12 @@ class Syscalls(SignalSyscalls, IdentitySyscalls, ProcessSyscalls, FdSyscalls, Fs
         mem_total = DEFAULT_MEM_TOTAL if mem_total is None else mem_total
         if not isinstance(mem_total, int) or mem_total < PAGE_SIZE:
             raise InputError(f"mem_total must be at least {PAGE_SIZE} bytes, not {mem_total!r}")
-        self.vfs = Vfs(sysroot, grant_dirs, interim_special_mounts(machine))
+        machine.main_process.fds = self._stdio_table(stdin, stdio)   # before /dev: its terminal
+        self.procfs, self.devfs = ProcFs(machine), DevFs(machine)
+        self.vfs = Vfs(sysroot, grant_dirs, {"/proc": self.procfs.root, "/dev": self.devfs.root,
+                                             "/sys": EmptyDir()})
         machine.main_process.cwd = self._initial_cwd(cwd)
         self.mem_total = mem_total
-        machine.main_process.fds = self._stdio_table(stdin, stdio)
         self.rng = random.Random(seed)
         self.clock_ns = CLOCK_EPOCH_NS
         self.table: dict[int, callable] = {}

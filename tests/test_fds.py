@@ -41,6 +41,7 @@ def test_proc_self_maps_read_lseek_pread_write_close_as_native(build_c):
 
 
 def test_proc_self_maps_cannot_be_opened_for_writing():
+    """By an unprivileged guest (root's CAP_DAC_OVERRIDE opens it; see test_procfs)."""
     m = Machine.from_asm("""
 _start:
     lea rdi, [rip + path]
@@ -53,7 +54,7 @@ _start:
     syscall
 path:
     .asciz "/proc/self/maps"
-""")
+""", uid=1000, gid=1000)
     assert m.run().exit_code == 13, "open(O_WRONLY) on the 0444 file: EACCES"
 
 

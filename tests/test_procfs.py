@@ -375,3 +375,17 @@ def test_mounts_are_the_guests_view(m):
     assert lines[0].split()[1:4:2] == ["/", "ro,relatime"], lines
     assert lines[-2:] == ["proc /proc proc rw,relatime 0 0", "devtmpfs /dev devtmpfs rw,relatime,mode=755 0 0"]
     assert walk(m, "mounts").readlink(m.task) == "self/mounts"
+
+
+def test_a_zombie_keeps_its_directory_without_an_mm(m):
+    from emu.signals import RunResult
+    child = m.new_process(comm="kid", parent=m.process)
+    child.fds = m.process.fds.fork()
+    kid = m.new_task(child, cred=m.task.cred)
+    child.exit_result = RunResult("exit", exit_code=3)
+    kid.state, kid.exit_code = "dead", 3
+    status = text(m, f"{kid.tid}/status")
+    assert (field(status, "State"), field(status, "FDSize"), "VmSize" in status) == ("Z (zombie)", "0", False)
+    stat = text(m, f"{kid.tid}/stat").rsplit(")", 1)[1].split()
+    assert (stat[0], stat[-1], stat[20]) == ("Z", "768", "0"), "exit_code is the wait status; no vsize"
+    assert (text(m, f"{kid.tid}/cmdline"), walk(m, f"{kid.tid}/exe").readlink(m.task)) == ("", -E.ENOENT)

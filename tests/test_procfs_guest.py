@@ -1,0 +1,80 @@
+"""/proc and /dev through a guest's own syscalls: a gcc-built program prints what it
+reads there (host-specific numbers only compared with what it learns from syscalls),
+and the model must print exactly what the native run prints."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from emu import Machine
+
+
+@pytest.fixture(scope="module")
+def procdev(build_c):
+    return build_c("procdev.c", "-static", "-pthread")
+
+
+def native(exe: str, mode: str) -> bytes:
+    """The native run in a session of its own (no controlling terminal), stdin /dev/null."""
+    p = subprocess.run(["setsid", exe, mode, "a b"], capture_output=True, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def model(exe: str, mode: str) -> bytes:
+    r = Machine.from_elf(exe, argv=[exe, mode, "a b"]).run(timeout=60)
+    assert (r.reason, r.exit_code) == ("exit", 0), r.describe()
+    return r.stdout
+
+
+EXPECTED = {
+    "status": b"Name:\tprocdev_static_\nUmask:\t0027\nState:\tR (running)\nTgid is getpid: 1\n"
+              b"Pid is gettid: 1\nPPid is getppid: 1\nUid is getuid: 1\nThreads:\t1\n"
+              b"SigPnd:\t0000000000000000\nShdPnd:\t0000000000000000\nSigBlk:\t0000000000000200\n"
+              b"SigIgn:\t0000000000000002\nSigCgt:\t0000000000004000\nVmLck:\t       0 kB\n",
+    "stat": b"pid is getpid: 1\ncomm: (procdev_static_)\nstate R ppid is getppid: 1 pgrp is getpgrp: 1\n"
+            b"fields after comm: 50\n",
+    "fds": b"fd 9 is a pipe: 1\nreopened: 5\nwrite: 12\nread: 12 through proc\n"
+           b"same pipe inode: 1 fifo: 1\nlisted: 0 1 2 3 9\nfd 42: -1 errno=2\n",
+    "devices": b"/dev/null: chr=1 mode=666 rdev=1:3 ino=3\n/dev/zero: chr=1 mode=666 rdev=1:5 ino=4\n"
+               b"/dev/full: chr=1 mode=666 rdev=1:7 ino=5\n/dev/random: chr=1 mode=666 rdev=1:8 ino=6\n"
+               b"/dev/urandom: chr=1 mode=666 rdev=1:9 ino=7\n/dev/tty: chr=1 mode=666 rdev=5:0 ino=9\n"
+               b"fstat is stat: 1\nnull read 0 write 3\nTCGETS on null: -1 errno=25\n"
+               b"zero read 8 first 0 last 0\nfull write -1 errno=28\nurandom read 16\n"
+               b"/dev/stdin -> /proc/self/fd/0\n/dev/fd -> /proc/self/fd\n",
+    "redirect": b"after: back on stdout\n",
+    "uptime": b"parsed: 1\nMemTotal first\nMemTotal is sysconf: 1\n",
+    "fork": b"child PPid is getppid: 1\nchild Tgid is getpid: 1\nState:\tZ (zombie)\nThreads:\t1\n"
+            b"(missing)\nFDSize:\t0\nzombie cmdline: 0\nzombie state Z exit_code 768\n"
+            b"reaped child's dir: -2\n",
+    "threads": b"thread-self from the thread: 1\nThreads:\t2\ntask entries: 2, the thread's among them: 1\n"
+               b"thread Pid is its tid: 1, Tgid is getpid: 1\n/proc/TID reachable: 1\nThreads:\t1\n",
+}
+
+
+def _strip_groups(out: bytes) -> bytes:
+    """Groups: are the invoking user's, natively and in the model alike; not pinned."""
+    return b"".join(line for line in out.splitlines(keepends=True) if not line.startswith(b"Groups:"))
+
+
+@pytest.mark.parametrize("mode", sorted(EXPECTED))
+def test_guest_reads_proc_and_dev_as_natively(procdev, mode):
+    want = EXPECTED[mode]
+    got_native = _strip_groups(native(procdev, mode))
+    assert got_native == want, f"the host disagrees with the spec:\n{got_native.decode()}"
+    got = _strip_groups(model(procdev, mode))
+    assert got == want, f"native:\n{want.decode()}\nmodel:\n{got.decode()}"
+
+
+def test_groups_line_matches_the_native_run(procdev):
+    pick = lambda out: [line for line in out.splitlines() if line.startswith(b"Groups:")]  # noqa: E731
+    assert pick(model(procdev, "status")) == pick(native(procdev, "status"))
+
+
+def test_cmdline_and_comm_as_natively(procdev):
+    want = f"{procdev}|cmdline|a b|\ncomm: procdev_static_\n".encode()
+    assert native(procdev, "cmdline") == want
+    assert model(procdev, "cmdline") == want
