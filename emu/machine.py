@@ -45,6 +45,7 @@ from .memory import DEFAULT_MAX_MEMORY, GuestFault, MappedFile, Memory, MemoryLi
 from .regs import GPR_NAMES, RF, TF, PtRegs
 from .sched import Scheduler
 from .signals import SIGNALS, RunResult
+from .syscall_names import SYSCALL_NAMES
 from .syscalls import Syscalls
 from .task import PendingSignal, Process, Task
 
@@ -631,6 +632,7 @@ class Machine:
         self._in_syscall = True
         try:
             self.syscalls.dispatch(task, regs)
+            task.last_enosys = nr if nr not in self.syscalls.table else None
             if self._result is not None or task.state == "dead":
                 self._stopped_by_hook = True
                 self.uc.emu_stop()          # exited: the scheduler picks the next task
@@ -993,7 +995,8 @@ class Machine:
             self._pending_fault = None
             left = (deadline - time.perf_counter()) if deadline else None
             if left is not None and left <= 0:
-                result = RunResult("timeout", rip=self._rip(), rip_symbol=self.symbolize(self._rip()))
+                result = RunResult("timeout", rip=self._rip(), rip_symbol=self.symbolize(self._rip()),
+                                   detail=self._enosys_loop_detail())
                 break
             if self._stop_requested:         # Ctrl-C came before this run started
                 result = RunResult("stopped", rip=self._rip(), rip_symbol=self.symbolize(self._rip()),
@@ -1022,7 +1025,8 @@ class Machine:
                         result = self._result
                         break
                 elif why == "timeout":
-                    result = RunResult("timeout", rip=self._rip(), rip_symbol=self.symbolize(self._rip()))
+                    result = RunResult("timeout", rip=self._rip(), rip_symbol=self.symbolize(self._rip()),
+                                   detail=self._enosys_loop_detail())
                     break
                 elif why == "count":
                     if not multi and (remaining is None or remaining > 0):
@@ -1046,6 +1050,7 @@ class Machine:
                 # that traps or yields forever still ends at its budget
                 rip = self._rip()
                 result = RunResult("budget", rip=rip, rip_symbol=self.symbolize(rip),
+                                   detail=self._enosys_loop_detail(),
                                    insns=int(max_insns))
                 break
             nxt = self.scheduler.pick(self.tasks)
@@ -1070,6 +1075,18 @@ class Machine:
         done = (in_syscall or self.signal_pending(task)) and self._exit_to_user(task, self.read_regs())
         task.orig_rax = -1
         return done
+
+    def _enosys_loop_detail(self) -> str:
+        """For a run that ran out of time or budget: if the task's last syscall was one
+        the model does not provide, name it - a guest retrying an ENOSYS syscall in a
+        loop is the usual reason."""
+        nr = self.task.last_enosys
+        if nr is None:
+            return ""
+        name = SYSCALL_NAMES.get(nr, "?")
+        calls = self.counters.unknown_syscalls.get(f"{nr}:{name}", 0)
+        what = f"{nr} ({name})" if name != "?" else str(nr)
+        return f"last syscall {what} is not modeled: ENOSYS, {calls} times"
 
     def _begin(self) -> None:
         """A run or step starts: nothing decided yet.  A stop requested before it

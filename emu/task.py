@@ -97,6 +97,7 @@ class Task:
     sigwait: tuple | None = None      # rt_sigtimedwait sleeping: (set, deadline ns | None, &info, real_blocked)
     sleep_interrupt: object = None    # the sleeping syscall's result if a signal wakes it (Machine.block)
     restart_block: object = None      # restart_syscall's continuation of an interrupted sleep, or None
+    last_enosys: int | None = None    # the number of its last syscall if the model lacks it
 
     def __post_init__(self):
         if not self.comm:
