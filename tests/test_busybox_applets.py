@@ -50,7 +50,7 @@ SAME_WITH_FS_VIEW = [
     "mkdir", "mv", "nuke", "patch", "pwd", "readlink", "realpath", "rm", "rmdir",
     "run-parts", "svok", "touch", "truncate", "unlink", "which", "whoami",
 ]
-SAME_WITH_DEV = ["nologin", "shred"]
+SAME_WITH_DEV = ["shred"]
 
 
 @pytest.fixture(scope="module")
