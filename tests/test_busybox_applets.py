@@ -48,7 +48,7 @@ SAME = [
 SAME_WITH_FS_VIEW = [
     "chgrp", "chmod", "chown", "cp", "du", "find", "groups", "id", "link", "ln", "ls",
     "mkdir", "mv", "nuke", "patch", "pwd", "readlink", "realpath", "rm", "rmdir",
-    "run-parts", "svok", "touch", "truncate", "unlink", "which", "whoami",
+    "run-parts", "svc", "svok", "touch", "truncate", "unlink", "which", "whoami",
 ]
 SAME_WITH_DEV = ["shred"]
 
