@@ -23,7 +23,7 @@ from emu import Machine
 from emu.loader import DEFAULT_ENV
 
 BUSYBOX = "/bin/busybox"
-BASH = "/usr/bin/bash-static"
+BASH = "/bin/bash-static"
 MODEL_NOFILE = (1024, 4096)
 
 

@@ -115,9 +115,9 @@ EXEC_CASES = [
     ("busybox", '/bin/busybox true; echo "status $?"',
      ("exit 0", b"status 126\n", b"sh: /bin/busybox: Function not implemented\n")),
     ("bash", 'cat a.txt; echo "status $?"',
-     ("exit 0", b"status 126\n", b"/usr/bin/bash-static: line 1: /usr/bin/cat: Function not implemented\n")),
+     ("exit 0", b"status 126\n", b"/bin/bash-static: line 1: /usr/bin/cat: Function not implemented\n")),
     ("bash", '/bin/busybox true; echo "status $?"',
-     ("exit 0", b"status 126\n", b"/usr/bin/bash-static: line 1: /bin/busybox: Function not implemented\n")),
+     ("exit 0", b"status 126\n", b"/bin/bash-static: line 1: /bin/busybox: Function not implemented\n")),
 ]
 
 
