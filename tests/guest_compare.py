@@ -3,8 +3,9 @@ compare the two byte for byte.
 
 Both runs get: the working directory ``cwd`` (granted to the guest), the environment
 ``uprobe-emu`` gives a guest (``emu.loader.DEFAULT_ENV``), ``stdin`` bytes on a pipe,
-stdout and stderr as pipes, and the model's descriptor limit (RLIMIT_NOFILE 1024/4096,
-what ``prlimit64`` answers in the model).  The result is ``(status, stdout, stderr)``
+stdout and stderr as pipes, the model's descriptor limit (RLIMIT_NOFILE 1024/4096, what
+``prlimit64`` answers in the model) and no core dumps (the model writes none, so
+``WCOREDUMP`` is clear).  The result is ``(status, stdout, stderr)``
 with status ``"exit N"`` or ``"signal N"``.
 """
 
@@ -38,6 +39,7 @@ def require(path: str) -> str:
 
 def _model_limits() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, MODEL_NOFILE)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))    # the model dumps no core
 
 
 def native(argv: list[str], cwd: Path, stdin: bytes = b"") -> tuple[str, bytes, bytes]:
