@@ -322,7 +322,7 @@ class FsSyscalls:
         if flags & O_DIRECTORY and not S.S_ISDIR(mode):
             return _neg(E.ENOTDIR)
         if flags & O_PATH:
-            return self._open_path(loc)
+            return self._open_path(loc, flags)
         if loc.file is not None:                 # a magic link to a descriptor: opened again
             from .procfs import reopen
             return reopen(self.m, task, loc.file, flags)
@@ -387,7 +387,7 @@ class FsSyscalls:
                                   O_CLOEXEC)) | O_LARGEFILE
         return f
 
-    def _open_path(self, loc: Loc) -> OpenFile | int:
+    def _open_path(self, loc: Loc, flags: int) -> OpenFile | int:
         """O_PATH: a descriptor naming the inode (usable as a dirfd, for fstat and
         AT_EMPTY_PATH), no permission needed."""
         if loc.fd is None:
@@ -396,7 +396,9 @@ class FsSyscalls:
                 d.readable = False
                 return d
             return loc.file if loc.file is not None else _neg(E.EACCES)
-        return HostFile(os.dup(loc.fd), loc.path, 0, path_only=True)
+        f = HostFile(os.dup(loc.fd), loc.path, 0, path_only=True)
+        f.open_flags = flags & (O_PATH | O_DIRECTORY | O_NOFOLLOW)
+        return f
 
     # ================================================================== read / write
     def sys_read(self, task, regs, fd, buf, count, *_):
@@ -562,6 +564,8 @@ class FsSyscalls:
     def _statat(self, task, dirfd, path, statbuf, flags) -> int:
         if flags & ~(AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | AT_EMPTY_PATH):
             return _neg(E.EINVAL)
+        if not path and not flags & AT_EMPTY_PATH:
+            return _neg(E.EFAULT)                     # getname(NULL)
         name = self._pathname(path, empty_ok=True) if path else ""
         if isinstance(name, int):
             return name
@@ -606,6 +610,8 @@ class FsSyscalls:
             return _neg(E.EINVAL)
         if flags & AT_STATX_SYNC_TYPE == AT_STATX_SYNC_TYPE or mask & STATX__RESERVED:
             return _neg(E.EINVAL)
+        if not path and not flags & AT_EMPTY_PATH:
+            return _neg(E.EFAULT)
         name = self._pathname(path, empty_ok=True) if path else ""
         if isinstance(name, int):
             return name

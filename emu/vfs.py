@@ -157,6 +157,7 @@ class Nameidata:
         self.vfs, self.task = vfs, task
         self.cred = cred if cred is not None else task.cred
         self.links = 0
+        self.checking = True                  # search permission checked (not in start())
         self._fds: list[int] = []
 
     def close(self) -> None:
@@ -183,8 +184,14 @@ class Nameidata:
 
     def start(self, base: str) -> list[Loc] | int:
         """The walk's stack at a directory known by its guest path (the working
-        directory or a directory descriptor): ENOENT once it is gone."""
-        stack = self.lookup(self.root(), base, follow=True)
+        directory or a directory descriptor): ENOENT once it is gone.  No search
+        permission is needed on its ancestors: the kernel holds the directory itself,
+        checked when it was entered (chdir) or opened."""
+        self.checking = False
+        try:
+            stack = self.lookup(self.root(), base, follow=True)
+        finally:
+            self.checking = True
         if isinstance(stack, int):
             return -E.ENOENT if stack == -E.ENOTDIR else stack
         return stack if stack[-1].is_dir(self.task) else -E.ENOTDIR
@@ -231,6 +238,8 @@ class Nameidata:
         """A directory to look a name up in: ENOTDIR, or EACCES without search (x)."""
         if not cur.is_dir(self.task):
             return -E.ENOTDIR
+        if not self.checking:
+            return 0
         return self.vfs.permission(self.cred, cur, MAY_EXEC, self.task)
 
     def component(self, stack: list[Loc], name: str, *, follow: bool, must_dir: bool = True
@@ -320,8 +329,17 @@ class Vfs:
                 self.root = Mount("/", host=self.sysroot, writable=True, mnt_id=1)
             else:
                 self.mounts[point] = Mount(point, host=real, writable=True, mnt_id=10 + i)
-        for i, (point, node) in enumerate((special or {}).items()):
-            self.mounts[point] = Mount(point, node=node, writable=True, mnt_id=30 + i)
+        for point, node in (special or {}).items():
+            self.mount(point, node)
+
+    def mount(self, point: str, node: SpecialNode) -> None:
+        """Mount a modeled filesystem's root node at the absolute guest path ``point``
+        (over whatever the sysroot has there).  Writability is the nodes' business
+        (their modes and ``open``), not the mount's."""
+        if not isinstance(point, str) or not point.startswith("/") or point != os.path.normpath(point) \
+                or point == "/":
+            raise InputError(f"mount point must be a normalized absolute path other than /, not {point!r}")
+        self.mounts[point] = Mount(point, node=node, writable=True, mnt_id=30 + len(self.mounts))
 
     def nameidata(self, task, cred=None) -> Nameidata:
         return Nameidata(self, task, cred)
