@@ -18,7 +18,8 @@ out, because the model has nothing honest to say there:
   no count of are 0 (session, page faults, CPU times, rss), as getrusage says 0.
   FDSize and stat's flags follow the kernel's rules (see :func:`max_fds`).
 * ``<pid>/cmdline`` (get_mm_cmdline): the argv strings from the guest's memory, with
-  the setproctitle rule; ``comm`` (0644: writing renames the thread, comm_write);
+  the setproctitle rule; ``environ`` (0400) likewise; ``cwd`` and ``root`` (links to
+  the working directory and ``/``); ``comm`` (0644: writing renames the thread, comm_write);
   ``maps``; ``exe`` (the executable's guest path); ``mounts``; ``fd/`` (magic links:
   readlink gives the description's name, opening one opens the file again: a new
   description of the same pipe, the same granted file by its path, the same modeled
@@ -42,13 +43,14 @@ import os
 import re
 import stat as S
 
-from .files import PROC_DEV, OutputSink, PipeInput, SeqFile, attrs_stat_bytes
+from .files import OutputSink, PipeInput, SeqFile, attrs_stat_bytes
 from .memory import GuestFault
 from .pipes import PipeEnd
 from .specialfs import DirNode, LinkNode, access_mode, may_open
 from .vfs_types import Attrs, SpecialNode
 
 PAGE_SIZE = 4096
+PROC_DEV = os.makedev(0, 21)              # st_dev of this machine's procfs (0:21, as `stat /proc`)
 PROC_ROOT_INO = 1
 SELF_INO, THREAD_SELF_INO, MOUNTS_LINK_INO = 0xF0000000, 0xF0000001, 0xF0000002
 TOP_INOS = {"uptime": 0xF0000031, "loadavg": 0xF000002E, "meminfo": 0xF000002F}
@@ -56,6 +58,7 @@ PROC_BLKSIZE = 1024
 FD_LINK_SIZE = 64                         # proc_fd_instantiate: i_size of an fd link
 NR_OPEN_DEFAULT = 64                      # BITS_PER_LONG: the fd table embedded in files_struct
 PF_FORKNOEXEC = 0x40                      # forked but has not exec'd
+PF_EXITED = 0x4 | 0x8 | 0x8000            # PF_EXITING | PF_POSTCOREDUMP | PF_NOFREEZE (do_exit)
 SIG_DFL, SIG_IGN = 0, 1
 SIGCHLD = 17
 RLIM_INFINITY = (1 << 64) - 1
@@ -197,8 +200,10 @@ def status_text(machine, proc, task) -> str:
     """proc_pid_status for ``task`` of ``proc``."""
     cred = task.cred
     alive = _alive(proc)
-    lines = [f"Name:\t{escape_comm(task.comm)}\n", f"Umask:\t{proc.umask:04o}\n",
-             f"State:\t{task_state(task)}\n", f"Tgid:\t{proc.pid}\n", "Ngid:\t0\n",
+    lines = [f"Name:\t{escape_comm(task.comm)}\n"]
+    if alive:                                      # task_umask: no fs_struct after exit
+        lines.append(f"Umask:\t{proc.umask:04o}\n")
+    lines += [f"State:\t{task_state(task)}\n", f"Tgid:\t{proc.pid}\n", "Ngid:\t0\n",
              f"Pid:\t{task.tid}\n", f"PPid:\t{proc.ppid if alive or proc.parent else 0}\n",
              "TracerPid:\t0\n",
              f"Uid:\t{cred.uid}\t{cred.euid}\t{cred.suid}\t{cred.fsuid}\n",
@@ -235,6 +240,8 @@ def stat_text(machine, proc, task, whole: bool) -> str:
     ctty = _ctty(machine)
     tty_nr, tty_pgrp = (ctty, machine.main_process.pgid) if ctty else (0, -1)
     flags = PF_FORKNOEXEC if task is not machine.all_tasks[0] else 0
+    if state == "Z":
+        flags |= PF_EXITED
     mm = MmStats(proc) if alive else None
     sleeping = 1 if state == "S" and (not whole or threads < 2) else 0
     if task.tid != proc.pid:
@@ -297,6 +304,19 @@ def cmdline_bytes(proc) -> bytes:
     return data
 
 
+def environ_bytes(proc) -> bytes:
+    """environ_read: env_start..env_end from the guest's memory (empty without an mm)."""
+    if not _alive(proc) or proc.env_end <= proc.env_start:
+        return b""
+    return _read(proc.mem, proc.env_start, proc.env_end - proc.env_start)
+
+
+def fs_link(proc, path: str) -> str | int:
+    """proc_cwd_link / proc_root_link: the directory's guest path (the process's
+    fs_struct); ENOENT once it has exited."""
+    return path if _alive(proc) else -E.ENOENT
+
+
 def _read(mem, addr: int, n: int) -> bytes:
     """access_remote_vm: as many bytes as are mapped from ``addr``."""
     out = bytearray()
@@ -312,20 +332,30 @@ def _read(mem, addr: int, n: int) -> bytes:
 
 
 def mounts_text(machine) -> str:
-    """show_vfsmnt over the guest's mounts: the sysroot read-only at /, each granted
-    directory read-write at its own path, then proc and devtmpfs.  A host directory's
-    source and type are those of the host filesystem holding it."""
-    sc = machine.syscalls
-    lines = []
-    sysroot = getattr(sc, "sysroot", None) or "/"
-    grants = list(getattr(sc, "grant_dirs", None) or ([sc.grant_dir] if getattr(sc, "grant_dir", None) else []))
+    """show_vfsmnt over the guest's mount table, in mount order: the sysroot at /
+    (read-only unless / itself is granted), each granted directory read-write at its
+    path, then proc and devtmpfs.  A host directory's source and type are those of the
+    host filesystem holding it.  The empty directory hiding /sys is not a filesystem
+    of its own and is not listed."""
+    vfs = machine.syscalls.vfs
     table = _host_mounts()
-    for path, point, opts in [(sysroot, "/", "ro"), *[(g, g, "rw") for g in grants]]:
-        src, fstype = _host_fs(table, path)
-        lines.append(f"{src} {_octal_escape(point)} {fstype} {opts},relatime 0 0\n")
-    lines.append("proc /proc proc rw,relatime 0 0\n")
-    lines.append("devtmpfs /dev devtmpfs rw,relatime,mode=755 0 0\n")
+    lines = [_host_mount_line(table, vfs.root)]
+    for point, mnt in vfs.mounts.items():
+        if mnt.node is None:
+            lines.append(_host_mount_line(table, mnt))
+        elif point in SPECIAL_MOUNT_LINES:
+            lines.append(SPECIAL_MOUNT_LINES[point])
     return "".join(lines)
+
+
+SPECIAL_MOUNT_LINES = {"/proc": "proc /proc proc rw,relatime 0 0\n",
+                       "/dev": "devtmpfs /dev devtmpfs rw,relatime,mode=755 0 0\n"}
+
+
+def _host_mount_line(table, mnt) -> str:
+    src, fstype = _host_fs(table, mnt.host)
+    opts = "rw" if mnt.writable else "ro"
+    return f"{_octal_escape(src)} {_octal_escape(mnt.point)} {fstype} {opts},relatime 0 0\n"
 
 
 def _octal_escape(path: str) -> str:
@@ -677,18 +707,21 @@ class ProcFs:
             if not in_task_dir:
                 out.append(("task", self.task_dir(proc, task, path, base | 1)))
             out.append(("fd", self.fd_dir(proc, task, path, base | 2)))
+            out.append(file("environ", 10, lambda r: environ_bytes(proc), mode=0o400))
             out += [file("status", 3, lambda r: status_text(m, proc, task)),
                     file("comm", 4, lambda r: escape_free(task.comm) + "\n", mode=0o644,
                          write=lambda r, data: comm_write(r, task, data)),
                     file("cmdline", 5, lambda r: cmdline_bytes(proc)),
                     file("stat", 6, lambda r: stat_text(m, proc, task, not in_task_dir)),
                     file("maps", 7, lambda r: proc.mem.maps() if _alive(proc) else "")]
+            out.append(("cwd", ProcLink(self, base | 11, lambda r: fs_link(proc, proc.cwd), owner=task)))
+            out.append(("root", ProcLink(self, base | 12, lambda r: fs_link(proc, "/"), owner=task)))
             out.append(("exe", ProcLink(self, base | 8, lambda r: exe_link(m, proc), owner=task,
                                         target=lambda r: exe_link(m, proc, follow=True))))
             out.append(file("mounts", 9, lambda r: mounts_text(m)))
             return out
 
-        nlink = 3 if in_task_dir else 4
+        nlink = 3 if in_task_dir else 4          # pid_entry_nlink: 2 + the subdirectories
         parent = (proc.pid << 24 | 1) if in_task_dir else PROC_ROOT_INO
         return ProcDir(self, path, base, entries, owner=task, nlink=nlink, parent_ino=parent)
 

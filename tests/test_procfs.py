@@ -10,10 +10,10 @@ import struct
 
 import pytest
 
-from emu.files import PROC_DEV
+import os
 from emu.machine import Machine
 from emu.pipes import Pipe, PipeEnd
-from emu.procfs import ProcFs, max_fds
+from emu.procfs import PROC_DEV, ProcFs, max_fds
 
 O_RDONLY, O_WRONLY, O_RDWR = 0, 1, 2
 GUEST = dict(uid=1000, gid=1000, groups=[4, 27])
@@ -235,6 +235,20 @@ def test_maps_is_the_target_processs_maps(m):
 
 # ------------------------------------------------------------------ links and listing
 
+@pytest.mark.parametrize("path", ["/proc", "/proc/self", "/proc/self/status", "/proc/uptime"])
+def test_st_dev_is_the_hosts_procfs(m, path):
+    assert walk(m, path[len("/proc"):] or "/").attrs(m.task).dev == os.stat(path, follow_symlinks=False).st_dev
+
+
+@pytest.mark.parametrize("path,ino", [("self", 0xF0000000), ("thread-self", 0xF0000001), ("mounts", 0xF0000002),
+                                      ("", 1)])
+def test_fixed_inodes_are_the_hosts(m, path, ino):
+    host = os.stat("/proc/" + path, follow_symlinks=False).st_ino
+    root = ProcFs(m).root
+    node = root.lookup(m.task, path) if path else root
+    assert (node.attrs(m.task).ino, host) == (ino, ino)
+
+
 def test_self_and_thread_self_links(m):
     fs = ProcFs(m)
     assert (fs.root.lookup(m.task, "self").readlink(m.task),
@@ -253,10 +267,21 @@ def test_root_lists_the_guests_processes_only(m):
 
 def test_pid_directory_entries_in_kernel_order(m):
     names = [n for n, _, _ in walk(m, "self").children(m.task)]
-    assert names == ["task", "fd", "status", "comm", "cmdline", "stat", "maps", "exe", "mounts"]
+    assert names == ["task", "fd", "environ", "status", "comm", "cmdline", "stat", "maps", "cwd", "root",
+                     "exe", "mounts"]
 
 
-@pytest.mark.parametrize("path", ["cpuinfo", "filesystems", "99999", "01000", "self/environ",
+def test_environ_is_the_envp_strings(m):
+    assert text(m, "self/environ") == "A=1\0"
+    assert oct(walk(m, "self/environ").attrs(m.task).mode) == oct(S.S_IFREG | 0o400)
+
+
+def test_cwd_and_root_links(m):
+    m.process.cwd = "/tmp"
+    assert (walk(m, "self/cwd").readlink(m.task), walk(m, "self/root").readlink(m.task)) == ("/tmp", "/")
+
+
+@pytest.mark.parametrize("path", ["cpuinfo", "filesystems", "99999", "01000", "self/auxv",
                                   "self/fd/7", "self/task/99999", "sys"])
 def test_what_is_not_modeled_is_enoent(m, path):
     assert walk(m, path) == -E.ENOENT
@@ -370,11 +395,19 @@ def test_loadavg_counts_tasks_and_the_last_pid(m):
     assert text(m, "loadavg") == f"0.00 0.00 0.00 1/2 {t2.tid}\n"
 
 
-def test_mounts_are_the_guests_view(m):
+def test_mounts_are_the_guests_view(tmp_path):
+    m = machine(grant_dirs=[str(tmp_path)])
     lines = text(m, "self/mounts").splitlines()
-    assert lines[0].split()[1:4:2] == ["/", "ro,relatime"], lines
+    got = [line.split()[1:4:2] for line in lines]
+    assert got == [["/", "ro,relatime"], [str(tmp_path), "rw,relatime"], ["/proc", "rw,relatime"],
+                   ["/dev", "rw,relatime,mode=755"]], lines
     assert lines[-2:] == ["proc /proc proc rw,relatime 0 0", "devtmpfs /dev devtmpfs rw,relatime,mode=755 0 0"]
     assert walk(m, "mounts").readlink(m.task) == "self/mounts"
+
+
+def test_mounts_show_a_granted_root_read_write():
+    m = machine(grant_dirs=["/"])
+    assert text(m, "self/mounts").splitlines()[0].split()[1:4:2] == ["/", "rw,relatime"]
 
 
 def test_a_zombie_keeps_its_directory_without_an_mm(m):
@@ -385,7 +418,9 @@ def test_a_zombie_keeps_its_directory_without_an_mm(m):
     child.exit_result = RunResult("exit", exit_code=3)
     kid.state, kid.exit_code = "dead", 3
     status = text(m, f"{kid.tid}/status")
-    assert (field(status, "State"), field(status, "FDSize"), "VmSize" in status) == ("Z (zombie)", "0", False)
+    got = (field(status, "State"), field(status, "FDSize"), "VmSize" in status, "Umask" in status)
+    assert got == ("Z (zombie)", "0", False, False), "no mm, no files, no fs_struct"
     stat = text(m, f"{kid.tid}/stat").rsplit(")", 1)[1].split()
-    assert (stat[0], stat[-1], stat[20]) == ("Z", "768", "0"), "exit_code is the wait status; no vsize"
+    got = (stat[0], stat[-1], stat[20], stat[6])
+    assert got == ("Z", "768", "0", str(0x804C)), "exit_code is the wait status; no vsize; do_exit's flags"
     assert (text(m, f"{kid.tid}/cmdline"), walk(m, f"{kid.tid}/exe").readlink(m.task)) == ("", -E.ENOENT)

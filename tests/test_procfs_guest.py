@@ -34,8 +34,14 @@ EXPECTED = {
     "status": b"Name:\tprocdev_static_\nUmask:\t0027\nState:\tR (running)\nTgid is getpid: 1\n"
               b"Pid is gettid: 1\nPPid is getppid: 1\nUid is getuid: 1\nThreads:\t1\n"
               b"SigPnd:\t0000000000000000\nShdPnd:\t0000000000000000\nSigBlk:\t0000000000000200\n"
-              b"SigIgn:\t0000000000000002\nSigCgt:\t0000000000004000\nVmLck:\t       0 kB\n",
-    "stat": b"pid is getpid: 1\ncomm: (procdev_static_)\nstate R ppid is getppid: 1 pgrp is getpgrp: 1\n"
+              b"SigIgn:\t0000000000000002\nSigCgt:\t0000000000004000\nNgid:\t0\nTracerPid:\t0\n"
+              b"Kthread:\t0\nVmLck:\t       0 kB\nVmPin:\t       0 kB\nVmSwap:\t       0 kB\n"
+              b"HugetlbPages:\t       0 kB\nCoreDumping:\t0\nuntag_mask:\t0xffffffffffffffff\n",
+    "stat": b"priority 20 nice 0 itrealvalue 0 rsslim 18446744073709551615 kstkesp 0 kstkeip 0\n"
+            b"signal 0 blocked 512 sigignore 2 sigcatch 16384 nswap 0 0\n"
+            b"exit_signal 17 rt_priority 0 policy 0 exit_code 0\nstart_stack is argc's address: 1\n"
+            b"arg span is cmdline: 1\nenv span is environ: 1\nvsize nonzero: 1\n"
+            b"pid is getpid: 1\ncomm: (procdev_static_)\nstate R ppid is getppid: 1 pgrp is getpgrp: 1\n"
             b"fields after comm: 50\n",
     "fds": b"fd 9 is a pipe: 1\nreopened: 5\nwrite: 12\nread: 12 through proc\n"
            b"same pipe inode: 1 fifo: 1\nlisted: 0 1 2 3 9\nfd 42: -1 errno=2\n",
@@ -49,6 +55,7 @@ EXPECTED = {
     "uptime": b"parsed: 1\nMemTotal first\nMemTotal is sysconf: 1\n",
     "fork": b"child PPid is getppid: 1\nchild Tgid is getpid: 1\nState:\tZ (zombie)\nThreads:\t1\n"
             b"(missing)\nFDSize:\t0\nzombie cmdline: 0\nzombie state Z exit_code 768\n"
+            b"zombie flags without PF_RANDOMIZE: 0x804c\n"
             b"reaped child's dir: -2\n",
     "threads": b"thread-self from the thread: 1\nThreads:\t2\ntask entries: 2, the thread's among them: 1\n"
                b"thread Pid is its tid: 1, Tgid is getpid: 1\n/proc/TID reachable: 1\nThreads:\t1\n",
@@ -75,6 +82,29 @@ def test_groups_line_matches_the_native_run(procdev):
 
 
 def test_cmdline_and_comm_as_natively(procdev):
-    want = f"{procdev}|cmdline|a b|\ncomm: procdev_static_\n".encode()
+    want = f"{procdev}|cmdline|a b|\ncomm: procdev_static_\nenviron matches: 1\ncwd is getcwd: 1\nroot: /\n".encode()
     assert native(procdev, "cmdline") == want
     assert model(procdev, "cmdline") == want
+
+
+BUSYBOX, BASH = "/bin/busybox", "/usr/bin/bash-static"
+SCRIPTS = [
+    (BUSYBOX, "sh", "echo hidden >/dev/null; echo shown; read x </dev/null; echo rc=$?"),
+    (BUSYBOX, "sh", "exec 3</proc/self/status; read a b <&3; echo $a $b"),
+    (BUSYBOX, "sh", "echo err 2>/dev/null >&2; echo done"),
+    (BUSYBOX, "sh", "read -n 4 z </dev/zero; echo ${#z}"),
+    (BUSYBOX, "sh", "echo x >/dev/full; echo rc=$?"),
+    (BASH, None, "echo hidden >/dev/null; read c </proc/self/comm; echo $c; echo $(</proc/self/cmdline)"),
+    (BASH, None, "echo x >/dev/full; echo rc=$?"),
+    (BASH, None, "echo a > /dev/stderr; echo b >/dev/stdout"),
+]
+
+
+@pytest.mark.parametrize("binary,applet,script", SCRIPTS, ids=[s[2] for s in SCRIPTS])
+def test_shell_redirections_to_dev_and_proc_match_native(binary, applet, script):
+    argv = [binary, *([applet] if applet else []), "-c", script]
+    nat = subprocess.run(["setsid", *argv], capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
+    r = Machine.from_elf(binary, argv=argv).run(timeout=60)
+    got = (r.exit_code, r.stdout, r.stderr)
+    want = (nat.returncode, nat.stdout, nat.stderr)
+    assert got == want, f"native {want}\nmodel  {got} ({r.describe()})"

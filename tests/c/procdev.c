@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+extern char **environ;
 static char buf[1 << 16];
 
 static long slurp(const char *path)
@@ -85,13 +86,48 @@ static int status(void)
     show("SigBlk");
     show("SigIgn");
     show("SigCgt");
+    show("Ngid");
+    show("TracerPid");
+    show("Kthread");
     show("VmLck");
+    show("VmPin");
+    show("VmSwap");
+    show("HugetlbPages");
+    show("CoreDumping");
+    show("untag_mask");
     show("Groups");
     return 0;
 }
 
-static int stat_(void)
+static int stat_(char **argv)
 {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, on_term);
+    long cmdline_len = slurp("/proc/self/cmdline");
+    long env_len = 0;
+    for (char **e = environ; *e; e++)
+        env_len += strlen(*e) + 1;
+    slurp("/proc/self/stat");
+    unsigned long f[53] = {0};                 /* f[3].. = fields 3.. after the comm */
+    char *p = strrchr(buf, ')') + 2;
+    for (int i = 3; i <= 52 && p; i++) {
+        f[i] = i == 3 ? (unsigned long)*p : strtoul(p, NULL, 10);
+        p = strchr(p, ' ');
+        p = p ? p + 1 : NULL;
+    }
+    printf("priority %ld nice %ld itrealvalue %lu rsslim %lu kstkesp %lu kstkeip %lu\n",
+           (long)f[18], (long)f[19], f[21], f[25], f[29], f[30]);
+    printf("signal %lu blocked %lu sigignore %lu sigcatch %lu nswap %lu %lu\n", f[31], f[32], f[33],
+           f[34], f[36], f[37]);
+    printf("exit_signal %lu rt_priority %lu policy %lu exit_code %lu\n", f[38], f[40], f[41], f[52]);
+    printf("start_stack is argc's address: %d\n", f[28] == (unsigned long)(argv - 1));
+    printf("arg span is cmdline: %d\n", (long)(f[49] - f[48]) == cmdline_len && f[48] == (unsigned long)argv[0]);
+    printf("env span is environ: %d\n", (long)(f[51] - f[50]) == env_len && f[49] == f[50]);
+    printf("vsize nonzero: %d\n", f[23] != 0);
     slurp("/proc/self/stat");
     char *close_paren = strrchr(buf, ')');
     char state;
@@ -115,6 +151,19 @@ static int cmdline(void)
     putchar('\n');
     slurp("/proc/self/comm");
     printf("comm: %s", buf);
+    long n_env = slurp("/proc/self/environ"), at = 0, same = 1;
+    for (char **e = environ; *e; e++) {
+        same &= at + (long)strlen(*e) < n_env && !strcmp(buf + at, *e);
+        at += strlen(*e) + 1;
+    }
+    printf("environ matches: %d\n", same && at == n_env);
+    char link[4096], here[4096];
+    ssize_t k = readlink("/proc/self/cwd", link, sizeof link - 1);
+    link[k > 0 ? k : 0] = 0;
+    printf("cwd is getcwd: %d\n", getcwd(here, sizeof here) && !strcmp(link, here));
+    k = readlink("/proc/self/root", link, sizeof link - 1);
+    link[k > 0 ? k : 0] = 0;
+    printf("root: %s\n", link);
     return 0;
 }
 
@@ -256,6 +305,9 @@ static int fork_status(void)
     for (int i = 0; i < 49 && f; i++)          /* to field 52: exit_code */
         f = strchr(f, ' ') ? strchr(f, ' ') + 1 : NULL;
     printf("zombie state %c exit_code %s", paren[2], f ? f : "?\n");
+    unsigned long flags = 0;
+    sscanf(paren + 2, "%*c %*d %*d %*d %*d %*d %lu", &flags);
+    printf("zombie flags without PF_RANDOMIZE: %#lx\n", flags & ~0x400000UL);
     int st;
     waitpid(child, &st, 0);
     snprintf(path, sizeof path, "/proc/%d/status", child);
@@ -319,7 +371,7 @@ int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "status";
     if (!strcmp(mode, "status")) return status();
-    if (!strcmp(mode, "stat")) return stat_();
+    if (!strcmp(mode, "stat")) return stat_(argv);
     if (!strcmp(mode, "cmdline")) return cmdline();
     if (!strcmp(mode, "fds")) return fds();
     if (!strcmp(mode, "devices")) return devices();
