@@ -14,6 +14,7 @@ from .elf import PF_R, PF_W, PF_X
 from .errors import ElfError
 from .memory import (PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, MemoryLimitExceeded, page_down,
                      page_up)
+from .signal_frames import MAX_FRAME_SIZE
 
 STACK_TOP = 0x7FFFFFFDE000           # leaves the XOL hint page (0x7fffffffe000) free
 STACK_SIZE = 8 << 20
@@ -114,7 +115,7 @@ def _setup_stack(machine, argv, env, image, phdr, bias) -> int:
     strings_start = top - len(strings)
     cred = machine.task.cred                  # create_elf_tables: the exec'ing task's ids
     auxv = [
-        (AT["AT_HWCAP"], 0x178BFBFF), (AT["AT_MINSIGSTKSZ"], 0xD30), (AT["AT_PAGESZ"], PAGE_SIZE),
+        (AT["AT_HWCAP"], 0x178BFBFF), (AT["AT_MINSIGSTKSZ"], MAX_FRAME_SIZE), (AT["AT_PAGESZ"], PAGE_SIZE),
         (AT["AT_CLKTCK"], 100), (AT["AT_PHDR"], phdr), (AT["AT_PHENT"], image.phentsize),
         (AT["AT_PHNUM"], image.phnum), (AT["AT_BASE"], 0), (AT["AT_FLAGS"], 0),
         (AT["AT_ENTRY"], image.entry + bias), (AT["AT_UID"], cred.uid), (AT["AT_EUID"], cred.euid),

@@ -34,6 +34,7 @@ from guest_programs import build_guest
 from kernel_model.kernel import Kernel  # the modeled kernel owns traps 1/3, 335, 336
 
 from . import events as ev
+from . import fpu
 from . import signal_frames as sf
 from .asm import asm_to_elf
 from .counters import Counters
@@ -202,6 +203,86 @@ def _emu_counter_offset() -> int | None:
     return None
 
 
+_FPU_CODE, _FPU_BUF = 0x10000, 0x11000
+_XSAVE = b"\x48\x0f\xae\x27"              # xsave64 (%rdi)
+_XRSTOR = b"\x48\x0f\xae\x2f"             # xrstor64 (%rdi)
+_FXRSTOR = b"\x48\x0f\xae\x0f"            # fxrstor64 (%rdi)
+_FPU_CLOBBERED = (X.UC_X86_REG_RDI, X.UC_X86_REG_RAX, X.UC_X86_REG_RDX, X.UC_X86_REG_RIP,
+                  X.UC_X86_REG_EFLAGS)
+
+
+class FpuUnit:
+    """XSAVE-family instructions on a task's CPU state (:mod:`emu.fpu`): a scratch
+    Unicorn instance borrows the state (a context), executes ``xsave64`` /
+    ``xrstor64`` / ``fxrstor64`` on a buffer of its own and hands the state back - the
+    guest's registers other than the FPU's are left as they were.  Unicorn's XRSTOR
+    does not check MXCSR's reserved bits or the header: :func:`emu.fpu.valid_for_restore`
+    does, as the hardware would."""
+
+    def __init__(self):
+        self._uc: Uc | None = None
+
+    def _scratch(self) -> Uc:
+        if self._uc is None:
+            uc = Uc(UC_ARCH_X86, UC_MODE_64)
+            uc.mem_map(_FPU_CODE, 0x2000)
+            self._uc = uc
+        return self._uc
+
+    def _run(self, uc: Uc, insn: bytes, rfbm: int, image: bytes | None) -> bytes:
+        """Execute ``insn`` on (%rdi) = the buffer with edx:eax = ``rfbm`` on ``uc``'s
+        CPU state (TF off); when ``image`` was given the state afterwards becomes
+        ``uc``'s, the registers used put back.  Returns the buffer."""
+        s = self._scratch()
+        s.context_restore(uc.context_save())
+        saved = [s.reg_read(r) for r in _FPU_CLOBBERED]
+        if image is not None:
+            s.mem_write(_FPU_BUF, image)
+        s.mem_write(_FPU_CODE, insn)
+        s.reg_write(X.UC_X86_REG_RDI, _FPU_BUF)
+        s.reg_write(X.UC_X86_REG_RAX, rfbm & 0xFFFFFFFF)
+        s.reg_write(X.UC_X86_REG_RDX, rfbm >> 32)
+        s.reg_write(X.UC_X86_REG_EFLAGS, saved[4] & ~TF)     # no single-step trap in here
+        s.emu_start(_FPU_CODE, _FPU_CODE + len(insn))
+        for reg, value in zip(_FPU_CLOBBERED, saved):
+            s.reg_write(reg, value)
+        out = bytes(s.mem_read(_FPU_BUF, fpu.USER_XSTATE_SIZE))
+        if image is not None:
+            uc.context_restore(s.context_save())
+        return out
+
+    def xsave(self, uc: Uc) -> bytes:
+        """The 576-byte image of the user features (copy_fpregs_to_sigframe's XSAVE)."""
+        self._scratch().mem_write(_FPU_BUF, bytes(fpu.USER_XSTATE_SIZE))
+        return self._run(uc, _XSAVE, fpu.USER_XFEATURES, None)
+
+    def xrstor(self, uc: Uc, image: bytes, rfbm: int) -> bool:
+        """XRSTOR the components in ``rfbm`` from ``image``; False (nothing changed) when
+        the instruction would #GP: a reserved MXCSR bit, XSTATE_BV bits beyond XCR0, or
+        a non-zero XCOMP_BV / reserved header bytes (standard form)."""
+        if not fpu.valid_for_restore(image, header=True):
+            return False
+        self._run(uc, _XRSTOR, rfbm & fpu.USER_XFEATURES, image)
+        return True
+
+    def fxrstor(self, uc: Uc, image: bytes) -> bool:
+        """FXRSTOR the legacy region (fx-only restore); False on a reserved MXCSR bit."""
+        if not fpu.valid_for_restore(image, header=False):
+            return False
+        self._run(uc, _FXRSTOR, 0, image[:fpu.FXSAVE_SIZE].ljust(fpu.USER_XSTATE_SIZE, b"\0"))
+        return True
+
+    def init(self, uc: Uc, features: int = fpu.USER_XFEATURES) -> None:
+        """os_xrstor(&init_fpstate, features): those components to their initial state
+        (fpu__clear_user_states for a handler, fpstate_init at exec)."""
+        self._run(uc, _XRSTOR, features & fpu.USER_XFEATURES, fpu.init_image())
+
+    def copy(self, src: Uc, dst: Uc) -> None:
+        """fpu_clone: ``dst`` gets ``src``'s FPU registers."""
+        image = self.xsave(src)
+        self._run(dst, _XRSTOR, fpu.USER_XFEATURES, image)
+
+
 class OutputBuffer(bytearray):
     """A guest stream the machine keeps: at most ``limit`` bytes (later bytes are
     counted in ``dropped``, not kept)."""
@@ -271,6 +352,7 @@ class Machine:
         if max_memory is not None and max_memory <= 0:
             raise InputError(f"max_memory must be positive, not {max_memory}")
         self.counters = Counters()
+        self.fpu = FpuUnit()                    # XSAVE images of the tasks' FPU state
         self.mem_limit = MemoryLimit(max_memory)
         self._released: list[Process] = []      # exited processes whose mm is still to free
         self.processes: list[Process] = []      # live processes (and zombies until reaped)
@@ -376,6 +458,7 @@ class Machine:
             mem = Memory(uc, self.counters, self.mem_limit)
             regfile = RegisterFile(uc)
             self._install_hooks(uc)
+            self.fpu.init(uc)                # fpstate_init: FCW 0x37f, MXCSR 0x1f80
         proc = Process(pid=pid, mem=mem, comm=comm, uc=uc, regfile=regfile, parent=parent,
                        ppid=parent.pid if parent else 1, counters=Counters())
         if share_mm is not None:
@@ -852,14 +935,16 @@ class Machine:
         # the frame saves the mask to return to: rt_sigsuspend's, not the temporary one
         old_mask = task.sigmask if task.saved_sigmask is None else task.saved_sigmask
         try:
-            frame_at, frame, info_at, uc_at = sf.build_frame(
-                regs, regs.rsp, signo, info, old_mask, restorer,
-                altstack=task.sigaltstack, onstack=bool(flags & sf.SA_ONSTACK))
-            self.mem.write_user(frame_at, frame)
+            frame = sf.build_frame(regs, regs.rsp, signo, info, old_mask, restorer, self.fpu.xsave(self.uc),
+                                   altstack=task.sigaltstack, onstack=bool(flags & sf.SA_ONSTACK))
+            self.mem.write_user(frame.fpstate_at, frame.fpstate)
+            self.mem.write_user(frame.at, frame.frame)
         except GuestFault:
             return False                     # no room for the frame: SIGSEGV kills
+        self.fpu.init(self.uc)               # fpu__clear_user_states: the handler starts clean
+        frame_at = frame.at
         regs.rsp, regs.rip = frame_at, handler
-        regs.rdi, regs.rsi, regs.rdx, regs.rax = signo, info_at, uc_at, 0
+        regs.rdi, regs.rsi, regs.rdx, regs.rax = signo, frame.info_at, frame.uc_at, 0
         regs.eflags &= ~(0x400 | 0x10000 | TF)          # DF RF TF cleared for the handler
         regs.orig_rax = -1
         if not flags & sf.SA_NODEFER:
@@ -1376,6 +1461,8 @@ class Machine:
         uc = proc.uc
         shared = uc is self.uc
         saved = uc.context_save() if shared else None
+        if not shared:
+            self.fpu.copy(self.uc, uc)       # fpu_clone: a forked child keeps the FPU registers
         proc.regfile.write({i: v for i, v in enumerate(regs.values())})
         uc.reg_write(X.UC_X86_REG_RIP, regs.rip)
         task.context = uc.context_save()

@@ -14,11 +14,12 @@ from __future__ import annotations
 import errno as E
 import struct
 
+from .fpu import USER_XFEATURES
 from .memory import GuestFault
 from .process_syscalls import pid_t
 from .signal_frames import (IGNORED_BY_DEFAULT, MINSIGSTKSZ, SI_TKILL, SIG_DFL, SIG_IGN, SS_AUTODISARM,
                             SS_DISABLE, SS_ONSTACK, on_sig_stack, pack_stack_t, parse_sigaction,
-                            restore_frame, saved_altstack, siginfo)
+                            read_sigframe_fpstate, restore_frame, saved_altstack, siginfo)
 from .signals import RunResult
 
 SI_USER = 0
@@ -423,14 +424,35 @@ class SignalSyscalls:
         uc = regs.rsp
         try:
             saved_ss = saved_altstack(self.mem, uc)
-            task.sigmask = restore_frame(self.mem, regs) & ~UNBLOCKABLE
+            mask, fp_at = restore_frame(self.mem, regs)
+            task.sigmask = mask & ~UNBLOCKABLE
+            fpu_ok = self._fpu_restore_sig(fp_at)
         except GuestFault:
+            fpu_ok = False
+        if not fpu_ok:
             self.m.send_sig(task, 11, detail="bad signal frame")
             return None
         self._do_sigaltstack(task, regs.rsp, *saved_ss)      # restore_altstack; errors ignored
         task.restart_block = None                # restore_sigcontext: do_no_restart_syscall
         regs.orig_rax = -1
         return regs.rax
+
+    def _fpu_restore_sig(self, fp_at: int) -> bool:
+        """fpu__restore_sig: no fpstate resets the FPU (fpu__clear_user_states);
+        otherwise XRSTOR (or FXRSTOR) from the frame, the user features it does not
+        restore initialised.  False when the restoring instruction would fault."""
+        fpu, uc = self.m.fpu, self.m.uc
+        if not fp_at:
+            fpu.init(uc)
+            return True
+        saved = read_sigframe_fpstate(self.mem, fp_at)
+        ok = fpu.fxrstor(uc, saved.image) if saved.fx_only else fpu.xrstor(uc, saved.image, saved.xfeatures)
+        if not ok:
+            fpu.init(uc)
+            return False
+        if USER_XFEATURES & ~saved.xfeatures:
+            fpu.init(uc, USER_XFEATURES & ~saved.xfeatures)
+        return True
 
     def sys_sigaltstack(self, task, regs, ss, old, *_):
         """do_sigaltstack: report the alternate stack (SS_ONSTACK while on it), then
