@@ -312,8 +312,10 @@ def make_template(root: Path, busybox: str) -> None:
     (root / "sub/run.sh").chmod(0o755)
     (root / "emptydir").mkdir()
     os.symlink("a.txt", root / "lnk")
-    native = lambda *a, check=True, **kw: subprocess.run([busybox, *a], cwd=root, check=check,
-                                                         capture_output=True, **kw)
+
+    def native(*args, check=True, **kw):
+        return subprocess.run([busybox, *args], cwd=root, check=check, capture_output=True, **kw)
+
     (root / "ab.diff").write_bytes(native("diff", "-u", "a.txt", "b.txt", check=False).stdout)
     (root / "a.lzo").write_bytes(native("lzop", "-c", "a.txt").stdout)
     (root / "a.uu").write_bytes(native("uuencode", "a.txt", "a.txt").stdout)
