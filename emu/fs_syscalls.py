@@ -242,6 +242,8 @@ class FsSyscalls:
         creat = bool(flags & O_CREAT)
         follow = not flags & O_NOFOLLOW and not (creat and flags & O_EXCL)
         if last is None or last in (".", ".."):
+            if creat and flags & O_EXCL:
+                return _neg(E.EEXIST)
             stack = nd.component(stack, last, follow=True) if last else stack
             if isinstance(stack, int):
                 return stack
@@ -1051,7 +1053,7 @@ class FsSyscalls:
                 f.release()
 
     # ================================================================== attributes
-    def _setattr_at(self, task, dirfd, path, flags, change, *, empty_ok=True) -> int:
+    def _setattr_at(self, task, dirfd, path, flags, change, *, empty_ok=True, pre=None) -> int:
         """The path (or, with AT_EMPTY_PATH, the descriptor) whose attributes change:
         EROFS on a read-only mount (mnt_want_write), then ``change(nd, loc)``."""
         name = self._pathname(path, empty_ok=empty_ok and bool(flags & AT_EMPTY_PATH)) if path else ""
@@ -1065,6 +1067,9 @@ class FsSyscalls:
                 loc = stack if isinstance(stack, int) else stack[-1]
             if isinstance(loc, int):
                 return loc
+            err = pre(loc) if pre else 0
+            if err:
+                return err
             if not self._mount_writable(loc):
                 return _neg(E.EROFS)
             if loc.fd is None:
@@ -1146,26 +1151,31 @@ class FsSyscalls:
         return self._setattr_at(task, fd, 0, AT_EMPTY_PATH, lambda nd, loc: self._chown(nd, loc, uid, gid))
 
     def sys_utimensat(self, task, regs, dirfd, path, times, flags, *_):
-        """do_utimes: EINVAL for a bad tv_nsec; "now" needs ownership or write
-        permission (EACCES), explicit times ownership (EPERM); NULL path: the fd."""
+        """sys_utimensat/do_utimes/vfs_utimes in order: both UTIME_OMIT does nothing
+        (not even the lookup); the flags; NULL path: the descriptor itself (no flags);
+        the lookup; EINVAL for a bad tv_nsec; EROFS; then "now" needs ownership or write
+        permission (EACCES), explicit times ownership (EPERM)."""
         flags &= 0xFFFFFFFF
-        if flags & ~(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH):
-            return _neg(E.EINVAL)
         spec = [(0, UTIME_NOW), (0, UTIME_NOW)]
         if times:
             spec = [struct.unpack("<qq", self.mem.read_user(times + 16 * i, 16)) for i in (0, 1)]
-            for sec, ns in spec:
-                if ns not in (UTIME_NOW, UTIME_OMIT) and not 0 <= ns < 1_000_000_000:
-                    return _neg(E.EINVAL)
+            if all(ns == UTIME_OMIT for _, ns in spec):
+                return 0
         if not path:
-            if flags & AT_SYMLINK_NOFOLLOW:
+            if _fd(dirfd) == _fd(AT_FDCWD):
+                return _neg(E.EFAULT)
+            if flags:
                 return _neg(E.EINVAL)
             f = self._file(task, dirfd)
             if f is None or getattr(f, "path_only", False):
                 return _neg(E.EBADF)
-            flags |= AT_EMPTY_PATH
-        if all(ns == UTIME_OMIT for _, ns in spec):
-            return 0
+            flags = AT_EMPTY_PATH
+        elif flags & ~(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH):
+            return _neg(E.EINVAL)
+
+        def valid(loc):
+            bad = any(ns not in (UTIME_NOW, UTIME_OMIT) and not 0 <= ns < 1_000_000_000 for _, ns in spec)
+            return _neg(E.EINVAL) if bad else 0
 
         def change(nd, loc):
             a = loc.attrs(task)
@@ -1180,8 +1190,8 @@ class FsSyscalls:
             t = time.time_ns()
             vals = tuple(old if ns == UTIME_OMIT else t if ns == UTIME_NOW else sec * 1_000_000_000 + ns
                          for (sec, ns), old in zip(spec, (cur.st_atime_ns, cur.st_mtime_ns)))
-            return _host(os.utime, _proc_fd(loc.fd), ns=tuple(vals))
-        return self._setattr_at(task, dirfd, path, flags, change)
+            return _host(os.utime, _proc_fd(loc.fd), ns=vals)
+        return self._setattr_at(task, dirfd, path, flags, change, pre=valid)
 
 
 def join_path(parent: str, name: str) -> str:

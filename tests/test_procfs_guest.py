@@ -97,6 +97,8 @@ SCRIPTS = [
     (BASH, None, "echo hidden >/dev/null; read c </proc/self/comm; echo $c; echo $(</proc/self/cmdline)"),
     (BASH, None, "echo x >/dev/full; echo rc=$?"),
     (BASH, None, "echo a > /dev/stderr; echo b >/dev/stdout"),
+    (BASH, None, "echo x >/dev/tty; echo rc=$?"),
+    (BUSYBOX, "sh", "exec 5<>/dev/tty; echo rc=$?"),
 ]
 
 
