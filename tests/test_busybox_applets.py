@@ -35,15 +35,17 @@ census = _load_census()
 
 SAME = [
     "[", "[[", "ar", "arch", "ascii", "ash", "awk", "base64", "basename", "bc", "bunzip2",
-    "busybox", "bzcat", "bzip2", "cal", "cat", "clear", "cmp", "cpio", "crc32", "cut", "dc",
-    "dd", "diff", "dirname", "dos2unix", "dpkg-deb", "dumpleases", "echo", "ed", "egrep",
-    "env", "expand", "expr", "factor", "false", "fgrep", "fold", "getopt", "grep", "gunzip",
-    "gzip", "head", "hexdump", "ionice", "ipcalc", "kill", "less", "lzcat", "lzma", "lzop", "md5sum",
-    "mkpasswd", "more", "nl", "od", "paste", "printf", "reset", "rev", "rpm", "rpm2cpio",
-    "sed", "seq", "setsid", "sh", "sha1sum", "sha256sum", "sha3sum", "sha512sum", "shuf",
-    "sleep", "sort", "stat", "strings", "stty", "sync", "tac", "tail", "tar", "tee", "test",
-    "tr", "true", "tty", "uncompress", "unexpand", "uniq", "unix2dos", "unlzma", "unxz",
-    "unzip", "usleep", "uudecode", "uuencode", "wc", "xargs", "xxd", "xz", "xzcat", "zcat",
+    "busybox", "bzcat", "bzip2", "cal", "cat", "clear", "cmp", "cpio", "crc32", "cut",
+    "date", "dc", "dd", "diff", "dirname", "dos2unix", "dpkg-deb", "dumpleases", "echo",
+    "ed", "egrep", "env", "expand", "expr", "factor", "false", "fgrep", "fold", "getopt",
+    "grep", "gunzip", "gzip", "head", "hexdump", "ionice", "ipcalc", "kill", "killall",
+    "less", "lzcat", "lzma", "lzop", "md5sum", "mkpasswd", "more", "nl", "od", "paste",
+    "pidof", "printf", "reset", "rev", "rpm", "rpm2cpio", "sed", "seq", "setsid", "sh",
+    "sha1sum", "sha256sum", "sha3sum", "sha512sum", "shuf", "sleep", "sort",
+    "start-stop-daemon", "stat", "strings", "stty", "sync", "tac", "tail", "tar", "tee",
+    "test", "tr", "true", "tty", "uncompress", "unexpand", "uniq", "unix2dos", "unlzma",
+    "unxz", "unzip", "usleep", "uudecode", "uuencode", "wc", "xargs", "xxd", "xz", "xzcat",
+    "zcat",
 ]
 SAME_WITH_FS_VIEW = [
     "chgrp", "chmod", "chown", "cp", "du", "find", "groups", "id", "link", "ln", "ls",
