@@ -28,14 +28,17 @@ class MiscSyscalls:
     """Mixin of :class:`emu.syscalls.Syscalls` (``self.m`` is the machine)."""
 
     def _process_by_pid(self, pid: int):
-        """find_task_by_vpid for a thread-group leader: the process (zombies included,
-        until reaped), "thread" for another thread's tid, or None."""
+        """find_task_by_vpid: the process whose thread-group leader is ``pid`` (zombies
+        included, until reaped), "thread" when ``pid`` is another thread's tid, or None."""
         for p in self.m.processes:
             if p.pid == pid:
                 return p
         if any(t.tid == pid for p in self.m.processes for t in p.tasks):
             return "thread"
         return None
+
+    def _process_of_task(self, tid: int):
+        return next((p for p in self.m.processes for t in p.tasks if t.tid == tid), None)
 
     def sys_setpgid(self, task, regs, pid, pgid, *_):
         """kernel/sys.c setpgid: only the caller or one of its children, never a session
@@ -64,11 +67,11 @@ class MiscSyscalls:
         return 0
 
     def sys_getsid(self, task, regs, pid, *_):
+        """The session of the caller (pid 0) or of any task's process."""
         pid = _signed(pid)
         p = task.process if pid == 0 else self._process_by_pid(pid)
-        if p is None or p == "thread":
-            # find_task_by_vpid finds threads too; their session is their process's
-            p = next((q for q in self.m.processes for t in q.tasks if t.tid == pid), None)
+        if p == "thread":
+            p = self._process_of_task(pid)
         return -E.ESRCH if p is None else p.sid
 
     def sys_setsid(self, task, regs, *_):
