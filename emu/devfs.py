@@ -16,6 +16,8 @@ order.  Times are the modeled boot time (the virtual clock's epoch).
   started with is a host terminal (``stdio="host"`` or a terminal as stdin); opening
   ``/dev/tty`` then reads and writes that terminal, as tty_open's redirection to
   ``current->signal->tty`` does.  Without one, open is ENXIO.
+* ``pts/N``: the controlling terminal again, when it is a pseudo-terminal (what
+  ttyname() looks for).
 * ``stdin``/``stdout``/``stderr``/``fd``: symlinks to ``/proc/self/fd/0..2`` and
   ``/proc/self/fd``.
 """
@@ -27,24 +29,27 @@ import os
 import select
 import stat as S
 import weakref
+from types import MappingProxyType
 
 from .files import READ_CHUNK, HostInput, OpenFile, OutputSink, attrs_stat_bytes, tty_ioctl
-from .specialfs import DirNode, LinkNode, access_mode, may_open
+from .specialfs import DirNode, LinkNode, access_mode, keep_open_flags, may_open
 from .vfs_types import Attrs, SpecialNode
 
 DEVTMPFS_DEV = os.makedev(0, 6)          # st_dev of the host's devtmpfs (0:6)
+DEVPTS_DEV = os.makedev(0, 24)           # and of its devpts (0:24), when no terminal tells
 BOGO_DIRENT_SIZE = 20                    # shmem: a directory's size grows by this per entry
 POLL_SLICE_MS = 50
+O_NONBLOCK = 0o4000
 CHR_MODE = S.S_IFCHR | 0o666
 # name: (major, minor, inode) as devtmpfs numbers them on this kernel
-CHAR_DEVICES = {
+CHAR_DEVICES = MappingProxyType({
     "null": (1, 3, 3), "zero": (1, 5, 4), "full": (1, 7, 5), "random": (1, 8, 6),
     "urandom": (1, 9, 7), "tty": (5, 0, 9),
-}
-LINKS = {"fd": ("/proc/self/fd", 111), "stdin": ("/proc/self/fd/0", 112),
-         "stdout": ("/proc/self/fd/1", 113), "stderr": ("/proc/self/fd/2", 114)}
-ORDER = ("fd", "full", "null", "random", "stderr", "stdin", "stdout", "tty", "urandom", "zero")
-
+})
+LINKS = MappingProxyType({"fd": ("/proc/self/fd", 111), "stdin": ("/proc/self/fd/0", 112),
+                          "stdout": ("/proc/self/fd/1", 113), "stderr": ("/proc/self/fd/2", 114)})
+# readdir order: the host's (newest entry first), restricted to the modeled nodes
+ORDER = ("stderr", "stdout", "stdin", "fd", "tty", "urandom", "random", "full", "zero", "null")
 
 class DevFs:
     """The /dev mount of one machine.  ``root`` is its directory node."""
@@ -55,6 +60,7 @@ class DevFs:
         self.nodes = {name: CharDevNode(self, name, *CHAR_DEVICES[name]) for name in CHAR_DEVICES}
         for name, (target, ino) in LINKS.items():
             self.nodes[name] = DevLink(self, target, ino)
+        self.pts = PtsDir(self)
         self.root = DevDir(self)
 
     def boot_ns(self) -> int:
@@ -88,11 +94,61 @@ class DevDir(DirNode):
         self.fs = fs
 
     def attrs(self, task):
-        size = (2 + len(ORDER)) * BOGO_DIRENT_SIZE
-        return self.fs.attrs(S.S_IFDIR | 0o755, 1, size=size, nlink=2)
+        size = (3 + len(ORDER)) * BOGO_DIRENT_SIZE
+        return self.fs.attrs(S.S_IFDIR | 0o755, 1, size=size, nlink=3)
 
     def entries(self, task):
-        return [(name, self.fs.nodes[name]) for name in ORDER]
+        out = [(name, self.fs.nodes[name]) for name in ORDER]
+        return out[:4] + [("pts", self.fs.pts)] + out[4:]       # the host's place for it
+
+
+class PtsDir(DirNode):
+    """/dev/pts (a devpts mount): the controlling terminal's pseudo-terminal, when it is
+    one, so that ttyname() finds the name /proc/self/fd gives (no ptmx: opening new
+    pseudo-terminals is not modeled).  Its st_dev is the terminal's."""
+
+    path = "/dev/pts"
+
+    def __init__(self, fs: DevFs):
+        self.fs = fs
+
+    def attrs(self, task):
+        st = self.fs.ctty.host_stat()
+        dev = st.st_dev if st is not None else DEVPTS_DEV
+        t = self.fs.boot_ns()
+        return Attrs(mode=S.S_IFDIR | 0o755, ino=1, dev=dev, nlink=2, uid=0, gid=0, size=0,
+                     blksize=1024, atime_ns=t, mtime_ns=t, ctime_ns=t)
+
+    def entries(self, task):
+        number = self.fs.ctty.pts_number()
+        return [(number, PtsNode(self.fs, number))] if number is not None else []
+
+
+class PtsNode(SpecialNode):
+    """/dev/pts/N of the controlling terminal: the terminal's own inode as the host
+    shows it (mode, owner, rdev, inode, st_dev, the same fstat of the guest's stdio
+    reports); opening it opens the terminal, as /dev/tty does."""
+
+    def __init__(self, fs: DevFs, number: str):
+        self.fs = fs
+        self.path = "/dev/pts/" + number
+
+    def attrs(self, task):
+        st = self.fs.ctty.host_stat()
+        if st is None:
+            return self.fs.attrs(CHR_MODE, 0)
+        return Attrs(mode=st.st_mode, ino=st.st_ino, dev=st.st_dev, nlink=st.st_nlink, uid=st.st_uid,
+                     gid=st.st_gid, rdev=st.st_rdev, size=0, blksize=1024, atime_ns=st.st_atime_ns,
+                     mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns)
+
+    def open(self, task, flags):
+        a = self.attrs(task)
+        err = may_open(a.mode, flags, getattr(task, "cred", None), a.uid, a.gid)
+        if err:
+            return err
+        readable, writable = access_mode(flags)
+        f = self.fs.ctty.open(self, readable, writable)
+        return f if isinstance(f, int) else keep_open_flags(f, flags)
 
 
 class CharDevNode(SpecialNode):
@@ -115,9 +171,11 @@ class CharDevNode(SpecialNode):
             return err
         readable, writable = access_mode(flags)
         if self.name == "tty":
-            return self.fs.ctty.open(self, readable, writable)
-        kind = {"null": NullFile, "zero": ZeroFile, "full": FullFile}.get(self.name, RandomFile)
-        return kind(self, readable, writable)
+            f = self.fs.ctty.open(self, readable, writable)
+        else:
+            kind = {"null": NullFile, "zero": ZeroFile, "full": FullFile}.get(self.name, RandomFile)
+            f = kind(self, readable, writable)
+        return f if isinstance(f, int) else keep_open_flags(f, flags)
 
 
 class DeviceFile(OpenFile):
@@ -127,7 +185,6 @@ class DeviceFile(OpenFile):
         super().__init__()
         self.node = node
         self.readable, self.writable = readable, writable
-        self.open_flags = 0o100000               # O_LARGEFILE (force_o_largefile)
 
     def attrs(self):
         return self.node.attrs(None)
@@ -191,6 +248,23 @@ class ControllingTerminal:
         self.sink_fd = sink_fd                    # 1 or 2 when a stdio sink is that terminal
         self._close = weakref.finalize(self, os.close, host_fd) if host_fd is not None else None
 
+    def pts_number(self) -> str | None:
+        """N when the terminal is /dev/pts/N (a pseudo-terminal), else None."""
+        if self.fd is None:
+            return None
+        try:
+            name = os.ttyname(self.fd)
+        except OSError:
+            return None
+        head, _, number = name.rpartition("/")
+        return number if head == "/dev/pts" and number.isdigit() else None
+
+    def host_stat(self) -> os.stat_result | None:
+        try:
+            return os.fstat(self.fd) if self.fd is not None else None
+        except OSError:
+            return None
+
     @classmethod
     def of(cls, machine) -> "ControllingTerminal":
         table = machine.main_process.fds
@@ -234,14 +308,17 @@ class TtyFile(DeviceFile):
             return -E.EBADF
         poller = select.poll()
         poller.register(self.fd, select.POLLIN)
+        nonblock = bool(self.status_flags & O_NONBLOCK)
         while True:
-            if poller.poll(POLL_SLICE_MS):
+            if poller.poll(0 if nonblock else POLL_SLICE_MS):
                 try:
                     return os.read(self.fd, min(count, READ_CHUNK))
                 except BlockingIOError:
                     pass
                 except OSError as e:
                     return -(e.errno or E.EIO)
+            if nonblock:
+                return -E.EAGAIN
             if interrupted is None or interrupted():
                 return -E.EINTR
 
@@ -261,6 +338,11 @@ class TtyFile(DeviceFile):
 
     def lseek(self, offset, whence):
         return -E.ESPIPE                          # tty_fops: no_llseek
+
+    def poll(self):
+        """tty_poll: readable when the terminal has input; always writable."""
+        ready = select.select([self.fd], [], [], 0)[0]
+        return (0x1 | 0x40 if ready else 0) | 0x4 | 0x100
 
     def ioctl(self, cmd, arg, mem):
         return tty_ioctl(self.fd, cmd, arg, mem)

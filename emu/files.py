@@ -57,11 +57,13 @@ def stat_bytes(mode: int, *, size: int = 0, rdev: int = 0, ino: int = 1, dev: in
 
 def host_stat_bytes(st: os.stat_result) -> bytes:
     """What the host says about one of its files, as the guest's struct stat: the type,
-    permission bits, size, block size and inode; the device number only for device
-    files (a tty's st_rdev is what glibc's DEV_TTY_P looks at)."""
-    rdev = st.st_rdev if S.S_ISCHR(st.st_mode) or S.S_ISBLK(st.st_mode) else 0
-    return stat_bytes(st.st_mode, size=st.st_size, rdev=rdev, ino=st.st_ino,
-                      blksize=st.st_blksize or 4096, nlink=st.st_nlink)
+    permission bits, size, block size and inode; the device numbers only for device
+    files (a tty's st_rdev is what glibc's DEV_TTY_P looks at, its st_dev and st_ino
+    what ttyname compares with /dev/pts/N)."""
+    device = S.S_ISCHR(st.st_mode) or S.S_ISBLK(st.st_mode)
+    extra = {"rdev": st.st_rdev, "dev": st.st_dev} if device else {}
+    return stat_bytes(st.st_mode, size=st.st_size, ino=st.st_ino, blksize=st.st_blksize or 4096,
+                      nlink=st.st_nlink, **extra)
 
 
 def _errno(e: OSError) -> int:

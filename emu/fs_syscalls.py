@@ -18,11 +18,10 @@ import struct
 import time
 from dataclasses import replace
 
-from .files import (O_LARGEFILE, HostFile, OpenFile, SeqFile, SpecialDir, attrs_stat_bytes,
+from .files import (O_LARGEFILE, HostFile, OpenFile, SpecialDir, attrs_stat_bytes,
                     host_statx, host_syscall)
-from .memory import GuestFault
-from .vfs import MAY_EXEC, MAY_READ, MAY_WRITE, PATH_MAX, EmptyDir, Loc, fs_capable, in_group
-from .vfs_types import Attrs, SpecialNode
+from .vfs import MAY_EXEC, MAY_READ, MAY_WRITE, PATH_MAX, Loc, fs_capable, in_group
+from .vfs_types import Attrs
 
 AT_FDCWD = -100
 AT_SYMLINK_NOFOLLOW, AT_REMOVEDIR, AT_EACCESS, AT_SYMLINK_FOLLOW = 0x100, 0x200, 0x200, 0x400
@@ -40,7 +39,7 @@ RESOLVE_ALL = 0x1F
 RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT = 1, 2, 4
 UTIME_NOW, UTIME_OMIT = (1 << 30) - 1, (1 << 30) - 2
 STATX_BASIC_STATS, STATX_MNT_ID, STATX__RESERVED = 0x7FF, 0x1000, 0x80000000
-SYS_renameat2, SYS_fchmodat2, SYS_fchownat = 316, 452, 260
+SYS_renameat2, SYS_fchmodat2, SYS_fchownat, SYS_linkat = 316, 452, 260, 265
 NO_ID = 0xFFFFFFFF
 MAX_RW_COUNT = 1 << 24
 OPEN_RETRIES = 16          # walks of one open that another host process's swap may restart
@@ -230,6 +229,17 @@ class FsSyscalls:
             return f
         return task.process.fds.install(f, 0, cloexec=bool(flags & O_CLOEXEC))
 
+    def open_guest_path(self, task, path: str, flags: int) -> OpenFile | int:
+        """A new open file description for the guest path ``path`` (absolute or relative
+        to the task's working directory), as ``open`` would make it; not installed.
+        /proc reopens a descriptor's file by its path through this."""
+        for _ in range(OPEN_RETRIES):
+            with self.vfs.nameidata(task) as nd:
+                f = self._open_walk(nd, task, AT_FDCWD, path, flags, 0)
+            if f is not RETRY:
+                return f
+        return _neg(E.EAGAIN)
+
     def _open_walk(self, nd, task, dirfd, name, flags, mode) -> OpenFile | int:
         r = self._parent(nd, task, dirfd, name)
         if isinstance(r, int):
@@ -324,7 +334,7 @@ class FsSyscalls:
         if flags & O_DIRECTORY and not S.S_ISDIR(mode):
             return _neg(E.ENOTDIR)
         if flags & O_PATH:
-            return self._open_path(loc, flags)
+            return self._open_path(task, loc, flags)
         if loc.file is not None:                 # a magic link to a descriptor: opened again
             from .procfs import reopen
             return reopen(self.m, task, loc.file, flags)
@@ -389,12 +399,12 @@ class FsSyscalls:
                                   O_CLOEXEC)) | O_LARGEFILE
         return f
 
-    def _open_path(self, loc: Loc, flags: int) -> OpenFile | int:
+    def _open_path(self, task, loc: Loc, flags: int) -> OpenFile | int:
         """O_PATH: a descriptor naming the inode (usable as a dirfd, for fstat and
         AT_EMPTY_PATH), no permission needed."""
         if loc.fd is None:
-            if loc.node is not None and S.S_ISDIR(loc.attrs(None).mode):
-                d = SpecialDir(None, loc.node, loc.path, 0)
+            if loc.node is not None and S.S_ISDIR(loc.attrs(task).mode):
+                d = SpecialDir(task, loc.node, loc.path, 0)
                 d.readable = False
                 return d
             return loc.file if loc.file is not None else _neg(E.EACCES)
@@ -548,6 +558,19 @@ class FsSyscalls:
         if data:
             self.mem.write_user(dirp, data)
         return len(data)
+
+    def sys_fsync(self, task, regs, fd, *_):
+        """vfs_fsync_range: the host file's own fsync; EINVAL for a file without one
+        (pipes, terminals, modeled files)."""
+        f = self._file(task, fd)
+        if f is None or getattr(f, "path_only", False):
+            return _neg(E.EBADF)
+        if not isinstance(f, HostFile):
+            return _neg(E.EINVAL)
+        return _host(os.fsync, f.fd)
+
+    def sys_fdatasync(self, task, regs, fd, *_):
+        return self.sys_fsync(task, regs, fd)
 
     def sys_ftruncate(self, task, regs, fd, length, *_):
         if _off(length) < 0:
@@ -865,10 +888,14 @@ class FsSyscalls:
         oldname = self._pathname(old, empty_ok=bool(flags & AT_EMPTY_PATH))
         if isinstance(oldname, int):
             return oldname
-        if oldname == "":
-            return _neg(E.ENOENT) if not fs_capable(task.cred) else _neg(E.EPERM)
+        if oldname == "" and not fs_capable(task.cred):
+            return _neg(E.ENOENT)                 # AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH
         with self.vfs.nameidata(task) as nd:
-            src = self._lookup(nd, task, olddfd, oldname, bool(flags & AT_SYMLINK_FOLLOW))
+            if oldname == "":
+                src = self._fd_loc(task, olddfd)
+                src = src if isinstance(src, int) else [src]
+            else:
+                src = self._lookup(nd, task, olddfd, oldname, bool(flags & AT_SYMLINK_FOLLOW))
             if isinstance(src, int):
                 return src
 
@@ -878,14 +905,15 @@ class FsSyscalls:
                     return _neg(E.EXDEV)
                 if loc.is_dir(task):
                     return _neg(E.EPERM)
-                if loc.fd is None or len(src) < 2:
+                if loc.fd is None:
                     return _neg(E.EPERM)
                 a = loc.attrs(task)
                 if not fs_capable(nd.cred) and nd.cred.fsuid != a.uid and \
                         (not S.S_ISREG(a.mode) or self._perm(nd, loc, MAY_READ | MAY_WRITE)):
                     return _neg(E.EPERM)          # may_linkat: fs.protected_hardlinks
-                return _host(os.link, loc.path.rsplit("/", 1)[1], name, src_dir_fd=src[-2].fd,
-                             dst_dir_fd=parent.fd, follow_symlinks=False)
+                return host_syscall(SYS_linkat, ctypes.c_int(loc.fd), ctypes.c_char_p(b""),
+                                    ctypes.c_int(parent.fd), ctypes.c_char_p(os.fsencode(name)),
+                                    ctypes.c_int(AT_EMPTY_PATH))
             newname = self._pathname(new)
             if isinstance(newname, int):
                 return newname
@@ -1011,11 +1039,19 @@ class FsSyscalls:
             return ret
 
     def _renamed(self, old: str, new: str) -> None:
-        """A directory the guest renamed stays the working directory of the processes
-        in it (the kernel holds the inode; this model holds the path, so it follows)."""
+        """What the guest renamed stays the working directory, or the open file, of
+        whoever holds it (the kernel holds the inode; this model holds the path, so
+        the path follows)."""
+        def moved(path: str) -> str | None:
+            if path == old or path.startswith(old.rstrip("/") + "/"):
+                return new + path[len(old):]
+            return None
         for proc in self.m.processes:
-            if proc.cwd == old or proc.cwd.startswith(old.rstrip("/") + "/"):
-                proc.cwd = new + proc.cwd[len(old):]
+            proc.cwd = moved(proc.cwd) or proc.cwd
+            for f in proc.fds.fds.values() if hasattr(proc.fds, "fds") else ():
+                path = getattr(f, "guest_path", None)
+                if path and moved(path):
+                    f.guest_path = moved(path)
 
     def sys_truncate(self, task, regs, path, length, *_):
         """do_sys_truncate / vfs_truncate: EINVAL for a negative length, EISDIR,
@@ -1070,14 +1106,11 @@ class FsSyscalls:
             err = pre(loc) if pre else 0
             if err:
                 return err
-            if not self._mount_writable(loc):
-                return _neg(E.EROFS)
             if loc.fd is None:
-                return _neg(E.EPERM)
+                return _neg(E.EPERM)              # a modeled inode: no setattr
+            if not loc.mount.writable:
+                return _neg(E.EROFS)
             return change(nd, loc)
-
-    def _mount_writable(self, loc: Loc) -> bool:
-        return loc.mount.writable and loc.mount.node is None
 
     def _chmod(self, nd, loc: Loc, mode: int) -> int:
         """chmod_common + setattr_prepare: the owner or root; S_ISGID dropped for a
@@ -1196,6 +1229,3 @@ class FsSyscalls:
 
 def join_path(parent: str, name: str) -> str:
     return parent.rstrip("/") + "/" + name
-
-
-__all__ = ["FsSyscalls", "GuestFault"]

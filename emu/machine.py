@@ -369,7 +369,12 @@ class Machine:
         self.stdout = OutputBuffer(output_limit)
         self.stderr = OutputBuffer(output_limit)
         self.symbols: dict[str, int] = {}
-        grants = [grant_dirs] if isinstance(grant_dirs, str) else list(grant_dirs or ())
+        if isinstance(grant_dirs, str):
+            grants = [grant_dirs]
+        elif isinstance(grant_dirs, (list, tuple)):
+            grants = list(grant_dirs)
+        else:
+            raise InputError(f"grant_dirs must be a list of directories, not {grant_dirs!r}")
         if grant_dir is not None:
             grants.append(grant_dir)
         self.syscalls = Syscalls(self, stdin=stdin, sysroot=sysroot, grant_dirs=grants, cwd=cwd,

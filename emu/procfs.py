@@ -18,12 +18,13 @@ out, because the model has nothing honest to say there:
   no count of are 0 (session, page faults, CPU times, rss), as getrusage says 0.
   FDSize and stat's flags follow the kernel's rules (see :func:`max_fds`).
 * ``<pid>/cmdline`` (get_mm_cmdline): the argv strings from the guest's memory, with
-  the setproctitle rule; ``environ`` (0400) likewise; ``cwd`` and ``root`` (links to
+  the setproctitle rule; ``environ`` (0400) likewise; ``auxv`` (0400, the exec's
+  auxiliary vector); ``cwd`` and ``root`` (links to
   the working directory and ``/``); ``comm`` (0644: writing renames the thread, comm_write);
   ``maps``; ``exe`` (the executable's guest path); ``mounts``; ``fd/`` (magic links:
   readlink gives the description's name, opening one opens the file again: a new
-  description of the same pipe, the same granted file by its path, the same modeled
-  file); ``task/<tid>/`` with status, comm, cmdline, stat and maps.
+  description of the same pipe, a file with a path by that path, a modeled file
+  anew); ``task/<tid>/`` with status, comm, cmdline, stat and maps.
 * ``uptime`` (the virtual clock; idle time is not modeled: 0.00), ``loadavg`` (no
   load average is computed: 0.00; running/total tasks and the last pid are real),
   ``meminfo`` (MemTotal/MemFree/MemAvailable as sysinfo computes them, no buffers,
@@ -42,18 +43,20 @@ import errno as E
 import os
 import re
 import stat as S
+import struct
+from types import MappingProxyType
 
-from .files import OutputSink, PipeInput, SeqFile, attrs_stat_bytes
+from .files import HostInput, OutputSink, PipeInput, SeqFile, attrs_stat_bytes
 from .memory import GuestFault
 from .pipes import PipeEnd
-from .specialfs import DirNode, LinkNode, access_mode, may_open
+from .specialfs import DirNode, LinkNode, access_mode, keep_open_flags, may_open
 from .vfs_types import Attrs, SpecialNode
 
 PAGE_SIZE = 4096
 PROC_DEV = os.makedev(0, 21)              # st_dev of this machine's procfs (0:21, as `stat /proc`)
 PROC_ROOT_INO = 1
 SELF_INO, THREAD_SELF_INO, MOUNTS_LINK_INO = 0xF0000000, 0xF0000001, 0xF0000002
-TOP_INOS = {"uptime": 0xF0000031, "loadavg": 0xF000002E, "meminfo": 0xF000002F}
+TOP_INOS = MappingProxyType({"uptime": 0xF0000031, "loadavg": 0xF000002E, "meminfo": 0xF000002F})
 PROC_BLKSIZE = 1024
 FD_LINK_SIZE = 64                         # proc_fd_instantiate: i_size of an fd link
 NR_OPEN_DEFAULT = 64                      # BITS_PER_LONG: the fd table embedded in files_struct
@@ -65,7 +68,6 @@ RLIM_INFINITY = (1 << 64) - 1
 USER_HZ = 100
 NSEC = 1_000_000_000
 O_ACCMODE, O_WRONLY, O_RDWR, O_NONBLOCK = 3, 1, 2, 0o4000
-AT_FDCWD = -100
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -116,11 +118,14 @@ def _alive(proc) -> bool:
 
 
 def task_state(task) -> str:
-    """get_task_state: R for a runnable task, S for one sleeping in a syscall, Z for a
-    dead one (a zombie, or a thread-group leader that exited before its threads)."""
+    """get_task_state: R for a runnable task, S for one sleeping in a syscall, D for a
+    vfork parent (wait_for_vfork_done sleeps TASK_KILLABLE, an uninterruptible
+    state), Z for a dead one (a zombie, or a leader that exited before its threads)."""
     if task.state == "dead" or task.exit_code is not None:
         return "Z (zombie)"
-    return "S (sleeping)" if task.state == "blocked" else "R (running)"
+    if task.state != "blocked":
+        return "R (running)"
+    return "D (disk sleep)" if task.blocked_on == "vfork" else "S (sleeping)"
 
 
 def leader(machine, proc):
@@ -243,7 +248,7 @@ def stat_text(machine, proc, task, whole: bool) -> str:
     if state == "Z":
         flags |= PF_EXITED
     mm = MmStats(proc) if alive else None
-    sleeping = 1 if state == "S" and (not whole or threads < 2) else 0
+    not_running = 1 if state != "R" and (not whole or threads < 2) else 0   # wchan
     if task.tid != proc.pid:
         exit_signal = -1                                  # a thread (CLONE_THREAD)
     else:
@@ -255,7 +260,7 @@ def stat_text(machine, proc, task, whole: bool) -> str:
               mm.start_code if mm else 0, mm.end_code if mm else 0,
               proc.start_stack if mm else 0, 0, 0,
               _sigbits(task.pending_signals) & 0x7FFFFFFF, task.sigmask & 0x7FFFFFFF,
-              ign & 0x7FFFFFFF, catch & 0x7FFFFFFF, sleeping, 0, 0, exit_signal, 0, 0, 0, 0, 0, 0]
+              ign & 0x7FFFFFFF, catch & 0x7FFFFFFF, not_running, 0, 0, exit_signal, 0, 0, 0, 0, 0, 0]
     if mm:
         fields += [mm.start_data, mm.end_data, proc.brk_start, proc.arg_start, proc.arg_end,
                    proc.env_start, proc.env_end]
@@ -289,19 +294,19 @@ def _ctty(machine) -> int:
 
 
 def cmdline_bytes(proc) -> bytes:
-    """get_mm_cmdline: arg_start..arg_end from the guest's memory; when the NUL ending
-    the arguments was overwritten (setproctitle), the text up to the first NUL from
-    arg_start, at most a page past the arguments into the environment."""
+    """get_mm_cmdline: arg_start..arg_end from the guest's memory.  When the NUL ending
+    the arguments was overwritten (setproctitle), get_mm_proctitle: the text from
+    arg_start up to and with its first NUL, at most a page, running on into the
+    environment only when it lies right after the arguments."""
     if not _alive(proc) or proc.arg_end <= proc.arg_start:
         return b""
-    mem = proc.mem
-    data = _read(mem, proc.arg_start, proc.arg_end - proc.arg_start)
-    if len(data) == proc.arg_end - proc.arg_start and data and data[-1] != 0:
-        end = max(proc.env_end, proc.arg_end)
-        more = _read(mem, proc.arg_start, min(end - proc.arg_start, proc.arg_end - proc.arg_start + PAGE_SIZE))
-        nul = more.find(b"\0")
-        return more[:nul] if nul >= 0 else more
-    return data
+    mem, start, end = proc.mem, proc.arg_start, proc.arg_end
+    env_end = proc.env_end if proc.env_start == end and proc.env_end >= proc.env_start else end
+    if _read(mem, end - 1, 1) not in (b"", b"\0"):
+        page = _read(mem, start, min(PAGE_SIZE, env_end - start))
+        nul = page.find(b"\0")
+        return page[:nul + 1] if nul >= 0 else page
+    return _read(mem, start, end - start)
 
 
 def environ_bytes(proc) -> bytes:
@@ -309,6 +314,16 @@ def environ_bytes(proc) -> bytes:
     if not _alive(proc) or proc.env_end <= proc.env_start:
         return b""
     return _read(proc.mem, proc.env_start, proc.env_end - proc.env_start)
+
+
+def auxv_bytes(machine, proc) -> bytes:
+    """proc_pid_auxv: mm->saved_auxv, the (type, value) pairs exec put on the stack,
+    AT_NULL included; empty without an mm."""
+    auxv = getattr(machine, "auxv", None)
+    if not _alive(proc) or not auxv:
+        return b""
+    pairs = [(k, v) for k, v in auxv.items() if k != 0] + [(0, 0)]
+    return struct.pack(f"<{2 * len(pairs)}Q", *(x for pair in pairs for x in pair))
 
 
 def fs_link(proc, path: str) -> str | int:
@@ -348,8 +363,8 @@ def mounts_text(machine) -> str:
     return "".join(lines)
 
 
-SPECIAL_MOUNT_LINES = {"/proc": "proc /proc proc rw,relatime 0 0\n",
-                       "/dev": "devtmpfs /dev devtmpfs rw,relatime,mode=755 0 0\n"}
+SPECIAL_MOUNT_LINES = MappingProxyType({"/proc": "proc /proc proc rw,relatime 0 0\n",
+                                        "/dev": "devtmpfs /dev devtmpfs rw,relatime,mode=755 0 0\n"})
 
 
 def _host_mount_line(table, mnt) -> str:
@@ -468,8 +483,9 @@ class ProcFileNode(SpecialNode):
             return err
         readable, writable = access_mode(flags)
         text = self.show(task)
-        return ProcSeqFile(text if isinstance(text, bytes) else text.encode(), self, task,
-                           readable, writable)
+        f = ProcSeqFile(text if isinstance(text, bytes) else text.encode(), self, task,
+                        readable, writable)
+        return keep_open_flags(f, flags)
 
     def write(self, task, data: bytes) -> int:
         if self._write is None:
@@ -543,8 +559,8 @@ def reopen(machine, task, f, flags: int):
     inode opens it: a new description each time (its own offset), with the access
     mode of this open.  A pipe end gives a new end of the same pipe (fifo_open); a
     granted file is opened again by its path; a modeled file or directory by its
-    node; a stdio sink writes where the guest's output goes.  Anything else (the
-    guest's stdin pipe for writing, a host descriptor of the CLI): ENXIO."""
+    node; a stdio sink writes where the guest's output goes; the CLI's stdin is read
+    again.  Anything else (the stdin for writing, stdout for reading): ENXIO."""
     rw = access_mode(flags)
     if isinstance(rw, int):
         return rw
@@ -560,10 +576,24 @@ def reopen(machine, task, f, flags: int):
         return again
     if isinstance(f, OutputSink) and not readable:
         return OutputSink(machine, f.which, host_fd=f.host_fd, ino=f.ino)
+    if isinstance(f, HostInput) and not writable:
+        return _reopen_host_input(f)
     path = getattr(f, "guest_path", None)
     if path:
-        return open_by_path(machine, task, path, flags)
+        return machine.syscalls.open_guest_path(task, path, flags)
     return -E.ENXIO
+
+
+def _reopen_host_input(f):
+    """The CLI's stdin (a host pipe, file or terminal) opened again for reading, through
+    the host's own magic link to that very inode: a description of its own (a file
+    reads from its start).  Never for writing: the guest may not change the user's
+    --stdin file."""
+    try:
+        fd = os.open(f"/proc/self/fd/{f.fd}", os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError as e:
+        return -(e.errno or E.EIO)
+    return HostInput(fd)
 
 
 def _pipe_end(pipe, readable: bool, writable: bool, nonblock: int):
@@ -588,19 +618,6 @@ class DuplexPipeEnd(PipeEnd):
 
     def poll(self):
         return self.pipe.poll_mask(True) | self.pipe.poll_mask(False)
-
-
-def open_by_path(machine, task, path: str, flags: int):
-    """An open of ``path`` through the guest's own walk (its permission and read-only
-    rules apply), as the kernel reopens a file with a path by that path."""
-    from .fs_syscalls import OPEN_RETRIES, RETRY
-    sc = machine.syscalls
-    for _ in range(OPEN_RETRIES):
-        with sc.vfs.nameidata(task) as nd:
-            f = sc._open_walk(nd, task, AT_FDCWD, path, flags, 0)
-        if f is not RETRY:
-            return f
-    return -E.EAGAIN
 
 
 # ----------------------------------------------------------------------------- directories
@@ -708,8 +725,9 @@ class ProcFs:
                 out.append(("task", self.task_dir(proc, task, path, base | 1)))
             out.append(("fd", self.fd_dir(proc, task, path, base | 2)))
             out.append(file("environ", 10, lambda r: environ_bytes(proc), mode=0o400))
+            out.append(file("auxv", 13, lambda r: auxv_bytes(m, proc), mode=0o400))
             out += [file("status", 3, lambda r: status_text(m, proc, task)),
-                    file("comm", 4, lambda r: escape_free(task.comm) + "\n", mode=0o644,
+                    file("comm", 4, lambda r: task.comm + "\n", mode=0o644,
                          write=lambda r, data: comm_write(r, task, data)),
                     file("cmdline", 5, lambda r: cmdline_bytes(proc)),
                     file("stat", 6, lambda r: stat_text(m, proc, task, not in_task_dir)),
@@ -746,11 +764,6 @@ class ProcFs:
             return len(proc.fds) if _alive(proc) else 0
         return ProcDir(self, path + "/fd", ino, entries, mode=0o500, owner=task, size=lookup_size,
                        parent_ino=ino & ~0xFFFFFF)
-
-
-def escape_free(comm: str) -> str:
-    """proc_task_name without escaping (comm, stat)."""
-    return comm
 
 
 def comm_write(reader, task, data: bytes) -> int:

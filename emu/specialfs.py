@@ -14,14 +14,11 @@ import errno as E
 import stat as S
 
 from .files import SpecialDir
-from .vfs_types import Attrs, SpecialNode
+from .vfs_types import Attrs, SpecialNode, dtype_of
 
 O_ACCMODE, O_WRONLY, O_RDWR, O_DIRECTORY = 3, 1, 2, 0o200000
-
-
-def dtype(mode: int) -> int:
-    """fs_umode_to_dtype: the d_type of an inode mode."""
-    return (mode & 0o170000) >> 12
+O_CREAT, O_EXCL, O_NOCTTY, O_TRUNC, O_CLOEXEC, O_LARGEFILE = 0o100, 0o200, 0o400, 0o1000, 0o2000000, 0o100000
+SETFL_FLAGS = 0o2000 | 0o4000 | 0o20000 | 0o40000 | 0o1000000   # O_APPEND O_NONBLOCK FASYNC O_DIRECT O_NOATIME
 
 
 def access_mode(flags: int) -> tuple[bool, bool] | int:
@@ -30,6 +27,16 @@ def access_mode(flags: int) -> tuple[bool, bool] | int:
     if acc == O_ACCMODE:
         return -E.EINVAL
     return acc != O_WRONLY, acc in (O_WRONLY, O_RDWR)
+
+
+def keep_open_flags(f, flags: int):
+    """What an open leaves in f_flags (F_GETFL): the fcntl-settable status flags and
+    the lasting open flags; O_CREAT, O_EXCL, O_NOCTTY, O_TRUNC and O_CLOEXEC are the
+    open's alone.  O_LARGEFILE is forced on 64-bit."""
+    f.status_flags = flags & SETFL_FLAGS
+    f.open_flags = (flags & ~(O_ACCMODE | O_CREAT | O_EXCL | O_NOCTTY | O_TRUNC | O_CLOEXEC |
+                              SETFL_FLAGS)) | O_LARGEFILE
+    return f
 
 
 def may_open(mode: int, flags: int, cred, owner: int = 0, group: int = 0) -> int:
@@ -76,7 +83,7 @@ class DirNode(SpecialNode):
         out = []
         for name, node in self.entries(task):
             a = node.attrs(task)
-            out.append((name, a.ino, dtype(a.mode)))
+            out.append((name, a.ino, dtype_of(a.mode)))
         return out
 
     def open(self, task, flags):

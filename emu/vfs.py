@@ -93,7 +93,7 @@ class Loc:
         return self._attrs
 
     def mode(self, task) -> int:
-        return self.attrs(task).mode
+        return self.st.st_mode if self.st is not None else self.attrs(task).mode
 
     def is_dir(self, task) -> bool:
         return S.S_ISDIR(self.mode(task))
@@ -187,14 +187,19 @@ class Nameidata:
         directory or a directory descriptor): ENOENT once it is gone.  No search
         permission is needed on its ancestors: the kernel holds the directory itself,
         checked when it was entered (chdir) or opened."""
-        self.checking = False
-        try:
-            stack = self.lookup(self.root(), base, follow=True)
-        finally:
-            self.checking = True
+        stack = self.held(base)
         if isinstance(stack, int):
             return -E.ENOENT if stack == -E.ENOTDIR else stack
         return stack if stack[-1].is_dir(self.task) else -E.ENOTDIR
+
+    def held(self, path: str) -> list[Loc] | int:
+        """The stack at an inode the task already holds (its working directory, an open
+        file's path): walked without search permission checks."""
+        was, self.checking = self.checking, False
+        try:
+            return self.lookup(self.root(), path, follow=True)
+        finally:
+            self.checking = was
 
     def step(self, cur: Loc, name: str) -> Loc | int:
         """One component beneath ``cur`` (lookup_fast/lookup_slow + follow_managed):
@@ -242,8 +247,7 @@ class Nameidata:
             return 0
         return self.vfs.permission(self.cred, cur, MAY_EXEC, self.task)
 
-    def component(self, stack: list[Loc], name: str, *, follow: bool, must_dir: bool = True
-                  ) -> list[Loc] | int:
+    def component(self, stack: list[Loc], name: str, *, follow: bool) -> list[Loc] | int:
         """walk_component: ``.``, ``..`` (never above ``/``), or a child, its symlink
         followed when ``follow``."""
         err = self.may_lookup(stack[-1])
@@ -280,7 +284,7 @@ class Nameidata:
         if not isinstance(target, str):                 # nd_jump_link
             path = getattr(target, "guest_path", None)
             if path:
-                return self.lookup(self.root(), path, follow=True)
+                return self.held(path)
             return stack + [Loc(link.mount, link.path, file=target)]
         if target == "":
             return -E.ENOENT

@@ -20,7 +20,7 @@ DT_UNKNOWN, DT_FIFO, DT_CHR, DT_DIR, DT_BLK, DT_REG, DT_LNK, DT_SOCK = 0, 1, 2, 
 
 def dtype_of(mode: int) -> int:
     """The d_type getdents64 reports for an inode mode (fs_umode_to_dtype)."""
-    return (mode & S.S_IFMT) >> 12
+    return S.S_IFMT(mode) >> 12
 
 
 @dataclass(frozen=True)

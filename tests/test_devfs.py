@@ -77,11 +77,19 @@ def test_stdio_links_point_into_proc_self_fd(dev, name, target):
 def test_directory_lists_every_node_with_its_type(dev):
     fs, task = dev
     got = fs.root.children(task)
-    want = [("fd", 111, 10), ("full", 5, 2), ("null", 3, 2), ("random", 6, 2), ("stderr", 114, 10),
-            ("stdin", 112, 10), ("stdout", 113, 10), ("tty", 9, 2), ("urandom", 7, 2), ("zero", 4, 2)]
+    want = [("stderr", 114, 10), ("stdout", 113, 10), ("stdin", 112, 10), ("fd", 111, 10), ("pts", 1, 4),
+            ("tty", 9, 2),
+            ("urandom", 7, 2), ("random", 6, 2), ("full", 5, 2), ("zero", 4, 2), ("null", 3, 2)]
     assert got == want, got
+
+
+def test_directory_order_is_the_hosts_for_these_names(dev):
+    fs, task = dev
+    ours = [name for name, _, _ in fs.root.children(task)]
+    host = [name for name in os.listdir("/dev") if name in ours]
+    assert ours == host, f"host readdir order {host}, model {ours}"
     a = fs.root.attrs(task)
-    assert (oct(a.mode), a.ino, a.dev, a.nlink, a.size) == (oct(S.S_IFDIR | 0o755), 1, DEVTMPFS_DEV, 2, 240), a
+    assert (oct(a.mode), a.ino, a.dev, a.nlink, a.size) == (oct(S.S_IFDIR | 0o755), 1, DEVTMPFS_DEV, 3, 260), a
 
 
 def test_unknown_name_is_enoent(dev):
@@ -195,3 +203,58 @@ def test_tty_writes_follow_the_stdio_sink_of_that_terminal():
         os.close(master)
         os.close(slave)
     assert bytes(m.stdout) == b"hi", f"stdout captured {bytes(m.stdout)!r}"
+
+
+@pytest.mark.parametrize("flags,want", [
+    (O_WRONLY | 0o2000 | 0o4000 | 0o100 | 0o1000 | 0o2000000, 0o106001),   # APPEND NONBLOCK CREAT TRUNC CLOEXEC
+    (O_RDWR | 0o10000 | 0o1000000, 0o1110002),                              # DSYNC NOATIME
+    (O_RDONLY, 0o100000)])
+def test_f_flags_keep_what_the_kernel_keeps(dev, flags, want):
+    """F_GETFL of /dev/null as the host answers for the same open flags."""
+    assert oct(opened(dev, "null", flags).f_flags) == oct(want)
+
+
+def test_tty_nonblocking_read_without_input_is_eagain():
+    master, slave = os.openpty()
+    try:
+        m = machine(stdin=slave)
+        f = DevFs(m).root.lookup(m.task, "tty").open(m.task, O_RDONLY | 0o4000)
+        assert (f.read(10, lambda: False), f.poll() & 1) == (-E.EAGAIN, 0)
+        os.write(master, b"k\n")
+        assert select.select([slave], [], [], 10)[0]
+        assert (f.poll() & 1, f.read(10, lambda: False)) == (1, b"k\n")
+        f.release()
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+@pytest.mark.parametrize("mode,want", [(S.S_IFCHR | 0o666, 2), (S.S_IFLNK | 0o777, 10), (S.S_IFDIR | 0o755, 4),
+                                       (S.S_IFREG | 0o444, 8), (S.S_IFIFO | 0o600, 1)])
+def test_dtype_of_a_mode(mode, want):
+    from emu.vfs_types import dtype_of
+    assert dtype_of(mode) == want
+
+
+def test_pts_is_empty_without_a_terminal(dev):
+    assert node(dev, "pts").children(dev[1]) == []
+
+
+def test_pts_holds_the_terminal_ttyname_looks_for():
+    """/dev/pts/N is the terminal's inode: what ttyname() compares with fstat(0)."""
+    master, slave = os.openpty()
+    try:
+        m = machine(stdin=slave)
+        number = os.ttyname(slave).rsplit("/", 1)[1]
+        pts = DevFs(m).root.lookup(m.task, "pts")
+        assert [n for n, _, t in pts.children(m.task) if t == 2] == [number]
+        a = pts.lookup(m.task, number).attrs(m.task)
+        fd0 = struct.unpack_from("<QQQIIIiQ", m.process.fds.get(0).fstat())
+        assert (a.dev, a.ino, a.mode, a.rdev) == (fd0[0], fd0[1], fd0[3], fd0[7]), (a, fd0)
+        assert m.process.fds.get(0).proc_link() == f"/dev/pts/{number}"
+        f = pts.lookup(m.task, number).open(m.task, O_RDWR)
+        assert f.write(b"x") == 1 and os.read(master, 10).endswith(b"x")
+        f.release()
+    finally:
+        os.close(master)
+        os.close(slave)

@@ -76,6 +76,8 @@ CASES = {
     "getdents_small_buffer": ["open,dir,0", "getdents,10", "getdents,24,1"],
     "getdents_not_dir": ["open,f,0", "getdents,4096"],
     "getdents_lseek_back": ["open,dir,0", "getdents,4096,2", "getdents,4096", "lseek,0,0", "getdents,4096"],
+    "getdents_resumes_at_a_d_off": ["open,dir,0", "getdents,4096,3", "getdents,4096", "seekdoff",
+                                    "getdents,4096"],
     "mkdir": ["mkdir,d,0750", "stat,d", "mkdir,d,0750", "mkdir,f,0750", "mkdir,missing/d,0750",
               "mkdir,f/d,0750", "mkdir,.,0750", "mkdir,e/,0750", "mkdir,lnk/x,0700"],
     "rmdir": ["rmdir,dir", "rmdir,full", "rmdir,f", "rmdir,missing", "rmdir,.", "rmdir,dir/..",
@@ -96,6 +98,11 @@ CASES = {
             "chdir,missing", "chdir,dlnk", "getcwd,4096", "getcwd,3", "chdir,/", "getcwd,2", "getcwd,1"],
     "fchdir": ["open,dir,0", "fchdir", "getcwd,4096", "open,/,0", "fchdir", "getcwd,4096", "open,f,0",
                "fchdir"],
+    "cwd_of_a_child": ["forkchdir,dir", "forkchdir,/", "getcwd,4096"],
+    "cwd_renamed_by_the_guest": ["mkdir,a,0755", "chdir,a", "rename,../a,../b", "getcwd,4096",
+                                 "creat,x,0644", "stat,../b/x"],
+    "dirfd_renamed_by_the_guest": ["mkdir,a,0755", "open,a,0", "rename,a,b", "openat,x,0x41,0644",
+                                   "stat,b/x"],
     "cwd_removed": ["mkdir,gone,0755", "chdir,gone", "rmdir,../gone", "getcwd,4096"],
     # attributes
     "chmod": ["chmod,f,0600", "stat,f", "open,f,0", "fchmod,0604", "fstat", "chmod,lnk,0640", "stat,f",
@@ -108,6 +115,9 @@ CASES = {
     "symlink_link": ["symlink,f,s", "readlink,s,50", "symlink,x,f", "symlink,,e", "symlink,x,missing/s",
                      "link,f,h", "stat,h", "link,dir,h2", "link,missing,h3", "link,f,dir",
                      "linkat,lnk,h4,0", "lstat,h4", "linkat,lnk,h5,0x400", "lstat,h5"],
+    "fsync": ["open,f,2", "fsync", "fdatasync", "open,dir,0", "fsync", "open,f,0x200000", "fsync"],
+    "linkat_empty_path": ["open,f,0", "linkfd,hl", "stat,hl", "linkfd,f", "open,dir,0", "linkfd,hd",
+                          "open,f,0", "become,1000,1000", "linkfd,h2"],
     "umask": ["umask,077", "umask,0777", "umask,01022", "umask,022"],
     # an unprivileged guest
     "unprivileged_permissions": ["become,1000,1000", "open,secret,0", "access,secret,4", "stat,secret",
@@ -142,7 +152,8 @@ def test_stat_of_an_untouched_tree_matches_native_to_the_inode(build_c, tmp_path
     ops = ["statfull,f", "statfull,dir", "lstatfull,lnk", "statfull,/", "statfull,..",
            "open,f,0", "fstatfull", "open,dir,0", "fstatfull", "getdents,4096",
            "statx,f,0,0x7ff", "statx,dir,0,0xfff", "statx,lnk,0x100,0x7ff", "statx,lnk,0,0x1",
-           "statx,dir,0x2000,0x7ff", "statx,f,0,0x0"]
+           "statx,dir,0x2000,0x7ff", "statx,f,0,0x0", "stat,/proc/self/exe", "open,/proc/self/exe,0",
+           "fstat"]
     w = make_layout(tmp_path / "t")
     for d in (w, w / "dir"):                         # relatime: the first reads set the atimes
         os.listdir(d)

@@ -140,9 +140,11 @@ def test_thread_counts_and_pids_of_a_second_thread(m):
     assert walk(m, "thread-self", t2).path == f"/proc/1000/task/{t2.tid}"
 
 
-def test_state_of_a_sleeping_task_is_s(m):
-    m.task.state = "blocked"
-    assert field(text(m, "self/status"), "State") == "S (sleeping)"
+@pytest.mark.parametrize("reason,want", [("pipe_read", "S (sleeping)"), ("wait4", "S (sleeping)"),
+                                         ("vfork", "D (disk sleep)")])
+def test_state_of_a_sleeping_task(m, reason, want):
+    m.block(m.task, reason)
+    assert field(text(m, "self/status"), "State") == want
 
 
 # ------------------------------------------------------------------ /proc/<pid>/stat
@@ -170,6 +172,17 @@ def test_stat_of_a_thread_and_of_a_forked_child(m):
     assert text(m, "1000/stat").rsplit(")", 1)[1].split()[17] == "2", "num_threads"
 
 
+@pytest.mark.parametrize("state,threads,whole,want", [
+    ("running", 1, True, "0"), ("blocked", 1, True, "1"), ("blocked", 2, True, "0"), ("blocked", 2, False, "1")])
+def test_stat_wchan_says_not_running(m, state, threads, whole, want):
+    """Field 35 is !task_is_running, shown for a thread or a single-threaded process."""
+    if threads == 2:
+        m.new_task(m.process, cred=m.task.cred)
+    m.task.state = state
+    path = "1000/stat" if whole else "1000/task/1000/stat"
+    assert text(m, path).rsplit(")", 1)[1].split()[32] == want
+
+
 def test_stat_comm_is_not_escaped_and_may_hold_parens(m):
     m.task.comm = "a) b"
     assert text(m, "self/stat").startswith("1000 (a) b) R ")
@@ -194,11 +207,19 @@ def test_cmdline_follows_the_argv_bytes_in_guest_memory(m):
 
 def test_cmdline_after_setproctitle_stops_at_the_first_nul(m):
     """The NUL ending the arguments overwritten: the title runs on into the
-    environment up to its first NUL (get_mm_proctitle)."""
+    environment up to its first NUL, which it includes (get_mm_proctitle)."""
     p = m.process
     n = p.arg_end - p.arg_start
     m.mem.write(p.arg_start, b"t" * n)
-    assert text(m, "self/cmdline") == "t" * n + "A=1"
+    assert text(m, "self/cmdline") == "t" * n + "A=1\0"
+
+
+def test_setproctitle_text_is_at_most_a_page():
+    m = machine(env=["E=" + "e" * 5000])
+    p = m.process
+    m.mem.write(p.arg_start, b"t" * (p.arg_end - p.arg_start))
+    got = text(m, "self/cmdline")
+    assert (len(got), got[-1]) == (4096, "e"), "no NUL within the page: the whole page"
 
 
 def test_comm_reads_the_name_and_a_newline(m):
@@ -241,7 +262,8 @@ def test_st_dev_is_the_hosts_procfs(m, path):
 
 
 @pytest.mark.parametrize("path,ino", [("self", 0xF0000000), ("thread-self", 0xF0000001), ("mounts", 0xF0000002),
-                                      ("", 1)])
+                                      ("", 1), ("uptime", 0xF0000031), ("loadavg", 0xF000002E),
+                                      ("meminfo", 0xF000002F)])
 def test_fixed_inodes_are_the_hosts(m, path, ino):
     host = os.stat("/proc/" + path, follow_symlinks=False).st_ino
     root = ProcFs(m).root
@@ -265,9 +287,17 @@ def test_root_lists_the_guests_processes_only(m):
     assert names == ["mounts", "uptime", "loadavg", "meminfo", "self", "thread-self", "1000", "1001"]
 
 
+@pytest.mark.parametrize("path", ["", "self", "self/task/1000"])
+def test_readdir_order_is_the_hosts_for_these_names(m, path):
+    ours = [n for n, _, _ in walk(m, path or "/").children(m.task) if not n.isdigit()]
+    host_dir = "/proc/" + path.replace("1000", str(os.getpid()))
+    host = [n for n in os.listdir(host_dir) if n in ours]
+    assert ours == host, f"host order {host}, model {ours}"
+
+
 def test_pid_directory_entries_in_kernel_order(m):
     names = [n for n, _, _ in walk(m, "self").children(m.task)]
-    assert names == ["task", "fd", "environ", "status", "comm", "cmdline", "stat", "maps", "cwd", "root",
+    assert names == ["task", "fd", "environ", "auxv", "status", "comm", "cmdline", "stat", "maps", "cwd", "root",
                      "exe", "mounts"]
 
 
@@ -281,7 +311,14 @@ def test_cwd_and_root_links(m):
     assert (walk(m, "self/cwd").readlink(m.task), walk(m, "self/root").readlink(m.task)) == ("/tmp", "/")
 
 
-@pytest.mark.parametrize("path", ["cpuinfo", "filesystems", "99999", "01000", "self/auxv",
+def test_auxv_is_the_exec_auxiliary_vector(m):
+    raw = text(m, "self/auxv").encode("latin-1")
+    pairs = list(struct.iter_unpack("<QQ", raw))
+    assert pairs[-1] == (0, 0) and dict(pairs[:-1]) == {k: v for k, v in m.auxv.items() if k}, pairs
+    assert pairs[:-1] == [(k, v) for k, v in m.auxv.items() if k], "in the order exec wrote them"
+
+
+@pytest.mark.parametrize("path", ["cpuinfo", "filesystems", "99999", "01000", "self/statm",
                                   "self/fd/7", "self/task/99999", "sys"])
 def test_what_is_not_modeled_is_enoent(m, path):
     assert walk(m, path) == -E.ENOENT
@@ -368,6 +405,22 @@ def test_reopening_a_proc_file_makes_a_new_snapshot(m):
     assert (f.read(100, None), again.read(100, None)) == (b"prog\n", b"renamed\n")
 
 
+def test_reopening_a_host_stdin_file_reads_it_from_its_start(tmp_path):
+    (tmp_path / "in").write_bytes(b"stdin file")
+    hfd = os.open(tmp_path / "in", os.O_RDONLY)
+    try:
+        m = machine(stdin=hfd)
+    finally:
+        os.close(hfd)
+    fd0 = m.process.fds.get(0)
+    assert fd0.read(5, lambda: False) == b"stdin"
+    again = walk(m, "self/fd/0").open(m.task, O_RDONLY)
+    assert again.read(100, lambda: False) == b"stdin file", "its own offset, at 0"
+    assert fd0.read(100, lambda: False) == b" file"
+    assert walk(m, "self/fd/0").open(m.task, O_WRONLY) == -E.ENXIO, "never written through /proc"
+    again.release()
+
+
 def test_reopening_the_stdin_pipe_for_writing_is_enxio(m):
     assert walk(m, "self/fd/0").open(m.task, O_WRONLY) == -E.ENXIO
 
@@ -421,6 +474,96 @@ def test_a_zombie_keeps_its_directory_without_an_mm(m):
     got = (field(status, "State"), field(status, "FDSize"), "VmSize" in status, "Umask" in status)
     assert got == ("Z (zombie)", "0", False, False), "no mm, no files, no fs_struct"
     stat = text(m, f"{kid.tid}/stat").rsplit(")", 1)[1].split()
-    got = (stat[0], stat[-1], stat[20], stat[6])
-    assert got == ("Z", "768", "0", str(0x804C)), "exit_code is the wait status; no vsize; do_exit's flags"
+    got = (stat[0], stat[-1], stat[20], stat[6], stat[32])
+    assert got == ("Z", "768", "0", str(0x804C), "1"), \
+        "exit_code is the wait status; no vsize; do_exit's flags; not running"
     assert (text(m, f"{kid.tid}/cmdline"), walk(m, f"{kid.tid}/exe").readlink(m.task)) == ("", -E.ENOENT)
+
+
+def test_f_flags_of_an_open_proc_file(m):
+    """F_GETFL as the host answers for open("/proc/self/status", O_RDONLY|O_NONBLOCK)."""
+    assert oct(walk(m, "self/status").open(m.task, O_RDONLY | 0o4000).f_flags) == oct(0o104000)
+
+
+def test_reopening_a_pipe_read_write_counts_a_reader_and_a_writer(m):
+    """fifo_open with O_RDWR: one description that reads and writes, never waiting."""
+    pipe = Pipe(ino=78)
+    fd = m.process.fds.install(PipeEnd(pipe, write=True))
+    both = walk(m, f"self/fd/{fd}").open(m.task, O_RDWR)
+    assert (both.readable, both.writable, pipe.readers, pipe.writers) == (True, True, 1, 2)
+    assert both.write(b"loop") == 4 and both.read(10) == b"loop"
+    both.get().put()
+    assert (pipe.readers, pipe.writers) == (0, 1)
+
+
+def test_reopening_with_o_nonblock_keeps_it_on_the_new_end(m):
+    pipe = Pipe(ino=79)
+    fd = m.process.fds.install(PipeEnd(pipe, write=True))
+    rd = walk(m, f"self/fd/{fd}").open(m.task, O_RDONLY | 0o4000)
+    assert (rd.nonblock, m.process.fds.get(fd).nonblock) == (True, False)
+
+
+def test_stat_names_the_controlling_terminal():
+    master, slave = os.openpty()
+    try:
+        m = machine(stdin=slave)
+        rdev = os.fstat(slave).st_rdev
+        want = (os.minor(rdev) & 0xFF) | (os.major(rdev) << 8) | ((os.minor(rdev) & ~0xFF) << 12)
+        fields = text(m, "self/stat").rsplit(")", 1)[1].split()
+        assert (fields[4], fields[5]) == (str(want), "1000"), "tty_nr (new_encode_dev) and tpgid"
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_stat_without_a_terminal_has_no_tty(m):
+    fields = text(m, "self/stat").rsplit(")", 1)[1].split()
+    assert (fields[4], fields[5]) == ("0", "-1")
+
+
+def test_reopening_a_file_with_a_path_opens_it_by_that_path(tmp_path):
+    (tmp_path / "f").write_bytes(b"0123456789")
+    m = machine(grant_dirs=[str(tmp_path)], uid=0, gid=0, groups=[])    # pytest's tmp is 0700 root's
+    first = m.syscalls.open_guest_path(m.task, str(tmp_path / "f"), O_RDONLY)
+    fd = m.process.fds.install(first)
+    assert first.read(4, None) == b"0123"
+    again = walk(m, f"self/fd/{fd}").open(m.task, O_RDWR)
+    assert again is not first and again.read(3, None) == b"012", "a description of its own"
+    assert again.write(b"X") == 1 and (tmp_path / "f").read_bytes() == b"012X456789"
+
+
+def test_reopening_a_read_only_sysroot_file_for_writing_is_erofs(build_c):
+    exe = build_c("hello.c", "-static")
+    m = machine(uid=0, gid=0, groups=[])
+    fd = m.process.fds.install(m.syscalls.open_guest_path(m.task, exe, O_RDONLY))
+    assert walk(m, f"self/fd/{fd}").open(m.task, O_WRONLY) == -E.EROFS
+
+
+def test_every_node_answers_for_live_zombie_and_threaded_processes(m):
+    """The whole tree, walked without following links: every node gives attributes,
+    every file opens and reads, every link reads - values or errnos, never an
+    exception (a zombie, a second thread and a sleeping task included)."""
+    from emu.signals import RunResult
+    t2 = m.new_task(m.process, cred=m.task.cred)
+    t2.state = "blocked"
+    child = m.new_process(comm="kid", parent=m.process)
+    child.fds = m.process.fds.fork()
+    kid = m.new_task(child, cred=m.task.cred)
+    child.exit_result = RunResult("exit", exit_code=1)
+    kid.state, kid.exit_code = "dead", 1
+    seen = 0
+
+    def visit(node, depth):
+        nonlocal seen
+        seen += 1
+        a = node.attrs(m.task)
+        if S.S_ISDIR(a.mode) and depth < 6:
+            for name, _, _ in node.children(m.task):
+                visit(node.lookup(m.task, name), depth + 1)
+        elif S.S_ISREG(a.mode):
+            f = node.open(m.task, O_RDONLY)
+            assert isinstance(f, int) or isinstance(f.read(1 << 20, None), (bytes, int))
+        elif S.S_ISLNK(a.mode):
+            assert isinstance(node.readlink(m.task), (str, int))
+    visit(ProcFs(m).root, 0)
+    assert seen > 60, seen

@@ -4,6 +4,7 @@ and the model must print exactly what the native run prints."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 
 import pytest
@@ -44,7 +45,8 @@ EXPECTED = {
             b"pid is getpid: 1\ncomm: (procdev_static_)\nstate R ppid is getppid: 1 pgrp is getpgrp: 1\n"
             b"fields after comm: 50\n",
     "fds": b"fd 9 is a pipe: 1\nreopened: 5\nwrite: 12\nread: 12 through proc\n"
-           b"same pipe inode: 1 fifo: 1\nlisted: 0 1 2 3 9\nfd 42: -1 errno=2\n",
+           b"same pipe inode: 1 fifo: 1\nlisted: 0 1 2 3 9\n"
+           b"reopened file reads from 0: 1, the first still at 4\nfd 42: -1 errno=2\n",
     "devices": b"/dev/null: chr=1 mode=666 rdev=1:3 ino=3\n/dev/zero: chr=1 mode=666 rdev=1:5 ino=4\n"
                b"/dev/full: chr=1 mode=666 rdev=1:7 ino=5\n/dev/random: chr=1 mode=666 rdev=1:8 ino=6\n"
                b"/dev/urandom: chr=1 mode=666 rdev=1:9 ino=7\n/dev/tty: chr=1 mode=666 rdev=5:0 ino=9\n"
@@ -52,10 +54,11 @@ EXPECTED = {
                b"zero read 8 first 0 last 0\nfull write -1 errno=28\nurandom read 16\n"
                b"/dev/stdin -> /proc/self/fd/0\n/dev/fd -> /proc/self/fd\n",
     "redirect": b"after: back on stdout\n",
+    "vfork": b"State:\tD (disk sleep)\n",
     "uptime": b"parsed: 1\nMemTotal first\nMemTotal is sysconf: 1\n",
     "fork": b"child PPid is getppid: 1\nchild Tgid is getpid: 1\nState:\tZ (zombie)\nThreads:\t1\n"
             b"(missing)\nFDSize:\t0\nzombie cmdline: 0\nzombie state Z exit_code 768\n"
-            b"zombie flags without PF_RANDOMIZE: 0x804c\n"
+            b"zombie flags without PF_RANDOMIZE: 0x804c\nzombie wchan: 1\n"
             b"reaped child's dir: -2\n",
     "threads": b"thread-self from the thread: 1\nThreads:\t2\ntask entries: 2, the thread's among them: 1\n"
                b"thread Pid is its tid: 1, Tgid is getpid: 1\n/proc/TID reachable: 1\nThreads:\t1\n",
@@ -81,8 +84,20 @@ def test_groups_line_matches_the_native_run(procdev):
     assert pick(model(procdev, "status")) == pick(native(procdev, "status"))
 
 
+def test_setproctitle_cmdline_as_natively(procdev):
+    """The title runs into the environment, up to and with its first NUL."""
+    env = {"A": "1", "B": "22"}
+    argv = [procdev, "title", "x"]
+    nat = subprocess.run(argv, capture_output=True, timeout=60, env=env).stdout
+    r = Machine.from_elf(procdev, argv=argv, env=["A=1", "B=22"]).run(timeout=60)
+    n = len(procdev) + len("title") + len("x") + 3
+    want = b"t" * n + b"A=1|\n" + f"{n + 4} bytes\n".encode()
+    assert (nat, r.stdout) == (want, want)
+
+
 def test_cmdline_and_comm_as_natively(procdev):
-    want = f"{procdev}|cmdline|a b|\ncomm: procdev_static_\nenviron matches: 1\ncwd is getcwd: 1\nroot: /\n".encode()
+    want = (f"{procdev}|cmdline|a b|\ncomm: procdev_static_\nenviron matches: 1\ncwd is getcwd: 1\nroot: /\n"
+            "auxv pairs agree with getauxval: 1, ends with AT_NULL: 1\n").encode()
     assert native(procdev, "cmdline") == want
     assert model(procdev, "cmdline") == want
 
@@ -110,3 +125,12 @@ def test_shell_redirections_to_dev_and_proc_match_native(binary, applet, script)
     got = (r.exit_code, r.stdout, r.stderr)
     want = (nat.returncode, nat.stdout, nat.stderr)
     assert got == want, f"native {want}\nmodel  {got} ({r.describe()})"
+
+
+def test_cli_guest_reads_its_piped_stdin_through_dev_stdin():
+    """`echo hello | uprobe-emu run busybox sh -c 'read x </dev/stdin ...'` as natively."""
+    script = "read x </dev/stdin; echo got $x; exec 3</proc/self/fd/0; echo rc=$?"
+    nat = subprocess.run([BUSYBOX, "sh", "-c", script], input=b"hello\n", capture_output=True, timeout=60)
+    emu = subprocess.run([shutil.which("uprobe-emu"), "run", BUSYBOX, "--", "sh", "-c", script], input=b"hello\n",
+                         capture_output=True, timeout=120)
+    assert (emu.returncode, emu.stdout) == (nat.returncode, nat.stdout) == (0, b"got hello\nrc=0\n"), emu.stderr

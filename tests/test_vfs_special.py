@@ -96,6 +96,12 @@ def test_statfull_of_a_node_shows_its_device_and_inode(build_c):
     assert f" dev={FAKE_DEV:x} ino=4 " in out, out
 
 
+def test_statx_of_a_node_is_the_basic_set_and_the_mount_id(build_c):
+    out = run(build_c, ["statx,/fake/file,0,0xfff"])[0]
+    assert out == ("statx,/fake/file,0,0xfff -> mask=17ff mode=100444 nlink=1 uid=0 gid=0 size=5 "
+                   f"blksize=4096 blocks=0 ino=2 dev=0:{FAKE_DEV} rdev=0:0 mtime=0.000000000"), out
+
+
 def test_readlink_in_a_modeled_tree(build_c):
     assert run(build_c, ["readlink,/fake/rel,64", "readlink,/fake/magic,64", "readlink,/fake/file,64"]) == [
         "readlink,/fake/rel,64 -> 8 'sub/leaf'", "readlink,/fake/magic,64 -> 9 'pipe:[77]'",

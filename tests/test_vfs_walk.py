@@ -12,7 +12,6 @@ import pytest
 from cli_helpers import cli, one_line_error
 from emu import Machine
 from emu.errors import EmuError
-from fs_helpers import model_ops
 
 
 @pytest.fixture
@@ -122,6 +121,10 @@ def test_an_unprivileged_guest_cannot_read_a_root_only_file(build_c, tmp_path):
     ({"grant_dir": "/etc/passwd"}, "grant dir"),
     ({"cwd": "relative"}, "cwd"),
     ({"cwd": "/nonexistent-cwd"}, "cwd"),
+    ({"cwd": 5}, "cwd"),
+    ({"sysroot": 5}, "sysroot"),
+    ({"grant_dirs": 5}, "grant_dirs"),
+    ({"grant_dirs": [5]}, "grant dir"),
 ])
 def test_bad_view_configuration_is_an_input_error(kw, msg):
     with pytest.raises(EmuError, match=msg):

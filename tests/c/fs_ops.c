@@ -13,9 +13,11 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int last = -1;
+static long long saved_doff = -1;          /* d_off of the last entry getdents showed */
 
 static void result(const char *op, long r)
 {
@@ -63,8 +65,10 @@ static void dents(const char *op, int size, int max)
         off += d->d_reclen;
         if (off >= n || max == 0)
             printf(" next=%s", off >= n ? "end" : "more");
-        if (max == 0)
+        if (max == 0) {
             printf(" d_off=%lld", (long long)d->d_off);
+            saved_doff = d->d_off;
+        }
     }
     printf("\n");
 }
@@ -130,6 +134,19 @@ int main(int argc, char **argv)
             struct iovec iov[2] = {{a[0], strlen(a[0])}, {a[1], strlen(a[1])}};
             r = name[0] == 'w' ? writev(last, iov, 2) : pwritev(last, iov, 2, num(a[2]));
             result(label, r);
+        } else if (!strcmp(name, "seekdoff")) {  /* back to where getdents stopped */
+            result(label, lseek(last, saved_doff, SEEK_SET) == saved_doff ? 0 : -1);
+        } else if (!strcmp(name, "forkchdir")) { /* the child changes directory, not the parent */
+            pid_t pid = fork();
+            if (pid == 0) {
+                r = chdir(a[0]);
+                printf("child %s -> %ld %s\n", label, r, getcwd(buf, sizeof buf));
+                fflush(stdout);
+                _exit(0);
+            }
+            int status;
+            waitpid(pid, &status, 0);
+            printf("parent %s -> %s\n", label, getcwd(buf, sizeof buf));
         } else if (!strcmp(name, "lseek")) {
             result(label, lseek(last, num(a[0]), num(a[1])));
         } else if (!strcmp(name, "stat") || !strcmp(name, "statfull")) {
@@ -189,6 +206,10 @@ int main(int argc, char **argv)
             result(label, syscall(SYS_renameat2, AT_FDCWD, a[0], AT_FDCWD, a[1], num(a[2])));
         } else if (!strcmp(name, "truncate")) {
             result(label, truncate(a[0], num(a[1])));
+        } else if (!strcmp(name, "fsync")) {
+            result(label, fsync(last));
+        } else if (!strcmp(name, "fdatasync")) {
+            result(label, fdatasync(last));
         } else if (!strcmp(name, "ftruncate")) {
             result(label, ftruncate(last, num(a[0])));
         } else if (!strcmp(name, "umask")) {
@@ -224,6 +245,8 @@ int main(int argc, char **argv)
             result(label, link(a[0], a[1]));
         } else if (!strcmp(name, "linkat")) {
             result(label, linkat(AT_FDCWD, a[0], AT_FDCWD, a[1], num(a[2])));
+        } else if (!strcmp(name, "linkfd")) {   /* the last descriptor's file, AT_EMPTY_PATH */
+            result(label, linkat(last, "", AT_FDCWD, a[0], AT_EMPTY_PATH));
         } else if (!strcmp(name, "become")) {   /* drop to uid,gid */
             r = setgroups(0, NULL);
             r = r < 0 ? r : setresgid(num(a[1]), num(a[1]), num(a[1]));

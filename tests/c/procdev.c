@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <termios.h>
 #include <sys/ioctl.h>
+#include <sys/auxv.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -164,6 +165,13 @@ static int cmdline(void)
     k = readlink("/proc/self/root", link, sizeof link - 1);
     link[k > 0 ? k : 0] = 0;
     printf("root: %s\n", link);
+    long n_aux = slurp("/proc/self/auxv"), pairs = n_aux / 16, agree = 0;
+    unsigned long *aux = (unsigned long *)buf;
+    for (long i = 0; i + 1 < pairs; i++)
+        agree += getauxval(aux[2 * i]) == aux[2 * i + 1] ||
+                 aux[2 * i] == AT_HWCAP;      /* glibc answers its own x86 HWCAP bits there */
+    printf("auxv pairs agree with getauxval: %d, ends with AT_NULL: %d\n", agree == pairs - 1,
+           pairs > 0 && aux[2 * pairs - 2] == AT_NULL && n_aux % 16 == 0);
     return 0;
 }
 
@@ -202,6 +210,17 @@ static int fds(void)
             printf(" %d%s", i, seen[i] == 1 ? "" : "?");
     printf("\n");
     closedir(d);
+    int exe = open("/proc/self/exe", O_RDONLY);   /* a file with a path: reopened by it */
+    char head[4], again_head[4];
+    lseek(exe, 1, SEEK_SET);
+    read(exe, head, 3);
+    snprintf(link, sizeof link, "/proc/self/fd/%d", exe);
+    int again = open(link, O_RDONLY);
+    ssize_t got_again = read(again, again_head, 4);
+    printf("reopened file reads from 0: %d, the first still at %ld\n",
+           got_again == 4 && !memcmp(again_head, "\177ELF", 4), (long)lseek(exe, 0, SEEK_CUR));
+    close(again);
+    close(exe);
     errno = 0;
     n = readlink("/proc/self/fd/42", link, sizeof link);
     printf("fd 42: %zd errno=%d\n", n, errno);
@@ -308,6 +327,10 @@ static int fork_status(void)
     unsigned long flags = 0;
     sscanf(paren + 2, "%*c %*d %*d %*d %*d %*d %lu", &flags);
     printf("zombie flags without PF_RANDOMIZE: %#lx\n", flags & ~0x400000UL);
+    char *w = paren + 2;
+    for (int i = 3; i < 35 && w; i++)          /* to field 35: wchan, "not running" */
+        w = strchr(w, ' ') ? strchr(w, ' ') + 1 : NULL;
+    printf("zombie wchan: %ld\n", w ? strtol(w, NULL, 10) : -1L);
     int st;
     waitpid(child, &st, 0);
     snprintf(path, sizeof path, "/proc/%d/status", child);
@@ -367,6 +390,34 @@ static int threads(void)
     return 0;
 }
 
+static int title(int argc, char **argv)
+{
+    /* setproctitle: the argument strings overwritten, their last NUL too */
+    char *end = argv[argc - 1] + strlen(argv[argc - 1]);
+    memset(argv[0], 't', end - argv[0] + 1);
+    long n = slurp("/proc/self/cmdline");
+    for (long i = 0; i < n; i++)
+        putchar(buf[i] ? buf[i] : '|');
+    printf("\n%ld bytes\n", n);
+    return 0;
+}
+
+static int vfork_parent(void)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/status", getpid());
+    pid_t child = vfork();
+    if (child == 0) {                 /* the parent sleeps in vfork until this exits */
+        slurp(path);
+        const char *state = line("State");
+        write(1, state, strlen(state));
+        write(1, "\n", 1);
+        _exit(0);
+    }
+    waitpid(child, NULL, 0);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "status";
@@ -379,5 +430,7 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "uptime")) return uptime();
     if (!strcmp(mode, "fork")) return fork_status();
     if (!strcmp(mode, "threads")) return threads();
+    if (!strcmp(mode, "title")) return title(argc, argv);
+    if (!strcmp(mode, "vfork")) return vfork_parent();
     return 2;
 }
