@@ -32,6 +32,8 @@ POLLOUT_SET = POLLWRBAND | POLLWRNORM | POLLOUT | POLLERR
 POLLEX_SET = POLLPRI
 FD_SETSIZE = 1024
 PIPE_INO_BASE = 0x10000
+# include/linux/errno.h: what a signal makes of an interrupted sleep
+ERESTARTSYS, ERESTARTNOHAND, ERESTART_RESTARTBLOCK = 512, 514, 516
 
 
 def _neg(err: int) -> int:
@@ -152,7 +154,7 @@ class FdSyscalls:
             return True
 
         f.pipe.wait(retry)
-        self.m.block(task, "pipe_read")
+        self.m.block(task, "pipe_read", interrupt=_neg(ERESTARTSYS))
         return None
 
     @staticmethod
@@ -198,7 +200,8 @@ class FdSyscalls:
             return True
 
         f.pipe.wait(retry)
-        self.m.block(task, "pipe_write")
+        # pipe_write: a signal ends the wait with the count written so far, if any
+        self.m.block(task, "pipe_write", interrupt=lambda: state["written"] or _neg(ERESTARTSYS))
         return None
 
     def _write_some(self, task, f: PipeEnd, data: bytes, written: int):
@@ -216,14 +219,46 @@ class FdSyscalls:
 
     # -- poll / select -----------------------------------------------------------------
     def sys_poll(self, task, regs, ufds, nfds, timeout_ms, *_):
+        """poll: a signal ends the wait with -ERESTART_RESTARTBLOCK; restart_syscall
+        (do_restart_poll) polls again until the original deadline."""
         ms = _int(timeout_ms)
-        return self._poll(task, ufds, nfds, None if ms < 0 else ms * 1_000_000, None)
+        return self._restartable_poll(task, ufds, nfds, None if ms < 0 else self.clock_ns + ms * 1_000_000)
+
+    def _restartable_poll(self, task, ufds, nfds, deadline: int | None):
+        timeout = None if deadline is None else max(0, deadline - self.clock_ns)
+
+        def restart(t):
+            return self._restartable_poll(t, ufds, nfds, deadline)
+        return self._poll(task, ufds, nfds, timeout, None, restart=restart)
 
     def sys_ppoll(self, task, regs, ufds, nfds, tsp, sigmask, sigsetsize, *_):
         timeout = self._read_timespec(task, tsp)
         if isinstance(timeout, int) and timeout < 0:
             return timeout
-        return self._poll(task, ufds, nfds, timeout, tsp or None)
+        err = self._set_user_sigmask(task, sigmask, sigsetsize)
+        if err:
+            return err
+        return self._restore_sigmask_unless_interrupted(task, self._poll(task, ufds, nfds, timeout, tsp or None))
+
+    def _set_user_sigmask(self, task, uset: int, size: int) -> int:
+        """set_user_sigmask: ppoll/pselect6's mask for the duration of the wait (the
+        old one saved, as rt_sigsuspend saves it); 0, or -EINVAL/-EFAULT."""
+        if not uset:
+            return 0
+        if size != 8:
+            return _neg(E.EINVAL)
+        new = struct.unpack("<Q", task.process.mem.read_user(uset, 8))[0]
+        task.saved_sigmask, task.sigmask = task.sigmask, new & ~((1 << 8) | (1 << 18))
+        return 0
+
+    @staticmethod
+    def _restore_sigmask_unless_interrupted(task, ret):
+        """restore_saved_sigmask_unless(ret == -ERESTARTNOHAND): a wait that ended
+        without a signal puts the old mask back at once; an interrupted one keeps the
+        temporary mask until the handler's frame has saved the old one."""
+        if ret is not None and ret != _neg(ERESTARTNOHAND) and task.saved_sigmask is not None:
+            task.sigmask, task.saved_sigmask = task.saved_sigmask, None
+        return ret
 
     def _read_timespec(self, task, tsp: int, usec: bool = False) -> int | None:
         """A timeout argument in ns (None: wait for ever); -EINVAL when malformed."""
@@ -235,7 +270,7 @@ class FdSyscalls:
             return _neg(E.EINVAL)
         return sec * 1_000_000_000 + frac * scale
 
-    def _poll(self, task, ufds: int, nfds: int, timeout: int | None, tsp: int | None):
+    def _poll(self, task, ufds: int, nfds: int, timeout: int | None, tsp: int | None, restart=None):
         """do_sys_poll: revents for every entry (POLLNVAL for a closed descriptor, 0
         for a negative one); the number of entries with revents."""
         if nfds > task.process.fds.limit:
@@ -263,7 +298,7 @@ class FdSyscalls:
 
         pipes = [f.pipe for fd, _, _ in entries if fd >= 0
                  for f in [task.process.fds.get(fd)] if f is not None and f.is_pipe]
-        return self._wait_ready(task, check, timeout, pipes, tsp, usec=False, reason="poll")
+        return self._wait_ready(task, check, timeout, pipes, tsp, usec=False, reason="poll", restart=restart)
 
     def sys_select(self, task, regs, n, inp, outp, exp, tvp, *_):
         timeout = self._read_timespec(task, tvp, usec=True)
@@ -275,7 +310,13 @@ class FdSyscalls:
         timeout = self._read_timespec(task, tsp)
         if isinstance(timeout, int) and timeout < 0:
             return timeout
-        return self._select(task, n, inp, outp, exp, timeout, tsp or None, usec=False)
+        if sig:                           # struct { const sigset_t *p; size_t size; }
+            uset, size = struct.unpack("<QQ", task.process.mem.read_user(sig, 16))
+            err = self._set_user_sigmask(task, uset, size)
+            if err:
+                return err
+        return self._restore_sigmask_unless_interrupted(
+            task, self._select(task, n, inp, outp, exp, timeout, tsp or None, usec=False))
 
     def _select(self, task, n, inp, outp, exp, timeout, tsp, usec: bool):
         """core_sys_select: the three fd_sets in, the ready ones out (all cleared when
@@ -317,10 +358,12 @@ class FdSyscalls:
         pipes = [task.process.fds.get(fd).pipe for fd in fds if task.process.fds.get(fd).is_pipe]
         return self._wait_ready(task, check, timeout, pipes, tsp, usec=usec, reason="select")
 
-    def _wait_ready(self, task, check, timeout, pipes, tsp, *, usec: bool, reason: str):
+    def _wait_ready(self, task, check, timeout, pipes, tsp, *, usec: bool, reason: str, restart=None):
         """do_poll / do_select's loop without the loop: ready now, timed out now (a zero
         timeout), or asleep on every pipe until one is ready or the deadline passes.
-        The remaining time is written back to ``tsp`` (poll_select_finish)."""
+        The remaining time is written back to ``tsp`` (poll_select_finish).  A signal
+        ends the sleep with -ERESTARTNOHAND, or with ``restart`` (poll's
+        do_restart_poll) as the restart_block and -ERESTART_RESTARTBLOCK."""
         res = check(timeout == 0)
         if res is not None:
             return res
@@ -341,8 +384,18 @@ class FdSyscalls:
             state["done"] = True
             if tsp is not None and deadline is not None:
                 self._write_remaining(task, tsp, max(0, deadline - self.clock_ns), usec)
+            self._restore_sigmask_unless_interrupted(task, got)
             self.m.wake(task, got)
             return True
+
+        def interrupted() -> int:
+            state["done"] = True
+            if tsp is not None and deadline is not None:
+                self._write_remaining(task, tsp, max(0, deadline - self.clock_ns), usec)
+            if restart is None:
+                return _neg(ERESTARTNOHAND)
+            task.restart_block = restart
+            return _neg(ERESTART_RESTARTBLOCK)
 
         for p in set(pipes):
             p.wait(lambda: finish(False))
@@ -350,7 +403,7 @@ class FdSyscalls:
             pending = self._timeouts()
             pending[:] = [e for e in pending if not e[3]["done"]]
             pending.append((deadline, task.tid, lambda: finish(True), state))
-        self.m.block(task, reason)
+        self.m.block(task, reason, interrupt=interrupted)
         return None
 
     @staticmethod
@@ -368,7 +421,9 @@ class FdSyscalls:
         return self._poll_timeouts
 
     def next_poll_deadline_ns(self) -> int | None:
-        return min((e[0] for e in self._timeouts()), default=None)
+        """The earliest deadline of a sleep still waiting for it (poll, select,
+        nanosleep); one a signal or its pipe ended is no deadline any more."""
+        return min((e[0] for e in self._timeouts() if not e[3]["done"]), default=None)
 
     def expire_timeouts(self) -> bool:
         """Every task sleeps: move the virtual clock to the earliest poll/select
@@ -376,7 +431,9 @@ class FdSyscalls:
         pending = self._timeouts()
         while pending:
             pending.sort(key=lambda e: (e[0], e[1]))
-            deadline, _, fire, _ = pending.pop(0)
+            deadline, _, fire, state = pending.pop(0)
+            if state["done"]:
+                continue                     # ended otherwise: the clock does not go there
             self.clock_ns = max(self.clock_ns, deadline)
             before = sum(1 for t in self.m.tasks if t.state == "running")
             fire()

@@ -22,6 +22,7 @@ from .elf import MAX_ELF_FILE_SIZE, PF_R, PF_W, PF_X, parse_elf
 from .errors import ElfError, InputError
 from .memory import (PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, MappedFile,
                      MemoryLimitExceeded, page_down, page_up)
+from .signal_frames import MAX_FRAME_SIZE
 from .vdso import map_vdso
 
 STACK_TOP = 0x7FFFFFFDE000           # static guests: leaves the XOL hint page (0x7fffffffe000) free
@@ -30,7 +31,6 @@ STACK_SIZE = 8 << 20
 ET_DYN_BASE = 0x555555554000         # ELF_ET_DYN_BASE (DEFAULT_MAP_WINDOW / 3 * 2), page aligned
 DEFAULT_ENV = ["PATH=/usr/bin:/bin", "HOME=/root", "LANG=C"]
 HWCAP, HWCAP2 = 0x178BFBFF, 2         # the emulated CPU's CPUID.1:EDX, HWCAP2_FSGSBASE
-MINSIGSTKSZ = 0xD30                   # get_sigframe_size() of the emulated FPU state
 RSEQ_FEATURE_SIZE, RSEQ_ALIGN = 0x1C, 0x20   # offsetof(struct rseq, end), its alignment
 
 AT = dict(AT_NULL=0, AT_PHDR=3, AT_PHENT=4, AT_PHNUM=5, AT_PAGESZ=6, AT_BASE=7, AT_FLAGS=8,
@@ -207,7 +207,7 @@ def _auxv(machine, image, at: dict, random_at: int, execfn: int, platform: int) 
     cred = machine.task.cred                  # the exec'ing task's ids
     vdso = [(AT["AT_SYSINFO_EHDR"], at["vdso"])] if at["vdso"] else []
     return vdso + [
-        (AT["AT_MINSIGSTKSZ"], MINSIGSTKSZ), (AT["AT_HWCAP"], HWCAP), (AT["AT_PAGESZ"], PAGE_SIZE),
+        (AT["AT_MINSIGSTKSZ"], MAX_FRAME_SIZE), (AT["AT_HWCAP"], HWCAP), (AT["AT_PAGESZ"], PAGE_SIZE),
         (AT["AT_CLKTCK"], 100), (AT["AT_PHDR"], at["phdr"]), (AT["AT_PHENT"], image.phentsize),
         (AT["AT_PHNUM"], image.phnum), (AT["AT_BASE"], at["base"]), (AT["AT_FLAGS"], 0),
         (AT["AT_ENTRY"], image.entry + at["bias"]), (AT["AT_UID"], cred.uid),

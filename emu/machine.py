@@ -34,6 +34,7 @@ from guest_programs import build_guest
 from kernel_model.kernel import Kernel  # the modeled kernel owns traps 1/3, 335, 336
 
 from . import events as ev
+from . import fpu
 from . import signal_frames as sf
 from .asm import asm_to_elf
 from .counters import Counters
@@ -45,6 +46,7 @@ from .memory import DEFAULT_MAX_MEMORY, GuestFault, MappedFile, Memory, MemoryLi
 from .regs import GPR_NAMES, RF, TF, PtRegs
 from .sched import Scheduler
 from .signals import SIGNALS, RunResult
+from .syscall_names import SYSCALL_NAMES
 from .syscalls import Syscalls
 from .task import PendingSignal, Process, Task
 
@@ -59,8 +61,9 @@ SIGRTMIN = 32
 EINTR = 4
 # SYNCHRONOUS_MASK: SIGILL SIGTRAP SIGBUS SIGFPE SIGSEGV SIGSYS, dequeued before others
 SYNCHRONOUS_SIGNALS = frozenset((4, 5, 7, 8, 11, 31))
-# sleeps a signal interrupts (TASK_INTERRUPTIBLE waits that return -EINTR)
-INTERRUPTIBLE_SLEEPS = frozenset(("sigsuspend", "pause", "sigtimedwait"))
+# include/linux/errno.h: syscall results that ask arch_do_signal_or_restart to restart
+ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK = 512, 513, 514, 516
+NR_RESTART_SYSCALL = 219
 DEFAULT_TIMEOUT = 120.0
 # Bytes of each of stdout/stderr a Machine keeps (when it keeps them at all).
 DEFAULT_OUTPUT_LIMIT = 16 << 20
@@ -200,6 +203,86 @@ def _emu_counter_offset() -> int | None:
     return None
 
 
+_FPU_CODE, _FPU_BUF = 0x10000, 0x11000
+_XSAVE = b"\x48\x0f\xae\x27"              # xsave64 (%rdi)
+_XRSTOR = b"\x48\x0f\xae\x2f"             # xrstor64 (%rdi)
+_FXRSTOR = b"\x48\x0f\xae\x0f"            # fxrstor64 (%rdi)
+_FPU_CLOBBERED = (X.UC_X86_REG_RDI, X.UC_X86_REG_RAX, X.UC_X86_REG_RDX, X.UC_X86_REG_RIP,
+                  X.UC_X86_REG_EFLAGS)
+
+
+class FpuUnit:
+    """XSAVE-family instructions on a task's CPU state (:mod:`emu.fpu`): a scratch
+    Unicorn instance borrows the state (a context), executes ``xsave64`` /
+    ``xrstor64`` / ``fxrstor64`` on a buffer of its own and hands the state back - the
+    guest's registers other than the FPU's are left as they were.  Unicorn's XRSTOR
+    does not check MXCSR's reserved bits or the header: :func:`emu.fpu.valid_for_restore`
+    does, as the hardware would."""
+
+    def __init__(self):
+        self._uc: Uc | None = None
+
+    def _scratch(self) -> Uc:
+        if self._uc is None:
+            uc = Uc(UC_ARCH_X86, UC_MODE_64)
+            uc.mem_map(_FPU_CODE, 0x2000)
+            self._uc = uc
+        return self._uc
+
+    def _run(self, uc: Uc, insn: bytes, rfbm: int, image: bytes | None) -> bytes:
+        """Execute ``insn`` on (%rdi) = the buffer with edx:eax = ``rfbm`` on ``uc``'s
+        CPU state (TF off); when ``image`` was given the state afterwards becomes
+        ``uc``'s, the registers used put back.  Returns the buffer."""
+        s = self._scratch()
+        s.context_restore(uc.context_save())
+        saved = [s.reg_read(r) for r in _FPU_CLOBBERED]
+        if image is not None:
+            s.mem_write(_FPU_BUF, image)
+        s.mem_write(_FPU_CODE, insn)
+        s.reg_write(X.UC_X86_REG_RDI, _FPU_BUF)
+        s.reg_write(X.UC_X86_REG_RAX, rfbm & 0xFFFFFFFF)
+        s.reg_write(X.UC_X86_REG_RDX, rfbm >> 32)
+        s.reg_write(X.UC_X86_REG_EFLAGS, saved[4] & ~TF)     # no single-step trap in here
+        s.emu_start(_FPU_CODE, _FPU_CODE + len(insn))
+        for reg, value in zip(_FPU_CLOBBERED, saved):
+            s.reg_write(reg, value)
+        out = bytes(s.mem_read(_FPU_BUF, fpu.USER_XSTATE_SIZE))
+        if image is not None:
+            uc.context_restore(s.context_save())
+        return out
+
+    def xsave(self, uc: Uc) -> bytes:
+        """The 576-byte image of the user features (copy_fpregs_to_sigframe's XSAVE)."""
+        self._scratch().mem_write(_FPU_BUF, bytes(fpu.USER_XSTATE_SIZE))
+        return self._run(uc, _XSAVE, fpu.USER_XFEATURES, None)
+
+    def xrstor(self, uc: Uc, image: bytes, rfbm: int) -> bool:
+        """XRSTOR the components in ``rfbm`` from ``image``; False (nothing changed) when
+        the instruction would #GP: a reserved MXCSR bit, XSTATE_BV bits beyond XCR0, or
+        a non-zero XCOMP_BV / reserved header bytes (standard form)."""
+        if not fpu.valid_for_restore(image, header=True):
+            return False
+        self._run(uc, _XRSTOR, rfbm & fpu.USER_XFEATURES, image)
+        return True
+
+    def fxrstor(self, uc: Uc, image: bytes) -> bool:
+        """FXRSTOR the legacy region (fx-only restore); False on a reserved MXCSR bit."""
+        if not fpu.valid_for_restore(image, header=False):
+            return False
+        self._run(uc, _FXRSTOR, 0, image[:fpu.FXSAVE_SIZE].ljust(fpu.USER_XSTATE_SIZE, b"\0"))
+        return True
+
+    def init(self, uc: Uc, features: int = fpu.USER_XFEATURES) -> None:
+        """os_xrstor(&init_fpstate, features): those components to their initial state
+        (fpu__clear_user_states for a handler, fpstate_init at exec)."""
+        self._run(uc, _XRSTOR, features & fpu.USER_XFEATURES, fpu.init_image())
+
+    def copy(self, src: Uc, dst: Uc) -> None:
+        """fpu_clone: ``dst`` gets ``src``'s FPU registers."""
+        image = self.xsave(src)
+        self._run(dst, _XRSTOR, fpu.USER_XFEATURES, image)
+
+
 class OutputBuffer(bytearray):
     """A guest stream the machine keeps: at most ``limit`` bytes (later bytes are
     counted in ``dropped``, not kept)."""
@@ -269,6 +352,7 @@ class Machine:
         if max_memory is not None and max_memory <= 0:
             raise InputError(f"max_memory must be positive, not {max_memory}")
         self.counters = Counters()
+        self.fpu = FpuUnit()                    # XSAVE images of the tasks' FPU state
         self.mem_limit = MemoryLimit(max_memory)
         self.page_cache = PageCache()            # one MappedFile per (st_dev, st_ino)
         self._released: list[Process] = []      # exited processes whose mm is still to free
@@ -383,6 +467,7 @@ class Machine:
             mem = Memory(uc, self.counters, self.mem_limit)
             regfile = RegisterFile(uc)
             self._install_hooks(uc)
+            self.fpu.init(uc)                # fpstate_init: FCW 0x37f, MXCSR 0x1f80
         proc = Process(pid=pid, mem=mem, comm=comm, uc=uc, regfile=regfile, parent=parent,
                        ppid=parent.pid if parent else 1, counters=Counters())
         if share_mm is not None:
@@ -639,11 +724,14 @@ class Machine:
         self._in_syscall = True
         try:
             self.syscalls.dispatch(task, regs)
+            task.last_enosys = nr if nr not in self.syscalls.table else None
             if self._result is not None or task.state == "dead":
                 self._stopped_by_hook = True
                 self.uc.emu_stop()          # exited: the scheduler picks the next task
                 return
-            if self._exit_to_user(task, regs):
+            if task.pending_rax is not None and task.state == "running":
+                regs.rax, task.pending_rax = task.pending_rax, None   # woken before it slept
+            if task.state == "running" and self._exit_to_user(task, regs):
                 return
         finally:
             self._in_syscall = False
@@ -665,7 +753,8 @@ class Machine:
         # Unicorn adds 2 to rip after this hook returns: resume at X by writing X - 2.
         changes[16] = (regs.rip - 2) & 0xFFFFFFFFFFFFFFFF
         self.regfile.write(changes)
-        task.orig_rax = -1
+        # a sleeper keeps orig_rax: its exit-to-user work (restart) waits for the wake-up
+        task.orig_rax = nr if task.state == "blocked" and task.sleep_interrupt is not None else -1
         if task.state != "running" or self._switch_requested or self._stop_requested:
             # blocked, or yielded: let the scheduler run.  A stop asked for from another
             # thread while this hook ran (Ctrl-C during a waiting read) is asked again
@@ -704,10 +793,14 @@ class Machine:
         queue.append(sig)
 
     def signal_wake_up(self, task: Task) -> None:
-        """signal_wake_up: a task sleeping interruptibly for a signal (rt_sigsuspend,
-        pause) returns -EINTR and takes the signal when it next runs."""
-        if task.state == "blocked" and task.blocked_on in INTERRUPTIBLE_SLEEPS:
-            self.wake(task, -EINTR)
+        """signal_wake_up: a task in an interruptible sleep (TASK_INTERRUPTIBLE) wakes;
+        its syscall returns what its sleep said a signal makes of it (``block``'s
+        ``interrupt``: -ERESTARTSYS for a pipe read, -ERESTARTNOHAND for pause...) and
+        the signal is taken, and the syscall perhaps restarted, when it next runs."""
+        if task.state != "blocked" or task.sleep_interrupt is None:
+            return
+        interrupt = task.sleep_interrupt
+        self.wake(task, interrupt() if callable(interrupt) else interrupt)
 
     def signal_pending(self, task: Task) -> bool:
         """``signal_pending()`` (TIF_SIGPENDING after recalc_sigpending): a signal the
@@ -747,7 +840,7 @@ class Machine:
         handler frame (rt_sigframe) each, or the default action - and end the current
         emu_start so the task resumes where delivery put it.  Each frame's mask update
         applies to the next pick.  False if nothing was deliverable."""
-        if self._next_signal(task) is None:
+        if self._next_signal(task) is None and self._restart_code(regs) is None:
             return False
         while (nxt := self._next_signal(task)) is not None:
             queue, i = nxt
@@ -756,6 +849,12 @@ class Machine:
             if task.state == "dead" or self._result is not None:
                 task.pending_signals.clear()
                 break
+        if task.state != "dead" and self._result is None:
+            if self._restart_code(regs) is not None:
+                self._restart_without_handler(regs)
+            if task is self.task:
+                regs.orig_rax = -1           # the syscall is over: back in user mode
+                self._write_back_in_hook(regs)
         if task.saved_sigmask is not None and task.state != "dead":
             task.sigmask, task.saved_sigmask = task.saved_sigmask, None   # restore_saved_sigmask
         self._stopped_by_hook = True
@@ -781,10 +880,43 @@ class Machine:
         self.process_exit(task.process, RunResult("signal", signal=signo, fault_addr=addr, rip=regs.rip,
                                                   rip_symbol=self.symbolize(regs.rip), detail=detail))
 
+    @staticmethod
+    def _restart_code(regs: PtRegs) -> int | None:
+        """The -ERESTART* code a syscall left in rax (syscall_get_nr >= 0 and
+        syscall_get_error), or None: not in a syscall, or an ordinary result."""
+        if regs.orig_rax is None or regs.orig_rax < 0 or regs.orig_rax >> 63:
+            return None
+        code = (-regs.rax) & 0xFFFFFFFFFFFFFFFF
+        return code if code in (ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK) else None
+
+    def _restart_for_handler(self, regs: PtRegs, sa_flags: int) -> None:
+        """handle_signal: a handler is about to run on a syscall's way out -
+        ERESTARTNOHAND and ERESTART_RESTARTBLOCK become EINTR, so does ERESTARTSYS
+        unless the action has SA_RESTART; ERESTARTNOINTR (and SA_RESTART's
+        ERESTARTSYS) re-executes the syscall after the handler (rip -= 2, rax =
+        orig_rax, as the frame saves them)."""
+        code = self._restart_code(regs)
+        if code is None:
+            return
+        if code in (ERESTARTNOHAND, ERESTART_RESTARTBLOCK) or (code == ERESTARTSYS and not sa_flags & sf.SA_RESTART):
+            regs.rax = -EINTR & 0xFFFFFFFFFFFFFFFF
+        else:
+            regs.rax, regs.rip = regs.orig_rax, regs.rip - 2
+        regs.orig_rax = -1
+
+    def _restart_without_handler(self, regs: PtRegs) -> None:
+        """arch_do_signal_or_restart with no handler to run (the signal was ignored, or
+        another task took it): every restart code re-executes the syscall;
+        ERESTART_RESTARTBLOCK through restart_syscall (the task's restart_block)."""
+        code = self._restart_code(regs)
+        regs.rax = NR_RESTART_SYSCALL if code == ERESTART_RESTARTBLOCK else regs.orig_rax
+        regs.rip -= 2
+        regs.orig_rax = -1
+
     def _write_back_in_hook(self, regs: PtRegs) -> None:
         changes = regs.changed()
-        if self._in_syscall and 16 in changes:
-            changes[16] = (changes[16] - 2) & 0xFFFFFFFFFFFFFFFF   # see _syscall
+        if self._in_syscall:
+            changes[16] = (regs.rip - 2) & 0xFFFFFFFFFFFFFFFF   # see _syscall
         self.regfile.write(changes)
         self.task.orig_rax = regs.orig_rax
 
@@ -805,20 +937,23 @@ class Machine:
             return not self._fatal_if_ignored(signo)
         if task.sigmask & _sigbit(signo):
             return False                     # a blocked forced signal kills (force_sig_fault)
+        self._restart_for_handler(regs, flags)
         if code is None:
             code = sf.SI_KERNEL if addr is None else sf.SEGV_MAPERR
         info = sig.info or sf.siginfo(signo, code, addr, task.process.pid)
         # the frame saves the mask to return to: rt_sigsuspend's, not the temporary one
         old_mask = task.sigmask if task.saved_sigmask is None else task.saved_sigmask
         try:
-            frame_at, frame, info_at, uc_at = sf.build_frame(
-                regs, regs.rsp, signo, info, old_mask, restorer,
-                altstack=task.sigaltstack, onstack=bool(flags & sf.SA_ONSTACK))
-            self.mem.write_user(frame_at, frame)
+            frame = sf.build_frame(regs, regs.rsp, signo, info, old_mask, restorer, self.fpu.xsave(self.uc),
+                                   altstack=task.sigaltstack, onstack=bool(flags & sf.SA_ONSTACK))
+            self.mem.write_user(frame.fpstate_at, frame.fpstate)
+            self.mem.write_user(frame.at, frame.frame)
         except GuestFault:
             return False                     # no room for the frame: SIGSEGV kills
+        self.fpu.init(self.uc)               # fpu__clear_user_states: the handler starts clean
+        frame_at = frame.at
         regs.rsp, regs.rip = frame_at, handler
-        regs.rdi, regs.rsi, regs.rdx, regs.rax = signo, info_at, uc_at, 0
+        regs.rdi, regs.rsi, regs.rdx, regs.rax = signo, frame.info_at, frame.uc_at, 0
         regs.eflags &= ~(0x400 | 0x10000 | TF)          # DF RF TF cleared for the handler
         regs.orig_rax = -1
         if not flags & sf.SA_NODEFER:
@@ -894,10 +1029,16 @@ class Machine:
         self._stopped_by_hook = True
         self.uc.emu_stop()
 
-    def block(self, task: Task, reason: str) -> None:
-        """Put ``task`` to sleep in a syscall; :meth:`wake` completes it with a value."""
+    def block(self, task: Task, reason: str, *, interrupt=None) -> None:
+        """Put ``task`` to sleep in a syscall; :meth:`wake` completes it with a value.
+        ``interrupt``: the syscall's result when a signal wakes it (an int, or a callable
+        computing it at that moment, e.g. a partial count); None sleeps through signals
+        (TASK_UNINTERRUPTIBLE / killable: vfork, an XOL slot)."""
         task.state = "blocked"
         task.blocked_on = reason
+        task.sleep_interrupt = interrupt
+        if interrupt is not None and self.signal_pending(task):
+            self.signal_wake_up(task)        # prepare_to_wait saw the signal: no sleep
 
     def wake(self, task: Task, rax: int | None) -> None:
         """Make a sleeping task runnable; ``rax`` completes its syscall (None: it did not
@@ -905,6 +1046,7 @@ class Machine:
         if task.state == "blocked":
             task.state = "running"
             task.blocked_on = None
+            task.sleep_interrupt = None
             if rax is not None:
                 task.pending_rax = rax & 0xFFFFFFFFFFFFFFFF
 
@@ -947,7 +1089,8 @@ class Machine:
             self._pending_fault = None
             left = (deadline - time.perf_counter()) if deadline else None
             if left is not None and left <= 0:
-                result = RunResult("timeout", rip=self._rip(), rip_symbol=self.symbolize(self._rip()))
+                result = RunResult("timeout", rip=self._rip(), rip_symbol=self.symbolize(self._rip()),
+                                   detail=self._enosys_loop_detail())
                 break
             if self._stop_requested:         # Ctrl-C came before this run started
                 result = RunResult("stopped", rip=self._rip(), rip_symbol=self.symbolize(self._rip()),
@@ -955,7 +1098,7 @@ class Machine:
                 break
             rip = self._rip()
             task.slices += 1
-            if self.signal_pending(task) and self._exit_to_user(task, self.read_regs()):
+            if self._resume_exit_work(task):
                 stopped_early = True         # sent from outside a trap: deliver first
             else:
                 stopped_early = self._emulate(rip, left, count)
@@ -976,7 +1119,8 @@ class Machine:
                         result = self._result
                         break
                 elif why == "timeout":
-                    result = RunResult("timeout", rip=self._rip(), rip_symbol=self.symbolize(self._rip()))
+                    result = RunResult("timeout", rip=self._rip(), rip_symbol=self.symbolize(self._rip()),
+                                   detail=self._enosys_loop_detail())
                     break
                 elif why == "count":
                     if not multi and (remaining is None or remaining > 0):
@@ -1000,6 +1144,7 @@ class Machine:
                 # that traps or yields forever still ends at its budget
                 rip = self._rip()
                 result = RunResult("budget", rip=rip, rip_symbol=self.symbolize(rip),
+                                   detail=self._enosys_loop_detail(),
                                    insns=int(max_insns))
                 break
             nxt = self.scheduler.pick(self.tasks)
@@ -1015,6 +1160,27 @@ class Machine:
         if raise_on_signal and result.reason == "signal":
             raise GuestSignalError(result)
         return result
+
+    def _resume_exit_work(self, task: Task) -> bool:
+        """Before the task runs on: the exit-to-user work of a syscall it slept in (a
+        signal to deliver, a restart to make), or a signal sent to it from outside a
+        trap.  True when delivery moved it."""
+        in_syscall = task.orig_rax != -1
+        done = (in_syscall or self.signal_pending(task)) and self._exit_to_user(task, self.read_regs())
+        task.orig_rax = -1
+        return done
+
+    def _enosys_loop_detail(self) -> str:
+        """For a run that ran out of time or budget: if the task's last syscall was one
+        the model does not provide, name it - a guest retrying an ENOSYS syscall in a
+        loop is the usual reason."""
+        nr = self.task.last_enosys
+        if nr is None:
+            return ""
+        name = SYSCALL_NAMES.get(nr, "?")
+        calls = self.counters.unknown_syscalls.get(f"{nr}:{name}", 0)
+        what = f"{nr} ({name})" if name != "?" else str(nr)
+        return f"last syscall {what} is not modeled: ENOSYS, {calls} times"
 
     def _begin(self) -> None:
         """A run or step starts: nothing decided yet.  A stop requested before it
@@ -1304,6 +1470,8 @@ class Machine:
         uc = proc.uc
         shared = uc is self.uc
         saved = uc.context_save() if shared else None
+        if not shared:
+            self.fpu.copy(self.uc, uc)       # fpu_clone: a forked child keeps the FPU registers
         proc.regfile.write({i: v for i, v in enumerate(regs.values())})
         uc.reg_write(X.UC_X86_REG_RIP, regs.rip)
         task.context = uc.context_save()

@@ -1,4 +1,5 @@
-"""Process and thread syscalls: clone, fork, vfork, exit, wait4, futex, sched_yield.
+"""Process and thread syscalls: clone, fork, vfork, exit, wait4, futex, sched_yield
+(nanosleep lives with the timers in :mod:`emu.signal_syscalls`).
 
 A mixin of :class:`emu.syscalls.Syscalls`.  fork gives the child a copy of the address
 space (its own Unicorn instance), minus the mappings the kernel marks VM_DONTCOPY (the
@@ -28,6 +29,7 @@ P_ALL, P_PID, P_PGID = 0, 1, 2
 CLD_EXITED, CLD_KILLED = 1, 2
 FUTEX_WAIT, FUTEX_WAKE, FUTEX_WAIT_BITSET, FUTEX_WAKE_BITSET = 0, 1, 9, 10
 FUTEX_CMD_MASK = ~(128 | 256)          # FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME
+ERESTARTSYS = 512                      # a signal interrupted the wait (include/linux/errno.h)
 
 
 def _neg(err: int) -> int:
@@ -114,6 +116,7 @@ class ProcessSyscalls:
         child.brk_start, child.brk = parent.brk_start, parent.brk
         child.sigactions = dict(parent.sigactions)
         child.cwd, child.umask = parent.cwd, parent.umask       # copy_fs (CLONE_FS not modeled)
+        child.pgid, child.sid = parent.pgid, parent.sid         # copy_process: the parent's group and session
         for f in ("start_stack", "arg_start", "arg_end", "env_start", "env_end"):   # dup_mm
             setattr(child, f, getattr(parent, f))
         # copy_files: CLONE_FILES shares the table, otherwise dup_fd copies it and every
@@ -218,7 +221,7 @@ class ProcessSyscalls:
         if options & WNOHANG:
             return 0
         task.wait_args = (pid, status)
-        self.m.block(task, "wait4")
+        self.m.block(task, "wait4", interrupt=_neg(ERESTARTSYS))        # do_wait
         return None
 
     def sys_waitid(self, task, regs, idtype, id_, infop, options, rusage, *_):
@@ -242,7 +245,7 @@ class ProcessSyscalls:
                 task.process.mem.write_user(infop + 16, b"\0" * 12)   # si_pid, si_uid, si_status
             return 0
         task.wait_args = args
-        self.m.block(task, "waitid")
+        self.m.block(task, "waitid", interrupt=_neg(ERESTARTSYS))
         return None
 
     @staticmethod
@@ -282,7 +285,7 @@ class ProcessSyscalls:
                 self.m.yield_cpu()
                 return _neg(E.ETIMEDOUT)
             task.futex_key = (id(proc.mem), uaddr)
-            self.m.block(task, "futex")
+            self.m.block(task, "futex", interrupt=_neg(ERESTARTSYS))     # futex_wait, no timeout
             return None
         if cmd in (FUTEX_WAKE, FUTEX_WAKE_BITSET):
             return self._futex_wake(proc, uaddr, val)
@@ -302,23 +305,6 @@ class ProcessSyscalls:
     def sys_sched_yield(self, task, regs, *_):
         self.m.yield_cpu()
         return 0
-
-    def sys_nanosleep(self, task, regs, req, rem, *_):
-        self._sleep(req)
-        return 0
-
-    def sys_clock_nanosleep(self, task, regs, clk, flags, req, rem, *_):
-        self._sleep(req)
-        return 0
-
-    def _sleep(self, req) -> None:
-        """Virtual time: advance the clock by the request and let others run."""
-        try:
-            sec, nsec = struct.unpack("<qq", self.mem.read_user(req, 16))
-            self.clock_ns += max(0, sec) * 1_000_000_000 + max(0, nsec)
-        except Exception:   # noqa: BLE001
-            pass
-        self.m.yield_cpu()
 
     def sys_getpid(self, task, regs, *_):
         return task.process.pid

@@ -14,11 +14,12 @@ from __future__ import annotations
 import errno as E
 import struct
 
+from .fpu import USER_XFEATURES
 from .memory import GuestFault
 from .process_syscalls import pid_t
 from .signal_frames import (IGNORED_BY_DEFAULT, MINSIGSTKSZ, SI_TKILL, SIG_DFL, SIG_IGN, SS_AUTODISARM,
                             SS_DISABLE, SS_ONSTACK, on_sig_stack, pack_stack_t, parse_sigaction,
-                            restore_frame, saved_altstack, siginfo)
+                            read_sigframe_fpstate, restore_frame, saved_altstack, siginfo)
 from .signals import RunResult
 
 SI_USER = 0
@@ -31,6 +32,8 @@ ITIMER_REAL = 0
 TIMER_ABSTIME = 1
 NSEC, USEC = 1_000_000_000, 1_000
 CLOCK_EPOCH_NS = 1_767_225_600 * NSEC        # emu.syscalls' CLOCK_REALTIME at boot
+# include/linux/errno.h: the restart requests arch_do_signal_or_restart acts on
+ERESTARTNOHAND, ERESTART_RESTARTBLOCK = 514, 516
 
 
 def _neg(err: int) -> int:
@@ -243,27 +246,60 @@ class SignalSyscalls:
             return self._nanosleep(task, req, 0, absolute_ns=base)
         return self._nanosleep(task, req, rem, absolute_ns=None)
 
-    def _nanosleep(self, task, req, rem, absolute_ns) -> int:
-        """hrtimer_nanosleep on the virtual clock: the clock moves to the wake-up time,
-        unless a timer of this process expires first - then SIGALRM is sent, the clock
-        stops there and the sleep returns -EINTR with the rest in ``rem``."""
+    def _nanosleep(self, task, req, rem, absolute_ns) -> int | None:
+        """hrtimer_nanosleep on the virtual clock: validate the request, then sleep
+        until its expiry (relative, or absolute on the clock whose zero is
+        ``absolute_ns`` on the machine's clock)."""
         sec, nsec = struct.unpack("<qq", self.mem.read_user(req, 16))
         if sec < 0 or not 0 <= nsec < NSEC:
             return _neg(E.EINVAL)
         end = sec * NSEC + nsec + (absolute_ns if absolute_ns is not None else self.clock_ns)
-        timer = task.process.real_timer
-        self.m.yield_cpu()
-        if timer is not None and timer[0] < end:
-            self.clock_ns = max(self.clock_ns, timer[0])
-            self.run_timers()
-            if self.m.signal_pending(task):
-                left = end - self.clock_ns
-                if rem:
-                    self.mem.write_user(rem, struct.pack("<qq", *divmod(left, NSEC)))
-                return _neg(E.EINTR)
-        self.clock_ns = max(self.clock_ns, end)
-        self.run_timers()
-        return 0
+        return self._sleep_until(task, end, rem, relative=absolute_ns is None)
+
+    def _sleep_until(self, task, end: int, rem: int, relative: bool) -> int | None:
+        """do_nanosleep: sleep until the virtual clock reaches ``end`` (it moves there
+        when every task sleeps, see ``idle``); other tasks run meanwhile.  A signal
+        wakes it early: an absolute sleep returns -ERESTARTNOHAND, a relative one
+        writes the time left to ``rem`` (nanosleep_copyout) and returns
+        -ERESTART_RESTARTBLOCK, whose restart_syscall sleeps on to the same expiry
+        (hrtimer_nanosleep_restart)."""
+        if end <= self.clock_ns:
+            self.m.yield_cpu()
+            return 0
+        state = {"done": False}
+        token = self._sleep_on(task)
+
+        def expire() -> None:
+            if not state["done"] and self._still_asleep(task, token):
+                state["done"] = True
+                self.m.wake(task, 0)
+
+        def interrupted() -> int:
+            state["done"] = True
+            if not relative:
+                return _neg(ERESTARTNOHAND)
+            left = end - self.clock_ns
+            if left <= 0:
+                return 0
+            if rem:
+                try:
+                    task.process.mem.write_user(rem, struct.pack("<qq", *divmod(left, NSEC)))
+                except GuestFault:
+                    return _neg(E.EFAULT)
+            task.restart_block = lambda t: self._sleep_until(t, end, rem, relative=True)
+            return _neg(ERESTART_RESTARTBLOCK)
+
+        pending = self._timeouts()
+        pending[:] = [e for e in pending if not e[3]["done"]]
+        pending.append((end, task.tid, expire, state))
+        self.m.block(task, "nanosleep", interrupt=interrupted)
+        return None
+
+    def sys_restart_syscall(self, task, regs, *_):
+        """restart_syscall: continue the interrupted sleep the task's restart_block
+        describes; with none (do_no_restart_syscall) -EINTR."""
+        fn, task.restart_block = task.restart_block, None
+        return _neg(E.EINTR) if fn is None else fn(task)
 
     # -- actions and masks ------------------------------------------------------------
     def sys_rt_sigaction(self, task, regs, sig, act, oldact, sigsetsize, *_):
@@ -324,8 +360,8 @@ class SignalSyscalls:
         new = self.mem.read_u64(uset) & ~UNBLOCKABLE
         task.saved_sigmask, task.sigmask = task.sigmask, new
         if self.m.signal_pending(task):
-            return _neg(E.EINTR)
-        self.m.block(task, "sigsuspend")
+            return _neg(ERESTARTNOHAND)
+        self.m.block(task, "sigsuspend", interrupt=_neg(ERESTARTNOHAND))
         return None
 
     def sys_rt_sigtimedwait(self, task, regs, uthese, uinfo, uts, sigsetsize, *_):
@@ -348,10 +384,12 @@ class SignalSyscalls:
             return self._sigwait_result(task, got, uinfo)
         if deadline == self.clock_ns:
             return _neg(E.EAGAIN)
+        if self.m.signal_pending(task):
+            return _neg(E.EINTR)             # another unblocked signal is already there
         task.sigwait = (wanted, deadline, uinfo, task.sigmask)
         task.sigmask &= ~wanted
         task.on_resume = lambda: self._sigwait_resume(task)
-        self.m.block(task, "sigtimedwait")
+        self.m.block(task, "sigtimedwait", interrupt=_neg(E.EINTR))
         return None
 
     def _sigwait_resume(self, task) -> None:
@@ -373,9 +411,11 @@ class SignalSyscalls:
         return sig.signo
 
     def sys_pause(self, task, regs, *_):
+        """Sleep until a signal is delivered: -ERESTARTNOHAND, which a handler turns
+        into EINTR and an ignored signal into another pause."""
         if self.m.signal_pending(task):
-            return _neg(E.EINTR)
-        self.m.block(task, "pause")
+            return _neg(ERESTARTNOHAND)
+        self.m.block(task, "pause", interrupt=_neg(ERESTARTNOHAND))
         return None
 
     def sys_rt_sigreturn(self, task, regs, *_):
@@ -384,13 +424,35 @@ class SignalSyscalls:
         uc = regs.rsp
         try:
             saved_ss = saved_altstack(self.mem, uc)
-            task.sigmask = restore_frame(self.mem, regs) & ~UNBLOCKABLE
+            mask, fp_at = restore_frame(self.mem, regs)
+            task.sigmask = mask & ~UNBLOCKABLE
+            fpu_ok = self._fpu_restore_sig(fp_at)
         except GuestFault:
+            fpu_ok = False
+        if not fpu_ok:
             self.m.send_sig(task, 11, detail="bad signal frame")
             return None
         self._do_sigaltstack(task, regs.rsp, *saved_ss)      # restore_altstack; errors ignored
+        task.restart_block = None                # restore_sigcontext: do_no_restart_syscall
         regs.orig_rax = -1
         return regs.rax
+
+    def _fpu_restore_sig(self, fp_at: int) -> bool:
+        """fpu__restore_sig: no fpstate resets the FPU (fpu__clear_user_states);
+        otherwise XRSTOR (or FXRSTOR) from the frame, the user features it does not
+        restore initialised.  False when the restoring instruction would fault."""
+        fpu, uc = self.m.fpu, self.m.uc
+        if not fp_at:
+            fpu.init(uc)
+            return True
+        saved = read_sigframe_fpstate(self.mem, fp_at)
+        ok = fpu.fxrstor(uc, saved.image) if saved.fx_only else fpu.xrstor(uc, saved.image, saved.xfeatures)
+        if not ok:
+            fpu.init(uc)
+            return False
+        if USER_XFEATURES & ~saved.xfeatures:
+            fpu.init(uc, USER_XFEATURES & ~saved.xfeatures)
+        return True
 
     def sys_sigaltstack(self, task, regs, ss, old, *_):
         """do_sigaltstack: report the alternate stack (SS_ONSTACK while on it), then

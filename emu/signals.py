@@ -64,8 +64,9 @@ class RunResult:
             addr = f", fault address {self.fault_addr:#x}" if self.fault_addr is not None else ""
             detail = f" ({self.detail})" if self.detail else ""
             return f"killed by {self.signal_name}{where}{addr}{detail}"
+        detail = f" ({self.detail})" if self.detail else ""
         if self.reason == "budget":
-            return f"stopped: instruction budget of {self.insns} spent at rip {self.rip:#x}"
+            return f"stopped: instruction budget of {self.insns} spent at rip {self.rip:#x}{detail}"
         if self.reason == "timeout":
-            return f"stopped: wall-clock timeout at rip {self.rip:#x}"
+            return f"stopped: wall-clock timeout at rip {self.rip:#x}{detail}"
         return f"stopped at rip {self.rip:#x}" + (f" ({self.detail})" if self.detail else "")

@@ -22,6 +22,7 @@ from .files import FdTable, HostInput, OpenFile, OutputSink, PipeInput
 from .devfs import DevFs
 from .fs_syscalls import FsSyscalls
 from .identity_syscalls import IdentitySyscalls
+from .misc_syscalls import MiscSyscalls
 from .mm_syscalls import MmSyscalls
 from .memory import (PAGE_SIZE, PROT_READ, PROT_WRITE, TASK_SIZE, GuestFault, MemoryLimitExceeded,
                      page_up)
@@ -54,7 +55,8 @@ def _fd(value: int) -> int:
     return value & 0xFFFFFFFF
 
 
-class Syscalls(MmSyscalls, SignalSyscalls, IdentitySyscalls, ProcessSyscalls, FdSyscalls, FsSyscalls):
+class Syscalls(MmSyscalls, SignalSyscalls, IdentitySyscalls, ProcessSyscalls, FdSyscalls, FsSyscalls,
+               MiscSyscalls):
     """The syscall table of one machine.  ``register(nr, fn)`` adds or overrides an
     entry (the kernel model registers uretprobe/uprobe, 335/336)."""
 

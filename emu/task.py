@@ -38,6 +38,7 @@ class Process:
     exe_path: str = ""
     ppid: int = 1
     pgid: int = 0
+    sid: int = 0                                      # session id (0: its leader is outside the guest)
     files: list = field(default_factory=list)        # MappedFile objects mapped
     brk_start: int = 0
     brk: int = 0
@@ -94,6 +95,9 @@ class Task:
     sigaltstack: tuple | None = None  # (ss_sp, ss_size, SS_AUTODISARM bit) or None (disabled)
     start_time_ns: int = 0            # start_boottime: ns since boot on the virtual clock
     sigwait: tuple | None = None      # rt_sigtimedwait sleeping: (set, deadline ns | None, &info, real_blocked)
+    sleep_interrupt: object = None    # the sleeping syscall's result if a signal wakes it (Machine.block)
+    restart_block: object = None      # restart_syscall's continuation of an interrupted sleep, or None
+    last_enosys: int | None = None    # the number of its last syscall if the model lacks it
 
     def __post_init__(self):
         if not self.comm:

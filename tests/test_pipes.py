@@ -188,7 +188,7 @@ class _FakeMachine:
     def __init__(self):
         self.woken = []
 
-    def block(self, task, reason):
+    def block(self, task, reason, interrupt=None):
         task.state, task.blocked_on = "blocked", reason
 
     def wake(self, task, rax):

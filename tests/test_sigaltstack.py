@@ -41,8 +41,9 @@ def test_matches_native(guest, args, expected):
 
 
 def test_onstack_frame_is_built_at_the_top_of_the_alternate_stack(guest):
-    """get_sigframe: no red zone skipped on a fresh alternate stack; the frame sits
-    FRAME_SIZE below its top, rounded as after a call."""
+    """get_sigframe: no red zone skipped on a fresh alternate stack; the XSAVE area
+    sits 64-byte aligned at its top, the frame FRAME_SIZE below that, rounded as after
+    a call."""
     from emu import signal_frames as sf
     from emu.events import SignalHandler
     m = Machine.from_elf(guest)
@@ -51,5 +52,6 @@ def test_onstack_frame_is_built_at_the_top_of_the_alternate_stack(guest):
     m.events.subscribe(lambda e: frames.append(e.frame), SignalHandler)
     m.run(timeout=60)
     top = alt + 65536
-    assert frames[0] == ((top - sf.FRAME_SIZE) & ~0xF) - 8, \
+    fpstate = (top - sf.XSTATE_SIGFRAME_SIZE) & ~63
+    assert frames[0] == ((fpstate - sf.FRAME_SIZE) & ~0xF) - 8, \
         f"frame at {frames[0]:#x}, alt stack top {top:#x}"

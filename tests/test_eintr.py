@@ -1,0 +1,188 @@
+"""Signals that interrupt sleeping syscalls (kernel/signal.c; arch/x86/kernel/signal.c
+handle_signal and arch_do_signal_or_restart).  A signal wakes a task sleeping in a
+syscall; the syscall answers -ERESTARTSYS (pipes, wait4/waitid, futex), -ERESTARTNOHAND
+(pause, rt_sigsuspend, ppoll, select, pselect6, absolute clock_nanosleep),
+-ERESTART_RESTARTBLOCK (nanosleep, poll) or -EINTR (rt_sigtimedwait); at delivery a
+handler makes them EINTR, except ERESTARTSYS under SA_RESTART, which re-executes the
+syscall; with no handler to run every one of them restarts (ERESTART_RESTARTBLOCK
+through restart_syscall).  Each case is pinned by a native run of the same guest."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from emu import Machine
+from emu import events as ev
+from native_helpers import assert_native_then_model
+
+NR_CLOCK_NANOSLEEP, NR_RESTART_SYSCALL, NR_KILL = 230, 219, 62   # glibc sleeps with clock_nanosleep
+SIGUSR1 = 10
+
+
+@pytest.fixture(scope="module")
+def guest(build_c):
+    return build_c("eintr.c", "-static", name="eintr")
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("read", b"read r=-1 errno=4 hits=1 c=-\n"),
+    ("read_restart", b"read r=1 errno=0 hits=1 c=x\n"),
+    ("write", b"write r=-1 errno=4 hits=1\n"),
+    ("write_restart", b"write r=4 errno=0 hits=1\n"),
+    ("write_partial", b"write_partial r=65536 hits=1\n"),
+])
+def test_pipe_read_and_write(guest, mode, expected):
+    """ERESTARTSYS: EINTR, or restarted under SA_RESTART; a write that got some bytes
+    in returns their count."""
+    assert_native_then_model(guest, mode, expected)
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("wait4", b"wait4 r=-1 errno=4 hits=1 then=pid status=3\n"),
+    ("wait4_restart", b"wait4 r=pid errno=0 hits=1 then=pid status=3\n"),
+    ("sigchld", b"sigchld r=pid hits=1 status=5\n"),
+    ("waitid", b"waitid r=-1 errno=4 hits=1 status=0\n"),
+    ("waitid_restart", b"waitid r=0 errno=0 hits=1 status=4\n"),
+])
+def test_wait4_and_waitid(guest, mode, expected):
+    """A child's SIGUSR1 or the timer interrupts the wait (ERESTARTSYS); the SIGCHLD of
+    the child being reaped does not: wait4 returns its pid and the handler ran."""
+    assert_native_then_model(guest, mode, expected)
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("futex", b"futex r=-1 errno=4 hits=1\n"),
+    ("futex_restart", b"futex r=-1 errno=11 hits=1\n"),
+])
+def test_futex_wait(guest, mode, expected):
+    """FUTEX_WAIT without a timeout: ERESTARTSYS; the restarted wait sees the word the
+    handler changed and answers EAGAIN."""
+    assert_native_then_model(guest, mode, expected)
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("nanosleep", b"nanosleep r=-1 errno=4 hits=1 rem_cs=95\n"),
+    ("nanosleep_restart", b"nanosleep r=-1 errno=4 hits=1 rem_cs=95\n"),
+    ("nanosleep_child", b"nanosleep_child r=-1 errno=4 hits=1 rem_cs=90\n"),
+    ("clock_abs", b"clock_abs r=4 hits=1 rem=7.7\n"),
+])
+def test_nanosleep(guest, mode, expected):
+    """ERESTART_RESTARTBLOCK: EINTR even under SA_RESTART, the time left in rem; an
+    absolute clock_nanosleep (ERESTARTNOHAND) leaves rem alone."""
+    assert_native_then_model(guest, mode, expected)
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("poll", b"poll r=-1 errno=4 hits=1\n"),
+    ("poll_restart", b"poll r=-1 errno=4 hits=1\n"),
+    ("ppoll", b"ppoll r=-1 errno=4 hits=1 left_cs=100\n"),
+    ("ppoll_restart", b"ppoll r=-1 errno=4 hits=1 left_cs=100\n"),
+    ("select", b"select r=-1 errno=4 hits=1 left_cs=95\n"),
+    ("select_restart", b"select r=-1 errno=4 hits=1 left_cs=95\n"),
+    ("pselect", b"pselect r=-1 errno=4 hits=1\n"),
+])
+def test_poll_and_select(guest, mode, expected):
+    """EINTR with or without SA_RESTART; select writes back the time left."""
+    assert_native_then_model(guest, mode, expected)
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("pause", b"pause r=-1 errno=4 hits=1\n"),
+    ("pause_restart", b"pause r=-1 errno=4 hits=1\n"),
+    ("sigsuspend", b"sigsuspend r=-1 errno=4 hits=1\n"),
+    ("sigsuspend_restart", b"sigsuspend r=-1 errno=4 hits=1\n"),
+    ("sigtimedwait", b"sigtimedwait r=-1 errno=4 hits=1\n"),
+    ("sigtimedwait_restart", b"sigtimedwait r=-1 errno=4 hits=1\n"),
+])
+def test_signal_waits(guest, mode, expected):
+    assert_native_then_model(guest, mode, expected)
+
+
+@pytest.mark.parametrize("mode", ["sigsuspend_ignored", "ppoll_ignored"])
+def test_an_ignored_signal_the_temporary_mask_lets_through_restarts_the_call(guest, mode):
+    """A blocked SIGCHLD (default action: ignore) pends; the call's temporary mask
+    unblocks it, it is discarded at delivery, and with no handler to run the call is
+    restarted - only the timer's SIGALRM ends it."""
+    assert_native_then_model(guest, mode, f"{mode} r=-1 errno=4 hits=1 chld_pending=1 then=0\n".encode())
+
+
+def _ignore_sigusr1_once_sent(m, calls):
+    """Record every syscall; once the child's kill has queued SIGUSR1 (and woken the
+    sleeping parent), the parent's action becomes SIG_IGN, as another thread's
+    sigaction could make it: at delivery there is no handler to run."""
+    parent = m.main_process
+
+    def on_event(e):
+        if isinstance(e, ev.Syscall) and e.task.process is parent:
+            calls.append((e.nr, e.rip))
+        elif isinstance(e, ev.SyscallReturn) and e.nr == NR_KILL and e.task.process is not parent:
+            parent.sigactions[SIGUSR1] = struct.pack("<QQQQ", 1, 0, 0, 0)
+    m.events.subscribe(on_event, ev.Syscall, ev.SyscallReturn)
+
+
+def test_nanosleep_without_a_handler_restarts_through_restart_syscall(guest):
+    """The interrupted clock_nanosleep is re-entered at its syscall instruction as
+    restart_syscall (rax 219), which sleeps on to the original expiry: nanosleep
+    returns 0 and the sleep lasts the full second of virtual time.  rem holds what was
+    left at the interruption (nanosleep_copyout writes it before the restart)."""
+    m = Machine.from_elf(guest, argv=[guest, "nanosleep_child"])
+    calls = []
+    _ignore_sigusr1_once_sent(m, calls)
+    start = m.syscalls.clock_ns
+    r = m.run(timeout=60)
+    assert (r.reason, r.stdout) == ("exit", b"nanosleep_child r=0 errno=0 hits=0 rem_cs=90\n"), \
+        f"{r.stdout!r} ({r.describe()})"
+    sleeps = [c for c in calls if c[0] in (NR_CLOCK_NANOSLEEP, NR_RESTART_SYSCALL)]
+    assert [nr for nr, _ in sleeps] == [NR_CLOCK_NANOSLEEP, NR_RESTART_SYSCALL], f"syscalls {sleeps}"
+    assert sleeps[0][1] == sleeps[1][1], f"restart at {sleeps[1][1]:#x}, nanosleep at {sleeps[0][1]:#x}"
+    elapsed = m.syscalls.clock_ns - start
+    assert 1_000_000_000 <= elapsed < 1_010_000_000, f"the sleep took {elapsed} ns of virtual time"
+
+
+def test_restart_syscall_after_sigreturn_is_eintr(guest):
+    """restore_sigcontext resets the restart block (do_no_restart_syscall): a
+    restart_syscall after a handler returned answers -EINTR."""
+    m = Machine.from_elf(guest, argv=[guest, "nanosleep"])
+    m.run(timeout=60)
+    task = m.all_tasks[0]
+    assert task.restart_block is None, "rt_sigreturn left a restart block"
+    assert m.syscalls.sys_restart_syscall(task, None) == -4
+
+
+def _saved_rax_rip(m, e) -> tuple[int, int]:
+    """rax and rip of the uc_mcontext in the frame a SignalHandler event announces
+    (struct sigcontext: rax is slot 13, rip slot 16; the ucontext is 8 bytes in)."""
+    mc = e.frame + 8 + 40
+    return struct.unpack("<Q", m.mem.read(mc + 13 * 8, 8))[0], struct.unpack("<Q", m.mem.read(mc + 16 * 8, 8))[0]
+
+
+def test_the_interrupting_signal_s_frame_saves_eintr_and_the_resume_point(guest):
+    """handle_signal fixes rax before setup_rt_frame: the handler's uc_mcontext holds
+    rax = -EINTR and rip after the syscall for a read without SA_RESTART."""
+    m = Machine.from_elf(guest, argv=[guest, "read"])
+    seen = []
+
+    m.events.subscribe(lambda e: seen.append(_saved_rax_rip(m, e)), ev.SignalHandler)
+    calls = []
+    m.events.subscribe(lambda e: calls.append(e.rip) if e.nr == 0 else None, ev.Syscall)
+    r = m.run(timeout=60)
+    assert r.reason == "exit", r.describe()
+    assert len(seen) == 1 and len(calls) == 1, (seen, calls)
+    assert seen[0] == ((-4) & (2**64 - 1), calls[0] + 2), \
+        f"saved rax/rip {seen[0][0]:#x}/{seen[0][1]:#x}, want -EINTR/{calls[0] + 2:#x}"
+
+
+def test_sa_restart_saves_the_syscall_to_re_execute(guest):
+    """Under SA_RESTART the frame saves rax = orig_rax (read, 0) and rip at the
+    syscall instruction itself: sigreturn re-executes it."""
+    m = Machine.from_elf(guest, argv=[guest, "read_restart"])
+    seen, calls = [], []
+
+    m.events.subscribe(lambda e: seen.append(_saved_rax_rip(m, e)), ev.SignalHandler)
+    m.events.subscribe(lambda e: calls.append(e.rip) if e.nr == 0 else None, ev.Syscall)
+    r = m.run(timeout=60)
+    assert (r.reason, r.stdout) == ("exit", b"read r=1 errno=0 hits=1 c=x\n"), r.describe()
+    assert len(calls) == 2 and calls[0] == calls[1], f"read entered at {calls}"
+    assert seen == [(0, calls[0])], f"saved rax/rip {seen}, want (0, {calls[0]:#x})"
