@@ -378,6 +378,7 @@ class Machine:
         self._switch_requested = False
         self._stopped_by_hook = False
         self._in_syscall = False
+        self._run_deadline: float | None = None    # the wall-clock end of the current run()
         self._db_after_syscall: tuple | None = None   # (task, rip): see _syscall
         self._running = False            # inside emu_start
         self._in_step = False            # inside step(): a hook added then does not restart
@@ -1055,6 +1056,7 @@ class Machine:
             self._translation_mode("run")
         start = time.perf_counter()
         deadline = start + timeout if timeout else None
+        self._run_deadline = deadline        # interrupted(): a wait for the host ends there
         remaining = int(max_insns) if max_insns else None
         spurious, last_spurious = 0, None
         while True:
@@ -1128,9 +1130,12 @@ class Machine:
                                    detail=self._enosys_loop_detail(),
                                    insns=int(max_insns))
                 break
+            self.syscalls.poll_host_waits()         # a host stdin reader whose input came
             nxt = self.scheduler.pick(self.tasks)
             if nxt is None and self.syscalls.idle():
                 nxt = self.scheduler.pick(self.tasks)   # idle: the clock jumped to a deadline
+            if nxt is None and (self._stop_requested or (deadline and time.perf_counter() >= deadline)):
+                continue                     # waiting for the host ended by a stop or the timeout
             if nxt is None:
                 result = RunResult("stopped", rip=self._rip(), rip_symbol=self.symbolize(self._rip()),
                                    detail="deadlock: every task is blocked")
@@ -1172,6 +1177,7 @@ class Machine:
         self._pending_fault = None
 
     def _end(self, result: RunResult) -> RunResult:
+        self._run_deadline = None
         self._account()
         self._release_exited()
         result.stdout, result.stderr = bytes(self.stdout), bytes(self.stderr)
@@ -1463,7 +1469,9 @@ class Machine:
     def interrupted(self) -> bool:
         """Must a waiting read give up?  The run's timeout fired (Unicorn's timer
         thread) or a stop / Ctrl-C was requested."""
-        return self._stop_requested is not None or bool(self.uc.query(UCC.UC_QUERY_TIMEOUT))
+        if self._stop_requested is not None or bool(self.uc.query(UCC.UC_QUERY_TIMEOUT)):
+            return True
+        return self._run_deadline is not None and time.perf_counter() >= self._run_deadline
 
     # ------------------------------------------------------------------ Ctrl-C
     def interruptible(self):

@@ -9,7 +9,11 @@ through restart_syscall).  Each case is pinned by a native run of the same guest
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import threading
+import time
 
 import pytest
 
@@ -186,3 +190,54 @@ def test_sa_restart_saves_the_syscall_to_re_execute(guest):
     assert (r.reason, r.stdout) == ("exit", b"read r=1 errno=0 hits=1 c=x\n"), r.describe()
     assert len(calls) == 2 and calls[0] == calls[1], f"read entered at {calls}"
     assert seen == [(0, calls[0])], f"saved rax/rip {seen}, want (0, {calls[0]:#x})"
+
+
+def _feed_later(fd: int, delay: float) -> threading.Thread:
+    """Write b"hello" to ``fd`` after ``delay`` seconds (if the reader is still there),
+    then close it."""
+    def feed():
+        time.sleep(delay)
+        try:
+            os.write(fd, b"hello")
+        except BrokenPipeError:
+            pass
+        time.sleep(0.3)
+        os.close(fd)
+    t = threading.Thread(target=feed, daemon=True)
+    t.start()
+    return t
+
+
+def _native_with_stdin(guest, mode, delay):
+    r, w = os.pipe()
+    proc = subprocess.Popen([guest, mode], stdin=r, stdout=subprocess.PIPE)
+    os.close(r)
+    feeder = _feed_later(w, delay)
+    out = proc.communicate(timeout=60)[0]
+    feeder.join()
+    return out
+
+
+def _model_with_stdin(guest, mode, delay):
+    r, w = os.pipe()
+    m = Machine.from_elf(guest, argv=[guest, mode], stdin=r)
+    os.close(r)
+    feeder = _feed_later(w, delay)
+    res = m.run(timeout=60)
+    feeder.join()
+    return res
+
+
+@pytest.mark.parametrize("mode, delay, expected", [
+    ("stdin", 0.3, b"stdin r=-1 errno=4 hits=1 got=-\n"),
+    ("stdin_restart", 0.3, b"stdin r=5 errno=0 hits=1 got=hello\n"),
+    ("stdin", 0.0, b"stdin r=5 errno=0 hits=0 got=hello\n"),
+])
+def test_a_read_of_the_host_stdin(guest, mode, delay, expected):
+    """fd 0 is a host pipe that gets bytes ``delay`` s later: the read sleeps, the
+    50 ms timer interrupts it (ERESTARTSYS: EINTR, or restarted under SA_RESTART and
+    then given the bytes); bytes already there are read before the timer fires."""
+    native = _native_with_stdin(guest, mode, delay)
+    assert native == expected, f"the host disagrees with the spec: {native!r}"
+    res = _model_with_stdin(guest, mode, delay)
+    assert (res.reason, res.stdout) == ("exit", expected), f"{res.stdout!r} ({res.describe()})"

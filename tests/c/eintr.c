@@ -2,6 +2,8 @@
  * handle_signal / arch_do_signal_or_restart).  A 50 ms ITIMER_REAL (or a child's kill)
  * interrupts the sleep; the handler is installed with SA_RESTART when the mode ends in
  * "_restart".  Each mode prints one line.
+ *   stdin         - read of fd 0 (a host pipe the test writes to 300 ms later): -1 EINTR;
+ *                   with SA_RESTART the read restarts and gets the bytes;
  *   read          - read of an empty pipe: -1 EINTR; with SA_RESTART the read restarts
  *                   and gets the byte the handler wrote;
  *   write         - write to a full pipe: -1 EINTR; with SA_RESTART the handler drains
@@ -105,7 +107,13 @@ int main(int argc, char **argv)
     int r = 0, e = 0;
     pipe(fds);
     catch(SIGALRM, restart);
-    if (!strncmp(mode, "read", 4)) {
+    if (!strncmp(mode, "stdin", 5)) {
+        char got[16] = "";
+        timer_ms(50);
+        r = read(0, got, sizeof got - 1);
+        e = errno;
+        printf("stdin r=%d errno=%d hits=%d got=%s\n", r, r < 0 ? e : 0, hits, r > 0 ? got : "-");
+    } else if (!strncmp(mode, "read", 4)) {
         char c = 0;
         timer_ms(50);
         r = read(fds[0], &c, 1);
