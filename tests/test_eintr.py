@@ -59,11 +59,26 @@ def test_wait4_and_waitid(guest, mode, expected):
 @pytest.mark.parametrize("mode, expected", [
     ("futex", b"futex r=-1 errno=4 hits=1\n"),
     ("futex_restart", b"futex r=-1 errno=11 hits=1\n"),
+    ("futex_timed", b"futex_timed r=-1 errno=4 hits=1\n"),
+    ("futex_timed_restart", b"futex_timed r=-1 errno=4 hits=1\n"),
 ])
 def test_futex_wait(guest, mode, expected):
-    """FUTEX_WAIT without a timeout: ERESTARTSYS; the restarted wait sees the word the
-    handler changed and answers EAGAIN."""
+    """FUTEX_WAIT without a timeout: ERESTARTSYS, and the restarted wait sees the word
+    the handler changed (EAGAIN); with a timeout: ERESTART_RESTARTBLOCK, EINTR even
+    under SA_RESTART."""
     assert_native_then_model(guest, mode, expected)
+
+
+@pytest.mark.parametrize("mode", ["futex_timeout", "futex_abs"])
+def test_a_futex_timeout_passes_on_the_virtual_clock(guest, mode):
+    """A relative FUTEX_WAIT / an absolute FUTEX_WAIT_BITSET (CLOCK_MONOTONIC) timeout
+    of 100 ms: the task sleeps until the clock gets there, then ETIMEDOUT."""
+    assert_native_then_model(guest, mode, f"{mode} r=-1 errno=110 bad=-1/22\n".encode())
+    m = Machine.from_elf(guest, argv=[guest, mode])
+    start = m.syscalls.clock_ns
+    m.run(timeout=60)
+    elapsed = m.syscalls.clock_ns - start
+    assert 100_000_000 <= elapsed < 101_000_000, f"the wait took {elapsed} ns of virtual time"
 
 
 @pytest.mark.parametrize("mode, expected", [

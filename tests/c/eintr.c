@@ -15,6 +15,9 @@
  *   waitid        - waitid interrupted by the timer: -1 EINTR; SA_RESTART restarts it;
  *   futex         - FUTEX_WAIT: -1 EINTR; SA_RESTART restarts it and the handler's store
  *                   to the word makes it EAGAIN;
+ *   futex_timed   - FUTEX_WAIT with a 1 s timeout: -1 EINTR, SA_RESTART or not;
+ *   futex_timeout, futex_abs - a relative / absolute (BITSET, MONOTONIC) 100 ms timeout
+ *                   passes: ETIMEDOUT; a malformed timeout is EINVAL;
  *   nanosleep     - -1 EINTR (SA_RESTART or not) and the time left, rounded to 10 ms;
  *   nanosleep_child - the SIGUSR1 a child sends 100 ms into a 1 s nanosleep: EINTR, 90 cs left;
  *   clock_abs     - clock_nanosleep(TIMER_ABSTIME): -1 EINTR, rem untouched;
@@ -166,6 +169,26 @@ int main(int argc, char **argv)
         printf("waitid r=%d errno=%d hits=%d status=%d\n", r, r < 0 ? e : 0, hits, si.si_status);
         if (r < 0)
             waitpid(pid, 0, 0);
+    } else if (!strncmp(mode, "futex_timed", 11)) {
+        struct timespec ts = {1, 0};
+        timer_ms(50);
+        r = syscall(SYS_futex, &futex_word, FUTEX_WAIT_PRIVATE, 0, &ts, 0, 0);
+        e = errno;
+        printf("futex_timed r=%d errno=%d hits=%d\n", r, r < 0 ? e : 0, hits);
+    } else if (is("futex_timeout") || is("futex_abs")) {
+        struct timespec ts = {0, 100000000}, now;
+        int op = FUTEX_WAIT_PRIVATE;
+        if (is("futex_abs")) {
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            ts.tv_sec = now.tv_sec + (now.tv_nsec + 100000000) / 1000000000;
+            ts.tv_nsec = (now.tv_nsec + 100000000) % 1000000000;
+            op = FUTEX_WAIT_BITSET_PRIVATE;
+        }
+        r = syscall(SYS_futex, &futex_word, op, 0, &ts, 0, FUTEX_BITSET_MATCH_ANY);
+        e = errno;
+        struct timespec bad = {0, 1000000000};
+        int rb = syscall(SYS_futex, &futex_word, FUTEX_WAIT_PRIVATE, 0, &bad, 0, 0);
+        printf("%s r=%d errno=%d bad=%d/%d\n", mode, r, r < 0 ? e : 0, rb, errno);
     } else if (!strncmp(mode, "futex", 5)) {
         timer_ms(50);
         r = syscall(SYS_futex, &futex_word, FUTEX_WAIT_PRIVATE, 0, 0, 0, 0);
