@@ -45,7 +45,7 @@ from .loader import load_image
 from .memory import DEFAULT_MAX_MEMORY, GuestFault, MappedFile, Memory, MemoryLimit
 from .regs import GPR_NAMES, RF, TF, PtRegs
 from .sched import Scheduler
-from .signals import SIGNALS, RunResult
+from .signals import SIGNALS, RunResult, signal_name
 from .syscall_names import SYSCALL_NAMES
 from .syscalls import Syscalls
 from .task import PendingSignal, Process, Task
@@ -930,8 +930,9 @@ class Machine:
                                    altstack=task.sigaltstack, onstack=bool(flags & sf.SA_ONSTACK))
             self.mem.write_user(frame.fpstate_at, frame.fpstate)
             self.mem.write_user(frame.at, frame.frame)
-        except GuestFault:
-            return False                     # no room for the frame: SIGSEGV kills
+        except (GuestFault, sf.FrameOverflow) as e:
+            self._force_sigsegv(task, signo, str(e))
+            return True
         self.fpu.init(self.uc)               # fpu__clear_user_states: the handler starts clean
         frame_at = frame.at
         regs.rsp, regs.rip = frame_at, handler
@@ -949,6 +950,14 @@ class Machine:
         if self.events:
             self.events.publish(ev.SignalHandler(task, signo, handler, frame_at))
         return True
+
+    def _force_sigsegv(self, task: Task, signo: int, why: str) -> None:
+        """signal_setup_done(failed) -> force_sigsegv: no frame could be built for
+        ``signo``'s handler; SIGSEGV comes next (at its default action if it was
+        SIGSEGV's own handler that failed)."""
+        if signo == SIGSEGV:
+            task.process.sigactions.pop(SIGSEGV, None)
+        self.send_sig(task, SIGSEGV, detail=f"no room for the {signal_name(signo)} frame ({why})")
 
     @staticmethod
     def _fatal_if_ignored(signo: int) -> bool:
