@@ -1315,6 +1315,8 @@ class Machine:
         self._begin()
         self._translation_mode("step")
         task = self.task
+        if self._finish_sleep(task):
+            return self._end(self._result) if self._result is not None else None
         rip = self._rip()
         if self._is_hlt(rip):
             regs = self.read_regs()
@@ -1330,6 +1332,19 @@ class Machine:
         if self._result is None:
             return None
         return self._end(self._result)
+
+    def _finish_sleep(self, task: Task) -> bool:
+        """Before a single step of a task that slept in a syscall: with nobody else to
+        run, the idle machine wakes it (the clock jumps to its deadline); once awake its
+        syscall completes as in :meth:`run` (result, signal, restart).  True when that
+        kernel work was the step (a handler frame, or the guest ended)."""
+        if task.state == "blocked" and not any(t.state == "running" for t in self.tasks):
+            self.syscalls.idle()
+        if task.state != "running":
+            return False
+        if task.pending_rax is not None or task.on_resume is not None:
+            self._switch_to(task)
+        return self._resume_exit_work(task)
 
     def _is_hlt(self, rip: int) -> bool:
         try:

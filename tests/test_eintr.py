@@ -256,3 +256,33 @@ def test_a_read_of_the_host_stdin(guest, mode, delay, expected):
     assert native == expected, f"the host disagrees with the spec: {native!r}"
     res = _model_with_stdin(guest, mode, delay)
     assert (res.reason, res.stdout) == ("exit", expected), f"{res.stdout!r} ({res.describe()})"
+
+
+SLEEP_THEN_EXIT = """_start:
+    lea rdi, [rip + req]
+    xor esi, esi
+    mov eax, 35
+    syscall
+    mov rdi, rax
+    mov eax, 60
+    syscall
+req:
+    .quad 0
+    .quad 100000000
+"""
+
+
+def test_single_steps_over_a_sleep_complete_it():
+    """step() after the syscall that put the only task to sleep: the idle machine moves
+    the clock to the wake-up and the syscall's result (0) is in rax before the next
+    instruction runs; the guest exits 0."""
+    m = Machine.from_asm(SLEEP_THEN_EXIT)
+    start = m.syscalls.clock_ns
+    for _ in range(4):                       # lea, xor, mov, syscall
+        assert m.step() is None
+    assert m.task.state == "blocked", m.task.state
+    assert m.step() is None                  # mov rdi, rax
+    assert (m.regs.rdi, m.syscalls.clock_ns - start) == (0, 100_000_000), (m.regs.rdi, m.syscalls.clock_ns - start)
+    m.step()
+    r = m.step()
+    assert r is not None and (r.reason, r.exit_code) == ("exit", 0), r and r.describe()
