@@ -204,11 +204,13 @@ def _emu_counter_offset() -> int | None:
 
 
 _FPU_CODE, _FPU_BUF = 0x10000, 0x11000
-_XSAVE = b"\x48\x0f\xae\x27"              # xsave64 (%rdi)
-_XRSTOR = b"\x48\x0f\xae\x2f"             # xrstor64 (%rdi)
-_FXRSTOR = b"\x48\x0f\xae\x0f"            # fxrstor64 (%rdi)
-_FPU_CLOBBERED = (X.UC_X86_REG_RDI, X.UC_X86_REG_RAX, X.UC_X86_REG_RDX, X.UC_X86_REG_RIP,
-                  X.UC_X86_REG_EFLAGS)
+# the instructions, each at its own address (written once: no retranslation per use)
+_XSAVE, _XRSTOR, _FXRSTOR = _FPU_CODE, _FPU_CODE + 16, _FPU_CODE + 32
+_FPU_TEXT = {_XSAVE: b"\x48\x0f\xae\x27",     # xsave64 (%rdi)
+             _XRSTOR: b"\x48\x0f\xae\x2f",    # xrstor64 (%rdi)
+             _FXRSTOR: b"\x48\x0f\xae\x0f"}   # fxrstor64 (%rdi)
+# the registers the scratch run uses: rdi, rax, rdx, rip, eflags
+_FPU_REGS = (X.UC_X86_REG_RDI, X.UC_X86_REG_RAX, X.UC_X86_REG_RDX, X.UC_X86_REG_RIP, X.UC_X86_REG_EFLAGS)
 
 
 class FpuUnit:
@@ -221,33 +223,42 @@ class FpuUnit:
 
     def __init__(self):
         self._uc: Uc | None = None
+        n = len(_FPU_REGS)
+        self._ids = (ctypes.c_int * n)(*_FPU_REGS)
+        self._saved = (ctypes.c_uint64 * n)()
+        self._setup = (ctypes.c_uint64 * n)()
+        self._saved_ptrs = (ctypes.c_void_p * n)(*[ctypes.addressof(self._saved) + 8 * i for i in range(n)])
+        self._setup_ptrs = (ctypes.c_void_p * n)(*[ctypes.addressof(self._setup) + 8 * i for i in range(n)])
 
     def _scratch(self) -> Uc:
         if self._uc is None:
             uc = Uc(UC_ARCH_X86, UC_MODE_64)
             uc.mem_map(_FPU_CODE, 0x2000)
+            for at, insn in _FPU_TEXT.items():
+                uc.mem_write(at, insn)
             self._uc = uc
         return self._uc
 
-    def _run(self, uc: Uc, insn: bytes, rfbm: int, image: bytes | None) -> bytes:
-        """Execute ``insn`` on (%rdi) = the buffer with edx:eax = ``rfbm`` on ``uc``'s
-        CPU state (TF off); when ``image`` was given the state afterwards becomes
-        ``uc``'s, the registers used put back.  Returns the buffer."""
+    def _batch(self, fn, ptrs) -> None:
+        status = fn(self._uc._uch, self._ids, ptrs, len(_FPU_REGS))
+        if status:
+            raise UcError(status)
+
+    def _run(self, uc: Uc, at: int, rfbm: int, image: bytes | None) -> bytes:
+        """Execute the instruction at ``at`` on (%rdi) = the buffer with edx:eax =
+        ``rfbm`` on ``uc``'s CPU state (TF off); when ``image`` was given the state
+        afterwards becomes ``uc``'s, the registers used put back.  Returns the buffer."""
         s = self._scratch()
         s.context_restore(uc.context_save())
-        saved = [s.reg_read(r) for r in _FPU_CLOBBERED]
+        self._batch(uclib.uc_reg_read_batch, self._saved_ptrs)
         if image is not None:
             s.mem_write(_FPU_BUF, image)
-        s.mem_write(_FPU_CODE, insn)
-        s.reg_write(X.UC_X86_REG_RDI, _FPU_BUF)
-        s.reg_write(X.UC_X86_REG_RAX, rfbm & 0xFFFFFFFF)
-        s.reg_write(X.UC_X86_REG_RDX, rfbm >> 32)
-        s.reg_write(X.UC_X86_REG_EFLAGS, saved[4] & ~TF)     # no single-step trap in here
-        s.emu_start(_FPU_CODE, _FPU_CODE + len(insn))
-        for reg, value in zip(_FPU_CLOBBERED, saved):
-            s.reg_write(reg, value)
+        self._setup[:] = [_FPU_BUF, rfbm & 0xFFFFFFFF, rfbm >> 32, at, self._saved[4] & ~TF]
+        self._batch(uclib.uc_reg_write_batch, self._setup_ptrs)   # no single-step trap in here
+        s.emu_start(at, at + 4)
         out = bytes(s.mem_read(_FPU_BUF, fpu.USER_XSTATE_SIZE))
         if image is not None:
+            self._batch(uclib.uc_reg_write_batch, self._saved_ptrs)
             uc.context_restore(s.context_save())
         return out
 
@@ -279,8 +290,7 @@ class FpuUnit:
 
     def copy(self, src: Uc, dst: Uc) -> None:
         """fpu_clone: ``dst`` gets ``src``'s FPU registers."""
-        image = self.xsave(src)
-        self._run(dst, _XRSTOR, fpu.USER_XFEATURES, image)
+        self._run(dst, _XRSTOR, fpu.USER_XFEATURES, self.xsave(src))
 
 
 class OutputBuffer(bytearray):
