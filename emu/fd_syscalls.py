@@ -173,9 +173,12 @@ class FdSyscalls:
         """A read of fd 0 backed by a host descriptor: what is there now, or sleep (as
         n_tty_read / pipe_read do, -ERESTARTSYS when a signal comes first) while other
         tasks run; when every task sleeps the machine waits for the host in wall time,
-        up to the next virtual deadline (see :meth:`wait_host_input`)."""
+        up to the next virtual deadline (see :meth:`wait_host_input`).  O_NONBLOCK (set
+        with fcntl on the guest's description): -EAGAIN instead of sleeping."""
         if _host_ready(f):
             return self._copy_out(task, buf, f.read(count, self.interrupted))
+        if f.status_flags & O_NONBLOCK:
+            return _neg(E.EAGAIN)
         token = self._sleep_on(task)
 
         def retry() -> bool:
@@ -314,7 +317,8 @@ class FdSyscalls:
         err = self._set_user_sigmask(task, sigmask, sigsetsize)
         if err:
             return err
-        return self._restore_sigmask_unless_interrupted(task, self._poll(task, ufds, nfds, timeout, tsp or None))
+        ret = self._poll(task, ufds, nfds, timeout, tsp or None)
+        return self._restore_sigmask_unless_interrupted(task, ret)
 
     def _set_user_sigmask(self, task, uset: int, size: int) -> int:
         """set_user_sigmask: ppoll/pselect6's mask for the duration of the wait (the

@@ -1122,7 +1122,7 @@ class Machine:
                         break
                 elif why == "timeout":
                     result = RunResult("timeout", rip=self._rip(), rip_symbol=self.symbolize(self._rip()),
-                                   detail=self._enosys_loop_detail())
+                                       detail=self._enosys_loop_detail())
                     break
                 elif why == "count":
                     if not multi and (remaining is None or remaining > 0):

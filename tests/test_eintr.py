@@ -247,11 +247,13 @@ def _model_with_stdin(guest, mode, delay):
     ("stdin", 0.3, b"stdin r=-1 errno=4 hits=1 got=-\n"),
     ("stdin_restart", 0.3, b"stdin r=5 errno=0 hits=1 got=hello\n"),
     ("stdin", 0.0, b"stdin r=5 errno=0 hits=0 got=hello\n"),
+    ("stdin_nonblock", 0.3, b"stdin_nonblock r=-1 errno=11\n"),
 ])
 def test_a_read_of_the_host_stdin(guest, mode, delay, expected):
     """fd 0 is a host pipe that gets bytes ``delay`` s later: the read sleeps, the
     50 ms timer interrupts it (ERESTARTSYS: EINTR, or restarted under SA_RESTART and
-    then given the bytes); bytes already there are read before the timer fires."""
+    then given the bytes); bytes already there are read before the timer fires; with
+    O_NONBLOCK an empty stdin is EAGAIN."""
     native = _native_with_stdin(guest, mode, delay)
     assert native == expected, f"the host disagrees with the spec: {native!r}"
     res = _model_with_stdin(guest, mode, delay)

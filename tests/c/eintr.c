@@ -4,6 +4,7 @@
  * "_restart".  Each mode prints one line.
  *   stdin         - read of fd 0 (a host pipe the test writes to 300 ms later): -1 EINTR;
  *                   with SA_RESTART the read restarts and gets the bytes;
+ *   stdin_nonblock - the same read with O_NONBLOCK: -1 EAGAIN;
  *   read          - read of an empty pipe: -1 EINTR; with SA_RESTART the read restarts
  *                   and gets the byte the handler wrote;
  *   write         - write to a full pipe: -1 EINTR; with SA_RESTART the handler drains
@@ -110,7 +111,13 @@ int main(int argc, char **argv)
     int r = 0, e = 0;
     pipe(fds);
     catch(SIGALRM, restart);
-    if (!strncmp(mode, "stdin", 5)) {
+    if (is("stdin_nonblock")) {
+        char got[16];
+        fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+        r = read(0, got, sizeof got);
+        e = errno;
+        printf("stdin_nonblock r=%d errno=%d\n", r, r < 0 ? e : 0);
+    } else if (!strncmp(mode, "stdin", 5)) {
         char got[16] = "";
         timer_ms(50);
         r = read(0, got, sizeof got - 1);
