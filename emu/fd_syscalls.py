@@ -505,6 +505,18 @@ class FdSyscalls:
         nanosleep); one a signal or its pipe ended is no deadline any more."""
         return min((e[0] for e in self._timeouts() if not e[3]["done"]), default=None)
 
+    def expire_due(self) -> None:
+        """Fire the sleeps (poll, select, nanosleep, futex) whose deadline the clock
+        has reached while tasks ran."""
+        pending = self._timeouts()
+        if not any(e[0] <= self.clock_ns for e in pending):
+            return
+        due = sorted((e for e in pending if e[0] <= self.clock_ns), key=lambda e: (e[0], e[1]))
+        pending[:] = [e for e in pending if e[0] > self.clock_ns]
+        for _, _, fire, state in due:
+            if not state["done"]:
+                fire()
+
     def expire_timeouts(self) -> bool:
         """Every task sleeps: move the virtual clock to the earliest poll/select
         deadline and time that sleeper out.  False when no deadline is pending."""

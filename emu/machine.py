@@ -1100,12 +1100,16 @@ class Machine:
                 break
             rip = self._rip()
             task.slices += 1
+            ran = None
             if self._resume_exit_work(task):
                 stopped_early = True         # sent from outside a trap: deliver first
             else:
                 stopped_early = self._emulate(rip, left, count)
+                if multi:                    # the others' sleeps and timers see the time pass
+                    ran = self._insns_run(count, stopped_early)
+                    self.syscalls.cpu_time_passes(ran)
             if remaining is not None:
-                remaining -= self._insns_run(count, stopped_early)
+                remaining -= ran if ran is not None else self._insns_run(count, stopped_early)
             self._raise_hook_error()
             if self._result is not None:
                 result = self._result

@@ -288,3 +288,11 @@ def test_single_steps_over_a_sleep_complete_it():
     m.step()
     r = m.step()
     assert r is not None and (r.reason, r.exit_code) == ("exit", 0), r and r.describe()
+
+
+def test_a_task_spinning_until_a_sleeper_wakes_lets_it_wake(build_c):
+    """The virtual clock moves with the instructions other tasks run (1 ns each), so
+    a 2 ms usleep ends while a thread spins waiting for it, instead of only when every
+    task sleeps."""
+    exe = build_c("spin_sleep.c", "-static", "-pthread", name="spin_sleep")
+    assert_native_then_model(exe, "", b"done\n")
