@@ -1,5 +1,5 @@
 """Descriptor syscalls: dup/dup2/dup3, fcntl, pipe/pipe2, poll/ppoll/select/pselect6,
-and the sleeping halves of read/write on pipes.
+and the sleeping halves of read/write on pipes and of reads of a host stdin.
 
 A mixin of :class:`emu.syscalls.Syscalls`.  A task that must wait (a read on an empty
 pipe, a write on a full one, a poll with nothing ready) is put to sleep with
@@ -14,8 +14,11 @@ deadline on the virtual clock: when every task sleeps, the machine asks
 from __future__ import annotations
 
 import errno as E
+import select
 import struct
+import time
 
+from .files import POLL_SLICE_MS, HostInput
 from .memory import GuestFault
 from .pipes import (POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT, POLLPRI, POLLRDBAND, POLLRDNORM,
                     POLLWRBAND, POLLWRNORM, Pipe, PipeEnd)
@@ -38,6 +41,14 @@ ERESTARTSYS, ERESTARTNOHAND, ERESTART_RESTARTBLOCK = 512, 514, 516
 
 def _neg(err: int) -> int:
     return -err
+
+
+def _host_ready(f) -> bool:
+    """Would a read of the host descriptor behind ``f`` return at once (data, end of
+    file or an error)?"""
+    poller = select.poll()
+    poller.register(f.fd, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))
 
 
 def _int(value: int) -> int:
@@ -157,6 +168,74 @@ class FdSyscalls:
         self.m.block(task, "pipe_read", interrupt=_neg(ERESTARTSYS))
         return None
 
+    # -- reads of a host descriptor (the CLI's stdin) ---------------------------------
+    def host_read(self, task, f: HostInput, buf: int, count: int) -> int | None:
+        """A read of fd 0 backed by a host descriptor: what is there now, or sleep (as
+        n_tty_read / pipe_read do, -ERESTARTSYS when a signal comes first) while other
+        tasks run; when every task sleeps the machine waits for the host in wall time,
+        up to the next virtual deadline (see :meth:`wait_host_input`).  O_NONBLOCK (set
+        with fcntl on the guest's description): -EAGAIN instead of sleeping."""
+        if _host_ready(f):
+            return self._copy_out(task, buf, f.read(count, self.interrupted))
+        if f.status_flags & O_NONBLOCK:
+            return _neg(E.EAGAIN)
+        token = self._sleep_on(task)
+
+        def retry() -> bool:
+            if not self._still_asleep(task, token):
+                return True
+            if not _host_ready(f):
+                return False
+            self.m.wake(task, self._copy_out(task, buf, f.read(count, self.interrupted)))
+            return True
+
+        self._host_waits().append((f, retry))
+        self.m.block(task, "host_read", interrupt=_neg(ERESTARTSYS))
+        return None
+
+    def _host_waits(self) -> list:
+        if not hasattr(self, "_host_waiters"):
+            self._host_waiters = []
+        return self._host_waiters
+
+    def poll_host_waits(self, timeout_ms: int = 0) -> bool:
+        """Complete the host reads whose descriptor became readable within
+        ``timeout_ms``; True when a sleeper woke.  Cheap when nobody waits."""
+        waits = self._host_waits()
+        if not waits:
+            return False
+        if timeout_ms:
+            poller = select.poll()
+            for f, _ in waits:
+                poller.register(f.fd, select.POLLIN | select.POLLPRI)
+            poller.poll(timeout_ms)
+        before = sum(1 for t in self.m.tasks if t.state == "running")
+        waits[:] = [(f, retry) for f, retry in waits if not retry()]
+        return sum(1 for t in self.m.tasks if t.state == "running") > before
+
+    def wait_host_input(self, until_ns: int | None) -> bool:
+        """Every task sleeps and some wait for the host: wait for its input in wall time
+        (a virtual ns is a real one here), at most until the virtual deadline
+        ``until_ns``, in slices so the run's timeout or Ctrl-C ends the wait.  The
+        virtual clock moves on by the time waited.  True when a reader woke; False at
+        the deadline, when interrupted, or with no host reader."""
+        if not self._host_waits():
+            return False
+        start, base = time.monotonic_ns(), self.clock_ns
+        while True:
+            waited = time.monotonic_ns() - start
+            left = None if until_ns is None else until_ns - base - waited
+            if left is not None and left <= 0:
+                self.clock_ns = max(self.clock_ns, until_ns)
+                return False
+            slice_ms = POLL_SLICE_MS if left is None else max(1, min(POLL_SLICE_MS, left // 1_000_000))
+            woke = self.poll_host_waits(slice_ms)
+            self.clock_ns = max(self.clock_ns, base + time.monotonic_ns() - start)
+            if woke:
+                return True
+            if self.interrupted():
+                return False
+
     @staticmethod
     def _sleep_on(task) -> object:
         """A token for this sleep: a waiter left on a pipe from an earlier sleep (the
@@ -238,7 +317,8 @@ class FdSyscalls:
         err = self._set_user_sigmask(task, sigmask, sigsetsize)
         if err:
             return err
-        return self._restore_sigmask_unless_interrupted(task, self._poll(task, ufds, nfds, timeout, tsp or None))
+        ret = self._poll(task, ufds, nfds, timeout, tsp or None)
+        return self._restore_sigmask_unless_interrupted(task, ret)
 
     def _set_user_sigmask(self, task, uset: int, size: int) -> int:
         """set_user_sigmask: ppoll/pselect6's mask for the duration of the wait (the
@@ -424,6 +504,18 @@ class FdSyscalls:
         """The earliest deadline of a sleep still waiting for it (poll, select,
         nanosleep); one a signal or its pipe ended is no deadline any more."""
         return min((e[0] for e in self._timeouts() if not e[3]["done"]), default=None)
+
+    def expire_due(self) -> None:
+        """Fire the sleeps (poll, select, nanosleep, futex) whose deadline the clock
+        has reached while tasks ran."""
+        pending = self._timeouts()
+        if not any(e[0] <= self.clock_ns for e in pending):
+            return
+        due = sorted((e for e in pending if e[0] <= self.clock_ns), key=lambda e: (e[0], e[1]))
+        pending[:] = [e for e in pending if e[0] > self.clock_ns]
+        for _, _, fire, state in due:
+            if not state["done"]:
+                fire()
 
     def expire_timeouts(self) -> bool:
         """Every task sleeps: move the virtual clock to the earliest poll/select

@@ -18,7 +18,7 @@ import struct
 import time
 from dataclasses import replace
 
-from .files import (O_LARGEFILE, HostFile, OpenFile, SpecialDir, attrs_stat_bytes,
+from .files import (O_LARGEFILE, HostFile, HostInput, OpenFile, SpecialDir, attrs_stat_bytes,
                     host_statx, host_syscall)
 from .vfs import (MAY_EXEC, MAY_READ, MAY_WRITE, PATH_MAX, RESOLVE_BENEATH, RESOLVE_CACHED,
                   RESOLVE_IN_ROOT, RESOLVE_NO_SYMLINKS, Loc, fs_capable, in_group)
@@ -449,6 +449,8 @@ class FsSyscalls:
             return _neg(E.EBADF)
         if f.is_pipe:
             return self.pipe_read(task, f, buf, min(count, MAX_RW_COUNT))
+        if isinstance(f, HostInput):
+            return self.host_read(task, f, buf, min(count, MAX_RW_COUNT))     # may sleep
         data = f.read(min(count, MAX_RW_COUNT), self.interrupted)
         if isinstance(data, int):
             return data
@@ -516,6 +518,9 @@ class FsSyscalls:
         if f.is_pipe:                              # a short read of the first buffer
             first = next(((b, n) for b, n in vecs if n), None)
             return 0 if first is None else self.pipe_read(task, f, first[0], first[1])
+        if isinstance(f, HostInput):                # the same short read, sleeping as read does
+            first = next(((b, n) for b, n in vecs if n), None)
+            return 0 if first is None else self.host_read(task, f, first[0], first[1])
         data = f.read(total, self.interrupted) if total else b""
         return data if isinstance(data, int) else self._scatter(vecs, data)
 

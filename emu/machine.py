@@ -45,7 +45,7 @@ from .loader import file_identity, load_image
 from .memory import DEFAULT_MAX_MEMORY, GuestFault, MappedFile, Memory, MemoryLimit, PageCache
 from .regs import GPR_NAMES, RF, TF, PtRegs
 from .sched import Scheduler
-from .signals import SIGNALS, RunResult
+from .signals import SIGNALS, RunResult, signal_name
 from .syscall_names import SYSCALL_NAMES
 from .syscalls import Syscalls
 from .task import PendingSignal, Process, Task
@@ -204,11 +204,13 @@ def _emu_counter_offset() -> int | None:
 
 
 _FPU_CODE, _FPU_BUF = 0x10000, 0x11000
-_XSAVE = b"\x48\x0f\xae\x27"              # xsave64 (%rdi)
-_XRSTOR = b"\x48\x0f\xae\x2f"             # xrstor64 (%rdi)
-_FXRSTOR = b"\x48\x0f\xae\x0f"            # fxrstor64 (%rdi)
-_FPU_CLOBBERED = (X.UC_X86_REG_RDI, X.UC_X86_REG_RAX, X.UC_X86_REG_RDX, X.UC_X86_REG_RIP,
-                  X.UC_X86_REG_EFLAGS)
+# the instructions, each at its own address (written once: no retranslation per use)
+_XSAVE, _XRSTOR, _FXRSTOR = _FPU_CODE, _FPU_CODE + 16, _FPU_CODE + 32
+_FPU_TEXT = {_XSAVE: b"\x48\x0f\xae\x27",     # xsave64 (%rdi)
+             _XRSTOR: b"\x48\x0f\xae\x2f",    # xrstor64 (%rdi)
+             _FXRSTOR: b"\x48\x0f\xae\x0f"}   # fxrstor64 (%rdi)
+# the registers the scratch run uses: rdi, rax, rdx, rip, eflags
+_FPU_REGS = (X.UC_X86_REG_RDI, X.UC_X86_REG_RAX, X.UC_X86_REG_RDX, X.UC_X86_REG_RIP, X.UC_X86_REG_EFLAGS)
 
 
 class FpuUnit:
@@ -221,33 +223,42 @@ class FpuUnit:
 
     def __init__(self):
         self._uc: Uc | None = None
+        n = len(_FPU_REGS)
+        self._ids = (ctypes.c_int * n)(*_FPU_REGS)
+        self._saved = (ctypes.c_uint64 * n)()
+        self._setup = (ctypes.c_uint64 * n)()
+        self._saved_ptrs = (ctypes.c_void_p * n)(*[ctypes.addressof(self._saved) + 8 * i for i in range(n)])
+        self._setup_ptrs = (ctypes.c_void_p * n)(*[ctypes.addressof(self._setup) + 8 * i for i in range(n)])
 
     def _scratch(self) -> Uc:
         if self._uc is None:
             uc = Uc(UC_ARCH_X86, UC_MODE_64)
             uc.mem_map(_FPU_CODE, 0x2000)
+            for at, insn in _FPU_TEXT.items():
+                uc.mem_write(at, insn)
             self._uc = uc
         return self._uc
 
-    def _run(self, uc: Uc, insn: bytes, rfbm: int, image: bytes | None) -> bytes:
-        """Execute ``insn`` on (%rdi) = the buffer with edx:eax = ``rfbm`` on ``uc``'s
-        CPU state (TF off); when ``image`` was given the state afterwards becomes
-        ``uc``'s, the registers used put back.  Returns the buffer."""
+    def _batch(self, fn, ptrs) -> None:
+        status = fn(self._uc._uch, self._ids, ptrs, len(_FPU_REGS))
+        if status:
+            raise UcError(status)
+
+    def _run(self, uc: Uc, at: int, rfbm: int, image: bytes | None) -> bytes:
+        """Execute the instruction at ``at`` on (%rdi) = the buffer with edx:eax =
+        ``rfbm`` on ``uc``'s CPU state (TF off); when ``image`` was given the state
+        afterwards becomes ``uc``'s, the registers used put back.  Returns the buffer."""
         s = self._scratch()
         s.context_restore(uc.context_save())
-        saved = [s.reg_read(r) for r in _FPU_CLOBBERED]
+        self._batch(uclib.uc_reg_read_batch, self._saved_ptrs)
         if image is not None:
             s.mem_write(_FPU_BUF, image)
-        s.mem_write(_FPU_CODE, insn)
-        s.reg_write(X.UC_X86_REG_RDI, _FPU_BUF)
-        s.reg_write(X.UC_X86_REG_RAX, rfbm & 0xFFFFFFFF)
-        s.reg_write(X.UC_X86_REG_RDX, rfbm >> 32)
-        s.reg_write(X.UC_X86_REG_EFLAGS, saved[4] & ~TF)     # no single-step trap in here
-        s.emu_start(_FPU_CODE, _FPU_CODE + len(insn))
-        for reg, value in zip(_FPU_CLOBBERED, saved):
-            s.reg_write(reg, value)
+        self._setup[:] = [_FPU_BUF, rfbm & 0xFFFFFFFF, rfbm >> 32, at, self._saved[4] & ~TF]
+        self._batch(uclib.uc_reg_write_batch, self._setup_ptrs)   # no single-step trap in here
+        s.emu_start(at, at + 4)
         out = bytes(s.mem_read(_FPU_BUF, fpu.USER_XSTATE_SIZE))
         if image is not None:
+            self._batch(uclib.uc_reg_write_batch, self._saved_ptrs)
             uc.context_restore(s.context_save())
         return out
 
@@ -279,8 +290,7 @@ class FpuUnit:
 
     def copy(self, src: Uc, dst: Uc) -> None:
         """fpu_clone: ``dst`` gets ``src``'s FPU registers."""
-        image = self.xsave(src)
-        self._run(dst, _XRSTOR, fpu.USER_XFEATURES, image)
+        self._run(dst, _XRSTOR, fpu.USER_XFEATURES, self.xsave(src))
 
 
 class OutputBuffer(bytearray):
@@ -392,6 +402,7 @@ class Machine:
         self._switch_requested = False
         self._stopped_by_hook = False
         self._in_syscall = False
+        self._run_deadline: float | None = None    # the wall-clock end of the current run()
         self._db_after_syscall: tuple | None = None   # (task, rip): see _syscall
         self._running = False            # inside emu_start
         self._in_step = False            # inside step(): a hook added then does not restart
@@ -948,8 +959,9 @@ class Machine:
                                    altstack=task.sigaltstack, onstack=bool(flags & sf.SA_ONSTACK))
             self.mem.write_user(frame.fpstate_at, frame.fpstate)
             self.mem.write_user(frame.at, frame.frame)
-        except GuestFault:
-            return False                     # no room for the frame: SIGSEGV kills
+        except (GuestFault, sf.FrameOverflow) as e:
+            self._force_sigsegv(task, signo, str(e))
+            return True
         self.fpu.init(self.uc)               # fpu__clear_user_states: the handler starts clean
         frame_at = frame.at
         regs.rsp, regs.rip = frame_at, handler
@@ -967,6 +979,14 @@ class Machine:
         if self.events:
             self.events.publish(ev.SignalHandler(task, signo, handler, frame_at))
         return True
+
+    def _force_sigsegv(self, task: Task, signo: int, why: str) -> None:
+        """signal_setup_done(failed) -> force_sigsegv: no frame could be built for
+        ``signo``'s handler; SIGSEGV comes next (at its default action if it was
+        SIGSEGV's own handler that failed)."""
+        if signo == SIGSEGV:
+            task.process.sigactions.pop(SIGSEGV, None)
+        self.send_sig(task, SIGSEGV, detail=f"no room for the {signal_name(signo)} frame ({why})")
 
     @staticmethod
     def _fatal_if_ignored(signo: int) -> bool:
@@ -1074,6 +1094,7 @@ class Machine:
             self._translation_mode("run")
         start = time.perf_counter()
         deadline = start + timeout if timeout else None
+        self._run_deadline = deadline        # interrupted(): a wait for the host ends there
         remaining = int(max_insns) if max_insns else None
         spurious, last_spurious = 0, None
         while True:
@@ -1098,12 +1119,16 @@ class Machine:
                 break
             rip = self._rip()
             task.slices += 1
+            ran = None
             if self._resume_exit_work(task):
                 stopped_early = True         # sent from outside a trap: deliver first
             else:
                 stopped_early = self._emulate(rip, left, count)
+                if multi:                    # the others' sleeps and timers see the time pass
+                    ran = self._insns_run(count, stopped_early)
+                    self.syscalls.cpu_time_passes(ran)
             if remaining is not None:
-                remaining -= self._insns_run(count, stopped_early)
+                remaining -= ran if ran is not None else self._insns_run(count, stopped_early)
             self._raise_hook_error()
             if self._result is not None:
                 result = self._result
@@ -1120,7 +1145,7 @@ class Machine:
                         break
                 elif why == "timeout":
                     result = RunResult("timeout", rip=self._rip(), rip_symbol=self.symbolize(self._rip()),
-                                   detail=self._enosys_loop_detail())
+                                       detail=self._enosys_loop_detail())
                     break
                 elif why == "count":
                     if not multi and (remaining is None or remaining > 0):
@@ -1147,9 +1172,12 @@ class Machine:
                                    detail=self._enosys_loop_detail(),
                                    insns=int(max_insns))
                 break
+            self.syscalls.poll_host_waits()         # a host stdin reader whose input came
             nxt = self.scheduler.pick(self.tasks)
             if nxt is None and self.syscalls.idle():
                 nxt = self.scheduler.pick(self.tasks)   # idle: the clock jumped to a deadline
+            if nxt is None and (self._stop_requested or (deadline and time.perf_counter() >= deadline)):
+                continue                     # waiting for the host ended by a stop or the timeout
             if nxt is None:
                 result = RunResult("stopped", rip=self._rip(), rip_symbol=self.symbolize(self._rip()),
                                    detail="deadlock: every task is blocked")
@@ -1191,6 +1219,7 @@ class Machine:
         self._pending_fault = None
 
     def _end(self, result: RunResult) -> RunResult:
+        self._run_deadline = None
         self._account()
         self._release_exited()
         result.stdout, result.stderr = bytes(self.stdout), bytes(self.stderr)
@@ -1319,6 +1348,8 @@ class Machine:
         self._begin()
         self._translation_mode("step")
         task = self.task
+        if self._finish_sleep(task):
+            return self._end(self._result) if self._result is not None else None
         rip = self._rip()
         if self._is_hlt(rip):
             regs = self.read_regs()
@@ -1334,6 +1365,19 @@ class Machine:
         if self._result is None:
             return None
         return self._end(self._result)
+
+    def _finish_sleep(self, task: Task) -> bool:
+        """Before a single step of a task that slept in a syscall: with nobody else to
+        run, the idle machine wakes it (the clock jumps to its deadline); once awake its
+        syscall completes as in :meth:`run` (result, signal, restart).  True when that
+        kernel work was the step (a handler frame, or the guest ended)."""
+        if task.state == "blocked" and not any(t.state == "running" for t in self.tasks):
+            self.syscalls.idle()
+        if task.state != "running":
+            return False
+        if task.pending_rax is not None or task.on_resume is not None:
+            self._switch_to(task)
+        return self._resume_exit_work(task)
 
     def _is_hlt(self, rip: int) -> bool:
         try:
@@ -1482,7 +1526,9 @@ class Machine:
     def interrupted(self) -> bool:
         """Must a waiting read give up?  The run's timeout fired (Unicorn's timer
         thread) or a stop / Ctrl-C was requested."""
-        return self._stop_requested is not None or bool(self.uc.query(UCC.UC_QUERY_TIMEOUT))
+        if self._stop_requested is not None or bool(self.uc.query(UCC.UC_QUERY_TIMEOUT)):
+            return True
+        return self._run_deadline is not None and time.perf_counter() >= self._run_deadline
 
     # ------------------------------------------------------------------ Ctrl-C
     def interruptible(self):

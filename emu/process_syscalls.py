@@ -29,7 +29,10 @@ P_ALL, P_PID, P_PGID = 0, 1, 2
 CLD_EXITED, CLD_KILLED = 1, 2
 FUTEX_WAIT, FUTEX_WAKE, FUTEX_WAIT_BITSET, FUTEX_WAKE_BITSET = 0, 1, 9, 10
 FUTEX_CMD_MASK = ~(128 | 256)          # FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME
-ERESTARTSYS = 512                      # a signal interrupted the wait (include/linux/errno.h)
+FUTEX_CLOCK_REALTIME = 256
+ERESTARTSYS, ERESTART_RESTARTBLOCK = 512, 516   # a signal interrupted the wait (include/linux/errno.h)
+NSEC = 1_000_000_000
+CLOCK_EPOCH_NS = 1_767_225_600 * NSEC    # emu.syscalls' CLOCK_REALTIME at boot (CLOCK_MONOTONIC 0)
 
 
 def _neg(err: int) -> int:
@@ -277,19 +280,57 @@ class ProcessSyscalls:
         cmd = op & FUTEX_CMD_MASK
         proc = task.process
         if cmd in (FUTEX_WAIT, FUTEX_WAIT_BITSET):
-            cur = struct.unpack("<I", proc.mem.read_user(uaddr, 4))[0]
-            if cur != val & 0xFFFFFFFF:
-                return _neg(E.EAGAIN)
-            if timeout and cmd == FUTEX_WAIT:
-                # relative timeouts on the virtual clock: yield once, then time out
-                self.m.yield_cpu()
-                return _neg(E.ETIMEDOUT)
-            task.futex_key = (id(proc.mem), uaddr)
-            self.m.block(task, "futex", interrupt=_neg(ERESTARTSYS))     # futex_wait, no timeout
-            return None
+            deadline = None
+            if timeout:
+                sec, nsec = struct.unpack("<qq", proc.mem.read_user(timeout, 16))
+                if sec < 0 or not 0 <= nsec < NSEC:
+                    return _neg(E.EINVAL)
+                if cmd == FUTEX_WAIT:                   # relative, on CLOCK_MONOTONIC
+                    deadline = self.clock_ns + sec * NSEC + nsec
+                else:                                   # absolute; MONOTONIC unless CLOCK_REALTIME
+                    base = 0 if op & FUTEX_CLOCK_REALTIME else CLOCK_EPOCH_NS
+                    deadline = base + sec * NSEC + nsec
+            return self._futex_wait(task, uaddr, val, deadline)
         if cmd in (FUTEX_WAKE, FUTEX_WAKE_BITSET):
             return self._futex_wake(proc, uaddr, val)
         return _neg(E.ENOSYS)
+
+    def _futex_wait(self, task, uaddr, val, deadline: int | None) -> int | None:
+        """futex_wait: -EAGAIN unless the word still holds ``val``; then sleep until a
+        FUTEX_WAKE (0), the deadline on the virtual clock (-ETIMEDOUT) or a signal:
+        -ERESTARTSYS without a timeout, else -ERESTART_RESTARTBLOCK whose
+        restart_syscall (futex_wait_restart) waits again until the same deadline."""
+        proc = task.process
+        cur = struct.unpack("<I", proc.mem.read_user(uaddr, 4))[0]
+        if cur != val & 0xFFFFFFFF:
+            return _neg(E.EAGAIN)
+        if deadline is not None and deadline <= self.clock_ns:
+            self.m.yield_cpu()
+            return _neg(E.ETIMEDOUT)
+        task.futex_key = (id(proc.mem), uaddr)
+        task.futex_timeout = None
+        if deadline is None:
+            self.m.block(task, "futex", interrupt=_neg(ERESTARTSYS))
+            return None
+        state = {"done": False}
+        token = self._sleep_on(task)
+        task.futex_timeout = state
+
+        def expire() -> None:
+            if not state["done"] and self._still_asleep(task, token):
+                state["done"] = True
+                self.m.wake(task, _neg(E.ETIMEDOUT))
+
+        def interrupted() -> int:
+            state["done"] = True
+            task.restart_block = lambda t: self._futex_wait(t, uaddr, val, deadline)
+            return _neg(ERESTART_RESTARTBLOCK)
+
+        pending = self._timeouts()
+        pending[:] = [e for e in pending if not e[3]["done"]]
+        pending.append((deadline, task.tid, expire, state))
+        self.m.block(task, "futex", interrupt=interrupted)
+        return None
 
     def _futex_wake(self, proc, uaddr, n) -> int:
         key = (id(proc.mem), uaddr)
@@ -298,6 +339,10 @@ class ProcessSyscalls:
             if woken >= n:
                 break
             if t.state == "blocked" and t.blocked_on == "futex" and getattr(t, "futex_key", None) == key:
+                timed = getattr(t, "futex_timeout", None)
+                if timed is not None:
+                    timed["done"] = True          # its deadline is no deadline any more
+                    t.futex_timeout = None
                 self.m.wake(t, 0)
                 woken += 1
         return woken

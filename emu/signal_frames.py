@@ -130,17 +130,32 @@ def sigframe_fpstate(image: bytes) -> bytes:
     return bytes(buf) + struct.pack("<I", FP_XSTATE_MAGIC2)
 
 
+class FrameOverflow(Exception):
+    """get_sigframe's "overflowed sigaltstack": the frame would leave the alternate
+    stack the task is on or enters."""
+
+
+def _within(altstack, sp: int) -> bool:
+    """__on_sig_stack: ``sp`` in (ss_sp, ss_sp + ss_size], SS_AUTODISARM or not."""
+    return altstack is not None and 0 < sp - altstack[0] <= altstack[1]
+
+
 def build_frame(regs, sp_top: int, signo: int, info: bytes, old_mask: int,
                 restorer: int, fp_image: bytes, *, altstack=None, onstack: bool = False) -> SigFrame:
     """The rt_sigframe below ``sp_top`` (or at the top of the alternate stack for an
     SA_ONSTACK handler when the task is not already on it - there the red zone is not
     skipped), under the 64-byte aligned XSAVE area holding ``fp_image`` (get_sigframe,
-    fpu__alloc_mathframe)."""
+    fpu__alloc_mathframe).  FrameOverflow when the frame does not fit on the
+    alternate stack the task runs on or switches to."""
+    nested = on_sig_stack(altstack, sp_top)
     sp = sp_top - 128                                   # skip the red zone
-    if onstack and sas_ss_flags(altstack, sp) == 0:
+    entering = onstack and sas_ss_flags(altstack, sp) == 0
+    if entering:
         sp = altstack[0] + altstack[1]
     fp_at = (sp - XSTATE_SIGFRAME_SIZE) & ~63
     sp = ((fp_at - FRAME_SIZE) & ~0xF) - 8              # as after a call: (sp + 8) % 16 == 0
+    if (nested or entering) and not _within(altstack, sp):
+        raise FrameOverflow(f"signal frame at {sp:#x} overflows the alternate stack")
     gregs = [getattr(regs, n) & 0xFFFFFFFFFFFFFFFF for n in SIGCONTEXT_REGS]
     sigctx = struct.pack("<18Q", *gregs)
     sigctx += struct.pack("<HHHH", regs.cs, 0, 0, regs.ss)   # cs, gs, fs, ss

@@ -34,6 +34,7 @@ NSEC, USEC = 1_000_000_000, 1_000
 CLOCK_EPOCH_NS = 1_767_225_600 * NSEC        # emu.syscalls' CLOCK_REALTIME at boot
 # include/linux/errno.h: the restart requests arch_do_signal_or_restart acts on
 ERESTARTNOHAND, ERESTART_RESTARTBLOCK = 514, 516
+INSN_NS = 1                                   # virtual time one guest instruction takes
 
 
 def _neg(err: int) -> int:
@@ -168,20 +169,36 @@ class SignalSyscalls:
                  if t.state == "blocked" and t.sigwait and t.sigwait[1] is not None]
         return min(live + waits, default=None)
 
+    def cpu_time_passes(self, insns: int) -> None:
+        """A task ran ``insns`` instructions while others may sleep: the virtual clock
+        moves INSN_NS per instruction, and the sleeps, rt_sigtimedwait timeouts and
+        ITIMER_REAL timers due by then expire - a task spinning until a sleeping one
+        wakes up lets it wake, as time passes on a real CPU."""
+        if not insns:
+            return
+        self.clock_ns += insns * INSN_NS
+        self.expire_due()
+        self._expire_sigwaits()
+        self.run_timers()
+
+    def _expire_sigwaits(self) -> bool:
+        """rt_sigtimedwait sleepers whose timeout passed answer -EAGAIN."""
+        woke = False
+        for t in [t for t in self.m.tasks if t.state == "blocked" and t.sigwait and t.sigwait[1] is not None]:
+            if t.sigwait[1] <= self.clock_ns:
+                self.m.wake(t, _neg(E.EAGAIN))        # the wait timed out
+                woke = True
+        return woke
+
     def idle_wakeup(self) -> bool:
         """Every task sleeps: jump the virtual clock to the next timer expiry (as an
         idle CPU would wait for it) and fire it.  False when no timer is armed."""
         nxt = self.next_timer_ns()
         if nxt is None:
             return False
-        waits = [t for t in self.m.tasks if t.state == "blocked" and t.sigwait and t.sigwait[1] is not None]
         self.clock_ns = max(self.clock_ns, nxt)
         fired = self.run_timers()
-        for t in waits:
-            if t.state == "blocked" and t.sigwait[1] <= self.clock_ns:
-                self.m.wake(t, _neg(E.EAGAIN))        # the wait timed out
-                fired = True
-        return fired
+        return self._expire_sigwaits() or fired
 
     def _send_kernel(self, proc, sig) -> None:
         """A kernel-originated process signal (SEND_SIG_PRIV): prepare_signal drops it

@@ -82,11 +82,18 @@ class Syscalls(MmSyscalls, SignalSyscalls, IdentitySyscalls, ProcessSyscalls, Fd
                 self.table[nr] = fn
 
     def idle(self) -> bool:
-        """Every task sleeps: the virtual clock moves to the earliest deadline - a
-        poll/select timeout, an ITIMER_REAL expiry or an rt_sigtimedwait timeout - and
-        that sleeper is woken (as an idle CPU waits for the next timer interrupt).
+        """Every task sleeps: a task reading the host's stdin waits for it (in wall
+        time, until the next deadline); otherwise the virtual clock moves to the earliest
+        deadline - a poll/select/nanosleep timeout, an ITIMER_REAL expiry or an
+        rt_sigtimedwait timeout - and that sleeper is woken (as an idle CPU waits for the
+        next timer interrupt).
         False when nothing is pending: the run ends as a deadlock."""
         poll_at, timer_at = self.next_poll_deadline_ns(), self.next_timer_ns()
+        first = min((t for t in (poll_at, timer_at) if t is not None), default=None)
+        if self.wait_host_input(first):
+            return True                      # host input came before the next deadline
+        if self.interrupted():
+            return False
         if timer_at is not None and (poll_at is None or timer_at <= poll_at):
             return self.idle_wakeup() or self.expire_timeouts()
         return self.expire_timeouts() or self.idle_wakeup()

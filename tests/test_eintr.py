@@ -9,7 +9,11 @@ through restart_syscall).  Each case is pinned by a native run of the same guest
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import threading
+import time
 
 import pytest
 
@@ -55,11 +59,26 @@ def test_wait4_and_waitid(guest, mode, expected):
 @pytest.mark.parametrize("mode, expected", [
     ("futex", b"futex r=-1 errno=4 hits=1\n"),
     ("futex_restart", b"futex r=-1 errno=11 hits=1\n"),
+    ("futex_timed", b"futex_timed r=-1 errno=4 hits=1\n"),
+    ("futex_timed_restart", b"futex_timed r=-1 errno=4 hits=1\n"),
 ])
 def test_futex_wait(guest, mode, expected):
-    """FUTEX_WAIT without a timeout: ERESTARTSYS; the restarted wait sees the word the
-    handler changed and answers EAGAIN."""
+    """FUTEX_WAIT without a timeout: ERESTARTSYS, and the restarted wait sees the word
+    the handler changed (EAGAIN); with a timeout: ERESTART_RESTARTBLOCK, EINTR even
+    under SA_RESTART."""
     assert_native_then_model(guest, mode, expected)
+
+
+@pytest.mark.parametrize("mode", ["futex_timeout", "futex_abs"])
+def test_a_futex_timeout_passes_on_the_virtual_clock(guest, mode):
+    """A relative FUTEX_WAIT / an absolute FUTEX_WAIT_BITSET (CLOCK_MONOTONIC) timeout
+    of 100 ms: the task sleeps until the clock gets there, then ETIMEDOUT."""
+    assert_native_then_model(guest, mode, f"{mode} r=-1 errno=110 bad=-1/22\n".encode())
+    m = Machine.from_elf(guest, argv=[guest, mode])
+    start = m.syscalls.clock_ns
+    m.run(timeout=60)
+    elapsed = m.syscalls.clock_ns - start
+    assert 100_000_000 <= elapsed < 101_000_000, f"the wait took {elapsed} ns of virtual time"
 
 
 @pytest.mark.parametrize("mode, expected", [
@@ -186,3 +205,94 @@ def test_sa_restart_saves_the_syscall_to_re_execute(guest):
     assert (r.reason, r.stdout) == ("exit", b"read r=1 errno=0 hits=1 c=x\n"), r.describe()
     assert len(calls) == 2 and calls[0] == calls[1], f"read entered at {calls}"
     assert seen == [(0, calls[0])], f"saved rax/rip {seen}, want (0, {calls[0]:#x})"
+
+
+def _feed_later(fd: int, delay: float) -> threading.Thread:
+    """Write b"hello" to ``fd`` after ``delay`` seconds (if the reader is still there),
+    then close it."""
+    def feed():
+        time.sleep(delay)
+        try:
+            os.write(fd, b"hello")
+        except BrokenPipeError:
+            pass
+        time.sleep(0.3)
+        os.close(fd)
+    t = threading.Thread(target=feed, daemon=True)
+    t.start()
+    return t
+
+
+def _native_with_stdin(guest, mode, delay):
+    r, w = os.pipe()
+    proc = subprocess.Popen([guest, mode], stdin=r, stdout=subprocess.PIPE)
+    os.close(r)
+    feeder = _feed_later(w, delay)
+    out = proc.communicate(timeout=60)[0]
+    feeder.join()
+    return out
+
+
+def _model_with_stdin(guest, mode, delay):
+    r, w = os.pipe()
+    m = Machine.from_elf(guest, argv=[guest, mode], stdin=r)
+    os.close(r)
+    feeder = _feed_later(w, delay)
+    res = m.run(timeout=60)
+    feeder.join()
+    return res
+
+
+@pytest.mark.parametrize("mode, delay, expected", [
+    ("stdin", 0.3, b"stdin r=-1 errno=4 hits=1 got=-\n"),
+    ("stdin_restart", 0.3, b"stdin r=5 errno=0 hits=1 got=hello\n"),
+    ("stdin", 0.0, b"stdin r=5 errno=0 hits=0 got=hello\n"),
+    ("stdin_nonblock", 0.3, b"stdin_nonblock r=-1 errno=11\n"),
+])
+def test_a_read_of_the_host_stdin(guest, mode, delay, expected):
+    """fd 0 is a host pipe that gets bytes ``delay`` s later: the read sleeps, the
+    50 ms timer interrupts it (ERESTARTSYS: EINTR, or restarted under SA_RESTART and
+    then given the bytes); bytes already there are read before the timer fires; with
+    O_NONBLOCK an empty stdin is EAGAIN."""
+    native = _native_with_stdin(guest, mode, delay)
+    assert native == expected, f"the host disagrees with the spec: {native!r}"
+    res = _model_with_stdin(guest, mode, delay)
+    assert (res.reason, res.stdout) == ("exit", expected), f"{res.stdout!r} ({res.describe()})"
+
+
+SLEEP_THEN_EXIT = """_start:
+    lea rdi, [rip + req]
+    xor esi, esi
+    mov eax, 35
+    syscall
+    mov rdi, rax
+    mov eax, 60
+    syscall
+req:
+    .quad 0
+    .quad 100000000
+"""
+
+
+def test_single_steps_over_a_sleep_complete_it():
+    """step() after the syscall that put the only task to sleep: the idle machine moves
+    the clock to the wake-up and the syscall's result (0) is in rax before the next
+    instruction runs; the guest exits 0."""
+    m = Machine.from_asm(SLEEP_THEN_EXIT)
+    start = m.syscalls.clock_ns
+    for _ in range(4):                       # lea, xor, mov, syscall
+        assert m.step() is None
+    assert m.task.state == "blocked", m.task.state
+    assert m.step() is None                  # mov rdi, rax
+    assert (m.regs.rdi, m.syscalls.clock_ns - start) == (0, 100_000_000), (m.regs.rdi, m.syscalls.clock_ns - start)
+    m.step()
+    r = m.step()
+    assert r is not None and (r.reason, r.exit_code) == ("exit", 0), r and r.describe()
+
+
+def test_a_task_spinning_until_a_sleeper_wakes_lets_it_wake(build_c):
+    """The virtual clock moves with the instructions other tasks run (1 ns each), so
+    a 2 ms usleep ends while a thread spins waiting for it, instead of only when every
+    task sleeps."""
+    exe = build_c("spin_sleep.c", "-static", "-pthread", name="spin_sleep")
+    assert_native_then_model(exe, "", b"done\n")

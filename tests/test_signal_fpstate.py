@@ -111,3 +111,13 @@ def test_the_frame_bytes(guest):
                 magic2=struct.pack("<I", 0x46505845), fcw=struct.pack("<H", 0x27F),
                 mxcsr=struct.pack("<II", 0x3F80, 0xFFFF), xmm3=PATTERN)
     assert got == want, "\n".join(f"{k}: got {got[k]!r}, want {want[k]!r}" for k in want if got[k] != want[k])
+
+
+def test_a_frame_that_overflows_the_alternate_stack_is_sigsegv(guest):
+    """get_sigframe: a handler nesting on its alternate stack (SA_NODEFER) until the
+    next frame would leave it gets force_sigsegv instead of a frame below the stack."""
+    native = subprocess.run([guest, "overflow"], capture_output=True, timeout=60)
+    assert (native.returncode, native.stdout) == (-11, b"before\n"), native
+    r = Machine.from_elf(guest, argv=[guest, "overflow"]).run(timeout=60)
+    assert (r.reason, r.signal, r.stdout) == ("signal", 11, b"before\n"), r.describe()
+    assert r.detail.startswith("no room for the SIGUSR1 frame (signal frame at "), r.detail

@@ -2,6 +2,9 @@
  * handle_signal / arch_do_signal_or_restart).  A 50 ms ITIMER_REAL (or a child's kill)
  * interrupts the sleep; the handler is installed with SA_RESTART when the mode ends in
  * "_restart".  Each mode prints one line.
+ *   stdin         - read of fd 0 (a host pipe the test writes to 300 ms later): -1 EINTR;
+ *                   with SA_RESTART the read restarts and gets the bytes;
+ *   stdin_nonblock - the same read with O_NONBLOCK: -1 EAGAIN;
  *   read          - read of an empty pipe: -1 EINTR; with SA_RESTART the read restarts
  *                   and gets the byte the handler wrote;
  *   write         - write to a full pipe: -1 EINTR; with SA_RESTART the handler drains
@@ -13,6 +16,9 @@
  *   waitid        - waitid interrupted by the timer: -1 EINTR; SA_RESTART restarts it;
  *   futex         - FUTEX_WAIT: -1 EINTR; SA_RESTART restarts it and the handler's store
  *                   to the word makes it EAGAIN;
+ *   futex_timed   - FUTEX_WAIT with a 1 s timeout: -1 EINTR, SA_RESTART or not;
+ *   futex_timeout, futex_abs - a relative / absolute (BITSET, MONOTONIC) 100 ms timeout
+ *                   passes: ETIMEDOUT; a malformed timeout is EINVAL;
  *   nanosleep     - -1 EINTR (SA_RESTART or not) and the time left, rounded to 10 ms;
  *   nanosleep_child - the SIGUSR1 a child sends 100 ms into a 1 s nanosleep: EINTR, 90 cs left;
  *   clock_abs     - clock_nanosleep(TIMER_ABSTIME): -1 EINTR, rem untouched;
@@ -105,7 +111,19 @@ int main(int argc, char **argv)
     int r = 0, e = 0;
     pipe(fds);
     catch(SIGALRM, restart);
-    if (!strncmp(mode, "read", 4)) {
+    if (is("stdin_nonblock")) {
+        char got[16];
+        fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+        r = read(0, got, sizeof got);
+        e = errno;
+        printf("stdin_nonblock r=%d errno=%d\n", r, r < 0 ? e : 0);
+    } else if (!strncmp(mode, "stdin", 5)) {
+        char got[16] = "";
+        timer_ms(50);
+        r = read(0, got, sizeof got - 1);
+        e = errno;
+        printf("stdin r=%d errno=%d hits=%d got=%s\n", r, r < 0 ? e : 0, hits, r > 0 ? got : "-");
+    } else if (!strncmp(mode, "read", 4)) {
         char c = 0;
         timer_ms(50);
         r = read(fds[0], &c, 1);
@@ -158,6 +176,26 @@ int main(int argc, char **argv)
         printf("waitid r=%d errno=%d hits=%d status=%d\n", r, r < 0 ? e : 0, hits, si.si_status);
         if (r < 0)
             waitpid(pid, 0, 0);
+    } else if (!strncmp(mode, "futex_timed", 11)) {
+        struct timespec ts = {1, 0};
+        timer_ms(50);
+        r = syscall(SYS_futex, &futex_word, FUTEX_WAIT_PRIVATE, 0, &ts, 0, 0);
+        e = errno;
+        printf("futex_timed r=%d errno=%d hits=%d\n", r, r < 0 ? e : 0, hits);
+    } else if (is("futex_timeout") || is("futex_abs")) {
+        struct timespec ts = {0, 100000000}, now;
+        int op = FUTEX_WAIT_PRIVATE;
+        if (is("futex_abs")) {
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            ts.tv_sec = now.tv_sec + (now.tv_nsec + 100000000) / 1000000000;
+            ts.tv_nsec = (now.tv_nsec + 100000000) % 1000000000;
+            op = FUTEX_WAIT_BITSET_PRIVATE;
+        }
+        r = syscall(SYS_futex, &futex_word, op, 0, &ts, 0, FUTEX_BITSET_MATCH_ANY);
+        e = errno;
+        struct timespec bad = {0, 1000000000};
+        int rb = syscall(SYS_futex, &futex_word, FUTEX_WAIT_PRIVATE, 0, &bad, 0, 0);
+        printf("%s r=%d errno=%d bad=%d/%d\n", mode, r, r < 0 ? e : 0, rb, errno);
     } else if (!strncmp(mode, "futex", 5)) {
         timer_ms(50);
         r = syscall(SYS_futex, &futex_word, FUTEX_WAIT_PRIVATE, 0, 0, 0, 0);

@@ -16,6 +16,8 @@
  *   initial      - MXCSR and FCW at process start;
  *   minsigstksz  - AT_MINSIGSTKSZ (the CPU's: not compared with the host);
  *   fork         - a forked child keeps its parent's MXCSR;
+ *   overflow     - a handler on a 64 KiB alternate stack raising its own signal
+ *                  (SA_NODEFER) until a frame no longer fits: SIGSEGV;
  *   altstack     - an alternate stack of AT_MINSIGSTKSZ (at least MINSIGSTKSZ) bytes
  *                  holds the whole frame. */
 #define _GNU_SOURCE
@@ -89,6 +91,8 @@ static void handler(int sig, siginfo_t *si, void *ctx)
         uc->uc_mcontext.fpregs = 0;
     } else if (is("badmxcsr")) {
         *(uint32_t *)(fp + 24) |= 1u << 16;
+    } else if (is("overflow")) {
+        raise(SIGUSR1);                  /* SA_NODEFER: one more frame, until none fits */
     } else if (is("altstack")) {
         stack_t ss;
         sigaltstack(0, &ss);
@@ -152,6 +156,13 @@ int main(int argc, char **argv)
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = handler;
     sa.sa_flags = SA_SIGINFO;
+    if (is("overflow")) {
+        stack_t ss = {.ss_sp = malloc(65536), .ss_size = 65536, .ss_flags = 0};
+        sigaltstack(&ss, 0);
+        sa.sa_flags |= SA_ONSTACK | SA_NODEFER;
+        printf("before\n");
+        fflush(stdout);
+    }
     if (is("altstack")) {
         size_t size = getauxval(AT_MINSIGSTKSZ);
         if (size < MINSIGSTKSZ)
