@@ -373,6 +373,10 @@ class HostFile(HostDescriptor):
     def is_dir(self):
         return self._dir
 
+    @property
+    def is_regular(self) -> bool:
+        return self._reg and not self.path_only
+
     def proc_link(self):
         return self.guest_path
 

@@ -41,6 +41,7 @@ RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT = 1, 2, 4
 UTIME_NOW, UTIME_OMIT = (1 << 30) - 1, (1 << 30) - 2
 STATX_BASIC_STATS, STATX_MNT_ID, STATX__RESERVED = 0x7FF, 0x1000, 0x80000000
 SYS_renameat2, SYS_fchmodat2, SYS_fchownat, SYS_linkat = 316, 452, 260, 265
+SYS_fallocate = 285
 NO_ID = 0xFFFFFFFF
 MAX_RW_COUNT = 1 << 24
 OPEN_RETRIES = 16          # walks of one open that another host process's swap may restart
@@ -614,6 +615,27 @@ class FsSyscalls:
         if f is None:
             return _neg(E.EBADF)
         return f.truncate(_off(length))
+
+    def sys_fallocate(self, task, regs, fd, mode, offset, length, *_):
+        """vfs_fallocate.  A regular host file goes to the host's fallocate, whose
+        checks are the same kernel's (its descriptor has the guest's access mode, and
+        only a granted file is writable); other files answer in vfs_fallocate's order."""
+        f = self._file(task, fd)
+        if f is None or getattr(f, "path_only", False):      # fdget skips O_PATH files
+            return _neg(E.EBADF)
+        mode, off, ln = mode & 0xFFFFFFFF, _off(offset), _off(length)
+        if isinstance(f, HostFile) and f.is_regular:
+            return host_syscall(SYS_fallocate, ctypes.c_int(f.fd), ctypes.c_int(mode),
+                                ctypes.c_long(off), ctypes.c_long(ln))
+        if off < 0 or ln <= 0:
+            return _neg(E.EINVAL)
+        if mode & ~0xFF:
+            return _neg(E.EOPNOTSUPP)
+        if not f.writable:
+            return _neg(E.EBADF)
+        if f.is_pipe:
+            return _neg(E.ESPIPE)
+        return _neg(E.EISDIR) if f.is_dir else _neg(E.ENODEV)
 
     # ================================================================== stat
     def _stat_bytes(self, task, loc: Loc) -> bytes | int:

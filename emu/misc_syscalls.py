@@ -98,3 +98,13 @@ class MiscSyscalls:
         else:
             return -E.EINVAL
         return IOPRIO_DEFAULT if found else -E.ESRCH
+
+    def sys_personality(self, task, regs, persona, *_):
+        """kernel/exec_domain.c: the old persona; 0xffffffff only asks.  PER_LINUX32
+        makes uname report i686 (override_architecture); exec keeps the persona (x86_64's
+        SET_PERSONALITY clears only READ_IMPLIES_EXEC)."""
+        old = task.process.personality
+        persona &= 0xFFFFFFFF
+        if persona != 0xFFFFFFFF:
+            task.process.personality = persona
+        return old

@@ -119,6 +119,8 @@ class ProcessSyscalls:
         child.brk_start, child.brk = parent.brk_start, parent.brk
         child.sigactions = dict(parent.sigactions)
         child.cwd, child.umask = parent.cwd, parent.umask       # copy_fs (CLONE_FS not modeled)
+        child.rlimits = None if parent.rlimits is None else list(parent.rlimits)   # copy_signal
+        child.personality = parent.personality
         child.pgid, child.sid = parent.pgid, parent.sid         # copy_process: the parent's group and session
         for f in ("start_stack", "arg_start", "arg_end", "env_start", "env_end"):   # dup_mm
             setattr(child, f, getattr(parent, f))

@@ -49,6 +49,7 @@ import struct
 from types import MappingProxyType
 
 from .files import HostInput, OutputSink, PipeInput, SeqFile, attrs_stat_bytes
+from .limit_syscalls import RLIMIT_SIGPENDING
 from .memory import GuestFault
 from .pipes import PipeEnd
 from .specialfs import DirNode, LinkNode, access_mode, keep_open_flags, may_open
@@ -247,7 +248,7 @@ def status_text(machine, proc, task) -> str:
     ign, catch = ign_catch(proc)
     queued = sum(len(t.pending_signals) for t in machine.tasks) + \
         sum(len(p.shared_pending) for p in machine.processes)
-    lines += [f"Threads:\t{nr_threads(proc)}\n", f"SigQ:\t{queued}/{RLIM_INFINITY}\n",
+    lines += [f"Threads:\t{nr_threads(proc)}\n", f"SigQ:\t{queued}/{machine.syscalls.rlimits_of(proc)[RLIMIT_SIGPENDING][0]}\n",
               f"SigPnd:\t{sigset(_sigbits(task.pending_signals))}\n",
               f"ShdPnd:\t{sigset(_sigbits(proc.shared_pending))}\n",
               f"SigBlk:\t{sigset(task.sigmask)}\n", f"SigIgn:\t{sigset(ign)}\n",

@@ -22,6 +22,7 @@ from .files import FdTable, HostInput, OpenFile, OutputSink, PipeInput
 from .devfs import DevFs
 from .fs_syscalls import FsSyscalls
 from .identity_syscalls import IdentitySyscalls
+from .limit_syscalls import LimitSyscalls
 from .misc_syscalls import MiscSyscalls
 from .mm_syscalls import MmSyscalls
 from .memory import (PAGE_SIZE, PROT_READ, PROT_WRITE, TASK_SIZE, GuestFault, MemoryLimitExceeded,
@@ -37,12 +38,11 @@ MADV_DONTNEED = 4
 MADV_VALID = frozenset((0, 1, 2, 3, 4, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
                         23, 24, 25, 100, 101, 102, 103))
 ARCH_SET_GS, ARCH_SET_FS, ARCH_GET_FS, ARCH_GET_GS = 0x1001, 0x1002, 0x1003, 0x1004
+PER_LINUX32, PER_MASK = 0x0008, 0x00FF
 DEFAULT_MEM_TOTAL = 4 << 30                        # the modeled machine's RAM (sysinfo)
 CLOCK_EPOCH_NS = 1_767_225_600 * 1_000_000_000    # 2026-01-01T00:00:00Z
 CLOCK_TICK_NS = 1_000                              # each clock read advances 1 us
 COARSE_RES_NS = 4_000_000                          # CLOCK_*_COARSE resolution: one jiffy at HZ=250
-RLIM_INFINITY = 0xFFFFFFFFFFFFFFFF
-RLIMIT_STACK, RLIMIT_NOFILE = 3, 7
 
 
 def _neg(err: int) -> int:
@@ -56,7 +56,7 @@ def _fd(value: int) -> int:
 
 
 class Syscalls(MmSyscalls, SignalSyscalls, IdentitySyscalls, ProcessSyscalls, FdSyscalls, FsSyscalls,
-               MiscSyscalls):
+               MiscSyscalls, LimitSyscalls):
     """The syscall table of one machine.  ``register(nr, fn)`` adds or overrides an
     entry (the kernel model registers uretprobe/uprobe, 335/336)."""
 
@@ -199,9 +199,12 @@ class Syscalls(MmSyscalls, SignalSyscalls, IdentitySyscalls, ProcessSyscalls, Fd
 
     # ------------------------------------------------------------------ process
     def sys_getpgid(self, task, regs, pid, *_):
-        if pid in (0, task.process.pid):
-            return task.process.pgid
-        return _neg(E.ESRCH)
+        """getpgid: the group of the caller (pid 0) or of any guest process or thread."""
+        pid &= 0xFFFFFFFF
+        p = task.process if pid == 0 else self._process_by_pid(pid)
+        if p == "thread":
+            p = self._process_of_task(pid)
+        return _neg(E.ESRCH) if p is None else p.pgid
 
     def sys_getpgrp(self, task, regs, *_):
         return task.process.pgid
@@ -230,18 +233,10 @@ class Syscalls(MmSyscalls, SignalSyscalls, IdentitySyscalls, ProcessSyscalls, Fd
     def sys_uname(self, task, regs, buf, *_):
         fields = [b"Linux", b"uprobe-emu", self.m.kernel.profile.release.encode() + b"-uprobe-emu",
                   b"#1 SMP PREEMPT_DYNAMIC", b"x86_64", b"(none)"]
+        if task.process.personality & PER_MASK == PER_LINUX32:
+            fields[4] = b"i686"                     # override_architecture
         self.mem.write_user(buf, b"".join(f.ljust(65, b"\0") for f in fields))
         return 0
-
-    def sys_prlimit64(self, task, regs, pid, resource, new, old, *_):
-        if old:
-            cur = (8 << 20, RLIM_INFINITY) if resource == RLIMIT_STACK else \
-                  (1024, 4096) if resource == RLIMIT_NOFILE else (RLIM_INFINITY, RLIM_INFINITY)
-            self.mem.write_user(old, struct.pack("<QQ", *cur))
-        return 0
-
-    def sys_getrlimit(self, task, regs, resource, old, *_):
-        return self.sys_prlimit64(task, regs, 0, resource, 0, old)
 
     # ------------------------------------------------------------------ time / random
     def _tick(self) -> int:

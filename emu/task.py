@@ -59,6 +59,8 @@ class Process:
     real_timer: tuple | None = None                   # ITIMER_REAL: (expiry ns, interval ns)
     cwd: str = "/"                                    # fs->pwd as a guest path (emu.vfs)
     umask: int = 0o022                                # fs->umask
+    rlimits: list | None = None                       # signal->rlim (emu.limit_syscalls); None: INIT_RLIMITS
+    personality: int = 0                              # task->personality (PER_LINUX)
     start_stack: int = 0                              # mm->start_stack: argc's address at exec
     arg_start: int = 0                                # mm->arg_start..arg_end: the argv strings
     arg_end: int = 0

@@ -58,18 +58,21 @@ def test_symlink_swap_race_never_reads_outside_the_view(build_c, layout, kind):
     grant, outside = layout
     target = str(outside / "secret.txt") if kind == "absolute" else "../../outside/secret.txt"
     exe = build_c("open_loop.c", "-static")
-    m = _machine(exe, grant, "data.txt", "3000", GRANTED)
-    stop = threading.Event()
-    t = _swapper(grant, target, stop)
-    try:
-        r = m.run(timeout=300)
-    finally:
-        stop.set()
-        t.join()
-    out = r.stdout.decode()
-    assert SECRET not in out, f"the guest read outside its view:\n{out[:400]}"
-    c = _counts(out)
-    assert c["other"] == 0 and c["eloop"] == 0, c
+    for _ in range(3):          # the swap must race with the opens: a busy host may starve it
+        m = _machine(exe, grant, "data.txt", "3000", GRANTED)
+        stop = threading.Event()
+        t = _swapper(grant, target, stop)
+        try:
+            r = m.run(timeout=300)
+        finally:
+            stop.set()
+            t.join()
+        out = r.stdout.decode()
+        assert SECRET not in out, f"the guest read outside its view:\n{out[:400]}"
+        c = _counts(out)
+        assert c["other"] == 0 and c["eloop"] == 0, c
+        if c["expected"] > 0 and c["failed"] > 0:
+            break
     assert c["expected"] > 0 and c["failed"] > 0, f"the swap did not race with the opens: {c}"
 
 

@@ -43,7 +43,9 @@ def test_default_sigchld_is_dropped_at_send_time(guest):
 
 @pytest.mark.parametrize("script, expected", [
     ('trap "echo got usr1" USR1; kill -USR1 $$; echo done', b"got usr1\ndone\n"),
-    ('trap "echo chld" CHLD; true & wait; echo done $?', b"chld\ndone 145\n"),
+    # whether `wait` is interrupted (status 145) races natively with the child's exit;
+    # tests/test_eintr.py pins wait4's EINTR with C guests
+    ('trap "echo chld" CHLD; true & wait; echo done', b"chld\ndone\n"),
 ])
 def test_busybox_traps_match_native(script, expected):
     native = subprocess.run([BUSYBOX, "sh", "-c", script], capture_output=True, timeout=60)
@@ -54,12 +56,14 @@ def test_busybox_traps_match_native(script, expected):
 
 
 def test_busybox_background_job_and_wait_do_not_spin():
-    """``echo a & wait`` sleeps once in rt_sigsuspend and finishes.  (The job's
-    ``echo a`` itself still fails: ash opens /dev/null for a background job's stdin,
-    which the filesystem view does not provide yet.)"""
+    """``echo a & wait`` sleeps once in rt_sigsuspend and finishes, printing what a
+    native run prints (the job's stdin is /dev/null, which the view models)."""
+    native = subprocess.run([BUSYBOX, "sh", "-c", "echo a & wait; echo done"], capture_output=True,
+                            timeout=60)
     m = Machine.from_elf(BUSYBOX, argv=[BUSYBOX, "sh", "-c", "echo a & wait; echo done"])
     r = m.run(timeout=60)
     assert (r.reason, r.exit_code) == ("exit", 0), r.describe()
-    assert r.stdout.endswith(b"done\n"), r.stdout
+    assert (r.stdout, r.stderr) == (native.stdout, native.stderr) == (b"a\ndone\n", b""), \
+        (r.stdout, r.stderr, native)
     assert m.counters.syscalls[130] == 1, f"rt_sigsuspend calls: {m.counters.syscalls[130]}"
     assert m.counters.signals[17] == 1
