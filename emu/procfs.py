@@ -747,6 +747,8 @@ class ProcFs:
             out.append(file("environ", 10, lambda r: environ_bytes(proc, task), mode=0o400))
             out.append(file("auxv", 13, lambda r: auxv_bytes(m, proc, task), mode=0o400))
             out += [file("status", 3, lambda r: status_text(m, proc, task)),
+                    file("personality", 16, lambda r: f"{proc.personality:08x}\n", mode=0o400),
+                    file("limits", 17, lambda r: limits_text(m.syscalls.rlimits_of(proc))),
                     file("comm", 4, lambda r: task.comm + "\n", mode=0o644,
                          write=lambda r, data: comm_write(r, task, data)),
                     file("cmdline", 5, lambda r: cmdline_bytes(proc, task)),
@@ -757,6 +759,9 @@ class ProcFs:
             out.append(("exe", ProcLink(self, base | 8, lambda r: exe_link(m, proc, task), owner=task,
                                         target=lambda r: exe_link(m, proc, task, follow=True))))
             out.append(file("mounts", 9, lambda r: mounts_text(m)))
+            # audit: no login session set one (AUDIT_UID_UNSET, AUDIT_SID_UNSET), printed "%u"
+            out.append(file("loginuid", 14, lambda r: "4294967295", mode=0o644))
+            out.append(file("sessionid", 15, lambda r: "4294967295"))
             return out
 
         nlink = 3 if in_task_dir else 4          # pid_entry_nlink: 2 + the subdirectories
@@ -785,6 +790,27 @@ class ProcFs:
             return len(proc.fds) if _has_mm(proc, task) else 0
         return ProcDir(self, path + "/fd", ino, entries, mode=0o500, owner=task, size=lookup_size,
                        parent_ino=ino & ~0xFFFFFF)
+
+
+LIMIT_NAMES = (("Max cpu time", "seconds"), ("Max file size", "bytes"), ("Max data size", "bytes"),
+               ("Max stack size", "bytes"), ("Max core file size", "bytes"),
+               ("Max resident set", "bytes"), ("Max processes", "processes"),
+               ("Max open files", "files"), ("Max locked memory", "bytes"),
+               ("Max address space", "bytes"), ("Max file locks", "locks"),
+               ("Max pending signals", "signals"), ("Max msgqueue size", "bytes"),
+               ("Max nice priority", None), ("Max realtime priority", None),
+               ("Max realtime timeout", "us"))
+
+
+def limits_text(rlimits) -> str:
+    """proc_pid_limits: one line per resource, "unlimited" for RLIM_INFINITY."""
+    def value(v):
+        return "unlimited" if v == RLIM_INFINITY else str(v)
+    lines = [f"{'Limit':<25} {'Soft Limit':<20} {'Hard Limit':<20} {'Units':<10}\n"]
+    for (name, unit), (cur, mx) in zip(LIMIT_NAMES, rlimits):
+        line = f"{name:<25} {value(cur):<20} {value(mx):<20} "
+        lines.append(line + (f"{unit:<10}\n" if unit else "\n"))
+    return "".join(lines)
 
 
 def comm_write(reader, task, data: bytes) -> int:

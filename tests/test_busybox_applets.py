@@ -53,6 +53,7 @@ SAME_WITH_FS_VIEW = [
     "run-parts", "svc", "svok", "touch", "truncate", "unlink", "which", "whoami",
 ]
 SAME_WITH_DEV = ["shred"]
+SAME_WITH_LIMITS = ["fallocate", "mkfifo", "mknod", "logname"]   # fallocate, mknodat, /proc/self/loginuid
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +76,7 @@ def run_both(template: Path, work: Path, applet: str):
     return results
 
 
-@pytest.mark.parametrize("applet", SAME + SAME_WITH_FS_VIEW + SAME_WITH_DEV)
+@pytest.mark.parametrize("applet", SAME + SAME_WITH_FS_VIEW + SAME_WITH_DEV + SAME_WITH_LIMITS)
 def test_applet_matches_native(template, tmp_path, applet):
     want, got = run_both(template, tmp_path / "w", applet)
     for i, what in enumerate(("exit status", "stdout", "stderr", "directory left behind")):
@@ -95,5 +96,5 @@ def test_every_applet_is_either_run_or_excused():
 
 
 def test_the_same_lists_only_name_canned_applets():
-    unknown = sorted(set(SAME + SAME_WITH_FS_VIEW + SAME_WITH_DEV) - set(census.CASES))
+    unknown = sorted(set(SAME + SAME_WITH_FS_VIEW + SAME_WITH_DEV + SAME_WITH_LIMITS) - set(census.CASES))
     assert unknown == [], f"no canned invocation for {unknown}"

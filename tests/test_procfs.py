@@ -297,8 +297,8 @@ def test_readdir_order_is_the_hosts_for_these_names(m, path):
 
 def test_pid_directory_entries_in_kernel_order(m):
     names = [n for n, _, _ in walk(m, "self").children(m.task)]
-    assert names == ["task", "fd", "environ", "auxv", "status", "comm", "cmdline", "stat", "maps", "cwd", "root",
-                     "exe", "mounts"]
+    assert names == ["task", "fd", "environ", "auxv", "status", "personality", "limits", "comm", "cmdline",
+                     "stat", "maps", "cwd", "root", "exe", "mounts", "loginuid", "sessionid"]
 
 
 def test_environ_is_the_envp_strings(m):
@@ -581,3 +581,27 @@ def test_a_leader_that_exited_before_its_threads(m):
     assert (text(m, "1000/cmdline", t2), walk(m, "1000/fd", t2).children(t2)) == ("", [])
     assert [n for n, _, _ in walk(m, "1000/task", t2).children(t2)] == ["1000", str(t2.tid)]
     assert "VmSize" in text(m, f"1000/task/{t2.tid}/status", t2), "the live thread still has the mm"
+
+
+@pytest.mark.parametrize("name, mode", [("loginuid", 0o644), ("sessionid", 0o444)])
+def test_audit_ids_are_unset_as_without_a_login_session(m, name, mode):
+    """AUDIT_UID_UNSET / AUDIT_SID_UNSET, printed "%u" without a newline: glibc's
+    getlogin reads loginuid and answers ENXIO for it (busybox logname's message)."""
+    assert text(m, f"self/{name}") == "4294967295", text(m, f"self/{name}")
+    host = os.stat(f"/proc/self/{name}").st_mode & 0o777
+    assert host == mode, f"the host's /proc/self/{name} is {host:o}"
+
+
+def test_limits_text_is_the_kernels_for_the_same_limits(m):
+    """/proc/self/limits of this test process, and the model's with the same limits."""
+    import resource
+    m.process.rlimits = [tuple(v if v != resource.RLIM_INFINITY else (1 << 64) - 1
+                               for v in resource.getrlimit(r)) for r in range(16)]
+    with open("/proc/self/limits") as f:
+        host = f.read()
+    assert text(m, "self/limits") == host, f"host:\n{host}\nmodel:\n{text(m, 'self/limits')}"
+
+
+def test_personality_file_follows_the_persona(m):
+    m.process.personality = 0x0008
+    assert text(m, "self/personality") == "00000008\n"
