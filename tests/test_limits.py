@@ -1,5 +1,5 @@
 """Resource limits, personality and other processes' groups (emu/limit_syscalls.py,
-emu/misc_syscalls.py) against native runs of tests/c/limits.c.
+emu/misc_syscalls.py) against native runs of tests/c/rlimits.c.
 
 The native side starts with the model's RLIMIT_NOFILE (the kernel's INIT_RLIMITS:
 1024/4096) via util-linux's prlimit, and runs as uid 1000 via setpriv where the case is
@@ -18,7 +18,7 @@ from emu.limit_syscalls import RLIMIT_NOFILE, RLIMIT_SIGPENDING, init_rlimits
 
 @pytest.fixture(scope="module")
 def exe(build_c):
-    return build_c("limits.c", "-static")
+    return build_c("rlimits.c", "-static")
 
 
 def _native(exe: str, mode: str, uid: int | None = None) -> subprocess.CompletedProcess:
