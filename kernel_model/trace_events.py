@@ -107,9 +107,10 @@ class TraceEvents:
         """The buffered lines of one event (``TraceEvent.lines``)."""
         return [line for e, line in self._log if e is ev]
 
-    def add(self, text: str, *, output=None, ftrace: bool = True, programs=()) -> TraceEvent:
+    def add(self, text: str, *, output=None, ftrace: bool = True, programs=(), filter=None) -> TraceEvent:
         if text.strip().startswith(("usdt:", "U:")):
-            return self._add_usdt(text.strip(), output=output, ftrace=ftrace, programs=programs)
+            return self._add_usdt(text.strip(), output=output, ftrace=ftrace, programs=programs,
+                                  filter=filter)
         spec = parse_user_spec(text)
         if spec.is_delete:
             self.remove(spec.event, spec.group)
@@ -126,7 +127,7 @@ class TraceEvents:
             self.output = output
         handler = None if spec.is_return else (lambda ctx, ev=ev: self._dispatch(ev, ctx))
         ret_handler = (lambda ctx, ev=ev: self._dispatch(ev, ctx)) if spec.is_return else None
-        uc = UprobeConsumer(handler, ret_handler, None, name=ev.name, is_trace=True)
+        uc = UprobeConsumer(handler, ret_handler, filter, name=ev.name, is_trace=True)
         ev.consumer = self.uprobes.uprobe_register(file, offset, uc, spec.ref_ctr_offset or 0)
         self.events.append(ev)
         return ev
@@ -135,6 +136,7 @@ class TraceEvents:
         """``usdt:PATH:[PROVIDER:]NAME``: one event per note site, named PROVIDER_NAME."""
         path, provider, name = parse_usdt_spec(text)
         file = self.uprobes.find_file(path)
+        self.uprobes.file_elf(file)
         first = None
         for i, note in enumerate(find_usdt_notes(file, provider, name)):
             offset, ref = usdt_attach_offsets(file, note, self.uprobes.profile)
@@ -162,7 +164,7 @@ class TraceEvents:
         if spec.symbol is not None:
             return up.symbol_offset(file, spec.symbol, spec.sym_offset)
         if spec.address is not None:
-            if file.elf is None:
+            if up.file_elf(file) is None:
                 raise SymbolError(f"{file.path} has no program headers to map {spec.address:#x}")
             return file, file.elf.vaddr_to_offset(spec.address)
         raise ProbeSpecError("probe spec names no location", spec.text, 0)
