@@ -16,7 +16,7 @@ from emu.errors import ProbeSpecError, SymbolError
 
 from .probe_spec import ProbeSpec, default_event_name, format_listing, format_profile_line, \
     format_trace_line, parse_probe_spec, perf_event_name
-from .uprobes_types import UprobeConsumer
+from .uprobes_types import UPROBE_HANDLER_REMOVE, UprobeConsumer
 from .usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
 
 _KNOWN_HEAD = re.compile(r"^(?:[pr](?::|\s|$)|-:|(?:uprobe|u|uretprobe|ur):)")
@@ -184,6 +184,11 @@ class TraceEvents:
         return ev.ftrace
 
     def _dispatch(self, ev: TraceEvent, ctx) -> int:
+        flt = ev.consumer.filter if ev.consumer is not None else None
+        if flt is not None and not flt(ctx.task.process.mm_owner or ctx.task.process):
+            # uprobe_perf_func: a hit in an mm the event does not want (a forked child's
+            # inherited int3) is not recorded and asks for the breakpoint's removal
+            return UPROBE_HANDLER_REMOVE
         ev.hits += 1
         for prog in ev.programs:
             prog(ctx)
