@@ -436,6 +436,34 @@ MAX_ELF_FILE_SIZE = 512 << 20
 """Largest program file read (a static executable is far smaller; the bytes are kept)."""
 
 
+def image_of(file) -> ElfImage | None:
+    """The parsed ELF of a mapped file (:class:`emu.mm_types.MappedFile`), read through
+    its page-cache reader on first need and kept on it; None for a file that is no
+    usable ELF (a locale archive, ld.so.cache), remembered so it is read once."""
+    if file.elf is not None or getattr(file, "not_elf", False) or file.reader is None:
+        return file.elf
+    if file.size > MAX_ELF_FILE_SIZE or file.read(0, 4) != _ELF_MAGIC:
+        file.not_elf = True
+        return None
+    try:
+        file.elf = parse_elf(file.read(0, file.size), file.path, shared_object=True)
+    except InputError:
+        file.not_elf = True
+    return file.elf
+
+
+def link_vaddr(file, vma, addr: int) -> int:
+    """The link-time address of ``addr`` in ``vma`` (a mapping of ``file``): through the
+    file offset, so a library mapped anywhere (and in several processes) symbolizes."""
+    bias = getattr(file, "load_bias", None)
+    if bias is not None or file.elf is None:
+        return addr - (bias or 0)
+    try:
+        return file.elf.offset_to_vaddr(vma.offset_of(addr))
+    except SymbolError:
+        return addr - vma.start + vma.pgoff
+
+
 def load_elf_file(path: str) -> ElfImage:
     """Read and parse ``path``; an unreadable path is an :class:`InputError`.
 

@@ -17,8 +17,8 @@ import itertools
 import os
 
 from emu import events as ev
-from emu.elf import MAX_ELF_FILE_SIZE, parse_elf
-from emu.errors import EmuError, RegistrationError, SymbolError
+from emu.elf import image_of
+from emu.errors import RegistrationError, SymbolError
 from emu.files import HostFile
 from emu.ldcache import MAX_CACHE_BYTES, short_name_candidates
 from emu.mm_types import PAGE_SIZE, PROT_EXEC, PROT_WRITE, TASK_SIZE, GuestFault, MappedFile
@@ -157,16 +157,12 @@ class Uprobes:
         finally:
             f.get().put()
 
-    def file_elf(self, file: MappedFile):
+    @staticmethod
+    def file_elf(file: MappedFile):
         """The file's parsed ELF, read on first need for a file met through mmap or
         opened by path (the loader parses the program and interpreter itself)."""
-        if file.elf is None and file.reader is not None:
-            if file.size > MAX_ELF_FILE_SIZE:
-                raise SymbolError(f"{file.path}: too large to read its symbols ({file.size} bytes)")
-            try:
-                file.elf = parse_elf(file.read(0, file.size), file.path, shared_object=True)
-            except EmuError as e:
-                raise SymbolError(f"{file.path} has no usable symbols: {e}") from None
+        if file.elf is None and file.reader is not None and image_of(file) is None:
+            raise SymbolError(f"{file.path} is not an ELF file with symbols")
         return file.elf
 
     def symbol_offset(self, file: MappedFile, name: str, delta: int = 0) -> tuple[MappedFile, int]:

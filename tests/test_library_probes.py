@@ -290,3 +290,23 @@ def test_library_probe_counts_equal_the_host_kernels(build_c, program, argv, lib
     # the host lines also hold pre-exec hits (the forking Python) at other addresses
     host = {s: [a for a in host[s] if a in set(model[s])] for s in symbols}
     assert host == model and all(model.values()), f"host {host} != model {model}"
+
+
+# --- symbolization -----------------------------------------------------------------------
+
+def test_library_addresses_symbolize_with_the_librarys_name(build_c):
+    exe = build_c("lib_malloc.c", name="lib_malloc")
+    m = Machine.from_elf(exe, argv=[exe, "1"])
+    seen = []
+    m.uprobes.register(f"{LIBC}:malloc", handler=lambda ctx: seen.append(
+        (ctx.machine.symbolize(ctx.vaddr), ctx.machine.symbolize(ctx.vaddr + 0x14))))
+    m.uprobes.register(f"{exe}:main", handler=lambda ctx: seen.append((ctx.machine.symbolize(ctx.vaddr),)))
+    _run(m)
+    assert seen == [("main",), ("malloc in libc.so.6", "malloc+0x14 in libc.so.6")], seen
+
+
+def test_trace_names_library_code(build_c):
+    exe = build_c("lib_malloc.c", name="lib_malloc")
+    proc = cli("trace", "-e", "uprobe:libc:malloc", exe, "1")
+    hit = [l for l in proc.stdout.decode().splitlines() if "uprobe hit at" in l]
+    assert proc.returncode == 0 and len(hit) == 1 and "<malloc in libc.so.6>" in hit[0], hit
