@@ -189,6 +189,22 @@ def test_cli_prints_a_note_for_an_ifunc_probe(build_c):
         proc.stderr.decode()
 
 
+@pytest.mark.parametrize("program,lib,symbol,recalc", [
+    ("dlopen_libm", LIBM, "frexp", True),
+    ("lib_malloc", LIBC, "malloc", False),
+], ids=["dlclose-probed-lib", "munmap-unprobed-file"])
+def test_unmapping_probed_pages_marks_the_mm_for_recount(build_c, program, lib, symbol, recalc):
+    """uprobe_munmap: unmapping a range of a probed inode that holds a probe sets
+    MMF_RECALC_UPROBES; unmapping other files (ld.so.cache) does not."""
+    exe = build_c(program + ".c", *(("-ldl",) if program == "dlopen_libm" else ()), name=program)
+    m = Machine.from_elf(exe, argv=[exe, "2"])
+    uc = m.uprobes.register(f"{lib}:{symbol}", handler=lambda ctx: None)
+    _run(m)
+    mapped = any(v.file is uc.uprobe.file for v in m.mem.vmas)
+    assert (m.process.mm_uprobes.recalc, mapped, uc.hits) == (recalc, not recalc, 2), \
+        (m.process.mm_uprobes.recalc, mapped, uc.hits)
+
+
 # --- USDT semaphore in a shared library ----------------------------------------------------
 
 def test_usdt_semaphore_in_a_library_mapped_later_is_incremented(usdt_lib):
