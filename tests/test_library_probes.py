@@ -205,6 +205,44 @@ def test_unmapping_probed_pages_marks_the_mm_for_recount(build_c, program, lib, 
         (m.process.mm_uprobes.recalc, mapped, uc.hits)
 
 
+def _mremap_case(build_c, usdt_lib):
+    exe = build_c("mremap_probed.c", name="mremap_probed")
+    _, lib = usdt_lib
+    m = Machine.from_elf(exe, argv=[exe])
+    _, off = m.uprobes.resolve_target(f"{lib}:libdemo_tick")
+    assert off >= 4096, f"the probe must lie past the first page, is at {off:#x}"
+    return exe, lib, off
+
+
+def test_a_mapping_grown_by_mremap_gets_the_breakpoint(build_c, usdt_lib):
+    """mremap growing a file mapping in place: vma_expand -> vma_complete -> uprobe_mmap
+    installs the probe in the grown part (the guest reads its own int3 there)."""
+    exe, lib, off = _mremap_case(build_c, usdt_lib)
+    plain = subprocess.run([exe, lib, hex(off)], capture_output=True, text=True, timeout=60).stdout
+    runs = {}
+    for probed in (False, True):
+        m = Machine.from_elf(exe, argv=[exe, lib, hex(off)])
+        if probed:
+            m.uprobes.register((lib, off), handler=lambda ctx: None)
+        runs[probed] = _run(m)
+    assert (runs[False], runs[True]) == (plain, "cc\n") and plain != "cc\n", (plain, runs)
+
+
+@needs_tracefs
+def test_mremap_growth_shows_the_int3_as_on_the_host(build_c, usdt_lib):
+    exe, lib, off = _mremap_case(build_c, usdt_lib)
+    t = Tracefs()
+    try:
+        with HostProbes(t, [ResolvedProbe(f"{lib}:{off:#x}", "t", "p", off, 0, "")], lib):
+            native = subprocess.run([exe, lib, hex(off)], capture_output=True, text=True,
+                                    timeout=60).stdout
+    finally:
+        t.close()
+    m = Machine.from_elf(exe, argv=[exe, lib, hex(off)])
+    m.uprobes.register((lib, off), handler=lambda ctx: None)
+    assert _run(m) == native, native
+
+
 # --- USDT semaphore in a shared library ----------------------------------------------------
 
 def test_usdt_semaphore_in_a_library_mapped_later_is_incremented(usdt_lib):
