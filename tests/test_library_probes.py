@@ -229,16 +229,23 @@ def test_a_mapping_grown_by_mremap_gets_the_breakpoint(build_c, usdt_lib):
 
 
 @needs_tracefs
-def test_mremap_growth_shows_the_int3_as_on_the_host(build_c, usdt_lib):
-    exe, lib, off = _mremap_case(build_c, usdt_lib)
+@pytest.mark.parametrize("program,mode", [("mremap_probed", None), ("mprotect_probed", "whole"),
+                                          ("mprotect_probed", "part")],
+                         ids=["mremap-grow", "mprotect-whole", "mprotect-split"])
+def test_remapped_and_reprotected_file_pages_show_what_the_host_shows(build_c, usdt_lib, program, mode):
+    """A writable private mapping gets no breakpoint; mprotect making it r-x does not
+    install one either (a split's vma_complete sees the old flags; no split, no
+    uprobe_mmap); mremap growth does (vma_expand)."""
+    _, lib, off = _mremap_case(build_c, usdt_lib)
+    exe = build_c(program + ".c", name=program)
+    argv = [exe, lib, hex(off)] + ([mode] if mode else [])
     t = Tracefs()
     try:
         with HostProbes(t, [ResolvedProbe(f"{lib}:{off:#x}", "t", "p", off, 0, "")], lib):
-            native = subprocess.run([exe, lib, hex(off)], capture_output=True, text=True,
-                                    timeout=60).stdout
+            native = subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout
     finally:
         t.close()
-    m = Machine.from_elf(exe, argv=[exe, lib, hex(off)])
+    m = Machine.from_elf(exe, argv=argv)
     m.uprobes.register((lib, off), handler=lambda ctx: None)
     assert _run(m) == native, native
 
