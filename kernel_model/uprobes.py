@@ -207,7 +207,9 @@ class Uprobes:
 
     def uprobe_mmap(self, proc, vma) -> None:
         """``uprobe_mmap``, called when a file VMA appears (mmap_region, the loader's
-        elf_map, a VMA grown or split by vma_complete): a writable private mapping may
+        elf_map) or grows in place (mremap: vma_expand -> vma_complete; a moved VMA keeps
+        its pages, and mprotect's splits reach vma_complete with the old, writable
+        flags, so neither installs anything): a writable private mapping may
         hold a queued USDT semaphore (``delayed_ref_ctr_inc``); an installable one gets
         the breakpoints of its inode's uprobes whose consumers want this mm.  Errors
         are ignored, as the kernel's callers cannot handle them."""

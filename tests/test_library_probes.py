@@ -366,6 +366,16 @@ def test_library_addresses_symbolize_with_the_librarys_name(build_c):
     assert seen == [("main",), ("malloc in libc.so.6", "malloc+0x14 in libc.so.6")], seen
 
 
+def test_stepper_labels_library_code_as_gdb_does(build_c):
+    from emu.frontends.stepper.format import gdb_label
+    exe = build_c("lib_malloc.c", name="lib_malloc")
+    m = Machine.from_elf(exe, argv=[exe, "1"])
+    seen = []
+    m.uprobes.register(f"{LIBC}:malloc", handler=lambda ctx: seen.append(gdb_label(ctx.machine, ctx.vaddr + 20)))
+    _run(m)
+    assert seen == ["malloc+20"], seen
+
+
 def test_trace_names_library_code(build_c):
     exe = build_c("lib_malloc.c", name="lib_malloc")
     proc = cli("trace", "-e", "uprobe:libc:malloc", exe, "1")
