@@ -156,6 +156,25 @@ def test_probe_registered_after_the_library_is_mapped(build_c):
     assert len(late) == 1 and late[0].hits == 5, f"expected 5 hits, got {late and late[0].hits}"
 
 
+def test_a_probe_registered_with_two_processes_running_is_installed_in_both(build_c):
+    """register_for_each_vma walks every mm mapping the inode: registered in the child
+    (its parent waits in waitpid), the libc probe is in the parent's mapping too."""
+    exe = build_c("lib_malloc.c", name="lib_malloc")
+    m = Machine.from_elf(exe, argv=[exe, "3", "fork"])
+    per_pid: dict = {}
+    state = {}
+
+    def first_loop(ctx):
+        if not state:
+            state["pids"] = sorted(p.pid for p in ctx.machine.processes if p.exit_result is None)
+            _counter(ctx.machine, f"{LIBC}:malloc", per_pid=per_pid)
+        return 1      # UPROBE_HANDLER_REMOVE
+    m.uprobes.register(f"{exe}:loop", handler=first_loop)
+    out = _run(m)
+    said = {int(p): int(c) for p, c in re.findall(r"pid=(\d+) mallocs=(\d+)", out)}
+    assert len(state["pids"]) == 2 and per_pid == said, f"processes {state}, expected {said}, got {per_pid}"
+
+
 # --- dlopen ---------------------------------------------------------------------------
 
 def test_probe_on_libm_before_dlopen_fires_after_dlopen(build_c):
