@@ -400,3 +400,31 @@ def test_trace_names_library_code(build_c):
     proc = cli("trace", "-e", "uprobe:libc:malloc", exe, "1")
     hit = [l for l in proc.stdout.decode().splitlines() if "uprobe hit at" in l]
     assert proc.returncode == 0 and len(hit) == 1 and "<malloc in libc.so.6>" in hit[0], hit
+
+
+@needs_tracefs
+def test_malloc_retvals_equal_the_host_kernels(build_c):
+    """The uretprobe's $retval on the host (ASLR off) and in the model: the same
+    pointers, the ones the program prints."""
+    exe = build_c("lib_malloc.c", name="lib_malloc")
+    m = Machine.from_elf(exe, argv=[exe, "4"])
+    file, off = m.uprobes.resolve_target(f"{LIBC}:malloc")
+    ev = m.uprobes.add_event(f"r:lib/m {file.path}:{off:#x} ret=$retval")
+    out = _run(m)
+    model = re.findall(r"<- (0x[0-9a-f]+)\) ret=(0x[0-9a-f]+)", "\n".join(ev.lines))
+    probe = ResolvedProbe(f"{LIBC}:malloc", "m", "r", off, 0, "ret=$retval")
+    t = Tracefs()
+    try:
+        with HostProbes(t, [probe], os.path.realpath(LIBC)) as hp:
+            native = subprocess.run([exe, "4"], capture_output=True, text=True, timeout=60,
+                                    preexec_fn=_no_randomize, check=True).stdout
+            text = hp.trace()
+    finally:
+        t.close()
+    funcs = {f for f, _ in model}
+    host = [(f, r) for f, r in re.findall(r"lib_malloc-\d+ .*<- (0x[0-9a-f]+)\) ret=(0x[0-9a-f]+)", text)
+            if f in funcs]
+    printed = re.findall(r"ptr=(0x[0-9a-f]+)", out)
+    assert host == model and [r for _, r in model] == printed == \
+        re.findall(r"ptr=(0x[0-9a-f]+)", native), \
+        f"host {host}, model {model}, printed {printed}"
