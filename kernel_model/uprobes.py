@@ -250,10 +250,11 @@ class Uprobes:
             ok = self.kernel.ref_ctr_update(proc, uprobe, d)
             if d > 0:
                 return ok
+        mm = getattr(proc, "mm_owner", None) or proc      # entries are per mm
         if d > 0:
-            self.delayed_uprobe_add(uprobe, proc)
+            self.delayed_uprobe_add(uprobe, mm)
         else:
-            self.delayed_uprobe_remove(uprobe, proc)
+            self.delayed_uprobe_remove(uprobe, mm)
         return ok
 
     def delayed_uprobe_add(self, uprobe: Uprobe, proc) -> None:
@@ -270,9 +271,10 @@ class Uprobes:
     def delayed_ref_ctr_inc(self, proc, vma) -> None:
         """``delayed_ref_ctr_inc``: a new writable mapping of the file holding a
         queued semaphore increments it (once) and drops the entry."""
+        mm = getattr(proc, "mm_owner", None) or proc
         for entry in list(self.delayed):
             uprobe, p = entry
-            if p is not proc or not self._valid_ref_ctr_vma(uprobe, vma):
+            if p is not mm or not self._valid_ref_ctr_vma(uprobe, vma):
                 continue
             self.kernel.ref_ctr_update(proc, uprobe, +1)
             self.delayed.remove(entry)
