@@ -128,7 +128,7 @@ class Uprobes:
                 return opened
         raise SymbolError(f"{path!r} is neither mapped by the guest (mapped: "
                           f"{', '.join(f.path for f in files) or 'nothing'}) nor a library "
-                          f"lib{path}.so* in the ld.so cache or default directories")
+                          f"{path!r} names in the ld.so cache or default directories")
 
     def open_file(self, path: str) -> MappedFile | str:
         """The page cache's file (one per inode) for guest ``path``, opened as the
