@@ -31,10 +31,12 @@ run such guests.
 
 from __future__ import annotations
 
+import os
 from typing import Callable, NamedTuple
 
 from capstone import CS_ARCH_X86, CS_MODE_64, CS_OPT_SYNTAX_ATT, Cs
 
+from .elf import image_of, link_vaddr
 from .memory import GuestFault
 
 MAX_INSN_BYTES = 15
@@ -153,7 +155,7 @@ class Disassembler:
         if hit is None:
             return None
         name, off = hit
-        return f"{name}+{off:#x}" if off else name
+        return (f"{name}+{off:#x}" if off else name) + _library_suffix(self.mem, addr)
 
     def symbol_header(self, addr: int) -> str | None:
         """objdump's ``0000000000401000 <_start>:`` line when a symbol starts at
@@ -179,11 +181,21 @@ def _symbol_in(mem, addr: int) -> tuple[str, int] | None:
     if vma is None:
         return None
     file = vma.file
-    if file is not None and file.elf is not None:
-        return file.elf.symbolize(addr - getattr(file, "load_bias", 0))
+    if file is not None and image_of(file) is not None:
+        return file.elf.symbolize(link_vaddr(file, vma, addr))
     if vma.special:
         return vma.name, addr - vma.start
     return None
+
+
+def _library_suffix(mem, addr: int) -> str:
+    """`` in libc.so.6`` for a shared library's address (gdb's "malloc+20 in libc.so.6");
+    nothing for the program and its interpreter (mapped by the loader)."""
+    vma = mem.find_vma(addr)
+    file = vma.file if vma is not None else None
+    if file is None or getattr(file, "load_bias", None) is not None:
+        return ""
+    return f" in {os.path.basename(file.d_path or file.path)}"
 
 
 def format_objdump_line(insn: Insn, symbolize: Callable[[int], str | None] | None = None) -> str:

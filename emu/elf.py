@@ -220,7 +220,17 @@ class ElfImage:
         return self._code_index.lookup(vaddr)
 
     def resolve(self, name: str) -> Symbol:
-        """The symbol called ``name``; a miss suggests close spellings."""
+        """The symbol called ``name``; a miss suggests close spellings.
+
+        ``NAME@@VERSION`` is the default (exported) version of a .dynsym symbol,
+        ``NAME@VERSION`` any symbol of that version (a hidden, older one included), as
+        readelf prints them; a plain ``NAME`` found only in .dynsym is its default
+        version (what the dynamic linker binds a new program to)."""
+        if "@" in name:
+            return self._resolve_versioned(name)
+        default = self._versions().get((name, None))
+        if default is not None and name not in self._symtab_names():
+            return default
         sym = self.symbols.get(name)
         if sym is not None:
             return sym
@@ -231,6 +241,83 @@ class ElfImage:
         if close:
             message += "; did you mean " + ", ".join(repr(c) for c in close) + "?"
         raise SymbolError(message)
+
+
+    def _resolve_versioned(self, name: str) -> Symbol:
+        base, _, version = name.partition("@")
+        default = version.startswith("@")
+        version = version.lstrip("@")
+        table = self._versions()
+        sym = table.get((base, version)) if default else \
+            (table.get((base, version)) or table.get((base, "hidden:" + version)))
+        if sym is not None:
+            return sym
+        have = sorted({v.removeprefix("hidden:") for (n, v) in table if n == base and v})
+        if have:
+            raise SymbolError(f"{self.path} has no {name!r}: {base} has version(s) "
+                              + ", ".join(have))
+        raise SymbolError(f"unknown versioned symbol {name!r} in {self.path}"
+                          + ("" if table else " (it has no symbol versions)"))
+
+    def _versions(self) -> dict:
+        """(name, version) -> Symbol for .dynsym, parsed on first use: the default
+        version keyed by its name (and by None), a hidden one by ``hidden:NAME``."""
+        cached = self.__dict__.get("_version_table")
+        if cached is None:
+            with _converted_errors(self.path, "symbol versions"):
+                cached = _read_versions(self.data)
+            self.__dict__["_version_table"] = cached
+        return cached
+
+    def _symtab_names(self) -> frozenset:
+        cached = self.__dict__.get("_symtab_name_set")
+        if cached is None:
+            cached = frozenset()
+            if self._versions():
+                with _converted_errors(self.path, "symbol table"):
+                    elf = ELFFile(io.BytesIO(self.data))
+                    tab = elf.get_section_by_name(".symtab")
+                    if tab is not None:
+                        cached = frozenset(s.name for s in tab.iter_symbols() if s.name)
+            self.__dict__["_symtab_name_set"] = cached
+        return cached
+
+
+_VERSYM_HIDDEN = 0x8000
+
+
+def _read_versions(data: bytes) -> dict:
+    """.dynsym symbols with their .gnu.version / .gnu.version_d names."""
+    elf = ELFFile(io.BytesIO(data))
+    versym = elf.get_section_by_name(".gnu.version")
+    verdef = elf.get_section_by_name(".gnu.version_d")
+    dynsym = elf.get_section_by_name(".dynsym")
+    if versym is None or verdef is None or dynsym is None:
+        return {}
+    names = {}
+    for vd, auxes in verdef.iter_versions():
+        aux = next(iter(auxes), None)
+        if aux is not None:
+            names[vd.entry["vd_ndx"]] = aux.name
+    table: dict = {}
+    for i, raw in enumerate(dynsym.iter_symbols()):
+        if not raw.name or not raw["st_value"] or raw["st_shndx"] == "SHN_UNDEF":
+            continue
+        ndx = versym.get_symbol(i).entry["ndx"]
+        if not isinstance(ndx, int):
+            continue
+        version = names.get(ndx & ~_VERSYM_HIDDEN)
+        if version is None or ndx & ~_VERSYM_HIDDEN == 1:      # 1: the file's own name
+            continue
+        sym = Symbol(name=raw.name, value=raw["st_value"], size=raw["st_size"],
+                     type=_symbol_type(raw["st_info"]["type"]),
+                     bind=_symbol_bind(raw["st_info"]["bind"]))
+        if ndx & _VERSYM_HIDDEN:
+            table.setdefault((raw.name, "hidden:" + version), sym)
+        else:
+            table[(raw.name, version)] = sym
+            table[(raw.name, None)] = sym
+    return table
 
 
 @dataclass(frozen=True)
@@ -349,6 +436,34 @@ MAX_ELF_FILE_SIZE = 512 << 20
 """Largest program file read (a static executable is far smaller; the bytes are kept)."""
 
 
+def image_of(file) -> ElfImage | None:
+    """The parsed ELF of a mapped file (:class:`emu.mm_types.MappedFile`), read through
+    its page-cache reader on first need and kept on it; None for a file that is no
+    usable ELF (a locale archive, ld.so.cache), remembered so it is read once."""
+    if file.elf is not None or getattr(file, "not_elf", False) or file.reader is None:
+        return file.elf
+    if file.size > MAX_ELF_FILE_SIZE or file.read(0, 4) != _ELF_MAGIC:
+        file.not_elf = True
+        return None
+    try:
+        file.elf = parse_elf(file.read(0, file.size), file.path, shared_object=True)
+    except InputError:
+        file.not_elf = True
+    return file.elf
+
+
+def link_vaddr(file, vma, addr: int) -> int:
+    """The link-time address of ``addr`` in ``vma`` (a mapping of ``file``): through the
+    file offset, so a library mapped anywhere (and in several processes) symbolizes."""
+    bias = getattr(file, "load_bias", None)
+    if bias is not None or file.elf is None:
+        return addr - (bias or 0)
+    try:
+        return file.elf.offset_to_vaddr(vma.offset_of(addr))
+    except SymbolError:
+        return addr - vma.start + vma.pgoff
+
+
 def load_elf_file(path: str) -> ElfImage:
     """Read and parse ``path``; an unreadable path is an :class:`InputError`.
 
@@ -386,8 +501,11 @@ def _file_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def parse_elf(data: bytes, path: str) -> ElfImage:
-    """Validate ``data`` as a runnable x86_64 executable and describe it."""
+def parse_elf(data: bytes, path: str, *, shared_object: bool = False) -> ElfImage:
+    """Validate ``data`` as a runnable x86_64 executable and describe it.
+
+    ``shared_object``: the file is a library some process maps (probes name its
+    symbols), not a program to start, so DT_NEEDED entries are its business."""
     data = bytes(data)
     header = _parse_header(data, path)
     phdrs = _parse_program_headers(data, header, path)
@@ -395,7 +513,7 @@ def parse_elf(data: bytes, path: str) -> ElfImage:
     segments = [_segment(data, ph, path) for ph in phdrs if ph.type == _PT_LOAD]
     if not segments:
         raise ElfError(f"{path}: no loadable segments (no PT_LOAD program header)")
-    if interp is None:
+    if interp is None and not shared_object:
         _reject_needed_libraries(data, phdrs, segments, path)
     tls = next((_segment(data, ph, path) for ph in phdrs if ph.type == _PT_TLS), None)
     all_symbols, usdt = _parse_sections(data, header, path)

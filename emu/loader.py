@@ -14,6 +14,7 @@ AT_RANDOM bytes and the strings, 16-byte aligned as the psABI requires.
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import struct
@@ -108,8 +109,9 @@ def _maximum_alignment(image) -> int:
     return page_up(align) or PAGE_SIZE
 
 
-def _map_segments(mem, image, mfile, bias: int) -> int:
-    """elf_load() of every PT_LOAD at ``bias``; returns the end of the last bss."""
+def _map_segments(mem, image, mfile, bias: int, mmap_hook=None) -> int:
+    """elf_load() of every PT_LOAD at ``bias``; returns the end of the last bss.
+    ``mmap_hook(vma)`` sees each file mapping, as uprobe_mmap does from elf_map."""
     end_of_bss = 0
     for seg in image.segments:
         start = page_down(seg.vaddr + bias)
@@ -120,8 +122,10 @@ def _map_segments(mem, image, mfile, bias: int) -> int:
         # whole file pages are mapped, as mmap does; bss is zeroed below
         data = image.data[file_start:file_start + (file_backed_end - start)]
         if seg.filesz:
-            mem.map(start, file_backed_end - start, prot, mfile.d_path or mfile.path, file=mfile,
-                    pgoff=file_start, data=data)
+            vma = mem.map(start, file_backed_end - start, prot, mfile.d_path or mfile.path, file=mfile,
+                          pgoff=file_start, data=data)
+            if mmap_hook is not None:
+                mmap_hook(vma)
         if map_end > file_backed_end:
             mem.map(file_backed_end, map_end - file_backed_end, prot, "")
         # a partially file-backed last page is zero past filesz (padzero)
@@ -167,7 +171,8 @@ def _load_image(machine, image, mfile, argv: list[str], env: list[str] | None) -
     proc.exe, proc.exe_path = mfile, image.path
     cache = machine.page_cache
     proc.files.append(cache.add(mfile))
-    end_of_bss = _map_segments(mem, image, mfile, bias)
+    hook = functools.partial(machine.kernel.uprobe_mmap, proc)
+    end_of_bss = _map_segments(mem, image, mfile, bias, hook)
     proc.brk_start = proc.brk = page_up(end_of_bss)
     machine.symbols = {name: s.value + bias for name, s in image.symbols.items()}
     entry, interp_base, vdso_base = image.entry + bias, 0, 0
@@ -177,7 +182,7 @@ def _load_image(machine, image, mfile, argv: list[str], env: list[str] | None) -
         ifile = cache.add(ifile)
         ifile.load_bias = ibias
         proc.files.append(ifile)
-        _map_segments(mem, iimage, ifile, ibias)
+        _map_segments(mem, iimage, ifile, ibias, hook)
         interp_base, entry = ibias, iimage.entry + ibias     # AT_BASE: load_elf_interp's load_addr
         vdso_base = map_vdso(mem, machine.kernel.profile.release)
     phdr = _phdr_vaddr(image) + bias

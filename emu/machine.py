@@ -38,7 +38,7 @@ from . import fpu
 from . import signal_frames as sf
 from .asm import asm_to_elf
 from .counters import Counters
-from .elf import load_elf_file, parse_elf
+from .elf import image_of, link_vaddr, load_elf_file, parse_elf
 from .identity_syscalls import Cred
 from .errors import GuestSignalError, InputError, SymbolError
 from .loader import file_identity, load_image
@@ -559,13 +559,13 @@ class Machine:
         vma = self.mem.find_vma(addr)
         if vma is None:
             return None
-        if vma.file is not None and vma.file.elf is not None:
-            elf = vma.file.elf
-            link = addr - self.load_bias(vma.file)
-            hit = elf.symbolize(link)
+        if vma.file is not None and image_of(vma.file) is not None:
+            hit = vma.file.elf.symbolize(link_vaddr(vma.file, vma, addr))
             if hit:
                 name, off = hit
-                return f"{name}+{off:#x}" if off else name
+                lib = "" if getattr(vma.file, "load_bias", None) is not None else \
+                    f" in {os.path.basename(vma.file.d_path or vma.file.path)}"
+                return (f"{name}+{off:#x}" if off else name) + lib
         return vma.name or (vma.file.path if vma.file else None)
 
     def load_bias(self, file: MappedFile) -> int:

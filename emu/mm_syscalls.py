@@ -115,6 +115,7 @@ class MmSyscalls:
             return _neg(E.ENOMEM)
         if shared:
             vma.mayprot &= ~PROT_WRITE           # read-only descriptor: no VM_MAYWRITE; else not modeled
+        self.m.kernel.uprobe_mmap(task.process, vma)     # mmap_region -> __mmap_complete
         return where
 
     def _d_path(self, file: HostFile) -> str:
@@ -209,6 +210,9 @@ class MmSyscalls:
             mem.fill_from_file(start + copied, end, vma.file, vma.offset_of(src) + copied)
             if start == vma.end:
                 mem.join(vma, new)
+                # vma_expand -> vma_complete: uprobe_mmap sees the grown VMA (a moved one
+                # keeps its pages, int3s included: copy_vma skips it)
+                self.m.kernel.uprobe_mmap(self.m.task.process, vma)
 
     def sys_munmap(self, task, regs, addr, length, *_):
         """do_vmi_munmap: special mappings ([uprobes], the trampoline) can be unmapped
@@ -219,6 +223,9 @@ class MmSyscalls:
         length = page_up(length)
         if length == 0:
             return _neg(E.EINVAL)
+        for vma in [v for v in self.mem.vmas if v.file is not None and v.start < addr + length
+                    and addr < v.end]:
+            self.m.kernel.uprobe_munmap(task.process, vma, addr, addr + length)   # unmap_single_vma
         self.mem.unmap(addr, length)
         return 0
 

@@ -67,6 +67,16 @@ class Kernel:
     def dup_mmap(self, parent, child) -> None:
         dup_mmap(self.uprobes, parent, child)
 
+    # -- mappings ------------------------------------------------------------------
+    def uprobe_mmap(self, proc, vma) -> None:
+        """A file VMA appeared in ``proc`` (mmap_region / elf_map / vma_complete):
+        uprobes installs its inode's probes there (``uprobe_mmap``)."""
+        self.uprobes.uprobe_mmap(proc, vma)
+
+    def uprobe_munmap(self, proc, vma, start: int, end: int) -> None:
+        """[start, end) of a file VMA is being unmapped (``uprobe_munmap``)."""
+        self.uprobes.uprobe_munmap(proc, vma, start, end)
+
     # -- USDT semaphores ---------------------------------------------------------
     def _ref_ctr(self, proc, uprobe) -> tuple[int, int] | None:
         """(address, value) of the USDT semaphore in the file's writable mapping."""

@@ -16,7 +16,7 @@ from emu.errors import ProbeSpecError, SymbolError
 
 from .probe_spec import ProbeSpec, default_event_name, format_listing, format_profile_line, \
     format_trace_line, parse_probe_spec, perf_event_name
-from .uprobes_types import UprobeConsumer
+from .uprobes_types import UPROBE_HANDLER_REMOVE, UprobeConsumer
 from .usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
 
 _KNOWN_HEAD = re.compile(r"^(?:[pr](?::|\s|$)|-:|(?:uprobe|u|uretprobe|ur):)")
@@ -107,9 +107,10 @@ class TraceEvents:
         """The buffered lines of one event (``TraceEvent.lines``)."""
         return [line for e, line in self._log if e is ev]
 
-    def add(self, text: str, *, output=None, ftrace: bool = True, programs=()) -> TraceEvent:
+    def add(self, text: str, *, output=None, ftrace: bool = True, programs=(), filter=None) -> TraceEvent:
         if text.strip().startswith(("usdt:", "U:")):
-            return self._add_usdt(text.strip(), output=output, ftrace=ftrace, programs=programs)
+            return self._add_usdt(text.strip(), output=output, ftrace=ftrace, programs=programs,
+                                  filter=filter)
         spec = parse_user_spec(text)
         if spec.is_delete:
             self.remove(spec.event, spec.group)
@@ -126,7 +127,7 @@ class TraceEvents:
             self.output = output
         handler = None if spec.is_return else (lambda ctx, ev=ev: self._dispatch(ev, ctx))
         ret_handler = (lambda ctx, ev=ev: self._dispatch(ev, ctx)) if spec.is_return else None
-        uc = UprobeConsumer(handler, ret_handler, None, name=ev.name, is_trace=True)
+        uc = UprobeConsumer(handler, ret_handler, filter, name=ev.name, is_trace=True)
         ev.consumer = self.uprobes.uprobe_register(file, offset, uc, spec.ref_ctr_offset or 0)
         self.events.append(ev)
         return ev
@@ -135,6 +136,7 @@ class TraceEvents:
         """``usdt:PATH:[PROVIDER:]NAME``: one event per note site, named PROVIDER_NAME."""
         path, provider, name = parse_usdt_spec(text)
         file = self.uprobes.find_file(path)
+        self.uprobes.file_elf(file)
         first = None
         for i, note in enumerate(find_usdt_notes(file, provider, name)):
             offset, ref = usdt_attach_offsets(file, note, self.uprobes.profile)
@@ -162,7 +164,7 @@ class TraceEvents:
         if spec.symbol is not None:
             return up.symbol_offset(file, spec.symbol, spec.sym_offset)
         if spec.address is not None:
-            if file.elf is None:
+            if up.file_elf(file) is None:
                 raise SymbolError(f"{file.path} has no program headers to map {spec.address:#x}")
             return file, file.elf.vaddr_to_offset(spec.address)
         raise ProbeSpecError("probe spec names no location", spec.text, 0)
@@ -182,6 +184,11 @@ class TraceEvents:
         return ev.ftrace
 
     def _dispatch(self, ev: TraceEvent, ctx) -> int:
+        flt = ev.consumer.filter if ev.consumer is not None else None
+        if flt is not None and not flt(ctx.task.process.mm_owner or ctx.task.process):
+            # uprobe_perf_func: a hit in an mm the event does not want (a forked child's
+            # inherited int3) is not recorded and asks for the breakpoint's removal
+            return UPROBE_HANDLER_REMOVE
         ev.hits += 1
         for prog in ev.programs:
             prog(ctx)

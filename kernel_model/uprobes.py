@@ -17,7 +17,10 @@ import itertools
 import os
 
 from emu import events as ev
+from emu.elf import image_of
 from emu.errors import RegistrationError, SymbolError
+from emu.files import HostFile
+from emu.ldcache import MAX_CACHE_BYTES, short_name_candidates
 from emu.mm_types import PAGE_SIZE, PROT_EXEC, PROT_WRITE, TASK_SIZE, GuestFault, MappedFile
 from emu.regs import TF
 from emu.signals import SIGNALS
@@ -46,6 +49,8 @@ class Uprobes:
         self._ids = itertools.count(1)
         self.uret = Uretprobes(self)
         self.xol_slots = UINSNS_PER_PAGE     # slots per XOL page (tests may shrink it)
+        self.delayed: list = []              # delayed_uprobe_list: [(uprobe, process)]
+        self.notes: list[str] = []           # remarks on registrations (IFUNC targets)
 
     # -- helpers -----------------------------------------------------------------
     @property
@@ -64,7 +69,8 @@ class Uprobes:
 
     # -- target resolution -------------------------------------------------------
     def resolve_target(self, target) -> tuple[MappedFile, int]:
-        """symbol, "symbol+off", address, (path, file offset) -> (file, file offset)."""
+        """symbol, "symbol+off", "PATH:symbol[+off]" (any file: a library mapped
+        later too), address, (path, file offset) -> (file, file offset)."""
         proc = self.machine.process
         if isinstance(target, tuple):
             path, offset = target
@@ -74,6 +80,14 @@ class Uprobes:
             if vma is None or vma.file is None:
                 raise SymbolError(f"address {target:#x} is not in a file-backed mapping")
             return vma.file, vma.offset_of(target)
+        if isinstance(target, str) and ":" in target:
+            path, _, sym = target.rpartition(":")          # "PATH:SYMBOL[+OFF]"
+            name, _, off = sym.partition("+")
+            try:
+                delta = int(off, 0) if off else 0
+            except ValueError:
+                raise SymbolError(f"bad offset {off!r} in {target!r}") from None
+            return self.symbol_offset(self.find_file(path), name.strip(), delta)
         if isinstance(target, str):
             name, _, off = target.partition("+")
             try:
@@ -84,40 +98,192 @@ class Uprobes:
         raise SymbolError(f"cannot probe {target!r}: give a symbol, an address or (path, offset)")
 
     def find_file(self, path: str) -> MappedFile:
+        """The file a probe spec names: one the guest maps (its path, ``guest:`` name,
+        a path suffix or a basename), else any file of the guest's view opened by its
+        path - a library not mapped yet is probed by inode like any other, and
+        installed when a process maps it (:meth:`uprobe_mmap`).  A name without ``/``
+        that matches nothing mapped is a library's short name (bpftrace's
+        ``uprobe:libc:malloc``: :mod:`emu.ldcache`)."""
         files = self.machine.process.files
-        for f in files:
-            if path == f.path or f.path == f"guest:{path}" or (path and f.path.endswith("/" + path)):
-                return f
         if path in ("", None) and files:
             return files[0]
         for f in files:
-            if os.path.basename(f.path) == os.path.basename(path):
+            if path in (f.path, f.d_path) or f.path == f"guest:{path}":
                 return f
-        raise SymbolError(f"{path!r} is not mapped by the guest (mapped: "
-                          f"{', '.join(f.path for f in files) or 'nothing'})")
+        if "/" in path:
+            opened = self.open_file(path)
+            if isinstance(opened, MappedFile):
+                return opened
+            for f in files:
+                if f.path.endswith("/" + path.lstrip("/")):
+                    return f
+            raise SymbolError(f"cannot probe {path!r}: {opened}")
+        for f in files:
+            if os.path.basename(f.path) == path:
+                return f
+        for candidate in short_name_candidates(path, [f.d_path or f.path for f in files],
+                                               self._read_guest_file):
+            opened = self.open_file(candidate)
+            if isinstance(opened, MappedFile):
+                return opened
+        raise SymbolError(f"{path!r} is neither mapped by the guest (mapped: "
+                          f"{', '.join(f.path for f in files) or 'nothing'}) nor a library "
+                          f"{path!r} names in the ld.so cache or default directories")
+
+    def open_file(self, path: str) -> MappedFile | str:
+        """The page cache's file (one per inode) for guest ``path``, opened as the
+        first task would (its root, cwd and permissions); a reason string when it
+        cannot be."""
+        m = self.machine
+        f = m.syscalls.open_guest_path(m.task, path, os.O_RDONLY)
+        if isinstance(f, int):
+            return os.strerror(-f).lower()
+        try:
+            if not isinstance(f, HostFile) or f.is_dir:
+                return "not a regular file"
+            return m.page_cache.file_of(f.fd, path, f.guest_path or path)
+        finally:
+            f.get().put()
+
+    def _read_guest_file(self, path: str) -> bytes | None:
+        m = self.machine
+        f = m.syscalls.open_guest_path(m.task, path, os.O_RDONLY)
+        if isinstance(f, int):
+            return None
+        try:
+            return os.pread(f.fd, MAX_CACHE_BYTES, 0) if isinstance(f, HostFile) else None
+        except OSError:
+            return None
+        finally:
+            f.get().put()
+
+    @staticmethod
+    def file_elf(file: MappedFile):
+        """The file's parsed ELF, read on first need for a file met through mmap or
+        opened by path (the loader parses the program and interpreter itself)."""
+        if file.elf is None and file.reader is not None and image_of(file) is None:
+            raise SymbolError(f"{file.path} is not an ELF file with symbols")
+        return file.elf
 
     def symbol_offset(self, file: MappedFile, name: str, delta: int = 0) -> tuple[MappedFile, int]:
-        elf = file.elf
+        """A symbol's file offset.  An IFUNC symbol's address is its resolver: the
+        kernel probes what the symbol's st_value says, so the probe fires when the
+        dynamic linker calls the resolver, not at each call of the implementation it
+        returns - said in a note (``self.notes``), as the probe is legal."""
+        elf = self.file_elf(file)
         if elf is None:
             raise SymbolError(f"{file.path} has no symbols")
         sym = elf.resolve(name)
+        if sym.type == "GNU_IFUNC":
+            self.notes.append(f"{name} in {os.path.basename(file.path)} is an IFUNC symbol: the probe "
+                              f"is on its resolver, which runs when the dynamic linker binds "
+                              f"{name.partition('@')[0]}, not at each call")
         return file, elf.vaddr_to_offset(sym.value + delta)
 
-    def vaddr_of(self, process, file: MappedFile, offset: int) -> list[int]:
-        """Every probe address of (file, offset) in ``process``.
+    @staticmethod
+    def valid_vma(vma, is_register: bool) -> bool:
+        """``valid_vma()``: a private file mapping with VM_MAYEXEC - not VM_EXEC, so a
+        read-only (or mprotect'ed non-executable) private mapping of the file
+        qualifies; no VM_MAYSHARE; and, to install, no VM_WRITE."""
+        if vma.file is None or vma.special or vma.shared or not vma.mayprot & PROT_EXEC:
+            return False
+        return not (is_register and vma.prot & PROT_WRITE)
 
-        ``valid_vma()`` asks for a file-backed, private, non-hugetlb mapping with
-        VM_MAYEXEC - not VM_EXEC: a read-only (or mprotect'ed non-executable) private
-        mapping of the file qualifies too.  Every file mapping the loader makes is
-        private and may-exec (no noexec mounts are modeled).  VM_WRITE only matters
-        when installing; :meth:`register_for_each_vma` checks it.
-        """
-        out = []
-        for vma in process.mem.vmas:
-            if vma.file is file and not vma.special and \
-                    vma.pgoff <= offset < vma.pgoff + vma.size:
-                out.append(vma.vaddr_of(offset))
-        return out
+    def vaddr_of(self, process, file: MappedFile, offset: int) -> list[int]:
+        """Every probe address of (file, offset) in ``process`` (valid_vma(false));
+        VM_WRITE only matters when installing: :meth:`register_for_each_vma` checks it."""
+        return [vma.vaddr_of(offset) for vma in process.mem.vmas
+                if vma.file is file and self.valid_vma(vma, False) and
+                vma.pgoff <= offset < vma.pgoff + vma.size]
+
+    # -- mappings come and go ----------------------------------------------------------
+    def build_probe_list(self, vma, start: int, end: int) -> list[Uprobe]:
+        """``build_probe_list``: the uprobes of the vma's inode at file offsets inside
+        [start, end), in offset order (the rb-tree's)."""
+        lo = vma.offset_of(start)
+        hi = lo + (end - start)
+        return sorted((u for (f, off), u in self.tree.items() if f is vma.file and lo <= off < hi),
+                      key=lambda u: u.offset)
+
+    def uprobe_mmap(self, proc, vma) -> None:
+        """``uprobe_mmap``, called when a file VMA appears (mmap_region, the loader's
+        elf_map) or grows in place (mremap: vma_expand -> vma_complete; a moved VMA keeps
+        its pages, and mprotect's splits reach vma_complete with the old, writable
+        flags, so neither installs anything): a writable private mapping may
+        hold a queued USDT semaphore (``delayed_ref_ctr_inc``); an installable one gets
+        the breakpoints of its inode's uprobes whose consumers want this mm.  Errors
+        are ignored, as the kernel's callers cannot handle them."""
+        if not self.tree:
+            return                                        # no_uprobe_events()
+        mm = proc.mm_uprobes
+        if vma.file is not None and vma.prot & PROT_WRITE and not vma.shared and \
+                mm is not None and mm.has_uprobes:
+            self.delayed_ref_ctr_inc(proc, vma)
+        if not self.valid_vma(vma, True):
+            return
+        for uprobe in self.build_probe_list(vma, vma.start, vma.end):
+            if self.filter_chain(uprobe, proc):
+                try:
+                    self.install_breakpoint(proc, uprobe, vma.vaddr_of(uprobe.offset))
+                except RegistrationError:
+                    pass
+
+    def uprobe_munmap(self, proc, vma, start: int, end: int) -> None:
+        """``uprobe_munmap``: unmapping probed pages only marks the mm for a recount
+        (MMF_RECALC_UPROBES); the breakpoints go with the pages."""
+        mm = proc.mm_uprobes
+        if not self.tree or not self.valid_vma(vma, False) or mm is None or \
+                not mm.has_uprobes or mm.recalc:
+            return
+        if self.build_probe_list(vma, max(start, vma.start), min(end, vma.end)):
+            mm.recalc = True
+
+    # -- USDT semaphores not mapped yet --------------------------------------------------
+    def update_ref_ctr(self, proc, uprobe: Uprobe, d: int) -> bool:
+        """``update_ref_ctr``: the semaphore in the file's writable private mapping, or,
+        when the process has none yet, a ``delayed_uprobe`` entry to increment it once
+        that mapping appears; a decrement forgets the entry."""
+        if not uprobe.ref_ctr_offset:
+            return True
+        ok = True
+        if self.kernel._ref_ctr(proc, uprobe) is not None:
+            ok = self.kernel.ref_ctr_update(proc, uprobe, d)
+            if d > 0:
+                return ok
+        mm = getattr(proc, "mm_owner", None) or proc      # entries are per mm
+        if d > 0:
+            self.delayed_uprobe_add(uprobe, mm)
+        else:
+            self.delayed_uprobe_remove(uprobe, mm)
+        return ok
+
+    def delayed_uprobe_add(self, uprobe: Uprobe, proc) -> None:
+        if not any(u is uprobe and p is proc for u, p in self.delayed):
+            self.delayed.insert(0, (uprobe, proc))          # list_add: at the head
+
+    def delayed_uprobe_remove(self, uprobe: Uprobe | None, proc) -> None:
+        """Entries of ``uprobe`` (any if None) in ``proc`` (any if None)."""
+        if uprobe is None and proc is None:
+            return
+        self.delayed = [(u, p) for u, p in self.delayed
+                        if not ((uprobe is None or u is uprobe) and (proc is None or p is proc))]
+
+    def delayed_ref_ctr_inc(self, proc, vma) -> None:
+        """``delayed_ref_ctr_inc``: a new writable mapping of the file holding a
+        queued semaphore increments it (once) and drops the entry."""
+        mm = getattr(proc, "mm_owner", None) or proc
+        for entry in list(self.delayed):
+            uprobe, p = entry
+            if p is not mm or not self._valid_ref_ctr_vma(uprobe, vma):
+                continue
+            self.kernel.ref_ctr_update(proc, uprobe, +1)
+            self.delayed.remove(entry)
+
+    @staticmethod
+    def _valid_ref_ctr_vma(uprobe: Uprobe, vma) -> bool:
+        return bool(uprobe.ref_ctr_offset) and vma.file is uprobe.file and \
+            vma.prot & PROT_WRITE and not vma.shared and \
+            vma.start <= vma.vaddr_of(uprobe.ref_ctr_offset) < vma.end
 
     # -- register / unregister -----------------------------------------------------
     def register(self, target, handler=None, ret_handler=None, filter=None, *,
@@ -167,6 +333,7 @@ class Uprobes:
             uprobe.consumers.remove(uc)
         if not uprobe.consumers and self.tree.get(uprobe.key) is uprobe:
             del self.tree[uprobe.key]
+            self.delayed_uprobe_remove(uprobe, None)        # uprobe_free_deferred
 
     def register_for_each_vma(self, uprobe: Uprobe, new: UprobeConsumer | None) -> None:
         """Install for a new consumer where its filter wants the mm; on unregister remove
@@ -222,7 +389,7 @@ class Uprobes:
         if wrote:
             # uprobe_write() updates the USDT semaphore only when it really writes:
             # verify_opcode() returning "nothing to do" skips update_ref_ctr().
-            self.kernel.ref_ctr_update(proc, uprobe, +1)
+            self.update_ref_ctr(proc, uprobe, +1)
 
     def set_swbp(self, proc, uprobe: Uprobe, vaddr: int) -> bool:
         """Write the int3; False when there was nothing to do (already optimized, or an
@@ -241,7 +408,7 @@ class Uprobes:
         if not self.kernel.ref_ctr_can_decrement(proc, uprobe):
             return      # update_ref_ctr() refuses to go negative: the write is skipped
         if self.set_orig_insn(proc, uprobe, vaddr):
-            self.kernel.ref_ctr_update(proc, uprobe, -1)
+            self.update_ref_ctr(proc, uprobe, -1)
 
     def set_orig_insn(self, proc, uprobe: Uprobe, vaddr: int) -> bool:
         """Restore the first byte (after analysis edits: the REX quirk of section 3.5).
@@ -483,15 +650,17 @@ class Uprobes:
         self._end_sstep(task, utask)
 
     # -- tracefs-style events --------------------------------------------------------
-    def add_event(self, spec: str, *, output=None, ftrace: bool = True, programs=()):
-        """Create a tracefs event from a ``p:``/``r:``/symbol/bpftrace spec."""
-        return self.trace.add(spec, output=output, ftrace=ftrace, programs=programs)
+    def add_event(self, spec: str, *, output=None, ftrace: bool = True, programs=(), filter=None):
+        """Create a tracefs event from a ``p:``/``r:``/symbol/bpftrace spec;
+        ``filter(process) -> bool`` limits it to some processes (perf/bpftrace -p)."""
+        return self.trace.add(spec, output=output, ftrace=ftrace, programs=programs, filter=filter)
 
     def register_usdt(self, spec: str, handler=None, ret_handler=None, filter=None) -> list:
         """Attach a consumer to every site of ``usdt:PATH:[PROVIDER:]NAME`` (libbpf's
         nop-combo rule and semaphores included); returns the consumers."""
         path, provider, name = parse_usdt_spec(spec)
         file = self.find_file(path)
+        self.file_elf(file)
         out = []
         for note in find_usdt_notes(file, provider, name):
             offset, ref = usdt_attach_offsets(file, note, self.profile)
@@ -499,8 +668,8 @@ class Uprobes:
                                             ref))
         return out
 
-    def add_events(self, specs, *, output=None) -> list:
-        return [self.add_event(s, output=output) for s in specs]
+    def add_events(self, specs, *, output=None, filter=None) -> list:
+        return [self.add_event(s, output=output, filter=filter) for s in specs]
 
     def remove_event(self, event: str, group: str | None = None) -> None:
         self.trace.remove(event, group)

@@ -122,7 +122,7 @@ BAD_SPECS = {
     "unknown-symbol": (f"p:a/x {GUEST}:no_such_symbol", "no_such_symbol"),
     "offset-past-eof": (f"p:a/x {GUEST}:0x999999", "EINVAL"),
     "bad-register": (f"p:a/x {GUEST}:target_nop %rax", "register"),
-    "unmapped-path": ("p:a/x /bin/true:0x10", "not mapped"),
+    "missing-path": ("p:a/x /no/such/file:0x10", "no such file or directory"),
 }
 
 

@@ -126,7 +126,12 @@ def _add_machine_options(p: argparse.ArgumentParser) -> None:
                    help="seed of the scheduler's interleaving and of getrandom (default 0)")
     p.add_argument("-e", "--event", action="append", default=[], metavar="SPEC",
                    help="probe spec: tracefs 'p:[GRP/]EV PATH:OFF [ARGS]', 'r:...', "
-                        "'PATH:SYMBOL[+OFF][%%return]', 'uprobe:PATH:SYM', 'uretprobe:PATH:SYM'")
+                        "'PATH:SYMBOL[+OFF][%%return]', 'uprobe:PATH:SYM', 'uretprobe:PATH:SYM'"
+                        " (PATH: any file of the guest's view, mapped yet or not, or a "
+                        "library's short name: 'uprobe:libc:malloc')")
+    p.add_argument("--pid", type=_pid, default=None, metavar="N",
+                   help="probes fire only in the process with this pid (as bpftrace -p, "
+                        "perf -p)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -324,12 +329,30 @@ def report_result(result, machine=None) -> int:
     return EXIT_BUDGET
 
 
+def _pid(text: str) -> int:
+    value = _int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"invalid pid {text!r}: a positive number")
+    return value
+
+
+def add_cli_events(m, args, output) -> None:
+    """The -e specs, filtered by --pid; notes on what they probe (IFUNC resolvers)
+    go to stderr."""
+    pid = getattr(args, "pid", None)
+    flt = None if pid is None else (lambda proc: proc.pid == pid)
+    m.uprobes.add_events(args.event, output=output, filter=flt)
+    for note in m.uprobes.notes:
+        print(f"uprobe-emu: note: {note}", file=sys.stderr)
+    m.uprobes.notes.clear()
+
+
 def cmd_run(args) -> int:
     m = make_machine(args)
     out = _open_events(args)
     try:
         if args.event:
-            m.uprobes.add_events(args.event, output=out)
+            add_cli_events(m, args, out)
         with m.interruptible():
             result = m.run(max_insns=args.max_insns or None, timeout=args.timeout or None)
     finally:

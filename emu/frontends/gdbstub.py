@@ -24,7 +24,7 @@ import socket
 import sys
 import threading
 
-from emu.frontends.cli import make_machine, port_number
+from emu.frontends.cli import add_cli_events, make_machine, port_number
 from emu.errors import EmuError, InputError
 from emu.memory import GuestFault
 from emu.frontends.stepper.engine import Stepper, StepperError
@@ -724,7 +724,7 @@ def add_cli(sub, add_machine_options) -> None:
 def cmd_gdbserver(args) -> int:
     m = make_machine(args)
     if args.event:
-        m.uprobes.add_events(args.event, output=sys.stderr)
+        add_cli_events(m, args, sys.stderr)
     serve_once(m, args.host, args.port,
                ready=lambda port: print(f"uprobe-emu: listening for gdb on {args.host}:{port}",
                                         file=sys.stderr, flush=True),

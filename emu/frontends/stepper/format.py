@@ -7,6 +7,7 @@ eflags, ``0x401000 <main+4>`` for a code pointer), with gdb's ``sym+N`` labels.
 
 from __future__ import annotations
 
+from emu.elf import image_of, link_vaddr
 from emu.regs import GPR_NAMES, format_eflags
 
 
@@ -86,10 +87,10 @@ def format_register(name: str, value: int, kind: str, label=None) -> str:
 def gdb_label(machine, addr: int) -> str | None:
     """gdb's ``sym`` / ``sym+N`` (decimal offset) for code and data symbols."""
     vma = machine.mem.find_vma(addr)
-    if vma is None or vma.file is None or vma.file.elf is None:
+    if vma is None or vma.file is None or image_of(vma.file) is None:
         return None
     elf = vma.file.elf
-    link = addr - getattr(vma.file, "load_bias", 0)
+    link = link_vaddr(vma.file, vma, addr)       # a library: through the file offset
     hit = elf.symbolize(link)
     if hit is None:
         best = None

@@ -17,7 +17,7 @@ import sys
 
 from emu.disasm import annotation, symbol_of
 from emu.errors import EmuError
-from emu.frontends.cli import make_machine
+from emu.frontends.cli import add_cli_events, make_machine
 from emu.frontends.stepper.engine import Stepper, StepperError, StopEvent
 from emu.frontends.stepper.format import gdb_label, natural, signed
 from emu.memory import GuestFault
@@ -489,7 +489,7 @@ def cmd_step(args) -> int:
             raise EmuError(f"cannot read command file {path!r}: {e.strerror}") from None
     m = make_machine(args, own_stdin=False)     # the stepper reads its commands from stdin
     if args.event:
-        m.uprobes.add_events(args.event, output=sys.stdout)
+        add_cli_events(m, args, sys.stdout)
     stepper = Stepper(m, max_insns=args.max_insns or None, timeout=args.timeout or None)
     shell = StepperShell(stepper)
     for lines in scripts:

@@ -10,7 +10,7 @@ import tempfile
 import time
 
 from emu.errors import InputError
-from emu.frontends.cli import make_machine, print_error, report_result
+from emu.frontends.cli import add_cli_events, make_machine, print_error, report_result
 from emu.machine import Machine
 
 from .formats import FORMATS
@@ -65,7 +65,7 @@ def cmd_trace(args) -> int:
         tracer = Tracer(m, args.fmt, out, start=args.start, count=args.count,
                         mem=True if args.mem else None)
         if args.event:
-            m.uprobes.add_events(args.event, output=tracer.ftrace_output(sys.stderr))
+            add_cli_events(m, args, tracer.ftrace_output(sys.stderr))
         with m.interruptible():
             result = m.run(max_insns=args.max_insns or None, timeout=args.timeout or None)
         tracer.close()
