@@ -73,7 +73,7 @@ class Binprm:
     envp: list
     room: int                        # bytes left above bprm->argmin
     file: ExecFile | None = None
-    fdpath: bool = False             # filename is /dev/fd/N[/name] (execveat with a dirfd)
+    comm_from_dentry: bool = False   # an empty name (AT_EMPTY_PATH): comm is the file's name
     interp: str = ""                 # bprm->interp: the script path a #! line gets
 
     def take(self, s: bytes) -> int:
@@ -204,7 +204,7 @@ class ExecSyscalls:
         if dirfd == AT_FDCWD or name.startswith("/"):
             return Binprm(name, [], [], 0, file)
         fname = f"/dev/fd/{dirfd}" + (f"/{name}" if name else "")
-        return Binprm(fname, [], [], 0, file, fdpath=True)
+        return Binprm(fname, [], [], 0, file, comm_from_dentry=not name)
 
     @staticmethod
     def _stack_limit(argc: int, envc: int) -> int:
@@ -395,8 +395,9 @@ class ExecSyscalls:
         task.sigaltstack = None
         task.robust_list = task.rseq = 0
         task.restart_block = None
-        comm = os.path.basename(bprm.file.guest_path if bprm.fdpath else bprm.filename)[:15]
-        task.comm = proc.comm = comm              # __set_task_comm(kbasename(filename))
+        # __set_task_comm: kbasename(filename), or the dentry's name for a made-up /dev/fd/N
+        comm = os.path.basename(bprm.file.guest_path if bprm.comm_from_dentry else bprm.filename)[:15]
+        task.comm = proc.comm = comm
 
     def _exec_release_vfork(self, proc) -> None:
         """mm_release's complete_vfork_done: a vfork parent resumes with the child's pid."""
