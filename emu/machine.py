@@ -687,6 +687,8 @@ class Machine:
         self.uc.emu_stop()
 
     def _on_interrupt(self, uc, intno, _data):
+        if uc is not self.uc:
+            return          # the #DB of a TF step whose syscall was an execve: that CPU state is gone
         self._guard(self._interrupt, intno)
 
     def _interrupt(self, intno: int) -> None:
