@@ -529,6 +529,10 @@ class Machine:
         proc.files = []
         task.context = None
         if not shared:
+            # mmput(old_mm) comes before the new image is mapped: its bytes are free for
+            # it now; the host pages go once Unicorn has left the old instance
+            old_mem.limit.uncharge(old_mem.total)
+            old_mem.limit = MemoryLimit(None)
             self._retired_mms.append(old_mem)
 
     def mapped_file(self, path: str) -> MappedFile:

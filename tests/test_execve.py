@@ -70,3 +70,24 @@ def test_child_exec_leaves_the_parent_address_space(exe, tmp_path):
         "the parent's mappings were released"
     assert m.counters.syscalls[59] == 1, f"expected one execve, got {m.counters.syscalls[59]}"
     assert m._retired_mms == [], f"the child's old address space was not freed: {m._retired_mms}"
+
+
+def test_failure_after_the_point_of_no_return_is_sigsegv(build_c, tmp_path):
+    """The new image does not fit the memory limit (the old mm is already gone): the
+    exec'ing process dies of SIGSEGV (bprm_execve's force_fatal_sig); the parent goes on."""
+    from emu import Machine
+    exe = build_c("exec.c", "-static", name="exec")
+    big = build_c("bigbss.c", "-static", name="bigbss")
+    m = Machine.from_elf(exe, argv=[exe, "run", big], max_memory=40 << 20)
+    r = m.run(timeout=60)
+    assert (r.reason, r.exit_code, r.stdout) == ("exit", 0, b"child killed 11\n"), r.describe()
+
+
+def test_exec_of_a_program_that_fits_once_the_old_mm_is_freed(build_c, tmp_path):
+    """exec_mmap drops the old mm before the new image is mapped: a child whose old and
+    new image would not fit together still execs."""
+    from emu import Machine
+    exe = build_c("exec.c", "-static", name="exec")
+    m = Machine.from_elf(exe, argv=[exe, "run", exe], max_memory=22 << 20)
+    r = m.run(timeout=60)
+    assert (r.reason, r.exit_code, r.stdout) == ("exit", 0, b"child exited 2\n"), r.describe()

@@ -280,6 +280,18 @@ static int do_vfork(void) {
     return wait_child(pid);
 }
 
+static int run(const char *path) {
+    char *argv[] = {(char *)path, NULL};
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execve(path, argv, environ);
+        printf("execve failed %d\n", errno);
+        _exit(99);
+    }
+    return wait_child(pid);
+}
+
 int main(int argc, char **argv) {
     self = "/proc/self/exe";
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -296,5 +308,6 @@ int main(int argc, char **argv) {
     if (!strcmp(s, "at")) return at();
     if (!strcmp(s, "threads")) return threads();
     if (!strcmp(s, "vfork")) return do_vfork();
+    if (!strcmp(s, "run") && argc > 2) return run(argv[2]);
     return 2;
 }
