@@ -101,3 +101,19 @@ def test_new_mm_has_no_xol_area_of_the_old_one(exe, tmp_path):
     r = m.run(timeout=60)
     assert r.exit_code == 0, r.describe()
     assert seen == [("old mm", ["[uprobes]"]), ("new mm", [])], f"got {seen}"
+
+
+def test_execve_single_stepped_out_of_line_runs_the_new_program(exe, tmp_path):
+    """A probe on the ``syscall`` of libc's execve: the syscall runs from the XOL slot
+    with TF set and execs; start_thread's fresh flags have no TF, so the new program
+    runs (as on a real 6.18 with the same tracefs probe: the child exits 3)."""
+    from capstone import CS_ARCH_X86, CS_MODE_64, Cs
+    m = machine(exe, tmp_path)
+    at = m.resolve("execve")
+    insns = list(Cs(CS_ARCH_X86, CS_MODE_64).disasm(m.mem.read(at, 16), at, 2))
+    assert insns[1].mnemonic == "syscall", f"execve starts {[i.mnemonic for i in insns]}"
+    hits = []
+    m.uprobes.register(insns[1].address, handler=lambda ctx: hits.append(ctx.task.comm))
+    r = m.run(timeout=60)
+    assert (r.exit_code, hits) == (0, ["exec"]), r.describe()
+    assert r.stdout.endswith(b"child exited 3\n"), bytes(r.stdout)
