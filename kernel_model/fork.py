@@ -77,11 +77,12 @@ def uprobe_free_utask(uprobes, task) -> None:
     if utask is None:
         return
     uret = uprobes.uret
-    kept = [ri for ri in utask.return_instances + utask.ri_pool if not ri.scratch]
-    if utask.ri_array is not None:
-        uprobes.counters.ri_freed += len(utask.ri_array) + len(utask.return_instances)
-        uret.bytes_held -= (len(utask.ri_array) + len(utask.return_instances)) * RI_SIZEOF
+    if utask.ri_array is not None:                # array64: the array goes in one piece
+        n = len(utask.ri_array) + len(utask.return_instances)
+        uprobes.counters.ri_freed += n
+        uret.bytes_held -= n * RI_SIZEOF
         return
+    kept = [ri for ri in utask.return_instances + utask.ri_pool if not ri.scratch]
     uprobes.counters.ri_freed += len(kept)
     uret.bytes_held -= sum(RI_SIZEOF + ri.extra_bytes for ri in kept)
 

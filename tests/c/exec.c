@@ -268,8 +268,12 @@ static int threads(void) {
 }
 
 static int do_vfork(void) {
-    char *argv[] = {"exec", "show", "vforked", NULL};
+    /* the parent resumes when the child execs (not when it exits): it unblocks the
+     * new program through a pipe the program waits on */
+    char *argv[] = {"exec", "waitshow", "vforked", NULL};
     char *envp[] = {NULL};
+    int p[2];
+    if (pipe(p) || p[0] != 3) return printf("pipe not on fd 3\n"), 1;
     fflush(stdout);
     pid_t pid = vfork();
     if (pid == 0) {
@@ -277,6 +281,7 @@ static int do_vfork(void) {
         _exit(99);
     }
     printf("parent resumed\n");
+    if (write(p[1], "x", 1) != 1) return 1;
     return wait_child(pid);
 }
 
@@ -298,6 +303,11 @@ int main(int argc, char **argv) {
     if (argc < 2) return 2;
     const char *s = argv[1];
     if (!strcmp(s, "show")) return show_main(argc, argv);
+    if (!strcmp(s, "waitshow")) {
+        char c;
+        if (read(3, &c, 1) != 1) return 1;
+        return show_main(argc, argv);
+    }
     if (!strcmp(s, "fds")) return fds_main();
     if (!strcmp(s, "sigstate")) return sigstate_main();
     if (!strcmp(s, "args")) return args();
