@@ -91,3 +91,21 @@ def test_exec_of_a_program_that_fits_once_the_old_mm_is_freed(build_c, tmp_path)
     m = Machine.from_elf(exe, argv=[exe, "run", exe], max_memory=22 << 20)
     r = m.run(timeout=60)
     assert (r.reason, r.exit_code, r.stdout) == ("exit", 0, b"child exited 2\n"), r.describe()
+
+
+@pytest.fixture(scope="module")
+def census_template(tmp_path_factory):
+    import test_busybox_applets as applets
+    root = tmp_path_factory.mktemp("bbexec") / "t"
+    root.mkdir()
+    applets.census.make_template(root, require(BUSYBOX))
+    return root
+
+
+@pytest.mark.parametrize("applet", ["timeout", "nologin", "mim"])
+def test_busybox_applet_that_execs_matches_native(census_template, tmp_path, applet):
+    """The census's applets that run another program (timeout forks and execs ``true``,
+    nologin and mim exec a shell): as native, with the census's canned invocation."""
+    import test_busybox_applets as applets
+    want, got = applets.run_both(census_template, tmp_path / "w", applet)
+    assert got == want, f"busybox {applet}:\n  native {want!r}\n  model  {got!r}"
