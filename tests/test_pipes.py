@@ -6,7 +6,6 @@ are compared with a native run of the same binary."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 
 import pytest
