@@ -35,6 +35,16 @@ __attribute__((noinline)) int show_main(int argc, char **argv) {
     for (char **e = environ; *e; e++) printf("env [%s]\n", *e);
     printf("execfn %s\n", (char *)getauxval(AT_EXECFN));
     comm();
+    char buf[4096];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    buf[n > 0 ? n : 0] = 0;
+    printf("exe %s\n", buf);
+    int fd = open("/proc/self/cmdline", O_RDONLY);
+    n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    for (ssize_t i = 0; i < n; i++) if (!buf[i]) buf[i] = '|';
+    buf[n > 0 ? n : 0] = 0;
+    printf("cmdline %s\n", buf);
+    close(fd);
     printf("pid==tid %d\n", getpid() == (pid_t)syscall(SYS_gettid));
     return 3;
 }
