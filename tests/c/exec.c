@@ -222,6 +222,19 @@ static int script(void) {
     if (pid == 0) { execve("./d5.sh", a2, envp); printf("depth 5: errno %d\n", errno); _exit(99); }
     wait_child(pid);
     try_exec("depth 6", "./d6.sh", a2, envp);
+    /* BINPRM_BUF_SIZE: a #! line longer than 255 bytes is cut, its argument with it;
+     * an interpreter name that does not end inside them is ENOEXEC */
+    char longline[600];
+    int n = snprintf(longline, sizeof longline, "#!%s show ", self);
+    memset(longline + n, 'a', 300);
+    strcpy(longline + n + 300, "\n");
+    write_file("long.sh", longline, 0755);
+    pid = fork();
+    if (pid == 0) { execve("./long.sh", a1, envp); printf("long line: errno %d\n", errno); _exit(99); }
+    wait_child(pid);
+    memset(longline + 2, 'x', 300);
+    write_file("longname.sh", longline, 0755);
+    try_exec("long interpreter name", "./longname.sh", a1, envp);
     return 0;
 }
 
@@ -312,7 +325,7 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) return 2;
     const char *s = argv[1];
-    if (!strcmp(s, "show")) return show_main(argc, argv);
+    if (!strncmp(s, "show", 4)) return show_main(argc, argv);     /* "show aaa...": a cut #! argument */
     if (!strcmp(s, "waitshow")) {
         char c;
         if (read(3, &c, 1) != 1) return 1;
