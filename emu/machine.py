@@ -1106,9 +1106,12 @@ class Machine:
             proc.uc = proc.regfile = None
         self._released = keep
         if not self._running:
+            # an address space a front end still hooks stays until its hooks are gone
+            hooked = {id(h.uc) for h in self._live_hooks}
             for mem in self._retired_mms:
-                mem.release()
-            self._retired_mms = []
+                if id(mem.uc) not in hooked:
+                    mem.release()
+            self._retired_mms = [mem for mem in self._retired_mms if mem.uc is not None]
 
     def task_exit(self, task: Task) -> None:
         if task.state == "dead":
@@ -1526,12 +1529,17 @@ class Machine:
         def cb(_uc, acc, address, size, value, _data):
             fn(access, address, size, value)
         hook = Hook(uc, uc.hook_add(kind, cb, None, begin, end), None, begin, end, binding=True)
+        self._live_hooks.add(hook)
         self._flush_range(uc, begin, end)
         return hook
 
     def remove_hook(self, hook: "Hook") -> None:
         """Remove a hook of :meth:`add_code_hook` / :meth:`add_mem_hook` (idempotent)."""
         if hook.handle is None or hook.uc is None:
+            return
+        if hook.uc._uch is None:             # its address space is gone (exit, exec)
+            self._live_hooks.discard(hook)
+            hook.handle = None
             return
         if hook.binding:
             hook.uc.hook_del(hook.handle)
