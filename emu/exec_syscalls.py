@@ -46,7 +46,8 @@ STK_LIM = 8 << 20                        # _STK_LIM
 RLIMIT_STACK_CUR = 8 << 20               # what prlimit64 answers for RLIMIT_STACK
 BINPRM_BUF_SIZE = 256
 MAX_BINPRM_DEPTH = 5                     # exec_binprm: "if (depth > 5) return -ELOOP"
-PATH_MAX = 4096
+# bprm_stack_limits: a quarter of the stack rlimit, at most 3/4 of _STK_LIM, at least ARG_MAX
+ARG_MAX_STRING_SPACE = max(min(STK_LIM // 4 * 3, RLIMIT_STACK_CUR // 4), ARG_MAX)
 SIGSEGV = 11
 ELFMAG = b"\x7fELF"
 
@@ -167,13 +168,15 @@ class ExecSyscalls:
             return file
         bprm = self._alloc_bprm(dirfd, name, file)
         mem = task.process.mem
-        args = self._count(mem, argv)
-        if isinstance(args, int):
-            return args
-        envs = self._count(mem, envp)
-        if isinstance(envs, int):
-            return envs
-        room = self._stack_limit(len(args), len(envs))
+        counted = self._count(mem, argv)
+        if isinstance(counted, int):
+            return counted
+        argc, args = counted
+        counted = self._count(mem, envp)
+        if isinstance(counted, int):
+            return counted
+        envc, envs = counted
+        room = self._stack_limit(argc, envc)
         if room < 0:
             return room
         bprm.room = room
@@ -211,20 +214,23 @@ class ExecSyscalls:
         """bprm_stack_limits: the string space, a quarter of the stack rlimit (at most
         3/4 of _STK_LIM, at least ARG_MAX) less the pointer arrays; -E2BIG when the
         pointers alone do not fit."""
-        limit = max(min(STK_LIM // 4 * 3, RLIMIT_STACK_CUR // 4), ARG_MAX)
+        limit = ARG_MAX_STRING_SPACE
         ptr_size = (max(argc, 1) + envc) * 8
         if limit <= ptr_size:
             return _neg(E.E2BIG)
         return limit - ptr_size
 
     @staticmethod
-    def _count(mem, ptr: int) -> list[int] | int:
-        """count(): the pointers of a NULL-terminated user array (a NULL array is
-        empty); -EFAULT on an unreadable slot, -E2BIG past MAX_ARG_STRINGS.  Read a page
-        at a time."""
+    def _count(mem, ptr: int) -> tuple[int, list[int]] | int:
+        """count(): the length of a NULL-terminated user array (a NULL array is empty)
+        and its pointers; -EFAULT on an unreadable slot, -E2BIG past MAX_ARG_STRINGS.
+        Read a page at a time; pointers past what the string space could ever hold are
+        counted, not kept (bprm_stack_limits refuses such an array)."""
         out: list[int] = []
+        total = 0
         if not ptr:
-            return out
+            return 0, out
+        keep = ARG_MAX_STRING_SPACE // 8 + 1
         addr = ptr
         while True:
             n = max(8, (PAGE_SIZE - (addr & (PAGE_SIZE - 1))) // 8 * 8)   # 8: a slot across pages
@@ -237,11 +243,14 @@ class ExecSyscalls:
                 end = words.index(0)
             except ValueError:
                 end = -1
-            out.extend(words if end < 0 else words[:end])
-            if len(out) > MAX_ARG_STRINGS:
+            got = words if end < 0 else words[:end]
+            total += len(got)
+            if len(out) < keep:
+                out.extend(got[:keep - len(out)])
+            if total > MAX_ARG_STRINGS:
                 return _neg(E.E2BIG)
             if end >= 0:
-                return out
+                return total, out
             addr += len(words) * 8
 
     @staticmethod

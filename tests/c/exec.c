@@ -186,6 +186,13 @@ static int errors(void) {
     for (int i = 0; i < 39; i++) many[i] = big;
     many[39] = NULL;
     try_exec("strings over a quarter of the stack", self, many, environ);
+    size_t nptr = (4 << 20) / sizeof(char *);
+    char **lots = mmap(NULL, (nptr + 1) * sizeof(char *), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    for (size_t i = 0; i < nptr; i++) lots[i] = "";
+    try_exec("pointers over a quarter of the stack", self, lots, environ);
+    lots[nptr - 1] = (char *)8;
+    try_exec("bad string after too many pointers", self, lots, environ);
     errno = 0;
     long r = syscall(SYS_execveat, AT_FDCWD, self, argv, environ, 0x8000);
     printf("execveat bad flags: %ld errno %d\n", r, errno);
