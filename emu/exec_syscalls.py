@@ -64,6 +64,7 @@ class ExecFile:
     host_path: str
     st: os.stat_result
     buf: bytes
+    data: bytes = b""                # the whole file (up to MAX_ELF_FILE_SIZE)
 
 
 @dataclass
@@ -85,6 +86,19 @@ class Binprm:
             return _neg(E.E2BIG)
         self.room -= n
         return 0
+
+
+def _read_up_to(fd: int, limit: int) -> bytes:
+    """At most ``limit`` bytes of a host file from its start (a file growing meanwhile
+    cannot make the read unbounded)."""
+    chunks, n = [], 0
+    while n < limit:
+        chunk = os.pread(fd, min(1 << 20, limit - n), n)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        n += len(chunk)
+    return b"".join(chunks)
 
 
 def _spacetab(c: int) -> bool:
@@ -300,21 +314,22 @@ class ExecSyscalls:
                 return _neg(e.errno or E.EACCES)
             try:
                 st = os.fstat(fd)
-                head = os.pread(fd, BINPRM_BUF_SIZE, 0)
                 host = os.readlink(f"/proc/self/fd/{fd}")
+                data = _read_up_to(fd, MAX_ELF_FILE_SIZE + 1 if st.st_size <= MAX_ELF_FILE_SIZE
+                                   else BINPRM_BUF_SIZE)
+            except OSError as e:
+                return _neg(e.errno or E.EIO)
             finally:
                 os.close(fd)
-        return ExecFile(loc.path, host, st, head)
+        return ExecFile(loc.path, host, st, data[:BINPRM_BUF_SIZE], data)
 
     @staticmethod
     def _read_whole(file: ExecFile) -> bytes | int:
-        if file.st.st_size > MAX_ELF_FILE_SIZE:
+        """The whole file, read through the descriptor the walk opened (never again by
+        its host path, which another host process could have replaced)."""
+        if file.st.st_size > MAX_ELF_FILE_SIZE or len(file.data) > MAX_ELF_FILE_SIZE:
             return _neg(E.ENOEXEC)
-        try:
-            with open(file.host_path, "rb") as f:
-                return f.read(MAX_ELF_FILE_SIZE + 1)
-        except OSError as e:
-            return _neg(e.errno or E.EIO)
+        return file.data
 
     # -- exec_binprm -----------------------------------------------------------------
     def bprm_execve(self, task, bprm: Binprm):
