@@ -55,14 +55,17 @@ def file_identity(path: str) -> tuple[int, int, str]:
     return st.st_dev, st.st_ino, os.path.realpath(path)
 
 
-def load_image(machine, image, mfile, argv: list[str], env: list[str] | None) -> None:
+def load_image(machine, image, mfile, argv: list[str], env: list[str] | None, *,
+               execfn: str | None = None, exe_path: str | None = None) -> None:
     """Map ``image`` into ``machine``'s process and set up the initial registers.
 
+    ``execfn``: the name AT_EXECFN points at (execve's filename; default the image's
+    path); ``exe_path``: the host path /proc/PID/exe shows (default the image's path).
     An image whose segments and stack do not fit the machine's memory limit is refused
     (an :class:`ElfError`), as execve fails with ENOMEM; so is a program whose
     interpreter is not in the sysroot (execve's ENOENT)."""
     try:
-        _load_image(machine, image, mfile, argv, env)
+        _load_image(machine, image, mfile, argv, env, execfn, exe_path)
     except MemoryLimitExceeded as e:
         raise ElfError(f"{image.path}: cannot be loaded: {e} (see --max-memory)") from None
 
@@ -160,7 +163,8 @@ def _interp_bias(mem, interp) -> int:
     return where - first
 
 
-def _load_image(machine, image, mfile, argv: list[str], env: list[str] | None) -> None:
+def _load_image(machine, image, mfile, argv: list[str], env: list[str] | None,
+                execfn: str | None = None, exe_path: str | None = None) -> None:
     if not image.segments:
         raise ElfError(f"{image.path}: no PT_LOAD segments")
     interp = _load_interp(machine, image) if image.interp is not None else None
@@ -168,7 +172,7 @@ def _load_image(machine, image, mfile, argv: list[str], env: list[str] | None) -
     bias = _program_bias(image)
     mfile.load_bias = bias
     proc = machine.process
-    proc.exe, proc.exe_path = mfile, image.path
+    proc.exe, proc.exe_path = mfile, exe_path or image.path
     cache = machine.page_cache
     proc.files.append(cache.add(mfile))
     hook = functools.partial(machine.kernel.uprobe_mmap, proc)
@@ -189,7 +193,7 @@ def _load_image(machine, image, mfile, argv: list[str], env: list[str] | None) -
     env = DEFAULT_ENV if env is None else env
     top = STACK_TOP_MAX if interp is not None else STACK_TOP
     sp = _setup_stack(machine, argv, env, image, dict(top=top, phdr=phdr, bias=bias, base=interp_base,
-                                                      vdso=vdso_base))
+                                                      vdso=vdso_base, execfn=execfn or image.path))
     regs = machine.read_regs()
     for name in ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "r8", "r9", "r10", "r11",
                  "r12", "r13", "r14", "r15", "fs_base", "gs_base"):
@@ -237,9 +241,9 @@ def _setup_stack(machine, argv, env, image, at: dict) -> int:
         strings = bytearray(data) + strings
         return top - len(strings)
 
-    execfn = put(image.path.encode() + b"\0")
-    env_ptrs = [put(e.encode() + b"\0") for e in reversed(env)][::-1]
-    arg_ptrs = [put(a.encode() + b"\0") for a in reversed(argv)][::-1]
+    execfn = put(os.fsencode(at["execfn"]) + b"\0")
+    env_ptrs = [put(os.fsencode(e) + b"\0") for e in reversed(env)][::-1]
+    arg_ptrs = [put(os.fsencode(a) + b"\0") for a in reversed(argv)][::-1]
     put(b"\0" * ((top - len(strings)) & 0xF))       # create_elf_tables: arch_align_stack(p)
     platform = put(b"x86_64\0")
     random_at = put(rng.randbytes(16))

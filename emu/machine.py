@@ -366,6 +366,7 @@ class Machine:
         self.mem_limit = MemoryLimit(max_memory)
         self.page_cache = PageCache()            # one MappedFile per (st_dev, st_ino)
         self._released: list[Process] = []      # exited processes whose mm is still to free
+        self._retired_mms: list[Memory] = []     # address spaces an execve left
         self.processes: list[Process] = []      # live processes (and zombies until reaped)
         self.tasks: list[Task] = []              # live tasks
         self._next_pid = 1000
@@ -474,11 +475,7 @@ class Machine:
         if share_mm is not None:
             uc, mem, regfile = share_mm.uc, share_mm.mem, share_mm.regfile
         else:
-            uc = Uc(UC_ARCH_X86, UC_MODE_64)
-            mem = Memory(uc, self.counters, self.mem_limit)
-            regfile = RegisterFile(uc)
-            self._install_hooks(uc)
-            self.fpu.init(uc)                # fpstate_init: FCW 0x37f, MXCSR 0x1f80
+            uc, mem, regfile = self.new_mm()
         proc = Process(pid=pid, mem=mem, comm=comm, uc=uc, regfile=regfile, parent=parent,
                        ppid=parent.pid if parent else 1, counters=Counters())
         if share_mm is not None:
@@ -488,6 +485,75 @@ class Machine:
         if parent is not None:
             parent.children.append(proc)
         return proc
+
+    def new_mm(self) -> tuple[Uc, Memory, RegisterFile]:
+        """An empty address space: its own Unicorn instance with the machine's hooks
+        and the FPU in its initial state (fpstate_init: FCW 0x37f, MXCSR 0x1f80)."""
+        uc = Uc(UC_ARCH_X86, UC_MODE_64)
+        mem = Memory(uc, self.counters, self.mem_limit)
+        regfile = RegisterFile(uc)
+        self._install_hooks(uc)
+        self.fpu.init(uc)
+        return uc, mem, regfile
+
+    def de_thread(self, task: Task) -> None:
+        """de_thread (exec): every other thread of the process dies, and a non-leader
+        exec'ing thread takes the leader's pid as its tid."""
+        proc = task.process
+        for t in list(proc.tasks):
+            if t is not task and t.state != "dead":
+                self.task_exit(t)
+        proc.tasks = [task]
+        task.tid = proc.pid
+
+    def exec_mmap(self, task: Task) -> None:
+        """exec_mmap + exec_mm_release: the task's process gets a new, empty address
+        space (a new Unicorn instance).  mm_release of the old one: clear_child_tid is
+        written and woken only when another process still uses that mm (a vfork parent),
+        then dropped.  The old mm is freed once Unicorn has left it, unless it is
+        borrowed (a vfork child's is its parent's)."""
+        proc = task.process
+        old_mem = proc.mem
+        borrowed = proc.mm_owner is not None
+        shared = borrowed or any(p.mm_owner is proc and p.exit_result is None for p in self.processes)
+        if task.clear_child_tid and shared:
+            try:
+                old_mem.write_user(task.clear_child_tid, b"\0\0\0\0")
+            except GuestFault:
+                pass
+            self.syscalls._futex_wake(proc.mm_owner or proc, task.clear_child_tid, 1)
+        task.clear_child_tid = 0
+        proc.uc, proc.mem, proc.regfile = self.new_mm()
+        proc.mm_owner = None
+        proc.mm_uprobes = None               # the new mm's uprobes state: see Kernel.exec_mm
+        proc.files = []
+        task.context = None
+        if not shared:
+            # mmput(old_mm) comes before the new image is mapped: its bytes are free for
+            # it now; the host pages go once Unicorn has left the old instance
+            old_mem.limit.uncharge(old_mem.total)
+            old_mem.limit = MemoryLimit(None)
+            self._retired_mms.append(old_mem)
+
+    def mapped_file(self, path: str) -> MappedFile:
+        """The page-cache file (inode) behind a guest path, opened through the guest's
+        view: the uprobe key of a program before anything maps it (a probe registered
+        on it is installed when an execve maps it)."""
+        f = self.syscalls.open_guest_path(self.task, path, os.O_RDONLY)
+        if isinstance(f, int):
+            raise InputError(f"{path}: {os.strerror(-f)}")
+        try:
+            st = os.fstat(f.fd)
+            hit = self.page_cache.lookup(st.st_dev, st.st_ino)
+            if hit is not None and hit.elf is not None:
+                return hit
+            data = b"".join(iter(lambda: os.read(f.fd, 1 << 20), b""))
+            host = os.readlink(f"/proc/self/fd/{f.fd}")
+        finally:
+            f.get().put()
+        image = parse_elf(data, host)
+        return self.page_cache.add(MappedFile(host, image.data, image, dev=st.st_dev, ino=st.st_ino,
+                                              d_path=f.guest_path))
 
     def discard_process(self, proc: Process) -> None:
         """Undo :meth:`new_process` for a fork that failed before the child existed."""
@@ -625,6 +691,8 @@ class Machine:
         self.uc.emu_stop()
 
     def _on_interrupt(self, uc, intno, _data):
+        if uc is not self.uc:
+            return          # the #DB of a TF step whose syscall was an execve: that CPU state is gone
         self._guard(self._interrupt, intno)
 
     def _interrupt(self, intno: int) -> None:
@@ -732,9 +800,17 @@ class Machine:
             self.events.publish(ev.Syscall(self.task, nr, nxt - 2,
                                            (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9)))
         task = self.task
+        uc = self.uc
         self._in_syscall = True
         try:
             self.syscalls.dispatch(task, regs)
+            if task.process.uc is not uc:
+                # execve replaced the address space: the new registers are set, the
+                # old CPU state is gone; exit-to-user work happens before the next run
+                self._stopped_by_hook = True
+                task.orig_rax = -1
+                uc.emu_stop()
+                return
             task.last_enosys = nr if nr not in self.syscalls.table else None
             if self._result is not None or task.state == "dead":
                 self._stopped_by_hook = True
@@ -1029,6 +1105,13 @@ class Machine:
                 t.context = None
             proc.uc = proc.regfile = None
         self._released = keep
+        if not self._running:
+            # an address space a front end still hooks stays until its hooks are gone
+            hooked = {id(h.uc) for h in self._live_hooks}
+            for mem in self._retired_mms:
+                if id(mem.uc) not in hooked:
+                    mem.release()
+            self._retired_mms = [mem for mem in self._retired_mms if mem.uc is not None]
 
     def task_exit(self, task: Task) -> None:
         if task.state == "dead":
@@ -1446,12 +1529,17 @@ class Machine:
         def cb(_uc, acc, address, size, value, _data):
             fn(access, address, size, value)
         hook = Hook(uc, uc.hook_add(kind, cb, None, begin, end), None, begin, end, binding=True)
+        self._live_hooks.add(hook)
         self._flush_range(uc, begin, end)
         return hook
 
     def remove_hook(self, hook: "Hook") -> None:
         """Remove a hook of :meth:`add_code_hook` / :meth:`add_mem_hook` (idempotent)."""
         if hook.handle is None or hook.uc is None:
+            return
+        if hook.uc._uch is None:             # its address space is gone (exit, exec)
+            self._live_hooks.discard(hook)
+            hook.handle = None
             return
         if hook.binding:
             hook.uc.hook_del(hook.handle)

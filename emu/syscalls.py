@@ -17,6 +17,7 @@ import struct
 
 
 from .errors import InputError
+from .exec_syscalls import ExecSyscalls
 from .fd_syscalls import FdSyscalls
 from .files import FdTable, HostInput, OpenFile, OutputSink, PipeInput
 from .devfs import DevFs
@@ -55,8 +56,8 @@ def _fd(value: int) -> int:
     return value & 0xFFFFFFFF
 
 
-class Syscalls(MmSyscalls, SignalSyscalls, IdentitySyscalls, ProcessSyscalls, FdSyscalls, FsSyscalls,
-               MiscSyscalls, LimitSyscalls):
+class Syscalls(MmSyscalls, SignalSyscalls, IdentitySyscalls, ProcessSyscalls, ExecSyscalls, FdSyscalls,
+               FsSyscalls, MiscSyscalls, LimitSyscalls):
     """The syscall table of one machine.  ``register(nr, fn)`` adds or overrides an
     entry (the kernel model registers uretprobe/uprobe, 335/336)."""
 

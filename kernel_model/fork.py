@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from emu.mm_types import PAGE_SIZE, PROT_EXEC
+from emu.errors import RegistrationError
+from emu.mm_types import PAGE_SIZE, PROT_EXEC, PROT_WRITE
 
 from . import arch_x86 as arch
 from .uprobes_types import MmUprobes, XolArea
+from .uretprobes import RI_SIZEOF
 
 
 def vma_dontcopy(profile, vma) -> bool:
@@ -65,3 +67,37 @@ def dup_xol_area(uprobes, parent, child) -> None:
     child.mem.text_poke(area.vaddr, tramp, count=False)
     mm.xol_area = XolArea(area.vaddr, nslots=uprobes.xol_slots)    # as get_xol_area sizes it
     mm.xol_area.slot_bytes[0] = tramp
+
+
+def uprobe_free_utask(uprobes, task) -> None:
+    """``uprobe_free_utask`` from mm_release (exit and exec): the task's uprobes state
+    goes - every pending return instance is freed (its hijacked return address stays
+    on a stack that exec throws away), with the pool or array it kept (``ri_free``)."""
+    utask, task.utask = task.utask, None
+    if utask is None:
+        return
+    uret = uprobes.uret
+    if utask.ri_array is not None:                # array64: the array goes in one piece
+        n = len(utask.ri_array) + len(utask.return_instances)
+        uprobes.counters.ri_freed += n
+        uret.bytes_held -= n * RI_SIZEOF
+        return
+    kept = [ri for ri in utask.return_instances + utask.ri_pool if not ri.scratch]
+    uprobes.counters.ri_freed += len(kept)
+    uret.bytes_held -= sum(RI_SIZEOF + ri.extra_bytes for ri in kept)
+
+
+def uprobe_mmap(uprobes, proc) -> None:
+    """``uprobe_mmap`` for every mapping of a new mm (exec's load_elf_binary maps the
+    program and its interpreter): each registered uprobe on a mapped file, in a private
+    mapping that is not writable (valid_vma), is installed where a consumer's filter
+    wants this mm (build_probe_list + install_breakpoint; errors are ignored)."""
+    for uprobe in list(uprobes.tree.values()):
+        for vaddr in uprobes.vaddr_of(proc, uprobe.file, uprobe.offset):
+            vma = proc.mem.find_vma(vaddr)
+            if vma.prot & PROT_WRITE or not uprobes.filter_chain(uprobe, proc):
+                continue
+            try:
+                uprobes.install_breakpoint(proc, uprobe, vaddr)
+            except RegistrationError:
+                pass

@@ -7,7 +7,7 @@ from emu.events import RefCtrUpdate
 from emu.mm_types import GuestFault, PROT_WRITE
 from emu.signals import SIGNALS
 
-from .fork import copy_process, dup_mmap, vma_dontcopy
+from .fork import copy_process, dup_mmap, uprobe_free_utask, uprobe_mmap, vma_dontcopy
 from .optimize import Optimizer
 from .profiles import KernelProfile
 from .trace_events import TraceEvents
@@ -60,6 +60,16 @@ class Kernel:
     def copy_process(self, parent_task, child_task, *, share_mm: bool, vfork: bool) -> None:
         """uprobe_copy_process: pending return instances for fork/vfork children."""
         copy_process(self.uprobes, parent_task, child_task, share_mm=share_mm, vfork=vfork)
+
+    def exec_mm(self, task) -> None:
+        """What exec does to uprobes state, once the new image is mapped: exec_mmap's
+        mm_release frees the task's utask with its pending return instances
+        (``uprobe_free_utask``, in mm_release in every modeled release); the old mm's
+        state (MMF_HAS_UPROBES, the [uprobes] XOL area) went with the old mm
+        (``uprobe_clear_state`` at its __mmput) and the new mm starts without any; the
+        mappings load_elf_binary made get their probes through ``uprobe_mmap``."""
+        uprobe_free_utask(self.uprobes, task)
+        uprobe_mmap(self.uprobes, task.process)
 
     def vma_dontcopy(self, vma) -> bool:
         return vma_dontcopy(self.profile, vma)
