@@ -66,6 +66,18 @@ def host_stat_bytes(st: os.stat_result) -> bytes:
                       nlink=st.st_nlink, **extra)
 
 
+def seq_lseek(f, offset: int, whence: int) -> int:
+    """seq_lseek / dcache_dir_lseek: SEEK_SET and SEEK_CUR over ``f.pos``, never below 0."""
+    if whence == SEEK_CUR:
+        offset += f.pos
+    elif whence != SEEK_SET:
+        return -E.EINVAL
+    if offset < 0:
+        return -E.EINVAL
+    f.pos = offset
+    return offset
+
+
 def _errno(e: OSError) -> int:
     return -(e.errno or E.EIO)
 
@@ -501,14 +513,7 @@ class SpecialDir(OpenFile):
         return attrs_stat_bytes(self.attrs())
 
     def lseek(self, offset, whence):
-        if whence == SEEK_CUR:
-            offset += self.pos
-        elif whence != SEEK_SET:
-            return -E.EINVAL
-        if offset < 0:
-            return -E.EINVAL
-        self.pos = offset
-        return offset
+        return seq_lseek(self, offset, whence)
 
     def getdents64(self, count: int) -> bytes | int:
         kids = self.node.children(self.task)
@@ -552,14 +557,7 @@ class SeqFile(OpenFile):
         return self.text[offset:offset + min(count, READ_CHUNK)]
 
     def lseek(self, offset, whence):
-        if whence == SEEK_CUR:
-            offset += self.pos
-        elif whence != SEEK_SET:
-            return -E.EINVAL
-        if offset < 0:
-            return -E.EINVAL
-        self.pos = offset
-        return offset
+        return seq_lseek(self, offset, whence)
 
     def fstat(self):
         return stat_bytes(S.S_IFREG | 0o444, dev=PROC_DEV, ino=self.ino, blksize=1024)
