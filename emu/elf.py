@@ -662,7 +662,8 @@ def _reject_needed_libraries(
             strtab = value
     if needed:
         names = ", ".join(_dynamic_string(data, segments, strtab, off) for off in needed)
-        raise ElfError(f"{path}: dynamically linked ELF is not supported yet (DT_NEEDED {names})")
+        raise ElfError(f"{path}: needs shared libraries (DT_NEEDED {names}) but has no PT_INTERP "
+                       "to load them (a shared library, not a program)")
 
 
 def _dynamic_string(data: bytes, segments: list[Segment], strtab: int | None, offset: int) -> str:
