@@ -11,16 +11,25 @@ owner is gone.  tracefs refuses seeking writes, so every write is one ``os.write
 system), and each probe definition is its own write whose fields were checked for bytes
 tracefs would interpret (a newline in a path must never become a second command).
 
-The native run executes the program unsandboxed as root.
+The native run executes the program unsandboxed as root, with ADDR_NO_RANDOMIZE (as
+``setarch -R``): the model lays out memory as the kernel does without ASLR, so pointer
+fetchargs (``$retval`` of malloc) compare.  Only lines of the native child and its
+descendants count (their pids are learned from ``sched_process_fork`` in our instance):
+other processes hit probes in a shared library too.  Each thread's event stream is
+compared on its own, threads matched in the order of their first event.
 
-Addresses are compared at link time: for a static-PIE guest both runs are shifted back
-by their load bias (learned from the first event of a known probe), so ASLR does not
-count as a divergence.
+A spec is resolved as ``run -e`` resolves it (:meth:`Uprobes.find_file`: the program, any
+file by path, a library's short name such as ``uprobe:libc:malloc``); the host probe goes
+on that file's host path and file offset (tracefs ``p:GROUP/EV /path:0xOFF``), the same
+inode the model keys on.  Addresses are compared at link time: each probed file's
+addresses are shifted back by its load bias (learned from the first event of a probe on
+it), so a layout difference does not count as a divergence of the probe address.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import signal
@@ -39,6 +48,15 @@ from kernel_model.probe_spec import is_good_name, is_good_system_name
 from kernel_model.profiles import KernelProfile
 from kernel_model.trace_events import parse_user_spec
 
+FORK_LINE = re.compile(
+    r"^\s*.+?-\d+\s+\[\d+\].*?: sched_process_fork: comm=.* pid=(?P<parent>\d+) "
+    r"child_comm=.* child_pid=(?P<child>\d+)")
+EXEC_LINE = re.compile(r"^\s*.+?-\d+\s+\[\d+\].*?: sched_process_exec: filename=.* pid=(?P<pid>\d+) "
+                       r"old_pid=\d+$")
+FORK_EVENT = "events/sched/sched_process_fork/enable"
+EXEC_EVENT = "events/sched/sched_process_exec/enable"
+SCHED_EVENTS = (FORK_EVENT, EXEC_EVENT)
+ADDR_NO_RANDOMIZE = 0x0040000      # include/uapi/linux/personality.h
 TRACE_LINE = re.compile(
     r"^\s*(?P<task>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<flags>\S+\s+)?(?P<ts>\d+\.\d+): "
     r"(?P<event>[\w.-]+): \((?P<ip>0x[0-9a-f]+)(?: <- (?P<func>0x[0-9a-f]+))?\)(?P<args>.*)$")
@@ -55,6 +73,7 @@ class Event:
     ip: int            # link-time address
     func: int | None
     args: str
+    tid: int = field(default=0, compare=False)   # the thread that hit (kept out of ==)
 
     def describe(self) -> str:
         where = f"{self.ip:#x} <- {self.func:#x}" if self.func is not None else f"{self.ip:#x}"
@@ -356,8 +375,8 @@ class HostProbes:
         self.group = run_tag()
         self.instance = f"instances/{self.group}"
         # every definition is checked before anything is written
-        self.definitions = [probe_command(p.kind, self.group, p.event, path, p.offset, p.args)
-                            for p in probes]
+        self.definitions = [probe_command(p.kind, self.group, p.event, p.host_path or path,
+                                          p.offset, p.args) for p in probes]
         self.created: list[str] = []
         self.instance_made = False
 
@@ -371,6 +390,9 @@ class HostProbes:
                 os.mkdir(os.path.join(self.t.path, self.instance))
                 self.instance_made = True
                 self.t.write(f"{self.instance}/events/{self.group}/enable", "1")
+                for rel in SCHED_EVENTS:      # who descends from whom, and since when
+                    if os.path.exists(os.path.join(self.t.path, self.instance, rel)):
+                        self.t.write(f"{self.instance}/{rel}", "1")
         except BaseException:
             self.cleanup()
             raise
@@ -386,10 +408,12 @@ class HostProbes:
     def _cleanup(self) -> None:
         errors = []
         if self.instance_made:
-            try:
-                self.t.write(f"{self.instance}/events/{self.group}/enable", "0")
-            except HostKernelError as e:
-                errors.append(str(e))
+            for rel in (f"events/{self.group}/enable", *SCHED_EVENTS):
+                if os.path.exists(os.path.join(self.t.path, self.instance, rel)):
+                    try:
+                        self.t.write(f"{self.instance}/{rel}", "0")
+                    except HostKernelError as e:
+                        errors.append(str(e))
             try:
                 os.rmdir(os.path.join(self.t.path, self.instance))
             except OSError as e:
@@ -419,62 +443,132 @@ class ResolvedProbe:
     offset: int              # file offset
     link_vaddr: int          # link-time address of the probe
     args: str                # fetchargs text as written
+    host_path: str | None = None    # the probed file on the host (None: the program)
+    model_path: str | None = None   # the same file as the model's guest names it
+
+
+def _host_path_of(file) -> str:
+    """The host path of a library the model resolved a spec to: the kernel keys a probe
+    on the inode, so any path to it will do; the one we give must be that inode."""
+    for cand in (file.d_path, file.path):
+        if not cand or not cand.startswith("/"):
+            continue
+        try:
+            st = os.stat(cand)
+        except OSError:
+            continue
+        if not file.ino or (st.st_dev, st.st_ino) == (file.dev, file.ino):
+            return cand
+    raise InputError(f"diff: {file.path} has no host path the host kernel could probe")
 
 
 def resolve_specs(path: str, specs: list[str]) -> tuple[list[ResolvedProbe], object]:
-    """Resolve user specs against the ELF to (kind, file offset, fetchargs text)."""
-    image = load_elf_file(path)
+    """Resolve user specs as ``run -e`` does (``Uprobes.find_file`` and
+    ``symbol_offset`` on a machine with the program loaded: the program's symbols, any
+    file by path, a library by short name) to (file, kind, file offset, fetchargs)."""
+    m = Machine.from_elf(path, argv=[path])
+    up = m.uprobes
     out = []
     for i, text in enumerate(specs):
+        if text.strip().startswith(("usdt:", "U:")):
+            raise InputError(f"diff: {text!r}: usdt specs are not compared yet")
         spec = parse_user_spec(text)
         if spec.is_delete:
             raise InputError(f"diff: {text!r} deletes an event; give probe definitions")
+        file = up.find_file(spec.path)
         if spec.offset is not None:
             offset = spec.offset
         elif spec.symbol is not None:
-            offset = image.vaddr_to_offset(image.resolve(spec.symbol).value + spec.sym_offset)
+            offset = up.symbol_offset(file, spec.symbol, spec.sym_offset)[1]
         elif spec.address is not None:
-            offset = image.vaddr_to_offset(spec.address)
+            if up.file_elf(file) is None:
+                raise InputError(f"diff: {file.path} has no program headers to map {spec.address:#x}")
+            offset = file.elf.vaddr_to_offset(spec.address)
         else:
             raise InputError(f"diff: {text!r} names no location")
+        elf = up.file_elf(file) if file.reader is not None or file.elf is not None else None
+        link = elf.offset_to_vaddr(offset) if elf is not None else offset
         args = " ".join(a.name + "=" + a.source for a in spec.args)
-        out.append(ResolvedProbe(text, f"ev{i}", spec.kind, offset, image.offset_to_vaddr(offset), args))
-    return out, image
+        host = None if file is m.process.exe else _host_path_of(file)
+        out.append(ResolvedProbe(text, f"ev{i}", spec.kind, offset, link, args, host,
+                                 None if host is None else file.path))
+    return out, m.process.exe.elf
 
 
-def _events_from_lines(lines: list[dict], probes: list[ResolvedProbe], bias: int) -> list[Event]:
+def _events_from_lines(lines: list[dict], probes: list[ResolvedProbe], program: str) -> list[Event]:
+    """Events of our probes.  The probe address is made link-time by its file's load
+    bias, a return address by the program's (where it usually lies); a bias is learned
+    from the first event of a probe on that file (none known: 0), the same rule on
+    both sides."""
     by_event = {p.event: p for p in probes}
+    biases: dict = {}
+    for rec in lines:
+        p = by_event.get(rec["event"])
+        if p is not None and (p.host_path or program) not in biases:
+            at = int(rec["func"], 16) if rec["func"] else int(rec["ip"], 16)
+            biases[p.host_path or program] = at - p.link_vaddr
     out = []
     for rec in lines:
         p = by_event.get(rec["event"])
         if p is None:
             continue
-        ip = int(rec["ip"], 16)
-        func = int(rec["func"], 16) if rec["func"] else None
-        out.append(Event(p.spec_text, "return" if func is not None else "entry",
-                         ip - bias, None if func is None else func - bias, rec["args"]))
+        bias = biases[p.host_path or program]
+        ip, tid = int(rec["ip"], 16), int(rec["pid"])
+        if rec["func"]:
+            out.append(Event(p.spec_text, "return", ip - biases.get(program, 0),
+                             int(rec["func"], 16) - bias, rec["args"], tid))
+        else:
+            out.append(Event(p.spec_text, "entry", ip - bias, None, rec["args"], tid))
     return out
 
 
-def _bias(lines: list[dict], probes: list[ResolvedProbe]) -> int:
-    by_event = {p.event: p for p in probes}
-    for rec in lines:
-        p = by_event.get(rec["event"])
-        if p is not None and p.kind == "p" and not rec["func"]:
-            return int(rec["ip"], 16) - p.link_vaddr
-        if p is not None and rec["func"]:
-            return int(rec["func"], 16) - p.link_vaddr
-    return 0
+def since_exec(text: str, pid: int) -> str:
+    """The trace from ``pid``'s exec on: before it, the forked child still runs the
+    parent's program (Python's preexec code calls malloc too)."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = EXEC_LINE.match(line)
+        if m and int(m.group("pid")) == pid:
+            return "\n".join(lines[i + 1:])
+    return text
+
+
+def descendants(text: str, root: int) -> set[int]:
+    """``root`` and every task forked or cloned from it, after the
+    ``sched_process_fork`` lines of a trace."""
+    children: dict = {}
+    for line in text.splitlines():
+        m = FORK_LINE.match(line)
+        if m:
+            children.setdefault(int(m.group("parent")), []).append(int(m.group("child")))
+    out, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in out:
+            out.add(pid)
+            todo.extend(children.get(pid, ()))
+    return out
 
 
 # ----------------------------------------------------------------------------- runs
 
 def _popen_native(cmd: list[str], mask) -> subprocess.Popen:
     """The native process; it starts with the signal mask ``mask`` (ours before
-    :func:`deferred_signals` blocked anything)."""
-    restore = None if mask is None else (lambda: signal.pthread_sigmask(signal.SIG_SETMASK, mask))
+    :func:`deferred_signals` blocked anything) and ADDR_NO_RANDOMIZE added to its
+    personality, as ``setarch -R`` does: the exec then lays memory out without ASLR
+    (``load_elf_binary()`` tests ``current->personality``), as the model does."""
+    personality = ctypes.CDLL(None, use_errno=True).personality
+    personality.argtypes, personality.restype = [ctypes.c_ulong], ctypes.c_int
+
+    def child_setup():
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        current = personality(0xFFFFFFFF)               # query
+        if current == -1 or personality(current | ADDR_NO_RANDOMIZE) == -1:
+            raise OSError(ctypes.get_errno(), "personality(ADDR_NO_RANDOMIZE)")
+
     return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, preexec_fn=restore)
+                            stderr=subprocess.PIPE, preexec_fn=child_setup)
 
 
 def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: bytes,
@@ -484,7 +578,7 @@ def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: b
     an error, Ctrl-C or a fatal signal (SIGKILL: by the next run's sweep)."""
     with fatal_signals_clean_up():
         for p in probes:                      # refuse a bad field before touching tracefs
-            probe_command(p.kind, run_tag(), p.event, path, p.offset, p.args)
+            probe_command(p.kind, run_tag(), p.event, p.host_path or path, p.offset, p.args)
         tracefs = None
         try:
             tracefs = Tracefs()
@@ -508,12 +602,14 @@ def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: b
         finally:
             if tracefs is not None:
                 tracefs.close()
-    lines = [dict(rec, event=rec["event"]) for rec in parse_trace(text)]
+    text = since_exec(text, proc.pid)
+    ours = descendants(text, proc.pid)
+    lines = [rec for rec in parse_trace(text) if int(rec["pid"]) in ours]
     if proc.returncode < 0:
         status = f"signal {signal.Signals(-proc.returncode).name}"
     else:
         status = f"exit {proc.returncode}"
-    return RunRecord(status, out, _events_from_lines(lines, probes, _bias(lines, probes)))
+    return RunRecord(status, out, _events_from_lines(lines, probes, path))
 
 
 def run_model(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: bytes,
@@ -522,7 +618,7 @@ def run_model(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: by
     group = "uemu"
     for p in probes:
         try:
-            m.uprobes.add_event(f"{p.kind}:{group}/{p.event} {path}:{p.offset:#x}" +
+            m.uprobes.add_event(f"{p.kind}:{group}/{p.event} {p.model_path or path}:{p.offset:#x}" +
                                 (f" {p.args}" if p.args else ""))
         except RegistrationError:
             # The host's probes exist before the program maps the file: analysis runs at
@@ -538,11 +634,21 @@ def run_model(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: by
     else:
         status = f"stopped ({r.reason})"
     lines = parse_trace("\n".join(m.kernel.trace.lines))
-    return RunRecord(status, r.stdout, _events_from_lines(lines, probes, m.load_bias(m.process.exe)))
+    return RunRecord(status, r.stdout, _events_from_lines(lines, probes, path))
+
+
+def per_thread(events: list[Event]) -> list[tuple[int, list[Event]]]:
+    """(tid, that thread's events) in the order of each thread's first event: threads
+    run concurrently, so only the order within one thread is the program's."""
+    out: dict = {}
+    for e in events:
+        out.setdefault(e.tid, []).append(e)
+    return list(out.items())
 
 
 def compare(native: RunRecord, model: RunRecord, context: int = 3) -> list[str]:
-    """Lines describing the first divergence (empty when the runs agree)."""
+    """Lines describing the first divergence (empty when the runs agree); the event
+    streams are compared thread by thread (:func:`per_thread`)."""
     out = []
     if native.status != model.status:
         out.append(f"exit status differs: host {native.status}, model {model.status}")
@@ -551,17 +657,25 @@ def compare(native: RunRecord, model: RunRecord, context: int = 3) -> list[str]:
         i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
         out.append(f"stdout differs at byte {i}: host {a[max(0, i - 20):i + 20]!r}, "
                    f"model {b[max(0, i - 20):i + 20]!r}")
-    ev_a, ev_b = native.events, model.events
-    for i in range(max(len(ev_a), len(ev_b))):
-        x = ev_a[i] if i < len(ev_a) else None
-        y = ev_b[i] if i < len(ev_b) else None
-        if x != y:
-            out.append(f"event stream differs at event #{i + 1}:")
-            for k in range(max(0, i - context), i):
-                out.append(f"    both : {ev_a[k].describe()}")
-            out.append(f"  > host : {x.describe() if x else '(no more events)'}")
-            out.append(f"  > model: {y.describe() if y else '(no more events)'}")
-            break
+    host_threads, model_threads = per_thread(native.events), per_thread(model.events)
+    if len(host_threads) != len(model_threads):
+        out.append(f"threads with events differ: host {len(host_threads)}, "
+                   f"model {len(model_threads)}")
+    for n in range(max(len(host_threads), len(model_threads))):
+        tid_a, ev_a = host_threads[n] if n < len(host_threads) else (None, [])
+        tid_b, ev_b = model_threads[n] if n < len(model_threads) else (None, [])
+        for i in range(max(len(ev_a), len(ev_b))):
+            x = ev_a[i] if i < len(ev_a) else None
+            y = ev_b[i] if i < len(ev_b) else None
+            if x != y:
+                where = "" if n == 0 and len(host_threads) <= 1 and len(model_threads) <= 1 else \
+                    f" of thread #{n + 1} (host tid {tid_a}, model tid {tid_b})"
+                out.append(f"event stream{where} differs at event #{i + 1}:")
+                for k in range(max(0, i - context), i):
+                    out.append(f"    both : {ev_a[k].describe()}")
+                out.append(f"  > host : {x.describe() if x else '(no more events)'}")
+                out.append(f"  > model: {y.describe() if y else '(no more events)'}")
+                break
     return out
 
 
