@@ -462,10 +462,13 @@ def _host_path_of(file) -> str:
     raise InputError(f"diff: {file.path} has no host path the host kernel could probe")
 
 
-def resolve_specs(path: str, specs: list[str]) -> tuple[list[ResolvedProbe], object]:
+def resolve_specs(path: str, specs: list[str], aliases: tuple = ()) -> tuple[list[ResolvedProbe], object]:
     """Resolve user specs as ``run -e`` does (``Uprobes.find_file`` and
     ``symbol_offset`` on a machine with the program loaded: the program's symbols, any
-    file by path, a library by short name) to (file, kind, file offset, fetchargs)."""
+    file by path, a library by short name) to (file, kind, file offset, fetchargs).
+    A spec path in ``aliases`` (the PROGRAM as given, e.g. ``guest:hello``) is the
+    program."""
+    _check_field("program path", path)       # the program is probed and run: refuse it first
     m = Machine.from_elf(path, argv=[path])
     up = m.uprobes
     out = []
@@ -475,7 +478,7 @@ def resolve_specs(path: str, specs: list[str]) -> tuple[list[ResolvedProbe], obj
         spec = parse_user_spec(text)
         if spec.is_delete:
             raise InputError(f"diff: {text!r} deletes an event; give probe definitions")
-        file = up.find_file(spec.path)
+        file = m.process.exe if spec.path in aliases else up.find_file(spec.path)
         if spec.offset is not None:
             offset = spec.offset
         elif spec.symbol is not None:
@@ -552,17 +555,19 @@ def descendants(text: str, root: int) -> set[int]:
 
 # ----------------------------------------------------------------------------- runs
 
-def _popen_native(cmd: list[str], mask) -> subprocess.Popen:
+def _popen_native(cmd: list[str], mask, no_randomize: bool = True) -> subprocess.Popen:
     """The native process; it starts with the signal mask ``mask`` (ours before
-    :func:`deferred_signals` blocked anything) and ADDR_NO_RANDOMIZE added to its
-    personality, as ``setarch -R`` does: the exec then lays memory out without ASLR
-    (``load_elf_binary()`` tests ``current->personality``), as the model does."""
+    :func:`deferred_signals` blocked anything) and, if ``no_randomize``,
+    ADDR_NO_RANDOMIZE added to its personality, as ``setarch -R`` does: the exec then
+    lays memory out without ASLR (``load_elf_binary()`` tests ``current->personality``)."""
     personality = ctypes.CDLL(None, use_errno=True).personality
     personality.argtypes, personality.restype = [ctypes.c_ulong], ctypes.c_int
 
     def child_setup():
         if mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if not no_randomize:
+            return
         current = personality(0xFFFFFFFF)               # query
         if current == -1 or personality(current | ADDR_NO_RANDOMIZE) == -1:
             raise OSError(ctypes.get_errno(), "personality(ADDR_NO_RANDOMIZE)")
@@ -572,10 +577,18 @@ def _popen_native(cmd: list[str], mask) -> subprocess.Popen:
 
 
 def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: bytes,
-               timeout: float) -> RunRecord:
+               timeout: float, no_randomize: bool | None = None) -> RunRecord:
     """Run the program natively (unsandboxed, as root) under host probes.  The probes,
     the trace instance and a tracefs mount of ours are removed however the run ends:
-    an error, Ctrl-C or a fatal signal (SIGKILL: by the next run's sweep)."""
+    an error, Ctrl-C or a fatal signal (SIGKILL: by the next run's sweep).
+
+    ``no_randomize`` (default: for a program with a PT_INTERP) runs it without ASLR:
+    the model lays a dynamic program out as the kernel does then (mmap_base below the
+    stack at STACK_TOP_MAX).  A static guest keeps ASLR, because the model puts its
+    stack below the XOL hint page as a randomized stack lies (emu.loader's STACK_TOP),
+    where a non-randomized kernel would find the hint taken."""
+    if no_randomize is None:
+        no_randomize = load_elf_file(path).interp is not None
     with fatal_signals_clean_up():
         for p in probes:                      # refuse a bad field before touching tracefs
             probe_command(p.kind, run_tag(), p.event, p.host_path or path, p.offset, p.args)
@@ -588,7 +601,7 @@ def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: b
                 procs = []
                 try:
                     with deferred_signals() as mask:
-                        procs.append(_popen_native([path, *argv[1:]], mask))
+                        procs.append(_popen_native([path, *argv[1:]], mask, no_randomize))
                     proc = procs[0]
                     out, _ = proc.communicate(stdin, timeout=timeout)
                 except subprocess.TimeoutExpired:
@@ -709,7 +722,7 @@ def cmd_diff(args) -> int:
     path, tmpdir = _program_path(args.program)
     try:
         argv = [path, *args.args, *getattr(args, "guest_tail", [])]
-        probes, _ = resolve_specs(path, args.event)
+        probes, _ = resolve_specs(path, args.event, (args.program,))
         kernel = host_profile_name() if args.kernel == "auto" else args.kernel
         native = run_native(path, argv, probes, stdin, args.timeout)
         model = run_model(path, argv, probes, stdin, kernel, args.max_insns or None)
