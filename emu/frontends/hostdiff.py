@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from emu.elf import load_elf_file
 from emu.errors import EmuError, InputError, RegistrationError
 from emu.frontends.cli import count, read_stdin_file, seconds
+from emu.loader import DEFAULT_ENV
 from emu.machine import Machine
 from guest_programs import write_guest
 from kernel_model.probe_spec import is_good_name, is_good_system_name
@@ -559,7 +560,9 @@ def _popen_native(cmd: list[str], mask, no_randomize: bool = True) -> subprocess
     """The native process; it starts with the signal mask ``mask`` (ours before
     :func:`deferred_signals` blocked anything) and, if ``no_randomize``,
     ADDR_NO_RANDOMIZE added to its personality, as ``setarch -R`` does: the exec then
-    lays memory out without ASLR (``load_elf_binary()`` tests ``current->personality``)."""
+    lays memory out without ASLR (``load_elf_binary()`` tests ``current->personality``).
+    Its environment is the model's (emu.loader's DEFAULT_ENV), not ours: libc's start-up
+    (locale, malloc tunables) and the stack's layout depend on it."""
     personality = ctypes.CDLL(None, use_errno=True).personality
     personality.argtypes, personality.restype = [ctypes.c_ulong], ctypes.c_int
 
@@ -572,8 +575,9 @@ def _popen_native(cmd: list[str], mask, no_randomize: bool = True) -> subprocess
         if current == -1 or personality(current | ADDR_NO_RANDOMIZE) == -1:
             raise OSError(ctypes.get_errno(), "personality(ADDR_NO_RANDOMIZE)")
 
+    env = dict(item.split("=", 1) for item in DEFAULT_ENV)
     return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, preexec_fn=child_setup)
+                            stderr=subprocess.PIPE, preexec_fn=child_setup, env=env)
 
 
 def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: bytes,
