@@ -11,10 +11,11 @@ owner is gone.  tracefs refuses seeking writes, so every write is one ``os.write
 system), and each probe definition is its own write whose fields were checked for bytes
 tracefs would interpret (a newline in a path must never become a second command).
 
-The native run executes the program unsandboxed as root, with ADDR_NO_RANDOMIZE (as
-``setarch -R``): the model lays out memory as the kernel does without ASLR, so pointer
-fetchargs (``$retval`` of malloc) compare.  Only lines of the native child and its
-descendants count (their pids are learned from ``sched_process_fork`` in our instance):
+The native run executes the program unsandboxed as root, in the model's environment;
+a program with an interpreter runs with ADDR_NO_RANDOMIZE (as ``setarch -R``), as the
+model lays it out, so pointer fetchargs (``$retval`` of malloc) compare.  Only lines of
+the native child (from its exec on) and of its descendants count (their pids are learned
+from ``sched_process_exec``/``sched_process_fork`` in our instance):
 other processes hit probes in a shared library too.  Each thread's event stream is
 compared on its own, threads matched in the order of their first event.
 
