@@ -159,13 +159,13 @@ def test_incremental_read_with_a_wrong_prev_stops_at_the_corrupted_link(at_main)
 
 
 def test_a_cyclic_chain_is_bounded(at_main):
-    """A guest that links its chain into a loop (main <-> first library) gets a
-    bounded answer, not a hang."""
+    """A chain linked into a loop (main <-> first library, written through M as gdb
+    would) gets a bounded answer, not a hang; the write is seen at once."""
     m, _exe, c = at_main
     doc = parse(c.ask(b"qXfer:libraries-svr4:read::0,3fff"))
     main_lm, first = int(doc.getAttribute("main-lm"), 16), int(libraries(doc)[0]["lm"], 16)
-    m.mem.write(first + 24, struct.pack("<Q", main_lm))     # first.l_next = main
-    m.mem.write(main_lm + 32, struct.pack("<Q", first))     # main.l_prev = first
+    for addr, value in ((first + 24, main_lm), (main_lm + 32, first)):   # l_next, l_prev
+        assert c.ask(b"M%x,8:%s" % (addr, struct.pack("<Q", value).hex().encode())) == b"OK"
     reply = c.ask(b"qXfer:libraries-svr4:read::0,3fff")
     assert reply[:1] == b"m", "the looping list is long but finite"
     assert reply.count(b'name="linux-vdso.so.1"') > 100
@@ -290,3 +290,20 @@ def test_gdb_breaks_in_libc_malloc_and_backtraces_to_the_program(build_c):
     libc_text = [v for v in m.mem.vmas if v.file is not None and v.perms() == "r-xp"
                  and os.path.realpath(v.name) == os.path.realpath(LIBC)]
     assert libc_text and libc_text[0].start <= pc < libc_text[0].end, f"pc {pc:#x} not in libc's text"
+
+
+def test_the_list_is_read_again_after_the_guest_ran(build_c):
+    """A list asked for at the interpreter's entry (empty) is not served again once
+    ld.so has run: each stop reads the guest afresh."""
+    exe = build_c("lib_malloc.c", name="lib_malloc")
+    m = Machine.from_elf(exe)
+    stub = Stub(m)
+    c = RawClient(stub.port)
+    empty = b'l<library-list-svr4 version="1.0"></library-list-svr4>'
+    assert c.ask(b"qXfer:libraries-svr4:read::0,3fff") == empty
+    assert c.ask(b"Z0,%x,1" % m.resolve("main")) == b"OK"
+    assert c.ask(b"c").startswith(b"T05")
+    names = [lib["name"] for lib in libraries(parse(c.ask(b"qXfer:libraries-svr4:read::0,3fff")))]
+    assert LIBC in names, names
+    c.send_packet(b"k")
+    assert stub.finished() and stub.errors == []

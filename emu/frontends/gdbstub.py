@@ -328,6 +328,7 @@ class GdbStub:
         self.g_tid = None                  # thread selected with Hg
         self.done = False
         self.last_stop = "S05"
+        self.xfer_cache: dict = {}         # (object, annex) -> bytes while the guest stays stopped
 
     # -- registers --------------------------------------------------------------
     def _task(self, tid=None):
@@ -383,6 +384,7 @@ class GdbStub:
     def _resume(self, action: str, addr: int | None = None) -> str:
         if self.done:
             return self.last_stop           # the guest is gone: its end, again
+        self.xfer_cache.clear()
         if addr is not None:
             self.stepper.set_register("rip", addr)
         if action == "s":
@@ -476,7 +478,9 @@ class GdbStub:
 
     def _qxfer(self, rest: str) -> str:
         """``qXfer:OBJECT:read:ANNEX:OFFSET,LENGTH`` (gdbserver's handle_qxfer): the
-        object's bytes from OFFSET, ``m`` while more follow, ``l`` for the last part;
+        object's bytes from OFFSET, ``m`` while more follow, ``l`` for the last part
+        (an object is built once per stop and annex, so a long one read in parts is
+        one consistent snapshot built once, where gdbserver rebuilds it per part);
         ``E00`` for an unknown annex, ``E01`` when the object cannot be produced,
         the empty reply for an object we do not serve."""
         obj, _, rest = rest.partition(":")
@@ -491,7 +495,11 @@ class GdbStub:
         if not colon:
             raise Malformed(rest)
         off, length = _hex_pair(span)
-        data = readers[obj](annex)
+        data = self.xfer_cache.get((obj, annex))
+        if data is None:
+            data = readers[obj](annex)
+            if isinstance(data, bytes):
+                self.xfer_cache[(obj, annex)] = data
         if isinstance(data, str):
             return data                   # an error reply
         return _xfer_reply(data, off, length)
@@ -670,6 +678,7 @@ class GdbStub:
         FOLL_FORCE write; the CPU sees it at once."""
         if not data:
             return "OK"                   # gdb's probe for X support
+        self.xfer_cache.clear()
         try:
             self.m.mem.text_poke(addr, data, count=False)
         except GuestFault:
