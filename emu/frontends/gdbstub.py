@@ -742,7 +742,7 @@ _PT_DYNAMIC, _PT_PHDR = 2, 6
 _DT_NULL, _DT_DEBUG = 0, 21
 _PHDR_SIZE, _DYN_SIZE = 56, 16
 _PATH_MAX = 4096
-_MAX_LIBRARIES = 4096          # a link_map chain longer than this is a loop: stop there
+_MAX_LIBRARIES = 4096          # link_map entries read per document: more is a loop
 _MAX_NAMESPACES = 256          # dlmopen namespaces along r_next
 _MAX_DYNAMIC = 4096            # dynamic entries looked at before giving up on DT_NULL
 
@@ -780,6 +780,7 @@ class Svr4Libraries:
 
     def __init__(self, peek, auxv: bytes):
         self.peek = peek
+        self.entries_left = _MAX_LIBRARIES     # over all namespaces: a looping chain ends
         self.auxv = {}
         for i in range(0, len(auxv) - 15, 16):
             key, val = struct.unpack_from("<QQ", auxv, i)
@@ -792,7 +793,7 @@ class Svr4Libraries:
     def get_dynamic(self) -> int:
         """The address of the main program's dynamic section, 0 when it has none."""
         phdr, phnum = self.auxv.get(_AT_PHDR), self.auxv.get(_AT_PHNUM)
-        if not phdr or phnum is None:
+        if not phdr or not phnum:
             return 0
         headers = []
         for i in range(min(phnum, 0xFFFF)):
@@ -835,7 +836,7 @@ class Svr4Libraries:
         if main == -1:
             return None
         parts, r_debug = [], main
-        for _ in range(_MAX_NAMESPACES):
+        for n in range(_MAX_NAMESPACES):
             if not r_debug:
                 break
             version = self.peek(r_debug, 4)
@@ -843,7 +844,7 @@ class Svr4Libraries:
             if len(version) < 4 or struct.unpack("<i", version)[0] < 1 or lm is None:
                 break
             lm_prev = 0
-            if r_debug == main:
+            if n == 0:                    # once, even if r_next leads back to it
                 head += b' main-lm="0x%x"' % lm if lm else b""
                 lm_prev, lm = lm, self.word(lm + _L_NEXT)
                 if lm is None:
@@ -852,6 +853,8 @@ class Svr4Libraries:
             if struct.unpack("<i", version)[0] < 2:
                 break
             r_debug = self.word(r_debug + _R_NEXT)
+        # (the header is closed even when the first r_debug is unreadable, where
+        # gdbserver sends it unterminated)
         return head + b">" + b"".join(parts) + b"</library-list-svr4>"
 
     def read_link_map(self, lmid: int, lm: int, prev: int) -> bytes:
@@ -859,9 +862,8 @@ class Svr4Libraries:
         ``l_next``; an entry whose ``l_prev`` is not the one before ends the walk (a
         corrupted list), so does an unreadable one."""
         out = []
-        for _ in range(_MAX_LIBRARIES):
-            if not lm:
-                break
+        while lm and self.entries_left > 0:
+            self.entries_left -= 1
             fields = [self.word(lm + off) for off in (_L_NAME, _L_ADDR, _L_LD, _L_PREV, _L_NEXT)]
             if None in fields or fields[3] != prev:
                 break
