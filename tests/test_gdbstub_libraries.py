@@ -247,6 +247,16 @@ def test_auxv_is_the_exec_vector_binary_escaped(build_c):
     assert stub.finished() and stub.errors == []
 
 
+@pytest.mark.parametrize("machine", [lambda: Machine.from_asm("_start:\n    hlt\n"),
+                                     lambda: Machine.from_guest("exit42")], ids=["asm", "guest"])
+def test_exec_file_of_an_image_that_is_no_file_is_an_error(machine):
+    stub = Stub(machine())
+    c = RawClient(stub.port)
+    assert c.ask(b"qXfer:exec-file:read::0,3fff") == b"E01"
+    c.send_packet(b"k")
+    assert stub.finished() and stub.errors == []
+
+
 def test_exec_file_is_the_programs_path(tmp_path):
     m = guest_machine(tmp_path)
     stub = Stub(m)

@@ -18,6 +18,7 @@ for unknown); a client that goes away while the guest runs stops it.
 from __future__ import annotations
 
 import collections
+import os
 import re
 import select
 import socket
@@ -523,6 +524,8 @@ class GdbStub:
             task = next((t for t in self.m.tasks if t.process.pid == pid and t.tid == pid), None)
             if task is None:
                 return "E01"
+        if not os.path.isfile(task.process.exe_path):
+            return "E01"                  # an image that never was a file (from_asm, guest:)
         path = exe_link(self.m, task.process, task)
         return "E01" if isinstance(path, int) else path.encode("utf-8", "surrogateescape")
 
