@@ -329,3 +329,19 @@ def test_the_list_is_read_again_after_the_guest_ran(build_c):
     assert LIBC in names, names
     c.send_packet(b"k")
     assert stub.finished() and stub.errors == []
+
+
+def test_gdb_follows_a_dlopen_and_breaks_in_the_new_library(build_c):
+    """A pending breakpoint on frexp resolves when the guest dlopen()s libm: gdb hears
+    of the new library at ld.so's stop and reads the list again."""
+    exe = build_c("dlopen_libm.c", "-ldl", name="dlopen_libm")
+    m = Machine.from_elf(exe)
+    out = gdb_session(m, exe, ["set breakpoint pending on", "break frexp", "continue",
+                               "info sharedlibrary", "bt 2", "kill"])
+    libm = "/lib/x86_64-linux-gnu/libm.so.6"
+    rows = sharedlibrary_rows(out)
+    assert libm in rows, out
+    text = elf_headers(os.path.realpath(libm))[2][".text"]
+    assert rows[libm][0] == lowest_mapping(m, libm) + text, f"libm From {rows[libm][0]:#x}"
+    assert re.search(r"Breakpoint 1(\.\d+)?, (0x[0-9a-f]+ in )?\S*frexp \(", out), out
+    assert re.search(r"#1  0x[0-9a-f]+ in main \(", out), out
