@@ -18,15 +18,18 @@ for unknown); a client that goes away while the guest runs stops it.
 from __future__ import annotations
 
 import collections
+import os
 import re
 import select
 import socket
+import struct
 import sys
 import threading
 
 from emu.frontends.cli import add_cli_events, make_machine, port_number
 from emu.errors import EmuError, InputError
 from emu.memory import GuestFault
+from emu.procfs import auxv_bytes, exe_link
 from emu.frontends.stepper.engine import Stepper, StepperError
 
 SIGTRAP, SIGINT = 5, 2
@@ -116,6 +119,12 @@ def unescape_binary(data: bytes) -> bytes:
         out.append(part[0] ^ 0x20)
         out += part[1:]
     return bytes(out)
+
+
+def escape_binary(data: bytes) -> bytes:
+    """Binary data in a reply (qXfer): ``$ # } *`` become ``}`` and the byte xor 0x20,
+    as gdbserver's remote_escape_output does."""
+    return re.sub(rb"[$#}*]", lambda m: b"}" + bytes([m.group()[0] ^ 0x20]), data)
 
 
 def expand_runs(data: bytes) -> bytes:
@@ -320,6 +329,7 @@ class GdbStub:
         self.g_tid = None                  # thread selected with Hg
         self.done = False
         self.last_stop = "S05"
+        self.xfer_cache: dict = {}         # (object, annex) -> bytes while the guest stays stopped
 
     # -- registers --------------------------------------------------------------
     def _task(self, tid=None):
@@ -375,6 +385,7 @@ class GdbStub:
     def _resume(self, action: str, addr: int | None = None) -> str:
         if self.done:
             return self.last_stop           # the guest is gone: its end, again
+        self.xfer_cache.clear()
         if addr is not None:
             self.stepper.set_register("rip", addr)
         if action == "s":
@@ -426,14 +437,15 @@ class GdbStub:
     def _dispatch(self, pkt: bytes, text: str) -> str | None:
         head = text[:1]
         if text.startswith("qSupported"):
-            return (f"PacketSize={PACKET_SIZE:x};qXfer:features:read+;swbreak+;"
-                    "QStartNoAckMode+;vContSupported+")
+            return (f"PacketSize={PACKET_SIZE:x};qXfer:features:read+;qXfer:auxv:read+;"
+                    "qXfer:exec-file:read+;qXfer:libraries-svr4:read+;"
+                    "augmented-libraries-svr4-read+;swbreak+;QStartNoAckMode+;vContSupported+")
         if text == "QStartNoAckMode":
             self.conn.send("OK")          # acknowledged before acks stop
             self.conn.ack = False
             return ""                     # serve() sends nothing more for this packet
-        if text.startswith("qXfer:features:read:"):
-            return self._qxfer(text[len("qXfer:features:read:"):])
+        if text.startswith("qXfer:"):
+            return self._qxfer(text[len("qXfer:"):])
         if text == "?":
             return self.last_stop
         if text == "qfThreadInfo":
@@ -466,13 +478,62 @@ class GdbStub:
         return handler(pkt, text)
 
     def _qxfer(self, rest: str) -> str:
-        annex, _, span = rest.rpartition(":")
-        if annex != "target.xml":
-            return "E00"                  # gdbserver: no such annex
+        """``qXfer:OBJECT:read:ANNEX:OFFSET,LENGTH`` (gdbserver's handle_qxfer): the
+        object's bytes from OFFSET, ``m`` while more follow, ``l`` for the last part
+        (an object is built once per stop and annex, so a long one read in parts is
+        one consistent snapshot built once, where gdbserver rebuilds it per part);
+        ``E00`` for an unknown annex, ``E01`` when the object cannot be produced,
+        the empty reply for an object we do not serve."""
+        obj, _, rest = rest.partition(":")
+        readers = {"features": self._xfer_features, "auxv": self._xfer_auxv,
+                   "exec-file": self._xfer_exec_file, "libraries-svr4": self._xfer_libraries_svr4}
+        if obj not in readers:
+            return ""
+        op, _, rest = rest.partition(":")
+        if op != "read":
+            return ""                     # nothing here is writable
+        annex, colon, span = rest.partition(":")
+        if not colon:
+            raise Malformed(rest)
         off, length = _hex_pair(span)
-        xml = target_xml()
-        chunk = xml[off:off + min(length, PACKET_SIZE - 1)]
-        return ("l" if off + len(chunk) >= len(xml) else "m") + chunk
+        data = self.xfer_cache.get((obj, annex))
+        if data is None:
+            data = readers[obj](annex)
+            if isinstance(data, bytes):
+                self.xfer_cache[(obj, annex)] = data
+        if isinstance(data, str):
+            return data                   # an error reply
+        return _xfer_reply(data, off, length)
+
+    @staticmethod
+    def _xfer_features(annex: str) -> bytes | str:
+        return target_xml().encode() if annex == "target.xml" else "E00"   # no such annex
+
+    def _xfer_auxv(self, annex: str) -> bytes | str:
+        """/proc/PID/auxv, as gdbserver's linux_read_auxv reads it."""
+        if annex:
+            return "E00"
+        return auxv_bytes(self.m, self.m.process, self.m.task)
+
+    def _xfer_exec_file(self, annex: str) -> bytes | str:
+        """The executable's path (readlink /proc/PID/exe, gdbserver's pid_to_exec_file):
+        of the current process, or of the process whose pid the annex gives in hex."""
+        task = self.m.task
+        if annex:
+            pid = _hex_int(annex)
+            task = next((t for t in self.m.tasks if t.process.pid == pid and t.tid == pid), None)
+            if task is None:
+                return "E01"
+        if not os.path.isfile(task.process.exe_path):
+            return "E01"                  # an image that never was a file (from_asm, guest:)
+        path = exe_link(self.m, task.process, task)
+        return "E01" if isinstance(path, int) else path.encode("utf-8", "surrogateescape")
+
+    def _xfer_libraries_svr4(self, annex: str) -> bytes | str:
+        lmid, start, prev = _svr4_annex(annex)
+        lists = Svr4Libraries(self._peek, auxv_bytes(self.m, self.m.process, self.m.task))
+        doc = lists.document(lmid, start, prev)
+        return "E01" if doc is None else doc
 
     def _h(self, _pkt, text):
         if len(text) < 2 or text[1] not in "gc":
@@ -530,15 +591,21 @@ class GdbStub:
     def _m(self, _pkt, text):
         addr, length = _address_length(text[1:])
         length = min(length, (PACKET_SIZE - 1) // 2)     # no more than a reply holds
+        out = self._peek(addr, length)
+        return out.hex() if out or not length else "E14"
+
+    def _peek(self, addr: int, length: int) -> bytes:
+        """Up to ``length`` bytes from ``addr``, page by page: a read that runs off the
+        mapping is short, as a ptrace (/proc/PID/mem) read is."""
         out = bytearray()
-        while len(out) < length:          # page by page: a read that runs off the
-            a = addr + len(out)           # mapping is short, as ptrace's is
+        while len(out) < length:
+            a = (addr + len(out)) & _MASK64
             n = min(length - len(out), 0x1000 - (a & 0xFFF))
             try:
                 out += self.m.mem.read(a, n)
             except GuestFault:
                 break
-        return out.hex() if out or not length else "E14"
+        return bytes(out)
 
     def _M(self, _pkt, text):
         where, colon, data = text[1:].partition(":")
@@ -614,6 +681,7 @@ class GdbStub:
         FOLL_FORCE write; the CPU sees it at once."""
         if not data:
             return "OK"                   # gdb's probe for X support
+        self.xfer_cache.clear()
         try:
             self.m.mem.text_poke(addr, data, count=False)
         except GuestFault:
@@ -651,6 +719,168 @@ class GdbStub:
                 self.conn.send(reply)
         except Disconnected:
             return
+
+
+def _xfer_reply(data: bytes, off: int, length: int) -> str:
+    """The part of an object from ``off``: as many bytes as ``length`` asks and an
+    escaped reply holds; ``l`` when it reaches the end (or ``off`` is past it)."""
+    chunk = bytearray()
+    room = min(length, PACKET_SIZE - 1)
+    for byte in data[off:off + length]:
+        need = 2 if byte in b"$#}*" else 1
+        if room < need:
+            break
+        room -= need
+        chunk.append(byte)
+    last = off + len(chunk) >= len(data)
+    return (b"l" if last else b"m").decode() + escape_binary(bytes(chunk)).decode("latin-1")
+
+
+# x86_64 layouts gdbserver reads (its link_map_offsets for 64-bit): struct r_debug's
+# r_map; struct link_map's l_addr, l_name, l_ld, l_next, l_prev.
+_R_MAP, _R_NEXT = 8, 40        # r_next: struct r_debug_extended (r_version 2)
+_L_ADDR, _L_NAME, _L_LD, _L_NEXT, _L_PREV = 0, 8, 16, 24, 32
+_AT_PHDR, _AT_PHNUM = 3, 5
+_PT_DYNAMIC, _PT_PHDR = 2, 6
+_DT_NULL, _DT_DEBUG = 0, 21
+_PHDR_SIZE, _DYN_SIZE = 56, 16
+_PATH_MAX = 4096
+_MAX_LIBRARIES = 4096          # link_map entries read per document: more is a loop
+_MAX_NAMESPACES = 256          # dlmopen namespaces along r_next
+_MAX_DYNAMIC = 4096            # dynamic entries looked at before giving up on DT_NULL
+
+
+def _svr4_annex(annex: str) -> tuple[int, int, int]:
+    """``lmid=ADDR;start=ADDR;prev=ADDR`` (hex) of an incremental read, as gdbserver's
+    annex loop reads it: other names are skipped, a malformed address is E01."""
+    found = {"lmid": 0, "start": 0, "prev": 0}
+    for item in annex.split(";"):
+        name, eq, value = item.partition("=")
+        if not eq:
+            break
+        if name in found:
+            found[name] = _hex_int(value) if value else 0
+            if found[name] > _MASK64:
+                raise Malformed(annex)
+    return found["lmid"], found["start"], found["prev"]
+
+
+def _xml_escape(text: bytes) -> bytes:
+    """xml_escape_text_append: the five characters XML reserves."""
+    for ch, ent in ((b"&", b"&amp;"), (b"<", b"&lt;"), (b">", b"&gt;"), (b'"', b"&quot;"),
+                    (b"'", b"&apos;")):
+        text = text.replace(ch, ent)
+    return text
+
+
+class Svr4Libraries:
+    """The svr4 library list gdbserver serves for a Linux process
+    (``linux_process_target::qxfer_libraries_svr4``), read from the guest's own memory:
+    the main program's ``PT_DYNAMIC`` (found through ``AT_PHDR``/``AT_PHNUM`` and
+    ``PT_PHDR``, get_dynamic), its ``DT_DEBUG`` entry that ld.so points at ``_r_debug``
+    (get_r_debug), then ``r_map`` and the ``link_map`` chain.  ``peek(addr, n)``
+    returns what is readable, short at a fault."""
+
+    def __init__(self, peek, auxv: bytes):
+        self.peek = peek
+        self.entries_left = _MAX_LIBRARIES     # over all namespaces: a looping chain ends
+        self.auxv = {}
+        for i in range(0, len(auxv) - 15, 16):
+            key, val = struct.unpack_from("<QQ", auxv, i)
+            self.auxv.setdefault(key, val)
+
+    def word(self, addr: int) -> int | None:
+        data = self.peek(addr & _MASK64, 8)
+        return int.from_bytes(data, "little") if len(data) == 8 else None
+
+    def get_dynamic(self) -> int:
+        """The address of the main program's dynamic section, 0 when it has none."""
+        phdr, phnum = self.auxv.get(_AT_PHDR), self.auxv.get(_AT_PHNUM)
+        if not phdr or not phnum:
+            return 0
+        headers = []
+        for i in range(min(phnum, 0xFFFF)):
+            data = self.peek(phdr + i * _PHDR_SIZE, _PHDR_SIZE)
+            if len(data) < _PHDR_SIZE:
+                return 0
+            p_type, _flags, _off, p_vaddr = struct.unpack_from("<IIQQ", data)
+            headers.append((p_type, p_vaddr))
+        relocation = next(((phdr - v) & _MASK64 for t, v in headers if t == _PT_PHDR), None)
+        if relocation is None:
+            return 0                      # no PT_PHDR: gdbserver does not guess either
+        return next(((v + relocation) & _MASK64 for t, v in headers if t == _PT_DYNAMIC), 0)
+
+    def get_r_debug(self) -> int:
+        """DT_DEBUG's value (0 until ld.so fills it in), or -1 without a DT_DEBUG."""
+        dyn = self.get_dynamic()
+        if not dyn:
+            return -1
+        for i in range(_MAX_DYNAMIC):
+            data = self.peek(dyn + i * _DYN_SIZE, _DYN_SIZE)
+            if len(data) < _DYN_SIZE:
+                break
+            tag, val = struct.unpack("<qQ", data)
+            if tag == _DT_DEBUG:
+                return val
+            if tag == _DT_NULL:
+                break
+        return -1
+
+    def document(self, lmid: int = 0, start: int = 0, prev: int = 0) -> bytes | None:
+        """The ``<library-list-svr4>`` document, or None (gdbserver's E01) when the
+        program has no DT_DEBUG.  With ``start`` (an incremental read): that namespace's
+        chain from ``start`` on.  Otherwise every namespace from the main ``r_debug``
+        along ``r_next`` (r_version 2); the main namespace's first entry is the program
+        itself, reported as ``main-lm`` and not as a library."""
+        head = b'<library-list-svr4 version="1.0"'
+        if start:
+            return head + b">" + self.read_link_map(lmid, start, prev) + b"</library-list-svr4>"
+        main = self.get_r_debug()
+        if main == -1:
+            return None
+        parts, r_debug = [], main
+        for n in range(_MAX_NAMESPACES):
+            if not r_debug:
+                break
+            version = self.peek(r_debug, 4)
+            lm = self.word(r_debug + _R_MAP)
+            if len(version) < 4 or struct.unpack("<i", version)[0] < 1 or lm is None:
+                break
+            lm_prev = 0
+            if n == 0:                    # once, even if r_next leads back to it
+                head += b' main-lm="0x%x"' % lm if lm else b""
+                lm_prev, lm = lm, self.word(lm + _L_NEXT)
+                if lm is None:
+                    break
+            parts.append(self.read_link_map(r_debug, lm, lm_prev))
+            if struct.unpack("<i", version)[0] < 2:
+                break
+            r_debug = self.word(r_debug + _R_NEXT)
+        # (the header is closed even when the first r_debug is unreadable, where
+        # gdbserver sends it unterminated)
+        return head + b">" + b"".join(parts) + b"</library-list-svr4>"
+
+    def read_link_map(self, lmid: int, lm: int, prev: int) -> bytes:
+        """gdbserver's read_link_map: one ``<library>`` per named entry from ``lm`` along
+        ``l_next``; an entry whose ``l_prev`` is not the one before ends the walk (a
+        corrupted list), so does an unreadable one."""
+        out = []
+        while lm and self.entries_left > 0:
+            self.entries_left -= 1
+            fields = [self.word(lm + off) for off in (_L_NAME, _L_ADDR, _L_LD, _L_PREV, _L_NEXT)]
+            if None in fields or fields[3] != prev:
+                break
+            l_name, l_addr, l_ld, _l_prev, l_next = fields
+            name = self.read_name(l_name)
+            if name:
+                out.append(b'<library name="%s" lm="0x%x" l_addr="0x%x" l_ld="0x%x" lmid="0x%x"/>'
+                           % (_xml_escape(name), lm, l_addr, l_ld, lmid))
+            prev, lm = lm, l_next
+        return b"".join(out)
+
+    def read_name(self, addr: int) -> bytes:
+        """l_name: the string up to its NUL, at most PATH_MAX - 1 bytes, short at a fault."""
+        return self.peek(addr, _PATH_MAX - 1).split(b"\0", 1)[0]
 
 
 _HEX = re.compile(r"[0-9a-fA-F]+")
@@ -732,4 +962,4 @@ def cmd_gdbserver(args) -> int:
     return 0
 
 
-__all__ = ["GdbStub", "serve_once", "target_xml"]
+__all__ = ["GdbStub", "Svr4Libraries", "escape_binary", "serve_once", "target_xml"]
