@@ -17,27 +17,15 @@ from pathlib import Path
 import pytest
 
 from emu import Machine
-from emu.frontends.hostdiff import HostKernelError, HostProbes, ResolvedProbe, Tracefs
+from emu.frontends.hostdiff import HostProbes, ResolvedProbe, Tracefs
 from cli_helpers import cli
 from conftest import C_DIR
 from layout_helpers import _no_randomize
+from test_hostdiff import needs_tracefs
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 LIBM = "/lib/x86_64-linux-gnu/libm.so.6"
 USDT_H_DIR = Path(__file__).resolve().parent.parent / "guest_programs" / "c"
-
-
-def _tracefs_reason() -> str | None:
-    try:
-        Tracefs().close()
-    except HostKernelError as e:
-        return str(e)
-    return None
-
-
-TRACEFS_REASON = _tracefs_reason()
-needs_tracefs = pytest.mark.skipif(TRACEFS_REASON is not None,
-                                   reason=f"host tracefs unusable: {TRACEFS_REASON}")
 
 
 def _counter(m, target, *, ret=False, per_pid=None):
