@@ -80,6 +80,16 @@ class Clone(Event):
     flags: int
 
 
+@_event("exec")
+class Exec(Event):
+    """The kernel's ``sched_process_exec`` tracepoint (exec_binprm, once the new image
+    is loaded): ``task`` runs ``filename`` in a new address space; ``old_tid`` is its
+    tid before de_thread gave it the leader's."""
+    task: object
+    old_tid: int
+    filename: str
+
+
 @_event("unicorn_quirk")
 class UnicornQuirk(Event):
     task: object

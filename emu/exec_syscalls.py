@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from .elf import MAX_ELF_FILE_SIZE, parse_elf
 from .errors import EmuError
+from .events import Exec
 from .loader import load_image
 from .memory import PAGE_SIZE, GuestFault, MappedFile
 from .signal_frames import SIG_IGN, parse_sigaction
@@ -398,8 +399,12 @@ class ExecSyscalls:
         if mfile.elf is None:                     # met by mmap first: now read whole
             mfile.data, mfile.elf, mfile.reader, mfile.file_size = image.data, image, None, None
         mfile = cache.add(mfile)
+        old_tid = task.tid
         self.begin_new_exec(task, bprm)
-        return self._load_new_image(task, bprm, image, mfile)
+        err = self._load_new_image(task, bprm, image, mfile)
+        if self.m.events and task.state != "dead":
+            self.m.events.publish(Exec(task, old_tid, bprm.filename))     # trace_sched_process_exec
+        return err
 
     # -- begin_new_exec --------------------------------------------------------------
     def begin_new_exec(self, task, bprm: Binprm) -> None:

@@ -31,7 +31,7 @@ NARGS = {
 }
 
 # Fields that stay numbers in JSON (the rest of the integers are addresses: hex strings).
-PLAIN_INT_KEYS = frozenset({"nr", "slot", "rc", "signo", "id"})
+PLAIN_INT_KEYS = frozenset({"nr", "slot", "rc", "signo", "id", "old_tid"})
 
 
 def signed(v: int) -> int:
@@ -142,6 +142,9 @@ def describe(kind: str, info: dict, where=_hexaddr, in_sys_uprobe: bool = False)
         return f"optimization of {w(info['vaddr'])} failed: it keeps its int3"
     if kind == "ftrace":
         return f"ftrace: {info['line'].strip()}"
+    if kind == "exec":
+        task = info["task"]
+        return f"exec: task {task.tid} ({task.comm}) now runs {info['filename']} in a new address space"
     if kind == "clone":
         child = info["child"]
         what = "thread" if child.process is info["task"].process else f"process {child.process.pid}"
@@ -222,7 +225,7 @@ def jsonable(info: dict, kind: str = "") -> dict:
 
 
 CHROME_INSTANTS = frozenset({"uprobe_hit", "ret_handler", "syscall", "signal", "optimized",
-                             "uretprobe_depth", "ftrace"})
+                             "uretprobe_depth", "ftrace", "exec"})
 
 
 def instant_name(kind: str, info: dict, label) -> str | None:

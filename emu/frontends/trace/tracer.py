@@ -14,7 +14,7 @@ import sys
 from kernel_model.insn_x86 import FIX_CALL
 
 from emu.disasm import Disassembler, format_objdump_line, symbol_of
-from emu.errors import InputError, SymbolError
+from emu.errors import EmuError, InputError, SymbolError
 from emu.memory import PROT_EXEC, PROT_WRITE, GuestFault
 from emu.signals import signal_name
 
@@ -23,6 +23,7 @@ from .formats import CALL, FORMAT_CLASSES, FORMATS, RET, RSP, dumps, reg
 
 _XOL_SLOT_BYTES = 128
 _END_SYSCALLS = (60, 231)  # exit, exit_group: the single task ends
+_MAP_SYSCALLS = (9, 10, 25)  # mmap, mprotect, mremap: a pending --from may be mapped now
 
 
 class _Entry:
@@ -67,8 +68,13 @@ class Tracer:
         fmt: one of :data:`FORMATS`.
         out: a writable text file, a path (opened and closed by the tracer), or None
             for ``sys.stdout``.
-        start: where tracing begins: a symbol, ``"symbol+off"`` or an address; None
-            traces from the next instruction.
+        start: where tracing begins: an address, or ``SYMBOL[+OFF]`` - a symbol of
+            the program, else of the first file the process maps that defines it (a
+            library's symbol waits for the library, as a pending gdb breakpoint) - or
+            ``PATH:SYMBOL[+OFF]`` of any file (``libc:malloc``, resolved as a probe
+            spec's PATH is); None traces from the next instruction.  Like a uprobe, a
+            file's symbol is reached in whichever mapping of the file runs it, after an
+            execve too (a bare symbol then names one of the new program's).
         count: trace at most this many instructions (the guest keeps running untraced).
         mem: also record the guest's memory writes (default: only for ``tenet``).
 
@@ -115,7 +121,8 @@ class Tracer:
         self._code_hook = None
         self._mem_hook = None
         self._smc_hooks: list = []
-        self._start_hook = None
+        self._start_hooks: dict = {}             # address -> the code hook waiting there
+        self._no_symbol: set = set()             # files known not to define a bare start
         self._header_written = False
         self._mm = machine.mem                   # identifies the traced address space
         self._proc = machine.process             # the traced process (its threads share the CPU)
@@ -130,12 +137,17 @@ class Tracer:
         self._in_event = 0
         machine.mem.text_write_listeners.append(self._invalidate)
         self._start_spec = start
+        self.start_addr = None
         if start is None:
             self._activate()
         else:
-            addr = self._resolve(start)
-            self.start_addr = addr
-            self._start_hook = machine.add_code_hook(self._on_start, addr, addr)
+            self._start = self._resolve(start)
+            self._arm_start()
+            if self._start[0] == "name" and not self._start_hooks and machine.process.exe is not None \
+                    and machine.process.exe.elf is not None and machine.process.exe.elf.interp is None:
+                machine.resolve(self._start[1])          # a static program: its error now
+            # the trace follows execve and mmap before it starts (re-arming the start)
+            self._listening = machine.events.subscribe(self._on_model_event)
 
     # ------------------------------------------------------------------ public
     def close(self) -> None:
@@ -164,26 +176,74 @@ class Tracer:
         return _FtraceOut(self, fallback)
 
     # ------------------------------------------------------------------ lifecycle
-    def _resolve(self, start) -> int:
+    def _resolve(self, start) -> tuple:
+        """``("addr", address)``, ``("file", file, offset)`` for ``PATH:SYMBOL[+OFF]``
+        (:meth:`kernel_model.uprobes.Uprobes.resolve_target`, as a probe spec), or
+        ``("name", symbol, delta)`` for a bare symbol (found at each :meth:`_arm_start`)."""
         if isinstance(start, int):
-            return start
+            return ("addr", start)
         text = str(start).strip()
         try:
-            return int(text, 0)
+            return ("addr", int(text, 0))
         except ValueError:
             pass
+        if ":" in text:
+            return ("file",) + self.machine.uprobes.resolve_target(text)
         name, _, off = text.partition("+")
         try:
             delta = int(off, 0) if off else 0
         except ValueError:
             raise SymbolError(f"bad offset {off!r} in {text!r}") from None
-        return self.machine.resolve(name.strip()) + delta
+        return ("name", name.strip(), delta)
+
+    def _start_vaddrs(self) -> list[int]:
+        """Where the start is in the traced process's address space now."""
+        kind = self._start[0]
+        if kind == "addr":
+            return [self._start[1]]
+        proc = self._proc
+        uprobes = self.machine.uprobes
+        if kind == "file":
+            return uprobes.vaddr_of(proc, self._start[1], self._start[2])
+        name, delta = self._start[1], self._start[2]
+        exe = proc.exe
+        for f in dict.fromkeys(([exe] if exe is not None else []) + list(proc.files)):
+            if f in self._no_symbol:
+                continue
+            try:
+                elf = uprobes.file_elf(f)
+                if elf is None:
+                    raise SymbolError(f"{f.path} has no symbols")
+                if f is exe:
+                    return [elf.resolve(name).value + self.machine.load_bias(exe) + delta]
+                offset = elf.vaddr_to_offset(elf.resolve(name).value + delta)
+            except EmuError:
+                self._no_symbol.add(f)
+                continue
+            return uprobes.vaddr_of(proc, f, offset)
+        return []
+
+    def _arm_start(self) -> None:
+        """A code hook at each address where the start is mapped (and not hooked yet)."""
+        if self.active or self.finished:
+            return
+        m = self.machine
+        for addr in self._start_vaddrs():
+            if addr not in self._start_hooks:
+                if self.start_addr is None:
+                    self.start_addr = addr
+                self._start_hooks[addr] = m.add_code_hook(self._on_start, addr, addr, process=self._proc)
+
+    def _disarm_start(self) -> None:
+        for hook in self._start_hooks.values():
+            self.machine.remove_hook(hook)
+        self._start_hooks.clear()
 
     def _on_start(self, addr, size):
         if self.active or self.finished:
             return
-        self.machine.remove_hook(self._start_hook)
-        self._start_hook = None
+        self.start_addr = addr
+        self._disarm_start()
         # Adding the whole-space hook drops every translation and restarts the run, so
         # blocks translated before the start (a loop body, a function called earlier)
         # are traced too.  The new hook may also run for this very instruction: trace
@@ -193,25 +253,72 @@ class Tracer:
         self._skip = addr
 
     def _activate(self) -> None:
-        m = self.machine
         self.active = True
         self._prev = None
+        self._add_hooks()
+        self._started = True
+        if not self._listening:
+            self._listening = self.machine.events.subscribe(self._on_model_event)
+        if not self._header_written:
+            self._write_header()
+
+    def _add_hooks(self) -> None:
+        """The whole-space code hook (and memory-write hooks) in the traced address space."""
+        m = self.machine
+        proc = self._proc
         hook = self._hook
         if not getattr(hook, "native", False):
             def hook(address, size, _h=hook):
                 _h(None, address, size, None)
-        self._code_hook = m.add_code_hook(hook)
+        self._code_hook = m.add_code_hook(hook, process=proc)
         if self.mem_writes and self._format.hooks_mem:
-            self._mem_hook = m.add_mem_hook(self._on_mem_write)
+            self._mem_hook = m.add_mem_hook(self._on_mem_write, process=proc)
         # Guest stores into writable code (no text poke tells us): watch those mappings.
         self._smc_hooks = [
-            m.add_mem_hook(self._on_code_write, v.start, v.end - 1)
-            for v in m.mem.vmas if v.prot & PROT_EXEC and v.prot & PROT_WRITE and not v.special]
-        self._started = True
-        if not self._listening:
-            self._listening = m.events.subscribe(self._on_model_event)
-        if not self._header_written:
-            self._write_header()
+            m.add_mem_hook(self._on_code_write, v.start, v.end - 1, process=proc)
+            for v in proc.mem.vmas if v.prot & PROT_EXEC and v.prot & PROT_WRITE and not v.special]
+
+    def _remove_hooks(self) -> None:
+        m = self.machine
+        for h in [self._code_hook, self._mem_hook, *self._smc_hooks]:
+            if h is not None:
+                m.remove_hook(h)
+        self._code_hook = self._mem_hook = None
+        self._smc_hooks = []
+
+    def _follow_exec(self, task, filename: str) -> None:
+        """The traced process ran execve (the ``exec`` event, sched_process_exec): its
+        old address space is gone.  The pending instruction (the ``syscall``) ends
+        without register effects, the trace rebinds to the new mm - register reader,
+        decodes, symbols, text-write listeners, hooks - and goes on in the new image,
+        whose first instruction starts with a full register line; a start not reached
+        yet is looked for in the new image."""
+        was_active = self.active
+        if was_active:
+            self._effects_none()
+            self._remove_hooks()
+        else:
+            self._disarm_start()
+        old = self._mm.text_write_listeners
+        for fn in (self._invalidate, self._dis.invalidate):
+            while fn in old:
+                old.remove(fn)
+        m = self.machine
+        self._mm = self._proc.mem
+        self._mm.text_write_listeners.append(self._invalidate)
+        self._dis = Disassembler(m)
+        self._entries.clear()
+        self._tstate = {t: st for t, st in self._tstate.items() if getattr(t, "state", "") != "dead"}
+        self._read = m.snapshot_reader()
+        self._hook = self._format.make_hook()
+        self._func = None
+        self._prev = self._pe = None
+        if was_active:
+            self._format.event("exec", describe("exec", {"task": task, "filename": filename}), {
+                "task": task, "filename": filename})
+            self._add_hooks()
+        else:
+            self._arm_start()
 
     def _deactivate(self) -> None:
         m = self.machine
@@ -224,9 +331,7 @@ class Tracer:
         for h in self._smc_hooks:
             m.remove_hook(h)
         self._smc_hooks = []
-        if self._start_hook is not None:
-            m.remove_hook(self._start_hook)
-            self._start_hook = None
+        self._disarm_start()
         self.active = False
         if not self._in_event:
             self._unlisten()
@@ -339,7 +444,7 @@ class Tracer:
             if sym is not None:
                 func, off = sym
                 at_start = off == 0
-                hlabel = func + (f"+{off:#x}" if off else "")
+                hlabel = self._dis.symbolize(addr)     # "malloc+0x14 in libc.so.6" in a library
             else:
                 vma = self.machine.mem.find_vma(addr)
                 func = vma.name if vma is not None and vma.name else None
@@ -499,8 +604,26 @@ class Tracer:
 
     # ------------------------------------------------------------------ model events
     def _on_model_event(self, event) -> None:
-        """An ``emu.events`` event: rendered by its kind name and fields."""
-        self._on_event(event.kind, **event.fields())
+        """An ``emu.events`` event: rendered by its kind name and fields.  An exec of
+        the traced process moves the trace to the new image; before the start, a
+        mapping syscall of the traced process may have mapped the start's file."""
+        kind = event.kind
+        if kind == "exec" and not self.finished:
+            task = event.task
+            if task.process is self._proc:
+                self._in_event += 1
+                try:
+                    self._follow_exec(task, event.filename)
+                finally:
+                    self._in_event -= 1
+                return
+            if self.active and task is self._task:     # a vfork child leaves this CPU
+                self._effects_none()
+        elif kind == "syscall_return" and not self.active and not self.finished and \
+                event.nr in _MAP_SYSCALLS and event.task.process is self._proc:
+            self._arm_start()
+            return
+        self._on_event(kind, **event.fields())
 
     def _on_event(self, kind: str, **info) -> None:
         if not self.active:
