@@ -49,6 +49,7 @@ from guest_programs import write_guest
 from kernel_model.probe_spec import is_good_name, is_good_system_name
 from kernel_model.profiles import KernelProfile
 from kernel_model.trace_events import parse_user_spec
+from kernel_model.usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
 
 FORK_LINE = re.compile(
     r"^\s*.+?-\d+\s+\[\d+\].*?: sched_process_fork: comm=.* pid=(?P<parent>\d+) "
@@ -324,10 +325,12 @@ def _check_field(what: str, value: str) -> bytes:
     return raw
 
 
-def probe_command(kind: str, group: str, event: str, path: str, offset: int, args: str = "") -> str:
+def probe_command(kind: str, group: str, event: str, path: str, offset: int, args: str = "",
+                  ref_ctr_offset: int = 0) -> str:
     """One ``uprobe_events`` definition, every field checked so that the line is exactly
     one command with exactly these fields (trace_uprobe.c's __trace_uprobe_create():
-    ``[pr]:GROUP/EVENT PATH:OFFSET FETCHARGS...``)."""
+    ``[pr]:GROUP/EVENT PATH:OFFSET[(REF_CTR_OFFSET)] FETCHARGS...``; a USDT semaphore's
+    file offset goes in the parentheses, and the kernel raises it in each mm)."""
     if kind not in ("p", "r"):
         raise InputError(f"diff: probe kind {kind!r} is not p or r")
     if not is_good_system_name(group) or not is_good_name(event):
@@ -337,7 +340,11 @@ def probe_command(kind: str, group: str, event: str, path: str, offset: int, arg
         raise InputError(f"diff: program path {path!r} is not absolute")
     for arg in args.split(" ") if args else ():
         _check_field("fetcharg", arg)
-    line = f"{kind}:{group}/{event} {path}:{offset:#x}" + (f" {args}" if args else "")
+    for what, value in (("offset", offset), ("semaphore offset", ref_ctr_offset)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InputError(f"diff: the probe's {what} {value!r} is not a file offset")
+    line = f"{kind}:{group}/{event} {path}:{offset:#x}" + \
+        (f"({ref_ctr_offset:#x})" if ref_ctr_offset else "") + (f" {args}" if args else "")
     if len(os.fsencode(line)) > _LINE_MAX:
         raise InputError(f"diff: the probe definition for {path!r} is longer than tracefs "
                          f"accepts ({_LINE_MAX} bytes)")
@@ -378,7 +385,7 @@ class HostProbes:
         self.instance = f"instances/{self.group}"
         # every definition is checked before anything is written
         self.definitions = [probe_command(p.kind, self.group, p.event, p.host_path or path,
-                                          p.offset, p.args) for p in probes]
+                                          p.offset, p.args, p.ref_ctr_offset) for p in probes]
         self.created: list[str] = []
         self.instance_made = False
 
@@ -447,6 +454,7 @@ class ResolvedProbe:
     args: str                # fetchargs text as written
     host_path: str | None = None    # the probed file on the host (None: the program)
     model_path: str | None = None   # the same file as the model's guest names it
+    ref_ctr_offset: int = 0         # a USDT semaphore's file offset (0: none)
 
 
 def _host_path_of(file) -> str:
@@ -464,19 +472,22 @@ def _host_path_of(file) -> str:
     raise InputError(f"diff: {file.path} has no host path the host kernel could probe")
 
 
-def resolve_specs(path: str, specs: list[str], aliases: tuple = ()) -> tuple[list[ResolvedProbe], object]:
+def resolve_specs(path: str, specs: list[str], aliases: tuple = (),
+                  kernel: str | None = None) -> tuple[list[ResolvedProbe], object]:
     """Resolve user specs as ``run -e`` does (``Uprobes.find_file`` and
     ``symbol_offset`` on a machine with the program loaded: the program's symbols, any
     file by path, a library by short name) to (file, kind, file offset, fetchargs).
     A spec path in ``aliases`` (the PROGRAM as given, e.g. ``guest:hello``) is the
-    program."""
+    program.  A ``usdt:`` spec is one probe per site (:func:`_usdt_probes`), attached as
+    libbpf attaches on the ``kernel`` profile (the nop-combo rule)."""
     _check_field("program path", path)       # the program is probed and run: refuse it first
-    m = Machine.from_elf(path, argv=[path])
+    m = Machine.from_elf(path, argv=[path], **({"kernel": kernel} if kernel else {}))
     up = m.uprobes
     out = []
     for i, text in enumerate(specs):
         if text.strip().startswith(("usdt:", "U:")):
-            raise InputError(f"diff: {text!r}: usdt specs are not compared yet")
+            out.extend(_usdt_probes(m, text.strip(), f"ev{i}", aliases))
+            continue
         spec = parse_user_spec(text)
         if spec.is_delete:
             raise InputError(f"diff: {text!r} deletes an event; give probe definitions")
@@ -498,6 +509,27 @@ def resolve_specs(path: str, specs: list[str], aliases: tuple = ()) -> tuple[lis
         out.append(ResolvedProbe(text, f"ev{i}", spec.kind, offset, link, args, host,
                                  None if host is None else file.path))
     return out, m.process.exe.elf
+
+
+def _usdt_probes(m, text: str, event: str, aliases: tuple) -> list[ResolvedProbe]:
+    """``usdt:PATH:[PROVIDER:]NAME`` as ``run -e`` registers it
+    (:meth:`Uprobes.register_usdt`): every matching ``.note.stapsdt`` site of the file,
+    at libbpf's attach offset, with its semaphore's file offset as the probe's
+    ref_ctr_offset.  The sites' events are ``EVENT``, ``EVENT_1``...; all count as the
+    spec's."""
+    path, provider, name = parse_usdt_spec(text)
+    up = m.uprobes
+    file = m.process.exe if path in aliases else up.find_file(path)
+    if up.file_elf(file) is None:
+        raise InputError(f"diff: {file.path} has no ELF notes for {text!r}")
+    host = None if file is m.process.exe else _host_path_of(file)
+    out = []
+    for j, note in enumerate(find_usdt_notes(file, provider, name)):
+        offset, ref = usdt_attach_offsets(file, note, m.profile)
+        out.append(ResolvedProbe(text, event if j == 0 else f"{event}_{j}", "p", offset,
+                                 file.elf.offset_to_vaddr(offset), "", host,
+                                 None if host is None else file.path, ref))
+    return out
 
 
 def _events_from_lines(lines: list[dict], probes: list[ResolvedProbe], program: str) -> list[Event]:
@@ -596,7 +628,8 @@ def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: b
         no_randomize = load_elf_file(path).interp is not None
     with fatal_signals_clean_up():
         for p in probes:                      # refuse a bad field before touching tracefs
-            probe_command(p.kind, run_tag(), p.event, p.host_path or path, p.offset, p.args)
+            probe_command(p.kind, run_tag(), p.event, p.host_path or path, p.offset, p.args,
+                          p.ref_ctr_offset)
         tracefs = None
         try:
             tracefs = Tracefs()
@@ -637,6 +670,7 @@ def run_model(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: by
     for p in probes:
         try:
             m.uprobes.add_event(f"{p.kind}:{group}/{p.event} {p.model_path or path}:{p.offset:#x}" +
+                                (f"({p.ref_ctr_offset:#x})" if p.ref_ctr_offset else "") +
                                 (f" {p.args}" if p.args else ""))
         except RegistrationError:
             # The host's probes exist before the program maps the file: analysis runs at
@@ -727,8 +761,8 @@ def cmd_diff(args) -> int:
     path, tmpdir = _program_path(args.program)
     try:
         argv = [path, *args.args, *getattr(args, "guest_tail", [])]
-        probes, _ = resolve_specs(path, args.event, (args.program,))
         kernel = host_profile_name() if args.kernel == "auto" else args.kernel
+        probes, _ = resolve_specs(path, args.event, (args.program,), kernel)
         native = run_native(path, argv, probes, stdin, args.timeout)
         model = run_model(path, argv, probes, stdin, kernel, args.max_insns or None)
     finally:
