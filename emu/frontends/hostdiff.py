@@ -41,7 +41,7 @@ import threading
 from dataclasses import dataclass, field
 
 from emu.elf import load_elf_file
-from emu.errors import EmuError, InputError, RegistrationError
+from emu.errors import EmuError, InputError, RegistrationError, printable
 from emu.frontends.cli import count, read_stdin_file, seconds
 from emu.loader import DEFAULT_ENV
 from emu.machine import Machine
@@ -60,9 +60,13 @@ FORK_EVENT = "events/sched/sched_process_fork/enable"
 EXEC_EVENT = "events/sched/sched_process_exec/enable"
 SCHED_EVENTS = (FORK_EVENT, EXEC_EVENT)
 ADDR_NO_RANDOMIZE = 0x0040000      # include/uapi/linux/personality.h
+# The head of any trace line (task-pid [cpu] flags timestamp: ); a line without one
+# continues the previous event: the kernel prints a string fetcharg's bytes as they are
+# (print_type_string: "%s"), so a newline in the string splits the event's line.
+LINE_HEAD = re.compile(r"^\s*.+?-\d+\s+\[\d+\]\s+(\S+\s+)?\d+\.\d+: ")
 TRACE_LINE = re.compile(
     r"^\s*(?P<task>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<flags>\S+\s+)?(?P<ts>\d+\.\d+): "
-    r"(?P<event>[\w.-]+): \((?P<ip>0x[0-9a-f]+)(?: <- (?P<func>0x[0-9a-f]+))?\)(?P<args>.*)$")
+    r"(?P<event>[\w.-]+): \((?P<ip>0x[0-9a-f]+)(?: <- (?P<func>0x[0-9a-f]+))?\)(?P<args>.*)$", re.S)
 
 
 class HostKernelError(EmuError):
@@ -79,8 +83,9 @@ class Event:
     tid: int = field(default=0, compare=False)   # the thread that hit (kept out of ==)
 
     def describe(self) -> str:
+        """One line: control bytes of string fetchargs (a newline) shown escaped."""
         where = f"{self.ip:#x} <- {self.func:#x}" if self.func is not None else f"{self.ip:#x}"
-        return f"{self.name} {self.kind} ({where}){self.args}"
+        return printable(f"{self.name} {self.kind} ({where}){self.args}")
 
 
 @dataclass
@@ -93,14 +98,27 @@ class RunRecord:
 
 
 def parse_trace(text: str) -> list[dict]:
+    """The events of a trace file's text.  A line without a trace line's head belongs to
+    the event before it (a string fetcharg holding a newline); the event's ``args`` get
+    the newline back.  Only ``\n`` ends a line, as in the kernel's output."""
     out = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
+    for line in _event_lines(text):
         m = TRACE_LINE.match(line)
         if m:
             out.append(m.groupdict())
     return out
+
+
+def _event_lines(text: str) -> list[str]:
+    events: list[str] = []
+    for line in text.split("\n"):
+        if LINE_HEAD.match(line):
+            events.append(line)
+        elif events:                      # (the "# tracer" header comes before any event)
+            events[-1] += "\n" + line
+    if events and text.endswith("\n"):
+        events[-1] = events[-1][:-1]      # the newline that ends the last line
+    return events
 
 
 def host_profile_name(release: str | None = None) -> str:
@@ -296,7 +314,10 @@ class Tracefs:
             os.close(fd)
 
     def read(self, rel: str) -> str:
-        with open(os.path.join(self.path, rel)) as f:
+        """A tracefs file's text; bytes that are not UTF-8 (a string fetcharg's) become
+        ``\\xNN``, as the model's formatting writes them."""
+        with open(os.path.join(self.path, rel), encoding="utf-8", errors="backslashreplace",
+                  newline="") as f:
             return f.read()
 
     def close(self) -> None:
@@ -562,7 +583,7 @@ def _events_from_lines(lines: list[dict], probes: list[ResolvedProbe], program: 
 def since_exec(text: str, pid: int) -> str:
     """The trace from ``pid``'s exec on: before it, the forked child still runs the
     parent's program (Python's preexec code calls malloc too)."""
-    lines = text.splitlines()
+    lines = text.split("\n")             # only \n ends a trace line (not \v, \f...)
     for i, line in enumerate(lines):
         m = EXEC_LINE.match(line)
         if m and int(m.group("pid")) == pid:
@@ -574,7 +595,7 @@ def descendants(text: str, root: int) -> set[int]:
     """``root`` and every task forked or cloned from it, after the
     ``sched_process_fork`` lines of a trace."""
     children: dict = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):
         m = FORK_LINE.match(line)
         if m:
             children.setdefault(int(m.group("parent")), []).append(int(m.group("child")))

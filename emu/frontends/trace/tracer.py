@@ -14,7 +14,7 @@ import sys
 from kernel_model.insn_x86 import FIX_CALL
 
 from emu.disasm import Disassembler, format_objdump_line, symbol_of
-from emu.errors import EmuError, InputError, SymbolError
+from emu.errors import EmuError, InputError, SymbolError, printable
 from emu.memory import PROT_EXEC, PROT_WRITE, GuestFault
 from emu.signals import signal_name
 
@@ -41,18 +41,21 @@ class _Entry:
 
 class _FtraceOut:
     """File-like sink for tracefs event lines (``-e SPEC``): they become trace events
-    while tracing, and go to ``fallback`` otherwise."""
+    while tracing, and go to ``fallback`` (as written) otherwise.  Each write is one
+    event's line: a string fetcharg holding a newline or other control bytes is part
+    of it, and the trace (one event per line) shows them escaped (``\\x0a``)."""
 
     def __init__(self, tracer, fallback=None):
         self.tracer, self.fallback = tracer, fallback
 
     def write(self, text: str) -> int:
-        for line in text.splitlines():
-            if line:
-                if self.tracer.active:
-                    self.tracer._on_event("ftrace", line=line)
-                elif self.fallback is not None:
-                    self.fallback.write(line + "\n")
+        if not self.tracer.active:
+            if self.fallback is not None:
+                self.fallback.write(text)
+            return len(text)
+        line = text[:-1] if text.endswith("\n") else text
+        if line:
+            self.tracer._on_event("ftrace", line=printable(line))
         return len(text)
 
     def flush(self) -> None:
