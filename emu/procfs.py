@@ -30,9 +30,12 @@ out, because the model has nothing honest to say there:
 * ``uptime`` (the virtual clock; idle time is not modeled: 0.00), ``loadavg`` (no
   load average is computed: 0.00; running/total tasks and the last pid are real),
   ``meminfo`` (MemTotal/MemFree/MemAvailable as sysinfo computes them, no buffers,
-  cache or swap), ``mounts`` (-> self/mounts).  ``cpuinfo`` and ``filesystems`` are
-  not modeled (ENOENT): the emulated CPU has no honest model name, flags or
-  frequency, and the guest cannot mount anything.
+  cache or swap), ``mounts`` (-> self/mounts), ``filesystems`` (filesystems_proc_show:
+  the types this kernel has - those its mount table shows: proc, devtmpfs and the host
+  filesystems of the sysroot and granted directories - with the host's ``nodev``
+  marks and in its registration order; libselinux and systemd read it).  ``cpuinfo``
+  is not modeled (ENOENT): the emulated CPU has no honest model name, flags or
+  frequency.
 
 Opening for writing: EACCES for an unprivileged guest (mode 0444), as the kernel's
 permission check says; a root guest's open succeeds and write() is EINVAL for a
@@ -59,7 +62,8 @@ PAGE_SIZE = 4096
 PROC_DEV = os.makedev(0, 21)              # st_dev of this machine's procfs (0:21, as `stat /proc`)
 PROC_ROOT_INO = 1
 SELF_INO, THREAD_SELF_INO, MOUNTS_LINK_INO = 0xF0000000, 0xF0000001, 0xF0000002
-TOP_INOS = MappingProxyType({"uptime": 0xF0000031, "loadavg": 0xF000002E, "meminfo": 0xF000002F})
+TOP_INOS = MappingProxyType({"uptime": 0xF0000031, "loadavg": 0xF000002E, "meminfo": 0xF000002F,
+                             "filesystems": 0xF000005C})
 PROC_BLKSIZE = 1024
 FD_LINK_SIZE = 64                         # proc_fd_instantiate: i_size of an fd link
 NR_OPEN_DEFAULT = 64                      # BITS_PER_LONG: the fd table embedded in files_struct
@@ -387,6 +391,22 @@ SPECIAL_MOUNT_LINES = MappingProxyType({"/proc": "proc /proc proc rw,relatime 0 
                                         "/dev": "devtmpfs /dev devtmpfs rw,relatime,mode=755 0 0\n"})
 
 
+def filesystems_text(machine) -> str:
+    """filesystems_proc_show over the types the guest's mount table shows
+    (:func:`mounts_text`): ``nodev\tNAME`` for one that needs no block device, else
+    ``\tNAME``, as the host's /proc/filesystems marks and orders them (a type the host
+    does not list: after them, ``nodev``)."""
+    types = {line.split(" ")[2] for line in mounts_text(machine).splitlines() if line.count(" ") >= 2}
+    try:
+        with open("/proc/filesystems") as f:
+            host = [line.rstrip("\n").split("\t") for line in f]
+    except OSError:
+        host = []
+    known = [(mark, name) for mark, name in (row for row in host if len(row) == 2) if name in types]
+    rest = sorted(types - {name for _, name in known})
+    return "".join(f"{mark}\t{name}\n" for mark, name in known) + "".join(f"nodev\t{n}\n" for n in rest)
+
+
 def _host_mount_line(table, mnt) -> str:
     src, fstype = _host_fs(table, mnt.host)
     opts = "rw" if mnt.writable else "ro"
@@ -678,6 +698,8 @@ class ProcRoot(DirNode):
                                     lambda t: loadavg_text(m), no_write_errno=E.EIO),
             "meminfo": ProcFileNode(fs, "/proc/meminfo", TOP_INOS["meminfo"],
                                     lambda t: meminfo_text(m), no_write_errno=E.EIO),
+            "filesystems": ProcFileNode(fs, "/proc/filesystems", TOP_INOS["filesystems"],
+                                        lambda t: filesystems_text(m), no_write_errno=E.EIO),
         }
         self.self_link = ProcLink(fs, SELF_INO, lambda t: str(t.process.pid))
         self.thread_self = ProcLink(fs, THREAD_SELF_INO, lambda t: f"{t.process.pid}/task/{t.tid}")
