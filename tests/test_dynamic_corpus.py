@@ -96,3 +96,17 @@ def test_ls_finds_proc_filesystems_as_natively():
     r = m.run(timeout=60)
     assert r.exit_code == 0, r.describe()
     assert opened == [("/proc/filesystems", True)], opened
+
+
+@pytest.mark.parametrize("argv", [["/bin/ls", "/"], ["/bin/sh", "-c", "echo a | /bin/cat"], ["/bin/true"]],
+                         ids=["ls-root", "sh-pipe", "true"])
+def test_host_binaries_exit_and_print_as_native_without_probes(argv):
+    """Everywhere (no tracefs needed): exit status, stdout and stderr as a native run
+    in the model's environment."""
+    import subprocess
+    from emu.loader import DEFAULT_ENV
+    env = dict(item.split("=", 1) for item in DEFAULT_ENV)
+    native = subprocess.run(argv, capture_output=True, timeout=60, env=env)
+    r = Machine.from_elf(argv[0], argv=argv).run(timeout=60)
+    assert (r.reason, r.exit_code, r.stdout, r.stderr) == \
+        ("exit", native.returncode, native.stdout, native.stderr), r.describe()
