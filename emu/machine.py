@@ -1548,7 +1548,9 @@ class Machine:
             # keep the ctypes thunk alive: Unicorn may still be inside this very callback
             self._retired_thunks.append(hook.fptr)
             del self._retired_thunks[:-64]
-        self._flush_range(hook.uc, hook.begin, hook.end, restart=False)
+        # a flush inside a callback leaves the running block chained to stale code: stop
+        # the emu_start too (the run resumes at once), as adding a hook does
+        self._flush_range(hook.uc, hook.begin, hook.end)
         self._live_hooks.discard(hook)
         hook.handle = None
 

@@ -136,3 +136,19 @@ def test_cli_trace_from_a_library_symbol(programs, tmp_path):
     p = cli("trace", "--from", "libc:malloc", "-o", str(out), exe, "exec", copy, "work", "1")
     assert p.returncode == 0, p.stderr
     assert headers(out.read_text())[0] == "malloc in libc.so.6", out.read_text()[:500]
+
+
+@pytest.mark.parametrize("count", [1, 3, 6])
+def test_a_trace_that_ends_inside_a_block_lets_the_guest_run_on(programs, count):
+    """The count runs out inside the first block after the start: removing the
+    whole-space hook drops every translation from inside a callback, and the emu_start
+    must end there too (a block chained to dropped code once sent the guest's call to
+    the wrong address until its stack overflowed)."""
+    exe = programs[0]
+    m = Machine.from_elf(exe, argv=[exe, "work", "3"])
+    out = io.StringIO()
+    t = Tracer(m, "text", out, start="work_loop", count=count)
+    r = m.run(timeout=60)
+    t.close()
+    assert (r.reason, r.exit_code, r.stdout) == ("exit", 0, b"mallocs=3 frees=3\n"), r.describe()
+    assert out.getvalue().splitlines()[-1] == f"# end: {count} instructions traced (count of {count} reached)"
