@@ -152,3 +152,20 @@ def test_a_trace_that_ends_inside_a_block_lets_the_guest_run_on(programs, count)
     t.close()
     assert (r.reason, r.exit_code, r.stdout) == ("exit", 0, b"mallocs=3 frees=3\n"), r.describe()
     assert out.getvalue().splitlines()[-1] == f"# end: {count} instructions traced (count of {count} reached)"
+
+
+def test_a_vfork_child_that_execs_leaves_the_trace(build_c):
+    """tests/c/exec.c "vfork": the child borrows the traced CPU until its execve of
+    /proc/self/exe gives it an address space of its own; the parent resumes."""
+    exe = build_c("exec.c", "-static", name="exec")
+    m = Machine.from_elf(exe, argv=[exe, "vfork"])
+    out = io.StringIO()
+    t = Tracer(m, "text", out)
+    r = m.run(timeout=60)
+    t.close()
+    assert r.exit_code == 0, r.describe()
+    lines = out.getvalue().splitlines()
+    line = "    # exec: task 1001 (exe) now runs /proc/self/exe in a new address space (it leaves this trace)"
+    assert lines.count(line) == 1, [x for x in lines if "exec:" in x]
+    i = lines.index(line)
+    assert lines[i + 2] == "# task 1000 (exec) is on the CPU", lines[i:i + 3]

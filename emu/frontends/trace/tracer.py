@@ -622,6 +622,9 @@ class Tracer:
                 return
             if self.active and task is self._task:     # a vfork child leaves this CPU
                 self._effects_none()
+                info = {"task": task, "filename": event.filename}
+                self._format.event("exec", describe("exec", info) + " (it leaves this trace)", info)
+                return
         elif kind == "syscall_return" and not self.active and not self.finished and \
                 event.nr in _MAP_SYSCALLS and event.task.process is self._proc:
             self._arm_start()
