@@ -169,3 +169,13 @@ def test_a_vfork_child_that_execs_leaves_the_trace(build_c):
     assert lines.count(line) == 1, [x for x in lines if "exec:" in x]
     i = lines.index(line)
     assert lines[i + 2] == "# task 1000 (exec) is on the CPU", lines[i:i + 3]
+
+
+def test_cli_a_bare_symbol_no_mapped_file_has_is_reported(programs, tmp_path):
+    """A dynamic program's bare --from waits for its library (as a pending gdb
+    breakpoint); if nothing the process mapped defined it, the command says so."""
+    exe = programs[0]
+    p = cli("trace", "--from", "no_such_symbol", "-o", str(tmp_path / "t"), exe, "work", "1")
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.decode().splitlines()[-1] == "uprobe-emu: trace: no_such_symbol was never " \
+        "reached (neither the program nor a file it mapped has it)", p.stderr

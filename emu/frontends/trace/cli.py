@@ -83,7 +83,9 @@ def cmd_trace(args) -> int:
                 sys.stderr.buffer.write(bytes(data))
         sys.stderr.flush()
     if args.start is not None and not tracer.insns:
-        print_error(f"uprobe-emu: trace: {args.start} was never reached")
+        why = "" if tracer.start_addr is not None else \
+            " (neither the program nor a file it mapped has it)"
+        print_error(f"uprobe-emu: trace: {args.start} was never reached{why}")
     return report_result(result, m)
 
 
