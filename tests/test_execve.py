@@ -111,10 +111,9 @@ def test_busybox_applet_that_execs_matches_native(census_template, tmp_path, app
     assert got == want, f"busybox {applet}:\n  native {want!r}\n  model  {got!r}"
 
 
-def test_trace_of_a_guest_that_execs_ends_cleanly(tmp_path):
-    """The traced address space goes at exec: the trace ends with it (its hooks keep the
-    old Unicorn instance alive until they are removed; the host process never crashes)
-    and the new program runs on."""
+def test_trace_of_a_guest_that_execs_runs_the_new_program(tmp_path):
+    """The traced address space goes at exec; the trace follows the task into the new
+    image (tests/test_trace_exec.py) and the new program's output is the native one."""
     from cli_helpers import cli
     p = cli("trace", require(BUSYBOX), "--", "sh", "-c", "exec /bin/busybox echo hi")
     assert p.returncode == 0, f"exit {p.returncode}: {p.stderr[-300:]!r}"
