@@ -657,7 +657,7 @@ def test_command_errors_are_one_line_and_the_session_goes_on():
 
 def test_exit_and_signal_reports():
     out, _ = run_shell(Machine.from_guest("exit42"), "c")
-    assert out == ["Continuing.", "[Inferior 1 (process 1000) exited with code 52]"]
+    assert out == ["Continuing.", "[Inferior 1 (process 1000) exited with code 052]"]
     out, _ = run_shell(Machine.from_guest("segv"), "c")
     assert out[:3] == ["Continuing.", "", "Program terminated with signal SIGSEGV, Segmentation fault."]
     assert "fault address 0x10" in out[3]

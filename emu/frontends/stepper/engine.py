@@ -328,7 +328,9 @@ class Stepper:
         first = self._watch_hit is None
         if first:
             vma = m.mem.find_vma(m.pc)
-            if vma is not None and vma.special and vma.name in _TRANSITIONAL_VMAS:
+            utask = m.task.utask
+            if vma is not None and vma.special and vma.name in _TRANSITIONAL_VMAS and \
+                    (utask is None or utask.state != "sstep"):    # the XOL step is the program's
                 return
             wp = next((w for w in self.watchpoints.values() if w.enabled and w.covers(addr, size)
                        and w.kind in (access, "access")), None)

@@ -190,7 +190,7 @@ class StepperShell:
             code = ev.exit_code or 0
             pid = getattr(self.m, "main_process", self.m.process).pid
             if code:
-                self._p(f"[Inferior 1 (process {pid}) exited with code {code:02o}]")
+                self._p(f"[Inferior 1 (process {pid}) exited with code 0{code:o}]")
             else:
                 self._p(f"[Inferior 1 (process {pid}) exited normally]")
             return

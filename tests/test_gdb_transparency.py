@@ -1,0 +1,145 @@
+"""Attaching gdb changes nothing the guest or the uprobes model observes: the same probed
+guest run with ``uprobe-emu run`` and under ``uprobe-emu gdbserver`` with a real gdb
+(breakpoints on probed instructions, stepi through emulated, out-of-line and optimized
+sites, finish across a uretprobe-hijacked return) writes the same event stream, the
+same output and ends with the same exit code; gdb sees the program's own bytes."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from cli_helpers import cli
+from emu import Machine
+
+GDB = shutil.which("gdb")
+UPROBE_EMU = shutil.which("uprobe-emu")
+
+
+def probes(exe: str) -> list[str]:
+    """outer's entry (push rbp: emulated), work's entry (a rip-relative add: out of
+    line), a nop5 site (optimized after its first hit on 6.18), work's return."""
+    return ["-e", f"uprobe:{exe}:outer", "-e", f"uprobe:{exe}:work",
+            "-e", f"uprobe:{exe}:nop5_site", "-e", f"uretprobe:{exe}:work"]
+
+
+def native(exe: str, tmp_path, kernel: str):
+    ev = tmp_path / "native.events"
+    p = cli("run", exe, "--kernel", kernel, *probes(exe), "--events", str(ev))
+    return p.returncode, p.stdout.decode(), ev.read_text()
+
+
+def under_gdb(exe: str, tmp_path, kernel: str, commands: list[str]):
+    """(gdbserver's exit code, guest output, events, gdb's transcript)."""
+    assert GDB and UPROBE_EMU
+    ev = tmp_path / "gdb.events"
+    srv = subprocess.Popen([UPROBE_EMU, "gdbserver", exe, "--kernel", kernel, *probes(exe),
+                            "--events", str(ev), "--port", "0"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = srv.stderr.readline()
+        assert line.startswith("uprobe-emu: listening for gdb on 127.0.0.1:"), line
+        port = line.rsplit(":", 1)[1].strip()
+        args = [GDB, "-batch", "-nx", "-ex", "set pagination off", "-ex", "set confirm off",
+                "-ex", f"target remote 127.0.0.1:{port}"]
+        for c in commands:
+            args += ["-ex", c]
+        gdb = subprocess.run(args + [exe], capture_output=True, text=True, timeout=120)
+        out, _ = srv.communicate(timeout=60)
+    finally:
+        srv.kill()
+    return srv.returncode, out, ev.read_text(), gdb.stdout + gdb.stderr
+
+
+def pcs(transcript: str) -> list[int]:
+    """The values of every ``p/x $pc``."""
+    return [int(v, 16) for v in re.findall(r"^\$\d+ = (0x[0-9a-f]+)$", transcript, re.M)]
+
+
+SESSION = [
+    "break *outer", "break *work", "break *nop5_site",
+    "continue", "p/x $pc", "x/1xb outer", "stepi", "p/x $pc",          # emulated push
+    "continue", "p/x $pc", "x/2xb work", "stepi", "p/x $pc",           # out of line add
+    "stepi", "p/x $pc",                                                 # nop5 (first hit)
+    "bt", "finish", "p/x $pc",                                          # hijacked return
+    "delete 1 2", "continue", "p/x $pc", "x/5xb nop5_site",             # nop5, optimized
+    "monitor raw nop5_site 5", "stepi", "p/x $pc", "bt", "finish", "p/x $pc",
+    "delete", "continue",
+]
+
+
+@pytest.fixture(scope="module")
+def guest(build_c):
+    return build_c("gdb_probed.c", "-static", name="gdb_probed")
+
+
+@pytest.mark.parametrize("kernel", ["6.10", "6.18"])
+def test_same_events_output_and_exit_with_and_without_gdb(guest, tmp_path, kernel):
+    rc, out, events = native(guest, tmp_path, kernel)
+    assert rc == 12 and out == "s=12 counter=3\n", (rc, out)
+    assert events.count("\n") == 4 * 3, events
+    g_rc, g_out, g_events, transcript = under_gdb(guest, tmp_path, kernel, SESSION)
+    assert g_events == events, f"events under gdb:\n{g_events}\nwithout:\n{events}"
+    assert g_out == out, (g_out, out)
+    assert "exited with code 014" in transcript, transcript
+    assert g_rc == 0, "gdbserver itself exits 0 once the guest has exited under gdb"
+
+
+@pytest.mark.parametrize("kernel", ["6.10", "6.18"])
+def test_gdb_stops_and_steps_where_the_unprobed_program_would(guest, tmp_path, kernel):
+    m = Machine.from_elf(guest)
+    outer, work, nop5 = m.resolve("outer"), m.resolve("work"), m.resolve("nop5_site")
+    after_call = outer + 4 + 5                     # push rbp; mov rbp, rsp; call work
+    _, _, _, transcript = under_gdb(guest, tmp_path, kernel, SESSION)
+    assert pcs(transcript) == [outer, outer + 1, work, nop5, nop5 + 5, after_call,
+                               nop5, nop5 + 5, after_call], transcript
+    assert "Program received" not in transcript and "SIGILL" not in transcript, transcript
+
+
+def test_gdb_reads_the_program_bytes_and_monitor_raw_the_model(guest, tmp_path):
+    _, _, _, transcript = under_gdb(guest, tmp_path, "6.18", SESSION)
+    assert re.search(r"<outer>:\t0x55\n", transcript), transcript                # not 0xcc
+    assert re.search(r"<work>:\t0x01\t0x3d\n", transcript), transcript
+    assert re.search(r"<work\+6>:\t0x0f\t0x1f\t0x44\t0x00\t0x00\n", transcript), transcript
+    raw = re.search(r"^0x[0-9a-f]+: (e8( [0-9a-f]{2}){4})$", transcript, re.M)
+    assert raw, f"monitor raw shows the optimized call:\n{transcript}"
+
+
+def test_backtrace_through_a_hijacked_return_shows_the_callers(guest, tmp_path):
+    _, _, _, transcript = under_gdb(guest, tmp_path, "6.18", SESSION)
+    bts = re.findall(r"^#\d+ .*$", transcript, re.M)
+    names = [re.search(r" in (\w+) | (\w+) \(", line) for line in bts]
+    funcs = [n.group(1) or n.group(2) for n in names]
+    assert funcs == ["work", "outer", "main"] * 2, bts
+    assert "[uprobes]" not in transcript and "?? ()" not in transcript, transcript
+
+
+STEPPER_SCRIPT = "b *outer\nb *work\nc\nx/2xb outer\nsi\nc\nx/2xb work\nsi\nsi\ndisas work\ndelete\nc\n"
+
+
+@pytest.mark.parametrize("kernel", ["6.10", "6.18"])
+def test_stepper_session_has_the_events_and_exit_of_a_plain_run(guest, tmp_path, kernel):
+    rc, out, events = native(guest, tmp_path, kernel)
+    ev = tmp_path / "step.events"
+    p = cli("step", guest, "--kernel", kernel, *probes(guest), "--events", str(ev),
+            input=STEPPER_SCRIPT.encode())
+    text = p.stdout.decode()
+    assert p.returncode == 0 and p.stderr == b"", p.stderr
+    assert ev.read_text() == events, f"stepper events:\n{ev.read_text()}\nrun's:\n{events}"
+    assert text.startswith("Breakpoint 1 at"), text
+    assert "s=12 counter=3\n" in text and "exited with code 014]" in text, text
+
+
+def test_stepper_x_and_disas_show_the_program_bytes(guest, tmp_path):
+    p = cli("step", guest, "--kernel", "6.18", *probes(guest), input=STEPPER_SCRIPT.encode())
+    text = p.stdout.decode()
+    m = Machine.from_elf(guest)
+    outer, work = m.resolve("outer"), m.resolve("work")
+    assert f"{outer:#x} <outer>:\t0x55\t0x48\n" in text, text
+    assert f"{work:#x} <work>:\t0x01\t0x3d\n" in text, text
+    assert re.search(rf"^     {work:x}:\t01 3d [0-9a-f ]+\tadd    dword ptr \[rip \+ 0x[0-9a-f]+\], edi"
+                     r".*        # uprobe site, in memory: int3$", text, re.M), text
+    assert f"=> {outer:#x} <outer>:\tpush   rbp        # uprobe site, in memory: int3" in text, text
