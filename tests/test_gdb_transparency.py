@@ -143,3 +143,74 @@ def test_stepper_x_and_disas_show_the_program_bytes(guest, tmp_path):
     assert re.search(rf"^     {work:x}:\t01 3d [0-9a-f ]+\tadd    dword ptr \[rip \+ 0x[0-9a-f]+\], edi"
                      r".*        # uprobe site, in memory: int3$", text, re.M), text
     assert f"=> {outer:#x} <outer>:\tpush   rbp        # uprobe site, in memory: int3" in text, text
+
+
+# ----------------------------------------------------------------- the raw protocol
+
+@pytest.fixture
+def probed(tmp_path):
+    """The raw-protocol guest with a uprobe and a uretprobe on func; stopped at func+1
+    (after the probed push), so the return address is hijacked."""
+    from gdb_client import RawClient, Stub, guest_machine
+    m = guest_machine(tmp_path, kernel="6.18")
+    hits = []
+    m.uprobes.register("func", handler=lambda c: hits.append("entry"),
+                       ret_handler=lambda c: hits.append("return"))
+    stub = Stub(m)
+    c = RawClient(stub.port)
+    func = m.resolve("func")
+    assert c.ask(b"Z0,%x,1" % (func + 1)) == b"OK"
+    assert c.ask(b"c").startswith(b"T05swbreak:")
+    yield m, c, hits
+    c.close()
+    stub.finished(10)
+    assert stub.errors == [], "\n".join(stub.errors)
+
+
+def test_m_shows_the_probed_instruction_and_the_original_return_address(probed):
+    m, c, _ = probed
+    func, after_call = m.resolve("func"), m.resolve("again") + 5
+    assert m.mem.read(func, 1) == b"\xcc", "the int3 is in memory"
+    assert c.ask(b"m%x,4" % func) == b"554889e5"
+    slot = m.read_regs().rsp + 8
+    tramp = m.process.mm_uprobes.xol_area.vaddr
+    assert m.mem.read_u64(slot) == tramp, "the return address is hijacked"
+    assert c.ask(b"m%x,8" % slot) == after_call.to_bytes(8, "little").hex().encode()
+
+
+@pytest.mark.parametrize("offset,data", [(0, b"90"), (1, b"90"), (-1, b"9090")])
+def test_a_write_that_changes_a_probed_instruction_is_refused(probed, offset, data):
+    m, c, hits = probed
+    func = m.resolve("func")
+    before = m.mem.read(func - 1, 8)
+    assert c.ask(b"M%x,%x:%s" % (func + offset, len(data) // 2, data)) == b"E14"
+    assert m.mem.read(func - 1, 8) == before, "nothing written"
+
+
+def test_a_write_of_the_program_bytes_keeps_the_probe(probed):
+    m, c, hits = probed
+    func = m.resolve("func")
+    assert c.ask(b"M%x,4:554889e5" % func) == b"OK"
+    assert m.mem.read(func, 4) == b"\xcc\x48\x89\xe5", "the int3 stays in memory"
+    assert c.ask(b"z0,%x,1" % (func + 1)) == b"OK"
+    assert c.ask(b"c") == b"W2a"
+    assert hits == ["entry", "return"] * 3, hits
+
+
+def test_a_write_to_a_hijacked_return_address_is_refused(probed):
+    m, c, _ = probed
+    slot = m.read_regs().rsp + 8
+    assert c.ask(b"M%x,8:%s" % (slot, (0x401000).to_bytes(8, "little").hex().encode())) == b"E14"
+    same = (m.resolve("again") + 5).to_bytes(8, "little").hex().encode()
+    assert c.ask(b"M%x,8:%s" % (slot, same)) == b"OK"
+    assert m.mem.read_u64(slot) == m.process.mm_uprobes.xol_area.vaddr
+
+
+def test_monitor_raw_shows_memory_as_the_cpu_fetches_it(probed):
+    m, c, _ = probed
+    func = m.resolve("func")
+    c.send_packet(b"qRcmd," + f"raw {func:#x} 4".encode().hex().encode())
+    assert c.ack() == b"+"
+    out = bytes.fromhex(c.reply()[1:].decode()).decode()
+    assert c.reply() == b"OK"
+    assert out == f"{func:#x}: cc 48 89 e5\n", out
