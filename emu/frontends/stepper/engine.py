@@ -56,6 +56,7 @@ _MASK = 0xFFFFFFFFFFFFFFFF
 _TRANSITIONAL_VMAS = ("[uprobes]", "[uprobes-trampoline]")
 _STUCK = 100_000                         # hidden instructions before we call a step stuck
 DEFAULT_TIMEOUT = 120.0                  # seconds of each free run
+_ACCESS_REACH = 15                       # an access of up to 16 bytes may start this far before
 
 
 class StepperError(EmuError):
@@ -264,12 +265,16 @@ class Stepper:
         return bp
 
     def delete(self, number: int | None = None) -> None:
-        """Delete breakpoint ``number``, or all of them."""
+        """Delete breakpoint or watchpoint ``number`` (one numbering, as gdb's), or all."""
         if number is None:
             self.breakpoints.clear()
+            self.watchpoints.clear()
+        elif number in self.watchpoints:
+            del self.watchpoints[number]
         elif self.breakpoints.pop(number, None) is None:
             raise StepperError(f"No breakpoint number {number}.")
         self._sync_hooks()
+        self._sync_watch_hooks()
 
     def enable(self, number: int, enabled: bool = True) -> None:
         bp = self.breakpoints.get(number)
@@ -312,8 +317,11 @@ class Stepper:
                 m.remove_hook(hook)
         for addr, size in want:
             if (addr, size) not in self._watch_hooks:
+                # Unicorn matches an access by its first byte: start early enough
+                # for the widest access (16 bytes) that can reach the watched bytes
+                lo = max(0, addr - _ACCESS_REACH)
                 self._watch_hooks[(addr, size)] = [
-                    m.add_mem_hook(self._on_mem, addr, addr + size - 1, access=a, process=proc)
+                    m.add_mem_hook(self._on_mem, lo, addr + size - 1, access=a, process=proc)
                     for a in ("read", "write")]
 
     def _on_mem(self, access: str, addr: int, size: int, _value) -> None:
