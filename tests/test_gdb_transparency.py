@@ -214,3 +214,29 @@ def test_monitor_raw_shows_memory_as_the_cpu_fetches_it(probed):
     out = bytes.fromhex(c.reply()[1:].decode()).decode()
     assert c.reply() == b"OK"
     assert out == f"{func:#x}: cc 48 89 e5\n", out
+
+
+# ----------------------------------------------------------------- gdb without a file
+
+def test_gdb_without_a_file_learns_the_program_from_the_stub(guest, tmp_path):
+    """qXfer:exec-file names the program (gdb reads its symbols), qXfer:auxv gives its
+    entry, qXfer:features the registers; the probed entry shows the program's byte."""
+    assert GDB and UPROBE_EMU
+    srv = subprocess.Popen([UPROBE_EMU, "gdbserver", guest, *probes(guest), "--port", "0"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        port = srv.stderr.readline().rsplit(":", 1)[1].strip()
+        gdb = subprocess.run([GDB, "-batch", "-nx", "-ex", f"target remote 127.0.0.1:{port}",
+                              "-ex", "info auxv", "-ex", "info inferiors", "-ex", "x/1xb outer",
+                              "-ex", "p $orig_rax", "-ex", "p/x $fs_base", "-ex", "kill"],
+                             capture_output=True, text=True, timeout=120)
+        srv.communicate(timeout=60)
+    finally:
+        srv.kill()
+    out = gdb.stdout + gdb.stderr
+    m = Machine.from_elf(guest)
+    assert f"Reading symbols from {guest}..." in out, out
+    assert re.search(rf"^9 +AT_ENTRY +Entry point of program +{m.read_regs().rip:#x}$", out, re.M), out
+    assert re.search(rf"^\* 1 +Remote target +1 \(remote 127\.0\.0\.1:{port}\) +{re.escape(guest)}", out, re.M), out
+    assert f"{m.resolve('outer'):#x} <outer>:\t0x55\n" in out, out
+    assert "$1 = -1\n$2 = 0x0\n" in out, out
