@@ -60,17 +60,17 @@ continue
 
 
 def test_no_breakpoint_hit_is_skipped_after_info_threads(threads_exe, tmp_path):
-    """Two workers call work(id) 50 times each: gdb sees all 100 hits, each with the
+    """Three workers call work(id) 50 times each: gdb sees all 150 hits, each with the
     hitting thread's own argument (its registers)."""
-    m = Machine.from_elf(threads_exe, argv=[threads_exe, "2"])
+    m = Machine.from_elf(threads_exe, argv=[threads_exe, "3"])
     out = gdb_script(m, threads_exe, HITS, tmp_path)
     hits = re.findall(r"^hit thread=(\d+) x=(\d+)$", out, re.M)
     per_thread: dict = {}
     for thread, x in hits:
         per_thread.setdefault(thread, set()).add(x)
-    assert len(hits) == 100, f"{len(hits)} hits seen:\n{out[-3000:]}"
-    assert sorted(per_thread) == ["2", "3"], per_thread
-    assert sorted(min(v) for v in per_thread.values()) == ["0", "1"] and \
+    assert len(hits) == 150, f"{len(hits)} hits seen:\n{out[-3000:]}"
+    assert sorted(per_thread) == ["2", "3", "4"], per_thread
+    assert sorted(min(v) for v in per_thread.values()) == ["0", "1", "2"] and \
         all(len(v) == 1 for v in per_thread.values()), per_thread
     assert m.exited and m.main_process.exit_result.exit_code == 0, out[-2000:]
 
