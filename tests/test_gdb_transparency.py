@@ -178,13 +178,21 @@ def test_m_shows_the_probed_instruction_and_the_original_return_address(probed):
     assert c.ask(b"m%x,8" % slot) == after_call.to_bytes(8, "little").hex().encode()
 
 
-@pytest.mark.parametrize("offset,data", [(0, b"90"), (1, b"90"), (-1, b"9090")])
+@pytest.mark.parametrize("offset,data", [(0, b"90"), (-1, b"9090"), (0, b"90909090")])
 def test_a_write_that_changes_a_probed_instruction_is_refused(probed, offset, data):
     m, c, hits = probed
     func = m.resolve("func")
     before = m.mem.read(func - 1, 8)
     assert c.ask(b"M%x,%x:%s" % (func + offset, len(data) // 2, data)) == b"E14"
     assert m.mem.read(func - 1, 8) == before, "nothing written"
+
+
+def test_a_write_next_to_the_probed_instruction_goes_through(probed):
+    m, c, hits = probed
+    func = m.resolve("func")
+    assert c.ask(b"M%x,3:909090" % (func + 1)) == b"OK"
+    assert m.mem.read(func, 4) == b"\xcc\x90\x90\x90"
+    assert c.ask(b"m%x,4" % func) == b"55909090"
 
 
 def test_a_write_of_the_program_bytes_keeps_the_probe(probed):

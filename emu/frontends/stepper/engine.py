@@ -502,10 +502,16 @@ class Stepper:
         rip = self.rip
         if self._enabled_bp_at(rip) is not None or (goal is not None and goal[0] == rip):
             before = self.insns
-            res = self._step_insn()          # step off without triggering it
+            self._watch_hit, self._watch_armed_step = None, True
+            try:
+                res = self._step_insn()      # step off without triggering it
+            finally:
+                self._watch_armed_step = False
             insns = self.insns - before
             if res is not None:
                 return self._terminal(res, verb, insns=insns)
+            if self._watch_hit is not None:
+                return self._watch_event(verb, insns)
             if goal is not None and self._goal_met(goal):
                 return self._event("step", verb, insns=insns)
         self._goal = goal
@@ -636,28 +642,29 @@ class Stepper:
         self._sites = (len(up.tree), out)
         return out
 
-    def shadows(self) -> list[tuple[int, bytes, str]]:
-        """``[(address, program bytes, what)]`` where the kernel model changed the process's
-        memory: each probe site holding its int3 or optimized call (the probed
-        instruction from the file, as the uprobe copied it), each return address the
+    def shadows(self, addr: int = 0, n: int = 1 << 64) -> list[tuple[int, bytes, str]]:
+        """``[(address, program bytes, what)]`` where the kernel model changed the
+        process's memory, for the ones reaching into ``[addr, addr + n)``: each probe
+        site holding its int3 (the probed instruction from the file, as the uprobe
+        copied it) or its optimized call (the whole nop), each return address the
         uretprobe hijacked on a stack (the original return address)."""
         m = self.machine
-        mem = m.mem
+        optimizer = m.kernel.optimizer
         out = []
         for vaddr, uprobe in self.probe_sites().items():
-            orig = uprobe.file.read(uprobe.offset, 15)
-            size = self.disasm.decode_bytes(vaddr, orig).size
-            design = m.kernel.optimizer.design
-            if design is not None and design.size > size:
-                size = design.size              # a nop10 site's call sits after its lea
+            if not addr - 16 < vaddr < addr + n:
+                continue
+            orig = uprobe.file.read(uprobe.offset, MAX_INSN_BYTES)
+            optimized = optimizer.is_optimized(m.process, uprobe, vaddr)
+            size = optimizer.design.size if optimized else self.disasm.decode_bytes(vaddr, orig).size
             try:
-                now = mem.read(vaddr, size)
+                now = m.mem.read(vaddr, size)
             except GuestFault:
                 continue
-            if now != orig[:size] and (now[:1] == b"\xcc" or
-                                       m.kernel.optimizer.is_optimized(m.process, uprobe, vaddr)):
+            if now != orig[:size] and (optimized or now[:1] == b"\xcc"):
                 out.append((vaddr, orig[:size], "a probed instruction"))
-        return out + [(slot, ret, "a hijacked return address") for slot, ret in self._hijacked_slots()]
+        return out + [(slot, ret, "a hijacked return address") for slot, ret in self._hijacked_slots()
+                      if addr - 8 < slot < addr + n]
 
     def _hijacked_slots(self) -> list[tuple[int, bytes]]:
         """Stack slots holding the uretprobe trampoline in place of a return address."""
@@ -681,7 +688,7 @@ class Stepper:
         """``n`` bytes at ``addr`` as the program has them (see :meth:`shadows`); the
         raw bytes are ``machine.mem.read``.  Raises GuestFault where nothing is mapped."""
         data = bytearray(self.machine.mem.read(addr, n))
-        for where, prog, _ in self.shadows():
+        for where, prog, _ in self.shadows(addr, n):
             lo, hi = max(addr, where), min(addr + n, where + len(prog))
             if lo < hi:
                 data[lo - addr:hi - addr] = prog[lo - where:hi - where]
@@ -697,7 +704,7 @@ class Stepper:
         data = bytes(data)
         end = addr + len(data)
         keep = []
-        for where, prog, what in self.shadows():
+        for where, prog, what in self.shadows(addr, len(data)):
             lo, hi = max(addr, where), min(end, where + len(prog))
             if lo >= hi:
                 continue

@@ -301,10 +301,15 @@ class StepperShell:
 
     def _info_breakpoints(self) -> None:
         bps = list(self.s.breakpoints.values())
-        if not bps:
+        wps = list(self.s.watchpoints.values())
+        if not bps and not wps:
             self._p("No breakpoints or watchpoints.")
             return
         self._p("Num     Type           Disp Enb Address            What")
+        for wp in wps:
+            kind = {"write": "hw watchpoint", "read": "read watchpoint", "access": "acc watchpoint"}
+            self._p(f"{wp.number:<7} {kind[wp.kind]:<14} keep {'y' if wp.enabled else 'n'}"
+                    f"{'':22}{wp.label or f'*{wp.address:#x}'}")
         for bp in bps:
             label = gdb_label(self.m, bp.address)
             what = f"<{label}>" if label else ""
