@@ -245,6 +245,7 @@ def test_gdb_without_a_file_learns_the_program_from_the_stub(guest, tmp_path):
     m = Machine.from_elf(guest)
     assert f"Reading symbols from {guest}..." in out, out
     assert re.search(rf"^9 +AT_ENTRY +Entry point of program +{m.read_regs().rip:#x}$", out, re.M), out
-    assert re.search(rf"^\* 1 +Remote target +1 \(remote 127\.0\.0\.1:{port}\) +{re.escape(guest)}", out, re.M), out
+    inferior = rf"^\* 1 +Remote target +1 \(remote 127\.0\.0\.1:{port}\) +{re.escape(guest)}"
+    assert re.search(inferior, out, re.M), out
     assert f"{m.resolve('outer'):#x} <outer>:\t0x55\n" in out, out
     assert "$1 = -1\n$2 = 0x0\n" in out, out

@@ -103,7 +103,8 @@ class StopEvent:
     ``reason``: ``"step"`` (a stepping verb reached its goal: step, step_over, finish,
     run_until), ``"breakpoint"``, ``"exit"``, ``"signal"`` (the guest died of it) or
     ``"stopped"`` (instruction budget, timeout, Ctrl-C) or ``"watchpoint"`` (``watchpoint``
-    was accessed at ``data_addr`` by the instruction just completed).  ``verb`` names the verb that ran.
+    was accessed at ``data_addr`` by the instruction just completed).  ``verb`` names the
+    verb that ran.
     ``insns`` is the exact number of guest instructions this verb executed when it
     single-stepped (None after a free run).  ``result`` is the machine's RunResult for
     exit/signal/stopped.
@@ -547,7 +548,7 @@ class Stepper:
         self._watch_hit = hit
         if res is not None:
             return self._terminal(res, verb, insns=insns)
-        return self._watch_event(verb, (insns or 0) + self.insns - before if insns is not None else None)
+        return self._watch_event(verb, None if insns is None else insns + self.insns - before)
 
     def _watch_event(self, verb: str, insns) -> StopEvent:
         wp, addr = self._watch_hit
