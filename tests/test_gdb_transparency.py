@@ -249,3 +249,13 @@ def test_gdb_without_a_file_learns_the_program_from_the_stub(guest, tmp_path):
     assert re.search(inferior, out, re.M), out
     assert f"{m.resolve('outer'):#x} <outer>:\t0x55\n" in out, out
     assert "$1 = -1\n$2 = 0x0\n" in out, out
+
+
+def test_a_gdb_breakpoint_on_a_probed_instruction_stops_before_the_probe_fires(guest, tmp_path):
+    _, _, events, transcript = under_gdb(guest, tmp_path, "6.18", [
+        "break *outer", "continue", "monitor probes", "stepi", "monitor probes", "kill"])
+    m = Machine.from_elf(guest)
+    outer = m.resolve("outer")
+    site = rf"^{outer:#x} {re.escape(guest)}:0x{outer - 0x400000:x} hits=(\d) consumers=1 push$"
+    assert re.findall(site, transcript, re.M) == ["0", "1"], transcript
+    assert events.count(": outer: (") == 1, events
