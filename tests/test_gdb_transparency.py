@@ -259,3 +259,11 @@ def test_a_gdb_breakpoint_on_a_probed_instruction_stops_before_the_probe_fires(g
     site = rf"^{outer:#x} {re.escape(guest)}:0x{outer - 0x400000:x} hits=(\d) consumers=1 push$"
     assert re.findall(site, transcript, re.M) == ["0", "1"], transcript
     assert events.count(": outer: (") == 1, events
+
+
+@pytest.mark.parametrize("command,extra", [("gdbserver", ["--port", "0"]), ("step", [])])
+def test_an_unwritable_events_file_is_one_line_and_exit_2(guest, tmp_path, command, extra):
+    from cli_helpers import one_line_error
+    bad = tmp_path / "no" / "such"
+    p = cli(command, guest, "--events", str(bad), *extra, input=b"q\n")
+    assert one_line_error(p) == f"uprobe-emu: error: cannot write '{bad}': No such file or directory"
