@@ -738,7 +738,8 @@ class GdbStub:
         return "OK"
 
     def _monitor(self, cmd: str) -> str:
-        """``monitor probes`` / ``monitor counters``: text through O packets."""
+        """``monitor probes`` / ``monitor counters`` / ``monitor raw ADDR [LEN]``: text
+        through O packets."""
         cmd = cmd.strip()
         if cmd == "probes":
             lines = []
