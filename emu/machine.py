@@ -1449,6 +1449,14 @@ class Machine:
             return None
         return self._end(self._result)
 
+    def select_task(self, task: Task) -> None:
+        """Make runnable ``task`` the current one, as a context switch would (a
+        debugger's single step of one thread: gdb's ``vCont;s:TID``).  Only between
+        runs; a task that sleeps or is gone raises InputError."""
+        if self._running or task not in self.tasks or task.state != "running":
+            raise InputError(f"thread {task.tid} cannot be scheduled now")
+        self._switch_to(task)
+
     def _finish_sleep(self, task: Task) -> bool:
         """Before a single step of a task that slept in a syscall: with nobody else to
         run, the idle machine wakes it (the clock jumps to its deadline); once awake its

@@ -71,12 +71,13 @@ def test_info_registers_match_the_model(tmp_path):
     assert "$1 = 0x0" in out and "$2 = -1" in out
 
 
-def test_memory_at_a_probe_site_shows_the_int3(tmp_path):
+def test_memory_at_a_probe_site_shows_the_program_and_monitor_raw_the_int3(tmp_path):
     exe = write_elf(tmp_path)
     m = Machine.from_elf(exe)
     m.uprobes.register("func", handler=lambda c: None)
-    out = gdb_session(m, exe, ["x/4xb func"])
-    assert "0xcc\t0x48\t0x89\t0xe5" in out
+    out = gdb_session(m, exe, ["x/4xb func", "monitor raw func 4"])
+    assert "<func>:\t0x55\t0x48\t0x89\t0xe5" in out, out
+    assert f"{m.resolve('func'):#x}: cc 48 89 e5" in out, out
 
 
 def test_break_continue_and_exit_code(tmp_path):
@@ -112,7 +113,7 @@ def test_stepping_across_a_probed_ret_and_a_uretprobe_return(tmp_path, kernel):
     m.uprobes.register(ret_addr, handler=lambda c: None)
     after_call = m.resolve("again") + 5
     out = gdb_session(m, exe, [f"break *{ret_addr:#x}", "continue", "delete", "stepi",
-                               "info registers rip rax"])
+                               "info registers rip rax", "kill"])
     assert f"rip            {after_call:#x}" in out, out
     assert "rax            0x1234" in out
     assert rets == [0x1234], "the return handler ran exactly once"

@@ -62,7 +62,7 @@ def test_monitor_command_that_is_not_utf8_is_answered(session):
     c.send_packet(b"qRcmd," + b"\xff\xfe".hex().encode())
     assert c.ack() == b"+"
     out = bytes.fromhex(c.reply()[1:].decode()).decode()
-    assert out == "unknown monitor command '\ufffd\ufffd'; try: probes, counters\n", out
+    assert out == "unknown monitor command '\ufffd\ufffd'; try: probes, counters, raw ADDR [LEN]\n", out
     assert c.reply() == b"OK"
 
 

@@ -582,9 +582,9 @@ def test_disas_is_objdump_layout_with_the_rip_marker_and_probe_sites(tmp_path):
     for ours in body:
         mark, line = ours[:3], ours[3:]
         theirs = by_addr[int(line.split(":")[0], 16)]
-        if line.startswith(f"  {func:x}:"):        # the probe site shows its int3
-            assert line.split("\t")[:2] == [f"  {func:x}:", "cc                   "], line
-            assert line.endswith("int3        # uprobe site: push   rbp")
+        if line.startswith(f"  {func:x}:"):        # the program's bytes; the int3 is noted
+            assert line.split("\t")[:2] == theirs.split("\t")[:2], line
+            assert line.endswith("push   rbp        # uprobe site, in memory: int3"), line
         else:   # address and bytes columns are objdump's exactly; the syntax is capstone's
             assert line.split("\t")[:2] == theirs.split("\t")[:2]
         assert mark == ("=> " if line.startswith(f"  {m.resolve('site_mov'):x}:") else "   ")
@@ -657,7 +657,7 @@ def test_command_errors_are_one_line_and_the_session_goes_on():
 
 def test_exit_and_signal_reports():
     out, _ = run_shell(Machine.from_guest("exit42"), "c")
-    assert out == ["Continuing.", "[Inferior 1 (process 1000) exited with code 52]"]
+    assert out == ["Continuing.", "[Inferior 1 (process 1000) exited with code 052]"]
     out, _ = run_shell(Machine.from_guest("segv"), "c")
     assert out[:3] == ["Continuing.", "", "Program terminated with signal SIGSEGV, Segmentation fault."]
     assert "fault address 0x10" in out[3]

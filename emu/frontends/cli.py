@@ -8,6 +8,7 @@ Ctrl-C; 2 for a usage or input error (one readable line, never a traceback).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import math
 import os
@@ -146,8 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("program", metavar="PROGRAM")
     run.add_argument("args", nargs="*", metavar="ARGS")
     _add_machine_options(run)
-    run.add_argument("--events-file", "--events", dest="events_file", metavar="FILE",
-                     help="write probe hit lines here instead of stderr")
+    add_events_option(run)
     run.add_argument("--counters", action="store_true", help="print the event counters at exit")
 
     g = sub.add_parser("guests", help="list the built-in guests")
@@ -347,26 +347,40 @@ def add_cli_events(m, args, output) -> None:
     m.uprobes.notes.clear()
 
 
+def add_events_option(p: argparse.ArgumentParser, default: str = "stderr") -> None:
+    """``--events FILE`` of every command that runs probes (run, step, gdbserver)."""
+    p.add_argument("--events-file", "--events", dest="events_file", metavar="FILE",
+                   help=f"write probe hit lines here instead of {default}")
+
+
+@contextlib.contextmanager
+def events_output(args, default=None):
+    """The stream of probe hit lines: ``--events FILE`` (opened for writing, closed at
+    the end) or ``default`` (stderr)."""
+    out = _open_events(args, default)
+    try:
+        yield out
+    finally:
+        if out is not (default or sys.stderr):
+            out.close()
+
+
 def cmd_run(args) -> int:
     m = make_machine(args)
-    out = _open_events(args)
-    try:
+    with events_output(args) as out:
         if args.event:
             add_cli_events(m, args, out)
         with m.interruptible():
             result = m.run(max_insns=args.max_insns or None, timeout=args.timeout or None)
-    finally:
-        if out not in (None, sys.stderr):
-            out.close()
     code = report_result(result, m)
     if args.counters:
         _print_counters(m)
     return code
 
 
-def _open_events(args):
+def _open_events(args, default=None):
     if not getattr(args, "events_file", None):
-        return sys.stderr
+        return default or sys.stderr
     try:
         return open(args.events_file, "w")
     except OSError as e:

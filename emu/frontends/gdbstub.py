@@ -4,10 +4,15 @@ attach to a guest running under the uprobes model.
 The stub is another client of the stepping core (:class:`emu.stepper.Stepper`): gdb's
 ``Z0`` breakpoints are the stepper's breakpoints (code hooks, never bytes in guest
 memory, never uprobe hits); ``s`` is a stepper step, so stepping over a probed
-instruction runs its handlers once and lands where the unprobed instruction would;
-memory reads return what a ptrace reader sees on Linux (the 0xCC of a probe, the
-``call`` of an optimized site).  Registers follow our own target description (amd64 core,
-SSE, Linux ``orig_rax``, ``fs_base``/``gs_base``).
+instruction runs its handlers once and lands where the unprobed instruction would.
+Attaching gdb changes nothing the guest or the model sees: memory reads show the
+program's own bytes (:meth:`Stepper.read_program`: a probe's int3, an optimized site's
+``call`` and a hijacked return address are shadowed, as gdb shadows its own
+breakpoints; ``monitor raw`` shows the raw bytes), so gdb neither takes a probe's int3
+for a breakpoint compiled into the program nor unwinds into the trampoline.
+``Z2``/``Z3``/``Z4`` watchpoints are the stepper's (memory hooks, trap after the access).
+``D`` lets the guest run on to its end.  Registers follow our own target description
+(amd64 core, SSE, Linux ``orig_rax``, ``fs_base``/``gs_base``).
 
 The client is untrusted input: framing is a linear, bounded state machine
 (:class:`FrameParser`, packets capped at :data:`PACKET_SIZE`), and every packet gets a
@@ -26,13 +31,15 @@ import struct
 import sys
 import threading
 
-from emu.frontends.cli import add_cli_events, make_machine, port_number
+from emu.frontends.cli import (add_cli_events, add_events_option, events_output, make_machine,
+                               port_number, report_result)
 from emu.errors import EmuError, InputError
 from emu.memory import GuestFault
 from emu.procfs import auxv_bytes, exe_link
 from emu.frontends.stepper.engine import Stepper, StepperError
 
 SIGTRAP, SIGINT = 5, 2
+_WATCH_KINDS = {"2": "write", "3": "read", "4": "access"}     # Z2 / Z3 / Z4
 
 # (name, bits, type, group) in gdb's amd64 numbering order for our description.
 _CORE = [(n, 64, "int64") for n in ("rax", "rbx", "rcx", "rdx", "rsi", "rdi")] + \
@@ -326,8 +333,10 @@ class GdbStub:
         self.m = machine
         self.stepper = Stepper(machine, max_insns=max_insns, timeout=timeout)
         self.conn: GdbConnection | None = None
-        self.g_tid = None                  # thread selected with Hg
+        self.g_tid = None                  # thread selected with Hg (registers)
+        self.c_tid = None                  # thread selected with Hc (s and c packets)
         self.done = False
+        self.detached = False
         self.last_stop = "S05"
         self.xfer_cache: dict = {}         # (object, annex) -> bytes while the guest stays stopped
 
@@ -375,21 +384,32 @@ class GdbStub:
             self.done = True
             return f"X{ev.signal:02x}"
         tid = self.m.task.tid
+        self.g_tid = self.c_tid = None     # gdb now takes the reporting thread as selected
         if ev.reason == "breakpoint":
             return f"T05swbreak:;thread:{tid:x};"
+        if ev.reason == "watchpoint":
+            key = {"write": "watch", "read": "rwatch", "access": "awatch"}[ev.watchpoint.kind]
+            return f"T05{key}:{ev.watchpoint.address:x};thread:{tid:x};"
         if ev.reason == "stopped" and "SIGINT" in (ev.detail or "") + str(getattr(ev.result, "detail", "")):
             return f"T02thread:{tid:x};"
         return f"T05thread:{tid:x};"
 
     # -- run control -------------------------------------------------------------
-    def _resume(self, action: str, addr: int | None = None) -> str:
+    def _resume(self, action: str, addr: int | None = None, tid: int | None = None) -> str:
+        """Step thread ``tid`` (default: the current one) or let every thread run.
+        A thread that sleeps cannot be stepped alone: then everything runs."""
         if self.done:
             return self.last_stop           # the guest is gone: its end, again
         self.xfer_cache.clear()
         if addr is not None:
             self.stepper.set_register("rip", addr)
+        task = None
+        if action == "s" and tid not in (None, 0, -1):
+            task = next((t for t in self.m.tasks if t.tid == tid), None)
+            if task is not None and task.state != "running":
+                action = "c"
         if action == "s":
-            ev = self.stepper.step()
+            ev = self.stepper.step(task=task)
         else:
             stop = threading.Event()
             watcher = threading.Thread(target=self._watch_client, args=(stop,), daemon=True)
@@ -464,6 +484,7 @@ class GdbStub:
             if text.startswith("D;"):
                 _hex_int(text[2:])                  # D;pid: a malformed pid is E01
             self.conn.send("OK")
+            self.detached = True
             return None
         if text == "k":
             return None
@@ -543,6 +564,8 @@ class GdbStub:
             return "E01"
         if text[1] == "g":
             self.g_tid = None if tid in (0, -1) else tid
+        else:
+            self.c_tid = None if tid in (0, -1) else tid
         return "OK"
 
     def _t(self, _pkt, text):
@@ -595,14 +618,14 @@ class GdbStub:
         return out.hex() if out or not length else "E14"
 
     def _peek(self, addr: int, length: int) -> bytes:
-        """Up to ``length`` bytes from ``addr``, page by page: a read that runs off the
-        mapping is short, as a ptrace (/proc/PID/mem) read is."""
+        """Up to ``length`` of the program's bytes from ``addr``, page by page: a read
+        that runs off the mapping is short, as a ptrace (/proc/PID/mem) read is."""
         out = bytearray()
         while len(out) < length:
             a = (addr + len(out)) & _MASK64
             n = min(length - len(out), 0x1000 - (a & 0xFFF))
             try:
-                out += self.m.mem.read(a, n)
+                out += self.stepper.read_program(a, n)
             except GuestFault:
                 break
         return bytes(out)
@@ -629,14 +652,18 @@ class GdbStub:
 
     def _z(self, _pkt, text):
         kind, _, rest = text[1:].partition(",")
-        if kind != "0":
-            return "" if kind in ("1", "2", "3", "4") else "E01"   # no hw/watchpoints
+        if kind not in ("0", "1", "2", "3", "4"):
+            return "E01"
+        if kind == "1":
+            return ""                          # no hardware breakpoints: gdb uses Z0
         fields = rest.split(";", 1)[0].split(",")
         if len(fields) != 2:
             raise Malformed(text)
-        addr, _size = _hex_int(fields[0]), _hex_int(fields[1])
+        addr, size = _hex_int(fields[0]), _hex_int(fields[1])
         if addr > _MASK64:
             raise Malformed(text)
+        if kind != "0":
+            return self._watchpoint(text[0] == "Z", _WATCH_KINDS[kind], addr, size)
         if text[0] == "z":
             for num, bp in list(self.stepper.breakpoints.items()):
                 if bp.address == addr:
@@ -651,45 +678,68 @@ class GdbStub:
                 return "E14"                # not executable memory
         return "OK"
 
+    def _watchpoint(self, insert: bool, kind: str, addr: int, size: int) -> str:
+        """Z2/Z3/Z4 (write/read/access) as the x86 debug registers take them: 1, 2, 4
+        or 8 bytes; z removes the one of that kind, address and size."""
+        if size not in (1, 2, 4, 8) or addr + size > _MASK64 + 1:
+            return "E01"
+        same = [n for n, w in self.stepper.watchpoints.items()
+                if (w.address, w.size, w.kind) == (addr, size, kind)]
+        if not insert:
+            for n in same:
+                self.stepper.unwatch(n)
+            return "OK"
+        if self.done:
+            return "E01"
+        if not same:
+            try:
+                self.stepper.watch(addr, size, kind)
+            except StepperError:
+                return "E14"                    # not mapped
+        return "OK"
+
     def _cs(self, _pkt, text):
         addr = _hex_int(text[1:]) if len(text) > 1 else None   # c ADDR / s ADDR
         if addr is not None and addr > _MASK64:
             raise Malformed(text)
-        return self._resume(text[0], addr)
+        return self._resume(text[0], addr, self.c_tid)
 
     def _vcont(self, rest: str) -> str:
         if rest == "?":
             return "vCont;c;C;s;S"
         if not rest.startswith(";") or rest == ";":
             raise Malformed(rest)
-        kinds = []
+        step_tid = None
         for action in rest[1:].split(";"):
             verb, colon, tid = action.partition(":")
-            if colon:
-                _thread_id(tid)
-            if verb in ("c", "s"):
-                kinds.append(verb)
-            elif verb[:1] in ("C", "S") and len(verb) == 3:
+            tid = _thread_id(tid) if colon else None
+            if verb[:1] in ("C", "S") and len(verb) == 3:
                 _hex_int(verb[1:])                # the signal is not delivered
-                kinds.append(verb[0].lower())
-            else:
+                verb = verb[0].lower()
+            elif verb not in ("c", "s"):
                 raise Malformed(action)
-        return self._resume("s" if "s" in kinds else "c")
+            if verb == "s" and step_tid is None:
+                step_tid = tid if tid is not None else 0   # vCont;s:TID;c steps TID
+        if step_tid is None:
+            return self._resume("c")
+        return self._resume("s", tid=step_tid)
 
     def _poke(self, addr: int, data: bytes) -> str:
         """A debugger write (ptrace POKETEXT): goes into the process copy, like the kernel's
-        FOLL_FORCE write; the CPU sees it at once."""
+        FOLL_FORCE write; the CPU sees it at once.  It may not change a probed
+        instruction or a hijacked return address (:meth:`Stepper.write_program`)."""
         if not data:
             return "OK"                   # gdb's probe for X support
         self.xfer_cache.clear()
         try:
-            self.m.mem.text_poke(addr, data, count=False)
-        except GuestFault:
-            return "E14"
+            self.stepper.write_program(addr, data)
+        except (GuestFault, StepperError):
+            return "E14"                  # unmapped, or it would change what a probe keeps
         return "OK"
 
     def _monitor(self, cmd: str) -> str:
-        """``monitor probes`` / ``monitor counters``: text through O packets."""
+        """``monitor probes`` / ``monitor counters`` / ``monitor raw ADDR [LEN]``: text
+        through O packets."""
         cmd = cmd.strip()
         if cmd == "probes":
             lines = []
@@ -700,10 +750,32 @@ class GdbStub:
             text = "\n".join(lines) + "\n" if lines else "no probes\n"
         elif cmd == "counters":
             text = "".join(f"{k}: {v}\n" for k, v in self.m.counters.snapshot().items() if v)
+        elif cmd.split()[:1] == ["raw"]:
+            text = self._monitor_raw(cmd.split()[1:])
         else:
-            text = f"unknown monitor command {cmd!r}; try: probes, counters\n"
+            text = f"unknown monitor command {cmd!r}; try: probes, counters, raw ADDR [LEN]\n"
         self.conn.send("O" + text.encode().hex())
         return "OK"
+
+    def _monitor_raw(self, words: list[str]) -> str:
+        """``monitor raw ADDR [LEN]``: the bytes in memory as the CPU fetches them (a
+        probe's int3, an optimized site's call), 16 a line; LEN defaults to 16."""
+        try:
+            addr = self.stepper.evaluate(words[0])
+            length = int(words[1], 0) if len(words) > 1 else 16
+        except (IndexError, ValueError, StepperError):
+            return "usage: monitor raw ADDR [LEN] (ADDR: a number, symbol or $reg expression)\n"
+        if len(words) > 2 or not 0 < length <= 4096 or not 0 <= addr <= _MASK64 - length + 1:
+            return "usage: monitor raw ADDR [LEN] (LEN 1..4096)\n"
+        lines = []
+        for off in range(0, length, 16):
+            try:
+                chunk = self.m.mem.read(addr + off, min(16, length - off))
+            except GuestFault:
+                lines.append(f"{addr + off:#x}: Cannot access memory")
+                break
+            lines.append(f"{addr + off:#x}: " + " ".join(f"{b:02x}" for b in chunk))
+        return "\n".join(lines) + "\n"
 
     def serve(self, sock: socket.socket) -> None:
         """Answer packets until detach, kill or the client goes away."""
@@ -919,8 +991,12 @@ def _thread_id(text: str) -> int:
     return -1 if text == "-1" else _hex_int(text)
 
 
-def serve_once(machine, host: str, port: int, *, ready=None, max_insns=None, timeout=None) -> None:
-    """Listen on host:port, serve one gdb, return when it detaches or kills."""
+def serve_once(machine, host: str, port: int, *, ready=None, max_insns=None, timeout=None):
+    """Listen on host:port, serve one gdb, return when it detaches, kills or goes away.
+
+    After a detach (``D``) the guest runs on to its natural end, without breakpoints or
+    watchpoints, under the same budget and timeout (gdbserver's ptrace detach lets the
+    process go on); the machine's RunResult is returned then, else None."""
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -934,18 +1010,25 @@ def serve_once(machine, host: str, port: int, *, ready=None, max_insns=None, tim
         conn, _ = srv.accept()
     finally:
         srv.close()
+    stub = GdbStub(machine, max_insns=max_insns, timeout=timeout)
     with conn:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        GdbStub(machine, max_insns=max_insns, timeout=timeout).serve(conn)
+        stub.serve(conn)
+    if not stub.detached or stub.done or machine.exited:
+        return None
+    return stub.stepper.detach()
 
 
 def add_cli(sub, add_machine_options) -> None:
     p = sub.add_parser("gdbserver", help="serve a guest to gdb (target remote :PORT)",
                        description="Load PROGRAM under the uprobes model and wait for gdb on "
-                                   "127.0.0.1:PORT; gdb's breakpoints are kept apart from uprobes.")
+                                   "127.0.0.1:PORT; gdb's breakpoints are kept apart from uprobes. "
+                                   "After gdb detaches the guest runs to its end and the exit "
+                                   "code is its own, as with run.")
     p.add_argument("program", metavar="PROGRAM")
     p.add_argument("args", nargs="*", metavar="ARGS")
     add_machine_options(p)
+    add_events_option(p)
     p.add_argument("--port", type=port_number, default=1234, metavar="N")
     p.add_argument("--host", default="127.0.0.1", help="listen address (loopback by default)")
     p.set_defaults(func=cmd_gdbserver)
@@ -953,13 +1036,14 @@ def add_cli(sub, add_machine_options) -> None:
 
 def cmd_gdbserver(args) -> int:
     m = make_machine(args)
-    if args.event:
-        add_cli_events(m, args, sys.stderr)
-    serve_once(m, args.host, args.port,
-               ready=lambda port: print(f"uprobe-emu: listening for gdb on {args.host}:{port}",
-                                        file=sys.stderr, flush=True),
-               max_insns=args.max_insns or None, timeout=args.timeout or None)
-    return 0
+    with events_output(args) as out:
+        if args.event:
+            add_cli_events(m, args, out)
+        result = serve_once(m, args.host, args.port,
+                            ready=lambda port: print(f"uprobe-emu: listening for gdb on {args.host}:{port}",
+                                                     file=sys.stderr, flush=True),
+                            max_insns=args.max_insns or None, timeout=args.timeout or None)
+    return 0 if result is None else report_result(result, m)
 
 
 __all__ = ["GdbStub", "Svr4Libraries", "escape_binary", "serve_once", "target_xml"]

@@ -10,10 +10,11 @@
 The CLI imports this package for its ``add_cli``.
 """
 
-from emu.frontends.stepper.engine import Breakpoint, Frame, Stepper, StepperError, StopEvent
+from emu.frontends.stepper.engine import (Breakpoint, Frame, Stepper, StepperError, StopEvent,
+                                          Watchpoint)
 from emu.frontends.stepper.format import INFO_REGISTERS, format_register, natural, register_line
 from emu.frontends.stepper.shell import HELP, StepperShell, add_cli, cmd_step
 
-__all__ = ["Stepper", "StepperShell", "StopEvent", "Breakpoint", "Frame", "StepperError",
+__all__ = ["Stepper", "StepperShell", "StopEvent", "Breakpoint", "Watchpoint", "Frame", "StepperError",
            "format_register", "register_line", "natural", "INFO_REGISTERS", "HELP",
            "add_cli", "cmd_step"]

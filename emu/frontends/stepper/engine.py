@@ -16,6 +16,16 @@ one address (``Machine.add_code_hook``: the rest of the guest runs at full speed
 machine drops the translations of the address when the hook is added or removed).
 Resuming from a breakpoint address first single-steps off it, as gdb does.
 
+**Memory is shown as the program's own bytes** (:meth:`Stepper.read_program`): a probe
+site's int3 or optimized ``call`` shows the probed instruction, and a return address the
+uretprobe hijacked shows the original one, as gdb shadows its own breakpoints; the raw
+bytes stay readable through ``machine.mem``.  A debugger write may not change what is
+shadowed (:meth:`Stepper.write_program`).
+
+Watchpoints (:meth:`Stepper.watch`) are memory hooks on the watched bytes
+(``Machine.add_mem_hook``); like x86 debug registers they trap after the accessing
+instruction completed.
+
 Single steps are ``Machine.step()``: one instruction, its traps and faults handled by the
 machine exactly as in ``Machine.run``.  No Python per-instruction hook is installed.
 A ``rep``-prefixed string instruction steps once per iteration, as the hardware's trap
@@ -34,7 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from emu.disasm import Disassembler, Insn, symbol_of
+from emu.disasm import MAX_INSN_BYTES, Disassembler, Insn, symbol_of
 from emu.errors import EmuError, SymbolError
 from emu.frontends.stepper.format import (ALIASES, INFO_REGISTERS, SEGMENTS, format_register,
                                           gdb_label, register_value, subreg)
@@ -46,6 +56,7 @@ _MASK = 0xFFFFFFFFFFFFFFFF
 _TRANSITIONAL_VMAS = ("[uprobes]", "[uprobes-trampoline]")
 _STUCK = 100_000                         # hidden instructions before we call a step stuck
 DEFAULT_TIMEOUT = 120.0                  # seconds of each free run
+_ACCESS_REACH = 15                       # an access of up to 16 bytes may start this far before
 
 
 class StepperError(EmuError):
@@ -65,13 +76,35 @@ class Breakpoint:
     hits: int = 0
 
 
+@dataclass(eq=False)
+class Watchpoint:
+    """A stepper watchpoint on ``size`` bytes at ``address``: ``kind`` is ``"write"``
+    (gdb ``watch``), ``"read"`` (``rwatch``) or ``"access"`` (``awatch``)."""
+
+    number: int
+    address: int
+    size: int
+    kind: str
+    enabled: bool = True
+    hits: int = 0
+    label: str = ""
+
+    def covers(self, addr: int, size: int) -> bool:
+        return addr < self.address + self.size and self.address < addr + size
+
+
+WATCH_KINDS = ("write", "read", "access")
+
+
 @dataclass
 class StopEvent:
     """Why and where execution stopped.
 
     ``reason``: ``"step"`` (a stepping verb reached its goal: step, step_over, finish,
     run_until), ``"breakpoint"``, ``"exit"``, ``"signal"`` (the guest died of it) or
-    ``"stopped"`` (instruction budget, timeout, Ctrl-C).  ``verb`` names the verb that ran.
+    ``"stopped"`` (instruction budget, timeout, Ctrl-C) or ``"watchpoint"`` (``watchpoint``
+    was accessed at ``data_addr`` by the instruction just completed).  ``verb`` names the
+    verb that ran.
     ``insns`` is the exact number of guest instructions this verb executed when it
     single-stepped (None after a free run).  ``result`` is the machine's RunResult for
     exit/signal/stopped.
@@ -85,6 +118,8 @@ class StopEvent:
     insns: int | None = None
     result: RunResult | None = None
     detail: str = ""
+    watchpoint: Watchpoint | None = None
+    data_addr: int | None = None
 
     @property
     def exit_code(self) -> int | None:
@@ -124,8 +159,10 @@ class Stepper:
         self.machine = machine
         self.max_insns = max_insns
         self.timeout = timeout
-        self.disasm = Disassembler(machine)
+        self.disasm = ProgramDisassembler(machine, self.read_program)
+        self.raw_disasm = Disassembler(machine)
         self.breakpoints: dict[int, Breakpoint] = {}
+        self.watchpoints: dict[int, Watchpoint] = {}
         self.insns = 0                   # guest instructions single-stepped, exact
         self.hidden_insns = 0            # kernel-model (transitional) instructions stepped
         self.last_event: StopEvent | None = None
@@ -136,6 +173,11 @@ class Stepper:
         self._armed = False
         self._hit: tuple[str, Breakpoint | None] | None = None
         self._sites: tuple[int, dict] | None = None  # (uprobes in the tree, {vaddr: Uprobe})
+        self._watch_hooks: dict[tuple, list] = {}     # (address, size) -> [Hook, Hook]
+        self._watch_hit: tuple[Watchpoint, int] | None = None
+        self._watch_stop = False         # a watch hit stops a free run (not a step)
+        self._watch_undo: list = []      # (address, old bytes) of the stopped instruction
+        self._watch_armed_step = False
         machine.mem.text_write_listeners.append(self._text_written)
 
     # ------------------------------------------------------------------ template methods
@@ -224,12 +266,16 @@ class Stepper:
         return bp
 
     def delete(self, number: int | None = None) -> None:
-        """Delete breakpoint ``number``, or all of them."""
+        """Delete breakpoint or watchpoint ``number`` (one numbering, as gdb's), or all."""
         if number is None:
             self.breakpoints.clear()
+            self.watchpoints.clear()
+        elif number in self.watchpoints:
+            del self.watchpoints[number]
         elif self.breakpoints.pop(number, None) is None:
             raise StepperError(f"No breakpoint number {number}.")
         self._sync_hooks()
+        self._sync_watch_hooks()
 
     def enable(self, number: int, enabled: bool = True) -> None:
         bp = self.breakpoints.get(number)
@@ -237,6 +283,74 @@ class Stepper:
             raise StepperError(f"No breakpoint number {number}.")
         bp.enabled = enabled
         self._sync_hooks()
+
+    # ------------------------------------------------------------------ watchpoints
+    def watch(self, target, size: int = 8, kind: str = "write") -> Watchpoint:
+        """Watch ``size`` bytes (1, 2, 4 or 8) at an address or ``*EXPR``/symbol:
+        ``kind`` ``"write"``, ``"read"`` or ``"access"``.  The stop comes after the
+        accessing instruction (x86 debug registers trap after it)."""
+        if kind not in WATCH_KINDS:
+            raise StepperError(f"watchpoint kind must be one of {', '.join(WATCH_KINDS)}")
+        if size not in (1, 2, 4, 8):
+            raise StepperError(f"Cannot watch {size} bytes: 1, 2, 4 or 8.")
+        addr = self.resolve(target)
+        if self.machine.mem.find_vma(addr) is None or self.machine.mem.find_vma(addr + size - 1) is None:
+            raise StepperError(f"Cannot watch {addr:#x}: not mapped.")
+        wp = Watchpoint(self._next_number, addr, size, kind)
+        self._next_number += 1
+        self.watchpoints[wp.number] = wp
+        self._sync_watch_hooks()
+        return wp
+
+    def unwatch(self, number: int) -> None:
+        if self.watchpoints.pop(number, None) is None:
+            raise StepperError(f"No watchpoint number {number}.")
+        self._sync_watch_hooks()
+
+    def _sync_watch_hooks(self) -> None:
+        """A read and a write hook on each watched range (a read watchpoint needs the
+        write hook too: a stopped instruction's writes are undone, see :meth:`_on_mem`)."""
+        m = self.machine
+        proc = getattr(m, "main_process", m.process)
+        want = {(wp.address, wp.size) for wp in self.watchpoints.values() if wp.enabled}
+        for key in [k for k in self._watch_hooks if k not in want]:
+            for hook in self._watch_hooks.pop(key):
+                m.remove_hook(hook)
+        for addr, size in want:
+            if (addr, size) not in self._watch_hooks:
+                # Unicorn matches an access by its first byte: start early enough
+                # for the widest access (16 bytes) that can reach the watched bytes
+                lo = max(0, addr - _ACCESS_REACH)
+                self._watch_hooks[(addr, size)] = [
+                    m.add_mem_hook(self._on_mem, lo, addr + size - 1, access=a, process=proc)
+                    for a in ("read", "write")]
+
+    def _on_mem(self, access: str, addr: int, size: int, _value) -> None:
+        """A guest access to a watched range.  In a free run the hit stops the machine;
+        Unicorn then restarts the instruction on resume, so a write it already made is
+        undone (its old bytes, read here before the store) and the instruction is
+        single-stepped once by :meth:`_finish_watch`.  The kernel model's own accesses
+        (trampolines) are not the program's."""
+        if not self._armed and not self._watch_armed_step:
+            return
+        m = self.machine
+        first = self._watch_hit is None
+        if first:
+            vma = m.mem.find_vma(m.pc)
+            utask = m.task.utask
+            if vma is not None and vma.special and vma.name in _TRANSITIONAL_VMAS and \
+                    (utask is None or utask.state != "sstep"):    # the XOL step is the program's
+                return
+            wp = next((w for w in self.watchpoints.values() if w.enabled and w.covers(addr, size)
+                       and w.kind in (access, "access")), None)
+            if wp is None:
+                return
+            self._watch_hit = (wp, addr)
+        if self._watch_stop:
+            if access == "write":
+                self._watch_undo.append((addr, m.mem.read(addr, size)))
+            if first:
+                m.stop("watchpoint")
 
     def _sync_hooks(self) -> None:
         # hooks live on the main process's CPU (like gdb's default: the parent is
@@ -268,18 +382,28 @@ class Stepper:
             self.machine.stop("goal")
 
     # ------------------------------------------------------------------ verbs
-    def step(self, count: int = 1) -> StopEvent:
-        """Execute ``count`` guest instructions (gdb ``stepi``).  A probed instruction
-        counts as one: its handlers run once and the step lands where the unprobed
-        instruction would."""
+    def step(self, count: int = 1, task=None) -> StopEvent:
+        """Execute ``count`` guest instructions (gdb ``stepi``) of ``task`` (default:
+        the current one).  A probed instruction counts as one: its handlers run once
+        and the step lands where the unprobed instruction would.  A watched access
+        ends the step after its instruction."""
         self.require_alive()
+        if task is not None and task is not self.machine.task:
+            self.machine.select_task(task)
         done = 0
         for i in range(count):
             before = self.insns
-            res = self._step_insn()
+            self._watch_hit = None
+            self._watch_armed_step = True
+            try:
+                res = self._step_insn()
+            finally:
+                self._watch_armed_step = False
             done += self.insns - before
             if res is not None:
                 return self._terminal(res, "step", insns=done)
+            if self._watch_hit is not None:
+                return self._watch_event("step", done)
             if i + 1 < count:
                 bp = self._enabled_bp_at(self.rip)
                 if bp is not None:
@@ -327,6 +451,18 @@ class Stepper:
         self.require_alive()
         return self._resume("cont")
 
+    def detach(self) -> RunResult:
+        """Forget every breakpoint and watchpoint and let the guest run on to its end
+        (a debugger's detach), under the free-run budget and timeout."""
+        self.require_alive()
+        self.breakpoints.clear()
+        self.watchpoints.clear()
+        self._sync_hooks()
+        self._sync_watch_hooks()
+        result = self.machine.run(max_insns=self.max_insns, timeout=self.timeout)
+        self.exited = bool(self.machine.exited)
+        return result
+
     # ------------------------------------------------------------------ machinery
     def require_alive(self, message: str = "The program is not being run.") -> None:
         if self.exited:
@@ -367,22 +503,31 @@ class Stepper:
         rip = self.rip
         if self._enabled_bp_at(rip) is not None or (goal is not None and goal[0] == rip):
             before = self.insns
-            res = self._step_insn()          # step off without triggering it
+            self._watch_hit, self._watch_armed_step = None, True
+            try:
+                res = self._step_insn()      # step off without triggering it
+            finally:
+                self._watch_armed_step = False
             insns = self.insns - before
             if res is not None:
                 return self._terminal(res, verb, insns=insns)
+            if self._watch_hit is not None:
+                return self._watch_event(verb, insns)
             if goal is not None and self._goal_met(goal):
                 return self._event("step", verb, insns=insns)
         self._goal = goal
         self._hit = None
+        self._watch_hit, self._watch_undo = None, []
         self._sync_hooks()
-        self._armed = True
+        self._armed = self._watch_stop = True
         try:
             result = m.run(max_insns=self.max_insns, timeout=self.timeout)
         finally:
-            self._armed = False
+            self._armed = self._watch_stop = False
             self._goal = None
             self._sync_hooks()
+        if result.reason == "stopped" and self._watch_hit is not None:
+            return self._finish_watch(verb, insns)
         if result.reason == "stopped" and self._hit is not None:
             kind, bp = self._hit
             self._hit = None
@@ -390,6 +535,28 @@ class Stepper:
                 return self._event("breakpoint", verb, bp=bp)
             return self._event("step", verb)
         return self._terminal(result, verb)
+
+    def _finish_watch(self, verb: str, insns) -> StopEvent:
+        """The free run stopped inside the accessing instruction: undo what it wrote,
+        then execute it once (trap after, as the debug registers report)."""
+        hit = self._watch_hit
+        for addr, old in reversed(self._watch_undo):
+            self.machine.mem.write(addr, old)
+        self._watch_undo = []
+        before = self.insns
+        res = self._step_insn()
+        self._watch_hit = hit
+        if res is not None:
+            return self._terminal(res, verb, insns=insns)
+        return self._watch_event(verb, None if insns is None else insns + self.insns - before)
+
+    def _watch_event(self, verb: str, insns) -> StopEvent:
+        wp, addr = self._watch_hit
+        self._watch_hit = None
+        wp.hits += 1
+        ev = self._event("watchpoint", verb, insns=insns)
+        ev.watchpoint, ev.data_addr = wp, addr
+        return ev
 
     def _transitional(self, rip: int) -> bool:
         """rip is somewhere the kernel model, not the guest program, put it."""
@@ -475,6 +642,82 @@ class Stepper:
                 out[vaddr] = uprobe
         self._sites = (len(up.tree), out)
         return out
+
+    def shadows(self, addr: int = 0, n: int = 1 << 64) -> list[tuple[int, bytes, str]]:
+        """``[(address, program bytes, what)]`` where the kernel model changed the
+        process's memory, for the ones reaching into ``[addr, addr + n)``: each probe
+        site holding its int3 (the probed instruction from the file, as the uprobe
+        copied it) or its optimized call (the whole nop), each return address the
+        uretprobe hijacked on a stack (the original return address)."""
+        m = self.machine
+        optimizer = m.kernel.optimizer
+        out = []
+        for vaddr, uprobe in self.probe_sites().items():
+            if not addr - 16 < vaddr < addr + n:
+                continue
+            orig = uprobe.file.read(uprobe.offset, MAX_INSN_BYTES)
+            optimized = optimizer.is_optimized(m.process, uprobe, vaddr)
+            size = optimizer.design.size if optimized else self.disasm.decode_bytes(vaddr, orig).size
+            try:
+                now = m.mem.read(vaddr, size)
+            except GuestFault:
+                continue
+            if now != orig[:size] and (optimized or now[:1] == b"\xcc"):
+                out.append((vaddr, orig[:size], "a probed instruction"))
+        return out + [(slot, ret, "a hijacked return address") for slot, ret in self._hijacked_slots()
+                      if addr - 8 < slot < addr + n]
+
+    def _hijacked_slots(self) -> list[tuple[int, bytes]]:
+        """Stack slots holding the uretprobe trampoline in place of a return address."""
+        m = self.machine
+        mm = m.process.mm_uprobes
+        if mm is None or mm.xol_area is None:
+            return []
+        tramp = mm.xol_area.vaddr.to_bytes(8, "little")
+        out = []
+        for task in m.process.tasks:
+            utask = task.utask
+            for ri in (utask.return_instances if utask is not None else ()):
+                try:
+                    if m.mem.read(ri.stack, 8) == tramp:
+                        out.append((ri.stack, (ri.orig_ret_vaddr & _MASK).to_bytes(8, "little")))
+                except GuestFault:
+                    continue
+        return out
+
+    def read_program(self, addr: int, n: int) -> bytes:
+        """``n`` bytes at ``addr`` as the program has them (see :meth:`shadows`); the
+        raw bytes are ``machine.mem.read``.  Raises GuestFault where nothing is mapped."""
+        data = bytearray(self.machine.mem.read(addr, n))
+        for where, prog, _ in self.shadows(addr, n):
+            lo, hi = max(addr, where), min(addr + n, where + len(prog))
+            if lo < hi:
+                data[lo - addr:hi - addr] = prog[lo - where:hi - where]
+        return bytes(data)
+
+    def write_program(self, addr: int, data: bytes) -> None:
+        """A debugger write (ptrace POKEDATA: FOLL_FORCE, into the process's copy).
+        Where the kernel model changed memory (:meth:`shadows`) the write may only
+        repeat the program's bytes, which stay shadowed: changing a probed instruction
+        would leave the probe executing the file's copy out of line (or, over the int3,
+        silently disarm it), and changing a hijacked return address would lose the
+        return instance.  Raises StepperError then, GuestFault where nothing is mapped."""
+        data = bytes(data)
+        end = addr + len(data)
+        keep = []
+        for where, prog, what in self.shadows(addr, len(data)):
+            lo, hi = max(addr, where), min(end, where + len(prog))
+            if lo >= hi:
+                continue
+            if data[lo - addr:hi - addr] != prog[lo - where:hi - where]:
+                raise StepperError(f"Cannot write {where:#x}: it would change {what} "
+                                   "the uprobes model keeps there.")
+            keep.append((lo, hi))
+        pos = addr
+        for lo, hi in sorted(keep) + [(end, end)]:
+            if pos < lo:
+                self.machine.mem.text_poke(pos, data[pos - addr:lo - addr], count=False)
+            pos = max(pos, hi)
 
     def _text_written(self, start: int, end: int) -> None:
         self._sites = None
@@ -644,6 +887,25 @@ class Stepper:
         return gdb_label(self.machine, addr)
 
 
+class ProgramDisassembler(Disassembler):
+    """A disassembler of the program's own bytes (``read(addr, n)``, e.g.
+    :meth:`Stepper.read_program`): a probe site decodes as the probed instruction."""
+
+    def __init__(self, machine, read):
+        super().__init__(machine)
+        self._read = read
+
+    def _fetch(self, addr: int) -> bytes:
+        try:
+            return self._read(addr, MAX_INSN_BYTES)
+        except GuestFault:
+            pass
+        vma = self.mem.find_vma(addr)
+        if vma is None:
+            raise GuestFault(addr, "read")
+        return self._read(addr, min(MAX_INSN_BYTES, vma.end - addr))
+
+
 # =============================================================================== expressions
 
 def _evaluate(stepper: Stepper, expr: str) -> tuple[int, str]:
@@ -703,4 +965,5 @@ def _term(stepper: Stepper, term: str) -> tuple[int, str]:
     except SymbolError:
         raise StepperError(f'No symbol "{name}" in current context.') from None
 
-__all__ = ["Stepper", "StopEvent", "Breakpoint", "Frame", "StepperError", "DEFAULT_TIMEOUT"]
+__all__ = ["Stepper", "StopEvent", "Breakpoint", "Watchpoint", "Frame", "StepperError",
+           "ProgramDisassembler", "WATCH_KINDS", "DEFAULT_TIMEOUT"]

@@ -17,7 +17,7 @@ import sys
 
 from emu.disasm import annotation, symbol_of
 from emu.errors import EmuError
-from emu.frontends.cli import add_cli_events, make_machine
+from emu.frontends.cli import add_cli_events, add_events_option, events_output, make_machine
 from emu.frontends.stepper.engine import Stepper, StepperError, StopEvent
 from emu.frontends.stepper.format import gdb_label, natural, signed
 from emu.memory import GuestFault
@@ -40,6 +40,8 @@ Commands (gdb-like):
   finish                    run until the current function returns
   until LOCATION            run until LOCATION (also: advance)
   b, break SYMBOL|*ADDR     breakpoint (never a uprobe; memory is not changed)
+  watch|rwatch|awatch EXPR  stop after a write / read / access of the 8 bytes at EXPR
+                            (a sized data symbol: its size)
   delete [N...]             delete breakpoints (all without N)
   info registers [REG...]   registers in gdb's layout (i r)
   info breakpoints          breakpoints (i b)
@@ -67,6 +69,7 @@ class StepperShell:
         self.history = 0                     # gdb's $N value history counter
         self.quit = False
         self._x_last = ("x", 4)
+        self._watch_values: dict[int, int] = {}   # watchpoint number -> value last shown
         self.errors = 0
         self.interactive = False
         self._commands = {
@@ -83,6 +86,7 @@ class StepperShell:
             "bt": self.cmd_bt, "backtrace": self.cmd_bt, "where": self.cmd_bt,
             "p": self.cmd_print, "print": self.cmd_print,
             "set": self.cmd_set,
+            "watch": self.cmd_watch, "rwatch": self.cmd_rwatch, "awatch": self.cmd_awatch,
             "probe": self.cmd_probe,
             "q": self.cmd_quit, "quit": self.cmd_quit,
             "help": self.cmd_help, "h": self.cmd_help,
@@ -175,9 +179,9 @@ class StepperShell:
         label = gdb_label(self.m, addr)
         mark = "=> " if current else "   "
         text = insn.text + annotation(insn, lambda a: gdb_label(self.m, a))
-        orig = self.s.original_insn(addr)
-        if orig.bytes != insn.bytes[:orig.size]:
-            text += f"        # uprobe site: {orig.text}"
+        raw = self.s.raw_disasm.decode(addr)
+        if raw.bytes != insn.bytes[:raw.size]:
+            text += f"        # uprobe site, in memory: {raw.text}"
         return f"{mark}{addr:#x}{f' <{label}>' if label else ''}:\t{text}"
 
     def report(self, ev: StopEvent) -> None:
@@ -186,7 +190,7 @@ class StepperShell:
             code = ev.exit_code or 0
             pid = getattr(self.m, "main_process", self.m.process).pid
             if code:
-                self._p(f"[Inferior 1 (process {pid}) exited with code {code:02o}]")
+                self._p(f"[Inferior 1 (process {pid}) exited with code 0{code:o}]")
             else:
                 self._p(f"[Inferior 1 (process {pid}) exited normally]")
             return
@@ -199,6 +203,9 @@ class StepperShell:
         if ev.reason == "breakpoint":
             self._p()
             self._p(f"Breakpoint {ev.breakpoint.number}, {self._where(ev.rip)}")
+        elif ev.reason == "watchpoint":
+            self._report_watch(ev)
+            self._p(self._where(ev.rip))
         elif ev.reason == "stopped":
             self._p()
             self._p(f"Program stopped: {ev.detail}.")
@@ -294,10 +301,15 @@ class StepperShell:
 
     def _info_breakpoints(self) -> None:
         bps = list(self.s.breakpoints.values())
-        if not bps:
+        wps = list(self.s.watchpoints.values())
+        if not bps and not wps:
             self._p("No breakpoints or watchpoints.")
             return
         self._p("Num     Type           Disp Enb Address            What")
+        for wp in wps:
+            kind = {"write": "hw watchpoint", "read": "read watchpoint", "access": "acc watchpoint"}
+            self._p(f"{wp.number:<7} {kind[wp.kind]:<14} keep {'y' if wp.enabled else 'n'}"
+                    f"{'':22}{wp.label or f'*{wp.address:#x}'}")
         for bp in bps:
             label = gdb_label(self.m, bp.address)
             what = f"<{label}>" if label else ""
@@ -318,7 +330,7 @@ class StepperShell:
                 self._p(self._xi_line(addr, addr == rip))
                 addr += self.s.disasm.decode(addr).size
             return
-        data = self.m.mem.read(addr, count * size)      # raises GuestFault as gdb's error
+        data = self.s.read_program(addr, count * size)    # raises GuestFault as gdb's error
         per = _X_PER_LINE[size]
         for i in range(0, count, per):
             a = addr + i * size
@@ -349,10 +361,10 @@ class StepperShell:
         for insn in d.range(start, end):
             line = d.format(insn)
             if insn.address in sites:
-                up = sites[insn.address]
-                orig = d.decode_bytes(insn.address, up.file.read(up.offset, 15))
-                first, nl, more = line.partition("\n")
-                line = f"{first}        # uprobe site: {orig.text}" + nl + more
+                raw = self.s.raw_disasm.decode(insn.address)
+                if raw.bytes != insn.bytes[:raw.size]:
+                    first, nl, more = line.partition("\n")
+                    line = f"{first}        # uprobe site, in memory: {raw.text}" + nl + more
             mark = "=> " if insn.address == rip else "   "
             self._p("\n".join(mark + part if k == 0 else "   " + part
                               for k, part in enumerate(line.split("\n"))))
@@ -430,6 +442,51 @@ class StepperShell:
             where = f" <{label}>" if label else ""
             self._p(f"{n:<7} {'y' if uc.enabled else 'n'}   {hits:<10} {addr}{where} {name} ({kind})")
 
+    def _watch(self, arg: str, kind: str) -> None:
+        if not arg:
+            raise StepperError("Argument required (expression to compute).")
+        size = 8
+        name = arg[1:] if arg.startswith("&") else arg
+        exe = self.m.process.exe
+        sym = exe.elf.symbols.get(name) if exe is not None and exe.elf is not None else None
+        if sym is not None and sym.size in (1, 2, 4, 8):
+            size = sym.size
+        wp = self.s.watch(arg if sym is None else f"*{self.m.resolve(name):#x}", size, kind)
+        wp.label = arg
+        self._watch_values[wp.number] = self._watch_value(wp)
+        title = {"write": "Hardware watchpoint", "read": "Hardware read watchpoint",
+                 "access": "Hardware access (read/write) watchpoint"}[kind]
+        self._p(f"{title} {wp.number}: {arg}")
+
+    def cmd_watch(self, arg: str) -> None:
+        self._watch(arg, "write")
+
+    def cmd_rwatch(self, arg: str) -> None:
+        self._watch(arg, "read")
+
+    def cmd_awatch(self, arg: str) -> None:
+        self._watch(arg, "access")
+
+    def _watch_value(self, wp) -> int:
+        return int.from_bytes(self.s.read_program(wp.address, wp.size), "little")
+
+    def _report_watch(self, ev: StopEvent) -> None:
+        """gdb's report of a watchpoint trigger: Old/New for a change, else Value."""
+        wp = ev.watchpoint
+        old, new = self._watch_values.get(wp.number), self._watch_value(wp)
+        self._watch_values[wp.number] = new
+        title = {"write": "Hardware watchpoint", "read": "Hardware read watchpoint",
+                 "access": "Hardware access (read/write) watchpoint"}[wp.kind]
+        self._p()
+        self._p(f"{title} {wp.number}: {wp.label or f'*{wp.address:#x}'}")
+        self._p()
+        if wp.kind != "read" and old != new:
+            self._p(f"Old value = {old}")
+            self._p(f"New value = {new}")
+        else:
+            self._p(f"Value = {new}")
+        self._p()
+
     def cmd_quit(self, arg: str) -> None:
         self.quit = True
 
@@ -474,6 +531,7 @@ def add_cli(sub, add_machine_options) -> None:
     p.add_argument("program", metavar="PROGRAM")
     p.add_argument("args", nargs="*", metavar="ARGS")
     add_machine_options(p)
+    add_events_option(p, "stdout")
     p.add_argument("-x", "--command", dest="scripts", action="append", default=[], metavar="FILE",
                    help="run the commands in FILE first (repeatable)")
     p.set_defaults(func=cmd_step)
@@ -488,15 +546,16 @@ def cmd_step(args) -> int:
         except OSError as e:
             raise EmuError(f"cannot read command file {path!r}: {e.strerror}") from None
     m = make_machine(args, own_stdin=False)     # the stepper reads its commands from stdin
-    if args.event:
-        add_cli_events(m, args, sys.stdout)
-    stepper = Stepper(m, max_insns=args.max_insns or None, timeout=args.timeout or None)
-    shell = StepperShell(stepper)
-    for lines in scripts:
-        shell.run_lines(lines)
-    if not shell.quit:
-        shell.interact(sys.stdin)
-    sys.stdout.flush()
+    with events_output(args, sys.stdout) as out:
+        if args.event:
+            add_cli_events(m, args, out)
+        stepper = Stepper(m, max_insns=args.max_insns or None, timeout=args.timeout or None)
+        shell = StepperShell(stepper)
+        for lines in scripts:
+            shell.run_lines(lines)
+        if not shell.quit:
+            shell.interact(sys.stdin)
+        sys.stdout.flush()
     return 0
 
 __all__ = ["StepperShell", "HELP", "add_cli", "cmd_step"]
