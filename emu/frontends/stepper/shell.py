@@ -387,6 +387,7 @@ class StepperShell:
             if stream == "err":
                 self._flush()
                 print(line, file=self.err)
+                self.err.flush()
             else:
                 self._p(line)
 
