@@ -222,3 +222,32 @@ def test_finish_across_a_hijacked_return_lands_at_the_original_caller(unwind_gue
     got = [line for line in out if line.startswith("$1 = ")]
     assert theirs and got == theirs, f"pc after finish: gdb {theirs}, stepper {got}"
     assert hits == [shell.s.rip], f"return handler runs: expected one at {shell.s.rip:#x}, got {hits}"
+
+
+def plt_stub(prog: str) -> int:
+    """The PLT entry alloc() calls malloc through (a dynamic program)."""
+    m = Machine.from_elf(prog)
+    s = Stepper(m)
+    addr = m.resolve("alloc")
+    while s.original_insn(addr).mnemonic != "call":
+        addr = s.original_insn(addr).next
+    return int(s.original_insn(addr).op_str, 16)
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_bt_in_the_plt_follows_its_cfa_expression(unwind_guest, opt):
+    """A PLT entry's CFA is a DWARF expression of rsp and rip (``DW_CFA_def_cfa_expression``):
+    at the entry, after its ``push``, and in PLT0 the caller is alloc, as in gdb.  (Frame
+    #0's name is not compared: gdb names PLT entries ``malloc@plt``, the model's symbols
+    have no PLT names.)"""
+    prog = unwind_guest("dynamic", opt)
+    commands = [f"break *{plt_stub(prog):#x}", "run", "bt", "stepi 2", "bt", "stepi 2", "bt"]
+    theirs = backtraces(gdb_lines(prog, gdb_commands(commands)))
+    m = Machine.from_elf(prog)
+    out, err, _ = shell_lines(m, stepper_commands(commands, "dynamic"))
+    assert err == []
+    ours = backtraces(out)
+    assert len(ours) == len(theirs) == 3, f"bt listings: gdb {theirs}, stepper {ours}"
+    for k, (o, t) in enumerate(zip(ours, theirs)):
+        assert o[0][1] == t[0][1], f"bt #{k}: frame #0 at {t[0][1]:#x} (gdb), {o[0][1]:#x} (stepper)"
+        assert_same_frames([o[1:]], [t[1:]], prog, exe_range(m))

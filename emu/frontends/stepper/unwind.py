@@ -230,6 +230,7 @@ class Unwinder:
         row = table.row(link)
         if row is None:
             raise NoCfi("no FDE")
+        regs = {**regs, RA: pc}             # DW_OP_breg16 is the frame's rip (the PLT's CFA)
         rule = row["cfa"]
         if rule.expr is not None:
             cfa = evaluate(table.expression(rule.expr), regs, self._read)
@@ -253,6 +254,7 @@ class Unwinder:
         ret, slot = self._rule_value(table, ra_rule, cfa, regs)
         if ret is None:
             return None
+        caller.pop(RA, None)
         caller[RSP] = cfa
         return slot, cfa, ret, caller
 
