@@ -21,10 +21,18 @@ machine exactly as in ``Machine.run``.  No Python per-instruction hook is instal
 A ``rep``-prefixed string instruction steps once per iteration, as the hardware's trap
 flag does.
 
-Frames (``bt``, ``finish``) follow the frame-pointer chain (``push rbp; mov rbp, rsp``
-prologues), with a prologue check for the innermost frame; frameless functions are
-assumed not to have pushed anything.  A saved return address that is the uretprobe
-trampoline is replaced by the return instance's original return address.
+Frames (``bt``, ``finish``) are unwound with each mapped file's ``.eh_frame`` CFI at any
+instruction (:mod:`emu.frontends.stepper.unwind`); a file without CFI falls back to the
+frame-pointer chain (``push rbp; mov rbp, rsp`` prologues, with a prologue check for the
+innermost frame; frameless functions are assumed not to have pushed anything).  A saved
+return address that is the uretprobe trampoline is replaced by the return instance's
+original return address.  As in gdb, frames end at ``main`` unless :attr:`Stepper.past_main`
+(``set backtrace past-main on``), so ``finish`` out of ``main`` needs it too.
+
+An exec of the followed process is followed as gdb's ``follow-exec-mode same`` does
+(:meth:`Stepper.follow_exec`): the stepper goes on in the new image, breakpoints re-set
+from their locations, and gdb's ``process N is executing new program: PATH`` is queued
+for the front end (:meth:`Stepper.take_exec_notes`).
 
 Expressions (``*EXPR`` locations, ``p``, ``x``) are gdb's small subset: ``$reg``, numbers and
 symbols joined by ``+`` and ``-``, typed the way gdb types them (:meth:`Stepper.evaluate_typed`).
@@ -50,6 +58,7 @@ _TRANSITIONAL_VMAS = ("[uprobes]", "[uprobes-trampoline]")
 _STUCK = 100_000                         # hidden instructions before we call a step stuck
 _EXECVE, _EXECVEAT = 59, 322
 _EXEC_STOP = "exec of the followed process"
+_MAX_EXEC_NOTES = 256                    # exec messages kept until a front end takes them
 DEFAULT_TIMEOUT = 120.0                  # seconds of each free run
 
 
@@ -646,6 +655,7 @@ class Stepper:
         path = (exe.d_path or exe.path) if exe is not None else "?"
         self.exec_notes.append(("out", f"process {proc.pid} is executing new program: {path}"))
         self._reset_breakpoints()
+        del self.exec_notes[:-_MAX_EXEC_NOTES]          # nobody reads them (a gdb stub)
         self._sync_hooks()
         return True
 
