@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import cli
 from emu import Machine
 from emu.elf import image_of
 from emu.frontends.stepper import Stepper, StepperShell
@@ -251,3 +252,19 @@ def test_bt_in_the_plt_follows_its_cfa_expression(unwind_guest, opt):
     for k, (o, t) in enumerate(zip(ours, theirs)):
         assert o[0][1] == t[0][1], f"bt #{k}: frame #0 at {t[0][1]:#x} (gdb), {o[0][1]:#x} (stepper)"
         assert_same_frames([o[1:]], [t[1:]], prog, exe_range(m))
+
+
+@pytest.mark.parametrize("link", ["static", "dynamic"])
+def test_uprobe_emu_step_from_stdin_shows_gdbs_frames_with_a_return_probe(unwind_guest, link):
+    """`uprobe-emu step PROG -e 'r:...'` fed through stdin: with return probes pending on
+    big_frame and main, the frames in leaf are gdb's (no probes natively), past main too."""
+    prog = unwind_guest(link, "-O2")
+    commands = ["break *leaf", "run", "stepi", "bt", "finish", "bt"]
+    theirs = backtraces(gdb_lines(prog, gdb_commands(commands)))
+    script = "\n".join(stepper_commands(commands, link)) + "\n"
+    p = cli("step", prog, "-e", "r:t/rb big_frame", "-e", "r:t/rm main", input=script.encode())
+    assert p.returncode == 0 and p.stderr == b"", (p.returncode, p.stderr)
+    m = Machine.from_elf(prog)
+    Stepper(m).run_until("leaf")
+    assert_same_frames(backtraces(p.stdout.decode().splitlines()), theirs, prog, exe_range(m))
+    assert p.stdout.decode().count("[uretprobe pending") == 2 + 2, p.stdout.decode()
