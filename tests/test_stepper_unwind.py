@@ -26,7 +26,7 @@ from emu.frontends.stepper import Stepper, StepperShell
 C_SOURCE = Path(__file__).parent / "c" / "unwind.c"
 GDB_PREAMBLE = ["set debuginfod enabled off", "set debug-file-directory /nonexistent",
                 "set backtrace past-main on"]
-FRAME = re.compile(r"^#(\d+)\s+(?:(0x[0-9a-f]+) in )?(\S+) \(")
+FRAME = re.compile(r"^#(\d+)\s+(?:(?:(0x[0-9a-f]+) in )?(\S+) \(|(<signal handler called>))")
 
 
 def _tool(name: str) -> str:
@@ -91,7 +91,7 @@ def backtraces(lines: list[str]) -> list[list[tuple[str, int | None]]]:
         if m.group(1) == "0" or cur is None:
             cur = []
             out.append(cur)
-        cur.append((m.group(3), int(m.group(2), 16) if m.group(2) else None))
+        cur.append((m.group(3) or m.group(4), int(m.group(2), 16) if m.group(2) else None))
     return out
 
 
@@ -141,16 +141,17 @@ def gdb_commands(commands: list[str]) -> list[str]:
 
 
 def stepper_commands(commands: list[str], link: str) -> list[str]:
-    cmds = ["set backtrace past-main on"] + commands
+    # the stepper never stops for a guest's signal (gdb: handle SIG nostop noprint pass)
+    cmds = ["set backtrace past-main on"] + [c for c in commands if not c.startswith("handle ")]
     if link == "static":
         cmds = [c.replace("{malloc}", "malloc") for c in cmds]
     return cmds
 
 
-def compare(unwind_guest, link, opt, commands, probes=()):
+def compare(unwind_guest, link, opt, commands, probes=(), args=()):
     prog = unwind_guest(link, opt)
-    theirs = backtraces(gdb_lines(prog, gdb_commands(commands)))
-    m = Machine.from_elf(prog)
+    theirs = backtraces(gdb_lines(prog, gdb_commands(commands), args))
+    m = Machine.from_elf(prog, argv=[prog, *args])
     hits = []
     for sym in probes:
         m.uprobes.register(sym, ret_handler=lambda ctx, s=sym: hits.append((s, ctx.regs.rip)))
@@ -164,6 +165,19 @@ def compare(unwind_guest, link, opt, commands, probes=()):
 @pytest.mark.parametrize("link,opt", BUILDS, ids=[f"{a}{b}" for a, b in BUILDS])
 def test_bt_matches_gdb(unwind_guest, link, opt, case):
     compare(unwind_guest, link, opt, CASES[case])
+
+
+@pytest.mark.parametrize("link,opt", BUILDS, ids=[f"{a}{b}" for a, b in BUILDS])
+def test_bt_through_a_signal_frame_matches_gdb(unwind_guest, link, opt):
+    """A handler's caller is gdb's ``<signal handler called>`` frame (the restorer),
+    unwound from the rt_sigframe's saved registers to raise() and on; from the restorer
+    itself (after finish) too."""
+    out, _, _ = compare(unwind_guest, link, opt,
+                        ["handle SIGUSR1 nostop noprint pass", "break *on_usr1", "run", "bt", "stepi",
+                         "bt", "finish", "bt"], args=("signal",))
+    listings = backtraces(out)
+    assert listings[0][1][0] == "<signal handler called>", listings[0]
+    assert any(b[0][0] == "<signal handler called>" for b in listings), listings   # in the restorer
 
 
 # under pending return probes: the frames gdb sees natively (no probes there)

@@ -1,7 +1,9 @@
 /* Frames for the stepper's CFI unwinder: a leaf without a frame, a function whose
  * prologue moves rsp (a large local array), malloc reached from main through a helper,
  * and, with argv[1] = "exec", an execve of argv[2] (default: the program itself) with
- * argv[1] = "again", which returns through again() and leaf(). */
+ * argv[1] = "again", which returns through again() and leaf(); with argv[1] = "signal",
+ * a SIGUSR1 handler runs on top of raise() called from signalled(). */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +31,21 @@ __attribute__((noinline)) int again(int argc) {
     return leaf(argc) + 1;
 }
 
+__attribute__((noinline)) void on_usr1(int sig) {
+    asm volatile("" ::: "memory");
+    (void)sig;
+}
+
+__attribute__((noinline)) int signalled(int x) {
+    raise(SIGUSR1);
+    return x + 1;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "signal") == 0) {
+        signal(SIGUSR1, on_usr1);
+        return signalled(argc) & 1;
+    }
     if (argc > 1 && strcmp(argv[1], "exec") == 0) {
         const char *path = argc > 2 ? argv[2] : argv[0];
         char *args[] = {(char *)path, "again", NULL};

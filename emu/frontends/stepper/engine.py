@@ -120,6 +120,7 @@ class Frame:
     uretprobe: bool = False
     slot: int | None = None             # where this frame's return address is saved
     cfa: int | None = None              # the caller's rsp once this frame has returned
+    signal: bool = False                # a signal delivery's frame (gdb: <signal handler called>)
 
 
 # =============================================================================== engine

@@ -364,6 +364,9 @@ class StepperShell:
         limit = self._count(arg) if arg else 64
         for f in self.s.backtrace(max_frames=limit):
             note = "  [uretprobe pending: saved return address is the trampoline]" if f.uretprobe else ""
+            if f.signal:
+                self._p(f"#{f.level:<2} <signal handler called>{note}")
+                continue
             self._p(f"#{f.level:<2} {f.pc:#018x} in {f.function or '??'} (){self._from(f.pc)}{note}")
 
     def _from(self, pc: int) -> str:

@@ -16,6 +16,10 @@ the task's pending return instance, as the kernel's ``fixup_uretprobe_trampoline
 ``utask->return_instances`` order, newest first (an instance whose ``stack`` is the very
 slot wins, so one left behind by a longjmp is skipped).
 
+A signal frame (the restorer the handler returns to: ``mov rax, 15; syscall``) is
+unwound from the rt_sigframe's saved registers, and the frame it interrupted is looked up
+at its exact pc, as gdb's amd64-linux sigtramp unwinder does.
+
 The walk stops where gdb's does: at an FDE whose return address rule is undefined
 (glibc's ``_start``), at the program's entry function (gdb's ``backtrace past-entry
 off``), after ``main`` unless ``past_main`` (gdb's ``backtrace past-main``), and at a
@@ -32,15 +36,21 @@ from elftools.dwarf.callframe import FDE, RegisterRule
 from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.elf.elffile import ELFFile
 
+from types import SimpleNamespace
+
 from emu.disasm import symbol_of
 from emu.elf import image_of, link_vaddr
 from emu.memory import PROT_EXEC, GuestFault
+from emu.signal_frames import SIGCONTEXT_OFFSET, SIGCONTEXT_REGS
 
 _MASK = 0xFFFFFFFFFFFFFFFF
 # the x86-64 psABI's DWARF register numbers: 0-15 the general registers, 16 the return address
 DWARF_GPRS = ("rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp",
               "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15")
 RBP, RSP, RA = 6, 7, 16
+# the signal restorer (glibc's __restore_rt): mov rax, 15 (rt_sigreturn); syscall - the
+# bytes gdb's amd64_linux_sigtramp_p looks for
+SIGTRAMP_CODE = bytes.fromhex("48c7c00f000000" "0f05")
 
 
 class NoCfi(Exception):
@@ -219,11 +229,13 @@ class Unwinder:
             return None, None
         raise NoCfi(f"rule {kind}")                 # SAME_VALUE/ARCHITECTURAL: handled by caller
 
-    def cfi_step(self, pc: int, regs: dict, innermost: bool):
+    def cfi_step(self, pc: int, regs: dict, exact: bool):
         """Unwind one frame with CFI: ``(slot, cfa, return address, caller's registers)``,
         or None when the CFI says this is the outermost frame (return address undefined).
-        Raises :class:`NoCfi` when there is no FDE for the pc or a rule cannot be followed."""
-        found = self.table_at(pc if innermost else pc - 1)
+        ``exact``: the pc is where the frame stopped (the innermost frame, one a signal
+        interrupted), not a return address.  Raises :class:`NoCfi` when there is no FDE
+        for the pc or a rule cannot be followed."""
+        found = self.table_at(pc if exact else pc - 1)
         if found is None:
             raise NoCfi("no ELF")
         table, link = found
@@ -258,12 +270,35 @@ class Unwinder:
         caller[RSP] = cfa
         return slot, cfa, ret, caller
 
+    # ------------------------------------------------------------------ signal frames
+    def is_sigtramp(self, pc: int) -> bool:
+        """``pc`` is in the signal restorer (at its ``mov`` or its ``syscall``): the frame
+        is a signal delivery's (gdb's SIGTRAMP_FRAME, "<signal handler called>")."""
+        for start in (pc, pc - 7):
+            try:
+                if self.machine.mem.read(start, len(SIGTRAMP_CODE)) == SIGTRAMP_CODE:
+                    return True
+            except GuestFault:
+                pass
+        return False
+
+    def sigtramp_step(self, regs: dict):
+        """Unwind a signal frame: the interrupted registers are the rt_sigframe's
+        ``uc.uc_mcontext`` at the frame's rsp (the handler's ``ret`` popped pretcode), as
+        ``restore_sigcontext`` reloads them and gdb's amd64_linux_sigcontext_addr finds
+        them.  The return "slot" is the saved rip."""
+        base = regs[RSP] + SIGCONTEXT_OFFSET
+        saved = {name: self._read(base + 8 * i) for i, name in enumerate(SIGCONTEXT_REGS[:17])}
+        caller = {i: saved[name] for i, name in enumerate(DWARF_GPRS)}
+        return base + 8 * SIGCONTEXT_REGS.index("rip"), saved["rsp"], saved["rip"], caller
+
     # ------------------------------------------------------------------ heuristics
-    def heuristic_step(self, regs: dict, innermost: bool, ptregs):
+    def heuristic_step(self, regs: dict, exact: bool, pc: int):
         """No CFI: the stepper's frame-pointer guess, as before CFI was read."""
         s = self.stepper
-        if innermost:
-            slot, rbp = s._frame0_slot(ptregs)
+        if exact:
+            slot, rbp = s._frame0_slot(SimpleNamespace(rip=pc, rsp=regs.get(RSP, 0),
+                                                       rbp=regs.get(RBP, 0)))
         else:
             slot, rbp = s._rbp_slot(regs.get(RBP, 0))
         if slot is None:
@@ -282,28 +317,25 @@ class Unwinder:
         ptregs = m.read_regs()
         regs = {i: getattr(ptregs, name) for i, name in enumerate(DWARF_GPRS)}
         pc = ptregs.rip
-        frames = [frame_type(0, pc, self._function(pc))]
+        frames = [frame_type(0, pc, self._function(pc), signal=self.is_sigtramp(pc))]
         tramp, pending = self.stepper._pending_returns()
         used: set = set()
         entry = self._entry_function()
         prev_cfa = regs[RSP]
-        innermost = True
+        exact = True
         while len(frames) < max_frames:
             f = frames[-1]
             if (f.function == "main" and not past_main) or (entry is not None and f.function == entry[0]
                                                             and self._in_exe(f.pc)):
                 break
             try:
-                try:
-                    step = self.cfi_step(pc, regs, innermost)
-                except NoCfi:
-                    step = self.heuristic_step(regs, innermost, ptregs)
+                step = self._step(f, pc, regs, exact)
             except NoCfi:
                 break
             if step is None:
                 break
             slot, cfa, ret, caller = step
-            if cfa <= prev_cfa:
+            if cfa <= prev_cfa and not f.signal:
                 break                       # not above the previous frame: corrupt stack
             via = False
             if tramp is not None and ret == tramp:
@@ -318,10 +350,22 @@ class Unwinder:
             if vma is None or not vma.prot & PROT_EXEC:
                 break
             f.slot, f.cfa = slot, cfa
-            # the call is before the return address: name the caller by ret - 1
-            frames.append(frame_type(len(frames), ret, self._function(ret - 1), via))
-            pc, regs, prev_cfa, innermost = ret, caller, cfa, False
+            # a return address follows its call: name the caller by ret - 1, but a pc a
+            # signal interrupted is exact (gdb's get_frame_address_in_block)
+            exact = f.signal
+            sig = not exact and self.is_sigtramp(ret)
+            frames.append(frame_type(len(frames), ret, self._function(ret if exact or sig else ret - 1),
+                                     via, signal=sig))
+            pc, regs, prev_cfa = ret, caller, cfa
         return frames
+
+    def _step(self, f, pc: int, regs: dict, exact: bool):
+        if f.signal:
+            return self.sigtramp_step(regs)
+        try:
+            return self.cfi_step(pc, regs, exact)
+        except NoCfi:
+            return self.heuristic_step(regs, exact, pc)
 
     def _function(self, addr: int) -> str | None:
         hit = symbol_of(self.machine, addr)
