@@ -13,6 +13,8 @@ import subprocess
 import pytest
 
 from emu import Machine
+from emu.disasm import Disassembler
+from emu.elf import image_of
 from emu.frontends.stepper import Stepper
 from test_stepper_unwind import _tool, backtraces, shell_lines, unwind_guest  # noqa: F401 (fixture)
 
@@ -96,3 +98,37 @@ def test_stepi_over_the_exec_syscall_runs_on_to_a_breakpoint_in_the_new_image(un
     want = after_exec(theirs, NOTE.match(next(x for x in theirs if NOTE.match(x))).group(1))
     got = after_exec(ours, m.main_process.pid)
     assert got == want, f"after the exec: expected (gdb)\n{want}\nactual (stepper)\n{got}"
+
+
+def first_instruction(m: Machine) -> int:
+    """Where the new image starts: the interpreter's entry (a dynamic program) or the
+    program's own."""
+    for vma in m.mem.vmas:
+        if vma.file is not None and vma.pgoff == 0 and image_of(vma.file) is not None \
+                and vma.file.elf.path.endswith(".so.2") and "ld-linux" in vma.name:
+            return vma.start + vma.file.elf.entry        # ld.so links at 0
+    exe = m.process.exe
+    return exe.elf.entry + (getattr(exe, "load_bias", 0) or 0)
+
+
+@pytest.mark.parametrize("second,opt", [("static", "-O0"), ("dynamic", "-O2")], ids=["static", "dynamic"])
+def test_a_single_step_through_the_exec_ends_at_the_new_images_entry(unwind_guest, second, opt):
+    """The engine's step() is one instruction: the exec syscall, ending at the first
+    instruction of the new image (its interpreter's for a dynamic program), decoded and
+    symbolized from the new address space; the exec is queued as gdb's note."""
+    prog, new = unwind_guest("static", "-O2"), unwind_guest(second, opt)
+    m = Machine.from_elf(prog, argv=[prog, "exec", new])
+    s = Stepper(m)
+    addr = m.resolve("execve")
+    while s.original_insn(addr).mnemonic != "syscall":
+        addr = s.original_insn(addr).next
+    s.run_until(f"*{addr:#x}")
+    ev = s.step()
+    entry = first_instruction(m)
+    assert (ev.reason, ev.insns, ev.rip) == ("step", 1, entry), \
+        f"expected a 1-insn step to {entry:#x}, got {ev.reason} {ev.insns} {ev.rip:#x}"
+    insn = s.original_insn(ev.rip)
+    assert insn.bytes == m.mem.read(ev.rip, insn.size), "decoded from the old address space"
+    fresh = Disassembler(m).symbolize(ev.rip)
+    assert s.symbolize(ev.rip) == fresh, f"symbol at the entry: expected {fresh}, got {s.symbolize(ev.rip)}"
+    assert s.take_exec_notes() == [("out", f"process {m.main_process.pid} is executing new program: {new}")]
