@@ -291,15 +291,12 @@ class Stepper:
         instruction would."""
         self.require_alive()
         done = 0
-        self._exec_followed = False
         for i in range(count):
             before = self.insns
             res = self._step_insn()
             done += self.insns - before
             if res is not None:
                 return self._terminal(res, "step", insns=done)
-            if self._exec_followed:             # gdb runs on in the new image after an exec
-                return self._resume("step")
             if i + 1 < count:
                 bp = self._enabled_bp_at(self.rip)
                 if bp is not None:
@@ -625,7 +622,7 @@ class Stepper:
         self.past_main = False
         self.exec_notes: list[tuple[str, str]] = []      # (stream "out" | "err", line)
         self._pending_bps: dict[int, Breakpoint] = {}     # not re-set in the new image
-        self._exec_followed = False
+        self.exec_followed = False                        # set at each exec followed
         proc = self._followed()
         self._image = (proc, proc.mem)
 
@@ -638,13 +635,16 @@ class Stepper:
         breakpoint hooks move to the new address space, and every breakpoint is re-set
         from its location (a symbol is looked up in the new program; one that is not
         there leaves the table, with gdb's ``Error in re-setting breakpoint N: ...``).
-        Queues gdb's ``process N is executing new program: PATH``.  True when it did."""
+        Queues gdb's ``process N is executing new program: PATH`` and sets
+        :attr:`exec_followed` (a front end clears it).  A single step that execs ends
+        at the new image's first instruction; gdb's CLI then runs on (the shell does).
+        True when it did."""
         proc, mem = self._image
         if self.exited or proc.mem is mem or proc.mem is None:
             return False
         m = self.machine
         self._image = (proc, proc.mem)
-        self._exec_followed = True
+        self.exec_followed = True
         for hook in self._hooks.values():
             m.remove_hook(hook)              # the old address space is gone
         self._hooks.clear()

@@ -210,8 +210,11 @@ class StepperShell:
         self._p(self._xi_line(ev.rip, True))
 
     def _guest_run(self, fn, *args) -> None:
+        self.s.exec_followed = False
         with self.m.interruptible():
             ev = fn(*args)
+            if self.s.exec_followed and ev.reason == "step" and fn in (self.s.step, self.s.step_over):
+                ev = self.s.cont()           # gdb 13 runs on after a stepi through an exec
         self._exec_notes()
         self.report(ev)
 
