@@ -29,10 +29,11 @@ frame whose CFA is not above the previous one (a corrupt stack).
 from __future__ import annotations
 
 import operator
+import struct
 from bisect import bisect_right
 from io import BytesIO
 
-from elftools.dwarf.callframe import FDE, RegisterRule
+from elftools.dwarf.callframe import FDE, CallFrameInfo, RegisterRule
 from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.elf.elffile import ELFFile
 
@@ -113,34 +114,83 @@ def evaluate(ops, regs: dict, read_u64, push: int | None = None) -> int:
         raise NoCfi(f"bad expression: {e}") from None
 
 
+def eh_frame_hdr_index(hdr, eh_frame) -> list[tuple[int, int]] | None:
+    """``[(function start, FDE offset in .eh_frame)]`` from ``.eh_frame_hdr``'s binary
+    search table (``PT_GNU_EH_FRAME``: what the linker writes for unwinders), sorted by
+    start; None unless it has the layout every linker writes (version 1, a 4-byte
+    ``eh_frame_ptr``, a udata4 count, ``DW_EH_PE_datarel|sdata4`` pairs)."""
+    if hdr is None or eh_frame is None:
+        return None
+    data, base = hdr.data(), hdr["sh_addr"]
+    if len(data) < 12 or data[0] != 1 or data[1] & 0x0F not in (0x03, 0x0B) or data[2] != 0x03 \
+            or data[3] != 0x3B:
+        return None
+    (count,) = struct.unpack_from("<I", data, 8)
+    if 12 + 8 * count > len(data):
+        return None
+    flat = struct.unpack_from(f"<{2 * count}i", data, 12)
+    eh_addr, eh_size = eh_frame["sh_addr"], eh_frame["sh_size"]
+    index = [(base + flat[k], base + flat[k + 1] - eh_addr) for k in range(0, 2 * count, 2)]
+    if any(not 0 <= off < eh_size for _, off in index) or \
+            any(a[0] > b[0] for a, b in zip(index, index[1:])):
+        return None
+    return index
+
+
 class CfiTable:
-    """The ``.eh_frame`` FDEs of one ELF image by link-time address; a row is decoded
-    (``FDE.get_decoded``) when first needed.  An image without usable CFI has none
-    (a malformed section is no CFI, never an error: the heuristics take over)."""
+    """The ``.eh_frame`` FDEs of one ELF image by link-time address.  With an
+    ``.eh_frame_hdr`` (every linked program and library) only the FDEs asked for are
+    parsed (pyelftools' CallFrameInfo at the offsets the header's table gives), else the
+    whole section once (``EH_CFI_entries``); a row is decoded (``FDE.get_decoded``) when
+    first needed.  An image without usable CFI has none (a malformed section is no CFI,
+    never an error: the heuristics take over)."""
 
     def __init__(self, image):
         self._starts: list[int] = []
-        self._fdes: list[tuple[int, int, FDE]] = []
+        self._targets: list = []               # per start: its FDE, or its .eh_frame offset
+        self._cfi = None                        # CallFrameInfo for the indexed lookups
+        self._fdes: dict[int, FDE | None] = {}
         self._rows: dict[int, list] = {}
         self._parser = None
         try:
             elf = ELFFile(BytesIO(image.data))
-            if elf.get_section_by_name(".eh_frame") is None:
+            eh_frame = elf.get_section_by_name(".eh_frame")
+            if eh_frame is None:
                 return
             dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False)
             if not dwarf.has_EH_CFI():
                 return
-            entries = dwarf.EH_CFI_entries()
             self._parser = DWARFExprParser(dwarf.structs)
+            index = eh_frame_hdr_index(elf.get_section_by_name(".eh_frame_hdr"), eh_frame)
+            if index is not None:
+                sec = dwarf.eh_frame_sec
+                self._cfi = CallFrameInfo(stream=sec.stream, size=sec.size, address=sec.address,
+                                          base_structs=dwarf.structs, for_eh_frame=True)
+                self._starts = [start for start, _ in index]
+                self._targets = [off for _, off in index]
+                return
+            entries = dwarf.EH_CFI_entries()
         except Exception:  # noqa: BLE001 - pyelftools raises many kinds on a bad file
             return
-        fdes = sorted((e.header.initial_location, e.header.address_range, e)
-                      for e in entries if isinstance(e, FDE) and e.header.address_range)
-        self._fdes = fdes
-        self._starts = [start for start, _, _ in fdes]
+        fdes = sorted(((e.header.initial_location, e) for e in entries
+                       if isinstance(e, FDE) and e.header.address_range), key=lambda t: t[0])
+        self._starts = [start for start, _ in fdes]
+        self._targets = [fde for _, fde in fdes]
 
     def __len__(self) -> int:
-        return len(self._fdes)
+        return len(self._starts)
+
+    def _fde(self, i: int) -> FDE | None:
+        target = self._targets[i]
+        if isinstance(target, FDE):
+            return target
+        if i not in self._fdes:
+            try:
+                entry = self._cfi._parse_entry_at(target)   # pyelftools' FDE (and CIE) parser
+            except Exception:  # noqa: BLE001 - a malformed FDE is no CFI
+                entry = None
+            self._fdes[i] = entry if isinstance(entry, FDE) else None
+        return self._fdes[i]
 
     def row(self, pc: int) -> dict | None:
         """The CFI row in effect at link-time ``pc`` (``{"cfa": CFARule, regno:
@@ -148,7 +198,10 @@ class CfiTable:
         i = bisect_right(self._starts, pc) - 1
         if i < 0:
             return None
-        start, size, fde = self._fdes[i]
+        fde = self._fde(i)
+        if fde is None:
+            return None
+        start, size = fde.header.initial_location, fde.header.address_range
         if not start <= pc < start + size:
             return None
         rows = self._rows.get(i)
