@@ -2,8 +2,9 @@
 frame information, as gdb's dwarf2 frame unwinder does.
 
 Every frame is unwound by the ``.eh_frame`` FDE of the file its pc is in (the program, a
-shared library, the interpreter), read by pyelftools (``EH_CFI_entries`` and
-``get_decoded``); the row for the pc gives the CFA and where the caller's registers and
+shared library, the interpreter), read by pyelftools (its CallFrameInfo, at the FDE
+``.eh_frame_hdr``'s search table gives, or ``EH_CFI_entries``; ``get_decoded``); the
+row for the pc gives the CFA and where the caller's registers and
 the return address are saved, so a frame is right at any instruction: in a prologue,
 after ``push``/``sub rsp``, in a leaf without a frame pointer, in ``-O2`` code.  An outer
 frame is looked up at ``pc - 1`` (inside its call instruction), as gdb does.  A file
@@ -32,12 +33,11 @@ import operator
 import struct
 from bisect import bisect_right
 from io import BytesIO
+from types import SimpleNamespace
 
 from elftools.dwarf.callframe import FDE, CallFrameInfo, RegisterRule
 from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.elf.elffile import ELFFile
-
-from types import SimpleNamespace
 
 from emu.disasm import symbol_of
 from emu.elf import image_of, link_vaddr
@@ -390,15 +390,11 @@ class Unwinder:
             slot, cfa, ret, caller = step
             if cfa <= prev_cfa and not f.signal:
                 break                       # not above the previous frame: corrupt stack
-            via = False
-            if tramp is not None and ret == tramp:
-                ri = next((r for r in pending if r.stack == slot and id(r) not in used), None)
-                if ri is None:
-                    ri = next((r for r in pending if id(r) not in used), None)
-                if ri is None:
+            via = tramp is not None and ret == tramp
+            if via:
+                ret = self._original_return(slot, pending, used)
+                if ret is None:
                     break
-                used.add(id(ri))
-                ret, via = ri.orig_ret_vaddr, True
             vma = m.mem.find_vma(ret)
             if vma is None or not vma.prot & PROT_EXEC:
                 break
@@ -412,7 +408,22 @@ class Unwinder:
             pc, regs, prev_cfa = ret, caller, cfa
         return frames
 
+    @staticmethod
+    def _original_return(slot: int, pending: list, used: set) -> int | None:
+        """The return address a hijacked slot stood for: the next pending return
+        instance in list order (fixup_uretprobe_trampoline_entries), the one whose
+        ``stack`` is this slot first; None when none is left."""
+        ri = next((r for r in pending if r.stack == slot and id(r) not in used), None)
+        if ri is None:
+            ri = next((r for r in pending if id(r) not in used), None)
+        if ri is None:
+            return None
+        used.add(id(ri))
+        return ri.orig_ret_vaddr
+
     def _step(self, f, pc: int, regs: dict, exact: bool):
+        """Unwind frame ``f``: a signal frame from its sigcontext, else by CFI, else by
+        the heuristics."""
         if f.signal:
             return self.sigtramp_step(regs)
         try:
