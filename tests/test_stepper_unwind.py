@@ -131,6 +131,7 @@ CASES = {
     "prologue-after-push": ["break *big_frame", "run", "stepi", "bt", "stepi", "bt"],
     "body-after-call": ["break *leaf", "run", "finish", "bt"],
     "finish-to-start": ["break *leaf", "run", "finish", "finish", "bt", "finish", "bt"],
+    "finish-from-prologue": ["break *big_frame", "run", "stepi", "finish", "bt"],
     "malloc-from-main": ["break *main", "run", "break {malloc}", "continue", "bt", "stepi 3", "bt"],
 }
 BUILDS = [("static", "-O0"), ("static", "-O2"), ("dynamic", "-O0"), ("dynamic", "-O2")]
