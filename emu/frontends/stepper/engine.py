@@ -31,10 +31,18 @@ machine exactly as in ``Machine.run``.  No Python per-instruction hook is instal
 A ``rep``-prefixed string instruction steps once per iteration, as the hardware's trap
 flag does.
 
-Frames (``bt``, ``finish``) follow the frame-pointer chain (``push rbp; mov rbp, rsp``
-prologues), with a prologue check for the innermost frame; frameless functions are
-assumed not to have pushed anything.  A saved return address that is the uretprobe
-trampoline is replaced by the return instance's original return address.
+Frames (``bt``, ``finish``) are unwound with each mapped file's ``.eh_frame`` CFI at any
+instruction (:mod:`emu.frontends.stepper.unwind`); a file without CFI falls back to the
+frame-pointer chain (``push rbp; mov rbp, rsp`` prologues, with a prologue check for the
+innermost frame; frameless functions are assumed not to have pushed anything).  A saved
+return address that is the uretprobe trampoline is replaced by the return instance's
+original return address.  As in gdb, frames end at ``main`` unless :attr:`Stepper.past_main`
+(``set backtrace past-main on``), so ``finish`` out of ``main`` needs it too.
+
+An exec of the followed process is followed as gdb's ``follow-exec-mode same`` does
+(:meth:`Stepper.follow_exec`): the stepper goes on in the new image, breakpoints re-set
+from their locations, and gdb's ``process N is executing new program: PATH`` is queued
+for the front end (:meth:`Stepper.take_exec_notes`).
 
 Expressions (``*EXPR`` locations, ``p``, ``x``) are gdb's small subset: ``$reg``, numbers and
 symbols joined by ``+`` and ``-``, typed the way gdb types them (:meth:`Stepper.evaluate_typed`).
@@ -42,12 +50,15 @@ symbols joined by ``+`` and ``-``, typed the way gdb types them (:meth:`Stepper.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
+from emu import events as ev
 from emu.disasm import MAX_INSN_BYTES, Disassembler, Insn, symbol_of
 from emu.errors import EmuError, SymbolError
 from emu.frontends.stepper.format import (ALIASES, INFO_REGISTERS, SEGMENTS, format_register,
                                           gdb_label, register_value, subreg)
+from emu.frontends.stepper.unwind import Unwinder
 from emu.memory import PROT_EXEC, GuestFault
 from emu.regs import PtRegs
 from emu.signals import RunResult
@@ -55,6 +66,9 @@ from emu.signals import RunResult
 _MASK = 0xFFFFFFFFFFFFFFFF
 _TRANSITIONAL_VMAS = ("[uprobes]", "[uprobes-trampoline]")
 _STUCK = 100_000                         # hidden instructions before we call a step stuck
+_EXECVE, _EXECVEAT = 59, 322
+_EXEC_STOP = "exec of the followed process"
+_MAX_EXEC_NOTES = 256                    # exec messages kept until a front end takes them
 DEFAULT_TIMEOUT = 120.0                  # seconds of each free run
 _ACCESS_REACH = 15                       # an access of up to 16 bytes may start this far before
 
@@ -139,7 +153,9 @@ class Frame:
     pc: int
     function: str | None
     uretprobe: bool = False
-    slot: int | None = None             # where the return address into this frame is saved
+    slot: int | None = None             # where this frame's return address is saved
+    cfa: int | None = None              # the caller's rsp once this frame has returned
+    signal: bool = False                # a signal delivery's frame (gdb: <signal handler called>)
 
 
 # =============================================================================== engine
@@ -179,6 +195,7 @@ class Stepper:
         self._watch_undo: list = []      # (address, old bytes) of the stopped instruction
         self._watch_armed_step = False
         machine.mem.text_write_listeners.append(self._text_written)
+        self._init_frames_and_exec()
 
     # ------------------------------------------------------------------ template methods
     def on_stop(self, event: StopEvent) -> None:
@@ -440,11 +457,13 @@ class Stepper:
         return self._resume("finish", goal=self.finish_target())
 
     def finish_target(self) -> tuple[int, int]:
-        """``(return address, stack pointer after the return)`` of the current frame."""
+        """``(return address, stack pointer after the return)`` of the current frame:
+        the caller's pc and the frame's CFA (uretprobe-aware: the original caller).
+        From ``main``, the C runtime's caller only with :attr:`past_main`, as in gdb."""
         frames = self.backtrace(max_frames=2)
         if len(frames) < 2:
             raise StepperError('"finish" not meaningful in the outermost frame.')
-        return frames[1].pc, frames[0].slot + 8
+        return frames[1].pc, frames[0].cfa
 
     def cont(self) -> StopEvent:
         """Run until a breakpoint, the end of the guest, the budget or the timeout."""
@@ -521,7 +540,7 @@ class Stepper:
         self._sync_hooks()
         self._armed = self._watch_stop = True
         try:
-            result = m.run(max_insns=self.max_insns, timeout=self.timeout)
+            result = self._run_following_exec()
         finally:
             self._armed = self._watch_stop = False
             self._goal = None
@@ -626,7 +645,10 @@ class Stepper:
         """Exactly one instruction of the current task (:meth:`Machine.step`: the
         machine's own trap and fault handling).  Returns the run result when the guest
         ended, else None."""
-        return self.machine.step()
+        res = self.machine.step()
+        if res is None:
+            self.follow_exec()
+        return res
 
     # ------------------------------------------------------------------ code
     def probe_sites(self) -> dict:
@@ -752,47 +774,13 @@ class Stepper:
 
     # ------------------------------------------------------------------ frames
     def backtrace(self, max_frames: int = 64) -> list[Frame]:
-        """Frames, innermost first, from the frame-pointer chain; a saved return address
-        that is the uretprobe trampoline shows the return instance's original one."""
+        """Frames, innermost first, unwound with each file's ``.eh_frame`` CFI (the
+        frame-pointer heuristics where a file has none); a saved return address that is
+        the uretprobe trampoline shows the return instance's original one.  Like gdb's,
+        the list ends at ``main`` unless :attr:`past_main`, and at the entry function
+        (:mod:`emu.frontends.stepper.unwind`)."""
         self.require_alive("No stack.")
-        m = self.machine
-        mem = m.mem
-        regs = m.read_regs()
-        rip = regs.rip
-        hit = symbol_of(m, rip)
-        frames = [Frame(0, rip, hit[0] if hit else None)]
-        slot, rbp = self._frame0_slot(regs)
-        tramp, pending = self._pending_returns()
-        used: set = set()
-        while len(frames) < max_frames and slot is not None and frames[-1].function != "main":
-            # like gdb (backtrace past-main off): the C runtime's frames are not shown
-            try:
-                ret = mem.read_u64(slot)
-            except GuestFault:
-                break
-            via = False
-            if tramp is not None and ret == tramp:
-                ri = next((r for r in pending if r.stack == slot and id(r) not in used), None)
-                if ri is None:
-                    ri = next((r for r in pending if id(r) not in used), None)
-                if ri is None:
-                    break
-                used.add(id(ri))
-                ret, via = ri.orig_ret_vaddr, True
-            vma = mem.find_vma(ret)
-            if vma is None or not vma.prot & PROT_EXEC:
-                break
-            frames[-1].slot = slot
-            # the call is before the return address: name the caller by ret - 1
-            name = symbol_of(m, ret - 1)
-            frames.append(Frame(len(frames), ret, name[0] if name else None, via))
-            if not rbp or rbp <= slot:
-                break
-            try:
-                slot, rbp = rbp + 8, mem.read_u64(rbp)
-            except GuestFault:
-                break
-        return frames
+        return self.unwinder.frames(max_frames, self.past_main, Frame)
 
     def _pending_returns(self):
         mm = self.machine.process.mm_uprobes
@@ -868,6 +856,95 @@ class Stepper:
         if (mov.mnemonic, mov.op_str) != ("mov", "rbp, rsp"):
             return None
         return insn.address, mov.address, mov.next
+
+    # ------------------------------------------------------------------ exec
+    def _init_frames_and_exec(self) -> None:
+        """Frames (:class:`Unwinder`; gdb's ``backtrace past-main``, off by default) and
+        exec following (the image last seen, the messages of execs since)."""
+        self.unwinder = Unwinder(self)
+        self.past_main = False
+        self.exec_notes: list[tuple[str, str]] = []      # (stream "out" | "err", line)
+        self._pending_bps: dict[int, Breakpoint] = {}     # not re-set in the new image
+        self.exec_followed = False                        # set at each exec followed
+        proc = self._followed()
+        self._image = (proc, proc.mem)
+
+    def _followed(self):
+        return getattr(self.machine, "main_process", self.machine.process)
+
+    def follow_exec(self) -> bool:
+        """gdb's ``follow-exec-mode same``: when the followed process exec'd since the
+        last check, the stepper goes on in its new image: decoding, probe sites and
+        breakpoint hooks move to the new address space, and every breakpoint is re-set
+        from its location (a symbol is looked up in the new program; one that is not
+        there leaves the table, with gdb's ``Error in re-setting breakpoint N: ...``).
+        Queues gdb's ``process N is executing new program: PATH`` and sets
+        :attr:`exec_followed` (a front end clears it).  A single step that execs ends
+        at the new image's first instruction; gdb's CLI then runs on (the shell does).
+        True when it did."""
+        proc, mem = self._image
+        if self.exited or proc.mem is mem or proc.mem is None:
+            return False
+        m = self.machine
+        self._image = (proc, proc.mem)
+        self.exec_followed = True
+        for hook in self._hooks.values():
+            m.remove_hook(hook)              # the old address space is gone
+        self._hooks.clear()
+        self._goal = None                    # a step's or finish's goal was in the old image
+        self.disasm = Disassembler(m)
+        self._sites = None
+        proc.mem.text_write_listeners.append(self._text_written)
+        exe = proc.exe
+        path = (exe.d_path or exe.path) if exe is not None else "?"
+        self.exec_notes.append(("out", f"process {proc.pid} is executing new program: {path}"))
+        self._reset_breakpoints()
+        del self.exec_notes[:-_MAX_EXEC_NOTES]          # nobody reads them (a gdb stub)
+        self._sync_hooks()
+        return True
+
+    def _reset_breakpoints(self) -> None:
+        """breakpoint_re_set after an exec: each location is resolved again."""
+        table = {**self.breakpoints, **self._pending_bps}
+        self.breakpoints.clear()
+        self._pending_bps.clear()
+        for number in sorted(table):
+            bp = table[number]
+            try:
+                bp.address = self.resolve(bp.location)
+            except (StepperError, GuestFault) as e:
+                self._pending_bps[number] = bp
+                self.exec_notes.append(("err", f"Error in re-setting breakpoint {number}: {e}"))
+                continue
+            self.breakpoints[number] = bp
+
+    def take_exec_notes(self) -> list[tuple[str, str]]:
+        """The exec messages queued since the last call (the shell prints them)."""
+        notes, self.exec_notes = self.exec_notes, []
+        return notes
+
+    def _on_exec_syscall(self, event) -> None:
+        # an execve of the followed process: stop the free run to follow it (a failed
+        # exec just resumes)
+        if event.nr in (_EXECVE, _EXECVEAT) and event.task.process is self._image[0]:
+            self.machine.stop(_EXEC_STOP)
+
+    def _run_following_exec(self) -> RunResult:
+        """``Machine.run`` that goes on in the new image after each exec of the followed
+        process (gdb does not stop at an exec).  The timeout bounds the whole run; the
+        instruction budget applies to each image."""
+        m = self.machine
+        deadline = time.monotonic() + self.timeout if self.timeout else None
+        handle = m.events.subscribe(self._on_exec_syscall, ev.Syscall)
+        try:
+            while True:
+                left = max(deadline - time.monotonic(), 1e-3) if deadline else None
+                result = m.run(max_insns=self.max_insns, timeout=left)
+                if result.reason != "stopped" or result.detail != _EXEC_STOP or self._hit is not None:
+                    return result
+                self.follow_exec()
+        finally:
+            m.events.unsubscribe(handle)
 
     # ------------------------------------------------------------------ text views
     def format_registers(self, names=None) -> str:

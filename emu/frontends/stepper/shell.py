@@ -47,7 +47,9 @@ Commands (gdb-like):
   info breakpoints          breakpoints (i b)
   x/NFU ADDR                memory: F = x d u i, U = b h w g (x/8bx, x/4gx, x/5i $pc)
   disas [LOCATION]          the function, objdump-like, => marks rip
-  bt, backtrace             frames (a pending uretprobe shows the real return address)
+  bt, backtrace             frames by .eh_frame CFI (a pending uretprobe shows the real
+                            return address)
+  set backtrace past-main on|off   frames beyond main (and finish out of main)
   p[/x] EXPR                print ($reg, numbers, symbols, + and -)
   set $REG = EXPR           write a register
   probe list|enable N|disable N    the uprobe consumers (-e events)
@@ -215,8 +217,12 @@ class StepperShell:
         self._p(self._xi_line(ev.rip, True))
 
     def _guest_run(self, fn, *args) -> None:
+        self.s.exec_followed = False
         with self.m.interruptible():
             ev = fn(*args)
+            if self.s.exec_followed and ev.reason == "step" and fn in (self.s.step, self.s.step_over):
+                ev = self.s.cont()           # gdb 13 runs on after a stepi through an exec
+        self._exec_notes()
         self.report(ev)
 
     # ------------------------------------------------------------------ commands
@@ -373,7 +379,35 @@ class StepperShell:
         limit = self._count(arg) if arg else 64
         for f in self.s.backtrace(max_frames=limit):
             note = "  [uretprobe pending: saved return address is the trampoline]" if f.uretprobe else ""
-            self._p(f"#{f.level:<2} {f.pc:#018x} in {f.function or '??'} (){note}")
+            if f.signal:
+                self._p(f"#{f.level:<2} <signal handler called>{note}")
+                continue
+            self._p(f"#{f.level:<2} {f.pc:#018x} in {f.function or '??'} (){self._from(f.pc)}{note}")
+
+    def _from(self, pc: int) -> str:
+        """gdb's `` from LIB`` after a frame in a shared object (not the program)."""
+        vma = self.m.mem.find_vma(pc)
+        if vma is None or vma.file is None or vma.file is self.m.process.exe:
+            return ""
+        return f" from {vma.name or vma.file.path}"
+
+    def _set_backtrace(self, arg: str) -> None:
+        """``set backtrace past-main on|off`` (gdb's setting: frames beyond main, and
+        ``finish`` out of main)."""
+        words = arg.split()
+        values = {"on": True, "1": True, "yes": True, "off": False, "0": False, "no": False}
+        if len(words) != 2 or words[0] != "past-main" or words[1] not in values:
+            raise StepperError("usage: set backtrace past-main on|off")
+        self.s.past_main = values[words[1]]
+
+    def _exec_notes(self) -> None:
+        for stream, line in self.s.take_exec_notes():
+            if stream == "err":
+                self._flush()
+                print(line, file=self.err)
+                self.err.flush()
+            else:
+                self._p(line)
 
     def cmd_print(self, arg: str, fmt: str) -> None:
         value, kind = self.s.evaluate_typed(arg)
@@ -393,6 +427,9 @@ class StepperShell:
         self._p(f"${self.history} = {text}")
 
     def cmd_set(self, arg: str) -> None:
+        if arg.startswith("backtrace "):
+            self._set_backtrace(arg[len("backtrace "):])
+            return
         if arg.startswith("var "):
             arg = arg[4:].strip()
         lhs, eq, rhs = arg.partition("=")
