@@ -892,7 +892,8 @@ class Stepper:
             m.remove_hook(hook)              # the old address space is gone
         self._hooks.clear()
         self._goal = None                    # a step's or finish's goal was in the old image
-        self.disasm = Disassembler(m)
+        self.disasm = ProgramDisassembler(m, self.read_program)
+        self.raw_disasm = Disassembler(m)
         self._sites = None
         proc.mem.text_write_listeners.append(self._text_written)
         exe = proc.exe
