@@ -244,16 +244,45 @@ class Stepper:
         if text.startswith("*"):
             return self.evaluate(text[1:]) & _MASK
         name, plus, off = text.partition("+")
-        try:
-            base = self.machine.resolve(name.strip())
-        except SymbolError:
-            raise StepperError(f'Function "{name.strip()}" not defined.') from None
+        base = self._symbol_address(name.strip())
         if plus:
             try:
                 base += int(off.strip(), 0)
             except ValueError:
                 raise StepperError(f"bad offset in {text!r}") from None
         return base
+
+    def _symbol_address(self, name: str) -> int:
+        """A symbol's address as gdb's linespec finds it: the main program first, then
+        the files the process has mapped (shared libraries, in map order); ``LIB:SYM``
+        names the file (``libc:malloc``, a full path) as probe specs do."""
+        m = self.machine
+        if ":" not in name:
+            try:
+                return m.resolve(name)
+            except SymbolError:
+                pass
+        proc = m.process
+        try:
+            if ":" in name:
+                targets = [m.uprobes.resolve_target(name)]
+            else:
+                targets = []
+                for f in dict.fromkeys(v.file for v in proc.mem.vmas if v.file is not None):
+                    try:
+                        elf = m.uprobes.file_elf(f)
+                        if elf is not None:
+                            targets.append((f, elf.vaddr_to_offset(elf.resolve(name).value)))
+                            break
+                    except EmuError:
+                        continue
+            for file, offset in targets:
+                vaddrs = m.uprobes.vaddr_of(proc, file, offset)
+                if vaddrs:
+                    return vaddrs[0]
+        except EmuError:
+            pass
+        raise StepperError(f'Function "{name}" not defined.')
 
     def evaluate(self, expr: str) -> int:
         """A small gdb-like expression: terms ``$reg``, numbers, symbols (``&sym`` or
