@@ -410,6 +410,14 @@ class Machine:
         self._tb_mode = None             # (uc, "step" | "free"): see _translation_mode
         self._retired_thunks: list = []  # ctypes callbacks of removed hooks (see remove_hook)
         self._live_hooks: set = set()
+        # reverse execution (emu.checkpoint): the instruction clock and the recorder
+        self.icount = 0                  # instructions retired by counted runs and steps
+        self.recorder = None             # an emu.checkpoint.Recorder drives run()/step()
+        self._emu_base = 0               # icount when the current emu_start began
+        self._emu_count = 0              # that emu_start's count (0: not counted)
+        self._in_code_hook = False       # a front end's code hook is running
+        self._stop_precounted = False    # it stopped the CPU before its instruction ran
+        self._slice_carry = None         # (task, insns left, insns run): see run()
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -592,10 +600,13 @@ class Machine:
 
     def guest_output(self, fd: int, data: bytes) -> None:
         """What the guest writes to fd 1/2: passed through to the host's, and kept
-        (bounded) only when capture was asked for."""
+        (bounded) only when capture was asked for.  A recorder replaying history
+        swallows what the host was already given."""
         if self.capture_output:
             (self.stdout if fd == 1 else self.stderr).keep(data)
-        if self.passthrough:
+        if self.recorder is not None:
+            data = self.recorder.fresh_output(fd, data)
+        if self.passthrough and data:
             os.write(fd, data)
 
     # ------------------------------------------------------------------ properties
@@ -1130,6 +1141,8 @@ class Machine:
         without one."""
         self._stop_requested = detail
         self._stopped_by_hook = True
+        if self._in_code_hook:
+            self._stop_precounted = True     # Unicorn counted the instruction it will not run
         self.uc.emu_stop()
 
     def block(self, task: Task, reason: str, *, interrupt=None) -> None:
@@ -1172,6 +1185,8 @@ class Machine:
         if self.exited:
             raise InputError("the guest has already exited")
         _check_limits(max_insns, timeout)
+        if self.recorder is not None and not self.recorder.driving:
+            return self.recorder.run(max_insns, timeout, raise_on_signal=raise_on_signal)
         self._begin()
         if self._tb_mode is not None and self._tb_mode[1] == "step":
             self._translation_mode("run")
@@ -1183,10 +1198,13 @@ class Machine:
         while True:
             task = self.task
             multi = len(self.tasks) > 1
+            carry, self._slice_carry = self._slice_carry, None
             if multi:
-                count = self.scheduler.slice()
-                if remaining is not None:
-                    count = min(count, remaining)
+                # a slice a budget cut short goes on in the next run: how a run is split
+                # into budgets does not change the interleaving (reverse execution)
+                full = carry[1] if carry is not None and carry[0] is task else self.scheduler.slice()
+                done = carry[2] if carry is not None and carry[0] is task else 0
+                count = full if remaining is None else min(full, remaining)
             else:
                 count = remaining or 0
             self._switch_requested = False
@@ -1206,12 +1224,17 @@ class Machine:
             if self._resume_exit_work(task):
                 stopped_early = True         # sent from outside a trap: deliver first
             else:
+                self._emu_base, self._emu_count = self.icount, count
                 stopped_early = self._emulate(rip, left, count)
-                if multi:                    # the others' sleeps and timers see the time pass
-                    ran = self._insns_run(count, stopped_early)
-                    self.syscalls.cpu_time_passes(ran)
+                self._emu_count = 0
+                ran = self._insns_run(count, stopped_early)
+                self.icount += ran
+                if multi and not stopped_early and count < full and ran == count:
+                    self._slice_carry = (task, full - ran, done + ran)
+                elif multi:                  # the others' sleeps and timers see the time pass
+                    self.syscalls.cpu_time_passes(done + ran)
             if remaining is not None:
-                remaining -= ran if ran is not None else self._insns_run(count, stopped_early)
+                remaining -= ran if ran is not None else 0
             self._raise_hook_error()
             if self._result is not None:
                 result = self._result
@@ -1326,12 +1349,24 @@ class Machine:
         if off is None:
             return count if not stopped_early else 1     # at least the trapping insn
         base = ctypes.cast(self.uc._uch, ctypes.c_void_p).value
-        ran = struct.unpack("<Q", ctypes.string_at(base + off, 8))[0]
-        return max(1, min(ran, count))
+        ran = min(struct.unpack("<Q", ctypes.string_at(base + off, 8))[0], count)
+        if self._stop_precounted and not self._running:
+            ran -= 1                 # a code hook stopped before its instruction
+        return max(0 if self._stop_precounted else 1, ran)
+
+    def insn_clock(self) -> int:
+        """The instruction clock now: :attr:`icount` plus, inside a counted emu_start
+        (a hook is running), the instructions of it so far, the current one included.
+        Exact only while every run is counted (a :class:`emu.checkpoint.Recorder` is
+        attached)."""
+        if self._running and self._emu_count:
+            return self._emu_base + self._insns_run(self._emu_count, True)
+        return self.icount
 
     def _emulate(self, rip: int, left: float | None, count: int) -> bool:
         """One emu_start on the current task; True when a hook or fault ended it."""
         self._stopped_by_hook = False
+        self._stop_precounted = False
         task = self.task
         self._running = True
         try:
@@ -1428,8 +1463,11 @@ class Machine:
         out-of-line step that follows is the next."""
         if self.exited:
             raise InputError("the guest has already exited")
+        if self.recorder is not None and not self.recorder.driving:
+            return self.recorder.step()
         self._begin()
         self._translation_mode("step")
+        self.icount += 1
         task = self.task
         if self._finish_sleep(task):
             return self._end(self._result) if self._result is not None else None
@@ -1501,10 +1539,13 @@ class Machine:
             thunk = fn
         else:
             def thunk(_handle, address, size, _user_data):
+                self._in_code_hook = True
                 try:
                     fn(address, size)
                 except BaseException as e:  # noqa: BLE001 - re-raised by run()/step()
                     self.hook_failed(e)
+                finally:
+                    self._in_code_hook = False
         fptr = _CODE_CB(thunk)
         handle = ctypes.c_size_t()
         status = uclib.uc_hook_add(uc._uch, ctypes.byref(handle), UC_HOOK_CODE,

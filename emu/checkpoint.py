@@ -1,0 +1,681 @@
+"""Reverse execution: checkpoints of the whole machine and deterministic replay.
+
+The machine is deterministic (a seeded scheduler, a virtual clock, pipes for stdio), so
+any earlier point of a run is reached again by restoring a checkpoint taken before it
+and executing forward.  A :class:`Recorder` attached to a machine drives every
+``run()`` and ``step()`` (the machine hands them over), counts every instruction
+(Unicorn's native counter: ``Machine.icount`` is the clock), takes a checkpoint at the
+first operation boundary after every ``interval`` instructions and logs the operations
+between them (``step``; ``run`` of N instructions), so that :meth:`Recorder.seek`
+can restore the nearest earlier checkpoint and re-issue them up to any instruction.
+
+A :class:`Checkpoint` holds
+
+* the model state: every mutable object of the project reachable from the machine
+  (tasks, processes, the kernel model's uprobes, utasks, return instances, counters,
+  the scheduler's generator, the clock, fds, pipes, signals...), pickled in one pass.
+  Restoring writes the saved attributes back into the *same* Python objects, so a
+  front end's references (a Task, the Kernel, a Memory) stay valid.  Immutable or
+  external objects (ELF images, page-cache files, Unicorn handles, the event bus and
+  its subscribers, host file objects) are referenced, not copied;
+* each address space's memory: its Unicorn regions, host backing ranges and the
+  contents of every page the host ever touched, compared page by page with the
+  previous checkpoint so that an unchanged page is shared, not stored again (the
+  page-table "dirty" information is what ``/proc/self/pagemap`` gives about the host
+  backing; no per-instruction hook is ever installed);
+* the CPU: off-CPU tasks keep their Unicorn context objects (immutable), the task on
+  the CPU gets a fresh ``context_save``.
+
+What already left the machine is not repeated by a replay: guest stdout/stderr passed
+through to the host is cut at a high-water mark (bytes per stream), and events are
+delivered to subscribers only past the point (instruction, index) that the furthest
+run reached.  The captured ``machine.stdout``/``stderr`` are restored with the
+checkpoint and grow again exactly as the first time.
+
+Memory is bounded: at most ``max_checkpoints`` are kept; past that every other one in
+the older half is dropped (the first is always kept), so the spacing grows with the
+history while recent history stays dense.  :meth:`Recorder.stats` reports what they
+hold.
+
+Limits (documented, not modeled): host files a guest wrote under a granted directory
+are not rolled back; a register or memory write made from outside (a debugger's
+``set``) or a probe registered between checkpoints is not part of the replayed log.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import pickle
+import types
+import weakref
+from collections import deque
+from dataclasses import dataclass, field, is_dataclass
+
+from .errors import EmuError
+from .memory import (PAGE_SIZE, Memory, _Backing, _host_alloc, _host_free_all, _host_touched_pages, _libc,
+                     _MADV_DONTNEED)
+
+DEFAULT_INTERVAL = 1_000_000
+DEFAULT_MAX_CHECKPOINTS = 64
+_PROJECT = ("emu", "kernel_model", "guest_programs")
+# attributes that belong to the front ends or the host, never rolled back
+_KEEP_ATTRS = {
+    "Machine": ("events", "_live_hooks", "_retired_thunks", "recorder", "passthrough", "capture_output",
+                "fpu", "page_cache", "_sigint", "_tb_mode"),
+    "Memory": ("uc", "_backing", "_free_host", "text_write_listeners"),
+}
+_BY_REFERENCE = ("MappedFile", "ElfImage", "PageCache", "Uc", "RegisterFile", "FpuUnit", "SnapshotReader",
+                 "Hook", "EventBus", "Recorder", "Stepper")
+
+
+class CheckpointError(EmuError):
+    """A checkpoint or seek that cannot be done (one line for the user)."""
+
+
+# =============================================================================== model state
+
+class _Ref:
+    """A value pickled by reference (a code object, a module's globals)."""
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+
+def _make_cell(*contents):
+    return types.CellType(*contents)
+
+
+def _make_bytearray(cls, data, state):
+    obj = cls.__new__(cls)
+    bytearray.__init__(obj, data)
+    vars(obj).update(state)
+    return obj
+
+
+def _make_weak_keys(items):
+    return weakref.WeakKeyDictionary(items)
+
+
+def _make_function(code, globs, name, defaults, kwdefaults, cells):
+    fn = types.FunctionType(code, globs, name, defaults, cells)
+    fn.__kwdefaults__ = kwdefaults
+    return fn
+
+
+def _is_project(obj) -> bool:
+    return type(obj).__module__.split(".", 1)[0] in _PROJECT
+
+
+def _is_project_fn(fn) -> bool:
+    return (fn.__module__ or "").split(".", 1)[0] in _PROJECT and not fn.__module__.startswith("emu.frontends")
+
+
+def _frozen(obj) -> bool:
+    params = getattr(type(obj), "__dataclass_params__", None)
+    return params is not None and params.frozen
+
+
+def _identity(obj) -> bool:
+    """A mutable project object: saved as its attributes, restored in place."""
+    return (_is_project(obj) and hasattr(obj, "__dict__") and not isinstance(obj, (type, BaseException))
+            and type(obj).__name__ not in _BY_REFERENCE and not _frozen(obj))
+
+
+_BY_VALUE = (int, float, complex, str, bytes, bytearray, bool, type(None), list, tuple, dict, set, frozenset,
+             deque, range, slice)
+
+
+class _StatePickler(pickle.Pickler):
+    """One pickle of many objects' states: project objects by identity (a serial),
+    external ones by reference, plain data by value; closures are rebuilt."""
+
+    def __init__(self, buf, objects: list, serial: dict, refs: list):
+        super().__init__(buf, protocol=pickle.HIGHEST_PROTOCOL)
+        self.objects, self.serial, self.refs = objects, serial, refs
+        self._ref_index: dict = {}
+        self.queue: deque = deque()
+
+    def persistent_id(self, obj):
+        mod = type(obj).__module__
+        if mod.startswith("emu.frontends"):
+            return self._ref(obj)            # a front end's object: never rolled back
+        if isinstance(obj, types.FunctionType) and not _is_project_fn(obj):
+            return self._ref(obj)            # a caller's handler (a test's lambda)
+        if isinstance(obj, types.MethodType) and not (_identity(obj.__self__) or obj.__self__ is self.objects[0]):
+            return self._ref(obj)
+        if isinstance(obj, _BY_VALUE) and type(obj).__module__ == "builtins":
+            return None
+        if isinstance(obj, (bytearray, list, dict, set, weakref.WeakKeyDictionary)):
+            return None                      # a container subclass (OutputBuffer, Counter): by value
+        if isinstance(obj, _Ref):
+            return self._ref(obj.obj)
+        k = id(obj)
+        if k in self.serial:
+            return ("o", self.serial[k])
+        if _identity(obj):
+            self.serial[k] = len(self.objects)
+            self.objects.append(obj)
+            self.queue.append(obj)
+            return ("o", self.serial[k])
+        if _is_project(obj) and not isinstance(obj, BaseException) and not _frozen(obj) \
+                and type(obj).__name__ not in _BY_REFERENCE:
+            return None                      # NamedTuples, enums, slotted values
+        if isinstance(obj, (types.FunctionType, types.MethodType, types.CellType, types.BuiltinFunctionType,
+                            type)):
+            return None                      # see reducer_override
+        if type(obj).__module__ in ("random", "collections", "functools", "enum", "itertools") or is_dataclass(obj) \
+                and not _frozen(obj) and not _is_project(obj):
+            return None
+        return self._ref(obj)
+
+    def _ref(self, obj):
+        k = id(obj)
+        i = self._ref_index.get(k)
+        if i is None:
+            i = self._ref_index[k] = len(self.refs)
+            self.refs.append(obj)
+        return ("r", i)
+
+    def reducer_override(self, obj):
+        if isinstance(obj, types.FunctionType) and (obj.__closure__ or "<" in obj.__qualname__):
+            cells = obj.__closure__
+            return (_make_function, (_Ref(obj.__code__), _Ref(obj.__globals__), obj.__name__, obj.__defaults__,
+                                     obj.__kwdefaults__, cells))
+        if isinstance(obj, bytearray) and type(obj) is not bytearray:
+            return (_make_bytearray, (type(obj), bytes(obj), dict(vars(obj))))
+        if isinstance(obj, weakref.WeakKeyDictionary):
+            return (_make_weak_keys, (list(obj.items()),))
+        if isinstance(obj, types.CellType):
+            try:
+                return (_make_cell, (obj.cell_contents,))
+            except ValueError:
+                return (_make_cell, ())
+        return NotImplemented
+
+
+def _state_of(obj) -> dict:
+    keep = _KEEP_ATTRS.get(type(obj).__name__, ())
+    return {k: v for k, v in vars(obj).items() if k not in keep}
+
+
+def capture_state(machine) -> tuple[bytes, list, list]:
+    """``(blob, objects, refs)``: the machine's model state pickled (see the module
+    docstring); ``objects[i]`` is the live object of serial ``i`` (0: the machine)."""
+    buf = io.BytesIO()
+    objects, serial, refs = [machine], {id(machine): 0}, []
+    p = _StatePickler(buf, objects, serial, refs)
+    p.dump((0, _state_of(machine)))
+    while p.queue:
+        obj = p.queue.popleft()
+        p.dump((serial[id(obj)], _state_of(obj)))
+    p.dump(None)
+    return buf.getvalue(), objects, refs
+
+
+class _StateUnpickler(pickle.Unpickler):
+    def __init__(self, buf, objects, refs, remap):
+        super().__init__(buf)
+        self.objects, self.refs, self.remap = objects, refs, remap
+
+    def persistent_load(self, pid):
+        kind, i = pid
+        if kind == "o":
+            return self.objects[i]
+        obj = self.refs[i]
+        return self.remap.get(id(obj), obj)
+
+
+def restore_state(blob: bytes, objects: list, refs: list, remap: dict) -> None:
+    """Write the saved attributes back into the same objects (``remap``: id of a
+    referenced object -> its replacement, e.g. a recreated Unicorn instance)."""
+    up = _StateUnpickler(io.BytesIO(blob), objects, refs, remap)
+    while (item := up.load()) is not None:
+        i, state = item
+        obj = objects[i]
+        keep = {k: v for k, v in vars(obj).items() if k in _KEEP_ATTRS.get(type(obj).__name__, ())}
+        vars(obj).clear()
+        vars(obj).update(state)
+        vars(obj).update(keep)
+
+
+# =============================================================================== memory
+
+@dataclass
+class SpaceImage:
+    """One address space at a checkpoint: Unicorn regions ``(start, end, perms)``,
+    host backing ranges ``(start, end)`` and ``pages`` (guest page address -> bytes,
+    only pages the host ever touched; the others read as zeros)."""
+
+    regions: tuple
+    backing: tuple
+    pages: dict
+    new_bytes: int = 0                # bytes of pages not shared with the previous image
+
+
+def _read_pages(mem: Memory) -> dict:
+    pages = {}
+    for b in mem._backing:
+        n = b.end - b.start
+        touched = _host_touched_pages(b.host, n)
+        for i, t in enumerate(touched):
+            if t:
+                pages[b.start + i * PAGE_SIZE] = ctypes.string_at(b.host + i * PAGE_SIZE, PAGE_SIZE)
+    return pages
+
+
+def snapshot_space(mem: Memory, previous: SpaceImage | None) -> SpaceImage:
+    """The address space now; pages equal to ``previous``'s share its bytes objects."""
+    pages = _read_pages(mem)
+    new = 0
+    old = previous.pages if previous is not None else {}
+    for addr, data in pages.items():
+        before = old.get(addr)
+        if before is not None and before == data:
+            pages[addr] = before
+        else:
+            new += PAGE_SIZE
+    regions = tuple((lo, hi + 1, perms) for lo, hi, perms in mem.uc.mem_regions())
+    return SpaceImage(regions, tuple((b.start, b.end) for b in mem._backing), pages, new)
+
+
+def _rebuild_space(mem: Memory, image: SpaceImage) -> None:
+    """Give ``mem``'s Unicorn instance exactly the image's regions and host ranges."""
+    uc = mem.uc
+    for lo, hi, _ in list(uc.mem_regions()):
+        uc.mem_unmap(lo, hi + 1 - lo)
+    for b in mem._backing:
+        _libc.munmap(b.host, b.end - b.start)
+    mem._backing.clear()
+    for start, end in image.backing:
+        mem._backing.append(_Backing(start, end, _host_alloc(end - start)))
+    for lo, hi, perms in image.regions:
+        b = next(b for b in mem._backing if b.start <= lo and hi <= b.end)
+        uc.mem_map_ptr(lo, hi - lo, perms, b.host + lo - b.start)
+
+
+def restore_space(mem: Memory, image: SpaceImage) -> None:
+    """Put the image's layout and bytes back; only pages that differ are written."""
+    uc = mem.uc
+    regions = tuple((lo, hi + 1, perms) for lo, hi, perms in uc.mem_regions())
+    same = regions == image.regions and tuple((b.start, b.end) for b in mem._backing) == image.backing
+    current = _read_pages(mem) if same else {}
+    if not same:
+        _rebuild_space(mem, image)
+    for b in mem._backing:
+        for addr in range(b.start, b.end, PAGE_SIZE):
+            want = image.pages.get(addr)
+            host = b.host + addr - b.start
+            if want is not None:
+                if current.get(addr) != want:
+                    ctypes.memmove(host, want, PAGE_SIZE)
+            elif addr in current:
+                _libc.madvise(host, PAGE_SIZE, _MADV_DONTNEED)   # untouched again: zeros
+    uc.ctl_flush_tb()
+
+
+# =============================================================================== checkpoints
+
+@dataclass(eq=False)
+class Checkpoint:
+    """The machine at instruction ``position`` (see the module docstring)."""
+
+    position: int
+    blob: bytes
+    objects: list
+    refs: list
+    spaces: dict                      # Memory -> SpaceImage, for every live address space
+    cpu: tuple | None                 # (Memory, context) of the task on the CPU
+    extra: dict = field(default_factory=dict)   # the recorder's own positions
+
+    @property
+    def nbytes(self) -> int:
+        """What this checkpoint holds of its own: the pickled state and the pages it
+        does not share with the one before."""
+        return len(self.blob) + sum(img.new_bytes for img in self.spaces.values()) + \
+            sum(16 * len(img.pages) for img in self.spaces.values())
+
+
+def _live_spaces(machine) -> list[Memory]:
+    out = []
+    for proc in list(machine.processes) + [t.process for t in machine.all_tasks]:
+        mem = proc.mem
+        if mem is not None and mem.uc is not None and mem not in out and proc.mm_owner is None:
+            out.append(mem)
+    return out
+
+
+def take_checkpoint(machine, previous: Checkpoint | None = None) -> Checkpoint:
+    """A checkpoint of ``machine`` now (between runs or steps, never inside one)."""
+    if machine._running:
+        raise CheckpointError("a checkpoint is taken between runs, not inside one")
+    blob, objects, refs = capture_state(machine)
+    spaces = {}
+    for mem in _live_spaces(machine):
+        prev = previous.spaces.get(mem) if previous is not None else None
+        spaces[mem] = snapshot_space(mem, prev)
+    cpu = None
+    if not machine.task.state == "dead" and machine.mem.uc is not None:
+        cpu = (machine.mem, machine.uc.context_save())
+    return Checkpoint(machine.icount, blob, objects, refs, spaces, cpu)
+
+
+def restore_checkpoint(machine, cp: Checkpoint) -> None:
+    """Put ``machine`` back into the state of ``cp``: model state, every address
+    space of that time (one that was released since gets a new Unicorn instance),
+    the CPU."""
+    remap = {}
+    for mem, image in cp.spaces.items():
+        if mem.uc is None or mem.uc._uch is None:
+            _revive_space(machine, mem, remap, cp)
+        restore_space(mem, image)
+    restore_state(cp.blob, cp.objects, cp.refs, remap)
+    if cp.cpu is not None:
+        mem, ctx = cp.cpu
+        mem.uc.context_restore(ctx)
+    machine._tb_mode = None
+    for mem in cp.spaces:
+        mem.uc.ctl_flush_tb()
+
+
+def _revive_space(machine, mem: Memory, remap: dict, cp: Checkpoint) -> None:
+    """A released address space comes back: a new Unicorn instance (with the
+    machine's hooks) behind the same Memory object; references to the old instance
+    and register file in the saved state are redirected to the new ones."""
+    from .machine import RegisterFile
+    uc, scratch, regfile = machine.new_mm()
+    scratch._free_host.detach()
+    old_ucs = [r for r in cp.refs if type(r).__name__ == "Uc"]
+    olds = {id(r) for r in old_ucs if r._uch is None}
+    for r in cp.refs:
+        if id(r) in olds:
+            remap[id(r)] = uc
+        elif isinstance(r, RegisterFile) and id(r._uc) in olds:
+            remap[id(r)] = regfile
+    for lo, hi, _ in list(uc.mem_regions()):
+        uc.mem_unmap(lo, hi + 1 - lo)
+    for b in scratch._backing:
+        _libc.munmap(b.host, b.end - b.start)
+    mem.uc = uc
+    mem._backing = []
+    mem._free_host = weakref.finalize(uc, _host_free_all, mem._backing)
+
+
+# =============================================================================== recorder
+
+@dataclass
+class _Op:
+    start: int                        # instruction clock before the operation
+    kind: str                         # "step" | "run"
+    insns: int                        # instructions it executed
+
+
+class Recorder:
+    """Records a machine for reverse execution (see the module docstring).
+
+    ``interval``: instructions between checkpoints (taken at the first run/step
+    boundary past each multiple); ``max_checkpoints``: how many are kept (older ones
+    are thinned).  Attaching takes the first checkpoint.  While attached,
+    ``machine.run()`` and ``machine.step()`` go through :meth:`run` / :meth:`step`.
+    """
+
+    def __init__(self, machine, *, interval: int = DEFAULT_INTERVAL,
+                 max_checkpoints: int = DEFAULT_MAX_CHECKPOINTS):
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+            raise CheckpointError(f"checkpoint interval must be an instruction count >= 1, not {interval!r}")
+        if isinstance(max_checkpoints, bool) or not isinstance(max_checkpoints, int) or max_checkpoints < 2:
+            raise CheckpointError(f"max_checkpoints must be >= 2, not {max_checkpoints!r}")
+        from .machine import _emu_counter_offset
+        if _emu_counter_offset() is None:
+            raise CheckpointError("this Unicorn build does not expose its instruction counter")
+        if machine.recorder is not None:
+            raise CheckpointError("the machine already has a recorder")
+        self.m = machine
+        self.interval = interval
+        self.max_checkpoints = max_checkpoints
+        self.driving = False
+        self.replaying = False
+        self.checkpoints: list[Checkpoint] = []
+        self.ops: list[_Op] = []
+        self.dropped = 0
+        # what already left the machine: per-stream bytes, events by (insn, index)
+        self._out_pos = {1: 0, 2: 0}
+        self._out_high = {1: 0, 2: 0}
+        self._ev_key = (0, 0)
+        self._ev_high = (0, 0)
+        self.on_replayed_event = None     # fn(event) for events a replay does not deliver
+        machine.recorder = self
+        machine.events.gate = self._gate
+        for proc in machine.processes:
+            if proc.uc is not None:
+                proc.uc.ctl_flush_tb()        # blocks of an uncounted run would not count
+        machine._tb_mode = None
+        self.checkpoint()
+
+    # ------------------------------------------------------------------ public
+    @property
+    def position(self) -> int:
+        """The instruction clock (``machine.icount``)."""
+        return self.m.icount
+
+    @property
+    def start(self) -> int:
+        return self.checkpoints[0].position
+
+    def detach(self) -> None:
+        """Stop recording; the machine runs free again."""
+        self.m.recorder = None
+        self.m.events.gate = None
+        self.checkpoints.clear()
+        self.ops.clear()
+
+    def checkpoint(self) -> Checkpoint:
+        """Take a checkpoint now (also done every ``interval`` instructions)."""
+        prev = self.checkpoints[-1] if self.checkpoints else None
+        cp = take_checkpoint(self.m, prev)
+        cp.extra = {"out": dict(self._out_pos), "ev": self._ev_key}
+        if self.checkpoints and self.checkpoints[-1].position == cp.position:
+            self.checkpoints[-1] = cp
+        else:
+            self.checkpoints.append(cp)
+        self._thin()
+        return cp
+
+    def restore(self, cp: Checkpoint) -> None:
+        """Put the machine back to checkpoint ``cp``.  The history after it stays
+        until the machine executes something new from an earlier point (a new branch
+        starts there); :meth:`seek` can go forward in it again."""
+        if cp not in self.checkpoints:
+            raise CheckpointError("not a checkpoint of this recorder")
+        restore_checkpoint(self.m, cp)
+        self._out_pos = dict(cp.extra["out"])
+        self._ev_key = cp.extra["ev"]
+
+    def seek(self, position: int) -> None:
+        """Go to instruction ``position`` of the recorded history (the start .. now):
+        restore the nearest checkpoint at or before it and replay forward."""
+        if isinstance(position, bool) or not isinstance(position, int):
+            raise CheckpointError(f"an instruction position is an integer, not {position!r}")
+        if position < self.start or position > self.end:
+            raise CheckpointError(f"instruction {position} is outside the recorded history "
+                                  f"({self.start}..{self.end})")
+        if position == self.position:
+            return
+        if position > self.position and not self.m.exited:
+            ops = [op for op in self.history() if op.start + op.insns > self.position]
+            self.replay(ops, position)                              # forward in the history
+            return
+        cp = max((c for c in self.checkpoints if c.position <= position), key=lambda c: c.position)
+        self.replay_from(cp, position)
+
+    @property
+    def end(self) -> int:
+        """The furthest instruction of the recorded history."""
+        last = self.ops[-1].start + self.ops[-1].insns if self.ops else 0
+        return max(self.position, last, self.checkpoints[-1].position)
+
+    def replay_from(self, cp: Checkpoint, position: int, watch=None) -> None:
+        """Restore ``cp`` and replay the logged history up to ``position``; ``watch``
+        (a search) is called after each replayed operation."""
+        ops = self.history(cp.position)
+        self.restore(cp)
+        self.replay(ops, position, watch)
+
+    def replay(self, ops: list, until: int, watch=None) -> None:
+        """Re-issue ``ops`` (logged at or after the current position) up to
+        instruction ``until``; ``watch`` is called after each op (a search)."""
+        m = self.m
+        self.replaying = True
+        try:
+            for op in ops:
+                if m.icount >= until or m.exited:
+                    break
+                if op.start + op.insns <= m.icount:
+                    continue
+                if op.kind == "step":
+                    self.step()
+                else:
+                    self.run(min(op.start + op.insns, until) - m.icount, None)
+                if watch is not None:
+                    watch()
+        finally:
+            self.replaying = False
+        if m.icount != until and not m.exited:
+            raise CheckpointError(f"replay reached instruction {m.icount}, not {until}: "
+                                  "the history was changed from outside")
+
+    def history(self, since: int | None = None) -> list:
+        """Copies of the logged operations from ``since`` (default: all)."""
+        return [_Op(op.start, op.kind, op.insns) for op in self.ops if since is None or op.start >= since]
+
+    def stats(self) -> dict:
+        """What the checkpoints cost: ``checkpoints``, ``bytes`` (state + unique pages
+        held), ``insns`` (history length), ``bytes_per_million_insns``, ``interval``."""
+        seen, total = set(), 0
+        for cp in self.checkpoints:
+            total += len(cp.blob)
+            for img in cp.spaces.values():
+                total += 16 * len(img.pages)
+                for data in img.pages.values():
+                    if id(data) not in seen:
+                        seen.add(id(data))
+                        total += len(data)
+        insns = max(1, self.position - self.start)
+        return {"checkpoints": len(self.checkpoints), "bytes": total, "insns": self.position - self.start,
+                "interval": self.interval, "dropped": self.dropped,
+                "bytes_per_million_insns": total * 1_000_000 // insns}
+
+    # ------------------------------------------------------------------ driving
+    def run(self, max_insns: int | None = None, timeout: float | None = 120.0, *,
+            raise_on_signal: bool = False):
+        """``Machine.run`` in counted pieces that end at checkpoint boundaries."""
+        import time
+        m = self.m
+        if not self.replaying:
+            self._truncate_ops(m.icount)       # from here on a new history
+        deadline = time.perf_counter() + timeout if timeout else None
+        left = max_insns
+        while True:
+            self._maybe_checkpoint()
+            chunk = self.interval - (m.icount - self.checkpoints[-1].position) if not self.replaying \
+                else (left if left is not None else self.interval)
+            chunk = max(1, chunk)
+            if left is not None:
+                chunk = min(chunk, left)
+            remaining_time = None
+            if deadline is not None:
+                remaining_time = max(1e-3, deadline - time.perf_counter())
+            before = m.icount
+            self.driving = True
+            try:
+                res = m.run(max_insns=chunk, timeout=remaining_time)
+            finally:
+                self.driving = False
+                self._log("run", before, m.icount - before)
+            if left is not None:
+                left -= m.icount - before
+            if res.reason != "budget" or (left is not None and left <= 0):
+                break
+        if res.reason == "budget" and max_insns is not None:
+            res.insns = max_insns
+        if raise_on_signal and res.reason == "signal":
+            from .errors import GuestSignalError
+            raise GuestSignalError(res)
+        return res
+
+    def step(self):
+        """``Machine.step``: one logged instruction."""
+        m = self.m
+        if not self.replaying:
+            self._truncate_ops(m.icount)
+        self._maybe_checkpoint()
+        before = m.icount
+        self.driving = True
+        try:
+            return m.step()
+        finally:
+            self.driving = False
+            self._log("step", before, m.icount - before)
+
+    def _log(self, kind: str, start: int, insns: int) -> None:
+        if self.replaying:
+            return
+        self._truncate_ops(start)
+        if kind == "run" and self.ops and self.ops[-1].kind == "run" and \
+                self.ops[-1].start + self.ops[-1].insns == start and insns:
+            self.ops[-1].insns += insns      # one run in pieces is one run: replays identically
+            return
+        if insns or kind == "step":
+            self.ops.append(_Op(start, kind, insns))
+
+    def _truncate_ops(self, position: int) -> None:
+        """Forget logged history after ``position`` (a new branch starts there)."""
+        self.ops = [op for op in self.ops if op.start < position]
+        if self.ops and self.ops[-1].start + self.ops[-1].insns > position:
+            self.ops[-1].insns = position - self.ops[-1].start
+        self.checkpoints = [c for c in self.checkpoints if c.position <= position] or self.checkpoints[:1]
+
+    def _maybe_checkpoint(self) -> None:
+        if self.replaying or self.m.exited:
+            return
+        if self.m.icount - self.checkpoints[-1].position >= self.interval:
+            self.checkpoint()
+
+    def _thin(self) -> None:
+        """Keep at most ``max_checkpoints``: drop every other one of the older half."""
+        cps = self.checkpoints
+        if len(cps) <= self.max_checkpoints:
+            return
+        half = len(cps) // 2
+        keep = [cps[0]] + [c for i, c in enumerate(cps[1:half], 1) if i % 2 == 0] + cps[half:]
+        self.dropped += len(cps) - len(keep)
+        self.checkpoints = keep
+
+    # ------------------------------------------------------------------ what left the machine
+    def fresh_output(self, fd: int, data: bytes) -> bytes:
+        """The part of a guest write to fd ``fd`` the host has not been given yet."""
+        if fd not in self._out_pos:
+            return data
+        pos = self._out_pos[fd]
+        self._out_pos[fd] = pos + len(data)
+        high = self._out_high[fd]
+        self._out_high[fd] = max(high, pos + len(data))
+        return data[max(0, high - pos):]
+
+    def _gate(self, event) -> bool:
+        """EventBus gate: deliver an event only past the furthest point reached."""
+        tick = self.m.insn_clock()
+        last, k = self._ev_key
+        key = (tick, k + 1 if tick == last else 0)
+        self._ev_key = key
+        if key <= self._ev_high:
+            if self.on_replayed_event is not None:
+                self.on_replayed_event(event)
+            return False
+        self._ev_high = key
+        return True
+
+
+__all__ = ["Recorder", "Checkpoint", "CheckpointError", "take_checkpoint", "restore_checkpoint",
+           "DEFAULT_INTERVAL", "DEFAULT_MAX_CHECKPOINTS"]
