@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import ctypes
 import io
+import os
 import pickle
 import types
 import weakref
@@ -252,6 +253,7 @@ class SpaceImage:
     backing: tuple
     pages: dict
     new_bytes: int = 0                # bytes of pages not shared with the previous image
+    uc: object = None                 # the Unicorn instance it was on
 
 
 def _read_pages(mem: Memory) -> dict:
@@ -277,7 +279,7 @@ def snapshot_space(mem: Memory, previous: SpaceImage | None) -> SpaceImage:
         else:
             new += PAGE_SIZE
     regions = tuple((lo, hi + 1, perms) for lo, hi, perms in mem.uc.mem_regions())
-    return SpaceImage(regions, tuple((b.start, b.end) for b in mem._backing), pages, new)
+    return SpaceImage(regions, tuple((b.start, b.end) for b in mem._backing), pages, new, mem.uc)
 
 
 def _rebuild_space(mem: Memory, image: SpaceImage) -> None:
@@ -328,6 +330,10 @@ class Checkpoint:
     spaces: dict                      # Memory -> SpaceImage, for every live address space
     cpu: tuple | None                 # (Memory, context) of the task on the CPU
     extra: dict = field(default_factory=dict)   # the recorder's own positions
+    host_fds: list = field(default_factory=list)   # (open file object, dup of its host fd)
+
+    def __post_init__(self):
+        weakref.finalize(self, _close_fds, self.host_fds)
 
     @property
     def nbytes(self) -> int:
@@ -335,6 +341,38 @@ class Checkpoint:
         does not share with the one before."""
         return len(self.blob) + sum(img.new_bytes for img in self.spaces.values()) + \
             sum(16 * len(img.pages) for img in self.spaces.values())
+
+
+def _close_fds(pairs: list) -> None:
+    for _, fd in pairs:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    pairs.clear()
+
+
+def _hold_host_fds(objects: list) -> list:
+    """A duplicate of the host descriptor of every open host file (an object with
+    ``fd`` and a ``_close`` finalizer): a guest that closes it after the checkpoint
+    gets it back, as the same open file description, when the checkpoint is restored."""
+    out = []
+    for obj in objects:
+        closer = vars(obj).get("_close")
+        if isinstance(closer, weakref.finalize) and closer.alive and isinstance(vars(obj).get("fd"), int):
+            try:
+                out.append((obj, os.dup(obj.fd)))
+            except OSError:
+                pass
+    return out
+
+
+def _reopen_host_fds(pairs: list) -> None:
+    for obj, saved in pairs:
+        if not obj._close.alive:
+            fd = os.dup(saved)
+            obj.fd = fd
+            obj._close = weakref.finalize(obj, os.close, fd)
 
 
 def _live_spaces(machine) -> list[Memory]:
@@ -358,7 +396,7 @@ def take_checkpoint(machine, previous: Checkpoint | None = None) -> Checkpoint:
     cpu = None
     if not machine.task.state == "dead" and machine.mem.uc is not None:
         cpu = (machine.mem, machine.uc.context_save())
-    return Checkpoint(machine.icount, blob, objects, refs, spaces, cpu)
+    return Checkpoint(machine.icount, blob, objects, refs, spaces, cpu, host_fds=_hold_host_fds(objects))
 
 
 def restore_checkpoint(machine, cp: Checkpoint) -> None:
@@ -367,10 +405,11 @@ def restore_checkpoint(machine, cp: Checkpoint) -> None:
     the CPU."""
     remap = {}
     for mem, image in cp.spaces.items():
-        if mem.uc is None or mem.uc._uch is None:
+        if mem.uc is None or mem.uc._uch is None or mem.uc is not image.uc:
             _revive_space(machine, mem, remap, cp)
         restore_space(mem, image)
     restore_state(cp.blob, cp.objects, cp.refs, remap)
+    _reopen_host_fds(cp.host_fds)
     if cp.cpu is not None:
         mem, ctx = cp.cpu
         mem.uc.context_restore(ctx)
@@ -386,12 +425,10 @@ def _revive_space(machine, mem: Memory, remap: dict, cp: Checkpoint) -> None:
     from .machine import RegisterFile
     uc, scratch, regfile = machine.new_mm()
     scratch._free_host.detach()
-    old_ucs = [r for r in cp.refs if type(r).__name__ == "Uc"]
-    olds = {id(r) for r in old_ucs if r._uch is None}
+    old = cp.spaces[mem].uc
+    remap[id(old)] = uc
     for r in cp.refs:
-        if id(r) in olds:
-            remap[id(r)] = uc
-        elif isinstance(r, RegisterFile) and id(r._uc) in olds:
+        if isinstance(r, RegisterFile) and r._uc is old:
             remap[id(r)] = regfile
     for lo, hi, _ in list(uc.mem_regions()):
         uc.mem_unmap(lo, hi + 1 - lo)
@@ -503,8 +540,7 @@ class Recorder:
         if position == self.position:
             return
         if position > self.position and not self.m.exited:
-            ops = [op for op in self.history() if op.start + op.insns > self.position]
-            self.replay(ops, position)                              # forward in the history
+            self.replay(self.history(self.position), position)     # forward in the history
             return
         cp = max((c for c in self.checkpoints if c.position <= position), key=lambda c: c.position)
         self.replay_from(cp, position)
@@ -546,8 +582,9 @@ class Recorder:
                                   "the history was changed from outside")
 
     def history(self, since: int | None = None) -> list:
-        """Copies of the logged operations from ``since`` (default: all)."""
-        return [_Op(op.start, op.kind, op.insns) for op in self.ops if since is None or op.start >= since]
+        """Copies of the logged operations that end after ``since`` (default: all)."""
+        return [_Op(op.start, op.kind, op.insns) for op in self.ops
+                if since is None or op.start + op.insns > since or op.start >= since]
 
     def stats(self) -> dict:
         """What the checkpoints cost: ``checkpoints``, ``bytes`` (state + unique pages

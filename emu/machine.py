@@ -1198,15 +1198,17 @@ class Machine:
         while True:
             task = self.task
             multi = len(self.tasks) > 1
+            # an emu_start a budget cut short goes on as it began in the next run: how a
+            # run is split into budgets does not change the interleaving (emu.checkpoint)
             carry, self._slice_carry = self._slice_carry, None
-            if multi:
-                # a slice a budget cut short goes on in the next run: how a run is split
-                # into budgets does not change the interleaving (reverse execution)
-                full = carry[1] if carry is not None and carry[0] is task else self.scheduler.slice()
-                done = carry[2] if carry is not None and carry[0] is task else 0
-                count = full if remaining is None else min(full, remaining)
+            if carry is not None and carry[0] is task:
+                full, done, multi = carry[1], carry[2], carry[3]
             else:
+                full, done = (self.scheduler.slice() if multi else None), 0
+            if full is None:
                 count = remaining or 0
+            else:
+                count = full if remaining is None else min(full, remaining)
             self._switch_requested = False
             self._pending_fault = None
             left = (deadline - time.perf_counter()) if deadline else None
@@ -1229,8 +1231,9 @@ class Machine:
                 self._emu_count = 0
                 ran = self._insns_run(count, stopped_early)
                 self.icount += ran
-                if multi and not stopped_early and count < full and ran == count:
-                    self._slice_carry = (task, full - ran, done + ran)
+                if not stopped_early and remaining is not None and ran == remaining and \
+                        (full is None or full > ran):
+                    self._slice_carry = (task, None if full is None else full - ran, done + ran, multi)
                 elif multi:                  # the others' sleeps and timers see the time pass
                     self.syscalls.cpu_time_passes(done + ran)
             if remaining is not None:
@@ -1353,6 +1356,30 @@ class Machine:
         if self._stop_precounted and not self._running:
             ran -= 1                 # a code hook stopped before its instruction
         return max(0 if self._stop_precounted else 1, ran)
+
+    def record(self, *, interval: int | None = None, max_checkpoints: int | None = None):
+        """Attach an :class:`emu.checkpoint.Recorder` (reverse execution): from now on
+        every run and step is counted, checkpointed every ``interval`` instructions
+        and can be replayed (``recorder.seek(n)``).  Returns the recorder."""
+        from .checkpoint import DEFAULT_INTERVAL, DEFAULT_MAX_CHECKPOINTS, Recorder
+        return Recorder(self, interval=interval or DEFAULT_INTERVAL,
+                        max_checkpoints=max_checkpoints or DEFAULT_MAX_CHECKPOINTS)
+
+    def checkpoint(self):
+        """A checkpoint of the whole machine now (see :mod:`emu.checkpoint`); with a
+        recorder attached it is also one of the recorder's."""
+        from .checkpoint import take_checkpoint
+        return self.recorder.checkpoint() if self.recorder is not None else take_checkpoint(self)
+
+    def restore(self, cp) -> None:
+        """Put the machine back into the state of checkpoint ``cp``."""
+        from .checkpoint import Checkpoint, CheckpointError, restore_checkpoint
+        if not isinstance(cp, Checkpoint):
+            raise CheckpointError(f"not a checkpoint: {cp!r}")
+        if self.recorder is not None:
+            self.recorder.restore(cp)
+        else:
+            restore_checkpoint(self, cp)
 
     def insn_clock(self) -> int:
         """The instruction clock now: :attr:`icount` plus, inside a counted emu_start
