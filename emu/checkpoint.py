@@ -67,7 +67,7 @@ _KEEP_ATTRS = {
     "Memory": ("uc", "_backing", "_free_host", "text_write_listeners"),
 }
 _BY_REFERENCE = ("MappedFile", "ElfImage", "PageCache", "Uc", "RegisterFile", "FpuUnit", "SnapshotReader",
-                 "Hook", "EventBus", "Recorder", "Stepper")
+                 "Hook", "EventBus", "Recorder", "Stepper", "GatedWriter")
 
 
 class CheckpointError(EmuError):
@@ -441,6 +441,25 @@ def _revive_space(machine, mem: Memory, remap: dict, cp: Checkpoint) -> None:
 
 # =============================================================================== recorder
 
+class GatedWriter:
+    """The trace output (tracefs lines streamed to a file) while recording: a line a
+    replay writes again is dropped (see :meth:`Recorder.admit`)."""
+
+    def __init__(self, out, recorder: "Recorder"):
+        self.out, self.recorder = out, recorder
+
+    def write(self, text: str) -> int:
+        if self.recorder.admit("lines"):
+            return self.out.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def __getattr__(self, name):
+        return getattr(self.out, name)
+
+
 @dataclass
 class _Op:
     start: int                        # instruction clock before the operation
@@ -479,8 +498,8 @@ class Recorder:
         # what already left the machine: per-stream bytes, events by (insn, index)
         self._out_pos = {1: 0, 2: 0}
         self._out_high = {1: 0, 2: 0}
-        self._ev_key = (0, 0)
-        self._ev_high = (0, 0)
+        self._keys = {"events": (-1, 0), "lines": (-1, 0)}     # (instruction, index) of the last one
+        self._high = {"events": (-1, 0), "lines": (-1, 0)}     # the furthest one delivered
         self.on_replayed_event = None     # fn(event) for events a replay does not deliver
         machine.recorder = self
         machine.events.gate = self._gate
@@ -511,7 +530,7 @@ class Recorder:
         """Take a checkpoint now (also done every ``interval`` instructions)."""
         prev = self.checkpoints[-1] if self.checkpoints else None
         cp = take_checkpoint(self.m, prev)
-        cp.extra = {"out": dict(self._out_pos), "ev": self._ev_key}
+        cp.extra = {"out": dict(self._out_pos), "keys": dict(self._keys)}
         if self.checkpoints and self.checkpoints[-1].position == cp.position:
             self.checkpoints[-1] = cp
         else:
@@ -527,7 +546,7 @@ class Recorder:
             raise CheckpointError("not a checkpoint of this recorder")
         restore_checkpoint(self.m, cp)
         self._out_pos = dict(cp.extra["out"])
-        self._ev_key = cp.extra["ev"]
+        self._keys = dict(cp.extra["keys"])
 
     def seek(self, position: int) -> None:
         """Go to instruction ``position`` of the recorded history (the start .. now):
@@ -609,6 +628,7 @@ class Recorder:
         """``Machine.run`` in counted pieces that end at checkpoint boundaries."""
         import time
         m = self.m
+        self._gate_trace_output()
         if not self.replaying:
             self._truncate_ops(m.icount)       # from here on a new history
         deadline = time.perf_counter() + timeout if timeout else None
@@ -644,6 +664,7 @@ class Recorder:
     def step(self):
         """``Machine.step``: one logged instruction."""
         m = self.m
+        self._gate_trace_output()
         if not self.replaying:
             self._truncate_ops(m.icount)
         self._maybe_checkpoint()
@@ -700,18 +721,30 @@ class Recorder:
         self._out_high[fd] = max(high, pos + len(data))
         return data[max(0, high - pos):]
 
+    def admit(self, stream: str) -> bool:
+        """Is this event or trace line (``stream``) new, past the furthest point any
+        run reached?  Keys are (instruction, index among those of that instruction)."""
+        tick = self.m.insn_clock()
+        last, k = self._keys[stream]
+        key = (tick, k + 1 if tick == last else 0)
+        self._keys[stream] = key
+        if key <= self._high[stream]:
+            return False
+        self._high[stream] = key
+        return True
+
     def _gate(self, event) -> bool:
         """EventBus gate: deliver an event only past the furthest point reached."""
-        tick = self.m.insn_clock()
-        last, k = self._ev_key
-        key = (tick, k + 1 if tick == last else 0)
-        self._ev_key = key
-        if key <= self._ev_high:
-            if self.on_replayed_event is not None:
-                self.on_replayed_event(event)
-            return False
-        self._ev_high = key
-        return True
+        if self.admit("events"):
+            return True
+        if self.on_replayed_event is not None:
+            self.on_replayed_event(event)
+        return False
+
+    def _gate_trace_output(self) -> None:
+        trace = getattr(self.m.kernel.uprobes, "trace", None)
+        if trace is not None and trace.output is not None and not isinstance(trace.output, GatedWriter):
+            trace.output = GatedWriter(trace.output, self)
 
 
 __all__ = ["Recorder", "Checkpoint", "CheckpointError", "take_checkpoint", "restore_checkpoint",

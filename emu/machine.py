@@ -1410,8 +1410,11 @@ class Machine:
     def _why_returned(self, task: Task, start: float, timeout: float | None, count: int) -> str:
         """emu_start came back by itself: a hlt (#GP), the time limit, or the count."""
         rip = self._rip()
+        # the budget ran out (every counted run of a recorder): as after a time slice,
+        # a 0xf4 byte before rip is most likely the end of some other instruction
+        spent = bool(count) and self._insns_run(count, False) >= count
         try:
-            if self._hlt_before(rip, count if len(self.tasks) > 1 else 0):
+            if self._hlt_before(rip, count if len(self.tasks) > 1 or spent else 0):
                 regs = self.read_regs()
                 regs.rip = rip - 1
                 self.write_regs(regs)
