@@ -44,7 +44,6 @@ are not rolled back; a register or memory write made from outside (a debugger's
 
 from __future__ import annotations
 
-import ctypes
 import io
 import os
 import pickle
@@ -54,8 +53,7 @@ from collections import deque
 from dataclasses import dataclass, field, is_dataclass
 
 from .errors import EmuError
-from .memory import (PAGE_SIZE, Memory, _Backing, _host_alloc, _host_free_all, _host_touched_pages, _libc,
-                     _MADV_DONTNEED)
+from .memory import PAGE_SIZE, Memory
 
 DEFAULT_INTERVAL = 1_000_000
 DEFAULT_MAX_CHECKPOINTS = 64
@@ -256,20 +254,10 @@ class SpaceImage:
     uc: object = None                 # the Unicorn instance it was on
 
 
-def _read_pages(mem: Memory) -> dict:
-    pages = {}
-    for b in mem._backing:
-        n = b.end - b.start
-        touched = _host_touched_pages(b.host, n)
-        for i, t in enumerate(touched):
-            if t:
-                pages[b.start + i * PAGE_SIZE] = ctypes.string_at(b.host + i * PAGE_SIZE, PAGE_SIZE)
-    return pages
-
-
 def snapshot_space(mem: Memory, previous: SpaceImage | None) -> SpaceImage:
-    """The address space now; pages equal to ``previous``'s share its bytes objects."""
-    pages = _read_pages(mem)
+    """The address space now; pages equal to ``previous``'s share its bytes objects
+    (what is stored anew is what changed since the previous checkpoint)."""
+    regions, backing, pages = mem.page_image()
     new = 0
     old = previous.pages if previous is not None else {}
     for addr, data in pages.items():
@@ -278,43 +266,12 @@ def snapshot_space(mem: Memory, previous: SpaceImage | None) -> SpaceImage:
             pages[addr] = before
         else:
             new += PAGE_SIZE
-    regions = tuple((lo, hi + 1, perms) for lo, hi, perms in mem.uc.mem_regions())
-    return SpaceImage(regions, tuple((b.start, b.end) for b in mem._backing), pages, new, mem.uc)
-
-
-def _rebuild_space(mem: Memory, image: SpaceImage) -> None:
-    """Give ``mem``'s Unicorn instance exactly the image's regions and host ranges."""
-    uc = mem.uc
-    for lo, hi, _ in list(uc.mem_regions()):
-        uc.mem_unmap(lo, hi + 1 - lo)
-    for b in mem._backing:
-        _libc.munmap(b.host, b.end - b.start)
-    mem._backing.clear()
-    for start, end in image.backing:
-        mem._backing.append(_Backing(start, end, _host_alloc(end - start)))
-    for lo, hi, perms in image.regions:
-        b = next(b for b in mem._backing if b.start <= lo and hi <= b.end)
-        uc.mem_map_ptr(lo, hi - lo, perms, b.host + lo - b.start)
+    return SpaceImage(regions, backing, pages, new, mem.uc)
 
 
 def restore_space(mem: Memory, image: SpaceImage) -> None:
-    """Put the image's layout and bytes back; only pages that differ are written."""
-    uc = mem.uc
-    regions = tuple((lo, hi + 1, perms) for lo, hi, perms in uc.mem_regions())
-    same = regions == image.regions and tuple((b.start, b.end) for b in mem._backing) == image.backing
-    current = _read_pages(mem) if same else {}
-    if not same:
-        _rebuild_space(mem, image)
-    for b in mem._backing:
-        for addr in range(b.start, b.end, PAGE_SIZE):
-            want = image.pages.get(addr)
-            host = b.host + addr - b.start
-            if want is not None:
-                if current.get(addr) != want:
-                    ctypes.memmove(host, want, PAGE_SIZE)
-            elif addr in current:
-                _libc.madvise(host, PAGE_SIZE, _MADV_DONTNEED)   # untouched again: zeros
-    uc.ctl_flush_tb()
+    """Put the image's layout and bytes back (see ``Memory.restore_image``)."""
+    mem.restore_image(image.regions, image.backing, image.pages)
 
 
 # =============================================================================== checkpoints
@@ -386,7 +343,7 @@ def _live_spaces(machine) -> list[Memory]:
 
 def take_checkpoint(machine, previous: Checkpoint | None = None) -> Checkpoint:
     """A checkpoint of ``machine`` now (between runs or steps, never inside one)."""
-    if machine._running:
+    if machine.running:
         raise CheckpointError("a checkpoint is taken between runs, not inside one")
     blob, objects, refs = capture_state(machine)
     spaces = {}
@@ -413,9 +370,9 @@ def restore_checkpoint(machine, cp: Checkpoint) -> None:
     if cp.cpu is not None:
         mem, ctx = cp.cpu
         mem.uc.context_restore(ctx)
-    machine._tb_mode = None
     for mem in cp.spaces:
         mem.uc.ctl_flush_tb()
+    machine.flush_translations()
 
 
 def _revive_space(machine, mem: Memory, remap: dict, cp: Checkpoint) -> None:
@@ -423,20 +380,13 @@ def _revive_space(machine, mem: Memory, remap: dict, cp: Checkpoint) -> None:
     machine's hooks) behind the same Memory object; references to the old instance
     and register file in the saved state are redirected to the new ones."""
     from .machine import RegisterFile
-    uc, scratch, regfile = machine.new_mm()
-    scratch._free_host.detach()
+    uc, _, regfile = machine.new_mm()      # its empty Memory is not used
+    mem.adopt(uc)
     old = cp.spaces[mem].uc
     remap[id(old)] = uc
     for r in cp.refs:
         if isinstance(r, RegisterFile) and r._uc is old:
             remap[id(r)] = regfile
-    for lo, hi, _ in list(uc.mem_regions()):
-        uc.mem_unmap(lo, hi + 1 - lo)
-    for b in scratch._backing:
-        _libc.munmap(b.host, b.end - b.start)
-    mem.uc = uc
-    mem._backing = []
-    mem._free_host = weakref.finalize(uc, _host_free_all, mem._backing)
 
 
 # =============================================================================== recorder
@@ -482,8 +432,8 @@ class Recorder:
             raise CheckpointError(f"checkpoint interval must be an instruction count >= 1, not {interval!r}")
         if isinstance(max_checkpoints, bool) or not isinstance(max_checkpoints, int) or max_checkpoints < 2:
             raise CheckpointError(f"max_checkpoints must be >= 2, not {max_checkpoints!r}")
-        from .machine import _emu_counter_offset
-        if _emu_counter_offset() is None:
+        from .machine import instruction_counter_available
+        if not instruction_counter_available():
             raise CheckpointError("this Unicorn build does not expose its instruction counter")
         if machine.recorder is not None:
             raise CheckpointError("the machine already has a recorder")
@@ -503,10 +453,7 @@ class Recorder:
         self.on_replayed_event = None     # fn(event) for events a replay does not deliver
         machine.recorder = self
         machine.events.gate = self._gate
-        for proc in machine.processes:
-            if proc.uc is not None:
-                proc.uc.ctl_flush_tb()        # blocks of an uncounted run would not count
-        machine._tb_mode = None
+        machine.flush_translations()          # blocks of an uncounted run would not count
         self.checkpoint()
 
     # ------------------------------------------------------------------ public

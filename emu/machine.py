@@ -203,6 +203,11 @@ def _emu_counter_offset() -> int | None:
     return None
 
 
+def instruction_counter_available() -> bool:
+    """Can runs be counted exactly (reverse execution needs it)?"""
+    return _emu_counter_offset() is not None
+
+
 _FPU_CODE, _FPU_BUF = 0x10000, 0x11000
 # the instructions, each at its own address (written once: no retranslation per use)
 _XSAVE, _XRSTOR, _FXRSTOR = _FPU_CODE, _FPU_CODE + 16, _FPU_CODE + 32
@@ -1380,6 +1385,19 @@ class Machine:
             self.recorder.restore(cp)
         else:
             restore_checkpoint(self, cp)
+
+    @property
+    def running(self) -> bool:
+        """Inside an emu_start (a hook is running)."""
+        return self._running
+
+    def flush_translations(self) -> None:
+        """Drop every address space's translated blocks (a checkpoint was restored, or
+        counting starts: blocks of an uncounted run would not count)."""
+        for proc in self.processes:
+            if proc.uc is not None:
+                proc.uc.ctl_flush_tb()
+        self._tb_mode = None
 
     def insn_clock(self) -> int:
         """The instruction clock now: :attr:`icount` plus, inside a counted emu_start

@@ -24,7 +24,8 @@ def _ev(e) -> tuple:
     out = [e.kind]
     for name in e.__match_args__:
         v = getattr(e, name)
-        out.append(v.tid if hasattr(v, "tid") else v if isinstance(v, (int, str, tuple, type(None))) else type(v).__name__)
+        plain = isinstance(v, (int, str, tuple, type(None)))
+        out.append(v.tid if hasattr(v, "tid") else v if plain else type(v).__name__)
     return tuple(out)
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from cli_helpers import cli
 from emu import Machine
-from emu.frontends.stepper import Stepper, StepperError
+from emu.frontends.stepper import Stepper
 from emu.frontends.stepper.reverse import HISTORY_START, ReverseStepper
 
 EXPECTED_STDOUT = "start 10\nthreads 77\nchild 15\nparent saw 7, 6\n"
