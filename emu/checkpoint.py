@@ -126,46 +126,68 @@ _BY_VALUE = (int, float, complex, str, bytes, bytearray, bool, type(None), list,
              deque, range, slice)
 
 
+_PLAIN = frozenset(_BY_VALUE)
+
+
+def _kind_of_type(cls) -> str:
+    """How instances of ``cls`` are saved: "value", "identity", "ref", or "object"
+    (decided per object: functions and methods)."""
+    mod = cls.__module__ or ""
+    if cls in (types.FunctionType, types.MethodType):
+        return "object"
+    if mod.startswith("emu.frontends"):
+        return "ref"                          # a front end's object: never rolled back
+    if issubclass(cls, (bytearray, list, dict, set, weakref.WeakKeyDictionary)):
+        return "value"                        # a container subclass (OutputBuffer, Counter)
+    if cls is _Ref:
+        return "ref"
+    project = mod.split(".", 1)[0] in _PROJECT
+    params = getattr(cls, "__dataclass_params__", None)
+    frozen = params is not None and params.frozen
+    if project and not issubclass(cls, (type, BaseException)) and not frozen and cls.__name__ not in _BY_REFERENCE:
+        return "identity" if getattr(cls, "__dictoffset__", 0) else "value"   # slotted: immutable values
+    if issubclass(cls, (types.CellType, types.BuiltinFunctionType, type)):
+        return "value"                        # see reducer_override
+    if mod in ("random", "collections", "functools", "enum", "itertools") or (params is not None and not frozen
+                                                                              and not project):
+        return "value"
+    return "ref"
+
+
 class _StatePickler(pickle.Pickler):
     """One pickle of many objects' states: project objects by identity (a serial),
-    external ones by reference, plain data by value; closures are rebuilt."""
+    external ones by reference, plain data by value; closures are rebuilt.  ``kinds``
+    caches the decision per type (see :func:`_kind_of_type`)."""
 
-    def __init__(self, buf, objects: list, serial: dict, refs: list):
+    def __init__(self, buf, objects: list, serial: dict, refs: list, kinds: dict):
         super().__init__(buf, protocol=pickle.HIGHEST_PROTOCOL)
-        self.objects, self.serial, self.refs = objects, serial, refs
+        self.objects, self.serial, self.refs, self.kinds = objects, serial, refs, kinds
         self._ref_index: dict = {}
         self.queue: deque = deque()
 
     def persistent_id(self, obj):
-        mod = type(obj).__module__
-        if mod.startswith("emu.frontends"):
-            return self._ref(obj)            # a front end's object: never rolled back
-        if isinstance(obj, types.FunctionType) and not _is_project_fn(obj):
-            return self._ref(obj)            # a caller's handler (a test's lambda)
-        if isinstance(obj, types.MethodType) and not (_identity(obj.__self__) or obj.__self__ is self.objects[0]):
-            return self._ref(obj)
-        if isinstance(obj, _BY_VALUE) and type(obj).__module__ == "builtins":
+        cls = type(obj)
+        if cls in _PLAIN:
             return None
-        if isinstance(obj, (bytearray, list, dict, set, weakref.WeakKeyDictionary)):
-            return None                      # a container subclass (OutputBuffer, Counter): by value
-        if isinstance(obj, _Ref):
-            return self._ref(obj.obj)
-        k = id(obj)
-        if k in self.serial:
-            return ("o", self.serial[k])
-        if _identity(obj):
-            self.serial[k] = len(self.objects)
-            self.objects.append(obj)
-            self.queue.append(obj)
-            return ("o", self.serial[k])
-        if _is_project(obj) and not isinstance(obj, BaseException) and not _frozen(obj) \
-                and type(obj).__name__ not in _BY_REFERENCE:
-            return None                      # NamedTuples, enums, slotted values
-        if isinstance(obj, (types.FunctionType, types.MethodType, types.CellType, types.BuiltinFunctionType,
-                            type)):
-            return None                      # see reducer_override
-        if type(obj).__module__ in ("random", "collections", "functools", "enum", "itertools") or is_dataclass(obj) \
-                and not _frozen(obj) and not _is_project(obj):
+        kind = self.kinds.get(cls)
+        if kind is None:
+            kind = self.kinds[cls] = _kind_of_type(cls)
+        if kind == "value":
+            return None
+        if kind == "identity":
+            k = id(obj)
+            i = self.serial.get(k)
+            if i is None:
+                i = self.serial[k] = len(self.objects)
+                self.objects.append(obj)
+                self.queue.append(obj)
+            return ("o", i)
+        if kind == "ref":
+            return self._ref(obj.obj if cls is _Ref else obj)
+        if cls is types.FunctionType:
+            return None if _is_project_fn(obj) else self._ref(obj)    # a caller's handler: by reference
+        owner = obj.__self__
+        if owner is self.objects[0] or self.kinds.get(type(owner)) == "identity" or _identity(owner):
             return None
         return self._ref(obj)
 
@@ -199,12 +221,13 @@ def _state_of(obj) -> dict:
     return {k: v for k, v in vars(obj).items() if k not in keep}
 
 
-def capture_state(machine) -> tuple[bytes, list, list]:
+def capture_state(machine, kinds: dict | None = None) -> tuple[bytes, list, list]:
     """``(blob, objects, refs)``: the machine's model state pickled (see the module
-    docstring); ``objects[i]`` is the live object of serial ``i`` (0: the machine)."""
+    docstring); ``objects[i]`` is the live object of serial ``i`` (0: the machine).
+    ``kinds``: a per-type cache kept between captures."""
     buf = io.BytesIO()
     objects, serial, refs = [machine], {id(machine): 0}, []
-    p = _StatePickler(buf, objects, serial, refs)
+    p = _StatePickler(buf, objects, serial, refs, {} if kinds is None else kinds)
     p.dump((0, _state_of(machine)))
     while p.queue:
         obj = p.queue.popleft()
@@ -341,11 +364,11 @@ def _live_spaces(machine) -> list[Memory]:
     return out
 
 
-def take_checkpoint(machine, previous: Checkpoint | None = None) -> Checkpoint:
+def take_checkpoint(machine, previous: Checkpoint | None = None, kinds: dict | None = None) -> Checkpoint:
     """A checkpoint of ``machine`` now (between runs or steps, never inside one)."""
     if machine.running:
         raise CheckpointError("a checkpoint is taken between runs, not inside one")
-    blob, objects, refs = capture_state(machine)
+    blob, objects, refs = capture_state(machine, kinds)
     spaces = {}
     for mem in _live_spaces(machine):
         prev = previous.spaces.get(mem) if previous is not None else None
@@ -451,6 +474,7 @@ class Recorder:
         self._keys = {"events": (-1, 0), "lines": (-1, 0)}     # (instruction, index) of the last one
         self._high = {"events": (-1, 0), "lines": (-1, 0)}     # the furthest one delivered
         self.on_replayed_event = None     # fn(event) for events a replay does not deliver
+        self._kinds: dict = {}            # type -> how the state pickler saves it
         machine.recorder = self
         machine.events.gate = self._gate
         machine.flush_translations()          # blocks of an uncounted run would not count
@@ -476,7 +500,7 @@ class Recorder:
     def checkpoint(self) -> Checkpoint:
         """Take a checkpoint now (also done every ``interval`` instructions)."""
         prev = self.checkpoints[-1] if self.checkpoints else None
-        cp = take_checkpoint(self.m, prev)
+        cp = take_checkpoint(self.m, prev, self._kinds)
         cp.extra = {"out": dict(self._out_pos), "keys": dict(self._keys)}
         if self.checkpoints and self.checkpoints[-1].position == cp.position:
             self.checkpoints[-1] = cp

@@ -24,7 +24,7 @@ from emu.frontends.stepper.engine import Stepper, StepperError, StopEvent
 from emu.memory import GuestFault
 
 # Stepping back replays up to one interval per stop: keep it short for a debugger.
-DEFAULT_STEPPER_INTERVAL = 20_000
+DEFAULT_STEPPER_INTERVAL = 200_000
 HISTORY_START = "history-start"          # StopEvent.reason at the start of the recording
 _CALL_SIZES = (5, 2, 3, 6, 7, 4)
 
