@@ -655,7 +655,7 @@ class Recorder:
                 self.ops[-1].start + self.ops[-1].insns == start and insns:
             self.ops[-1].insns += insns      # one run in pieces is one run: replays identically
             return
-        if insns or kind == "step":
+        if insns:
             self.ops.append(_Op(start, kind, insns))
 
     def _truncate_ops(self, position: int) -> None:
