@@ -218,3 +218,18 @@ def test_bad_requests_are_one_line_errors(call, message):
     m = Machine.from_guest("exit42")
     with pytest.raises(CheckpointError, match=message):
         call(m)
+
+
+def test_a_budget_that_ends_after_an_instruction_ending_in_f4_is_not_a_hlt():
+    """``mov r12, rsi`` is 49 89 f4: a counted run (every run of a recorder) that stops
+    right after it must not take the 0xf4 for a hlt and kill the guest."""
+    m = Machine.from_asm("""
+_start:
+    mov r12, rsi
+    mov eax, 60
+    mov edi, 3
+    syscall
+""")
+    res = m.run(max_insns=1)
+    assert (res.reason, m.pc) == ("budget", m.resolve("_start") + 3), res.describe()
+    assert m.run().exit_code == 3
