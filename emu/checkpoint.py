@@ -50,7 +50,7 @@ import pickle
 import types
 import weakref
 from collections import deque
-from dataclasses import dataclass, field, is_dataclass
+from dataclasses import dataclass, field
 
 from .errors import EmuError
 from .memory import PAGE_SIZE, Memory
