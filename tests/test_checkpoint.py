@@ -233,3 +233,31 @@ _start:
     res = m.run(max_insns=1)
     assert (res.reason, m.pc) == ("budget", m.resolve("_start") + 3), res.describe()
     assert m.run().exit_code == 3
+
+
+BUSYBOX_SCRIPT = "/bin/busybox echo hi; x=$(/bin/busybox printf %s abc); echo $x done"
+
+
+@pytest.fixture(scope="module")
+def shell_run():
+    """busybox sh forking, exec'ing and reading a pipe, recorded with a checkpoint
+    every 3000 instructions (address spaces come and go between them)."""
+    m = Machine.from_elf("/bin/busybox", argv=["sh", "-c", BUSYBOX_SCRIPT], seed=2)
+    rec = Recorder(m, interval=3000)
+    res = m.run()
+    assert (res.exit_code, res.stdout) == (0, b"hi\nabc done\n"), res.describe()
+    return m, rec, res
+
+
+@pytest.mark.parametrize("fraction", [0.2, 0.35, 0.5, 0.7, 0.99])
+def test_seek_across_fork_exec_and_exit_reaches_the_state_of_a_counted_run(shell_run, fraction):
+    m, rec, _ = shell_run
+    target = int(rec.end * fraction)
+    ref = Machine.from_elf("/bin/busybox", argv=["sh", "-c", BUSYBOX_SCRIPT], seed=2)
+    ref.run(max_insns=target)
+    want = machine_state(ref)
+    rec.seek(target)
+    got = machine_state(m)
+    assert got == want, _diff(want, got)
+    again = m.run()
+    assert (again.exit_code, again.stdout, m.icount) == (0, b"hi\nabc done\n", rec.end)
