@@ -107,3 +107,12 @@ def test_after_a_reverse_session_the_run_ends_as_it_would_have(guest):
     assert bytes(m.stdout) == EXPECTED_STDOUT
     # the counters are the model's: a replay restores them before it repeats the hits
     assert m.counters.uprobe_hits == WORK_CALLS, m.counters.uprobe_hits
+
+
+def test_gdb_reverse_next_steps_back_over_a_fork_at_source_level(guest):
+    m, _ = probed(guest)
+    out = gdb_session(m, guest, ["break replay.c:38", "continue", "next", "next", "reverse-next",
+                                 "info line *$pc"])
+    lines = out.splitlines()
+    assert lines.count("39\t    pid_t pid = fork();") == 2, out      # by next, then by reverse-next
+    assert re.search(r'^Line 39 of ".*replay\.c" starts at address', out, re.M), out
