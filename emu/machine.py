@@ -1530,6 +1530,8 @@ class Machine:
                 self._emulate(rip, None, 1)
             finally:
                 self._in_step = False
+            if self._stop_precounted:
+                self.icount -= 1             # a code hook stopped it before it ran
         self._raise_hook_error()
         if self._result is None:
             return None

@@ -261,3 +261,22 @@ def test_seek_across_fork_exec_and_exit_reaches_the_state_of_a_counted_run(shell
     assert got == want, _diff(want, got)
     again = m.run()
     assert (again.exit_code, again.stdout, m.icount) == (0, b"hi\nabc done\n", rec.end)
+
+
+def test_a_step_a_code_hook_stops_before_its_instruction_does_not_advance_the_clock():
+    m = Machine.from_asm("""
+_start:
+    mov eax, 1
+    mov eax, 60
+    xor edi, edi
+    syscall
+""")
+    m.record(interval=100)
+    at = m.resolve("_start") + 5
+    m.step()
+    h = m.add_code_hook(lambda a, s: m.stop("held"), at, at)
+    m.step()
+    assert (m.pc, m.icount) == (at, 1), (hex(m.pc), m.icount)
+    m.remove_hook(h)
+    m.step()
+    assert (m.pc, m.icount, m.reg_read("rax")) == (at + 5, 2, 60)
