@@ -250,12 +250,13 @@ class EventBus:
     ``publish`` walks a snapshot, so a subscriber may unsubscribe itself (or another)
     while an event is being delivered; an unsubscribed one is not called again."""
 
-    __slots__ = ("_subs", "_snapshot", "_next")
+    __slots__ = ("_subs", "_snapshot", "_next", "gate")
 
     def __init__(self):
         self._subs: dict = {}          # handle -> (fn, types or None)
         self._snapshot: tuple = ()
         self._next = 1
+        self.gate = None               # fn(event) -> bool: False drops it (a replay's repeats)
 
     def __bool__(self) -> bool:
         return bool(self._subs)
@@ -280,6 +281,8 @@ class EventBus:
             self._snapshot = tuple(self._subs.items())
 
     def publish(self, event: Event) -> None:
+        if self.gate is not None and not self.gate(event):
+            return
         subs = self._subs
         for handle, (fn, types) in self._snapshot:
             if (types is None or isinstance(event, types)) and handle in subs:

@@ -203,6 +203,11 @@ def _emu_counter_offset() -> int | None:
     return None
 
 
+def instruction_counter_available() -> bool:
+    """Can runs be counted exactly (reverse execution needs it)?"""
+    return _emu_counter_offset() is not None
+
+
 _FPU_CODE, _FPU_BUF = 0x10000, 0x11000
 # the instructions, each at its own address (written once: no retranslation per use)
 _XSAVE, _XRSTOR, _FXRSTOR = _FPU_CODE, _FPU_CODE + 16, _FPU_CODE + 32
@@ -410,6 +415,14 @@ class Machine:
         self._tb_mode = None             # (uc, "step" | "free"): see _translation_mode
         self._retired_thunks: list = []  # ctypes callbacks of removed hooks (see remove_hook)
         self._live_hooks: set = set()
+        # reverse execution (emu.checkpoint): the instruction clock and the recorder
+        self.icount = 0                  # instructions retired by counted runs and steps
+        self.recorder = None             # an emu.checkpoint.Recorder drives run()/step()
+        self._emu_base = 0               # icount when the current emu_start began
+        self._emu_count = 0              # that emu_start's count (0: not counted)
+        self._in_code_hook = False       # a front end's code hook is running
+        self._stop_precounted = False    # it stopped the CPU before its instruction ran
+        self._slice_carry = None         # (task, insns left, insns run): see run()
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -592,10 +605,13 @@ class Machine:
 
     def guest_output(self, fd: int, data: bytes) -> None:
         """What the guest writes to fd 1/2: passed through to the host's, and kept
-        (bounded) only when capture was asked for."""
+        (bounded) only when capture was asked for.  A recorder replaying history
+        swallows what the host was already given."""
         if self.capture_output:
             (self.stdout if fd == 1 else self.stderr).keep(data)
-        if self.passthrough:
+        if self.recorder is not None:
+            data = self.recorder.fresh_output(fd, data)
+        if self.passthrough and data:
             os.write(fd, data)
 
     # ------------------------------------------------------------------ properties
@@ -1130,6 +1146,8 @@ class Machine:
         without one."""
         self._stop_requested = detail
         self._stopped_by_hook = True
+        if self._in_code_hook:
+            self._stop_precounted = True     # Unicorn counted the instruction it will not run
         self.uc.emu_stop()
 
     def block(self, task: Task, reason: str, *, interrupt=None) -> None:
@@ -1172,6 +1190,8 @@ class Machine:
         if self.exited:
             raise InputError("the guest has already exited")
         _check_limits(max_insns, timeout)
+        if self.recorder is not None and not self.recorder.driving:
+            return self.recorder.run(max_insns, timeout, raise_on_signal=raise_on_signal)
         self._begin()
         if self._tb_mode is not None and self._tb_mode[1] == "step":
             self._translation_mode("run")
@@ -1183,12 +1203,17 @@ class Machine:
         while True:
             task = self.task
             multi = len(self.tasks) > 1
-            if multi:
-                count = self.scheduler.slice()
-                if remaining is not None:
-                    count = min(count, remaining)
+            # an emu_start a budget cut short goes on as it began in the next run: how a
+            # run is split into budgets does not change the interleaving (emu.checkpoint)
+            carry, self._slice_carry = self._slice_carry, None
+            if carry is not None and carry[0] is task:
+                full, done, multi = carry[1], carry[2], carry[3]
             else:
+                full, done = (self.scheduler.slice() if multi else None), 0
+            if full is None:
                 count = remaining or 0
+            else:
+                count = full if remaining is None else min(full, remaining)
             self._switch_requested = False
             self._pending_fault = None
             left = (deadline - time.perf_counter()) if deadline else None
@@ -1206,12 +1231,18 @@ class Machine:
             if self._resume_exit_work(task):
                 stopped_early = True         # sent from outside a trap: deliver first
             else:
+                self._emu_base, self._emu_count = self.icount, count
                 stopped_early = self._emulate(rip, left, count)
-                if multi:                    # the others' sleeps and timers see the time pass
-                    ran = self._insns_run(count, stopped_early)
-                    self.syscalls.cpu_time_passes(ran)
+                self._emu_count = 0
+                ran = self._insns_run(count, stopped_early)
+                self.icount += ran
+                if not stopped_early and remaining is not None and ran == remaining and \
+                        (full is None or full > ran):
+                    self._slice_carry = (task, None if full is None else full - ran, done + ran, multi)
+                elif multi:                  # the others' sleeps and timers see the time pass
+                    self.syscalls.cpu_time_passes(done + ran)
             if remaining is not None:
-                remaining -= ran if ran is not None else self._insns_run(count, stopped_early)
+                remaining -= ran if ran is not None else 0
             self._raise_hook_error()
             if self._result is not None:
                 result = self._result
@@ -1326,12 +1357,61 @@ class Machine:
         if off is None:
             return count if not stopped_early else 1     # at least the trapping insn
         base = ctypes.cast(self.uc._uch, ctypes.c_void_p).value
-        ran = struct.unpack("<Q", ctypes.string_at(base + off, 8))[0]
-        return max(1, min(ran, count))
+        ran = min(struct.unpack("<Q", ctypes.string_at(base + off, 8))[0], count)
+        if self._stop_precounted and not self._running:
+            ran -= 1                 # a code hook stopped before its instruction
+        return max(0 if self._stop_precounted else 1, ran)
+
+    def record(self, *, interval: int | None = None, max_checkpoints: int | None = None):
+        """Attach an :class:`emu.checkpoint.Recorder` (reverse execution): from now on
+        every run and step is counted, checkpointed every ``interval`` instructions
+        and can be replayed (``recorder.seek(n)``).  Returns the recorder."""
+        from .checkpoint import DEFAULT_INTERVAL, DEFAULT_MAX_CHECKPOINTS, Recorder
+        return Recorder(self, interval=interval or DEFAULT_INTERVAL,
+                        max_checkpoints=max_checkpoints or DEFAULT_MAX_CHECKPOINTS)
+
+    def checkpoint(self):
+        """A checkpoint of the whole machine now (see :mod:`emu.checkpoint`); with a
+        recorder attached it is also one of the recorder's."""
+        from .checkpoint import take_checkpoint
+        return self.recorder.checkpoint() if self.recorder is not None else take_checkpoint(self)
+
+    def restore(self, cp) -> None:
+        """Put the machine back into the state of checkpoint ``cp``."""
+        from .checkpoint import Checkpoint, CheckpointError, restore_checkpoint
+        if not isinstance(cp, Checkpoint):
+            raise CheckpointError(f"not a checkpoint: {cp!r}")
+        if self.recorder is not None:
+            self.recorder.restore(cp)
+        else:
+            restore_checkpoint(self, cp)
+
+    @property
+    def running(self) -> bool:
+        """Inside an emu_start (a hook is running)."""
+        return self._running
+
+    def flush_translations(self) -> None:
+        """Drop every address space's translated blocks (a checkpoint was restored, or
+        counting starts: blocks of an uncounted run would not count)."""
+        for proc in self.processes:
+            if proc.uc is not None:
+                proc.uc.ctl_flush_tb()
+        self._tb_mode = None
+
+    def insn_clock(self) -> int:
+        """The instruction clock now: :attr:`icount` plus, inside a counted emu_start
+        (a hook is running), the instructions of it so far, the current one included.
+        Exact only while every run is counted (a :class:`emu.checkpoint.Recorder` is
+        attached)."""
+        if self._running and self._emu_count:
+            return self._emu_base + self._insns_run(self._emu_count, True)
+        return self.icount
 
     def _emulate(self, rip: int, left: float | None, count: int) -> bool:
         """One emu_start on the current task; True when a hook or fault ended it."""
         self._stopped_by_hook = False
+        self._stop_precounted = False
         task = self.task
         self._running = True
         try:
@@ -1348,8 +1428,11 @@ class Machine:
     def _why_returned(self, task: Task, start: float, timeout: float | None, count: int) -> str:
         """emu_start came back by itself: a hlt (#GP), the time limit, or the count."""
         rip = self._rip()
+        # the budget ran out (every counted run of a recorder): as after a time slice,
+        # a 0xf4 byte before rip is most likely the end of some other instruction
+        spent = bool(count) and self._insns_run(count, False) >= count
         try:
-            if self._hlt_before(rip, count if len(self.tasks) > 1 else 0):
+            if self._hlt_before(rip, count if len(self.tasks) > 1 or spent else 0):
                 regs = self.read_regs()
                 regs.rip = rip - 1
                 self.write_regs(regs)
@@ -1428,8 +1511,11 @@ class Machine:
         out-of-line step that follows is the next."""
         if self.exited:
             raise InputError("the guest has already exited")
+        if self.recorder is not None and not self.recorder.driving:
+            return self.recorder.step()
         self._begin()
         self._translation_mode("step")
+        self.icount += 1
         task = self.task
         if self._finish_sleep(task):
             return self._end(self._result) if self._result is not None else None
@@ -1444,6 +1530,8 @@ class Machine:
                 self._emulate(rip, None, 1)
             finally:
                 self._in_step = False
+            if self._stop_precounted:
+                self.icount -= 1             # a code hook stopped it before it ran
         self._raise_hook_error()
         if self._result is None:
             return None
@@ -1509,10 +1597,13 @@ class Machine:
             thunk = fn
         else:
             def thunk(_handle, address, size, _user_data):
+                self._in_code_hook = True
                 try:
                     fn(address, size)
                 except BaseException as e:  # noqa: BLE001 - re-raised by run()/step()
                     self.hook_failed(e)
+                finally:
+                    self._in_code_hook = False
         fptr = _CODE_CB(thunk)
         handle = ctypes.c_size_t()
         status = uclib.uc_hook_add(uc._uch, ctypes.byref(handle), UC_HOOK_CODE,

@@ -402,6 +402,61 @@ class Memory:
                         off = (base + i) * PAGE_SIZE
                         ctypes.memmove(dst_host + i * PAGE_SIZE, host + off, PAGE_SIZE)
 
+    # -- checkpoints (emu.checkpoint) ---------------------------------------------
+    def page_image(self) -> tuple[tuple, tuple, dict]:
+        """``(regions, backing, pages)``: the Unicorn regions ``(start, end, perms)``,
+        the host backing ranges ``(start, end)`` and the bytes of every page the host
+        ever touched (``{page address: bytes}``; the others read as zeros)."""
+        pages = {}
+        for b in self._backing:
+            for i, touched in enumerate(_host_touched_pages(b.host, b.end - b.start)):
+                if touched:
+                    pages[b.start + i * PAGE_SIZE] = ctypes.string_at(b.host + i * PAGE_SIZE, PAGE_SIZE)
+        regions = tuple((lo, hi + 1, perms) for lo, hi, perms in self.uc.mem_regions())
+        return regions, tuple((b.start, b.end) for b in self._backing), pages
+
+    def restore_image(self, regions: tuple, backing: tuple, pages: dict) -> None:
+        """Put a :meth:`page_image` back: the same regions and host ranges (rebuilt
+        when they differ), then only the pages whose bytes differ are written; a page
+        absent from ``pages`` reads as zeros again."""
+        now_regions = tuple((lo, hi + 1, perms) for lo, hi, perms in self.uc.mem_regions())
+        same = now_regions == regions and tuple((b.start, b.end) for b in self._backing) == backing
+        current = self.page_image()[2] if same else {}
+        if not same:
+            self._rebuild(regions, backing)
+        for b in self._backing:
+            for addr in range(b.start, b.end, PAGE_SIZE):
+                want = pages.get(addr)
+                host = b.host + addr - b.start
+                if want is not None:
+                    if current.get(addr) != want:
+                        ctypes.memmove(host, want, PAGE_SIZE)
+                elif addr in current:
+                    _libc.madvise(host, PAGE_SIZE, _MADV_DONTNEED)
+        self.uc.ctl_flush_tb()
+
+    def _rebuild(self, regions: tuple, backing: tuple) -> None:
+        for lo, hi, _ in list(self.uc.mem_regions()):
+            self.uc.mem_unmap(lo, hi + 1 - lo)
+        for b in self._backing:
+            _libc.munmap(b.host, b.end - b.start)
+        self._backing.clear()
+        for start, end in backing:
+            self._backing.append(_Backing(start, end, _host_alloc(end - start)))
+        for lo, hi, perms in regions:
+            b = next(b for b in self._backing if b.start <= lo and hi <= b.end)
+            self.uc.mem_map_ptr(lo, hi - lo, perms, b.host + lo - b.start)
+
+    def adopt(self, uc) -> None:
+        """A released address space comes back on a new, empty Unicorn instance (a
+        checkpoint from before the exit is restored); its host pages live as long as
+        ``uc``."""
+        for lo, hi, _ in list(uc.mem_regions()):
+            uc.mem_unmap(lo, hi + 1 - lo)
+        self.uc = uc
+        self._backing = []
+        self._free_host = weakref.finalize(uc, _host_free_all, self._backing)
+
     def release(self) -> None:
         """exit_mmap: the address space is gone (its process exited).  The Unicorn
         instance is closed and every host page returned; the Memory stays as an empty

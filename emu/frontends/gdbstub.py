@@ -36,6 +36,7 @@ from emu.frontends.cli import (add_cli_events, add_events_option, events_output,
 from emu.errors import EmuError, InputError
 from emu.memory import GuestFault
 from emu.procfs import auxv_bytes, exe_link
+from emu.frontends.stepper import reverse
 from emu.frontends.stepper.engine import Stepper, StepperError
 
 SIGTRAP, SIGINT = 5, 2
@@ -329,9 +330,13 @@ class GdbStub:
     (``W``/``X``).  A client that goes away while the guest runs stops it.
     """
 
-    def __init__(self, machine, *, max_insns=None, timeout=None):
+    def __init__(self, machine, *, max_insns=None, timeout=None,
+                 checkpoint_interval: int | None = reverse.DEFAULT_STEPPER_INTERVAL):
         self.m = machine
         self.stepper = Stepper(machine, max_insns=max_insns, timeout=timeout)
+        # recorded from the start for bs/bc (None or 0: no reverse execution)
+        self.reverse = reverse.ReverseStepper.of(self.stepper, interval=checkpoint_interval) \
+            if checkpoint_interval else None
         self.conn: GdbConnection | None = None
         self.g_tid = None                  # thread selected with Hg (registers)
         self.c_tid = None                  # thread selected with Hc (s and c packets)
@@ -459,7 +464,8 @@ class GdbStub:
         if text.startswith("qSupported"):
             return (f"PacketSize={PACKET_SIZE:x};qXfer:features:read+;qXfer:auxv:read+;"
                     "qXfer:exec-file:read+;qXfer:libraries-svr4:read+;"
-                    "augmented-libraries-svr4-read+;swbreak+;QStartNoAckMode+;vContSupported+")
+                    "augmented-libraries-svr4-read+;swbreak+;QStartNoAckMode+;vContSupported+"
+                    + (";ReverseStep+;ReverseContinue+" if self.reverse is not None else ""))
         if text == "QStartNoAckMode":
             self.conn.send("OK")          # acknowledged before acks stop
             self.conn.ack = False
@@ -493,7 +499,7 @@ class GdbStub:
             return None
         handler = {"H": self._h, "T": self._t, "g": self._g, "G": self._G, "p": self._p,
                    "P": self._P, "m": self._m, "M": self._M, "X": self._X, "Z": self._z,
-                   "z": self._z, "c": self._cs, "s": self._cs}.get(head)
+                   "z": self._z, "c": self._cs, "s": self._cs, "b": self._b}.get(head)
         if handler is None:
             return ""
         return handler(pkt, text)
@@ -723,6 +729,24 @@ class GdbStub:
         if step_tid is None:
             return self._resume("c")
         return self._resume("s", tid=step_tid)
+
+    def _b(self, _pkt, text):
+        """``bs`` / ``bc``: reverse step / continue (see stepper.reverse); the start of
+        the recorded history is the stop reply's ``replaylog:begin``."""
+        if text not in ("bs", "bc"):
+            raise Malformed(text)
+        if self.reverse is None:
+            return ""
+        if self.done:
+            return self.last_stop
+        self.xfer_cache.clear()
+        ev = self.reverse.reverse_stepi() if text == "bs" else self.reverse.reverse_continue()
+        tid = self.m.task.tid
+        if ev.reason == reverse.HISTORY_START:
+            self.last_stop = f"T05replaylog:begin;thread:{tid:x};"
+        else:
+            self.last_stop = self.stop_reply(ev)
+        return self.last_stop
 
     def _poke(self, addr: int, data: bytes) -> str:
         """A debugger write (ptrace POKETEXT): goes into the process copy, like the kernel's
@@ -991,7 +1015,8 @@ def _thread_id(text: str) -> int:
     return -1 if text == "-1" else _hex_int(text)
 
 
-def serve_once(machine, host: str, port: int, *, ready=None, max_insns=None, timeout=None):
+def serve_once(machine, host: str, port: int, *, ready=None, max_insns=None, timeout=None,
+               checkpoint_interval: int | None = reverse.DEFAULT_STEPPER_INTERVAL):
     """Listen on host:port, serve one gdb, return when it detaches, kills or goes away.
 
     After a detach (``D``) the guest runs on to its natural end, without breakpoints or
@@ -1010,7 +1035,8 @@ def serve_once(machine, host: str, port: int, *, ready=None, max_insns=None, tim
         conn, _ = srv.accept()
     finally:
         srv.close()
-    stub = GdbStub(machine, max_insns=max_insns, timeout=timeout)
+    stub = GdbStub(machine, max_insns=max_insns, timeout=timeout,
+                   checkpoint_interval=checkpoint_interval)
     with conn:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         stub.serve(conn)
@@ -1031,18 +1057,24 @@ def add_cli(sub, add_machine_options) -> None:
     add_events_option(p)
     p.add_argument("--port", type=port_number, default=1234, metavar="N")
     p.add_argument("--host", default="127.0.0.1", help="listen address (loopback by default)")
+    p.add_argument("--checkpoint-interval", type=int, default=reverse.DEFAULT_STEPPER_INTERVAL, metavar="N",
+                   help="record for gdb's reverse-stepi/reverse-continue with a checkpoint every N "
+                        "instructions (0: no recording)")
     p.set_defaults(func=cmd_gdbserver)
 
 
 def cmd_gdbserver(args) -> int:
     m = make_machine(args)
+    if args.checkpoint_interval < 0:
+        raise InputError(f"--checkpoint-interval must be >= 0, not {args.checkpoint_interval}")
     with events_output(args) as out:
         if args.event:
             add_cli_events(m, args, out)
         result = serve_once(m, args.host, args.port,
                             ready=lambda port: print(f"uprobe-emu: listening for gdb on {args.host}:{port}",
                                                      file=sys.stderr, flush=True),
-                            max_insns=args.max_insns or None, timeout=args.timeout or None)
+                            max_insns=args.max_insns or None, timeout=args.timeout or None,
+                            checkpoint_interval=args.checkpoint_interval)
     return 0 if result is None else report_result(result, m)
 
 

@@ -13,11 +13,13 @@ has no AVX-512); errors never abort a command file.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 from emu.disasm import annotation, symbol_of
 from emu.errors import EmuError
 from emu.frontends.cli import add_cli_events, add_events_option, events_output, make_machine
+from emu.frontends.stepper import reverse
 from emu.frontends.stepper.engine import Stepper, StepperError, StopEvent
 from emu.frontends.stepper.format import gdb_label, natural, signed
 from emu.memory import GuestFault
@@ -28,6 +30,9 @@ _SIGNAL_TEXT = {"SIGSEGV": "Segmentation fault", "SIGILL": "Illegal instruction"
                 "SIGBUS": "Bus error", "SIGABRT": "Aborted", "SIGKILL": "Killed",
                 "SIGSYS": "Bad system call", "SIGTERM": "Terminated", "SIGINT": "Interrupt",
                 "SIGPIPE": "Broken pipe", "SIGALRM": "Alarm clock"}
+_REVERSE_VERBS = {"rsi": "reverse-stepi", "reverse-stepi": "reverse-stepi", "rs": "reverse-step",
+                  "reverse-step": "reverse-step", "rni": "reverse-step", "reverse-nexti": "reverse-step",
+                  "rc": "reverse-continue", "reverse-continue": "reverse-continue"}
 _X_SIZES = {"b": 1, "h": 2, "w": 4, "g": 8}
 _X_PER_LINE = {1: 8, 2: 8, 4: 4, 8: 2}
 
@@ -36,6 +41,9 @@ Commands (gdb-like):
   si [N], stepi [N]         one guest instruction (a probed one counts as one)
   ni [N], nexti [N]         same, but a call runs until it returns
   c, continue               run until a breakpoint or the end
+  rsi, reverse-stepi [N]    back N guest instructions (replayed from a checkpoint)
+  rs, reverse-step [N]      back N instructions of this frame (a call undone as one)
+  rc, reverse-continue      back to the previous breakpoint hit, or the start
   run, starti               gdb compatibility: the guest waits at its entry already
   finish                    run until the current function returns
   until LOCATION            run until LOCATION (also: advance)
@@ -91,6 +99,7 @@ class StepperShell:
             "watch": self.cmd_watch, "rwatch": self.cmd_rwatch, "awatch": self.cmd_awatch,
             "probe": self.cmd_probe,
             "q": self.cmd_quit, "quit": self.cmd_quit,
+            **{name: functools.partial(self.cmd_reverse, verb=verb) for name, verb in _REVERSE_VERBS.items()},
             "help": self.cmd_help, "h": self.cmd_help,
         }
 
@@ -239,6 +248,11 @@ class StepperShell:
 
     def cmd_nexti(self, arg: str) -> None:
         self._guest_run(self.s.step_over, self._count(arg))
+
+    def cmd_reverse(self, arg: str, verb: str = "reverse-stepi") -> None:
+        """reverse-stepi / reverse-step / reverse-continue: see stepper.reverse."""
+        with self.m.interruptible():
+            reverse.shell_command(self, verb, arg)
 
     def cmd_continue(self, arg: str) -> None:
         self.s.require_alive()
@@ -571,6 +585,9 @@ def add_cli(sub, add_machine_options) -> None:
     add_events_option(p, "stdout")
     p.add_argument("-x", "--command", dest="scripts", action="append", default=[], metavar="FILE",
                    help="run the commands in FILE first (repeatable)")
+    p.add_argument("--checkpoint-interval", type=int, default=reverse.DEFAULT_STEPPER_INTERVAL, metavar="N",
+                   help="record for reverse-stepi/-step/-continue with a checkpoint every N instructions "
+                        f"(default {reverse.DEFAULT_STEPPER_INTERVAL}; 0: no recording)")
     p.set_defaults(func=cmd_step)
 
 
@@ -583,10 +600,14 @@ def cmd_step(args) -> int:
         except OSError as e:
             raise EmuError(f"cannot read command file {path!r}: {e.strerror}") from None
     m = make_machine(args, own_stdin=False)     # the stepper reads its commands from stdin
+    if args.checkpoint_interval < 0:
+        raise EmuError(f"--checkpoint-interval must be >= 0, not {args.checkpoint_interval}")
     with events_output(args, sys.stdout) as out:
         if args.event:
             add_cli_events(m, args, out)
         stepper = Stepper(m, max_insns=args.max_insns or None, timeout=args.timeout or None)
+        if args.checkpoint_interval:
+            reverse.ReverseStepper.of(stepper, interval=args.checkpoint_interval)   # record from the entry
         shell = StepperShell(stepper)
         for lines in scripts:
             shell.run_lines(lines)

@@ -13,6 +13,7 @@ from emu.errors import InputError
 from emu.frontends.cli import add_cli_events, make_machine, print_error, report_result
 from emu.machine import Machine
 
+from . import seek
 from .formats import FORMATS
 from .tracer import Tracer
 
@@ -36,6 +37,13 @@ def add_cli(sub, add_machine_options) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="write the trace here (default stdout)")
     p.add_argument("--mem", action="store_true",
                    help="also record memory writes (always on for tenet)")
+    p.add_argument("--seek", type=_count, metavar="N",
+                   help="run (recorded) to instruction N first; the trace starts there")
+    p.add_argument("--last-write", dest="last_write", action="append", default=[], metavar="REG|ADDR[:SIZE]",
+                   help="print which instruction last wrote the register or bytes before the --seek "
+                        "point (replayed from checkpoints; repeatable)")
+    p.add_argument("--checkpoint-interval", type=_count, default=None, metavar="N",
+                   help="instructions between checkpoints for --seek/--last-write")
     p.set_defaults(func=cmd_trace)
 
 
@@ -62,9 +70,17 @@ def cmd_trace(args) -> int:
         except OSError as e:
             raise InputError(f"cannot write the trace to {args.output!r}: {e.strerror}") from None
     try:
+        sink = None
+        if args.seek is not None or args.last_write:        # probes first, then the seek
+            sink = seek.LateSink(sys.stderr)
+            if args.event:
+                add_cli_events(m, args, sink)
+            seek.apply_cli(m, args.seek, args.last_write, args.checkpoint_interval or seek.DEFAULT_INTERVAL)
         tracer = Tracer(m, args.fmt, out, start=args.start, count=args.count,
                         mem=True if args.mem else None)
-        if args.event:
+        if sink is not None:
+            sink.target = tracer.ftrace_output(sys.stderr)
+        elif args.event:
             add_cli_events(m, args, tracer.ftrace_output(sys.stderr))
         with m.interruptible():
             result = m.run(max_insns=args.max_insns or None, timeout=args.timeout or None)
