@@ -76,7 +76,7 @@ def test_reverse_stepi_lands_on_the_probed_instruction_and_its_handler_runs_once
     lines = out.splitlines()
     # back on work's first instruction: the probe's int3, shown with the original insn
     at = [i for i, line in enumerate(lines) if line.startswith("=> 0x") and "<work>" in line]
-    assert len(at) == 2 and "# uprobe site: mov    eax, 1" in lines[at[1]], out
+    assert len(at) == 2 and "mov    eax, 1        # uprobe site, in memory: int3" in lines[at[1]], out
     trace = [line for line in lines if re.search(r" w: \(0x[0-9a-f]+\) n=0x4$", line)]
     assert len(trace) == 1, f"the entry event of work(4) must be printed once, got {trace}\n{out}"
 
