@@ -420,7 +420,7 @@ class Machine:
         self.recorder = None             # an emu.checkpoint.Recorder drives run()/step()
         self._emu_base = 0               # icount when the current emu_start began
         self._emu_count = 0              # that emu_start's count (0: not counted)
-        self._in_code_hook = False       # a front end's code hook is running
+        self._in_code_hook = False       # a front end's code or memory hook is running
         self._stop_precounted = False    # it stopped the CPU before its instruction ran
         self._slice_carry = None         # (task, insns left, insns run): see run()
 
@@ -1626,7 +1626,13 @@ class Machine:
         uc = (process or self.process).uc
 
         def cb(_uc, acc, address, size, value, _data):
-            fn(access, address, size, value)
+            # a stop asked for here leaves the instruction to run again (Unicorn
+            # restarts it on resume): like a code hook's, it has not run
+            self._in_code_hook = True
+            try:
+                fn(access, address, size, value)
+            finally:
+                self._in_code_hook = False
         hook = Hook(uc, uc.hook_add(kind, cb, None, begin, end), None, begin, end, binding=True)
         self._live_hooks.add(hook)
         self._flush_range(uc, begin, end)

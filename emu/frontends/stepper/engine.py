@@ -382,13 +382,7 @@ class Stepper:
         m = self.machine
         first = self._watch_hit is None
         if first:
-            vma = m.mem.find_vma(m.pc)
-            utask = m.task.utask
-            if vma is not None and vma.special and vma.name in _TRANSITIONAL_VMAS and \
-                    (utask is None or utask.state != "sstep"):    # the XOL step is the program's
-                return
-            wp = next((w for w in self.watchpoints.values() if w.enabled and w.covers(addr, size)
-                       and w.kind in (access, "access")), None)
+            wp = self.watch_match(access, addr, size)
             if wp is None:
                 return
             self._watch_hit = (wp, addr)
@@ -397,6 +391,19 @@ class Stepper:
                 self._watch_undo.append((addr, m.mem.read(addr, size)))
             if first:
                 m.stop("watchpoint")
+
+    def watch_match(self, access: str, addr: int, size: int) -> Watchpoint | None:
+        """The enabled watchpoint a program access of ``access`` ("read"/"write") to
+        [addr, addr+size) triggers, if any.  The kernel model's own accesses (its
+        trampolines) are not the program's; an instruction single-stepped out of line is."""
+        m = self.machine
+        vma = m.mem.find_vma(m.pc)
+        utask = m.task.utask
+        if vma is not None and vma.special and vma.name in _TRANSITIONAL_VMAS and \
+                (utask is None or utask.state != "sstep"):
+            return None
+        return next((w for w in self.watchpoints.values() if w.enabled and w.covers(addr, size)
+                     and w.kind in (access, "access")), None)
 
     def _sync_hooks(self) -> None:
         # hooks live on the main process's CPU (like gdb's default: the parent is

@@ -70,18 +70,28 @@ class ReverseStepper:
                 if call is not None:
                     hit = self._last_hit({call}, lambda m: m.read_regs().rsp == here.rsp)
                     if hit is not None:
-                        self.rec.seek(hit)
+                        self.rec.seek(hit[0])
         return self._stop("step", "reverse-step")
 
     def reverse_continue(self) -> StopEvent:
-        """Run backwards to the previous breakpoint hit, or to the start of history."""
+        """Run backwards to the previous breakpoint hit or watchpoint trigger, or to the
+        start of history.  A watchpoint stops where a forward run reported it: right
+        after the accessing instruction (as rr does), so ``continue`` goes on from there."""
         s = self.s
         addrs = {bp.address for bp in s.breakpoints.values() if bp.enabled}
-        hit = self._last_hit(addrs) if addrs else None
+        watching = any(wp.enabled for wp in s.watchpoints.values())
+        hit = self._last_hit(addrs, watch=watching) if addrs or watching else None
         if hit is None:
             self.rec.seek(self.rec.start)
             return self._stop(HISTORY_START, "reverse-continue")
-        self.rec.seek(hit)
+        position, trigger = hit
+        self.rec.seek(position)
+        if trigger is not None:
+            wp, addr = trigger
+            wp.hits += 1
+            ev = self._stop("watchpoint", "reverse-continue")
+            ev.watchpoint, ev.data_addr = wp, addr
+            return ev
         bp = s._enabled_bp_at(s.rip)
         if bp is not None:
             bp.hits += 1
@@ -153,23 +163,40 @@ class ReverseStepper:
                 return ret_addr - k
         return None
 
-    def _last_hit(self, addrs: set, predicate=None) -> int | None:
+    def _last_hit(self, addrs: set, predicate=None, *, watch: bool = False):
         """The latest instruction position before now at which execution was about to
-        run one of ``addrs`` (and ``predicate(machine)`` held); None if there is none
-        in the recorded history.  The machine is left at the current position."""
-        rec, m = self.rec, self.s.machine
+        run one of ``addrs`` (and ``predicate(machine)`` held), or - with ``watch`` -
+        had just made an access one of the stepper's watchpoints triggers on.  Returns
+        ``(position, trigger)``, trigger ``(watchpoint, address)`` or None for a code
+        hit; None if there is none in the recorded history.  The machine is left at the
+        current position."""
+        rec, s, m = self.rec, self.s, self.s.machine
         now = rec.position
         hi = now
         for cp in sorted((c for c in rec.checkpoints if c.position < now), key=lambda c: -c.position):
-            hits: list[int] = []
+            hits: list[tuple] = []
 
             def seen(_addr, _size, hits=hits):
                 at = m.insn_clock() - 1          # the clock counts the instruction about to run
                 if at < hi and (predicate is None or predicate(m)):
-                    hits.append(at)
+                    hits.append((at, None))
+
+            def accessed(access, addr, size, _value, hits=hits):
+                at = m.insn_clock()              # the state after the accessing instruction
+                if at <= hi and at < now and (not hits or hits[-1][0] != at or hits[-1][1] is None):
+                    wp = s.watch_match(access, addr, size)
+                    if wp is not None:
+                        hits.append((at, (wp, addr)))
             proc = getattr(m, "main_process", m.process)
             rec.replay_from(cp, cp.position)
             hooks = [m.add_code_hook(seen, a, a, process=proc) for a in addrs]
+            if watch:
+                for wp in s.watchpoints.values():
+                    if wp.enabled:
+                        lo = max(0, wp.address - 15)     # the widest access reaching the bytes
+                        hooks += [m.add_mem_hook(accessed, lo, wp.address + wp.size - 1,
+                                                 access=kind, process=proc)
+                                  for kind in ("read", "write")]
             try:
                 rec.seek(hi)
             finally:
@@ -177,7 +204,7 @@ class ReverseStepper:
                     m.remove_hook(h)
             if hits:
                 rec.seek(now)
-                return max(hits)
+                return max(hits, key=lambda h: h[0])
             hi = cp.position
         rec.seek(now)
         return None
