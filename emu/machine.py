@@ -44,7 +44,8 @@ from .errors import GuestSignalError, InputError, SymbolError
 from .loader import file_identity, load_image
 from .memory import DEFAULT_MAX_MEMORY, GuestFault, MappedFile, Memory, MemoryLimit, PageCache
 from .regs import GPR_NAMES, RF, TF, PtRegs
-from .sched import Scheduler
+from .sched import ALONE_SLICE, BLOCK_INSNS, MIN_SLICE, MAX_SLICE, BlockQuantum, Scheduler, check_slice
+from .signal_syscalls import INSN_NS
 from .signals import SIGNALS, RunResult, signal_name
 from .syscall_names import SYSCALL_NAMES
 from .syscalls import Syscalls
@@ -348,7 +349,8 @@ class Machine:
                  stdio: str = "pipe", mem_total: int | None = None,
                  max_memory: int | None = DEFAULT_MAX_MEMORY, capture_output: bool | None = None,
                  output_limit: int | None = DEFAULT_OUTPUT_LIMIT, uid: int | None = None,
-                 gid: int | None = None, groups: list[int] | None = None, **kernel_overrides):
+                 gid: int | None = None, groups: list[int] | None = None,
+                 sched_slice: tuple[int, int] = (MIN_SLICE, MAX_SLICE), **kernel_overrides):
         """``max_memory``: bytes of guest mappings over all its processes (None: no
         limit); past it mmap/brk/fork get ENOMEM and loading fails.  ``capture_output``:
         keep the guest's stdout/stderr in ``stdout``/``stderr`` (default: only when not
@@ -358,7 +360,12 @@ class Machine:
         the guest sees read-only at ``/``; ``grant_dirs`` (``grant_dir``: one, an alias):
         host directories mounted writable at their own paths; ``cwd``: the guest's
         working directory (default the invoking process's when visible, else ``/``);
-        see :mod:`emu.vfs`."""
+        see :mod:`emu.vfs`.  ``sched_slice``: (MIN, MAX) translated blocks of a time
+        slice while several tasks are runnable (see :mod:`emu.sched`; short slices such
+        as (1, 40) shake out races, long ones cost less)."""
+        if not isinstance(sched_slice, (tuple, list)) or len(sched_slice) != 2:
+            raise InputError(f"sched_slice must be (MIN, MAX) in blocks, not {sched_slice!r}")
+        sched_slice = check_slice(*sched_slice)
         if max_memory is not None and max_memory <= 0:
             raise InputError(f"max_memory must be positive, not {max_memory}")
         self.counters = Counters()
@@ -370,7 +377,8 @@ class Machine:
         self.processes: list[Process] = []      # live processes (and zombies until reaped)
         self.tasks: list[Task] = []              # live tasks
         self._next_pid = 1000
-        self.scheduler = Scheduler(seed)
+        self.scheduler = Scheduler(seed, *sched_slice)
+        self.quantum = BlockQuantum()            # the time slice, counted natively in blocks
         self.all_tasks: list[Task] = []
         cred = Cred.initial(uid, gid, groups)
         self.task: Task = self.new_task(self.new_process(comm=comm), cred=cred)
@@ -1152,6 +1160,8 @@ class Machine:
             task.sleep_interrupt = None
             if rax is not None:
                 task.pending_rax = rax & 0xFFFFFFFFFFFFFFFF
+            if self._running and task is not self.task and self.quantum.armed:
+                self.quantum.shorten(self.scheduler.slice())    # the woken task runs soon
 
     def yield_cpu(self) -> None:
         """sched_yield and friends: reschedule after this syscall."""
@@ -1167,7 +1177,8 @@ class Machine:
         hook, but about 5x slower on hot loops); ``None`` (the default) runs at full
         speed, bounded by ``timeout`` (wall-clock seconds) only.
         With one task the guest runs in one ``emu_start``; with several, the
-        deterministic scheduler (seeded) gives them instruction-count time slices.
+        deterministic scheduler (seeded) gives them time slices counted in translated
+        blocks (:mod:`emu.sched`), one ``emu_start`` each.
         """
         if self.exited:
             raise InputError("the guest has already exited")
@@ -1183,12 +1194,7 @@ class Machine:
         while True:
             task = self.task
             multi = len(self.tasks) > 1
-            if multi:
-                count = self.scheduler.slice()
-                if remaining is not None:
-                    count = min(count, remaining)
-            else:
-                count = remaining or 0
+            count, blocks, short = self._slice_limits(multi, remaining)
             self._switch_requested = False
             self._pending_fault = None
             left = (deadline - time.perf_counter()) if deadline else None
@@ -1202,16 +1208,18 @@ class Machine:
                 break
             rip = self._rip()
             task.slices += 1
-            ran = None
             if self._resume_exit_work(task):
                 stopped_early = True         # sent from outside a trap: deliver first
+                insns = 0 if count else None
             else:
-                stopped_early = self._emulate(rip, left, count)
+                # the deadline of short slices is checked between them, with no Unicorn
+                # timer (a thread per emu_start: ~0.15 ms each)
+                stopped_early = self._emulate(rip, None if short else left, count, blocks)
+                insns = self._insns_run(count, stopped_early) if count else None
                 if multi:                    # the others' sleeps and timers see the time pass
-                    ran = self._insns_run(count, stopped_early)
-                    self.syscalls.cpu_time_passes(ran)
+                    self.syscalls.cpu_time_passes(self._cpu_time(blocks, insns))
             if remaining is not None:
-                remaining -= ran if ran is not None else self._insns_run(count, stopped_early)
+                remaining -= insns or 0
             self._raise_hook_error()
             if self._result is not None:
                 result = self._result
@@ -1221,7 +1229,7 @@ class Machine:
                                    detail=self._stop_requested)
                 break
             if task.state == "running" and not stopped_early and not self._switch_requested:
-                why = self._why_returned(task, start, timeout, count)
+                why = self._why_returned(task, start, timeout, count if multi else 0)
                 if why == "hlt":
                     if self._result is not None:
                         result = self._result
@@ -1236,7 +1244,7 @@ class Machine:
                         result = RunResult("stopped", rip=rip, rip_symbol=self.symbolize(rip),
                                            detail="emulation stopped")
                         break
-                else:
+                elif why != "slice":
                     # Unicorn came back with no reason of ours (seen right after a fork
                     # created a second Unicorn instance inside a hook): go on, unless it
                     # keeps happening at the same place.
@@ -1271,6 +1279,43 @@ class Machine:
         if raise_on_signal and result.reason == "signal":
             raise GuestSignalError(result)
         return result
+
+    def _slice_limits(self, multi: bool, remaining: int | None) -> tuple[int, int | None, bool]:
+        """(count, blocks, short) of the next emu_start: Unicorn's instruction counter
+        carries the budget only (0: none), the block quantum the time slice (None: one
+        task, no slice; where the quantum is not native the slice is an instruction
+        count); ``short``: the slice ends soon enough for the timeout to wait for it."""
+        count = remaining or 0
+        if not multi:
+            return count, None, False
+        n = self._slice_length()
+        short = n <= ALONE_SLICE
+        if self.quantum.native:
+            self.quantum.attach(self.uc)
+            return count, n, short
+        return (min(n, count) if count else n), None, short
+
+    def _slice_length(self) -> int:
+        """A seeded slice (ALONE_SLICE blocks when no other task can run: a wake-up
+        cuts it), ended at the next sleeper's or timer's deadline on the virtual clock,
+        so the spinning task that makes the time pass wakes it exactly then."""
+        alone = self.quantum.native and not any(t.state == "running" and t is not self.task
+                                                for t in self.tasks)
+        n = ALONE_SLICE if alone else self.scheduler.slice()
+        sc = self.syscalls
+        due = [t for t in (sc.next_poll_deadline_ns(), sc.next_timer_ns()) if t is not None]
+        if due:
+            per = INSN_NS * (BLOCK_INSNS if self.quantum.native else 1)
+            n = max(1, min(n, -(-(min(due) - sc.clock_ns) // per)))
+        return n
+
+    def _cpu_time(self, blocks: int | None, insns: int | None) -> int:
+        """The instructions of virtual time the last slice took: its blocks at
+        BLOCK_INSNS each (the same whether a budget counts or not, so a budget does not
+        change the interleaving), or its counted instructions."""
+        if blocks is not None:
+            return self.quantum.ran() * BLOCK_INSNS
+        return insns or 0
 
     def _resume_exit_work(self, task: Task) -> bool:
         """Before the task runs on: the exit-to-user work of a syscall it slept in (a
@@ -1329,10 +1374,13 @@ class Machine:
         ran = struct.unpack("<Q", ctypes.string_at(base + off, 8))[0]
         return max(1, min(ran, count))
 
-    def _emulate(self, rip: int, left: float | None, count: int) -> bool:
-        """One emu_start on the current task; True when a hook or fault ended it."""
+    def _emulate(self, rip: int, left: float | None, count: int, blocks: int | None = None) -> bool:
+        """One emu_start on the current task, for at most ``count`` instructions (0: no
+        limit) and ``blocks`` translated blocks (None: no limit); True when a hook or
+        fault ended it."""
         self._stopped_by_hook = False
         task = self.task
+        self.quantum.arm(blocks)
         self._running = True
         try:
             self.uc.emu_start(rip, _NEVER, timeout=int(left * 1_000_000) if left else 0, count=count)
@@ -1346,10 +1394,13 @@ class Machine:
         return task.state != "running" or self._stopped_by_hook
 
     def _why_returned(self, task: Task, start: float, timeout: float | None, count: int) -> str:
-        """emu_start came back by itself: a hlt (#GP), the time limit, or the count."""
+        """emu_start came back by itself: the slice was used up, a hlt (#GP), the time
+        limit, or the count (``count``: that of a multi-task slice, else 0)."""
+        if self.quantum.expired():
+            return "slice"
         rip = self._rip()
         try:
-            if self._hlt_before(rip, count if len(self.tasks) > 1 else 0):
+            if self._hlt_before(rip, count):
                 regs = self.read_regs()
                 regs.rip = rip - 1
                 self.write_regs(regs)
@@ -1367,9 +1418,10 @@ class Machine:
 
         With one task (``count`` 0 here) an 0xf4 byte before rip is taken as a hlt: the
         budget ending right after an instruction whose last byte is 0xf4 is far less
-        likely than a hlt.  Time slices (``count``) expire often, so there the byte only
-        counts as a hlt when no instruction of 2..15 bytes can end at rip
-        (``mov %rsi,%r12`` is ``49 89 f4``)."""
+        likely than a hlt; so it is with block slices, whose end is known exactly.
+        Instruction-count slices (``count``, also the budget with several tasks) expire
+        often, so there the byte only counts as a hlt when no instruction of 2..15 bytes
+        can end at rip (``mov %rsi,%r12`` is ``49 89 f4``)."""
         if self.mem.read(rip - 1, 1) != b"\xf4":
             return False
         if not count:
