@@ -163,3 +163,23 @@ def test_cli_slice_option_reaches_the_scheduler(guest):
     default = machine(guest, "wake", seed=1).run(timeout=60)
     assert (res.returncode, res.stdout) == (0, api.stdout), (res, api.stdout)
     assert api.stdout != default.stdout, api.stdout
+
+
+# ------------------------------------------------------------------ the benchmark
+
+def test_bench_threads_guest_runs_its_threads():
+    from emu.frontends.bench.threads import GUEST_PATH, threads_elf
+    m = Machine.from_bytes(threads_elf(), GUEST_PATH, argv=["threads", "4", "400000"])
+    r = m.run(timeout=60)
+    assert (r.reason, r.exit_code) == ("exit", 0), r.describe()
+    assert (len(m.all_tasks), m.counters.syscalls[56]) == (5, 4), (len(m.all_tasks), m.counters.syscalls[56])
+    assert len(m.scheduler.history) > 4, m.scheduler.history
+
+
+def test_bench_threads_prints_the_ratio_against_its_target():
+    res = cli("bench", "--threads", "--iterations", "200000", "--repeat", "1")
+    out = res.stdout.decode()
+    assert res.returncode == 0, res
+    for row in ("main thread", "1 thread", "4 threads"):
+        assert row in out, out
+    assert "W on 4 threads / W on 1 thread" in out and ("met" in out or "MISSED" in out), out
