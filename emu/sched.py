@@ -9,14 +9,15 @@ ending at a branch), not in instructions.  Why: Unicorn's own instruction counte
 (``emu_start(count=N)``) is a code hook on every instruction, which makes guest code
 15-20 times slower and so made any threaded guest that much slower than the same work
 on one thread; a block hook costs one call per block.  :class:`BlockQuantum` is that
-hook, a 20-byte native callback (no Python frame per block) that counts down and calls
+hook, an 18-byte native callback (no Python frame per block) that counts down and calls
 ``uc_emu_stop`` at zero, so the slice ends at a block boundary: where it ends depends
 only on the guest's code path, never on the host's speed.  On hosts where the callback
 cannot be made (not x86-64 Linux, or no executable memory) slices fall back to
 Unicorn's instruction counter: still deterministic, just slower.
 
-Like CFS's minimum granularity, the default slices are long (thousands of blocks: tens
-of microseconds of guest time) so switching costs little; short slices shake out races
+As CFS's minimum granularity does, the default slices are long (10,000-100,000 blocks,
+40-400 us of virtual time, a fraction of a millisecond of the host's) so that switching
+(~0.1 ms of Python and Unicorn work) costs little; short slices shake out races
 (``Machine(sched_slice=(1, 40))``, ``--sched-slice 1:40``).
 """
 
@@ -36,7 +37,7 @@ from unicorn.unicorn_py3.unicorn import uclib
 
 from .errors import InputError
 
-# Default slice lengths in translated blocks (a block of compiled code is ~4 instructions).
+# Default slice lengths in translated blocks (a block of compiled code is 3.5-6 instructions).
 MIN_SLICE, MAX_SLICE = 10_000, 100_000
 # The slice of a task that is alone runnable: long (~1M instructions), as nobody waits;
 # a wake-up cuts it to a seeded slice (see BlockQuantum.shorten).
