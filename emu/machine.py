@@ -7,7 +7,9 @@ the ``syscall`` hook's rip that Unicorn advances by 2 after the hook returns, Un
 are read in one native batch per trap, written back only when changed).
 
 Hooks installed: interrupts, invalid memory, invalid instructions, and the ``syscall``,
-``in`` and ``out`` instructions - none of them runs per instruction.  Traps are handled
+``in`` and ``out`` instructions - none of them runs per instruction; once several tasks
+share the CPU, a native block hook counts their time slices (:class:`BlockQuantum`,
+no Python per block).  Traps are handled
 inside the hook and execution continues in the same ``emu_start``; only the end of the
 run (exit, fatal signal, stop request) leaves it.
 """
@@ -17,14 +19,18 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import mmap
 import os
+import platform
 import signal as host_signal
 import struct
+import sys
 import threading
 import time
+import weakref
 
 from capstone import CS_ARCH_X86, CS_MODE_64, Cs
-from unicorn import (UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_INSN, UC_HOOK_INSN_INVALID, UC_HOOK_INTR,
+from unicorn import (UC_ARCH_X86, UC_HOOK_BLOCK, UC_HOOK_CODE, UC_HOOK_INSN, UC_HOOK_INSN_INVALID, UC_HOOK_INTR,
                      UC_HOOK_MEM_INVALID, UC_HOOK_MEM_READ, UC_HOOK_MEM_WRITE, UC_MODE_64, Uc, UcError)
 from unicorn import unicorn_const as UCC
 from unicorn import x86_const as X
@@ -44,7 +50,7 @@ from .errors import GuestSignalError, InputError, SymbolError
 from .loader import file_identity, load_image
 from .memory import DEFAULT_MAX_MEMORY, GuestFault, MappedFile, Memory, MemoryLimit, PageCache
 from .regs import GPR_NAMES, RF, TF, PtRegs
-from .sched import ALONE_SLICE, BLOCK_INSNS, MIN_SLICE, MAX_SLICE, BlockQuantum, Scheduler, check_slice
+from .sched import ALONE_SLICE, BLOCK_INSNS, MAX_SLICE, MIN_SLICE, Scheduler, check_slice
 from .signal_syscalls import INSN_NS
 from .signals import SIGNALS, RunResult, signal_name
 from .syscall_names import SYSCALL_NAMES
@@ -202,6 +208,91 @@ def _emu_counter_offset() -> int | None:
         if all(struct.unpack_from("<QQ", d, off) == (n + 1, n) for d, n in zip(dumps, counts)):
             return off
     return None
+
+
+# The counter value of a disarmed quantum: never reaches zero.
+_DISARMED = 1 << 62
+
+
+@functools.cache
+def _block_stub() -> tuple[mmap.mmap, int] | None:
+    """The native block hook: ``void cb(uc, address, size, int64_t *left)``
+    decrements ``*left`` and tail-calls ``uc_emu_stop(uc)`` once it is <= 0.  x86-64
+    System V only (uc in rdi, user_data in rcx); None where that is not the host ABI
+    or the host refuses executable memory.  The page is immutable once made."""
+    if platform.machine() not in ("x86_64", "AMD64") or not sys.platform.startswith("linux"):
+        return None
+    stop = ctypes.cast(uclib.uc_emu_stop, ctypes.c_void_p).value
+    code = (b"\x48\xff\x09"                            # dec qword ptr [rcx]
+            b"\x7e\x01"                                # jle 1f
+            b"\xc3"                                    # ret
+            b"\x48\xb8" + struct.pack("<Q", stop) +    # 1: movabs rax, uc_emu_stop
+            b"\xff\xe0")                               # jmp rax
+    try:
+        page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    except OSError:
+        return None
+    page.write(code)
+    return page, ctypes.addressof(ctypes.c_char.from_buffer(page))
+
+
+class BlockQuantum:
+    """The time slice of the task on the CPU, in translated blocks: one native
+    ``UC_HOOK_BLOCK`` per Unicorn instance (added the first time a slice runs on it)
+    and one counter for all of them (one CPU).  ``arm(n)`` lets exactly n blocks run:
+    the hook stops the CPU at the start of block n + 1, before it executes, so the
+    task resumes there."""
+
+    def __init__(self):
+        stub = _block_stub()
+        self._stub = stub[1] if stub else None
+        self._left = ctypes.c_int64(_DISARMED)
+        self._armed = _DISARMED
+        self._hooked = weakref.WeakSet()
+
+    @property
+    def native(self) -> bool:
+        """False: slices are counted by Unicorn's instruction counter instead."""
+        return self._stub is not None
+
+    def attach(self, uc) -> None:
+        """Count blocks on ``uc``.  Unicorn decides at translation time which blocks
+        call a block hook, so the translations made before are dropped."""
+        if uc in self._hooked:
+            return
+        handle = ctypes.c_size_t()
+        status = uclib.uc_hook_add(uc._uch, ctypes.byref(handle), UC_HOOK_BLOCK,
+                                   ctypes.c_void_p(self._stub), ctypes.c_void_p(ctypes.addressof(self._left)),
+                                   ctypes.c_uint64(1), ctypes.c_uint64(0))
+        if status:
+            raise UcError(status)
+        uc.ctl_flush_tb()
+        self._hooked.add(uc)
+
+    def arm(self, blocks: int | None) -> None:
+        """The next emu_start may run ``blocks`` blocks (None: no limit)."""
+        self._armed = _DISARMED if blocks is None else blocks + 1
+        self._left.value = self._armed
+
+    @property
+    def armed(self) -> bool:
+        return self._armed != _DISARMED
+
+    def shorten(self, blocks: int) -> None:
+        """From a hook inside the running slice: let at most ``blocks`` more blocks run
+        (the blocks already run still count in :meth:`ran`)."""
+        if self.armed and self._left.value > blocks + 1:
+            self._armed -= self._left.value - (blocks + 1)
+            self._left.value = blocks + 1
+
+    def expired(self) -> bool:
+        """Did the last emu_start end because its slice was used up?"""
+        return self.armed and self._left.value <= 0
+
+    def ran(self) -> int:
+        """Blocks the last emu_start executed (a block a trap ended counts)."""
+        started = self._armed - self._left.value
+        return started - 1 if self._left.value <= 0 else started
 
 
 _FPU_CODE, _FPU_BUF = 0x10000, 0x11000

@@ -8,8 +8,8 @@ A slice is counted in *translated blocks* (QEMU TBs: straight-line runs of guest
 ending at a branch), not in instructions.  Why: Unicorn's own instruction counter
 (``emu_start(count=N)``) is a code hook on every instruction, which makes guest code
 15-20 times slower and so made any threaded guest that much slower than the same work
-on one thread; a block hook costs one call per block.  :class:`BlockQuantum` is that
-hook, an 18-byte native callback (no Python frame per block) that counts down and calls
+on one thread; a block hook costs one call per block.  ``emu.machine.BlockQuantum`` is
+that hook, an 18-byte native callback (no Python frame per block) that counts down and calls
 ``uc_emu_stop`` at zero, so the slice ends at a block boundary: where it ends depends
 only on the guest's code path, never on the host's speed.  On hosts where the callback
 cannot be made (not x86-64 Linux, or no executable memory) slices fall back to
@@ -23,30 +23,18 @@ As CFS's minimum granularity does, the default slices are long (10,000-100,000 b
 
 from __future__ import annotations
 
-import ctypes
-import functools
-import mmap
-import platform
 import random
-import struct
-import sys
-import weakref
-
-from unicorn import UC_HOOK_BLOCK
-from unicorn.unicorn_py3.unicorn import uclib
 
 from .errors import InputError
 
 # Default slice lengths in translated blocks (a block of compiled code is 3.5-6 instructions).
 MIN_SLICE, MAX_SLICE = 10_000, 100_000
 # The slice of a task that is alone runnable: long (~1M instructions), as nobody waits;
-# a wake-up cuts it to a seeded slice (see BlockQuantum.shorten).
+# a wake-up cuts it to a seeded slice (see emu.machine.BlockQuantum.shorten).
 ALONE_SLICE = 1 << 18
 # Virtual time a block takes: it counts as this many instructions of INSN_NS each.
 BLOCK_INSNS = 4
 MAX_SLICE_LIMIT = 1 << 40
-# The counter value of a disarmed quantum: never reaches zero.
-_DISARMED = 1 << 62
 
 
 def check_slice(min_slice, max_slice) -> tuple[int, int]:
@@ -90,84 +78,3 @@ class Scheduler:
 
     def record(self, task) -> None:
         self.history.append(task.tid)
-
-
-@functools.cache
-def _block_stub() -> tuple[mmap.mmap, int] | None:
-    """The native block hook: ``void cb(uc, address, size, int64_t *left)``
-    decrements ``*left`` and tail-calls ``uc_emu_stop(uc)`` once it is <= 0.  x86-64
-    System V only (uc in rdi, user_data in rcx); None where that is not the host ABI
-    or the host refuses executable memory.  The page is immutable once made."""
-    if platform.machine() not in ("x86_64", "AMD64") or not sys.platform.startswith("linux"):
-        return None
-    stop = ctypes.cast(uclib.uc_emu_stop, ctypes.c_void_p).value
-    code = (b"\x48\xff\x09"                            # dec qword ptr [rcx]
-            b"\x7e\x01"                                # jle 1f
-            b"\xc3"                                    # ret
-            b"\x48\xb8" + struct.pack("<Q", stop) +    # 1: movabs rax, uc_emu_stop
-            b"\xff\xe0")                               # jmp rax
-    try:
-        page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
-    except OSError:
-        return None
-    page.write(code)
-    return page, ctypes.addressof(ctypes.c_char.from_buffer(page))
-
-
-class BlockQuantum:
-    """The time slice of the task on the CPU, in translated blocks: one native
-    ``UC_HOOK_BLOCK`` per Unicorn instance (added the first time a slice runs on it)
-    and one counter for all of them (one CPU).  ``arm(n)`` lets exactly n blocks run:
-    the hook stops the CPU at the start of block n + 1, before it executes, so the
-    task resumes there."""
-
-    def __init__(self):
-        stub = _block_stub()
-        self._stub = stub[1] if stub else None
-        self._left = ctypes.c_int64(_DISARMED)
-        self._armed = _DISARMED
-        self._hooked = weakref.WeakSet()
-
-    @property
-    def native(self) -> bool:
-        """False: slices are counted by Unicorn's instruction counter instead."""
-        return self._stub is not None
-
-    def attach(self, uc) -> None:
-        """Count blocks on ``uc``.  Unicorn decides at translation time which blocks
-        call a block hook, so the translations made before are dropped."""
-        if uc in self._hooked:
-            return
-        handle = ctypes.c_size_t()
-        status = uclib.uc_hook_add(uc._uch, ctypes.byref(handle), UC_HOOK_BLOCK,
-                                   ctypes.c_void_p(self._stub), ctypes.c_void_p(ctypes.addressof(self._left)),
-                                   ctypes.c_uint64(1), ctypes.c_uint64(0))
-        if status:
-            raise RuntimeError(f"uc_hook_add(UC_HOOK_BLOCK) failed: {status}")
-        uc.ctl_flush_tb()
-        self._hooked.add(uc)
-
-    def arm(self, blocks: int | None) -> None:
-        """The next emu_start may run ``blocks`` blocks (None: no limit)."""
-        self._armed = _DISARMED if blocks is None else blocks + 1
-        self._left.value = self._armed
-
-    @property
-    def armed(self) -> bool:
-        return self._armed != _DISARMED
-
-    def shorten(self, blocks: int) -> None:
-        """From a hook inside the running slice: let at most ``blocks`` more blocks run
-        (the blocks already run still count in :meth:`ran`)."""
-        if self.armed and self._left.value > blocks + 1:
-            self._armed -= self._left.value - (blocks + 1)
-            self._left.value = blocks + 1
-
-    def expired(self) -> bool:
-        """Did the last emu_start end because its slice was used up?"""
-        return self.armed and self._left.value <= 0
-
-    def ran(self) -> int:
-        """Blocks the last emu_start executed (a block a trap ended counts)."""
-        started = self._armed - self._left.value
-        return started - 1 if self._left.value <= 0 else started

@@ -8,7 +8,8 @@ import pytest
 
 from emu import Machine
 from emu.errors import InputError
-from emu.sched import ALONE_SLICE, MIN_SLICE, BlockQuantum
+from emu.machine import BlockQuantum
+from emu.sched import ALONE_SLICE, MIN_SLICE
 from cli_helpers import cli, one_line_error
 
 WORK_ROUNDS = 200_000
