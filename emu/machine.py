@@ -7,7 +7,9 @@ the ``syscall`` hook's rip that Unicorn advances by 2 after the hook returns, Un
 are read in one native batch per trap, written back only when changed).
 
 Hooks installed: interrupts, invalid memory, invalid instructions, and the ``syscall``,
-``in`` and ``out`` instructions - none of them runs per instruction.  Traps are handled
+``in`` and ``out`` instructions - none of them runs per instruction; once several tasks
+share the CPU, a native block hook counts their time slices (:class:`BlockQuantum`,
+no Python per block).  Traps are handled
 inside the hook and execution continues in the same ``emu_start``; only the end of the
 run (exit, fatal signal, stop request) leaves it.
 """
@@ -17,14 +19,18 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import mmap
 import os
+import platform
 import signal as host_signal
 import struct
+import sys
 import threading
 import time
+import weakref
 
 from capstone import CS_ARCH_X86, CS_MODE_64, Cs
-from unicorn import (UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_INSN, UC_HOOK_INSN_INVALID, UC_HOOK_INTR,
+from unicorn import (UC_ARCH_X86, UC_HOOK_BLOCK, UC_HOOK_CODE, UC_HOOK_INSN, UC_HOOK_INSN_INVALID, UC_HOOK_INTR,
                      UC_HOOK_MEM_INVALID, UC_HOOK_MEM_READ, UC_HOOK_MEM_WRITE, UC_MODE_64, Uc, UcError)
 from unicorn import unicorn_const as UCC
 from unicorn import x86_const as X
@@ -44,7 +50,8 @@ from .errors import GuestSignalError, InputError, SymbolError
 from .loader import file_identity, load_image
 from .memory import DEFAULT_MAX_MEMORY, GuestFault, MappedFile, Memory, MemoryLimit, PageCache
 from .regs import GPR_NAMES, RF, TF, PtRegs
-from .sched import Scheduler
+from .sched import ALONE_SLICE, BLOCK_INSNS, MAX_SLICE, MIN_SLICE, Scheduler, check_slice
+from .signal_syscalls import INSN_NS
 from .signals import SIGNALS, RunResult, signal_name
 from .syscall_names import SYSCALL_NAMES
 from .syscalls import Syscalls
@@ -208,6 +215,91 @@ def instruction_counter_available() -> bool:
     return _emu_counter_offset() is not None
 
 
+# The counter value of a disarmed quantum: never reaches zero.
+_DISARMED = 1 << 62
+
+
+@functools.cache
+def _block_stub() -> tuple[mmap.mmap, int] | None:
+    """The native block hook: ``void cb(uc, address, size, int64_t *left)``
+    decrements ``*left`` and tail-calls ``uc_emu_stop(uc)`` once it is <= 0.  x86-64
+    System V only (uc in rdi, user_data in rcx); None where that is not the host ABI
+    or the host refuses executable memory.  The page is immutable once made."""
+    if platform.machine() not in ("x86_64", "AMD64") or not sys.platform.startswith("linux"):
+        return None
+    stop = ctypes.cast(uclib.uc_emu_stop, ctypes.c_void_p).value
+    code = (b"\x48\xff\x09"                            # dec qword ptr [rcx]
+            b"\x7e\x01"                                # jle 1f
+            b"\xc3"                                    # ret
+            b"\x48\xb8" + struct.pack("<Q", stop) +    # 1: movabs rax, uc_emu_stop
+            b"\xff\xe0")                               # jmp rax
+    try:
+        page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    except OSError:
+        return None
+    page.write(code)
+    return page, ctypes.addressof(ctypes.c_char.from_buffer(page))
+
+
+class BlockQuantum:
+    """The time slice of the task on the CPU, in translated blocks: one native
+    ``UC_HOOK_BLOCK`` per Unicorn instance (added the first time a slice runs on it)
+    and one counter for all of them (one CPU).  ``arm(n)`` lets exactly n blocks run:
+    the hook stops the CPU at the start of block n + 1, before it executes, so the
+    task resumes there."""
+
+    def __init__(self):
+        stub = _block_stub()
+        self._stub = stub[1] if stub else None
+        self._left = ctypes.c_int64(_DISARMED)
+        self._armed = _DISARMED
+        self._hooked = weakref.WeakSet()
+
+    @property
+    def native(self) -> bool:
+        """False: slices are counted by Unicorn's instruction counter instead."""
+        return self._stub is not None
+
+    def attach(self, uc) -> None:
+        """Count blocks on ``uc``.  Unicorn decides at translation time which blocks
+        call a block hook, so the translations made before are dropped."""
+        if uc in self._hooked:
+            return
+        handle = ctypes.c_size_t()
+        status = uclib.uc_hook_add(uc._uch, ctypes.byref(handle), UC_HOOK_BLOCK,
+                                   ctypes.c_void_p(self._stub), ctypes.c_void_p(ctypes.addressof(self._left)),
+                                   ctypes.c_uint64(1), ctypes.c_uint64(0))
+        if status:
+            raise UcError(status)
+        uc.ctl_flush_tb()
+        self._hooked.add(uc)
+
+    def arm(self, blocks: int | None) -> None:
+        """The next emu_start may run ``blocks`` blocks (None: no limit)."""
+        self._armed = _DISARMED if blocks is None else blocks + 1
+        self._left.value = self._armed
+
+    @property
+    def armed(self) -> bool:
+        return self._armed != _DISARMED
+
+    def shorten(self, blocks: int) -> None:
+        """From a hook inside the running slice: let at most ``blocks`` more blocks run
+        (the blocks already run still count in :meth:`ran`)."""
+        if self.armed and self._left.value > blocks + 1:
+            self._armed -= self._left.value - (blocks + 1)
+            self._left.value = blocks + 1
+
+    def expired(self) -> bool:
+        """Did the last emu_start end because its slice was used up?"""
+        return self.armed and self._left.value <= 0
+
+    def ran(self) -> int:
+        """Blocks the last emu_start executed (a block a trap ended counts)."""
+        started = self._armed - self._left.value
+        return started - 1 if self._left.value <= 0 else started
+
+
 _FPU_CODE, _FPU_BUF = 0x10000, 0x11000
 # the instructions, each at its own address (written once: no retranslation per use)
 _XSAVE, _XRSTOR, _FXRSTOR = _FPU_CODE, _FPU_CODE + 16, _FPU_CODE + 32
@@ -353,7 +445,8 @@ class Machine:
                  stdio: str = "pipe", mem_total: int | None = None,
                  max_memory: int | None = DEFAULT_MAX_MEMORY, capture_output: bool | None = None,
                  output_limit: int | None = DEFAULT_OUTPUT_LIMIT, uid: int | None = None,
-                 gid: int | None = None, groups: list[int] | None = None, **kernel_overrides):
+                 gid: int | None = None, groups: list[int] | None = None,
+                 sched_slice: tuple[int, int] = (MIN_SLICE, MAX_SLICE), **kernel_overrides):
         """``max_memory``: bytes of guest mappings over all its processes (None: no
         limit); past it mmap/brk/fork get ENOMEM and loading fails.  ``capture_output``:
         keep the guest's stdout/stderr in ``stdout``/``stderr`` (default: only when not
@@ -363,7 +456,12 @@ class Machine:
         the guest sees read-only at ``/``; ``grant_dirs`` (``grant_dir``: one, an alias):
         host directories mounted writable at their own paths; ``cwd``: the guest's
         working directory (default the invoking process's when visible, else ``/``);
-        see :mod:`emu.vfs`."""
+        see :mod:`emu.vfs`.  ``sched_slice``: (MIN, MAX) translated blocks of a time
+        slice while several tasks are runnable (see :mod:`emu.sched`; short slices such
+        as (1, 40) shake out races, long ones cost less)."""
+        if not isinstance(sched_slice, (tuple, list)) or len(sched_slice) != 2:
+            raise InputError(f"sched_slice must be (MIN, MAX) in blocks, not {sched_slice!r}")
+        sched_slice = check_slice(*sched_slice)
         if max_memory is not None and max_memory <= 0:
             raise InputError(f"max_memory must be positive, not {max_memory}")
         self.counters = Counters()
@@ -375,7 +473,8 @@ class Machine:
         self.processes: list[Process] = []      # live processes (and zombies until reaped)
         self.tasks: list[Task] = []              # live tasks
         self._next_pid = 1000
-        self.scheduler = Scheduler(seed)
+        self.scheduler = Scheduler(seed, *sched_slice)
+        self.quantum = BlockQuantum()            # the time slice, counted natively in blocks
         self.all_tasks: list[Task] = []
         cred = Cred.initial(uid, gid, groups)
         self.task: Task = self.new_task(self.new_process(comm=comm), cred=cred)
@@ -422,6 +521,7 @@ class Machine:
         self._emu_count = 0              # that emu_start's count (0: not counted)
         self._in_code_hook = False       # a front end's code or memory hook is running
         self._stop_precounted = False    # it stopped the CPU before its instruction ran
+        self._emu_uc = None              # the Unicorn instance of the last emu_start
         self._slice_carry = None         # (task, insns left, insns run): see run()
 
     # ------------------------------------------------------------------ builders
@@ -1170,6 +1270,8 @@ class Machine:
             task.sleep_interrupt = None
             if rax is not None:
                 task.pending_rax = rax & 0xFFFFFFFFFFFFFFFF
+            if self._running and task is not self.task and self.quantum.armed:
+                self.quantum.shorten(self.scheduler.slice())    # the woken task runs soon
 
     def yield_cpu(self) -> None:
         """sched_yield and friends: reschedule after this syscall."""
@@ -1185,7 +1287,8 @@ class Machine:
         hook, but about 5x slower on hot loops); ``None`` (the default) runs at full
         speed, bounded by ``timeout`` (wall-clock seconds) only.
         With one task the guest runs in one ``emu_start``; with several, the
-        deterministic scheduler (seeded) gives them instruction-count time slices.
+        deterministic scheduler (seeded) gives them time slices counted in translated
+        blocks (:mod:`emu.sched`), one ``emu_start`` each.
         """
         if self.exited:
             raise InputError("the guest has already exited")
@@ -1203,17 +1306,22 @@ class Machine:
         while True:
             task = self.task
             multi = len(self.tasks) > 1
-            # an emu_start a budget cut short goes on as it began in the next run: how a
-            # run is split into budgets does not change the interleaving (emu.checkpoint)
-            carry, self._slice_carry = self._slice_carry, None
-            if carry is not None and carry[0] is task:
-                full, done, multi = carry[1], carry[2], carry[3]
+            if self.recorder is not None:
+                # recorded runs slice by instructions: a checkpoint or a seek may split a
+                # run anywhere, and an emu_start a budget cut short goes on as it began
+                # in the next run, so the split does not change the interleaving
+                # (emu.checkpoint); blocks would not survive a split mid-block
+                carry, self._slice_carry = self._slice_carry, None
+                if carry is not None and carry[0] is task:
+                    full, done, multi = carry[1], carry[2], carry[3]
+                else:
+                    full, done = (self.scheduler.slice() if multi else None), 0
+                count = (remaining or 0) if full is None else \
+                    (full if remaining is None else min(full, remaining))
+                blocks, short = None, False
             else:
-                full, done = (self.scheduler.slice() if multi else None), 0
-            if full is None:
-                count = remaining or 0
-            else:
-                count = full if remaining is None else min(full, remaining)
+                full = done = None
+                count, blocks, short = self._slice_limits(multi, remaining)
             self._switch_requested = False
             self._pending_fault = None
             left = (deadline - time.perf_counter()) if deadline else None
@@ -1227,22 +1335,24 @@ class Machine:
                 break
             rip = self._rip()
             task.slices += 1
-            ran = None
             if self._resume_exit_work(task):
                 stopped_early = True         # sent from outside a trap: deliver first
+                insns = 0 if count else None
             else:
                 self._emu_base, self._emu_count = self.icount, count
-                stopped_early = self._emulate(rip, left, count)
+                # the deadline of short slices is checked between them, with no Unicorn
+                # timer (a thread per emu_start: ~0.15 ms each)
+                stopped_early = self._emulate(rip, None if short else left, count, blocks)
                 self._emu_count = 0
-                ran = self._insns_run(count, stopped_early)
-                self.icount += ran
-                if not stopped_early and remaining is not None and ran == remaining and \
-                        (full is None or full > ran):
-                    self._slice_carry = (task, None if full is None else full - ran, done + ran, multi)
+                insns = self._insns_run(count, stopped_early) if count else None
+                self.icount += insns or 0
+                if self.recorder is not None and not stopped_early and remaining is not None and \
+                        insns == remaining and (full is None or full > insns):
+                    self._slice_carry = (task, None if full is None else full - insns, done + insns, multi)
                 elif multi:                  # the others' sleeps and timers see the time pass
-                    self.syscalls.cpu_time_passes(done + ran)
+                    self.syscalls.cpu_time_passes((done or 0) + self._cpu_time(blocks, insns))
             if remaining is not None:
-                remaining -= ran if ran is not None else 0
+                remaining -= insns or 0
             self._raise_hook_error()
             if self._result is not None:
                 result = self._result
@@ -1267,7 +1377,7 @@ class Machine:
                         result = RunResult("stopped", rip=rip, rip_symbol=self.symbolize(rip),
                                            detail="emulation stopped")
                         break
-                else:
+                elif why != "slice":
                     # Unicorn came back with no reason of ours (seen right after a fork
                     # created a second Unicorn instance inside a hook): go on, unless it
                     # keeps happening at the same place.
@@ -1302,6 +1412,43 @@ class Machine:
         if raise_on_signal and result.reason == "signal":
             raise GuestSignalError(result)
         return result
+
+    def _slice_limits(self, multi: bool, remaining: int | None) -> tuple[int, int | None, bool]:
+        """(count, blocks, short) of the next emu_start: Unicorn's instruction counter
+        carries the budget only (0: none), the block quantum the time slice (None: one
+        task, no slice; where the quantum is not native the slice is an instruction
+        count); ``short``: the slice ends soon enough for the timeout to wait for it."""
+        count = remaining or 0
+        if not multi:
+            return count, None, False
+        n = self._slice_length()
+        short = n <= ALONE_SLICE
+        if self.quantum.native:
+            self.quantum.attach(self.uc)
+            return count, n, short
+        return (min(n, count) if count else n), None, short
+
+    def _slice_length(self) -> int:
+        """A seeded slice (ALONE_SLICE blocks when no other task can run: a wake-up
+        cuts it), ended at the next sleeper's or timer's deadline on the virtual clock,
+        so the spinning task that makes the time pass wakes it exactly then."""
+        alone = self.quantum.native and not any(t.state == "running" and t is not self.task
+                                                for t in self.tasks)
+        n = ALONE_SLICE if alone else self.scheduler.slice()
+        sc = self.syscalls
+        due = [t for t in (sc.next_poll_deadline_ns(), sc.next_timer_ns()) if t is not None]
+        if due:
+            per = INSN_NS * (BLOCK_INSNS if self.quantum.native else 1)
+            n = max(1, min(n, -(-(min(due) - sc.clock_ns) // per)))
+        return n
+
+    def _cpu_time(self, blocks: int | None, insns: int | None) -> int:
+        """The instructions of virtual time the last slice took: its blocks at
+        BLOCK_INSNS each (the same whether a budget counts or not, so a budget does not
+        change the interleaving), or its counted instructions."""
+        if blocks is not None:
+            return self.quantum.ran() * BLOCK_INSNS
+        return insns or 0
 
     def _resume_exit_work(self, task: Task) -> bool:
         """Before the task runs on: the exit-to-user work of a syscall it slept in (a
@@ -1356,7 +1503,10 @@ class Machine:
         off = _emu_counter_offset()
         if off is None:
             return count if not stopped_early else 1     # at least the trapping insn
-        base = ctypes.cast(self.uc._uch, ctypes.c_void_p).value
+        # the counter of the instance the emu_start ran on: an execve inside it has
+        # given the process a new one (the old lives until Unicorn has left it)
+        uc = self._emu_uc if self._emu_uc is not None and self._emu_uc._uch else self.uc
+        base = ctypes.cast(uc._uch, ctypes.c_void_p).value
         ran = min(struct.unpack("<Q", ctypes.string_at(base + off, 8))[0], count)
         if self._stop_precounted and not self._running:
             ran -= 1                 # a code hook stopped before its instruction
@@ -1408,11 +1558,15 @@ class Machine:
             return self._emu_base + self._insns_run(self._emu_count, True)
         return self.icount
 
-    def _emulate(self, rip: int, left: float | None, count: int) -> bool:
-        """One emu_start on the current task; True when a hook or fault ended it."""
+    def _emulate(self, rip: int, left: float | None, count: int, blocks: int | None = None) -> bool:
+        """One emu_start on the current task, for at most ``count`` instructions (0: no
+        limit) and ``blocks`` translated blocks (None: no limit); True when a hook or
+        fault ended it."""
         self._stopped_by_hook = False
         self._stop_precounted = False
         task = self.task
+        self.quantum.arm(blocks)
+        self._emu_uc = self.uc
         self._running = True
         try:
             self.uc.emu_start(rip, _NEVER, timeout=int(left * 1_000_000) if left else 0, count=count)
@@ -1426,7 +1580,10 @@ class Machine:
         return task.state != "running" or self._stopped_by_hook
 
     def _why_returned(self, task: Task, start: float, timeout: float | None, count: int) -> str:
-        """emu_start came back by itself: a hlt (#GP), the time limit, or the count."""
+        """emu_start came back by itself: the slice was used up, a hlt (#GP), the time
+        limit, or the count (``count``: the emu_start's instruction limit, 0 for none)."""
+        if self.quantum.expired():
+            return "slice"
         rip = self._rip()
         # the budget ran out (every counted run of a recorder): as after a time slice,
         # a 0xf4 byte before rip is most likely the end of some other instruction
@@ -1450,9 +1607,10 @@ class Machine:
 
         With one task (``count`` 0 here) an 0xf4 byte before rip is taken as a hlt: the
         budget ending right after an instruction whose last byte is 0xf4 is far less
-        likely than a hlt.  Time slices (``count``) expire often, so there the byte only
-        counts as a hlt when no instruction of 2..15 bytes can end at rip
-        (``mov %rsi,%r12`` is ``49 89 f4``)."""
+        likely than a hlt; so it is with block slices, whose end is known exactly.
+        Instruction-count slices (``count``, also the budget with several tasks) expire
+        often, so there the byte only counts as a hlt when no instruction of 2..15 bytes
+        can end at rip (``mov %rsi,%r12`` is ``49 89 f4``)."""
         if self.mem.read(rip - 1, 1) != b"\xf4":
             return False
         if not count:

@@ -254,6 +254,7 @@ def test_seek_across_fork_exec_and_exit_reaches_the_state_of_a_counted_run(shell
     m, rec, _ = shell_run
     target = int(rec.end * fraction)
     ref = Machine.from_elf("/bin/busybox", argv=["sh", "-c", BUSYBOX_SCRIPT], seed=2)
+    Recorder(ref, interval=1 << 40)      # recorded runs slice threads by instructions
     ref.run(max_insns=target)
     want = machine_state(ref)
     rec.seek(target)

@@ -57,10 +57,13 @@ def test_busybox_traps_match_native(script, expected):
 
 def test_busybox_background_job_and_wait_do_not_spin():
     """``echo a & wait`` sleeps once in rt_sigsuspend and finishes, printing what a
-    native run prints (the job's stdin is /dev/null, which the view models)."""
+    native run prints (the job's stdin is /dev/null, which the view models).  Short
+    time slices: the shell reaches ``wait`` while the job still runs (with long ones the
+    job may be done first, and the shell never sleeps)."""
     native = subprocess.run([BUSYBOX, "sh", "-c", "echo a & wait; echo done"], capture_output=True,
                             timeout=60)
-    m = Machine.from_elf(BUSYBOX, argv=[BUSYBOX, "sh", "-c", "echo a & wait; echo done"])
+    m = Machine.from_elf(BUSYBOX, argv=[BUSYBOX, "sh", "-c", "echo a & wait; echo done"],
+                         sched_slice=(20, 400))
     r = m.run(timeout=60)
     assert (r.reason, r.exit_code) == ("exit", 0), r.describe()
     assert (r.stdout, r.stderr) == (native.stdout, native.stderr) == (b"a\ndone\n", b""), \

@@ -14,8 +14,9 @@ import math
 import os
 import sys
 
-from emu.errors import EmuError, printable
+from emu.errors import EmuError, InputError, printable
 from emu.machine import Machine
+from emu.sched import MAX_SLICE, MIN_SLICE, parse_slice
 from guest_programs import GUESTS, write_guest
 from kernel_model.profiles import KernelProfile
 
@@ -40,6 +41,13 @@ def _int(text: str) -> int:
         return int(text, 0)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def _sched_slice(text: str) -> tuple[int, int]:
+    try:
+        return parse_slice(text)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _size(text: str) -> int:
@@ -125,6 +133,9 @@ def _add_machine_options(p: argparse.ArgumentParser) -> None:
                         "(repeatable; default: none)")
     p.add_argument("--seed", type=_int, default=0, metavar="N",
                    help="seed of the scheduler's interleaving and of getrandom (default 0)")
+    p.add_argument("--sched-slice", type=_sched_slice, default=None, metavar="MIN:MAX",
+                   help="time slice of a task while several can run, in translated blocks "
+                        f"(default {MIN_SLICE}:{MAX_SLICE}; short slices such as 1:40 shake out races)")
     p.add_argument("-e", "--event", action="append", default=[], metavar="SPEC",
                    help="probe spec: tracefs 'p:[GRP/]EV PATH:OFF [ARGS]', 'r:...', "
                         "'PATH:SYMBOL[+OFF][%%return]', 'uprobe:PATH:SYM', 'uretprobe:PATH:SYM'"
@@ -303,6 +314,7 @@ def make_machine(args, passthrough: bool = True, own_stdin: bool = True):
                                     passthrough=passthrough, sysroot=getattr(args, "sysroot", "/"),
                                     grant_dirs=getattr(args, "grant_dir", None) or [],
                                     seed=getattr(args, "seed", 0),
+                                    **_sched_option(args),
                                     stdio="host" if passthrough else "pipe",
                                     mem_total=getattr(args, "mem_total", None),
                                     uid=getattr(args, "uid", None), gid=getattr(args, "gid", None),
@@ -311,6 +323,11 @@ def make_machine(args, passthrough: bool = True, own_stdin: bool = True):
     finally:
         if isinstance(stdin, int) and stdin != 0:
             os.close(stdin)
+
+
+def _sched_option(args) -> dict:
+    bounds = getattr(args, "sched_slice", None)
+    return {} if bounds is None else {"sched_slice": bounds}
 
 
 def _memory_option(args) -> dict:

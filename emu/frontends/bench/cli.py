@@ -19,6 +19,7 @@ from .host import run_host
 from .render import render
 from .report import Config, JsonReport, run_bench
 from .scenarios import SCENARIOS, parse_column
+from .threads import cmd_threads
 
 
 def add_cli(sub, add_machine_options) -> None:
@@ -54,6 +55,8 @@ def add_cli(sub, add_machine_options) -> None:
                    help="loop iterations of the return-instance growth scenario (2 uretprobe hits each)")
     p.add_argument("--host-kernel", action="store_true",
                    help="also measure the same scenarios natively on this host's kernel (root, tracefs)")
+    p.add_argument("--threads", action="store_true",
+                   help="only the threads benchmark: the same work on the main thread, 1 and 4 threads")
     p.set_defaults(func=cmd_bench)
 
 
@@ -110,6 +113,8 @@ def _consoles():
 
 
 def cmd_bench(args) -> int:
+    if args.threads:
+        return cmd_threads(args, _consoles()[0])
     cfg = config_from_args(args)
     out, err = _consoles()
     with JsonReport(args.json) as json_out:
