@@ -239,3 +239,14 @@ def test_a_thread_whose_stream_differs_is_named():
     got = hostdiff.compare(host, model)
     assert got[0] == "event stream of thread #2 (host tid 11, model tid 1001) differs at event #2:", got
     assert got[-1] == "  > model: uprobe:libc:malloc entry (0x98930) n=3", got
+
+
+def test_threads_are_paired_in_creation_order_not_first_event_order():
+    """Two children whose first events come in opposite orders on the two sides are
+    still compared child with child: the n-th created meets the n-th created."""
+    from emu.frontends.hostdiff import Event as HEvent, RunRecord, compare
+    def ev(tid, name):
+        return HEvent(name=name, kind="entry", ip=0x1000, func=None, args="", tid=tid)
+    host = RunRecord("exit 0", b"", [ev(501, "a"), ev(500, "b"), ev(501, "a2"), ev(500, "b2")])
+    model = RunRecord("exit 0", b"", [ev(1000, "b"), ev(1001, "a"), ev(1000, "b2"), ev(1001, "a2")])
+    assert compare(host, model) == [], compare(host, model)

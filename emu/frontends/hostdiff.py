@@ -17,7 +17,7 @@ model lays it out, so pointer fetchargs (``$retval`` of malloc) compare.  Only l
 the native child (from its exec on) and of its descendants count (their pids are learned
 from ``sched_process_exec``/``sched_process_fork`` in our instance):
 other processes hit probes in a shared library too.  Each thread's event stream is
-compared on its own, threads matched in the order of their first event.
+compared on its own, threads matched in the order they were created (tid order).
 
 A spec is resolved as ``run -e`` resolves it (:meth:`Uprobes.find_file`: the program, any
 file by path, a library's short name such as ``uprobe:libc:malloc``); the host probe goes
@@ -711,12 +711,15 @@ def run_model(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: by
 
 
 def per_thread(events: list[Event]) -> list[tuple[int, list[Event]]]:
-    """(tid, that thread's events) in the order of each thread's first event: threads
-    run concurrently, so only the order within one thread is the program's."""
+    """(tid, that thread's events) in the order the threads were created - tid order:
+    the kernel (alloc_pid, barring a wrap of pid_max) and the model both hand out ids
+    increasing - so the n-th thread or child of one run meets the n-th of the other,
+    whichever of them the scheduler ran first.  Threads run concurrently: only the
+    order within one thread is the program's."""
     out: dict = {}
     for e in events:
         out.setdefault(e.tid, []).append(e)
-    return list(out.items())
+    return sorted(out.items(), key=lambda item: item[0])
 
 
 def compare(native: RunRecord, model: RunRecord, context: int = 3) -> list[str]:
