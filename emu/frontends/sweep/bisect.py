@@ -7,6 +7,11 @@ costs about ``n / batch + 2 k log2(batch)`` runs instead of n.  Each round's gro
 independent cases, handed to the runner together, so a pool or a cluster runs them in
 parallel.  A group that diverges while neither of its halves does is an interaction
 (two probes together change the run, neither alone does): reported as such.
+
+A probe that never hits changes nothing but the text bytes, so a diverging group whose
+run reports which of its sites were hit is split into the hit sites and the others
+(instead of halves): in a large program the few thousand executed boundaries are
+bisected, and the rest is cleared in one more run.
 """
 
 from __future__ import annotations
@@ -35,26 +40,27 @@ def make_batches(n: int, size: int) -> list[tuple]:
 
 
 def bisect(n: int, batch: int, evaluate) -> BisectResult:
-    """``evaluate(groups)`` -> one verdict per group (None: the probed run did what the
-    reference did), for a whole round at once."""
+    """``evaluate(groups)`` -> one ``(verdict, hit)`` per group, for a whole round at
+    once: verdict None when the probed run did what the reference did; ``hit`` the
+    positions in the group of the sites that were hit (None: unknown)."""
     out = BisectResult()
     pending = make_batches(n, batch)
     out.batches = len(pending)
     parents: dict = {}                     # child group -> (parent group, its verdict)
     while pending:
         out.rounds += 1
-        verdicts = evaluate(pending)
+        answers = evaluate(pending)
+        verdicts = [v for v, _ in answers]
         out.runs += len(pending)
         diverged = {g for g, v in zip(pending, verdicts) if v is not None}
         nxt = []
-        for g, v in zip(pending, verdicts):
+        for g, (v, hit) in zip(pending, answers):
             if v is None:
                 continue
             if len(g) == 1:
                 out.found.append(Found(g, v))
                 continue
-            half = len(g) // 2
-            for child in (g[:half], g[half:]):
+            for child in split(g, hit):
                 parents[child] = (g, v)
                 nxt.append(child)
         for parent, v in _interactions(pending, diverged, parents):
@@ -62,6 +68,16 @@ def bisect(n: int, batch: int, evaluate) -> BisectResult:
         pending = nxt
     out.found.sort(key=lambda f: f.sites)
     return out
+
+
+def split(group: tuple, hit) -> tuple:
+    """The hit sites and the others, when both are there; else two halves."""
+    if hit is not None and 0 < len(hit) < len(group):
+        chosen = set(hit)
+        return (tuple(group[i] for i in sorted(chosen)),
+                tuple(s for i, s in enumerate(group) if i not in chosen))
+    half = len(group) // 2
+    return group[:half], group[half:]
 
 
 def _interactions(groups, diverged, parents):

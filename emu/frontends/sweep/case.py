@@ -78,6 +78,7 @@ class CaseResult:
     digest: RunDigest
     refused: dict = field(default_factory=dict)      # "path:0xoff" -> reason
     seconds: float = 0.0
+    hit: tuple = ()                                  # indices of the case's sites that were hit
 
 
 def nop_handler(ctx):
@@ -132,11 +133,14 @@ class CaseRunner:
                 handlers = {"ret_handler": nop_handler} if kind == "r" else {"handler": nop_handler}
                 consumers.append(m.uprobes.register((path, offset), **handlers))
             except RegistrationError as e:
+                consumers.append(None)
                 refused[f"{path}:{offset:#x}"] = str(e)
         rec = SyscallRecorder(m)
         result = m.run(max_insns=case.program.max_insns, timeout=case.program.timeout)
-        hits = sum(c.hits for c in consumers)
-        return m, CaseResult(case.id, digest(m, result, rec, hits), refused, time.perf_counter() - t0)
+        hit = tuple(i for i, c in enumerate(consumers) if c is not None and c.hits)
+        hits = sum(c.hits for c in consumers if c is not None)
+        return m, CaseResult(case.id, digest(m, result, rec, hits), refused,
+                             time.perf_counter() - t0, hit)
 
 
 def run_case(case: Case, runner: CaseRunner | None = None) -> CaseResult:

@@ -119,7 +119,7 @@ class Sweeper:
     def _clean_without_optimizer(self, site, kernel, overrides, ref, out) -> bool:
         ov = tuple(dict(overrides, optimize=None).items())
         case = Case(self.program, kernel, ov, (site.probe,))
-        return self._verdicts([case], ref.digest, out)[0] is None
+        return self._verdicts([case], ref.digest, out)[0][0] is None
 
     def _verdicts(self, cases: list, ref_digest, out: KernelSweep) -> list:
         """Divergence | None per case, from the store when recorded, else run."""
@@ -133,6 +133,7 @@ class Sweeper:
             rec = {"case": result.case_id, "kernel": out.kernel,
                    "diverged": d is not None, "divergence": d.to_json() if d else None,
                    "refused": result.refused, "hits": result.digest.hits,
+                   "hit": list(result.hit),
                    "seconds": round(result.seconds, 4)}
             known[result.case_id] = rec
             if self.store:
@@ -147,5 +148,6 @@ class Sweeper:
             rec = known[c.id]
             out.refused.update(rec["refused"])
             d = rec["divergence"]
-            verdicts.append(Divergence(d["parts"], d["first"], d["details"]) if d else None)
+            verdicts.append((Divergence(d["parts"], d["first"], d["details"]) if d else None,
+                             rec.get("hit")))
         return verdicts
