@@ -84,9 +84,15 @@ def outcome_of(result) -> str:
     return result.reason          # budget | timeout | stopped: the detail names wall time
 
 
-def _page_hashes(data: bytes) -> list[str]:
-    return [hashlib.blake2b(data[i:i + PAGE], digest_size=8).hexdigest()
-            for i in range(0, len(data), PAGE)]
+def _page_hashes(start: int, data: bytes) -> list[str]:
+    """One hash per page-aligned piece: piece i starts at ``page_start(start, i)``."""
+    cuts = [0] + list(range(PAGE - start % PAGE if start % PAGE else PAGE, len(data), PAGE))
+    return [hashlib.blake2b(data[a:b], digest_size=8).hexdigest()
+            for a, b in zip(cuts, cuts[1:] + [len(data)])]
+
+
+def page_start(start: int, i: int) -> int:
+    return start if i == 0 else (start & ~(PAGE - 1)) + i * PAGE
 
 
 def memory_digest(machine, rsp: int) -> dict:
@@ -100,7 +106,7 @@ def memory_digest(machine, rsp: int) -> dict:
         start = v.start
         if name == "[stack]" and v.start <= rsp - RED_ZONE < v.end:
             start = rsp - RED_ZONE
-        out[f"{start:#x}-{v.end:#x} {name}"] = _page_hashes(machine.mem.read(start, v.end - start))
+        out[f"{start:#x}-{v.end:#x} {name}"] = _page_hashes(start, machine.mem.read(start, v.end - start))
     return out
 
 
@@ -112,6 +118,32 @@ def digest(machine, result, recorder: SyscallRecorder, hits: int = 0) -> RunDige
 
 
 # ----------------------------------------------------------------------------- comparison
+
+@dataclass(frozen=True)
+class Noise:
+    """What differs between two unprobed runs (ld.so keeps ``rdtsc`` readings in its
+    data, for one): not compared, and said in the report."""
+
+    parts: frozenset = frozenset()       # whole parts: stdout, stderr, syscalls, outcome
+    regs: frozenset = frozenset()
+    pages: frozenset = frozenset()       # (mapping key, piece index)
+
+    def describe(self) -> str:
+        bits = sorted(self.parts) + [f"register {r}" for r in sorted(self.regs)] + \
+            [f"{len(self.pages)} page(s) of memory"] * bool(self.pages)
+        return ", ".join(bits)
+
+
+def noise_between(a: RunDigest, b: RunDigest) -> Noise:
+    parts = {p for p in ("outcome", "stdout", "stderr", "syscalls") if getattr(a, p) != getattr(b, p)}
+    regs = {n for n in GPR_NAMES if a.regs.get(n) != b.regs.get(n)}
+    pages = set()
+    for key in set(a.memory) | set(b.memory):
+        x, y = a.memory.get(key, []), b.memory.get(key, [])
+        pages |= {(key, i) for i in range(max(len(x), len(y)))
+                  if (x[i] if i < len(x) else None) != (y[i] if i < len(y) else None)}
+    return Noise(frozenset(parts), frozenset(regs), frozenset(pages))
+
 
 @dataclass
 class Divergence:
@@ -152,31 +184,31 @@ def _first_byte(a: bytes, b: bytes) -> int:
     return next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
 
 
-def compare(ref: RunDigest, got: RunDigest) -> Divergence | None:
+def compare(ref: RunDigest, got: RunDigest, noise: Noise = Noise()) -> Divergence | None:
     """None when the probed run did what the reference did; else which parts differ and
     the first point where they part (a syscall's index when the sequences differ: the
     earliest thing the program did differently; the end state otherwise)."""
     parts, details = [], []
-    sc = _first_syscall_diff(ref.syscalls, got.syscalls)
+    sc = None if "syscalls" in noise.parts else _first_syscall_diff(ref.syscalls, got.syscalls)
     if sc:
         parts.append("syscalls")
         details.append(sc)
-    if ref.outcome != got.outcome:
+    if ref.outcome != got.outcome and "outcome" not in noise.parts:
         parts.append("outcome")
         details.append(f"outcome: reference {ref.outcome}, probed {got.outcome}")
     for name in ("stdout", "stderr"):
         a, b = getattr(ref, name), getattr(got, name)
-        if a != b:
+        if a != b and name not in noise.parts:
             i = _first_byte(a, b)
             parts.append(name)
             details.append(f"{name} at byte {i}: reference {a[max(0, i - 16):i + 16]!r}, "
                            f"probed {b[max(0, i - 16):i + 16]!r}")
-    regs = [n for n in GPR_NAMES if ref.regs.get(n) != got.regs.get(n)]
+    regs = [n for n in GPR_NAMES if ref.regs.get(n) != got.regs.get(n) and n not in noise.regs]
     if regs:
         parts.append("regs")
         details.append("registers: " + ", ".join(
             f"{n} reference {ref.regs[n]:#x} probed {got.regs[n]:#x}" for n in regs))
-    mem = _memory_diff(ref.memory, got.memory)
+    mem = _memory_diff(ref.memory, got.memory, noise.pages)
     if mem:
         parts.append("memory")
         details.append(mem)
@@ -185,16 +217,19 @@ def compare(ref: RunDigest, got: RunDigest) -> Divergence | None:
     return Divergence(parts, details[0], details)
 
 
-def _memory_diff(a: dict, b: dict) -> str | None:
+def _memory_diff(a: dict, b: dict, noisy=frozenset()) -> str | None:
     if set(a) != set(b):
         only_a, only_b = sorted(set(a) - set(b)), sorted(set(b) - set(a))
         return f"writable mappings: reference only {only_a}, probed only {only_b}"
     for key in a:
         if a[key] != b[key]:
-            pages = [i for i, (x, y) in enumerate(zip(a[key], b[key])) if x != y]
+            pages = [i for i, (x, y) in enumerate(zip(a[key], b[key]))
+                     if x != y and (key, i) not in noisy]
+            if not pages and len(a[key]) == len(b[key]):
+                continue
             start = int(key.split("-", 1)[0], 16)
-            return (f"memory {key}: {len(pages)} page(s) differ, first at "
-                    f"{(start & ~(PAGE - 1)) + pages[0] * PAGE if pages else start:#x}")
+            first = page_start(start, pages[0]) if pages else start
+            return f"memory {key}: {len(pages)} page(s) differ, the first at {first:#x}"
     return None
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from emu.frontends.sweep.bisect import bisect
 from emu.frontends.sweep.case import Case, CaseRunner
 from emu.frontends.sweep.classify import FAITHFUL, UNCLASSIFIED, classify
-from emu.frontends.sweep.compare import Divergence, compare
+from emu.frontends.sweep.compare import Divergence, Noise, compare, noise_between
 from emu.frontends.sweep.sites import enumerate_sites
 from kernel_model.profiles import KernelProfile
 
@@ -41,6 +41,7 @@ class SiteDivergence:
 class KernelSweep:
     kernel: str
     reference: str                           # the unprobed run's outcome
+    noise: Noise = Noise()                   # what two unprobed runs disagree on
     sites: list = field(default_factory=list)
     refused: dict = field(default_factory=dict)
     batches: int = 0
@@ -60,7 +61,8 @@ class KernelSweep:
         return [d for d in self.divergences if not d.faithful]
 
     def to_json(self) -> dict:
-        return {"kernel": self.kernel, "reference": self.reference, "sites": len(self.sites),
+        return {"kernel": self.kernel, "reference": self.reference,
+                "not_compared": self.noise.describe(), "sites": len(self.sites),
                 "refused": self.refused, "batches": self.batches, "runs": self.runs,
                 "executed": self.executed, "seconds": round(self.seconds, 3),
                 "by_class": self.by_class(),
@@ -89,10 +91,12 @@ class Sweeper:
               libraries: bool = False, site_specs=None) -> KernelSweep:
         t0 = time.perf_counter()
         profile = KernelProfile.get(kernel, **dict(overrides))
-        m, ref = CaseRunner().execute(Case(self.program, kernel, overrides, ()))
+        local = CaseRunner()
+        m, ref = local.execute(Case(self.program, kernel, overrides, ()))
+        again = local.run(Case(self.program, kernel, overrides, ()))
         sites = enumerate_sites(m, mode, libraries=libraries, program=m.process.exe.path,
                                 site_specs=site_specs)
-        out = KernelSweep(kernel, ref.digest.outcome, sites)
+        out = KernelSweep(kernel, ref.digest.outcome, noise_between(ref.digest, again.digest), sites)
         batch = self.batch or max(1, -(-len(sites) // max(1, self.runner.workers)))
 
         def evaluate(groups):
@@ -129,7 +133,7 @@ class Sweeper:
             self.progress.add(len(todo))
 
         def done(result):
-            d = compare(ref_digest, result.digest)
+            d = compare(ref_digest, result.digest, out.noise)
             rec = {"case": result.case_id, "kernel": out.kernel,
                    "diverged": d is not None, "divergence": d.to_json() if d else None,
                    "refused": result.refused, "hits": result.digest.hits,

@@ -121,6 +121,9 @@ def print_report(sweeps: list, title: str, out=None) -> None:
     console = Console(file=out or sys.stdout, width=160)
     console.print(summary_table(sweeps, title))
     for s in sweeps:
+        if s.noise.describe():
+            console.print(f"[{s.kernel}] not compared (differs between two unprobed runs): "
+                          f"{s.noise.describe()}", markup=False, highlight=False)
         for line in divergence_lines(s):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
 
