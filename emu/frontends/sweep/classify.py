@@ -10,6 +10,10 @@ with their class, not hidden, and do not fail a sweep:
 * ``syscall-xol``: a probed ``syscall`` runs in the XOL slot: rcx gets the slot's next
   rip and r11 TF, and the instruction after it runs in the slot too (IRET delays the
   #DB by one instruction) - visible when that one depends on its address.
+* ``xol-area-layout``: the first hit in a process maps the XOL area
+  (``xol_add_vma``: ``get_unmapped_area(TASK_SIZE - PAGE_SIZE)``); where that hint is
+  taken - a program without ASLR has its stack there - the page comes from the mmap
+  area, and the program's next mmap lands a page lower.  The runs part at that mmap.
 * ``nop5-redzone``: under the 6.18-7.1 optimizer an optimized nop5 becomes a ``call``
   into ``[uprobes-trampoline]`` (``uprobe_trampoline``), which pushes the return
   address into the red zone - confirmed by re-running the site with the optimizer off
@@ -22,7 +26,7 @@ exits 1.
 from __future__ import annotations
 
 PREFIXES = bytes([0x66, 0xF2, 0xF3, 0x2E, 0x3E, 0x26, 0x36, 0x64, 0x65])
-FAITHFUL = ("pushf-tf", "syscall-xol", "nop5-redzone")
+FAITHFUL = ("pushf-tf", "syscall-xol", "xol-area-layout", "nop5-redzone")
 UNCLASSIFIED = "unclassified"
 
 
@@ -44,9 +48,11 @@ def is_nop5(site) -> bool:
     return len(site.raw) == 5 and site.text.split()[:1] == ["nop"]
 
 
-def classify(site, profile, unoptimized_clean=None) -> str:
+def classify(site, profile, divergence=None, unoptimized_clean=None) -> str:
     """The class of a single site's divergence.  ``unoptimized_clean()`` re-runs the
     site with the optimizer off (asked only for a nop5 under the nop5 design)."""
+    if divergence is not None and divergence.tag == "mmap-lower":
+        return "xol-area-layout"
     if site.kind == "p" and is_pushf(site.raw):
         return "pushf-tf"
     if site.kind == "p" and is_syscall(site.raw):

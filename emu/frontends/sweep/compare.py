@@ -150,9 +150,14 @@ class Divergence:
     parts: list            # which of outcome, stdout, stderr, syscalls, regs, memory differ
     first: str             # the first point where the runs part
     details: list          # one line per differing part
+    tag: str = ""          # "mmap-lower": they part at an mmap that landed lower
 
     def to_json(self) -> dict:
-        return {"parts": self.parts, "first": self.first, "details": self.details}
+        return {"parts": self.parts, "first": self.first, "details": self.details, "tag": self.tag}
+
+    @staticmethod
+    def from_json(d: dict) -> "Divergence":
+        return Divergence(d["parts"], d["first"], d["details"], d.get("tag", ""))
 
 
 def format_syscall(call) -> str:
@@ -167,7 +172,16 @@ def _signed(v: int) -> str:
     return str(v - (1 << 64)) if v >> 63 else f"{v:#x}" if v > 4096 else str(v)
 
 
-def _first_syscall_diff(ref: dict, got: dict) -> str | None:
+MMAP = 9
+
+
+def _mmap_lower(x, y) -> bool:
+    """The same mmap call answered with a lower address (by whole pages)."""
+    return bool(x and y and x[0] == y[0] == MMAP and x[1] == y[1] and x[2] is not None and
+                y[2] is not None and y[2] < x[2] and (x[2] - y[2]) % PAGE == 0)
+
+
+def _first_syscall_diff(ref: dict, got: dict) -> tuple[str, str] | None:
     for n, tid in enumerate(sorted(set(ref) | set(got))):
         a, b = ref.get(tid, []), got.get(tid, [])
         for i in range(max(len(a), len(b))):
@@ -176,7 +190,8 @@ def _first_syscall_diff(ref: dict, got: dict) -> str | None:
             if x != y:
                 who = f" of task {tid}" if len(ref) > 1 or len(got) > 1 else ""
                 return (f"syscall #{i + 1}{who}: reference {format_syscall(x) if x else '(none)'}, "
-                        f"probed {format_syscall(y) if y else '(none)'}")
+                        f"probed {format_syscall(y) if y else '(none)'}",
+                        "mmap-lower" if _mmap_lower(x, y) else "")
     return None
 
 
@@ -192,7 +207,7 @@ def compare(ref: RunDigest, got: RunDigest, noise: Noise = Noise()) -> Divergenc
     sc = None if "syscalls" in noise.parts else _first_syscall_diff(ref.syscalls, got.syscalls)
     if sc:
         parts.append("syscalls")
-        details.append(sc)
+        details.append(sc[0])
     if ref.outcome != got.outcome and "outcome" not in noise.parts:
         parts.append("outcome")
         details.append(f"outcome: reference {ref.outcome}, probed {got.outcome}")
@@ -214,7 +229,7 @@ def compare(ref: RunDigest, got: RunDigest, noise: Noise = Noise()) -> Divergenc
         details.append(mem)
     if not parts:
         return None
-    return Divergence(parts, details[0], details)
+    return Divergence(parts, details[0], details, sc[1] if sc else "")
 
 
 def _memory_diff(a: dict, b: dict, noisy=frozenset()) -> str | None:
@@ -240,4 +255,4 @@ def host_view(d: Divergence | None) -> Divergence | None:
     keep = [(p, t) for p, t in zip(d.parts, d.details) if p in HOST_PARTS]
     if not keep:
         return None
-    return Divergence([p for p, _ in keep], keep[0][1], [t for _, t in keep])
+    return Divergence([p for p, _ in keep], keep[0][1], [t for _, t in keep], d.tag)

@@ -112,7 +112,7 @@ class Sweeper:
                 if f.interaction:
                     cls = UNCLASSIFIED
                 else:
-                    cls = classify(group[0], profile,
+                    cls = classify(group[0], profile, f.verdict,
                                    lambda: self._clean_without_optimizer(group[0], kernel,
                                                                          overrides, ref, out))
                 out.divergences.append(SiteDivergence(group, cls, f.verdict,
@@ -152,6 +152,6 @@ class Sweeper:
             rec = known[c.id]
             out.refused.update(rec["refused"])
             d = rec["divergence"]
-            verdicts.append((Divergence(d["parts"], d["first"], d["details"]) if d else None,
+            verdicts.append((Divergence.from_json(d) if d else None,
                              rec.get("hit")))
         return verdicts

@@ -147,7 +147,8 @@ def host_sweep(program, model, *, batch: int = 0, timeout: float = 60.0,
         host_found = {}
         for f in res.found:
             site = sites[f.sites[0]]
-            cls = classify(site, profile, unoptimized_clean and (lambda s=site: unoptimized_clean(s)))
+            cls = classify(site, profile, f.verdict,
+                           unoptimized_clean and (lambda s=site: unoptimized_clean(s)))
             out.found.append((site, cls, f.verdict))
             host_found[site.key] = f.verdict
         model_found = {d.sites[0].key: host_view(d.divergence) for d in model.divergences
