@@ -127,6 +127,10 @@ class CaseActor:
     def executed(self) -> int:
         return self.runner.executed
 
+    def images(self) -> int:
+        """How many program images this actor has loaded."""
+        return len(self.runner.images)
+
 
 def make_runner(jobs: int = 1, ray: str | None = None):
     if ray is not None:
