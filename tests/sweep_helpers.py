@@ -25,13 +25,14 @@ def guest_program(name: str, argv=None, stdin=None) -> Program:
     return Program.of(f"guest:{name}", argv or a, s if stdin is None else stdin)
 
 
-def sweep(program, kernel="6.18", runner=None, **kw):
+def sweep(program, kernel="6.18", runner=None, close=True, **kw):
     runner = runner or SerialRunner()
     sw_kw = {k: kw.pop(k) for k in ("store", "batch") if k in kw}
     try:
         return Sweeper(program, runner, **sw_kw).sweep(kernel, **kw)
     finally:
-        runner.close()
+        if close:
+            runner.close()
 
 
 def findings(result) -> list:

@@ -13,6 +13,7 @@ where they disagree.  The native runs are UNSANDBOXED, AS ROOT.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -35,6 +36,8 @@ class HostSweep:
     release: str
     kernel: str                    # the model profile compared with
     reference: str
+    sites: int = 0                 # probed natively (the model's refusals left out)
+    command: tuple = ()            # PROGRAM ARGS as the user gave them (for repro lines)
     batches: int = 0
     runs: int = 0
     found: list = field(default_factory=list)          # (Site, class, Divergence)
@@ -46,7 +49,7 @@ class HostSweep:
 
     def lines(self) -> list[str]:
         out = [f"host {self.release} vs model {self.kernel}: native reference {self.reference}, "
-               f"{self.batches} batches, {self.runs} native runs, {len(self.found)} divergences, "
+               f"{self.sites} sites, {self.batches} batches, {self.runs} native runs, {len(self.found)} divergences, "
                f"{len(self.disagreements)} disagreements with the model"]
         for site, cls, d in self.found:
             out.append(f"  [host] {cls}: {site.describe()}")
@@ -55,10 +58,14 @@ class HostSweep:
             out.append(f"  DISAGREE {site.describe()}")
             out.append(f"      host : {h.first if h else 'transparent'}")
             out.append(f"      model: {m.first if m else 'transparent'}")
+            out.append("      repro: " + shlex.join(["uprobe-emu", "diff", *self.command[:1], "-e",
+                                                     f"p:sweep/site {site.path}:{site.offset:#x}",
+                                                     "--", *self.command[1:]]))
         return out
 
     def to_json(self) -> dict:
         return {"release": self.release, "kernel": self.kernel, "reference": self.reference,
+                "sites": self.sites,
                 "batches": self.batches, "runs": self.runs,
                 "divergences": [{"site": s.to_json(), "class": c, "divergence": d.to_json()}
                                 for s, c, d in self.found],
@@ -134,8 +141,11 @@ def host_sweep(program, model, *, batch: int = 0, timeout: float = 60.0,
     path, tmpdir = native_file(program)
     try:
         ref = native_reference(path, program.argv, program.stdin, timeout)
-        sites = model.sites
-        out = HostSweep(os.uname().release, model.kernel, ref[0])
+        # what the model's arch_uprobe_analyze_insn() refuses, the kernel's refuses too
+        # (silently, at mmap time): not worth a tracefs event each
+        sites = [s for s in model.sites if f"{s.path}:{s.offset:#x}" not in model.refused]
+        out = HostSweep(os.uname().release, model.kernel, ref[0], len(sites),
+                        (program.path, *program.argv[1:]))
 
         def evaluate(groups):
             return [native_verdict(path, program, [sites[i] for i in g], ref, timeout)
