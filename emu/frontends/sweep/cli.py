@@ -41,7 +41,8 @@ def add_cli(sub, _add_machine_options) -> None:
     p.add_argument("--jobs", "-j", type=count, default=1, metavar="N",
                    help="run cases on a local pool of N processes")
     p.add_argument("--ray", metavar="ADDRESS|auto",
-                   help="run cases on a Ray cluster (pip install 'uprobe-emu[ray]')")
+                   help="run cases on a Ray cluster (pip install 'uprobe-emu[ray]'); auto: the "
+                        "cluster `ray start` made here; local: start a Ray on this machine")
     p.add_argument("--batch", type=count, default=0, metavar="N",
                    help="sites per first-round run (default: the sites shared out over the workers)")
     p.add_argument("--host", action="store_true",
@@ -122,7 +123,9 @@ def cmd_sweep(args) -> int:
         sweeps = [sweeper.sweep(k, **kw) for k in kernels]
         if args.host:
             from emu.frontends.sweep.host import host_sweep
-            host = host_sweep(program, sweeps[0], batch=args.batch)
+            host = host_sweep(program, sweeps[0], batch=args.batch, timeout=args.timeout or 60.0,
+                              unoptimized_clean=lambda site: sweeper.transparent_without_optimizer(
+                                  site, sweeps[0]))
     finally:
         progress.close()
         runner.close()

@@ -49,6 +49,8 @@ class KernelSweep:
     executed: int = 0                        # of them, run now (not read back on --resume)
     divergences: list = field(default_factory=list)
     seconds: float = 0.0
+    overrides: tuple = ()
+    ref_digest: object = field(default=None, repr=False)    # the reference run's RunDigest
 
     def by_class(self) -> dict:
         out: dict = {}
@@ -96,7 +98,8 @@ class Sweeper:
         again = local.run(Case(self.program, kernel, overrides, ()))
         sites = enumerate_sites(m, mode, libraries=libraries, program=m.process.exe.path,
                                 site_specs=site_specs)
-        out = KernelSweep(kernel, ref.digest.outcome, noise_between(ref.digest, again.digest), sites)
+        out = KernelSweep(kernel, ref.digest.outcome, noise_between(ref.digest, again.digest), sites,
+                          overrides=overrides, ref_digest=ref.digest)
         batch = self.batch or max(1, -(-len(sites) // max(1, self.runner.workers)))
 
         def evaluate(groups):
@@ -113,17 +116,18 @@ class Sweeper:
                     cls = UNCLASSIFIED
                 else:
                     cls = classify(group[0], profile, f.verdict,
-                                   lambda: self._clean_without_optimizer(group[0], kernel,
-                                                                         overrides, ref, out))
+                                   lambda: self.transparent_without_optimizer(group[0], out))
                 out.divergences.append(SiteDivergence(group, cls, f.verdict,
                                                       self.repro(self.program, kernel, group)))
         out.seconds = time.perf_counter() - t0
         return out
 
-    def _clean_without_optimizer(self, site, kernel, overrides, ref, out) -> bool:
-        ov = tuple(dict(overrides, optimize=None).items())
-        case = Case(self.program, kernel, ov, (site.probe,))
-        return self._verdicts([case], ref.digest, out)[0][0] is None
+    def transparent_without_optimizer(self, site, out: KernelSweep) -> bool:
+        """Is ``site`` alone transparent under ``out``'s profile with ``optimize=None``?
+        (Tells the nop5 design's red-zone clobber from an emulation error.)"""
+        ov = tuple(dict(out.overrides, optimize=None).items())
+        case = Case(self.program, out.kernel, ov, (site.probe,))
+        return self._verdicts([case], out.ref_digest, out)[0][0] is None
 
     def _verdicts(self, cases: list, ref_digest, out: KernelSweep) -> list:
         """Divergence | None per case, from the store when recorded, else run."""
