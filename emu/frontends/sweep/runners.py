@@ -12,6 +12,7 @@ cases and rounds.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import logging
 import multiprocessing
 
 from emu.errors import EmuError, InputError
@@ -80,7 +81,8 @@ class RayRunner:
         self.ray = ray
         if not ray.is_initialized():
             try:
-                ray.init(address=address, log_to_driver=False, include_dashboard=False)
+                ray.init(address=address, log_to_driver=False, include_dashboard=False,
+                         logging_level=logging.ERROR)
             except (ConnectionError, ValueError, RuntimeError) as e:
                 raise EmuError(f"cannot connect to the Ray cluster at {address!r}: "
                                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
