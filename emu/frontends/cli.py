@@ -179,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Modules that contribute subcommands (trace, step, bench, diff, gdbserver ...).
 CLI_MODULES = ("emu.frontends.trace", "emu.frontends.stepper", "emu.frontends.bench",
-               "emu.frontends.hostdiff", "emu.frontends.gdbstub")
+               "emu.frontends.hostdiff", "emu.frontends.gdbstub", "emu.frontends.sweep")
 
 
 def main(argv: list[str] | None = None) -> int:
