@@ -683,8 +683,19 @@ class Machine:
         """The trap hooks.  Interrupts and ``syscall`` are registered natively, once per
         Unicorn instance, with the callbacks kept alive on the instance."""
         def on_interrupt(_uch, intno, _data):
-            if self.task.process.uc is not uc:
+            task = self.task
+            if task.process.uc is not uc:
                 return      # the #DB of a TF step whose syscall was an execve: that CPU state is gone
+            if intno == 3 and self._db_after_syscall is None and self._result is None \
+                    and task.state != "dead":
+                try:                        # _guard(_interrupt, 3), two frames shorter
+                    self._int3(task)
+                except GuestFault as e:
+                    self._kernel_access_fault(e, at_breakpoint=True)
+                except BaseException as e:  # noqa: BLE001 - re-raised in run()
+                    self._hook_error = e
+                    self.uc.emu_stop()
+                return
             self._guard(self._interrupt, intno)
 
         def on_syscall(_uch, _data):

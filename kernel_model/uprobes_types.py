@@ -48,6 +48,7 @@ class UprobeConsumer:
     # the UprobeContext handler_chain hands this consumer, made at its first hit and
     # reused after (valid during a callback only)
     ctx: object = field(default=None, compare=False, repr=False)
+    ret_ctx: object = field(default=None, compare=False, repr=False)   # handle_uretprobe_chain's
 
     @property
     def is_session(self) -> bool:

@@ -215,7 +215,7 @@ class Uretprobes:
         uprobe = ri.uprobe
         if uprobe is None:
             return
-        recorded = dict(ri.consumers)
+        recorded = dict(ri.consumers) if ri.consumers else {}
         sessions = self.profile.session_consumers
         consumers = uprobe.consumers
         for uc in list(consumers):
@@ -229,8 +229,14 @@ class Uretprobes:
                 cookie = recorded[uc.id]
             else:
                 cookie = None
-            ctx = UprobeContext(self.machine, task, regs, uprobe, uc, ri.func, func=ri.func,
-                                cookie=cookie, is_return=True)
+            ctx = uc.ret_ctx                # made once per consumer, reused (see handler_chain)
+            if ctx is None:
+                ctx = uc.ret_ctx = UprobeContext(self.machine, task, regs, uprobe, uc, ri.func, func=ri.func,
+                                                 cookie=cookie, is_return=True)
+            else:
+                ctx.machine, ctx.task, ctx.regs, ctx.uprobe = self.machine, task, regs, uprobe
+                ctx.vaddr = ctx.func = ri.func
+                ctx.cookie = cookie
             uc.ret_handler(ctx)
             if self.events:
                 self.events.publish(ev.RetHandlerRan(task, uc, ri.func, regs.rip))
