@@ -137,8 +137,27 @@ def render(report: dict, console) -> None:
         _render_growth(report["growth"], console)
     if report.get("host_kernel"):
         render_host(report["host_kernel"], console)
+    if report.get("programs"):
+        render_programs(report["programs"], console)
     if report.get("targets"):
         _render_targets(report["targets"], console)
+
+
+def render_programs(rows: list, console) -> None:
+    """``--programs``: each real workload in the model beside its native time."""
+    t = Table(title="programs: real workloads, best of the runs in the model and natively; events = "
+                    "syscalls + probe hits", title_justify="left")
+    for h in ("program", "probes", "model s", "native s", "x native", "syscalls", "probe hits", "events/s"):
+        t.add_column(h, justify="left" if h in ("program", "probes") else "right")
+    for r in rows:
+        if r.get("status") != "ok":
+            t.add_row(r["program"], "", "n/a", "", "", "", "", escape(f"n/a ({r.get('reason', '')})"))
+            continue
+        t.add_row(escape(r["program"] + ": " + " ".join(r["argv"])), escape(", ".join(r["probes"]) or "-"),
+                  f"{r['model_seconds']:.3f}", f"{r['native_seconds']:.4f}",
+                  f"{r['slowdown']:.0f}" if r.get("slowdown") else "-", f"{r['syscalls']:,}",
+                  f"{r['probe_hits']:,}", f"{r['events_per_second']:,.0f}" if r.get("events_per_second") else "-")
+    console.print(t)
 
 
 def _render_targets(rows: list, console) -> None:

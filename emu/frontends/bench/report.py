@@ -149,6 +149,18 @@ def run_bench(cfg: Config, progress=None) -> dict:
 
 # ----------------------------------------------------------------------------- report
 
+def programs_report(cfg: Config) -> dict:
+    """The report of ``bench --programs`` alone: the host, the configuration, and the
+    ``programs`` rows the command adds."""
+    return {"schema": SCHEMA, "host": _host(),
+            "config": {"kernel": cfg.columns[0].label, "repeat": cfg.repeat}, "programs": []}
+
+
+def _host() -> dict:
+    return {"release": os.uname().release, "machine": os.uname().machine,
+            "python": sys.version.split()[0], "cpus": os.cpu_count(), "unicorn": baseline.unicorn_version()}
+
+
 def _assemble(cfg: Config, cost, results: list) -> dict:
     baselines = {"hook_free": {}, "int3_hook": None, "int3_native": None, "code_hook": None,
                  "syscall_hook": None}
@@ -246,8 +258,7 @@ def _assemble(cfg: Config, cost, results: list) -> dict:
         counts_out = {}
     report = {
         "schema": SCHEMA,
-        "host": {"release": os.uname().release, "machine": os.uname().machine,
-                 "python": sys.version.split()[0], "cpus": os.cpu_count(), "unicorn": baseline.unicorn_version()},
+        "host": _host(),
         "config": {"scenarios": cfg.scenarios, "consumer": cfg.consumer, "iterations": cfg.iterations,
                    "warmup": cfg.warmup, "repeat": cfg.repeat, "seconds": cfg.seconds,
                    "workers": cfg.workers, "cost_profile": cfg.cost_profile},
