@@ -790,12 +790,13 @@ class Machine:
         registers are read lazily (a nop or jmp probe needs rip and eflags only) and
         written back only where they changed; with no signal queued the exit to user
         mode is a check of two lists."""
-        regs = self._read_regs_lazy()
+        rf = task.process.regfile
+        rip, eflags = rf.read_head()
+        regs = PtRegs.lazy(rip, eflags, rf.read_all, task.orig_rax)
         self.counters.bp_traps += 1
         self.kernel.do_int3(task, regs)
-        orig_rax = regs.orig_rax
-        if (task.pending_signals or task.process.shared_pending or
-                (orig_rax is not None and orig_rax >= 0)) and self._exit_to_user(task, regs):
+        if (task.pending_signals or task.process.shared_pending or self._restart_code(regs) is not None) \
+                and self._exit_to_user(task, regs):        # _work_pending, inline
             return
         if regs.eflags & TF and self._unicorn_skips_tf_trap(regs.rip):
             self._single_step_pause(task, regs)
@@ -806,7 +807,8 @@ class Machine:
             self._stopped_by_hook = True
             self.uc.emu_stop()          # the task sleeps (e.g. for an XOL slot)
             return
-        self.regfile.write(regs.changed())
+        if regs._dirty:
+            rf.write(regs.changed())
         task.orig_rax = regs.orig_rax
 
     def _unicorn_skips_tf_trap(self, rip: int) -> int:
@@ -887,7 +889,7 @@ class Machine:
                 return
             if task.pending_rax is not None and task.state == "running":
                 regs.rax, task.pending_rax = task.pending_rax, None   # woken before it slept
-            if task.state == "running" and self._exit_to_user(task, regs):
+            if task.state == "running" and self._work_pending(task, regs) and self._exit_to_user(task, regs):
                 return
         finally:
             self._in_syscall = False
@@ -961,6 +963,8 @@ class Machine:
     def signal_pending(self, task: Task) -> bool:
         """``signal_pending()`` (TIF_SIGPENDING after recalc_sigpending): a signal the
         task's mask does not block, or a forced one, is queued."""
+        if not task.pending_signals and not task.process.shared_pending:
+            return False
         return self._next_signal(task) is not None
 
     def pending_set(self, task: Task) -> int:
@@ -989,6 +993,12 @@ class Machine:
         """Take the first pending signal in the set ``wanted`` off its queue."""
         nxt = self._next_signal(task, wanted)
         return None if nxt is None else nxt[0].pop(nxt[1])
+
+    def _work_pending(self, task: Task, regs: PtRegs) -> bool:
+        """The exit-to-user check before the loop (``exit_to_user_mode_prepare``'s
+        ti_work test): a signal queued for the task or its process, or a syscall
+        restart code in rax.  False: :meth:`_exit_to_user` would do nothing."""
+        return bool(task.pending_signals or task.process.shared_pending) or self._restart_code(regs) is not None
 
     def _exit_to_user(self, task: Task, regs: PtRegs) -> bool:
         """``exit_to_user_mode_loop`` -> ``arch_do_signal_or_restart``: deliver the

@@ -390,6 +390,11 @@ class Memory:
             if hi < v.end:
                 new.append(self._piece(v, hi, v.end, v.prot))
         self.uc.mem_protect(start, end - start, _uc_prot(prot))
+        if prot & PROT_EXEC:
+            # user writes to non-executable pages go straight to host memory (write_user),
+            # which Unicorn's translations do not see: pages that become executable
+            # again start without any
+            self.uc.ctl_remove_cache(start, end)
         self.vmas = new
         self._reindex()
         return True
@@ -498,9 +503,18 @@ class Memory:
         return self.read(addr, n)
 
     def write_user(self, addr: int, data: bytes) -> None:
-        """copy_to_user: needs writable mappings."""
+        """copy_to_user: needs writable mappings.  Into a non-executable mapping the
+        bytes go straight to the host memory behind it (no translation of the CPU can
+        hold them: see :meth:`protect`), elsewhere through Unicorn."""
+        data = bytes(data)
         self._check(addr, len(data), PROT_WRITE, "write")
-        self._raw_write(addr, bytes(data))
+        v = self._last
+        if v is not None and not v.prot & PROT_EXEC and data:
+            host = self._host_of(addr, len(data))
+            if host is not None:
+                ctypes.memmove(host, data, len(data))
+                return
+        self._raw_write(addr, data)
 
     def read_u64(self, addr: int) -> int:
         return int.from_bytes(self.read_user(addr, 8), "little")

@@ -33,7 +33,7 @@ class Kernel:
     # -- traps -----------------------------------------------------------------
     def do_int3(self, task, regs) -> None:
         """#BP from user mode: uprobes first (uprobe_pre_sstep_notifier), else SIGTRAP."""
-        if self.uprobes.handle_int3(task, regs):
+        if task.process.mm_uprobes is not None and self.uprobes.handle_int3(task, regs):
             return
         self.machine.send_sig(task, SIGTRAP, detail="breakpoint trap (int3)")
 

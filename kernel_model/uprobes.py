@@ -498,8 +498,7 @@ class Uprobes:
             if events:
                 events.publish(ev.IpChanged(task, bp_vaddr, regs.rip))
             return True
-        emulate = au.ops.emulate
-        if emulate is not None and self.skip_sstep(task, uprobe, regs):
+        if au.ops.emulate is not None and self.skip_sstep(task, uprobe, regs):
             return True
         self.pre_ssout(task, utask, uprobe, regs, bp_vaddr)
         return True
@@ -564,10 +563,14 @@ class Uprobes:
 
     def skip_sstep(self, task, uprobe: Uprobe, regs) -> bool:
         """handle_swbp's ``arch_uprobe_skip_sstep()`` call: the class's emulation, the
-        model's counters and event, and the SIGTRAP the kernel sends a TF-set task."""
-        if not arch.arch_uprobe_skip_sstep(uprobe.arch, regs, task.process.mem):
+        model's counters and event, and the SIGTRAP the kernel sends a TF-set task.
+        (``arch_uprobe_skip_sstep`` is ``ops->emulate`` when the class has one: called
+        here directly, the ops having been chosen at analysis.)"""
+        au = uprobe.arch
+        emulate = au.ops.emulate
+        if emulate is None or not emulate(au, regs, task.process.mem):
             return False
-        self.counters.emulated += 1
+        self.machine.counters.emulated += 1
         if self.events:
             self.events.publish(ev.Emulated(task, uprobe, regs.rip))
         if regs.eflags & TF:
