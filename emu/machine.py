@@ -686,12 +686,15 @@ class Machine:
             task = self.task
             if task.process.uc is not uc:
                 return      # the #DB of a TF step whose syscall was an execve: that CPU state is gone
-            if intno == 3 and self._db_after_syscall is None and self._result is None \
+            if (intno == 3 or intno == 1) and self._db_after_syscall is None and self._result is None \
                     and task.state != "dead":
-                try:                        # _guard(_interrupt, 3), two frames shorter
-                    self._int3(task)
+                try:                        # _guard(_interrupt, intno), two frames shorter
+                    if intno == 3:
+                        self._int3(task)
+                    else:
+                        self._debug(task)
                 except GuestFault as e:
-                    self._kernel_access_fault(e, at_breakpoint=True)
+                    self._kernel_access_fault(e, at_breakpoint=intno == 3)
                 except BaseException as e:  # noqa: BLE001 - re-raised in run()
                     self._hook_error = e
                     self.uc.emu_stop()
@@ -763,11 +766,11 @@ class Machine:
         if intno == 3:
             self._int3(task)
             return
-        regs = self.read_regs()
         if intno == 1:
-            self.counters.db_traps += 1
-            self.kernel.do_debug(task, regs)
-        elif intno == 0:
+            self._debug(task)
+            return
+        regs = self.read_regs()
+        if intno == 0:
             self.kernel.fixup_fault(task, regs)
             self.write_regs(regs)
             self.send_sig(task, SIGFPE, addr=regs.rip, detail="integer divide error")
@@ -806,6 +809,20 @@ class Machine:
             self.write_regs(regs)
             self._stopped_by_hook = True
             self.uc.emu_stop()          # the task sleeps (e.g. for an XOL slot)
+            return
+        if regs._dirty:
+            rf.write(regs.changed())
+        task.orig_rax = regs.orig_rax
+
+    def _debug(self, task: Task) -> None:
+        """#DB (exc_debug_user): the end of an out-of-line single-step, else SIGTRAP;
+        the registers as lazily as at an int3."""
+        rf = task.process.regfile
+        rip, eflags = rf.read_head()
+        regs = PtRegs.lazy(rip, eflags, rf.read_all, task.orig_rax)
+        self.counters.db_traps += 1
+        self.kernel.do_debug(task, regs)
+        if self._work_pending(task, regs) and self._exit_to_user(task, regs):
             return
         if regs._dirty:
             rf.write(regs.changed())

@@ -195,8 +195,8 @@ class TraceEvents:
         ev.hits += 1
         for prog in ev.programs:
             prog(ctx)
-        if not ev.ftrace and not self._needs_buffer(ev):
-            return 0
+        if not ev.ftrace and self.uprobes.profile.args_buffer != "always":
+            return 0                    # not self._needs_buffer(ev), inline
         counters = self.machine.counters
         counters.args_buffer_fills += 1
         fctx = _FetchCtx(ctx, ctx.func if ctx.is_return else ctx.vaddr, ev.offset)
