@@ -798,7 +798,9 @@ class Machine:
         regs = PtRegs.lazy(rip, eflags, rf.read_all, task.orig_rax)
         self.counters.bp_traps += 1
         self.kernel.do_int3(task, regs)
-        if (task.pending_signals or task.process.shared_pending or self._restart_code(regs) is not None) \
+        orig_rax = regs.orig_rax
+        if (task.pending_signals or task.process.shared_pending or
+                (orig_rax is not None and orig_rax >= 0 and self._restart_code(regs) is not None)) \
                 and self._exit_to_user(task, regs):        # _work_pending, inline
             return
         if regs.eflags & TF and self._unicorn_skips_tf_trap(regs.rip):
@@ -811,7 +813,9 @@ class Machine:
             self.uc.emu_stop()          # the task sleeps (e.g. for an XOL slot)
             return
         if regs._dirty:
-            rf.write(regs.changed())
+            changes = regs.changed()
+            if changes:
+                rf.write(changes)
         task.orig_rax = regs.orig_rax
 
     def _debug(self, task: Task) -> None:
@@ -884,7 +888,7 @@ class Machine:
         regs.orig_rax = regs.rax
         nr = regs.rax
         self.counters.syscalls[nr] += 1
-        if self.events:
+        if self.events.active:
             self.events.publish(ev.Syscall(self.task, nr, nxt - 2,
                                            (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9)))
         task = self.task
@@ -910,7 +914,7 @@ class Machine:
                 return
         finally:
             self._in_syscall = False
-        if self.events:
+        if self.events.active:
             self.events.publish(ev.SyscallReturn(task, nr, regs.rax, regs.rip))
         if self._result is not None or task.state == "dead":
             return

@@ -488,15 +488,15 @@ class Uprobes:
         utask = task.utask or self.utask(task)
         self.machine.counters.uprobe_hits += 1
         uprobe.hits += 1
-        events = self.events
-        if events:
-            events.publish(ev.UprobeHit(task, uprobe, bp_vaddr))
+        bus = self.events
+        if bus.active:
+            bus.publish(ev.UprobeHit(task, uprobe, bp_vaddr))
         self.handler_chain(uprobe, task, regs, bp_vaddr)
-        if uprobe.can_optimize:
+        if au.can_optimize:                                # ARCH_UPROBE_FLAG_CAN_OPTIMIZE
             self.kernel.optimizer.arch_uprobe_optimize(task, uprobe, bp_vaddr)
         if self.profile.ip_change_skips_insn and regs.rip != bp_vaddr:
-            if events:
-                events.publish(ev.IpChanged(task, bp_vaddr, regs.rip))
+            if bus.active:
+                bus.publish(ev.IpChanged(task, bp_vaddr, regs.rip))
             return True
         if au.ops.emulate is not None and self.skip_sstep(task, uprobe, regs):
             return True
@@ -518,7 +518,7 @@ class Uprobes:
         remove, has_consumers, need_prep = True, False, False
         ri = None
         machine = self.machine
-        events = self.events
+        bus = self.events
         consumers = uprobe.consumers
         for uc in consumers[:]:
             # list_for_each_entry_rcu: a consumer added meanwhile (at the head) is not
@@ -535,8 +535,8 @@ class Uprobes:
             if uc.handler is not None and uc.enabled:
                 uc.hits += 1
                 rc = uc.handler(ctx) or 0
-                if events:
-                    events.publish(ev.HandlerRan(task, uc, rc, vaddr))
+                if bus.active:
+                    bus.publish(ev.HandlerRan(task, uc, rc, vaddr))
             has_consumers = True
             if not exact:
                 remove &= isinstance(rc, int) and bool(rc & UPROBE_HANDLER_REMOVE)
@@ -571,7 +571,7 @@ class Uprobes:
         if emulate is None or not emulate(au, regs, task.process.mem):
             return False
         self.machine.counters.emulated += 1
-        if self.events:
+        if self.events.active:
             self.events.publish(ev.Emulated(task, uprobe, regs.rip))
         if regs.eflags & TF:
             self.machine.send_sig(task, SIGTRAP, detail="single-step over an emulated probe")
@@ -593,7 +593,7 @@ class Uprobes:
             mem.text_poke(vaddr, tramp, count=False)
             area.slot_bytes[0] = tramp
             mm.xol_area = area
-            if self.events:
+            if self.events.active:
                 self.events.publish(ev.XolAreaMapped(vaddr))
         return mm.xol_area
 
@@ -602,7 +602,7 @@ class Uprobes:
         if area is None:
             # xol_get_insn_slot() returns 0: pre_ssout fails and handle_swbp restarts at
             # bp_vaddr (ip is already there): the task traps again, handlers re-run.
-            if self.events:
+            if self.events.active:
                 self.events.publish(ev.XolRestart(task, uprobe))
             return
         slot = area.get_slot()
@@ -613,7 +613,7 @@ class Uprobes:
             area.waiters.append(task)
             self.machine.block(task, "xol_slot")
             task.on_resume = lambda: self._resume_pre_ssout(task)
-            if self.events:
+            if self.events.active:
                 self.events.publish(ev.XolWait(task, uprobe))
             return
         xol_vaddr = area.vaddr + slot * arch.UPROBE_XOL_SLOT_BYTES
@@ -626,7 +626,7 @@ class Uprobes:
         utask.active_uprobe = uprobe
         utask.state = UTASK_SSTEP
         self.counters.xol_singlesteps += 1
-        if self.events:
+        if self.events.active:
             self.events.publish(ev.XolStep(task, uprobe, slot, xol_vaddr))
 
     def _resume_pre_ssout(self, task) -> None:
@@ -646,7 +646,7 @@ class Uprobes:
         uprobe = utask.active_uprobe
         err, sigtrap = arch.arch_uprobe_post_xol(uprobe.arch, regs, task.process.mem, utask)
         self._end_sstep(task, utask)
-        if self.events:
+        if self.events.active:
             self.events.publish(ev.XolDone(task, uprobe, regs.rip))
         if sigtrap:
             self.machine.send_sig(task, SIGTRAP, detail="single-step after a probed instruction")
