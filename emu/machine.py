@@ -3,8 +3,9 @@
 The machine hides every Unicorn quirk the rest of the project must not know about
 (DESIGN section 3): translated blocks that survive ``mem_write`` (see ``Memory.text_poke``),
 the ``syscall`` hook's rip that Unicorn advances by 2 after the hook returns, Unicorn's
-``syscall`` that clobbers neither rcx nor r11, and the binding's per-call cost (registers
-are read in one native batch per trap, written back only when changed).
+``syscall`` that clobbers neither rcx nor r11, and the binding's per-call cost (the trap
+hooks are native ctypes callbacks; a trap reads rip and eflags, the other registers in
+one native batch only when asked for, and writes back only what changed).
 
 Hooks installed: interrupts, invalid memory, invalid instructions, and the ``syscall``,
 ``in`` and ``out`` instructions - none of them runs per instruction.  Traps are handled
@@ -642,12 +643,6 @@ class Machine:
     # ------------------------------------------------------------------ registers
     def read_regs(self) -> PtRegs:
         return PtRegs(self.regfile.read_all(), self.task.orig_rax)
-
-    def _read_regs_lazy(self) -> PtRegs:
-        """The trap's snapshot: rip and eflags now, the rest on first use."""
-        rf = self.regfile
-        rip, eflags = rf.read_head()
-        return PtRegs.lazy(rip, eflags, rf.read_all, self.task.orig_rax)
 
     def write_regs(self, regs: PtRegs) -> None:
         self.regfile.write(regs.changed())
