@@ -133,7 +133,6 @@ class RegisterFile:
         n = len(GPR_NAMES)
         self._uc = uc
         self._n = ctypes.c_int(n)
-        self._uch = uc._uch if isinstance(uc._uch, ctypes.c_void_p) else ctypes.c_void_p(uc._uch)
         lib = ctypes.CDLL(uclib._name)
         self._read = lib.uc_reg_read_batch
         self._write = lib.uc_reg_write_batch
@@ -156,15 +155,23 @@ class RegisterFile:
         wbase = ctypes.addressof(self._wbuf)
         self._wptrs = (ctypes.c_void_p * n)(*[wbase + 8 * i for i in range(n)])
 
+    def _handle(self):
+        """The engine's handle; a closed engine (its address space released) is an
+        error here, never a call on freed memory."""
+        uch = self._uc._uch
+        if uch is None:
+            raise UcError(UCC.UC_ERR_HANDLE)
+        return uch
+
     def read_all(self) -> list[int]:
-        status = self._read(self._uch, self._ids, self._ptrs, self._n)
+        status = self._read(self._handle(), self._ids, self._ptrs, self._n)
         if status:
             raise UcError(status)
         return self._buf[:]                 # one native slice (list() iterates in Python)
 
     def read_head(self) -> list[int]:
         """[rip, eflags]."""
-        status = self._read(self._uch, self._hids, self._hptrs, self._hn)
+        status = self._read(self._handle(), self._hids, self._hptrs, self._hn)
         if status:
             raise UcError(status)
         return self._hbuf[:]
@@ -178,7 +185,7 @@ class RegisterFile:
             wid[k] = _UC_IDS[i]
             wbuf[k] = v & 0xFFFFFFFFFFFFFFFF
             k += 1
-        status = self._write(self._uch, wid, self._wptrs, ctypes.c_int(k))
+        status = self._write(self._handle(), wid, self._wptrs, ctypes.c_int(k))
         if status:
             raise UcError(status)
 

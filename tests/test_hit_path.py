@@ -241,3 +241,17 @@ probe:
     assert r.reason == "exit", r.describe()
     assert sorted(pids) == sorted({m.main_process.pid, *pids}) and len(pids) == 2, f"hits in pids {pids}"
     assert m.counters.uprobe_hits == 2, m.counters.uprobe_hits
+
+
+def test_a_released_address_space_reads_no_registers():
+    """The register file calls Unicorn with a handle taken at each call: once the
+    address space is released (its engine closed) a read is an error, not a read of
+    freed memory."""
+    from unicorn import UcError
+    m = Machine.from_guest("hello")
+    rf = m.regfile
+    m.mem.release()
+    with pytest.raises(UcError, match="UC_ERR_HANDLE"):
+        rf.read_all()
+    with pytest.raises(UcError, match="UC_ERR_HANDLE"):
+        rf.read_head()
