@@ -245,18 +245,20 @@ class SysUprobe(Event):
 # ----------------------------------------------------------------- the bus
 
 class EventBus:
-    """Subscribers by handle; ``bool(bus)`` is False while nobody listens.
+    """Subscribers by handle; ``bool(bus)`` (and the plain attribute ``active``, which
+    a hot path reads without a call) is False while nobody listens.
 
     ``publish`` walks a snapshot, so a subscriber may unsubscribe itself (or another)
     while an event is being delivered; an unsubscribed one is not called again."""
 
-    __slots__ = ("_subs", "_snapshot", "_next", "gate")
+    __slots__ = ("_subs", "_snapshot", "_next", "gate", "active")
 
     def __init__(self):
         self._subs: dict = {}          # handle -> (fn, types or None)
         self._snapshot: tuple = ()
         self._next = 1
         self.gate = None               # fn(event) -> bool: False drops it (a replay's repeats)
+        self.active = False
 
     def __bool__(self) -> bool:
         return bool(self._subs)
@@ -273,12 +275,14 @@ class EventBus:
         self._next += 1
         self._subs[handle] = (fn, tuple(types) or None)
         self._snapshot = tuple(self._subs.items())
+        self.active = True
         return handle
 
     def unsubscribe(self, handle: int) -> None:
         """Forget a subscription; unknown handles are ignored (idempotent)."""
         if self._subs.pop(handle, None) is not None:
             self._snapshot = tuple(self._subs.items())
+            self.active = bool(self._subs)
 
     def publish(self, event: Event) -> None:
         if self.gate is not None and not self.gate(event):

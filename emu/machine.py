@@ -3,8 +3,9 @@
 The machine hides every Unicorn quirk the rest of the project must not know about
 (DESIGN section 3): translated blocks that survive ``mem_write`` (see ``Memory.text_poke``),
 the ``syscall`` hook's rip that Unicorn advances by 2 after the hook returns, Unicorn's
-``syscall`` that clobbers neither rcx nor r11, and the binding's per-call cost (registers
-are read in one native batch per trap, written back only when changed).
+``syscall`` that clobbers neither rcx nor r11, and the binding's per-call cost (the trap
+hooks are native ctypes callbacks; a trap reads rip and eflags, the other registers in
+one native batch only when asked for, and writes back only what changed).
 
 Hooks installed: interrupts, invalid memory, invalid instructions, and the ``syscall``,
 ``in`` and ``out`` instructions - none of them runs per instruction; once several tasks
@@ -86,6 +87,10 @@ _MEM_ACCESS = {
 
 
 _CODE_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_void_p)
+# uc_cb_hookintr_t / uc_cb_insn_syscall_t: the trap hooks, registered natively (the
+# binding's per-callback wrapper costs about as much as the trap itself)
+_INTR_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p)
+_SYSCALL_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 _UC_IDS = tuple(getattr(X, "UC_X86_REG_" + n.upper()) for n in GPR_NAMES)
 
 
@@ -125,38 +130,69 @@ def _check_limits(max_insns, timeout) -> None:
 
 class RegisterFile:
     """Preallocated ctypes buffers for batched native register access on one Uc:
-    every general register in ONE ``uc_reg_read_batch`` call per trap, and only the
-    changed ones written back (also one call)."""
+    every general register in ONE ``uc_reg_read_batch`` call, rip and eflags alone in
+    another (a trap's first read, :meth:`read_head`), and only the changed registers
+    written back (also one call).  The calls go through unprototyped ctypes functions
+    with their arguments converted once (the prototyped binding converts them on every
+    call, about half the cost of a small batch)."""
 
     def __init__(self, uc):
         n = len(GPR_NAMES)
         self._uc = uc
-        self._n = n
+        self._n = ctypes.c_int(n)
+        lib = ctypes.CDLL(uclib._name)
+        self._read = lib.uc_reg_read_batch
+        self._write = lib.uc_reg_write_batch
+        for fn in (self._read, self._write):
+            fn.argtypes = None
+            fn.restype = ctypes.c_int
         self._ids = (ctypes.c_int * n)(*_UC_IDS)
         self._buf = (ctypes.c_uint64 * n)()
         base = ctypes.addressof(self._buf)
         self._ptrs = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
+        # rip and eflags: a two-register batch
+        self._hn = ctypes.c_int(2)
+        self._hids = (ctypes.c_int * 2)(X.UC_X86_REG_RIP, X.UC_X86_REG_EFLAGS)
+        self._hbuf = (ctypes.c_uint64 * 2)()
+        hbase = ctypes.addressof(self._hbuf)
+        self._hptrs = (ctypes.c_void_p * 2)(hbase, hbase + 8)
         # one-register write buffers, reused
         self._wid = (ctypes.c_int * n)()
         self._wbuf = (ctypes.c_uint64 * n)()
         wbase = ctypes.addressof(self._wbuf)
         self._wptrs = (ctypes.c_void_p * n)(*[wbase + 8 * i for i in range(n)])
 
+    def _handle(self):
+        """The engine's handle; a closed engine (its address space released) is an
+        error here, never a call on freed memory."""
+        uch = self._uc._uch
+        if uch is None:
+            raise UcError(UCC.UC_ERR_HANDLE)
+        return uch
+
     def read_all(self) -> list[int]:
-        status = uclib.uc_reg_read_batch(self._uc._uch, self._ids, self._ptrs, self._n)
+        status = self._read(self._handle(), self._ids, self._ptrs, self._n)
         if status:
             raise UcError(status)
         return self._buf[:]                 # one native slice (list() iterates in Python)
+
+    def read_head(self) -> list[int]:
+        """[rip, eflags]."""
+        status = self._read(self._handle(), self._hids, self._hptrs, self._hn)
+        if status:
+            raise UcError(status)
+        return self._hbuf[:]
 
     def write(self, changes: dict[int, int]) -> None:
         if not changes:
             return
         k = 0
+        wid, wbuf = self._wid, self._wbuf
         for i, v in changes.items():
-            self._wid[k] = _UC_IDS[i]
-            self._wbuf[k] = v & 0xFFFFFFFFFFFFFFFF
+            wid[k] = _UC_IDS[i]
+            wbuf[k] = v & 0xFFFFFFFFFFFFFFFF
             k += 1
-        status = uclib.uc_reg_write_batch(self._uc._uch, self._wid, self._wptrs, k)
+        status = self._write(self._handle(), wid, self._wptrs, ctypes.c_int(k))
         if status:
             raise UcError(status)
 
@@ -762,10 +798,41 @@ class Machine:
 
     # ------------------------------------------------------------------ hooks
     def _install_hooks(self, uc) -> None:
-        uc.hook_add(UC_HOOK_INTR, self._on_interrupt)
+        """The trap hooks.  Interrupts and ``syscall`` are registered natively, once per
+        Unicorn instance, with the callbacks kept alive on the instance."""
+        def on_interrupt(_uch, intno, _data):
+            task = self.task
+            if task.process.uc is not uc:
+                return      # the #DB of a TF step whose syscall was an execve: that CPU state is gone
+            if (intno == 3 or intno == 1) and self._db_after_syscall is None and self._result is None \
+                    and task.state != "dead":
+                try:                        # _guard(_interrupt, intno), two frames shorter
+                    if intno == 3:
+                        self._int3(task)
+                    else:
+                        self._debug(task)
+                except GuestFault as e:
+                    self._kernel_access_fault(e, at_breakpoint=intno == 3)
+                except BaseException as e:  # noqa: BLE001 - re-raised in run()
+                    self._hook_error = e
+                    self.uc.emu_stop()
+                return
+            self._guard(self._interrupt, intno)
+
+        def on_syscall(_uch, _data):
+            self._guard(self._syscall)
+
+        native = (_INTR_CB(on_interrupt), _SYSCALL_CB(on_syscall))
+        for kind, fptr, extra in ((UC_HOOK_INTR, native[0], ()),
+                                  (UC_HOOK_INSN, native[1], (ctypes.c_int(X.UC_X86_INS_SYSCALL),))):
+            handle = ctypes.c_size_t()
+            status = uclib.uc_hook_add(uc._uch, ctypes.byref(handle), kind, ctypes.cast(fptr, ctypes.c_void_p),
+                                       None, ctypes.c_uint64(1), ctypes.c_uint64(0), *extra)
+            if status:
+                raise UcError(status)
+        uc.uemu_native_hooks = native
         uc.hook_add(UC_HOOK_MEM_INVALID, self._on_mem_invalid)
         uc.hook_add(UC_HOOK_INSN_INVALID, self._on_insn_invalid)
-        uc.hook_add(UC_HOOK_INSN, self._on_syscall, None, 1, 0, X.UC_X86_INS_SYSCALL)
         uc.hook_add(UC_HOOK_INSN, self._on_port_io, None, 1, 0, X.UC_X86_INS_IN)
         uc.hook_add(UC_HOOK_INSN, self._on_port_io, None, 1, 0, X.UC_X86_INS_OUT)
 
@@ -806,11 +873,6 @@ class Machine:
         self._stopped_by_hook = True
         self.uc.emu_stop()
 
-    def _on_interrupt(self, uc, intno, _data):
-        if uc is not self.uc:
-            return          # the #DB of a TF step whose syscall was an execve: that CPU state is gone
-        self._guard(self._interrupt, intno)
-
     def _interrupt(self, intno: int) -> None:
         task = self.task
         after_syscall, self._db_after_syscall = self._db_after_syscall, None
@@ -819,23 +881,14 @@ class Machine:
             return          # Unicorn's #DB right after a syscall left with TF: see _syscall
         if task.state == "dead" or self._result is not None:
             return          # a trap still pending after the task exited (e.g. #DB of TF)
-        regs = self.read_regs()
         if intno == 3:
-            self.counters.bp_traps += 1
-            self.kernel.do_int3(task, regs)
-            if self._exit_to_user(task, regs):
-                return
-            if regs.eflags & TF and self._unicorn_skips_tf_trap(regs.rip):
-                self._single_step_pause(task, regs)
-            if task.state != "running":
-                self.write_regs(regs)
-                self._stopped_by_hook = True
-                self.uc.emu_stop()          # the task sleeps (e.g. for an XOL slot)
-                return
-        elif intno == 1:
-            self.counters.db_traps += 1
-            self.kernel.do_debug(task, regs)
-        elif intno == 0:
+            self._int3(task)
+            return
+        if intno == 1:
+            self._debug(task)
+            return
+        regs = self.read_regs()
+        if intno == 0:
             self.kernel.fixup_fault(task, regs)
             self.write_regs(regs)
             self.send_sig(task, SIGFPE, addr=regs.rip, detail="integer divide error")
@@ -852,6 +905,50 @@ class Machine:
         if self._exit_to_user(task, regs):
             return
         self.write_regs(regs)
+
+    def _int3(self, task: Task) -> None:
+        """#BP (exc_int3 -> do_int3_user): the hit path of every int3 probe.  The
+        registers are read lazily (a nop or jmp probe needs rip and eflags only) and
+        written back only where they changed; with no signal queued the exit to user
+        mode is a check of two lists."""
+        rf = task.process.regfile
+        rip, eflags = rf.read_head()
+        regs = PtRegs.lazy(rip, eflags, rf.read_all, task.orig_rax)
+        self.counters.bp_traps += 1
+        self.kernel.do_int3(task, regs)
+        orig_rax = regs.orig_rax
+        if (task.pending_signals or task.process.shared_pending or
+                (orig_rax is not None and orig_rax >= 0 and self._restart_code(regs) is not None)) \
+                and self._exit_to_user(task, regs):        # _work_pending, inline
+            return
+        if regs.eflags & TF and self._unicorn_skips_tf_trap(regs.rip):
+            self._single_step_pause(task, regs)
+            if self._exit_to_user(task, regs):
+                return
+        if task.state != "running":
+            self.write_regs(regs)
+            self._stopped_by_hook = True
+            self.uc.emu_stop()          # the task sleeps (e.g. for an XOL slot)
+            return
+        if regs._dirty:
+            changes = regs.changed()
+            if changes:
+                rf.write(changes)
+        task.orig_rax = regs.orig_rax
+
+    def _debug(self, task: Task) -> None:
+        """#DB (exc_debug_user): the end of an out-of-line single-step, else SIGTRAP;
+        the registers as lazily as at an int3."""
+        rf = task.process.regfile
+        rip, eflags = rf.read_head()
+        regs = PtRegs.lazy(rip, eflags, rf.read_all, task.orig_rax)
+        self.counters.db_traps += 1
+        self.kernel.do_debug(task, regs)
+        if self._work_pending(task, regs) and self._exit_to_user(task, regs):
+            return
+        if regs._dirty:
+            rf.write(regs.changed())
+        task.orig_rax = regs.orig_rax
 
     def _unicorn_skips_tf_trap(self, rip: int) -> int:
         """Unicorn ends the translation block at ``pause`` (opcode 90 with an f3 prefix,
@@ -899,9 +996,6 @@ class Machine:
         self.send_sig(task, SIGSEGV, addr=0, detail="general protection (port I/O)")
         self._exit_to_user(task, self.read_regs())
 
-    def _on_syscall(self, uc, _data):
-        self._guard(self._syscall)
-
     def _syscall(self) -> None:
         """The ``syscall`` instruction as the hardware and entry_SYSCALL_64 do it."""
         regs = self.read_regs()
@@ -912,7 +1006,7 @@ class Machine:
         regs.orig_rax = regs.rax
         nr = regs.rax
         self.counters.syscalls[nr] += 1
-        if self.events:
+        if self.events.active:
             self.events.publish(ev.Syscall(self.task, nr, nxt - 2,
                                            (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9)))
         task = self.task
@@ -934,11 +1028,11 @@ class Machine:
                 return
             if task.pending_rax is not None and task.state == "running":
                 regs.rax, task.pending_rax = task.pending_rax, None   # woken before it slept
-            if task.state == "running" and self._exit_to_user(task, regs):
+            if task.state == "running" and self._work_pending(task, regs) and self._exit_to_user(task, regs):
                 return
         finally:
             self._in_syscall = False
-        if self.events:
+        if self.events.active:
             self.events.publish(ev.SyscallReturn(task, nr, regs.rax, regs.rip))
         if self._result is not None or task.state == "dead":
             return
@@ -1008,6 +1102,8 @@ class Machine:
     def signal_pending(self, task: Task) -> bool:
         """``signal_pending()`` (TIF_SIGPENDING after recalc_sigpending): a signal the
         task's mask does not block, or a forced one, is queued."""
+        if not task.pending_signals and not task.process.shared_pending:
+            return False
         return self._next_signal(task) is not None
 
     def pending_set(self, task: Task) -> int:
@@ -1036,6 +1132,12 @@ class Machine:
         """Take the first pending signal in the set ``wanted`` off its queue."""
         nxt = self._next_signal(task, wanted)
         return None if nxt is None else nxt[0].pop(nxt[1])
+
+    def _work_pending(self, task: Task, regs: PtRegs) -> bool:
+        """The exit-to-user check before the loop (``exit_to_user_mode_prepare``'s
+        ti_work test): a signal queued for the task or its process, or a syscall
+        restart code in rax.  False: :meth:`_exit_to_user` would do nothing."""
+        return bool(task.pending_signals or task.process.shared_pending) or self._restart_code(regs) is not None
 
     def _exit_to_user(self, task: Task, regs: PtRegs) -> bool:
         """``exit_to_user_mode_loop`` -> ``arch_do_signal_or_restart``: deliver the

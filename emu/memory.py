@@ -38,6 +38,22 @@ from .mm_types import (DEFAULT_MAX_MEMORY, MAX_MAP_COUNT, MMAP_BASE, MMAP_MIN_AD
                        page_up)
 
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+@functools.cache
+def _uc_mem_calls() -> tuple:
+    """uc_mem_read / uc_mem_write as unprototyped functions (arguments converted by
+    the caller, once): a small guest access at half the binding's cost."""
+    lib = ctypes.CDLL(uclib._name)
+    out = []
+    for fn in (lib.uc_mem_read, lib.uc_mem_write):
+        fn.argtypes = None
+        fn.restype = ctypes.c_int
+        out.append(fn)
+    return tuple(out)
+
+
+_SMALL_READ = 64       # reads up to this size go through one reused buffer
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                        ctypes.c_long)
@@ -115,6 +131,8 @@ class Memory:
         self.vmas: list[Vma] = []
         self._starts: list[int] = []
         self._last: Vma | None = None               # last mapping a user access checked
+        self._rbuf = ctypes.create_string_buffer(_SMALL_READ)   # small reads (read())
+        self._last_backing: _Backing | None = None    # the host block read() found last
         self._backing: list[_Backing] = []     # changed in place: the finalizer holds it
         # The host pages live exactly as long as the Unicorn instance that maps them.
         self._free_host = weakref.finalize(uc, _host_free_all, self._backing) if uc is not None else None
@@ -123,6 +141,7 @@ class Memory:
     # -- lookup -------------------------------------------------------------
     def _reindex(self) -> None:
         self._last = None
+        self._last_backing = None
         self.vmas.sort(key=lambda v: v.start)
         self._starts = [v.start for v in self.vmas]
 
@@ -345,6 +364,7 @@ class Memory:
             if hi < b.end:
                 keep.append(_Backing(hi, b.end, b.host + hi - b.start))
         self._backing[:] = keep
+        self._last_backing = None
 
     def _host_ranges(self, start: int, end: int):
         """(guest start, host address, length) pieces of the host memory of [start, end)."""
@@ -370,6 +390,11 @@ class Memory:
             if hi < v.end:
                 new.append(self._piece(v, hi, v.end, v.prot))
         self.uc.mem_protect(start, end - start, _uc_prot(prot))
+        if prot & PROT_EXEC:
+            # user writes to non-executable pages go straight to host memory (write_user),
+            # which Unicorn's translations do not see: pages that become executable
+            # again start without any
+            self.uc.ctl_remove_cache(start, end)
         self.vmas = new
         self._reindex()
         return True
@@ -475,12 +500,34 @@ class Memory:
         self._reindex()
 
     # -- access ---------------------------------------------------------------
+    def _host_of(self, addr: int, n: int) -> int | None:
+        """The host address of guest [addr, addr+n) when one host block holds it all
+        (the guest's pages are host memory mapped into Unicorn: ``mem_map_ptr``)."""
+        b = self._last_backing
+        if b is None or not (b.start <= addr and addr + n <= b.end):
+            for b in self._backing:
+                if b.start <= addr and addr + n <= b.end:
+                    break
+            else:
+                return None
+            self._last_backing = b
+        return b.host + addr - b.start
+
     def read(self, addr: int, n: int) -> bytes:
-        """Raw read (the kernel's FOLL_FORCE view): ignores permissions."""
-        buf = ctypes.create_string_buffer(n)
-        if self.uc is None or uclib.uc_mem_read(self.uc._uch, addr, buf, n):
+        """Raw read (the kernel's FOLL_FORCE view): ignores permissions.  Read from
+        the host memory behind the pages when one block holds them (the CPU writes
+        there too), else through Unicorn."""
+        uc = self.uc
+        if uc is None or n < 0:
             raise GuestFault(addr, "read")
-        return buf.raw
+        host = self._host_of(addr, n) if n else None
+        if host is not None:
+            return ctypes.string_at(host, n)
+        small = n <= _SMALL_READ
+        buf = self._rbuf if small else ctypes.create_string_buffer(n)
+        if _uc_mem_calls()[0](uc._uch, ctypes.c_uint64(addr & 0xFFFFFFFFFFFFFFFF), buf, ctypes.c_size_t(n)):
+            raise GuestFault(addr, "read")
+        return buf.raw[:n] if small else buf.raw
 
     def write(self, addr: int, data: bytes) -> None:
         """Raw write (the kernel's FOLL_FORCE view, as exec fills a new image):
@@ -488,7 +535,9 @@ class Memory:
         self._raw_write(addr, bytes(data))
 
     def _raw_write(self, addr: int, data: bytes) -> None:
-        if self.uc is None or uclib.uc_mem_write(self.uc._uch, addr, data, len(data)):
+        uc = self.uc
+        if uc is None or _uc_mem_calls()[1](uc._uch, ctypes.c_uint64(addr & 0xFFFFFFFFFFFFFFFF), data,
+                                            ctypes.c_size_t(len(data))):
             raise GuestFault(addr, "write")
 
     def _check(self, addr: int, n: int, need: int, access: str) -> None:
@@ -509,9 +558,18 @@ class Memory:
         return self.read(addr, n)
 
     def write_user(self, addr: int, data: bytes) -> None:
-        """copy_to_user: needs writable mappings."""
+        """copy_to_user: needs writable mappings.  Into a non-executable mapping the
+        bytes go straight to the host memory behind it (no translation of the CPU can
+        hold them: see :meth:`protect`), elsewhere through Unicorn."""
+        data = bytes(data)
         self._check(addr, len(data), PROT_WRITE, "write")
-        self._raw_write(addr, bytes(data))
+        v = self._last
+        if v is not None and not v.prot & PROT_EXEC and data:
+            host = self._host_of(addr, len(data))
+            if host is not None:
+                ctypes.memmove(host, data, len(data))
+                return
+        self._raw_write(addr, data)
 
     def read_u64(self, addr: int) -> int:
         return int.from_bytes(self.read_user(addr, 8), "little")
@@ -537,10 +595,11 @@ class Memory:
         data = bytes(data)
         if self.uc is None:
             raise GuestFault(addr, "write")
-        try:
-            self.uc.mem_write(addr, data)
-        except UcError:
-            raise GuestFault(addr, "write") from None
+        host = self._host_of(addr, len(data)) if data else None
+        if host is not None:
+            ctypes.memmove(host, data, len(data))   # the same bytes uc_mem_write would store
+        else:
+            self._raw_write(addr, data)
         self.uc.ctl_remove_cache(addr, addr + len(data))
         if count:
             self.counters.text_writes += 1

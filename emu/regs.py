@@ -1,7 +1,9 @@
 """pt_regs: the task's user registers as the kernel sees them at a trap.
 
-The machine reads them in one native batch per trap and writes back only what a
-handler changed (``emu.machine.RegisterFile``).  This is the machine-side half of
+The machine reads them lazily at a trap - rip and eflags first (what a probe hit
+needs to find its uprobe and emulate a nop), the whole set in one native batch only
+when something reads another register - and writes back only what a handler changed
+(``emu.machine.RegisterFile``).  This is the machine-side half of
 ``struct pt_regs``; ``orig_rax`` is kernel-only state (the syscall
 number at entry, -1 otherwise) and never reaches the CPU.
 """
@@ -34,6 +36,9 @@ TF = 1 << 8
 RF = 1 << 16
 
 _INDEX = {name: i for i, name in enumerate(GPR_NAMES)}
+RIP, EFLAGS = _INDEX["rip"], _INDEX["eflags"]
+# What a lazy snapshot holds before its first full read (see PtRegs.lazy).
+HEAD = (RIP, EFLAGS)
 
 
 class PtRegs:
@@ -44,13 +49,45 @@ class PtRegs:
     user selectors; ``orig_rax`` is kernel state carried along with the snapshot.
     """
 
-    __slots__ = ("_v", "_orig", "orig_rax", "_dirty")
+    __slots__ = ("_v", "_orig", "orig_rax", "_dirty", "_load")
 
     def __init__(self, values: list[int], orig_rax: int = -1):
         self._v = values
         self._orig = tuple(values)
         self.orig_rax = orig_rax
         self._dirty = set()
+        self._load = None
+
+    @classmethod
+    def lazy(cls, rip: int, eflags: int, load, orig_rax: int = -1) -> "PtRegs":
+        """A snapshot that holds rip and eflags only; ``load()`` (all of ``GPR_NAMES``,
+        read from the CPU) runs on the first access to any other register.  The CPU's
+        registers must not change in between except through this snapshot - true inside
+        a trap, where only the write-back touches them."""
+        self = cls.__new__(cls)
+        v = [0] * len(GPR_NAMES)
+        v[RIP], v[EFLAGS] = rip, eflags
+        self._v = v
+        self._orig = (rip, eflags)        # indexed through HEAD until loaded
+        self.orig_rax = orig_rax
+        self._dirty = set()
+        self._load = load
+        return self
+
+    def _fill(self) -> None:
+        """The full batch, with what was already set through the snapshot kept."""
+        load, self._load = self._load, None
+        full = load()
+        orig = tuple(full)
+        v = self._v
+        for i in self._dirty:
+            full[i] = v[i]
+        self._v, self._orig = full, orig
+
+    @property
+    def loaded(self) -> bool:
+        """True once every register was read from the CPU (False: rip/eflags only)."""
+        return self._load is None
 
     @classmethod
     def from_dict(cls, values: dict[str, int]) -> "PtRegs":
@@ -71,6 +108,8 @@ class PtRegs:
 
     # views ---------------------------------------------------------------
     def as_dict(self) -> dict[str, int]:
+        if self._load is not None:
+            self._fill()
         d = dict(zip(GPR_NAMES, self._v))
         d["cs"], d["ss"], d["orig_rax"] = USER_CS, USER_SS, self.orig_rax
         return d
@@ -82,29 +121,53 @@ class PtRegs:
 
     def changed(self) -> dict[int, int]:
         """{index: value} of the registers set since the snapshot and now different."""
+        dirty = self._dirty
+        if not dirty:
+            return {}
         v, o = self._v, self._orig
-        return {i: v[i] for i in self._dirty if v[i] != o[i]}
+        if self._load is not None:        # only rip / eflags can be dirty
+            return {i: v[i] for i in dirty if v[i] != o[HEAD.index(i)]}
+        return {i: v[i] for i in dirty if v[i] != o[i]}
 
     def values(self) -> list[int]:
         """The registers in ``GPR_NAMES`` order."""
+        if self._load is not None:
+            self._fill()
         return list(self._v)
 
     def copy(self) -> "PtRegs":
+        if self._load is not None:
+            self._fill()
         return PtRegs(list(self._v), self.orig_rax)
 
 
     def __repr__(self):
+        if self._load is not None:
+            self._fill()
         return "PtRegs(" + ", ".join(f"{n}={v:#x}" for n, v in zip(GPR_NAMES, self._v)) + ")"
 
 
 def _register_property(i: int) -> property:
-    def get(self):
+    if i in HEAD:                         # held by a lazy snapshot from the start
+        def get(self):
+            return self._v[i]
+
+        def set_(self, value):
+            self._v[i] = int(value) & 0xFFFFFFFFFFFFFFFF
+            self._dirty.add(i)
+        return property(get, set_)
+
+    def get_(self):
+        if self._load is not None:
+            self._fill()
         return self._v[i]
 
-    def set_(self, value):
+    def set_other(self, value):
+        if self._load is not None:
+            self._fill()
         self._v[i] = int(value) & 0xFFFFFFFFFFFFFFFF
         self._dirty.add(i)
-    return property(get, set_)
+    return property(get_, set_other)
 
 
 for _i, _name in enumerate(GPR_NAMES):

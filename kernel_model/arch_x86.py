@@ -19,12 +19,13 @@ nop5/nop10 sites (6.18+) are emulated nops of ``branch_xol_ops`` until
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from emu.mm_types import GuestFault
 from emu.regs import TF
 
-from .insn_x86 import FIX_CALL, FIX_IP, FIX_SETF, ArchUprobe, analyze_insn, jcc_taken
+from .insn_x86 import FIX_CALL, FIX_IP, FIX_SETF, ArchUprobe, analysis_key, analyze_insn, jcc_taken
 
 UPROBE_SWBP_INSN = b"\xcc"
 UPROBE_XOL_SLOT_BYTES = 128
@@ -132,11 +133,12 @@ def branch_emulate_op(au: ArchUprobe, regs, mem) -> bool:
     ``check_jmp_cond`` (:func:`jcc_taken`) counts anything but a jcc as taken."""
     new_ip = (regs.rip + au.ilen) & _MASK64
     offs = au.offs
-    if branch_is_call(au):
+    opc1 = au.opc1
+    if opc1 == 0xE8:                # branch_is_call
         if not emulate_push_stack(regs, mem, new_ip):
             return False            # falls back to XOL of the mangled `call +0`
-    elif not jcc_taken(au.opc1, regs.eflags):
-        offs = 0
+    elif 0x70 <= opc1 <= 0x7F and not jcc_taken(opc1, regs.eflags):
+        offs = 0                    # (check_jmp_cond is "taken" for anything but a jcc)
     regs.rip = (new_ip + offs) & _MASK64
     return True
 
@@ -173,7 +175,15 @@ def arch_uprobe_analyze_insn(insn: bytes, *, nop_policy: str = "insn_is_nop",
     """``arch_uprobe_analyze_insn``: decode and classify (``insn_x86.analyze_insn``), then
     set ``auprobe->ops`` as ``branch_setup_xol_ops`` / ``push_setup_xol_ops`` or the
     default path does.  Raises ``RegistrationError`` as the analysis does."""
-    au = analyze_insn(insn, nop_policy=nop_policy, optimize=optimize, vaddr=vaddr)
+    return _analyzed_with_ops(*analysis_key(insn, nop_policy, optimize, vaddr))
+
+
+@functools.lru_cache(maxsize=4096)
+def _analyzed_with_ops(raw: bytes, nop_policy: str, optimize: str | None, page_offset: int | None) -> ArchUprobe:
+    """The analysis with its ops attached, memoized like the analysis itself (a pure
+    function of the key); the ops - how a hit is handled - are decided here, once."""
+    au = analyze_insn(raw, nop_policy=nop_policy, optimize=optimize,
+                      vaddr=None if page_offset is None else 0x1000 + page_offset)
     return replace(au, ops=_SETUP_OPS[au.kind])
 
 

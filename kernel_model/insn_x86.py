@@ -601,7 +601,18 @@ def analyze_insn(insn: bytes, *, nop_policy: str = "insn_is_nop", optimize: str 
     """See :func:`_analyze_insn`; results are memoized (the analysis is a pure function
     of the bytes, the policies and the page offset), which makes attaching many probes
     on the same instruction bytes cheap.  Errors are not cached."""
-    return _analyze_cached(_pad(insn), nop_policy, optimize, None if vaddr is None else vaddr & 0xFFF)
+    return _analyze_cached(*analysis_key(insn, nop_policy, optimize, vaddr))
+
+
+def analysis_key(insn: bytes, nop_policy: str, optimize: str | None, vaddr: int | None) -> tuple:
+    """What the analysis depends on: the 16-byte window, the policies, and the page
+    offset - only through page-crossing tests of at most 16 bytes, so every offset
+    that leaves 16 bytes in the page is the same as offset 0 (one cache entry for all
+    the probes of an instruction, not one per page offset)."""
+    off = None if vaddr is None else vaddr & (PAGE_SIZE - 1)
+    if off is not None and off <= PAGE_SIZE - MAX_UINSN_BYTES:
+        off = 0
+    return _pad(insn), nop_policy, optimize, off
 
 
 @functools.lru_cache(maxsize=4096)

@@ -33,8 +33,8 @@ class Kernel:
     # -- traps -----------------------------------------------------------------
     def do_int3(self, task, regs) -> None:
         """#BP from user mode: uprobes first (uprobe_pre_sstep_notifier), else SIGTRAP."""
-        if self.uprobes.handle_int3(task, regs):
-            return
+        if task.process.mm_uprobes is not None and self.uprobes.handle_int3(task, regs):
+            return                  # (handle_int3: uprobe_pre_sstep_notifier + handle_swbp)
         self.machine.send_sig(task, SIGTRAP, detail="breakpoint trap (int3)")
 
     def do_debug(self, task, regs) -> None:

@@ -9,6 +9,8 @@ profile switch; ``counters.args_buffer_fills`` shows which happened.
 
 from __future__ import annotations
 
+import functools
+
 import re
 from dataclasses import dataclass, field
 
@@ -125,8 +127,9 @@ class TraceEvents:
                         programs=list(programs), owner=self)
         if output is not None:
             self.output = output
-        handler = None if spec.is_return else (lambda ctx, ev=ev: self._dispatch(ev, ctx))
-        ret_handler = (lambda ctx, ev=ev: self._dispatch(ev, ctx)) if spec.is_return else None
+        dispatch = functools.partial(self._dispatch, ev)      # no Python frame of its own
+        handler = None if spec.is_return else dispatch
+        ret_handler = dispatch if spec.is_return else None
         uc = UprobeConsumer(handler, ret_handler, filter, name=ev.name, is_trace=True)
         ev.consumer = self.uprobes.uprobe_register(file, offset, uc, spec.ref_ctr_offset or 0)
         self.events.append(ev)
@@ -192,8 +195,8 @@ class TraceEvents:
         ev.hits += 1
         for prog in ev.programs:
             prog(ctx)
-        if not self._needs_buffer(ev):
-            return 0
+        if not ev.ftrace and self.uprobes.profile.args_buffer != "always":
+            return 0                    # not self._needs_buffer(ev), inline
         counters = self.machine.counters
         counters.args_buffer_fills += 1
         fctx = _FetchCtx(ctx, ctx.func if ctx.is_return else ctx.vaddr, ev.offset)

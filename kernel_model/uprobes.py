@@ -447,8 +447,9 @@ class Uprobes:
     def handle_int3(self, task, regs) -> bool:
         """The DIE_INT3 notifier (``uprobe_pre_sstep_notifier``), then what
         ``uprobe_notify_resume`` runs: ``handle_swbp``.  False: not ours (SIGTRAP)."""
-        if not self.uprobe_pre_sstep_notifier(task):
-            return False
+        mm = task.process.mm_uprobes
+        if mm is None or not (mm.has_uprobes or (task.utask is not None and task.utask.return_instances)):
+            return False                                   # uprobe_pre_sstep_notifier
         return self.handle_swbp(task, regs, (regs.rip - 1) & 0xFFFFFFFFFFFFFFFF)
 
     @staticmethod
@@ -460,9 +461,14 @@ class Uprobes:
         return area.vaddr if area is not None else -1
 
     def handle_swbp(self, task, regs, bp_vaddr: int) -> bool:
-        """``handle_swbp``: the int3 uretprobe trampoline, else the probe at bp_vaddr."""
+        """``handle_swbp``: the int3 uretprobe trampoline, else the probe at bp_vaddr.
+
+        The hot path of every probe hit: what a hit does is decided when the uprobe is
+        analysed (``uprobe.arch.ops``) and when consumers come and go (the consumer
+        list), so a hit only looks things up."""
         proc = task.process
-        if bp_vaddr == self.uprobe_get_trampoline_vaddr(proc):
+        area = proc.mm_uprobes.xol_area
+        if area is not None and bp_vaddr == area.vaddr:
             self.uret.uprobe_handle_trampoline(task, regs)
             return True
         uprobe = self.find_active_uprobe(proc, bp_vaddr)
@@ -476,20 +482,23 @@ class Uprobes:
             regs.rip = bp_vaddr                            # raced with unregister: restart
             return True
         regs.rip = bp_vaddr
-        if uprobe.arch is None:
+        au = uprobe.arch
+        if au is None:
             return True                                    # analysis not done: trap again
-        utask = self.utask(task)
-        self.counters.uprobe_hits += 1
+        utask = task.utask or self.utask(task)
+        self.machine.counters.uprobe_hits += 1
         uprobe.hits += 1
-        if self.events:
-            self.events.publish(ev.UprobeHit(task, uprobe, bp_vaddr))
+        bus = self.events
+        if bus.active:
+            bus.publish(ev.UprobeHit(task, uprobe, bp_vaddr))
         self.handler_chain(uprobe, task, regs, bp_vaddr)
-        self.kernel.optimizer.arch_uprobe_optimize(task, uprobe, bp_vaddr)
+        if au.can_optimize:                                # ARCH_UPROBE_FLAG_CAN_OPTIMIZE
+            self.kernel.optimizer.arch_uprobe_optimize(task, uprobe, bp_vaddr)
         if self.profile.ip_change_skips_insn and regs.rip != bp_vaddr:
-            if self.events:
-                self.events.publish(ev.IpChanged(task, bp_vaddr, regs.rip))
+            if bus.active:
+                bus.publish(ev.IpChanged(task, bp_vaddr, regs.rip))
             return True
-        if self.skip_sstep(task, uprobe, regs):
+        if au.ops.emulate is not None and self.skip_sstep(task, uprobe, regs):
             return True
         self.pre_ssout(task, utask, uprobe, regs, bp_vaddr)
         return True
@@ -501,24 +510,33 @@ class Uprobes:
         takes a return instance per hit for the consumers that want one (not REMOVE,
         not IGNORE); "bitmask" (<= 6.12) ANDs the raw values (``remove &= rc``) and
         prepares one return probe for all ret_handlers when any consumer has one and
-        not every handler removed (``need_prep && !remove``)."""
+        not every handler removed (``need_prep && !remove``).
+
+        Each consumer's context is made once and reused hit after hit (it is valid
+        during the callback, as the kernel's ``struct pt_regs *`` is)."""
         exact = self.profile.handler_chain_rc == "exact"
         remove, has_consumers, need_prep = True, False, False
         ri = None
         machine = self.machine
+        bus = self.events
         consumers = uprobe.consumers
-        for uc in list(consumers):
+        for uc in consumers[:]:
             # list_for_each_entry_rcu: a consumer added meanwhile (at the head) is not
             # visited; one removed by an earlier handler (list_del_rcu) is skipped.
             if uc not in consumers:
                 continue
             rc = 0
-            ctx = UprobeContext(machine, task, regs, uprobe, uc, vaddr)
+            ctx = uc.ctx
+            if ctx is None:
+                ctx = uc.ctx = UprobeContext(machine, task, regs, uprobe, uc, vaddr)
+            else:
+                ctx.machine, ctx.task, ctx.regs, ctx.uprobe, ctx.vaddr = machine, task, regs, uprobe, vaddr
+                ctx.cookie = 0
             if uc.handler is not None and uc.enabled:
                 uc.hits += 1
                 rc = uc.handler(ctx) or 0
-                if self.events:
-                    self.events.publish(ev.HandlerRan(task, uc, rc, vaddr))
+                if bus.active:
+                    bus.publish(ev.HandlerRan(task, uc, rc, vaddr))
             has_consumers = True
             if not exact:
                 remove &= isinstance(rc, int) and bool(rc & UPROBE_HANDLER_REMOVE)
@@ -545,11 +563,15 @@ class Uprobes:
 
     def skip_sstep(self, task, uprobe: Uprobe, regs) -> bool:
         """handle_swbp's ``arch_uprobe_skip_sstep()`` call: the class's emulation, the
-        model's counters and event, and the SIGTRAP the kernel sends a TF-set task."""
-        if not arch.arch_uprobe_skip_sstep(uprobe.arch, regs, task.process.mem):
+        model's counters and event, and the SIGTRAP the kernel sends a TF-set task.
+        (``arch_uprobe_skip_sstep`` is ``ops->emulate`` when the class has one: called
+        here directly, the ops having been chosen at analysis.)"""
+        au = uprobe.arch
+        emulate = au.ops.emulate
+        if emulate is None or not emulate(au, regs, task.process.mem):
             return False
-        self.counters.emulated += 1
-        if self.events:
+        self.machine.counters.emulated += 1
+        if self.events.active:
             self.events.publish(ev.Emulated(task, uprobe, regs.rip))
         if regs.eflags & TF:
             self.machine.send_sig(task, SIGTRAP, detail="single-step over an emulated probe")
@@ -571,7 +593,7 @@ class Uprobes:
             mem.text_poke(vaddr, tramp, count=False)
             area.slot_bytes[0] = tramp
             mm.xol_area = area
-            if self.events:
+            if self.events.active:
                 self.events.publish(ev.XolAreaMapped(vaddr))
         return mm.xol_area
 
@@ -580,7 +602,7 @@ class Uprobes:
         if area is None:
             # xol_get_insn_slot() returns 0: pre_ssout fails and handle_swbp restarts at
             # bp_vaddr (ip is already there): the task traps again, handlers re-run.
-            if self.events:
+            if self.events.active:
                 self.events.publish(ev.XolRestart(task, uprobe))
             return
         slot = area.get_slot()
@@ -591,7 +613,7 @@ class Uprobes:
             area.waiters.append(task)
             self.machine.block(task, "xol_slot")
             task.on_resume = lambda: self._resume_pre_ssout(task)
-            if self.events:
+            if self.events.active:
                 self.events.publish(ev.XolWait(task, uprobe))
             return
         xol_vaddr = area.vaddr + slot * arch.UPROBE_XOL_SLOT_BYTES
@@ -604,7 +626,7 @@ class Uprobes:
         utask.active_uprobe = uprobe
         utask.state = UTASK_SSTEP
         self.counters.xol_singlesteps += 1
-        if self.events:
+        if self.events.active:
             self.events.publish(ev.XolStep(task, uprobe, slot, xol_vaddr))
 
     def _resume_pre_ssout(self, task) -> None:
@@ -624,7 +646,7 @@ class Uprobes:
         uprobe = utask.active_uprobe
         err, sigtrap = arch.arch_uprobe_post_xol(uprobe.arch, regs, task.process.mem, utask)
         self._end_sstep(task, utask)
-        if self.events:
+        if self.events.active:
             self.events.publish(ev.XolDone(task, uprobe, regs.rip))
         if sigtrap:
             self.machine.send_sig(task, SIGTRAP, detail="single-step after a probed instruction")

@@ -45,6 +45,10 @@ class UprobeConsumer:
     is_trace: bool = False          # a tracefs/perf consumer (needs the args buffer)
     hits: int = 0
     enabled: bool = True
+    # the UprobeContext handler_chain hands this consumer, made at its first hit and
+    # reused after (valid during a callback only)
+    ctx: object = field(default=None, compare=False, repr=False)
+    ret_ctx: object = field(default=None, compare=False, repr=False)   # handle_uretprobe_chain's
 
     @property
     def is_session(self) -> bool:
@@ -62,6 +66,11 @@ class Uprobe:
     arch: ArchUprobe | None = None                       # set once: UPROBE_COPY_INSN
     optimize_fail: bool = False                          # ARCH_UPROBE_FLAG_OPTIMIZE_FAIL
     hits: int = 0
+
+    @property
+    def can_optimize(self) -> bool:
+        """ARCH_UPROBE_FLAG_CAN_OPTIMIZE (set by the analysis)."""
+        return self.arch is not None and self.arch.can_optimize
 
     @property
     def key(self):

@@ -132,7 +132,7 @@ class Uretprobes:
             return
         if utask.depth >= MAX_URETPROBE_DEPTH:
             self.counters.ri_dropped_depth += 1
-            if self.events:
+            if self.events.active:
                 self.events.publish(ev.UretprobeDepth(task, uprobe))
             self._drop(task, ri)
             return
@@ -156,7 +156,7 @@ class Uretprobes:
         ri.orig_ret_vaddr, ri.chained = orig, chained
         utask.depth += 1
         utask.return_instances.append(ri)
-        if self.events:
+        if self.events.active:
             self.events.publish(ev.UretprobeHijack(task, uprobe, ri.stack, orig, chained, tramp))
 
     def _drop(self, task, ri: ReturnInstance) -> None:
@@ -169,7 +169,7 @@ class Uretprobes:
         while stack and not arch.arch_uretprobe_is_alive(stack[-1], ctx, regs):
             ri = stack.pop()
             utask.depth -= 1
-            if self.events:
+            if self.events.active:
                 self.events.publish(ev.RiDiscarded(task, ri))
             self.free_ret_instance(task, ri)
 
@@ -201,12 +201,12 @@ class Uretprobes:
                     self.counters.uretprobe_hits += 1
                     self.handle_uretprobe_chain(task, ri, regs)
                 else:
-                    if self.events:
+                    if self.events.active:
                         self.events.publish(ev.RiDiscarded(task, ri))
                 self.free_ret_instance(task, ri)
             if valid or not stack:
                 break
-        if self.events:
+        if self.events.active:
             self.events.publish(ev.UretprobeReturn(task, regs.rip))
 
     def handle_uretprobe_chain(self, task, ri: ReturnInstance, regs) -> None:
@@ -215,7 +215,7 @@ class Uretprobes:
         uprobe = ri.uprobe
         if uprobe is None:
             return
-        recorded = dict(ri.consumers)
+        recorded = dict(ri.consumers) if ri.consumers else {}
         sessions = self.profile.session_consumers
         consumers = uprobe.consumers
         for uc in list(consumers):
@@ -229,10 +229,16 @@ class Uretprobes:
                 cookie = recorded[uc.id]
             else:
                 cookie = None
-            ctx = UprobeContext(self.machine, task, regs, uprobe, uc, ri.func, func=ri.func,
-                                cookie=cookie, is_return=True)
+            ctx = uc.ret_ctx                # made once per consumer, reused (see handler_chain)
+            if ctx is None:
+                ctx = uc.ret_ctx = UprobeContext(self.machine, task, regs, uprobe, uc, ri.func, func=ri.func,
+                                                 cookie=cookie, is_return=True)
+            else:
+                ctx.machine, ctx.task, ctx.regs, ctx.uprobe = self.machine, task, regs, uprobe
+                ctx.vaddr = ctx.func = ri.func
+                ctx.cookie = cookie
             uc.ret_handler(ctx)
-            if self.events:
+            if self.events.active:
                 self.events.publish(ev.RetHandlerRan(task, uc, ri.func, regs.rip))
 
     # -- sys_uretprobe (x86_64 syscall 335, 6.11+) ------------------------------------
@@ -253,7 +259,7 @@ class Uretprobes:
         regs.rsp += 24
         regs.orig_rax = -1
         ip, sp = regs.rip, regs.rsp
-        if self.events:
+        if self.events.active:
             self.events.publish(ev.SysUretprobe(task))
         self.uprobe_handle_trampoline(task, regs)
         if self.machine.signal_pending(task):

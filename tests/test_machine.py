@@ -206,21 +206,18 @@ def test_pt_regs_has_the_21_kernel_slots_in_order():
 
 
 def test_register_snapshot_is_one_native_call(monkeypatch):
-    import emu.machine as R      # the register file is machine-side
+    # the register file calls uc_reg_read_batch / uc_reg_write_batch through its own
+    # unprototyped ctypes functions (regfile._read / regfile._write)
     calls = []
-    real = R.uclib
-
-    class Spy:
-        def __getattr__(self, name):
-            fn = getattr(real, name)
-
-            def wrapped(*a):
-                calls.append(name)
-                return fn(*a)
-            return wrapped
-
     m = Machine.from_guest("hello")
-    monkeypatch.setattr(R, "uclib", Spy())
+    rf = m.regfile
+    for attr, name in (("_read", "uc_reg_read_batch"), ("_write", "uc_reg_write_batch")):
+        fn = getattr(rf, attr)
+
+        def wrapped(*a, fn=fn, name=name):
+            calls.append(name)
+            return fn(*a)
+        monkeypatch.setattr(rf, attr, wrapped)
     regs = m.read_regs()
     assert calls == ["uc_reg_read_batch"]
     calls.clear()

@@ -17,7 +17,12 @@ keystone assembly) under a kernel profile with one consumer that counts hits, an
   to the exact event counts, and for every scenario pair a published table covers, the
   projected ratio beside the published one with the error;
 * growth scenarios: per-hit cost with 1, 100 and 10,000 probes registered, the time to
-  attach 50,000 probes, and return_instance memory per allocation policy.
+  attach 50,000 probes, and return_instance memory per allocation policy;
+* the hit-path targets, met or missed, each ratio measured in the same run, with the
+  floor a Python trap handler cannot beat (an empty natively registered interrupt
+  callback), and "full semantics vs no semantics": uprobe-nop against a Qiling-style
+  one-address code hook calling an empty Python function;
+* ``--programs``: real workloads (:mod:`.programs`) in the model beside their native time.
 
 Scenarios whose machinery a profile lacks (nop10 before 7.2: the kernel and the model
 refuse the probe with ENOTSUPP) are listed as ``n/a (reason)``.
@@ -62,12 +67,14 @@ from .cli import add_cli, cmd_bench, config_from_args
 from .host import host_native, run_host
 from .measure import (EVENT_KEYS, bare_run, count_events, growth_attach, growth_probe_counts, growth_ri,
                       measure_baseline, measure_scenario, time_model)
-from .render import events_str, render, render_host
-from .report import SCHEMA, Config, run_bench, targets
+from .programs import PROGRAMS, run_programs
+from .render import events_str, render, render_host, render_programs
+from .report import SCHEMA, TARGET_INT3_RATIOS, Config, programs_report, run_bench, targets
 from .scenarios import (GUEST, GUEST_PATH, LOOP_NAMES, SCENARIOS, ColumnSpec, Scenario, attach, guest_elf,
                         guest_file, growth_elf, parse_column, site_offset)
 
-__all__ = ["EVENT_KEYS", "GUEST", "GUEST_PATH", "LOOP_NAMES", "SCENARIOS", "SCHEMA", "ColumnSpec", "Config",
+__all__ = ["EVENT_KEYS", "GUEST", "GUEST_PATH", "LOOP_NAMES", "PROGRAMS", "SCENARIOS", "SCHEMA",
+           "TARGET_INT3_RATIOS", "ColumnSpec", "Config", "programs_report", "render_programs", "run_programs",
            "Scenario", "add_cli", "attach", "bare_run", "cmd_bench", "config_from_args", "count_events",
            "events_str", "growth_attach", "growth_elf", "growth_probe_counts", "growth_ri", "guest_elf",
            "guest_file", "host_native", "measure_baseline", "measure_scenario", "parse_column", "render",

@@ -16,8 +16,9 @@ from emu.frontends.cli import count, seconds
 from emu.frontends.hostdiff import HostKernelError
 
 from .host import run_host
-from .render import render
-from .report import Config, JsonReport, run_bench
+from .programs import run_programs
+from .render import render, render_programs
+from .report import Config, JsonReport, programs_report, run_bench
 from .scenarios import SCENARIOS, parse_column
 from .threads import cmd_threads
 
@@ -57,6 +58,9 @@ def add_cli(sub, add_machine_options) -> None:
                    help="also measure the same scenarios natively on this host's kernel (root, tracefs)")
     p.add_argument("--threads", action="store_true",
                    help="only the threads benchmark: the same work on the main thread, 1 and 4 threads")
+    p.add_argument("--programs", action="store_true",
+                   help="time real workloads (glibc start-up, a malloc loop with libc malloc/free "
+                        "probed, a shell pipeline) in the model and natively; alone, only these")
     p.set_defaults(func=cmd_bench)
 
 
@@ -116,16 +120,22 @@ def cmd_bench(args) -> int:
     if args.threads:
         return cmd_threads(args, _consoles()[0])
     cfg = config_from_args(args)
+    programs_only = getattr(args, "programs", False) and not args.scenarios
     out, err = _consoles()
     with JsonReport(args.json) as json_out:
         with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, transient=err.is_terminal) as progress:
-            report = run_bench(cfg, progress)
-            if args.host_kernel:
+            report = programs_report(cfg) if programs_only else run_bench(cfg, progress)
+            if getattr(args, "programs", False):
+                report["programs"] = run_programs(cfg.columns[0].kernel, cfg.repeat, progress)
+            if args.host_kernel and not programs_only:
                 try:
                     report["host_kernel"] = run_host(cfg, progress)
                 except HostKernelError as e:
                     raise EmuError(f"--host-kernel: {e}") from None
-        render(report, out)
+        if programs_only:
+            render_programs(report["programs"], out)
+        else:
+            render(report, out)
         json_out.write(report)
     return 0

@@ -7,8 +7,10 @@ the bare-Unicorn baselines and the growth scenarios.
   warm-up, so first-hit effects (the nop5/nop10 optimization, pool and XOL-area creation)
   are excluded.
 * Baselines run the same trigger code on a bare Unicorn instance (``emu.baseline``): the
-  scenario's loop without any hook, and the nop loop with its ``nop`` replaced by
-  ``int3`` and an empty ``UC_HOOK_INTR`` callback.
+  scenario's loop without any hook, the nop loop with its ``nop`` replaced by ``int3``
+  and an empty ``UC_HOOK_INTR`` callback (through the binding, and registered natively:
+  the floor of a Python trap handler), and the Qiling-style nop loop with a one-address
+  ``UC_HOOK_CODE`` calling an empty Python function (a probe with no semantics).
 * Growth: per-hit cost with many probes registered, the time to attach many probes, and
   return_instance memory per allocation policy.
 """
@@ -184,7 +186,7 @@ def measure_scenario(scen_name: str, col: ColumnSpec, consumer: str, iterations:
         n = round_iterations(seconds / per if per > 0 else 1e6, 1000, 50_000_000)
     else:
         n = iterations
-    samples, runs, free, int3 = [], [], [], []
+    samples, runs, free, int3, code, native = [], [], [], [], [], []
     for _ in range(repeat):
         t = time_model(scen, col, consumer, n, warmup)
         runs.append(t)
@@ -193,6 +195,8 @@ def measure_scenario(scen_name: str, col: ColumnSpec, consumer: str, iterations:
             nf, ni = adjacent
             free.append(nf / bare_run(scen.loop, nf, "none") / 1e6)
             int3.append(ni / bare_run(2, ni, "int3") / 1e6)
+            code.append(ni / bare_run(2, ni, "code-hook") / 1e6)
+            native.append(ni / bare_run(2, ni, "int3-native") / 1e6)
     per_iter = counted["per_iter"]
     timed = _events(_scale(runs[0]["totals"], n))
     consistent = timed == per_iter and all(r["totals"] == runs[0]["totals"] for r in runs) and \
@@ -203,6 +207,7 @@ def measure_scenario(scen_name: str, col: ColumnSpec, consumer: str, iterations:
                exact=counted["exact"], consistent=consistent, timed_per_iter=timed)
     if adjacent:
         out["adjacent_baselines"] = {"hook_free_mops": mops_stats(free), "int3_hook_mops": mops_stats(int3),
+                                     "code_hook_mops": mops_stats(code), "int3_native_mops": mops_stats(native),
                                      "iterations": list(adjacent)}
     return out
 
@@ -227,7 +232,8 @@ def measure_baseline(loop: int, mode: str, iterations: int | None, repeat: int, 
     else:
         n = iterations
     samples = [n / bare_run(loop, n, mode) / 1e6 for _ in range(repeat)]
-    return {"loop": LOOP_NAMES[2 if mode == "int3" else loop], "mode": mode, "iterations": n,
+    nop_loop = mode in ("int3", "int3-native", "code-hook")
+    return {"loop": LOOP_NAMES[2 if nop_loop else loop], "mode": mode, "iterations": n,
             "samples_mops": samples, "mops": mops_stats(samples)}
 
 

@@ -59,12 +59,12 @@ def render(report: dict, console) -> None:
     t = Table(title=escape(f"uprobe-emu bench: emulated throughput, M triggers/s = median [min-max] of "
                            f"{cfg['repeat']} runs after {cfg['warmup']} warm-up iterations; "
                            f"consumer={cfg['consumer']}; x = model / bare-Unicorn baseline timed next "
-                           f"to each run; projected kernel M/s with cost profile {cp}"),
+                           f"to each run (code hook: Qiling-style, no probe semantics); projected kernel M/s with cost profile {cp}"),
               title_justify="left")
     t.add_column("scenario", no_wrap=True)
     if len(cols) > 1:
         t.add_column("kernel", no_wrap=True)
-    for h in ("M/s", "x hook-free", "x int3 hook", "proj M/s", "events per iteration (exact)"):
+    for h in ("M/s", "x hook-free", "x int3 hook", "x code hook", "proj M/s", "events per iteration (exact)"):
         t.add_column(escape(h), justify="left" if h.startswith("events") else "right",
                      no_wrap=not h.startswith("events"))
     for entry in report["scenarios"]:
@@ -73,11 +73,12 @@ def render(report: dict, console) -> None:
             row = [entry["name"] if i == 0 else ""] + ([c] if len(cols) > 1 else [])
             if res.get("status") != "ok":
                 reason = res.get("reason", res.get("status", "n/a"))
-                row += ["n/a", "", "", "", escape(f"n/a ({reason})")]
+                row += ["n/a", "", "", "", "", escape(f"n/a ({reason})")]
             else:
                 flag = "" if res.get("consistent", True) else "  (!) timed run counted differently"
                 row += [_cell_mops(res), f"{res.get('ratio_hook_free', 0):.3f}",
-                        f"{res.get('ratio_int3', 0):.3f}", _fmt_mops(res["projected_mops"]),
+                        f"{res.get('ratio_int3', 0):.3f}", f"{res.get('ratio_code_hook', 0):.3f}",
+                        _fmt_mops(res["projected_mops"]),
                         events_str(res) + flag]
             t.add_row(*row, end_section=i == len(cols) - 1 and len(cols) > 1)
     console.print(t)
@@ -113,6 +114,11 @@ def render(report: dict, console) -> None:
     rows = [(f"hook-free loop {k}", v) for k, v in sorted(b["hook_free"].items())]
     if b["int3_hook"]:
         rows.append(("nop loop, int3 + empty UC_HOOK_INTR", b["int3_hook"]))
+    if b.get("int3_native"):
+        rows.append(("nop loop, int3 + empty UC_HOOK_INTR registered natively (floor)", b["int3_native"]))
+    if b.get("code_hook"):
+        rows.append(("nop loop, Qiling-style one-address UC_HOOK_CODE, empty Python function",
+                     b["code_hook"]))
     if b["syscall_hook"]:
         rows.append(("syscall loop, empty syscall hook", b["syscall_hook"]))
     for name, v in rows:
@@ -131,8 +137,27 @@ def render(report: dict, console) -> None:
         _render_growth(report["growth"], console)
     if report.get("host_kernel"):
         render_host(report["host_kernel"], console)
+    if report.get("programs"):
+        render_programs(report["programs"], console)
     if report.get("targets"):
         _render_targets(report["targets"], console)
+
+
+def render_programs(rows: list, console) -> None:
+    """``--programs``: each real workload in the model beside its native time."""
+    t = Table(title="programs: real workloads, best of the runs in the model and natively; events = "
+                    "syscalls + probe hits", title_justify="left")
+    for h in ("program", "probes", "model s", "native s", "x native", "syscalls", "probe hits", "events/s"):
+        t.add_column(h, justify="left" if h in ("program", "probes") else "right")
+    for r in rows:
+        if r.get("status") != "ok":
+            t.add_row(r["program"], "", "n/a", "", "", "", "", escape(f"n/a ({r.get('reason', '')})"))
+            continue
+        t.add_row(escape(r["program"] + ": " + " ".join(r["argv"])), escape(", ".join(r["probes"]) or "-"),
+                  f"{r['model_seconds']:.3f}", f"{r['native_seconds']:.4f}",
+                  f"{r['slowdown']:.0f}" if r.get("slowdown") else "-", f"{r['syscalls']:,}",
+                  f"{r['probe_hits']:,}", f"{r['events_per_second']:,.0f}" if r.get("events_per_second") else "-")
+    console.print(t)
 
 
 def _render_targets(rows: list, console) -> None:

@@ -1,0 +1,120 @@
+"""``uprobe-emu bench``: the hit-path targets (met/missed, each ratio from the same run),
+the Qiling-style and native-callback baselines, and ``--programs``.  Structure and exact
+counts only - no timing is asserted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from emu import baseline
+from emu.errors import EmuError
+from emu.frontends.bench import TARGET_INT3_RATIOS, guest_file, targets
+
+from cli_helpers import cli
+
+HIT_TARGETS = {"uprobe-nop": 0.20, "uprobe-push": 0.15, "uprobe-ret": 0.08, "uretprobe-nop": 0.08}
+QILING = "full semantics vs no semantics: uprobe-nop / Qiling-style code hook"
+
+
+def _report(ratio: float) -> dict:
+    """A report whose every scenario measured ``ratio`` against each baseline."""
+    res = {"status": "ok", "ratio_int3": ratio, "ratio_code_hook": ratio, "floor_int3": 2.0,
+           "floor_code_hook": 0.5}
+    return {"columns": [{"label": "6.18"}],
+            "scenarios": [{"name": s, "results": {"6.18": dict(res)}} for s in HIT_TARGETS],
+            "growth": {"probe_count": [{"probes": 1, "cost_vs_one_probe": 1.0, "best_cost_vs_one_probe": 1.0},
+                                       {"probes": 10_000, "cost_vs_one_probe": 1.05,
+                                        "best_cost_vs_one_probe": 1.0}],
+                       "attach": {"probes": 50_000, "attach_seconds": 1.5}},
+            "projection_checks": []}
+
+
+def test_the_hit_path_targets_are_the_issues():
+    assert dict(TARGET_INT3_RATIOS) == HIT_TARGETS, TARGET_INT3_RATIOS
+
+
+@pytest.mark.parametrize("ratio, ok", [(0.5, True), (0.01, False)], ids=["met", "missed"])
+def test_each_scenario_target_is_judged_against_its_limit(ratio, ok):
+    rows = {r["target"]: r for r in targets(_report(ratio))}
+    for scen, limit in HIT_TARGETS.items():
+        row = rows[f"{scen} / empty-int3-hook baseline"]
+        assert (row["value"], row["op"], row["limit"], row["ok"]) == (ratio, ">=", limit, ok), row
+        assert "floor" in row["note"] and "2.00" in row["note"], row["note"]
+
+
+def test_the_qiling_ratio_and_its_floor_are_a_target_line():
+    rows = {r["target"]: r for r in targets(_report(0.7))}
+    row = rows[QILING]
+    assert (row["value"], row["limit"], row["ok"]) == (0.7, 1.0, False), row
+    assert row["note"] == "floor (native empty trap callback): 0.50", row["note"]
+
+
+def test_attach_and_probe_count_targets_use_the_issues_limits():
+    rows = {r["target"]: r for r in targets(_report(0.5))}
+    attach = rows["attach 50,000 probes (s)"]
+    assert (attach["limit"], attach["ok"]) == (1.0, False), attach
+    many = rows["per-hit cost, 10,000 probes / 1 probe (median)"]
+    assert (many["limit"], many["ok"]) == (1.1, True), many
+
+
+@pytest.mark.parametrize("mode", ["code-hook", "int3-native"])
+def test_the_new_baselines_complete_their_loops(mode):
+    assert baseline.bare_run(guest_file(), 2, 2000, mode) > 0
+
+
+def test_an_unknown_baseline_mode_is_an_emu_error():
+    with pytest.raises(EmuError, match="unknown baseline mode 'bogus'"):
+        baseline.bare_run(guest_file(), 2, 10, "bogus")
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "b.json"
+    proc = cli("bench", "--quick", "--no-growth", "--no-checks", "uprobe-nop", "--json", str(out), timeout=300)
+    return proc, json.loads(out.read_text())
+
+
+def test_the_bench_prints_the_qiling_baseline_and_the_target_lines(quick):
+    proc, _ = quick
+    text = proc.stdout.decode()
+    assert proc.returncode == 0, proc.stderr.decode()
+    for needle in ("Qiling-style one-address UC_HOOK_CODE", "registered natively (floor)", "x code hook",
+                   "uprobe-nop / empty-int3-hook baseline", "full semantics vs no semantics"):
+        assert needle in text, f"{needle!r} not printed"
+    assert ("met" in text) or ("MISSED" in text), text
+
+
+def test_the_json_has_the_new_baselines_and_ratios(quick):
+    _, rep = quick
+    b = rep["baselines"]
+    assert b["code_hook"]["mode"] == "code-hook" and b["int3_native"]["mode"] == "int3-native", b
+    res = rep["scenarios"][0]["results"][rep["columns"][0]["label"]]
+    assert {"ratio_code_hook", "ratio_int3_native", "floor_int3", "floor_code_hook"} <= set(res), sorted(res)
+    names = [t["target"] for t in rep["targets"]]
+    assert "uprobe-nop / empty-int3-hook baseline" in names and QILING in names, names
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "p.json"
+    proc = cli("bench", "--programs", "--repeat", "1", "--json", str(out), timeout=600)
+    return proc, json.loads(out.read_text())
+
+
+def test_programs_prints_each_workload_beside_its_native_time(programs):
+    proc, _ = programs
+    assert proc.returncode == 0, proc.stderr.decode()
+    text = proc.stdout.decode()
+    for needle in ("glibc-startup", "malloc-loop", "shell-pipeline", "native s", "events/s"):
+        assert needle in text, f"{needle!r} not printed"
+
+
+def test_programs_count_exactly_the_malloc_and_free_calls(programs):
+    _, rep = programs
+    rows = {r["program"]: r for r in rep["programs"]}
+    assert [r["status"] for r in rows.values()] == ["ok"] * 3, rows
+    loop = rows["malloc-loop"]
+    assert (loop["probes"], loop["probe_hits"]) == (["libc:malloc", "libc:free"], 4000), loop
+    assert rows["glibc-startup"]["syscalls"] > 0 and rows["shell-pipeline"]["syscalls"] > 0, rows

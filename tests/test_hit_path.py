@@ -1,0 +1,257 @@
+"""The probe hit path built for cost: lazy registers, write-back of what changed, reused
+consumer contexts, host-memory reads, the cached analysis - each still exactly the
+int3 trap the guest and the model see (byte, registers, counters, signals)."""
+
+from __future__ import annotations
+
+import pytest
+
+from emu import Machine
+from emu.regs import GPR_NAMES, PtRegs
+from kernel_model import arch_x86, insn_x86
+
+from uprobe_helpers import guest, guest_regs
+
+LOOP = guest("""
+    mov r12d, 3
+again:
+probe:
+    {insn}
+    dec r12d
+    jnz again
+""")
+
+
+def _spy(monkeypatch, rf, attr: str, calls: list) -> None:
+    fn = getattr(rf, attr)
+
+    def wrapped(*a):
+        calls.append(attr)
+        return fn(*a)
+    monkeypatch.setattr(rf, attr, wrapped)
+
+
+# ----------------------------------------------------------------------------- lazy registers
+
+def test_a_lazy_snapshot_reads_the_rest_only_when_asked():
+    loads = []
+
+    def load():
+        loads.append(1)
+        return list(range(len(GPR_NAMES)))
+    regs = PtRegs.lazy(0x1000, 0x202, load)
+    assert (regs.rip, regs.eflags, loads) == (0x1000, 0x202, []), "rip/eflags need no batch"
+    assert regs.rbx == GPR_NAMES.index("rbx") and loads == [1], f"one batch on first use, loads {loads}"
+
+
+def test_a_lazy_snapshot_keeps_a_rip_set_before_the_batch():
+    regs = PtRegs.lazy(0x1000, 0x202, lambda: [7] * len(GPR_NAMES))
+    regs.rip = 0x2000
+    assert regs.rax == 7 and regs.rip == 0x2000, f"rip {regs.rip:#x} after the batch"
+    assert regs.changed() == {GPR_NAMES.index("rip"): 0x2000}, regs.changed()
+
+
+def test_a_lazy_snapshot_with_rip_set_back_has_nothing_to_write():
+    regs = PtRegs.lazy(0x1000, 0x202, lambda: [0] * len(GPR_NAMES))
+    regs.rip = 0xFFF
+    regs.rip = 0x1000
+    assert regs.changed() == {} and not regs.loaded, f"changed {regs.changed()}, loaded {regs.loaded}"
+
+
+def test_an_emulated_nop_hit_reads_two_registers_and_writes_none(monkeypatch):
+    m = Machine.from_asm(LOOP.format(insn="nop"))
+    m.uprobes.register("probe", handler=lambda ctx: 0)
+    calls = []
+    for attr in ("read_all", "read_head", "_write"):
+        _spy(monkeypatch, m.regfile, attr, calls)
+    hits = []
+    m.uprobes.register("probe", handler=lambda ctx: hits.append(calls.copy()) or calls.clear())
+    r = m.run(max_insns=100_000)
+    assert r.reason == "exit", r.describe()
+    assert hits == [["read_head"]] * 3, f"register calls up to each handler: {hits}"
+
+
+def test_a_handler_reading_a_register_gets_the_guests_value():
+    m = Machine.from_asm(LOOP.format(insn="nop"))
+    seen = []
+    m.uprobes.register("probe", handler=lambda ctx: seen.append((ctx.regs.rbx, ctx.regs.r12)))
+    m.run(max_insns=100_000)
+    assert seen == [(0x1B1B1B1B1B1B1B1B, n) for n in (3, 2, 1)], [tuple(map(hex, s)) for s in seen]
+
+
+def test_a_handler_writing_a_register_reaches_the_guest():
+    m = Machine.from_asm(LOOP.format(insn="nop"))
+
+    def set_rbx(ctx):
+        ctx.regs.rbx = ctx.regs.r12 * 0x100
+    m.uprobes.register("probe", handler=set_rbx)
+    r = m.run(max_insns=100_000)
+    assert r.reason == "exit", r.describe()
+    assert guest_regs(m)["rbx"] == 0x100, f"rbx {guest_regs(m)['rbx']:#x}, expected the last hit's 0x100"
+
+
+# ----------------------------------------------------------------------------- reuse
+
+def test_a_consumer_gets_one_context_reused_with_each_hits_registers():
+    m = Machine.from_asm(LOOP.format(insn="nop"))
+    seen, ctxs = [], []
+
+    def keep(ctx):
+        ctxs.append(ctx)
+        seen.append((ctx.regs.r12, ctx.cookie))
+    m.uprobes.register("probe", handler=keep)
+    m.run(max_insns=100_000)
+    assert all(c is ctxs[0] for c in ctxs) and len(ctxs) == 3, f"{len(set(map(id, ctxs)))} contexts"
+    assert seen == [(3, 0), (2, 0), (1, 0)], seen
+
+
+def test_a_reused_context_starts_each_hit_with_a_zero_cookie():
+    m = Machine.from_asm(LOOP.format(insn="nop"))
+    cookies = []
+
+    def session(ctx):
+        cookies.append(ctx.cookie)
+        ctx.cookie = 0xC0DE
+    m.uprobes.register("probe", handler=session)
+    m.run(max_insns=100_000)
+    assert cookies == [0, 0, 0], cookies
+
+
+def test_the_analysis_is_one_object_for_every_page_offset_that_cannot_cross():
+    analysis_key = insn_x86.analysis_key
+    key = analysis_key(b"\x90", "insn_is_nop", None, 0x401000)
+    assert key == analysis_key(b"\x90", "insn_is_nop", None, 0x401FF0), "offset 0xff0 leaves 16 bytes"
+    assert key != analysis_key(b"\x90", "insn_is_nop", None, 0x401FF1), "offset 0xff1 may cross"
+    a = arch_x86.arch_uprobe_analyze_insn(b"\x90", vaddr=0x401000)
+    b = arch_x86.arch_uprobe_analyze_insn(b"\x90", vaddr=0x7F0123456789)
+    assert a is b and a.ops is arch_x86.branch_xol_ops, (a, b)
+
+
+# ----------------------------------------------------------------------------- still an int3
+
+def test_the_guest_reads_the_int3_byte_at_a_probed_address():
+    src = guest("""
+    mov al, byte ptr [rip + probe]
+    movzx r13d, al
+probe:
+    nop
+""")
+    m = Machine.from_asm(src)
+    m.uprobes.register("probe", handler=lambda ctx: 0)
+    m.run(max_insns=100_000)
+    assert guest_regs(m)["r13"] == 0xCC, f"r13 {guest_regs(m)['r13']:#x}"
+
+
+def test_a_guests_own_int3_is_a_sigtrap_after_the_byte():
+    m = Machine.from_asm(guest("""
+    nop
+probe:
+    int3
+"""))
+    m.uprobes.register("_start", handler=lambda ctx: 0)     # the mm has uprobes
+    r = m.run(max_insns=100_000)
+    assert (r.reason, r.signal, r.rip) == ("signal", 5, m.resolve("probe") + 1), r.describe()
+    assert (m.counters.bp_traps, m.counters.uprobe_hits) == (2, 1), \
+        f"bp_traps {m.counters.bp_traps}, uprobe_hits {m.counters.uprobe_hits}"
+
+
+def test_a_guest_that_restores_the_byte_runs_its_instruction_without_a_trap():
+    """Self-modifying code over a probe: once the guest writes its nop back (through a
+    writable alias made with mprotect), the next pass executes it - no hit, no trap."""
+    m = Machine.from_asm(guest("""
+    mov r12d, 2
+    lea rdi, [rip + probe]
+    and rdi, -4096
+    mov esi, 4096
+    mov edx, 7
+    mov eax, 10
+    syscall
+again:
+probe:
+    nop
+    mov byte ptr [rip + probe], 0x90
+    dec r12d
+    jnz again
+"""))
+    m.uprobes.register("probe", handler=lambda ctx: 0)
+    r = m.run(max_insns=100_000)
+    assert r.reason == "exit", r.describe()
+    assert (m.counters.bp_traps, m.counters.uprobe_hits) == (1, 1), \
+        f"bp_traps {m.counters.bp_traps}, uprobe_hits {m.counters.uprobe_hits}"
+
+
+def test_a_jump_into_the_middle_of_a_block_still_traps():
+    m = Machine.from_asm(guest("""
+    mov r12d, 2
+    jmp probe
+again:
+    nop
+    nop
+probe:
+    nop
+    dec r12d
+    jnz again
+"""))
+    m.uprobes.register("probe", handler=lambda ctx: 0)
+    r = m.run(max_insns=100_000)
+    assert r.reason == "exit", r.describe()
+    assert (m.counters.bp_traps, m.counters.uprobe_hits, m.counters.emulated) == (2, 2, 2), \
+        f"bp {m.counters.bp_traps} hits {m.counters.uprobe_hits} emulated {m.counters.emulated}"
+
+
+@pytest.mark.parametrize("insn, how", [("nop", "emulated"), ("mov rax, rbx", "xol")])
+def test_a_probe_on_a_tf_stepped_instruction_sends_sigtrap_after_it(insn, how):
+    """TF set (popf) before a probed instruction: the kernel's SIGTRAP after the
+    emulated or single-stepped instruction, reported at the next one."""
+    m = Machine.from_asm(guest(f"""
+    pushfq
+    or qword ptr [rsp], 0x100
+    popfq
+probe:
+    {insn}
+after:
+    nop
+"""))
+    m.uprobes.register("probe", handler=lambda ctx: 0)
+    r = m.run(max_insns=100_000)
+    assert (r.reason, r.signal, r.rip) == ("signal", 5, m.resolve("after")), r.describe()
+    assert m.counters.uprobe_hits == 1 and getattr(m.counters, how if how == "emulated" else
+                                                   "xol_singlesteps") == 1, m.counters.snapshot()
+
+
+def test_a_forked_child_traps_on_its_own_cpu_and_counts_its_hits():
+    m = Machine.from_asm(guest("""
+    mov eax, 57
+    syscall
+    mov r13, rax
+probe:
+    nop
+    test r13, r13
+    jz done
+    mov rdi, -1
+    xor esi, esi
+    xor edx, edx
+    xor r10d, r10d
+    mov eax, 61
+    syscall
+"""))
+    pids = []
+    m.uprobes.register("probe", handler=lambda ctx: pids.append(ctx.task.process.pid))
+    r = m.run(max_insns=200_000)
+    assert r.reason == "exit", r.describe()
+    assert sorted(pids) == sorted({m.main_process.pid, *pids}) and len(pids) == 2, f"hits in pids {pids}"
+    assert m.counters.uprobe_hits == 2, m.counters.uprobe_hits
+
+
+def test_a_released_address_space_reads_no_registers():
+    """The register file calls Unicorn with a handle taken at each call: once the
+    address space is released (its engine closed) a read is an error, not a read of
+    freed memory."""
+    from unicorn import UcError
+    m = Machine.from_guest("hello")
+    rf = m.regfile
+    m.mem.release()
+    with pytest.raises(UcError, match="UC_ERR_HANDLE"):
+        rf.read_all()
+    with pytest.raises(UcError, match="UC_ERR_HANDLE"):
+        rf.read_head()
