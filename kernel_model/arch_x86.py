@@ -175,7 +175,9 @@ def arch_uprobe_analyze_insn(insn: bytes, *, nop_policy: str = "insn_is_nop",
     """``arch_uprobe_analyze_insn``: decode and classify (``insn_x86.analyze_insn``), then
     set ``auprobe->ops`` as ``branch_setup_xol_ops`` / ``push_setup_xol_ops`` or the
     default path does.  Raises ``RegistrationError`` as the analysis does."""
-    return _analyzed_with_ops(*analysis_key(insn, nop_policy, optimize, vaddr))
+    au = _analyzed_with_ops(*analysis_key(insn, nop_policy, optimize, vaddr))
+    ops = _SETUP_OPS[au.kind]
+    return au if au.ops is ops else replace(au, ops=ops)     # the class's ops as they are now
 
 
 @functools.lru_cache(maxsize=4096)
