@@ -461,6 +461,7 @@ class Memory:
         self.uc.ctl_flush_tb()
 
     def _rebuild(self, regions: tuple, backing: tuple) -> None:
+        self._last_backing = None            # its host block is about to go
         for lo, hi, _ in list(self.uc.mem_regions()):
             self.uc.mem_unmap(lo, hi + 1 - lo)
         for b in self._backing:
@@ -480,6 +481,7 @@ class Memory:
             uc.mem_unmap(lo, hi + 1 - lo)
         self.uc = uc
         self._backing = []
+        self._last_backing = None
         self._free_host = weakref.finalize(uc, _host_free_all, self._backing)
 
     def release(self) -> None:
@@ -493,6 +495,7 @@ class Memory:
                 finalizer()                       # uc_close now, not at garbage collection
             uc._callbacks.clear()
             uc._uch = None
+        self._last_backing = None
         if self._free_host is not None:
             self._free_host()
         self.limit.uncharge(self.total)

@@ -26,8 +26,9 @@ def write_elf(tmp_path, source=GUEST, name="g"):
     return str(path)
 
 
-def gdb_session(machine, exe, commands, timeout=60):
-    """Serve ``machine`` on a free port in a thread; run gdb -batch with ``commands``."""
+def gdb_session(machine, exe, commands, timeout=60, join=10):
+    """Serve ``machine`` on a free port in a thread; run gdb -batch with ``commands``
+    (then wait up to ``join`` seconds for the stub to end)."""
     assert GDB, "gdb is required for these tests"
     port = {}
     ready = threading.Event()
@@ -46,7 +47,7 @@ def gdb_session(machine, exe, commands, timeout=60):
         args += ["-ex", c]
     args.append(exe)
     out = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
-    t.join(10)
+    t.join(join)
     return out.stdout + out.stderr
 
 

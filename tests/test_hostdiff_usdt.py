@@ -10,7 +10,6 @@ follow test_hostdiff.py's rule: skipped only when tracefs cannot be used.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,28 +18,14 @@ from emu.elf import load_elf_file
 from emu.errors import InputError
 from emu.frontends import hostdiff
 from test_hostdiff import needs_tracefs, our_probes_left
+from test_library_probes import usdt_lib  # noqa: F401 (fixture)
 
-C_DIR = Path(__file__).parent / "c"
 USDT_H_DIR = Path(__file__).resolve().parent.parent / "guest_programs" / "c"
 
 
 @pytest.fixture(scope="module")
 def sites(build_c):
     return build_c("usdt_sites.c", f"-I{USDT_H_DIR}", name="usdt_sites_dyn")
-
-
-@pytest.fixture(scope="module")
-def usdt_lib(tmp_path_factory):
-    """(main program, its library with the semaphore-guarded libdemo:tick)."""
-    d = tmp_path_factory.mktemp("usdtdiff")
-    lib, exe = d / "libusdtdemo.so", d / "usdt_lib_main"
-    for cmd in (["gcc", "-O1", "-g", "-shared", "-fPIC", f"-I{USDT_H_DIR}", "-o", str(lib),
-                 str(C_DIR / "usdt_lib.c")],
-                ["gcc", "-O1", "-g", "-o", str(exe), str(C_DIR / "usdt_lib_main.c"), f"-L{d}",
-                 "-lusdtdemo", f"-Wl,-rpath,{d}"]):
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        assert res.returncode == 0, res.stderr
-    return str(exe), str(lib)
 
 
 def _semaphore_offset(path: str, symbol: str) -> int:

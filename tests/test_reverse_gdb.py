@@ -5,16 +5,13 @@ against the stub on a gcc-built, probed, threaded and forking guest."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import threading
 
 import pytest
 
 from emu import Machine
-from emu.frontends.gdbstub import GdbStub, serve_once
+from emu.frontends.gdbstub import GdbStub
+from test_gdbstub import gdb_session as _gdb_session
 
-GDB = shutil.which("gdb")
 EXPECTED_STDOUT = b"start 10\nthreads 77\nchild 15\nparent saw 7, 6\n"
 WORK_CALLS = 39                          # work() entries of one run of the guest
 
@@ -33,25 +30,7 @@ def probed(path: str) -> tuple[Machine, list]:
 
 def gdb_session(machine, exe, commands, timeout=120):
     """Serve ``machine`` on a free port in a thread; run gdb -batch with ``commands``."""
-    assert GDB, "gdb is required for these tests"
-    port, ready = {}, threading.Event()
-
-    def on_ready(p):
-        port["n"] = p
-        ready.set()
-
-    t = threading.Thread(target=serve_once, args=(machine, "127.0.0.1", 0), kwargs={"ready": on_ready},
-                         daemon=True)
-    t.start()
-    assert ready.wait(10)
-    args = [GDB, "-batch", "-nx", "-ex", "set pagination off", "-ex", "set confirm off",
-            "-ex", f"target remote 127.0.0.1:{port['n']}"]
-    for c in commands:
-        args += ["-ex", c]
-    args.append(exe)
-    out = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
-    t.join(30)
-    return out.stdout + out.stderr
+    return _gdb_session(machine, exe, commands, timeout=timeout, join=30)
 
 
 def printed(out: str) -> list[str]:
