@@ -63,7 +63,8 @@ _LEGACY_PREFIXES = frozenset((0x26, 0x2E, 0x36, 0x3E, 0x64, 0x65, 0x66, 0x67, 0x
 # emu_start's "until": a non-canonical address no guest can reach.
 _NEVER = 0xDEAD_BEEF_0000_0000
 # No instruction budget by default: Unicorn's native counter is a per-instruction hook
-# inside Unicorn that slows hot loops about fivefold; the wall-clock timeout bounds runs.
+# inside Unicorn that slows the tightest loops up to about 20-fold; the wall-clock
+# timeout bounds runs.
 DEFAULT_MAX_INSNS = None
 SIGRTMIN = 32
 EINTR = 4
@@ -1386,8 +1387,8 @@ class Machine:
         is spent, or the timeout.
 
         ``max_insns`` is an exact instruction budget (Unicorn's native counter: no Python
-        hook, but about 5x slower on hot loops); ``None`` (the default) runs at full
-        speed, bounded by ``timeout`` (wall-clock seconds) only.
+        hook, but up to about 20x slower on the tightest loops); ``None`` (the default)
+        runs at full speed, bounded by ``timeout`` (wall-clock seconds) only.
         With one task the guest runs in one ``emu_start``; with several, the
         deterministic scheduler (seeded) gives them time slices counted in translated
         blocks (:mod:`emu.sched`), one ``emu_start`` each.
