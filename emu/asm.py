@@ -19,6 +19,7 @@ from .elf import build_elf
 from .errors import InputError
 
 TEXT_VADDR = 0x401000
+_ASM_ATTEMPTS = 4             # keystone runs for one source (see assemble)
 _LABEL = re.compile(r"^\s*([A-Za-z_.$][\w.$@]*)\s*:(?!:)")
 
 
@@ -62,20 +63,26 @@ def assemble(source: str, base: int = TEXT_VADDR) -> tuple[bytes, int, dict[str,
     table = "".join(f"\n.quad {name}" for name, _ in labels_order)
     if data_lines:
         table += "\n.quad __data_start"
-    ks = Ks(KS_ARCH_X86, KS_MODE_64)
-    try:
-        enc, _ = ks.asm(body + "\n" + table + "\n", base)
-    except KsError as e:
-        raise InputError(f"assembly failed: {e}") from None
-    if enc is None:
-        raise InputError("assembly failed: empty program")
-    blob = bytes(enc)
     ntab = len(labels_order) + (1 if data_lines else 0)
-    if ntab:
-        addrs = struct.unpack(f"<{ntab}Q", blob[-8 * ntab:])
-        blob = blob[:-8 * ntab]
+    for _attempt in range(_ASM_ATTEMPTS):
+        ks = Ks(KS_ARCH_X86, KS_MODE_64)
+        try:
+            enc, _ = ks.asm(body + "\n" + table + "\n", base)
+        except KsError as e:
+            raise InputError(f"assembly failed: {e}") from None
+        if enc is None:
+            raise InputError("assembly failed: empty program")
+        blob = bytes(enc)
+        addrs = struct.unpack(f"<{ntab}Q", blob[-8 * ntab:]) if ntab else ()
+        if not data_lines or addrs[-1] % 4096 == 0:
+            break
+        # keystone now and then lays ``.align 4096`` out short (seen once in a few
+        # thousand generated programs, not again on the same source): assemble again
     else:
-        addrs = ()
+        raise InputError(f"assembly failed: keystone put the data at {addrs[-1]:#x}, "
+                         "not on a page boundary")
+    if ntab:
+        blob = blob[:-8 * ntab]
     labels = {name: (addr, sec) for (name, sec), addr in zip(labels_order, addrs)}
     # with data, the text part runs up to the page-aligned __data_start
     text_len = (addrs[-1] - base) if data_lines else len(blob)
