@@ -96,9 +96,12 @@ def test_limits_errors_match_native(limits_runs, call):
 
 
 def test_sleep_advances_times_as_natively(limits_runs):
-    """times() after sleep(3): 300 USER_HZ ticks later, on the virtual clock."""
+    """times() after sleep(3): 300 USER_HZ ticks later, exactly on the virtual clock.
+    Natively the sleep may overrun a little on a loaded host (seen: +301)."""
     want, got = limits_runs[0]["elapsed"], limits_runs[1]["elapsed"]
-    assert got == want == "elapsed ticks over sleep(3): +300", f"native {want!r}, model {got!r}"
+    native_ticks = int(want.rpartition("+")[2])
+    assert 300 <= native_ticks <= 305, f"native {want!r}: sleep(3) should take 300 ticks"
+    assert got == "elapsed ticks over sleep(3): +300", f"native {want!r}, model {got!r}"
 
 
 def test_affinity_copies_the_one_cpu_mask_of_cpumask_size_8(limits_runs):
