@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
+import subprocess
 import threading
 import traceback
 
@@ -30,6 +32,31 @@ func:
 spin:
     jmp spin
 """
+
+
+GDB = shutil.which("gdb")
+UPROBE_EMU = shutil.which("uprobe-emu")
+
+
+def gdbserver_session(exe: str, extra: list[str], commands: list[str]) -> tuple[int, str, str, str]:
+    """``uprobe-emu gdbserver exe *extra`` on a free port with a real ``gdb -batch``
+    running ``commands``: (the server's exit code, its stdout, its stderr, gdb's transcript)."""
+    assert GDB and UPROBE_EMU, "gdb and the uprobe-emu command are required"
+    srv = subprocess.Popen([UPROBE_EMU, "gdbserver", exe, *extra, "--port", "0"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = srv.stderr.readline()
+        assert line.startswith("uprobe-emu: listening for gdb on 127.0.0.1:"), line
+        port = line.rsplit(":", 1)[1].strip()
+        args = [GDB, "-batch", "-nx", "-ex", "set pagination off", "-ex", "set confirm off",
+                "-ex", f"target remote 127.0.0.1:{port}"]
+        for c in commands:
+            args += ["-ex", c]
+        gdb = subprocess.run(args + [exe], capture_output=True, text=True, timeout=120)
+        out, err = srv.communicate(timeout=60)
+    finally:
+        srv.kill()
+    return srv.returncode, out, err, gdb.stdout + gdb.stderr
 
 
 def guest_machine(tmp_path, **kw) -> Machine:

@@ -6,33 +6,11 @@ inside ``uprobe-emu gdbserver``, the command then ends with the guest's status, 
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 
 import pytest
 
 from cli_helpers import cli
-from gdb_client import RawClient, Stub, guest_machine
-
-GDB = shutil.which("gdb")
-UPROBE_EMU = shutil.which("uprobe-emu")
-
-
-def gdbserver_session(exe: str, tmp_path, extra: list[str], commands: list[str]):
-    assert GDB and UPROBE_EMU
-    srv = subprocess.Popen([UPROBE_EMU, "gdbserver", exe, *extra, "--port", "0"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = srv.stderr.readline()
-        port = line.rsplit(":", 1)[1].strip()
-        args = [GDB, "-batch", "-nx", "-ex", f"target remote 127.0.0.1:{port}"]
-        for c in commands:
-            args += ["-ex", c]
-        gdb = subprocess.run(args + [exe], capture_output=True, text=True, timeout=120)
-        out, err = srv.communicate(timeout=60)
-    finally:
-        srv.kill()
-    return srv.returncode, out, err, gdb.stdout + gdb.stderr
+from gdb_client import RawClient, Stub, gdbserver_session, guest_machine
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +22,8 @@ def test_detach_runs_the_guest_to_its_end_with_its_events_and_status(guest, tmp_
     spec = ["-e", f"uprobe:{guest}:work", "-e", f"uretprobe:{guest}:work"]
     native_ev, ev = tmp_path / "native.events", tmp_path / "gdb.events"
     run = cli("run", guest, *spec, "--events", str(native_ev))
-    rc, out, err, transcript = gdbserver_session(
-        guest, tmp_path, spec + ["--events", str(ev)], ["break work", "continue", "detach"])
+    rc, out, err, transcript = gdbserver_session(guest, spec + ["--events", str(ev)],
+                                                 ["break work", "continue", "detach"])
     assert "Breakpoint 1, work" in transcript, transcript
     assert "[Inferior 1 (Remote target) detached]" in transcript, transcript
     assert out == run.stdout.decode() == "s=12 counter=3\n", out
@@ -55,8 +33,8 @@ def test_detach_runs_the_guest_to_its_end_with_its_events_and_status(guest, tmp_
 
 
 def test_detach_with_a_watchpoint_set_runs_on_without_it(guest, tmp_path):
-    rc, out, err, transcript = gdbserver_session(
-        guest, tmp_path, [], ["break main", "continue", "watch counter", "detach"])
+    rc, out, err, transcript = gdbserver_session(guest, [],
+                                                 ["break main", "continue", "watch counter", "detach"])
     assert "Hardware watchpoint 2: counter" in transcript, transcript
     assert (rc, out) == (12, "s=12 counter=3\n"), (rc, out, err)
 
@@ -66,7 +44,7 @@ def test_the_guest_ended_by_a_signal_after_detach_is_reported_as_run_reports_it(
     elf, _ = asm_to_elf("_start:\n    nop\n    mov rax, 0x10\n    mov qword ptr [rax], 1\n")
     exe = tmp_path / "segv"
     exe.write_bytes(elf)
-    rc, _, err, transcript = gdbserver_session(str(exe), tmp_path, [], ["stepi", "detach"])
+    rc, _, err, transcript = gdbserver_session(str(exe), [], ["stepi", "detach"])
     assert rc == 128 + 11, (rc, err)
     assert "uprobe-emu: guest killed by SIGSEGV" in err, err
 

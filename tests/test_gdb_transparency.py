@@ -13,10 +13,9 @@ import subprocess
 import pytest
 
 from cli_helpers import cli
+from gdb_client import GDB, UPROBE_EMU, gdbserver_session
 from emu import Machine
 
-GDB = shutil.which("gdb")
-UPROBE_EMU = shutil.which("uprobe-emu")
 
 
 def probes(exe: str) -> list[str]:
@@ -34,24 +33,10 @@ def native(exe: str, tmp_path, kernel: str):
 
 def under_gdb(exe: str, tmp_path, kernel: str, commands: list[str]):
     """(gdbserver's exit code, guest output, events, gdb's transcript)."""
-    assert GDB and UPROBE_EMU
     ev = tmp_path / "gdb.events"
-    srv = subprocess.Popen([UPROBE_EMU, "gdbserver", exe, "--kernel", kernel, *probes(exe),
-                            "--events", str(ev), "--port", "0"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = srv.stderr.readline()
-        assert line.startswith("uprobe-emu: listening for gdb on 127.0.0.1:"), line
-        port = line.rsplit(":", 1)[1].strip()
-        args = [GDB, "-batch", "-nx", "-ex", "set pagination off", "-ex", "set confirm off",
-                "-ex", f"target remote 127.0.0.1:{port}"]
-        for c in commands:
-            args += ["-ex", c]
-        gdb = subprocess.run(args + [exe], capture_output=True, text=True, timeout=120)
-        out, _ = srv.communicate(timeout=60)
-    finally:
-        srv.kill()
-    return srv.returncode, out, ev.read_text(), gdb.stdout + gdb.stderr
+    rc, out, _, transcript = gdbserver_session(
+        exe, ["--kernel", kernel, *probes(exe), "--events", str(ev)], commands)
+    return rc, out, ev.read_text(), transcript
 
 
 def pcs(transcript: str) -> list[int]:
