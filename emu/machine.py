@@ -4,8 +4,9 @@ The machine hides every Unicorn quirk the rest of the project must not know abou
 (DESIGN section 3): translated blocks that survive ``mem_write`` (see ``Memory.text_poke``),
 the ``syscall`` hook's rip that Unicorn advances by 2 after the hook returns, Unicorn's
 ``syscall`` that clobbers neither rcx nor r11, and the binding's per-call cost (the trap
-hooks are native ctypes callbacks; a trap reads rip and eflags, the other registers in
-one native batch only when asked for, and writes back only what changed).
+hooks are native ctypes callbacks; a trap reads rip and TF, the other registers only
+when asked for - the general ones in the CPU state itself, see ``emu.regfile`` - and
+writes back only what changed).
 
 Hooks installed: interrupts, invalid memory, invalid instructions, and the ``syscall``,
 ``in`` and ``out`` instructions - none of them runs per instruction; once several tasks
@@ -50,7 +51,8 @@ from .identity_syscalls import Cred
 from .errors import GuestSignalError, InputError, SymbolError
 from .loader import file_identity, load_image
 from .memory import DEFAULT_MAX_MEMORY, GuestFault, MappedFile, Memory, MemoryLimit, PageCache
-from .regs import GPR_NAMES, RF, TF, PtRegs
+from .regfile import RegisterFile, SnapshotReader
+from .regs import RF, TF, PtRegs
 from .sched import ALONE_SLICE, BLOCK_INSNS, MAX_SLICE, MIN_SLICE, Scheduler, check_slice
 from .signal_syscalls import INSN_NS
 from .signals import SIGNALS, RunResult, signal_name
@@ -92,7 +94,6 @@ _CODE_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uin
 # binding's per-callback wrapper costs about as much as the trap itself)
 _INTR_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p)
 _SYSCALL_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
-_UC_IDS = tuple(getattr(X, "UC_X86_REG_" + n.upper()) for n in GPR_NAMES)
 
 
 @functools.cache
@@ -127,104 +128,6 @@ def _check_limits(max_insns, timeout) -> None:
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                 or not math.isfinite(timeout) or timeout < 0):
         raise InputError(f"timeout must be a finite number of seconds >= 0 or None, not {timeout!r}")
-
-
-class RegisterFile:
-    """Preallocated ctypes buffers for batched native register access on one Uc:
-    every general register in ONE ``uc_reg_read_batch`` call, rip and eflags alone in
-    another (a trap's first read, :meth:`read_head`), and only the changed registers
-    written back (also one call).  The calls go through unprototyped ctypes functions
-    with their arguments converted once (the prototyped binding converts them on every
-    call, about half the cost of a small batch)."""
-
-    def __init__(self, uc):
-        n = len(GPR_NAMES)
-        self._uc = uc
-        self._n = ctypes.c_int(n)
-        lib = ctypes.CDLL(uclib._name)
-        self._read = lib.uc_reg_read_batch
-        self._write = lib.uc_reg_write_batch
-        for fn in (self._read, self._write):
-            fn.argtypes = None
-            fn.restype = ctypes.c_int
-        self._ids = (ctypes.c_int * n)(*_UC_IDS)
-        self._buf = (ctypes.c_uint64 * n)()
-        base = ctypes.addressof(self._buf)
-        self._ptrs = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
-        # rip and eflags: a two-register batch
-        self._hn = ctypes.c_int(2)
-        self._hids = (ctypes.c_int * 2)(X.UC_X86_REG_RIP, X.UC_X86_REG_EFLAGS)
-        self._hbuf = (ctypes.c_uint64 * 2)()
-        hbase = ctypes.addressof(self._hbuf)
-        self._hptrs = (ctypes.c_void_p * 2)(hbase, hbase + 8)
-        # one-register write buffers, reused
-        self._wid = (ctypes.c_int * n)()
-        self._wbuf = (ctypes.c_uint64 * n)()
-        wbase = ctypes.addressof(self._wbuf)
-        self._wptrs = (ctypes.c_void_p * n)(*[wbase + 8 * i for i in range(n)])
-
-    def _handle(self):
-        """The engine's handle; a closed engine (its address space released) is an
-        error here, never a call on freed memory."""
-        uch = self._uc._uch
-        if uch is None:
-            raise UcError(UCC.UC_ERR_HANDLE)
-        return uch
-
-    def read_all(self) -> list[int]:
-        status = self._read(self._handle(), self._ids, self._ptrs, self._n)
-        if status:
-            raise UcError(status)
-        return self._buf[:]                 # one native slice (list() iterates in Python)
-
-    def read_head(self) -> list[int]:
-        """[rip, eflags]."""
-        status = self._read(self._handle(), self._hids, self._hptrs, self._hn)
-        if status:
-            raise UcError(status)
-        return self._hbuf[:]
-
-    def write(self, changes: dict[int, int]) -> None:
-        if not changes:
-            return
-        k = 0
-        wid, wbuf = self._wid, self._wbuf
-        for i, v in changes.items():
-            wid[k] = _UC_IDS[i]
-            wbuf[k] = v & 0xFFFFFFFFFFFFFFFF
-            k += 1
-        status = self._write(self._handle(), wid, self._wptrs, ctypes.c_int(k))
-        if status:
-            raise UcError(status)
-
-
-class SnapshotReader:
-    """All of ``GPR_NAMES`` in one native ``uc_reg_read_batch`` per call, returned as a
-    snapshot int (slot i = register i), for a per-instruction tracer.  The call goes
-    through an unprototyped ctypes function with arguments converted once: half the
-    cost of the prototyped binding call.  The attributes ``fn``, ``uch``, ``ids``,
-    ``ptrs``, ``n`` and ``buf`` let a hot loop make the call itself:
-    ``fn(uch, ids, ptrs, n)`` (non-zero: failed) fills ``buf``."""
-
-    def __init__(self, uc):
-        n = len(GPR_NAMES)
-        self.ids = (ctypes.c_int * n)(*_UC_IDS)
-        self.buf = (ctypes.c_uint64 * n)()
-        base = ctypes.addressof(self.buf)
-        self.ptrs = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
-        self.n = ctypes.c_int(n)
-        self.uch = uc._uch if isinstance(uc._uch, ctypes.c_void_p) else ctypes.c_void_p(uc._uch)
-        fn = ctypes.CDLL(uclib._name).uc_reg_read_batch
-        fn.argtypes = None
-        fn.restype = ctypes.c_int
-        self.fn = fn
-        self.uc = uc      # keeps the engine alive as long as the reader
-
-    def __call__(self) -> int:
-        """The registers now, as a snapshot int."""
-        if self.fn(self.uch, self.ids, self.ptrs, self.n):
-            raise UcError(UCC.UC_ERR_ARG)
-        return int.from_bytes(self.buf, "little")
 
 
 @functools.cache
@@ -909,12 +812,15 @@ class Machine:
 
     def _int3(self, task: Task) -> None:
         """#BP (exc_int3 -> do_int3_user): the hit path of every int3 probe.  The
-        registers are read lazily (a nop or jmp probe needs rip and eflags only) and
-        written back only where they changed; with no signal queued the exit to user
-        mode is a check of two lists."""
+        registers are read lazily (rip and TF first: a nop or jmp probe needs no
+        more) and written back only where they changed; with no signal queued the exit
+        to user mode is a check of two lists."""
         rf = task.process.regfile
-        rip, eflags = rf.read_head()
-        regs = PtRegs.lazy(rip, eflags, rf.read_all, task.orig_rax)
+        win = rf.window                   # (the engine is alive: this is its callback)
+        if win is not None:
+            regs = PtRegs.at_trap(win[16], win[17] & TF, rf.read_window, rf.read_extra, task.orig_rax)
+        else:
+            regs = PtRegs(rf.read_all(), task.orig_rax)
         self.counters.bp_traps += 1
         self.kernel.do_int3(task, regs)
         orig_rax = regs.orig_rax
@@ -922,7 +828,7 @@ class Machine:
                 (orig_rax is not None and orig_rax >= 0 and self._restart_code(regs) is not None)) \
                 and self._exit_to_user(task, regs):        # _work_pending, inline
             return
-        if regs.eflags & TF and self._unicorn_skips_tf_trap(regs.rip):
+        if regs.tf and self._unicorn_skips_tf_trap(regs.rip):
             self._single_step_pause(task, regs)
             if self._exit_to_user(task, regs):
                 return
@@ -931,24 +837,23 @@ class Machine:
             self._stopped_by_hook = True
             self.uc.emu_stop()          # the task sleeps (e.g. for an XOL slot)
             return
-        if regs._dirty:
+        if regs._dirty or regs.rip != regs._rip0 or regs.tf != regs._tf0:
             changes = regs.changed()
             if changes:
-                rf.write(changes)
+                rf.write(changes, in_trap=True)
         task.orig_rax = regs.orig_rax
 
     def _debug(self, task: Task) -> None:
         """#DB (exc_debug_user): the end of an out-of-line single-step, else SIGTRAP;
         the registers as lazily as at an int3."""
         rf = task.process.regfile
-        rip, eflags = rf.read_head()
-        regs = PtRegs.lazy(rip, eflags, rf.read_all, task.orig_rax)
+        rip, tf = rf.read_rip_tf()
+        regs = PtRegs.at_trap(rip, tf, rf.read_window, rf.read_extra, task.orig_rax)
         self.counters.db_traps += 1
         self.kernel.do_debug(task, regs)
         if self._work_pending(task, regs) and self._exit_to_user(task, regs):
             return
-        if regs._dirty:
-            rf.write(regs.changed())
+        rf.write(regs.changed(), in_trap=True)
         task.orig_rax = regs.orig_rax
 
     def _unicorn_skips_tf_trap(self, rip: int) -> int:
@@ -1050,7 +955,7 @@ class Machine:
         changes = regs.changed()
         # Unicorn adds 2 to rip after this hook returns: resume at X by writing X - 2.
         changes[16] = (regs.rip - 2) & 0xFFFFFFFFFFFFFFFF
-        self.regfile.write(changes)
+        self.regfile.write(changes, in_trap=True)
         # a sleeper keeps orig_rax: its exit-to-user work (restart) waits for the wake-up
         task.orig_rax = nr if task.state == "blocked" and task.sleep_interrupt is not None else -1
         if task.state != "running" or self._switch_requested or self._stop_requested:
@@ -1223,7 +1128,7 @@ class Machine:
         changes = regs.changed()
         if self._in_syscall:
             changes[16] = (regs.rip - 2) & 0xFFFFFFFFFFFFFFFF   # see _syscall
-        self.regfile.write(changes)
+        self.regfile.write(changes, in_trap=self._in_syscall)
         self.task.orig_rax = regs.orig_rax
 
     @staticmethod

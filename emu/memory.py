@@ -109,6 +109,15 @@ class _Backing:
     end: int
     host: int
 
+    @functools.cached_property
+    def view(self) -> memoryview:
+        """The block as bytes, for 8-byte loads and stores without a native call (a
+        _Backing is replaced, never shrunk, when part of its range is unmapped)."""
+        return memoryview((ctypes.c_char * (self.end - self.start)).from_address(self.host)).cast("B")
+
+
+_U64 = struct.Struct("<Q")
+
 
 def _uc_prot(prot: int) -> int:
     p = 0
@@ -575,9 +584,22 @@ class Memory:
         self._raw_write(addr, data)
 
     def read_u64(self, addr: int) -> int:
+        """get_user of 8 bytes; from the host block of the mapping last checked when it
+        holds them (a stack word, a return address), else through :meth:`read_user`."""
+        v, b = self._last, self._last_backing
+        if v is not None and b is not None and v.start <= addr and addr + 8 <= v.end and v.prot & PROT_READ \
+                and b.start <= addr and addr + 8 <= b.end:
+            return _U64.unpack_from(b.view, addr - b.start)[0]
         return int.from_bytes(self.read_user(addr, 8), "little")
 
     def write_u64(self, addr: int, value: int) -> None:
+        """put_user of 8 bytes, as :meth:`write_user` (host memory only outside
+        executable mappings)."""
+        v, b = self._last, self._last_backing
+        if v is not None and b is not None and v.start <= addr and addr + 8 <= v.end \
+                and v.prot & (PROT_WRITE | PROT_EXEC) == PROT_WRITE and b.start <= addr and addr + 8 <= b.end:
+            _U64.pack_into(b.view, addr - b.start, value & 0xFFFFFFFFFFFFFFFF)
+            return
         self.write_user(addr, (value & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little"))
 
     def read_cstring(self, addr: int, limit: int = 4096) -> bytes:

@@ -1,11 +1,12 @@
 """pt_regs: the task's user registers as the kernel sees them at a trap.
 
-The machine reads them lazily at a trap - rip and eflags first (what a probe hit
-needs to find its uprobe and emulate a nop), the whole set in one native batch only
-when something reads another register - and writes back only what a handler changed
-(``emu.machine.RegisterFile``).  This is the machine-side half of
-``struct pt_regs``; ``orig_rax`` is kernel-only state (the syscall
-number at entry, -1 otherwise) and never reaches the CPU.
+The machine reads them lazily at a trap, in groups (``emu.regfile``): rip and the TF
+bit at once (what a probe hit needs to find its uprobe and emulate a nop), the other
+general registers from the CPU state in place on the first access to one of them, and
+eflags, fs_base and gs_base through one native call only when one of those is read.
+Only what a handler changed is written back.  This is the machine-side half of
+``struct pt_regs``; ``orig_rax`` is kernel-only state (the syscall number at entry, -1
+otherwise) and never reaches the CPU.
 """
 
 from __future__ import annotations
@@ -37,8 +38,11 @@ RF = 1 << 16
 
 _INDEX = {name: i for i, name in enumerate(GPR_NAMES)}
 RIP, EFLAGS = _INDEX["rip"], _INDEX["eflags"]
-# What a lazy snapshot holds before its first full read (see PtRegs.lazy).
-HEAD = (RIP, EFLAGS)
+# The lazy groups: rax..r15 (read in place), then eflags fs_base gs_base; rip is read
+# at once.
+N_WINDOW = RIP
+# changed()'s key for "TF set or cleared alone": the value is TF or 0
+TF_ONLY = -1
 
 
 class PtRegs:
@@ -47,47 +51,72 @@ class PtRegs:
     Attribute access by name (``regs.rax``); ``regs.changed()`` lists what differs from
     the snapshot; the machine writes back only those.  ``cs``/``ss`` read as Linux's
     user selectors; ``orig_rax`` is kernel state carried along with the snapshot.
+    ``rip`` and ``tf`` (eflags & TF: the TF bit of ``eflags`` is read from and set
+    into it) are plain attributes: the hit path reads and sets them several times per
+    trap.  A value set in rip is cut to 64 bits when it is listed by :meth:`changed`;
+    a TF set or cleared while eflags was not read is listed as ``TF_ONLY`` (the
+    machine changes that bit and no other).
     """
 
-    __slots__ = ("_v", "_orig", "orig_rax", "_dirty", "_load")
+    __slots__ = ("_v", "_orig", "orig_rax", "_dirty", "_load", "_loadx", "rip", "_rip0", "tf", "_tf0")
 
     def __init__(self, values: list[int], orig_rax: int = -1):
         self._v = values
         self._orig = tuple(values)
         self.orig_rax = orig_rax
         self._dirty = set()
-        self._load = None
+        self._load = self._loadx = None
+        self.rip = self._rip0 = values[RIP]
+        self.tf = self._tf0 = values[EFLAGS] & TF
 
     @classmethod
-    def lazy(cls, rip: int, eflags: int, load, orig_rax: int = -1) -> "PtRegs":
-        """A snapshot that holds rip and eflags only; ``load()`` (all of ``GPR_NAMES``,
-        read from the CPU) runs on the first access to any other register.  The CPU's
-        registers must not change in between except through this snapshot - true inside
-        a trap, where only the write-back touches them."""
+    def at_trap(cls, rip: int, tf: int, load, load_extra, orig_rax: int = -1) -> "PtRegs":
+        """A snapshot that holds rip and the trap flag only.  ``load()`` (a list in
+        ``GPR_NAMES`` order whose first 16 registers, rax..r15, are the CPU's) runs on
+        the first access to one of rax..r15; ``load_extra()`` ([eflags, fs_base,
+        gs_base]) on the first access to one of those.  The CPU's registers must not
+        change in between except through this snapshot - true inside a trap, where only
+        the write-back touches them."""
         self = cls.__new__(cls)
-        v = [0] * len(GPR_NAMES)
-        v[RIP], v[EFLAGS] = rip, eflags
-        self._v = v
-        self._orig = (rip, eflags)        # indexed through HEAD until loaded
+        self._v = self._orig = None       # made by the first read of a group
         self.orig_rax = orig_rax
         self._dirty = set()
-        self._load = load
+        self._load, self._loadx = load, load_extra
+        self.rip = self._rip0 = rip
+        self.tf = self._tf0 = tf
         return self
 
     def _fill(self) -> None:
-        """The full batch, with what was already set through the snapshot kept."""
+        """rax..r15 from the CPU; the extras stay as the snapshot has them."""
         load, self._load = self._load, None
         full = load()
-        orig = tuple(full)
-        v = self._v
-        for i in self._dirty:
-            full[i] = v[i]
-        self._v, self._orig = full, orig
+        v, o = self._v, self._orig
+        if v is None:
+            self._orig = full[:]
+        else:                             # the extras were read first: keep them
+            full[EFLAGS:] = v[EFLAGS:]
+            o[:RIP] = full[:RIP]
+        self._v = full
+
+    def _fillx(self) -> None:
+        load, self._loadx = self._loadx, None
+        x = load()
+        if self._v is None:
+            self._v, self._orig = _UNREAD[:], _UNREAD[:]
+        self._v[EFLAGS:] = x
+        self._orig[EFLAGS:] = x
+
+    def _fill_all(self) -> None:
+        if self._load is not None:
+            self._fill()
+        if self._loadx is not None:
+            self._fillx()
 
     @property
     def loaded(self) -> bool:
-        """True once every register was read from the CPU (False: rip/eflags only)."""
-        return self._load is None
+        """True once every register was read from the CPU (False: rip and TF only, or
+        not the extras yet)."""
+        return self._load is None and self._loadx is None
 
     @classmethod
     def from_dict(cls, values: dict[str, int]) -> "PtRegs":
@@ -107,10 +136,16 @@ class PtRegs:
         setattr(self, name, value)
 
     # views ---------------------------------------------------------------
+    def values(self) -> list[int]:
+        """The registers in ``GPR_NAMES`` order."""
+        self._fill_all()
+        v = list(self._v)
+        v[RIP] = self.rip & _MASK64
+        v[EFLAGS] = (v[EFLAGS] & ~TF) | (TF if self.tf else 0)
+        return v
+
     def as_dict(self) -> dict[str, int]:
-        if self._load is not None:
-            self._fill()
-        d = dict(zip(GPR_NAMES, self._v))
+        d = dict(zip(GPR_NAMES, self.values()))
         d["cs"], d["ss"], d["orig_rax"] = USER_CS, USER_SS, self.orig_rax
         return d
 
@@ -120,58 +155,83 @@ class PtRegs:
         return {name: d[name] for name in PT_REGS_ORDER}
 
     def changed(self) -> dict[int, int]:
-        """{index: value} of the registers set since the snapshot and now different."""
+        """{index: value} of the registers set since the snapshot and now different
+        (a register of a group not read yet cannot have been set).  With eflags not
+        read, a TF set or cleared is ``{TF_ONLY: TF or 0}``."""
         dirty = self._dirty
-        if not dirty:
-            return {}
-        v, o = self._v, self._orig
-        if self._load is not None:        # only rip / eflags can be dirty
-            return {i: v[i] for i in dirty if v[i] != o[HEAD.index(i)]}
-        return {i: v[i] for i in dirty if v[i] != o[i]}
-
-    def values(self) -> list[int]:
-        """The registers in ``GPR_NAMES`` order."""
-        if self._load is not None:
-            self._fill()
-        return list(self._v)
+        out = {}
+        if dirty:
+            v, o = self._v, self._orig
+            out = {i: v[i] for i in dirty if v[i] != o[i]}
+        rip = self.rip
+        if rip != self._rip0:
+            rip = int(rip) & _MASK64
+            if rip != self._rip0:
+                out[RIP] = rip
+        if self._loadx is None:           # eflags read: its TF bit is tf
+            flags = (self._v[EFLAGS] & ~TF) | (TF if self.tf else 0)
+            if flags != self._orig[EFLAGS]:
+                out[EFLAGS] = flags
+            else:
+                out.pop(EFLAGS, None)
+        elif bool(self.tf) != bool(self._tf0):
+            out[TF_ONLY] = TF if self.tf else 0
+        return out
 
     def copy(self) -> "PtRegs":
-        if self._load is not None:
-            self._fill()
-        return PtRegs(list(self._v), self.orig_rax)
-
+        return PtRegs(self.values(), self.orig_rax)
 
     def __repr__(self):
-        if self._load is not None:
-            self._fill()
-        return "PtRegs(" + ", ".join(f"{n}={v:#x}" for n, v in zip(GPR_NAMES, self._v)) + ")"
+        return "PtRegs(" + ", ".join(f"{n}={v:#x}" for n, v in zip(GPR_NAMES, self.values())) + ")"
+
+
+_MASK64 = 0xFFFFFFFFFFFFFFFF
+_UNREAD = [0] * len(GPR_NAMES)
 
 
 def _register_property(i: int) -> property:
-    if i in HEAD:                         # held by a lazy snapshot from the start
-        def get(self):
+    if i < N_WINDOW:
+        def get_(self):
+            if self._load is not None:
+                self._fill()
             return self._v[i]
 
         def set_(self, value):
-            self._v[i] = int(value) & 0xFFFFFFFFFFFFFFFF
+            if self._load is not None:
+                self._fill()
+            self._v[i] = int(value) & _MASK64
             self._dirty.add(i)
-        return property(get, set_)
+        return property(get_, set_)
 
-    def get_(self):
-        if self._load is not None:
-            self._fill()
+    if i == EFLAGS:                       # the TF bit is ``tf``
+        def get_flags(self):
+            if self._loadx is not None:
+                self._fillx()
+            return (self._v[EFLAGS] & ~TF) | (TF if self.tf else 0)
+
+        def set_flags(self, value):
+            if self._loadx is not None:
+                self._fillx()
+            self._v[EFLAGS] = value = int(value) & _MASK64
+            self.tf = value & TF
+        return property(get_flags, set_flags)
+
+    def get_x(self):
+        if self._loadx is not None:
+            self._fillx()
         return self._v[i]
 
-    def set_other(self, value):
-        if self._load is not None:
-            self._fill()
-        self._v[i] = int(value) & 0xFFFFFFFFFFFFFFFF
+    def set_x(self, value):
+        if self._loadx is not None:
+            self._fillx()
+        self._v[i] = int(value) & _MASK64
         self._dirty.add(i)
-    return property(get_, set_other)
+    return property(get_x, set_x)
 
 
 for _i, _name in enumerate(GPR_NAMES):
-    setattr(PtRegs, _name, _register_property(_i))
+    if _i != RIP:
+        setattr(PtRegs, _name, _register_property(_i))
 del _i, _name
 
 

@@ -194,7 +194,7 @@ def _analyzed_with_ops(raw: bytes, nop_policy: str, optimize: str | None, page_o
 def arch_uprobe_skip_sstep(au: ArchUprobe, regs, mem) -> bool:
     """``arch_uprobe_skip_sstep`` (``__skip_sstep``): run ``ops->emulate`` if the class
     has one.  The kernel then sends SIGTRAP to a task with TF set; that needs the task,
-    so the caller (``Uprobes.skip_sstep``) queues it."""
+    so the caller (``Uprobes.handle_swbp``) queues it."""
     emulate = au.ops.emulate
     return emulate is not None and emulate(au, regs, mem)
 
@@ -213,8 +213,8 @@ def arch_uprobe_pre_xol(au: ArchUprobe, regs, utask) -> int:
         if err:
             return err
     regs.rip = utask.xol_vaddr
-    utask.autask.saved_tf = bool(regs.eflags & TF)
-    regs.eflags |= TF
+    utask.autask.saved_tf = bool(regs.tf)
+    regs.tf = TF
     return 0
 
 
@@ -233,7 +233,7 @@ def arch_uprobe_post_xol(au: ArchUprobe, regs, mem, utask) -> tuple[int, bool]:
                 err = 0
             send_sigtrap = False
     if not autask.saved_tf:
-        regs.eflags &= ~TF
+        regs.tf = 0
     return err, send_sigtrap
 
 
@@ -244,7 +244,7 @@ def arch_uprobe_abort_xol(au: ArchUprobe, regs, utask) -> None:
         abort(au, regs, utask)
     regs.rip = utask.vaddr
     if not utask.autask.saved_tf:
-        regs.eflags &= ~TF
+        regs.tf = 0
 
 
 # ------------------------------------------------------------------ uretprobes

@@ -22,7 +22,6 @@ from emu.errors import RegistrationError, SymbolError
 from emu.files import HostFile
 from emu.ldcache import MAX_CACHE_BYTES, short_name_candidates
 from emu.mm_types import PAGE_SIZE, PROT_EXEC, PROT_WRITE, TASK_SIZE, GuestFault, MappedFile
-from emu.regs import TF
 from emu.signals import SIGNALS
 
 from . import arch_x86 as arch
@@ -465,13 +464,16 @@ class Uprobes:
 
         The hot path of every probe hit: what a hit does is decided when the uprobe is
         analysed (``uprobe.arch.ops``) and when consumers come and go (the consumer
-        list), so a hit only looks things up."""
+        list), so a hit only looks things up.  ``arch_uprobe_skip_sstep`` (the class's
+        emulation, then the SIGTRAP a TF-set task gets) is inline here."""
         proc = task.process
         area = proc.mm_uprobes.xol_area
         if area is not None and bp_vaddr == area.vaddr:
             self.uret.uprobe_handle_trampoline(task, regs)
             return True
-        uprobe = self.find_active_uprobe(proc, bp_vaddr)
+        vma = proc.mem.find_vma(bp_vaddr)                  # find_active_uprobe, inline
+        uprobe = None if vma is None or vma.file is None else \
+            self.tree.get((vma.file, bp_vaddr - vma.start + vma.pgoff))
         if uprobe is None:
             try:
                 is_trap = proc.mem.read(bp_vaddr, 1) == arch.UPROBE_SWBP_INSN
@@ -485,8 +487,10 @@ class Uprobes:
         au = uprobe.arch
         if au is None:
             return True                                    # analysis not done: trap again
-        utask = task.utask or self.utask(task)
-        self.machine.counters.uprobe_hits += 1
+        if task.utask is None:
+            self.utask(task)
+        counters = self.machine.counters
+        counters.uprobe_hits += 1
         uprobe.hits += 1
         bus = self.events
         if bus.active:
@@ -494,13 +498,19 @@ class Uprobes:
         self.handler_chain(uprobe, task, regs, bp_vaddr)
         if au.can_optimize:                                # ARCH_UPROBE_FLAG_CAN_OPTIMIZE
             self.kernel.optimizer.arch_uprobe_optimize(task, uprobe, bp_vaddr)
-        if self.profile.ip_change_skips_insn and regs.rip != bp_vaddr:
+        if regs.rip != bp_vaddr and self.profile.ip_change_skips_insn:
             if bus.active:
                 bus.publish(ev.IpChanged(task, bp_vaddr, regs.rip))
             return True
-        if au.ops.emulate is not None and self.skip_sstep(task, uprobe, regs):
+        emulate = au.ops.emulate
+        if emulate is not None and emulate(au, regs, proc.mem):
+            counters.emulated += 1
+            if bus.active:
+                bus.publish(ev.Emulated(task, uprobe, regs.rip))
+            if regs.tf:
+                self.machine.send_sig(task, SIGTRAP, detail="single-step over an emulated probe")
             return True
-        self.pre_ssout(task, utask, uprobe, regs, bp_vaddr)
+        self.pre_ssout(task, task.utask, uprobe, regs, bp_vaddr)
         return True
 
     def handler_chain(self, uprobe: Uprobe, task, regs, vaddr: int) -> None:
@@ -514,30 +524,31 @@ class Uprobes:
 
         Each consumer's context is made once and reused hit after hit (it is valid
         during the callback, as the kernel's ``struct pt_regs *`` is)."""
-        exact = self.profile.handler_chain_rc == "exact"
-        remove, has_consumers, need_prep = True, False, False
-        ri = None
-        machine = self.machine
-        bus = self.events
         consumers = uprobe.consumers
-        for uc in consumers[:]:
+        if not consumers:
+            return
+        exact = self.profile.handler_chain_rc == "exact"
+        remove, need_prep = True, False
+        ri = None
+        bus = self.events
+        first = True
+        for uc in tuple(consumers):
             # list_for_each_entry_rcu: a consumer added meanwhile (at the head) is not
             # visited; one removed by an earlier handler (list_del_rcu) is skipped.
-            if uc not in consumers:
+            if not first and uc not in consumers:
                 continue
+            first = False
             rc = 0
             ctx = uc.ctx
             if ctx is None:
-                ctx = uc.ctx = UprobeContext(machine, task, regs, uprobe, uc, vaddr)
+                ctx = uc.ctx = UprobeContext(self.machine, task, regs, uprobe, uc, vaddr)
             else:
-                ctx.machine, ctx.task, ctx.regs, ctx.uprobe, ctx.vaddr = machine, task, regs, uprobe, vaddr
-                ctx.cookie = 0
+                ctx.task, ctx.regs, ctx.uprobe, ctx.vaddr, ctx.cookie = task, regs, uprobe, vaddr, 0
             if uc.handler is not None and uc.enabled:
                 uc.hits += 1
                 rc = uc.handler(ctx) or 0
                 if bus.active:
                     bus.publish(ev.HandlerRan(task, uc, rc, vaddr))
-            has_consumers = True
             if not exact:
                 remove &= isinstance(rc, int) and bool(rc & UPROBE_HANDLER_REMOVE)
                 need_prep |= uc.ret_handler is not None
@@ -552,7 +563,7 @@ class Uprobes:
             ri = self.uret.alloc_return_instance(task)
         if ri is not None:
             self.uret.prepare_uretprobe(uprobe, task, regs, ri)
-        if remove and has_consumers:
+        if remove:
             # 6.12+: re-check under register_rwsem that no consumer wants this mm
             if not self.profile.remove_rechecks_filter or not self.filter_chain(uprobe, task.process):
                 self.unapply_uprobe(task.process, uprobe)
@@ -560,22 +571,6 @@ class Uprobes:
     def unapply_uprobe(self, proc, uprobe: Uprobe) -> None:
         for vaddr in self.vaddr_of(proc, uprobe.file, uprobe.offset):
             self.remove_breakpoint(proc, uprobe, vaddr)
-
-    def skip_sstep(self, task, uprobe: Uprobe, regs) -> bool:
-        """handle_swbp's ``arch_uprobe_skip_sstep()`` call: the class's emulation, the
-        model's counters and event, and the SIGTRAP the kernel sends a TF-set task.
-        (``arch_uprobe_skip_sstep`` is ``ops->emulate`` when the class has one: called
-        here directly, the ops having been chosen at analysis.)"""
-        au = uprobe.arch
-        emulate = au.ops.emulate
-        if emulate is None or not emulate(au, regs, task.process.mem):
-            return False
-        self.machine.counters.emulated += 1
-        if self.events.active:
-            self.events.publish(ev.Emulated(task, uprobe, regs.rip))
-        if regs.eflags & TF:
-            self.machine.send_sig(task, SIGTRAP, detail="single-step over an emulated probe")
-        return True
 
     # -- out-of-line single-step ---------------------------------------------------
     def get_xol_area(self, proc) -> XolArea | None:

@@ -69,7 +69,7 @@ class Uretprobes:
         return self._alloc(task)
 
     def _alloc(self, task) -> ReturnInstance:
-        utask = self.uprobes.utask(task)
+        utask = task.utask or self.uprobes.utask(task)
         policy = self.profile.ri_alloc
         if policy == "pool" and utask.ri_pool:
             self.counters.ri_reused += 1
@@ -104,12 +104,12 @@ class Uretprobes:
         if ri.scratch:
             return
         if policy == "array64":
-            utask = self.uprobes.utask(task)
+            utask = task.utask or self.uprobes.utask(task)
             if utask.ri_array is not None and len(utask.ri_array) + utask.depth < MAX_URETPROBE_DEPTH:
                 utask.ri_array.append(ri)
             return
         if policy == "pool":
-            self.uprobes.utask(task).ri_pool.append(ri)     # ri_pool_push
+            (task.utask or self.uprobes.utask(task)).ri_pool.append(ri)     # ri_pool_push
             return
         self.counters.ri_freed += 1                          # ri_free: kfree both
         self.bytes_held -= RI_SIZEOF + ri.extra_bytes
@@ -124,9 +124,10 @@ class Uretprobes:
     def prepare_uretprobe(self, uprobe, task, regs, ri: ReturnInstance) -> None:
         """``prepare_uretprobe``: hijack the return address at the entry hit, before the
         probed instruction runs (depth limit, chaining, cleanup of dead instances)."""
-        utask = self.uprobes.utask(task)
-        self.push_consumers_memory(ri)      # handler_chain's push_consumer calls, done
-        area = self.uprobes.get_xol_area(task.process)
+        utask = task.utask or self.uprobes.utask(task)
+        if len(ri.consumers) > 1:           # handler_chain's push_consumer calls, done
+            self.push_consumers_memory(ri)
+        area = task.process.mm_uprobes.xol_area or self.uprobes.get_xol_area(task.process)
         if area is None:                    # no XOL area: no trampoline, drop silently
             self._drop(task, ri)
             return
@@ -146,7 +147,8 @@ class Uretprobes:
             self._drop(task, ri)
             return
         chained = orig == tramp
-        self.cleanup_return_instances(task, utask, chained, regs)
+        if utask.return_instances:
+            self.cleanup_return_instances(task, utask, chained, regs)
         if chained:
             if not utask.return_instances:
                 self._drop(task, ri)   # "failed to handle tail call": the return SIGILLs

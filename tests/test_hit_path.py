@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from emu import Machine
-from emu.regs import GPR_NAMES, PtRegs
+from emu.regs import GPR_NAMES, TF, TF_ONLY, PtRegs
 from kernel_model import arch_x86, insn_x86
 
 from uprobe_helpers import guest, guest_regs
@@ -33,42 +33,98 @@ def _spy(monkeypatch, rf, attr: str, calls: list) -> None:
 
 # ----------------------------------------------------------------------------- lazy registers
 
-def test_a_lazy_snapshot_reads_the_rest_only_when_asked():
+def _trap_regs(rip=0x1000, tf=0, gprs=None, extra=(0x202, 0, 0)):
     loads = []
 
     def load():
-        loads.append(1)
-        return list(range(len(GPR_NAMES)))
-    regs = PtRegs.lazy(0x1000, 0x202, load)
-    assert (regs.rip, regs.eflags, loads) == (0x1000, 0x202, []), "rip/eflags need no batch"
-    assert regs.rbx == GPR_NAMES.index("rbx") and loads == [1], f"one batch on first use, loads {loads}"
+        loads.append("gprs")
+        return list(gprs if gprs is not None else range(len(GPR_NAMES)))
+
+    def load_extra():
+        loads.append("extra")
+        return list(extra)
+    return PtRegs.at_trap(rip, tf, load, load_extra), loads
 
 
-def test_a_lazy_snapshot_keeps_a_rip_set_before_the_batch():
-    regs = PtRegs.lazy(0x1000, 0x202, lambda: [7] * len(GPR_NAMES))
+def test_a_trap_snapshot_reads_the_general_registers_only_when_asked():
+    regs, loads = _trap_regs()
+    assert (regs.rip, regs.tf, loads) == (0x1000, 0, []), "rip and TF need no read"
+    assert regs.rbx == GPR_NAMES.index("rbx") and loads == ["gprs"], f"one read on first use, loads {loads}"
+    assert regs.r15 == GPR_NAMES.index("r15") and loads == ["gprs"], f"read once, loads {loads}"
+
+
+def test_a_trap_snapshot_reads_eflags_and_the_bases_apart_from_the_rest():
+    regs, loads = _trap_regs(tf=0x100, extra=(0x346, 0x7000, 0x8000))
+    assert (regs.eflags, regs.fs_base, regs.gs_base) == (0x346, 0x7000, 0x8000), regs
+    assert loads == ["extra"], f"the general registers were not needed: {loads}"
+
+
+def test_a_trap_snapshot_knows_tf_before_eflags_and_follows_a_write_of_it():
+    regs, loads = _trap_regs(tf=0x100, extra=(0x302, 0, 0))
+    assert regs.tf == 0x100 and loads == [], f"tf {regs.tf:#x} loads {loads}"
+    regs.eflags = 0x202
+    assert regs.tf == 0 and regs.changed() == {GPR_NAMES.index("eflags"): 0x202}, regs.changed()
+
+
+def test_tf_set_alone_is_written_as_that_bit_without_reading_eflags():
+    regs, loads = _trap_regs(tf=0, extra=(0x246, 0, 0))
+    regs.tf = TF
+    assert regs.changed() == {TF_ONLY: TF} and loads == [], f"changed {regs.changed()}, loads {loads}"
+
+
+def test_tf_set_before_eflags_is_read_shows_in_eflags_and_is_written_with_it():
+    regs, loads = _trap_regs(tf=0, extra=(0x246, 0, 0))
+    regs.tf = TF
+    assert regs.eflags == 0x346 and loads == ["extra"], f"eflags {regs.eflags:#x}"
+    assert regs.changed() == {GPR_NAMES.index("eflags"): 0x346}, regs.changed()
+
+
+def test_tf_cleared_back_leaves_nothing_to_write():
+    regs, _ = _trap_regs(tf=TF, extra=(0x346, 0, 0))
+    regs.tf = 0
+    regs.tf = TF
+    assert regs.changed() == {}, regs.changed()
+
+
+def test_a_trap_snapshot_keeps_a_rip_set_before_the_read():
+    regs, _ = _trap_regs(gprs=[7] * len(GPR_NAMES))
     regs.rip = 0x2000
-    assert regs.rax == 7 and regs.rip == 0x2000, f"rip {regs.rip:#x} after the batch"
+    assert regs.rax == 7 and regs.rip == 0x2000, f"rip {regs.rip:#x} after the read"
     assert regs.changed() == {GPR_NAMES.index("rip"): 0x2000}, regs.changed()
 
 
-def test_a_lazy_snapshot_with_rip_set_back_has_nothing_to_write():
-    regs = PtRegs.lazy(0x1000, 0x202, lambda: [0] * len(GPR_NAMES))
+def test_a_trap_snapshot_with_rip_set_back_has_nothing_to_write():
+    regs, loads = _trap_regs()
     regs.rip = 0xFFF
     regs.rip = 0x1000
-    assert regs.changed() == {} and not regs.loaded, f"changed {regs.changed()}, loaded {regs.loaded}"
+    assert regs.changed() == {} and loads == [], f"changed {regs.changed()}, loads {loads}"
 
 
-def test_an_emulated_nop_hit_reads_two_registers_and_writes_none(monkeypatch):
+def test_a_rip_set_out_of_range_is_written_back_cut_to_64_bits():
+    regs, _ = _trap_regs()
+    regs.rip = (1 << 64) + 0x1000 + 5
+    assert regs.changed() == {GPR_NAMES.index("rip"): 0x1005}, regs.changed()
+
+
+def test_a_written_register_is_listed_once_with_its_new_value():
+    regs, _ = _trap_regs(gprs=[0] * len(GPR_NAMES))
+    regs.rsp = 0x7FF0
+    regs.rdi = 0
+    assert regs.changed() == {GPR_NAMES.index("rsp"): 0x7FF0}, "rdi was set to what it was"
+
+
+def test_an_emulated_nop_hit_calls_unicorn_for_no_register(monkeypatch):
     m = Machine.from_asm(LOOP.format(insn="nop"))
     m.uprobes.register("probe", handler=lambda ctx: 0)
     calls = []
-    for attr in ("read_all", "read_head", "_write"):
+    for attr in ("read_all", "read_window", "read_extra", "_read", "_write"):
         _spy(monkeypatch, m.regfile, attr, calls)
     hits = []
     m.uprobes.register("probe", handler=lambda ctx: hits.append(calls.copy()) or calls.clear())
     r = m.run(max_insns=100_000)
     assert r.reason == "exit", r.describe()
-    assert hits == [["read_head"]] * 3, f"register calls up to each handler: {hits}"
+    assert m.regfile.window is not None, "the CPU state window is available on this build"
+    assert hits == [[]] * 3, f"register calls up to each handler: {hits}"
 
 
 def test_a_handler_reading_a_register_gets_the_guests_value():
@@ -254,4 +310,6 @@ def test_a_released_address_space_reads_no_registers():
     with pytest.raises(UcError, match="UC_ERR_HANDLE"):
         rf.read_all()
     with pytest.raises(UcError, match="UC_ERR_HANDLE"):
-        rf.read_head()
+        rf.read_rip_tf()
+    with pytest.raises(UcError, match="UC_ERR_HANDLE"):
+        rf.write({0: 1})

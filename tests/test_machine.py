@@ -207,10 +207,12 @@ def test_pt_regs_has_the_21_kernel_slots_in_order():
 
 def test_register_snapshot_is_one_native_call(monkeypatch):
     # the register file calls uc_reg_read_batch / uc_reg_write_batch through its own
-    # unprototyped ctypes functions (regfile._read / regfile._write)
+    # unprototyped ctypes functions (regfile._read / regfile._write); the general
+    # registers are read and written in the CPU state itself (regfile.window)
     calls = []
     m = Machine.from_guest("hello")
     rf = m.regfile
+    assert rf.window is not None
     for attr, name in (("_read", "uc_reg_read_batch"), ("_write", "uc_reg_write_batch")):
         fn = getattr(rf, attr)
 
@@ -219,11 +221,17 @@ def test_register_snapshot_is_one_native_call(monkeypatch):
             return fn(*a)
         monkeypatch.setattr(rf, attr, wrapped)
     regs = m.read_regs()
-    assert calls == ["uc_reg_read_batch"]
+    assert calls == ["uc_reg_read_batch"], "eflags, fs_base, gs_base in one call"
     calls.clear()
     regs.rax, regs.r9 = 5, 6
     m.write_regs(regs)
-    assert calls == ["uc_reg_write_batch"]
+    assert calls == [], "general registers are stored in place"
+    assert (m.task_reg_read(m.task, "rax"), m.task_reg_read(m.task, "r9")) == (5, 6)
+    regs = m.read_regs()
+    calls.clear()
+    regs.eflags = 0x246
+    m.write_regs(regs)
+    assert calls == ["uc_reg_write_batch"], "eflags goes through Unicorn"
     calls.clear()
     m.write_regs(m.read_regs())          # nothing changed: nothing written
     assert calls == ["uc_reg_read_batch"]

@@ -1,0 +1,141 @@
+"""The CPU state read and written in place (emu.regfile): exactly what Unicorn's register
+API reads and writes, wherever the machine uses it - at traps, in the syscall hook, and
+in the fallback where the layout is not recognised."""
+
+from __future__ import annotations
+
+import pytest
+from unicorn import UC_ARCH_X86, UC_MODE_64, Uc
+from unicorn import x86_const as X
+
+from emu import Machine
+from emu.regfile import RegisterFile, cpu_window_layout
+from emu.regs import GPR_NAMES
+
+from uprobe_helpers import guest, guest_regs
+
+_IDS = {n: getattr(X, "UC_X86_REG_" + n.upper()) for n in GPR_NAMES}
+
+
+def _fresh_uc() -> Uc:
+    uc = Uc(UC_ARCH_X86, UC_MODE_64)
+    uc.mem_map(0x1000, 0x1000)
+    return uc
+
+
+def _distinct(salt: int) -> dict[str, int]:
+    return {n: (0x1111_0000_0000_0000 * (i % 15 + 1) + salt + i) & 0xFFFF_FFFF_FFFF_FFFF
+            for i, n in enumerate(GPR_NAMES[:17])}
+
+
+def test_the_layout_is_recognised_on_this_build():
+    assert cpu_window_layout() is not None, "CPUX86State not found behind the uc_struct"
+
+
+@pytest.mark.parametrize("salt", [0, 0x0F0F_0F0F_0F0F_0F0F, 0x8000_0000_0000_0001])
+def test_the_window_reads_what_the_api_wrote(salt):
+    uc = _fresh_uc()
+    rf = RegisterFile(uc)
+    want = _distinct(salt)
+    for n, v in want.items():
+        uc.reg_write(_IDS[n], v)
+    got = dict(zip(GPR_NAMES, rf.read_window()))
+    diff = {n: (hex(want[n]), hex(got[n])) for n in want if got[n] != want[n]}
+    assert not diff, f"register: (api, window) {diff}"
+
+
+def test_a_write_through_the_window_is_what_the_api_reads():
+    uc = _fresh_uc()
+    rf = RegisterFile(uc)
+    want = _distinct(0x42)
+    rf.write({GPR_NAMES.index(n): v for n, v in want.items() if n != "rip"})
+    diff = {n: (hex(v), hex(uc.reg_read(_IDS[n]))) for n, v in want.items()
+            if n != "rip" and uc.reg_read(_IDS[n]) != v}
+    assert not diff, f"register: (written, api) {diff}"
+
+
+def test_eflags_and_the_bases_go_through_unicorn():
+    uc = _fresh_uc()
+    rf = RegisterFile(uc)
+    rf.write({GPR_NAMES.index("eflags"): 0x247, GPR_NAMES.index("fs_base"): 0x7000_1000})
+    assert (uc.reg_read(X.UC_X86_REG_EFLAGS), uc.reg_read(X.UC_X86_REG_FS_BASE)) == (0x247, 0x7000_1000)
+    assert rf.read_extra()[:2] == [0x247, 0x7000_1000], rf.read_extra()
+
+
+@pytest.mark.parametrize("flags", [0x302, 0x202, 0x3C7])
+def test_the_trap_flag_read_in_place_is_the_apis(flags):
+    uc = _fresh_uc()
+    rf = RegisterFile(uc)
+    uc.reg_write(X.UC_X86_REG_EFLAGS, flags)
+    uc.reg_write(X.UC_X86_REG_RIP, 0x1234)
+    assert rf.read_rip_tf() == (0x1234, flags & 0x100), (rf.read_rip_tf(), hex(flags))
+
+
+@pytest.mark.parametrize("use_window", [True, False], ids=["window", "native-batch"])
+def test_both_paths_read_every_register_the_same(use_window):
+    uc = _fresh_uc()
+    rf = RegisterFile(uc, use_window=use_window)
+    want = _distinct(7)
+    for n, v in want.items():
+        uc.reg_write(_IDS[n], v)
+    uc.reg_write(X.UC_X86_REG_EFLAGS, 0x246)
+    got = dict(zip(GPR_NAMES, rf.read_all()))
+    assert (rf.window is not None) == use_window
+    assert {n: got[n] for n in want} == want and got["eflags"] == 0x246, got
+
+
+PROGRAM = guest("""
+    mov rax, 0x1111
+    mov rbx, 0x2222
+    mov r9, 0x9999
+probe:
+    push rbx
+    pop rcx
+    mov r8, rax
+""")
+
+
+@pytest.mark.parametrize("use_window", [True, False], ids=["window", "native-batch"])
+def test_a_handlers_writes_reach_the_guest_on_both_paths(monkeypatch, use_window):
+    """A uprobe handler sets general registers (window stores at the trap) and the
+    run ends with the same registers either way."""
+    if not use_window:
+        monkeypatch.setattr("emu.regfile.cpu_window_layout", lambda: None)
+    m = Machine.from_asm(PROGRAM)
+    assert (m.regfile.window is not None) == use_window
+
+    def handler(ctx):
+        ctx.regs.rax = 0xAAAA
+        ctx.regs.rbx = 0xBBBB
+    m.uprobes.register("probe", handler=handler)
+    r = m.run(max_insns=10_000)
+    assert r.reason == "exit", r.describe()
+    regs = guest_regs(m)
+    assert (regs["rcx"], regs["r8"], regs["r9"]) == (0xBBBB, 0xAAAA, 0x9999), \
+        {n: hex(regs[n]) for n in ("rcx", "r8", "r9")}
+
+
+SYSCALLS = guest("""
+    mov r12, 5
+again:
+    mov eax, 39
+    syscall
+    mov r13, rcx
+    mov r14, r11
+    dec r12
+    jnz again
+""")
+
+
+@pytest.mark.parametrize("use_window", [True, False], ids=["window", "native-batch"])
+def test_the_syscall_return_writes_rip_rcx_and_r11_on_both_paths(monkeypatch, use_window):
+    if not use_window:
+        monkeypatch.setattr("emu.regfile.cpu_window_layout", lambda: None)
+    m = Machine.from_asm(SYSCALLS)
+    r = m.run(max_insns=10_000)
+    assert r.reason == "exit", r.describe()
+    regs = guest_regs(m)
+    after = m.resolve("again") + 7                 # mov eax (5) + syscall (2)
+    assert regs["r13"] == after, f"rcx after syscall {regs['r13']:#x}, expected {after:#x}"
+    assert regs["r14"] & 0x202 == 0x202, f"r11 = rflags {regs['r14']:#x}"
+    assert m.counters.syscalls[39] == 5, m.counters.syscalls
