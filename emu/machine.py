@@ -724,7 +724,13 @@ class Machine:
             self._guard(self._interrupt, intno)
 
         def on_syscall(_uch, _data):
-            self._guard(self._syscall)
+            try:                            # _guard(_syscall), one frame shorter
+                self._syscall()
+            except GuestFault as e:
+                self._kernel_access_fault(e)
+            except BaseException as e:  # noqa: BLE001 - re-raised in run()
+                self._hook_error = e
+                self.uc.emu_stop()
 
         native = (_INTR_CB(on_interrupt), _SYSCALL_CB(on_syscall))
         for kind, fptr, extra in ((UC_HOOK_INTR, native[0], ()),
@@ -847,11 +853,15 @@ class Machine:
         """#DB (exc_debug_user): the end of an out-of-line single-step, else SIGTRAP;
         the registers as lazily as at an int3."""
         rf = task.process.regfile
-        rip, tf = rf.read_rip_tf()
-        regs = PtRegs.at_trap(rip, tf, rf.read_window, rf.read_extra, task.orig_rax)
+        win = rf.window                   # (the engine is alive: this is its callback)
+        if win is not None:
+            regs = PtRegs.at_trap(win[16], win[17] & TF, rf.read_window, rf.read_extra, task.orig_rax)
+        else:
+            regs = PtRegs(rf.read_all(), task.orig_rax)
         self.counters.db_traps += 1
         self.kernel.do_debug(task, regs)
-        if self._work_pending(task, regs) and self._exit_to_user(task, regs):
+        if (task.pending_signals or task.process.shared_pending or self._restart_code(regs) is not None) \
+                and self._exit_to_user(task, regs):        # _work_pending, inline
             return
         rf.write(regs.changed(), in_trap=True)
         task.orig_rax = regs.orig_rax
