@@ -4,10 +4,29 @@ Each batch is one native run of the program through :func:`emu.frontends.hostdif
 - the probes go through tracefs with every field validated, one ``write()`` per
 definition, in a probe group and trace instance of our own that are removed whatever
 happens (error, Ctrl-C, fatal signals; a SIGKILLed run's leftovers by the next run) -
-and the bisection is the model's (:func:`emu.frontends.sweep.bisect.bisect`).  Natively
-only the exit status or signal and stdout are observed (:data:`compare.HOST_PARTS`); the
-model's verdicts are projected on the same parts and the two are put side by side
-where they disagree.  The native runs are UNSANDBOXED, AS ROOT.
+and the bisection is the model's (:func:`emu.frontends.sweep.bisect.bisect`).
+
+What a native run shows is compared as the model's runs are compared
+(:func:`emu.frontends.sweep.compare.compare`), but for registers and memory, which the
+host does not let us see: the exit status or signal, stdout, stderr, and each task's
+syscalls (raw_syscalls in the run's own trace instance, the child and its descendants
+only; tasks matched in the order they were created, tid order).  The kernel's own
+``uretprobe``/``uprobe`` syscalls (335/336, made from its trampoline pages) are left
+out, as the model leaves them out; natively their caller cannot be seen, so every 335/336
+is.  Of a syscall, what is deterministic compares:
+
+* its number always;
+* its six argument registers and its return value only when the run is laid out
+  without ASLR (:func:`run_native` decides: a program with an interpreter), since under
+  ASLR a pointer differs from run to run; and even then not a field that two unprobed
+  native runs disagree on (a tid from ``set_tid_address``, a pid, a time) - two
+  references are run, as the model's side runs two, and what differs between them is
+  not compared and is said.
+
+A run whose trace buffer lost events (``per_cpu/cpuN/stats``) has its syscalls left
+out of its comparison (counted and said).  The model's verdicts are projected on what
+the host compares (:func:`~emu.frontends.sweep.compare.host_view`) and the two are
+put side by side where they disagree.  The native runs are UNSANDBOXED, AS ROOT.
 """
 
 from __future__ import annotations
@@ -15,8 +34,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import signal
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
@@ -25,10 +42,12 @@ from emu.errors import InputError
 from emu.frontends.hostdiff import HostKernelError, ResolvedProbe, Tracefs, run_native
 from emu.frontends.sweep.bisect import bisect
 from emu.frontends.sweep.classify import FAITHFUL, classify
-from emu.frontends.sweep.compare import Divergence, host_view
-from emu.loader import DEFAULT_ENV
+from emu.frontends.sweep.compare import (KERNEL_SYSCALLS, MASKED, Divergence, Noise, RunDigest,
+                                         compare, host_view)
 from guest_programs import write_guest
 from kernel_model.profiles import KernelProfile
+
+RET = "ret"                   # the return value's position in NativeNoise.fields
 
 
 @dataclass
@@ -42,18 +61,32 @@ class HostSweep:
     runs: int = 0
     found: list = field(default_factory=list)          # (Site, class, Divergence)
     disagreements: list = field(default_factory=list)  # (Site, host Divergence|None, model Divergence|None)
+    compared: str = ""             # what of the syscalls compares (NativeNoise.compared)
+    not_compared: str = ""         # what two unprobed native runs disagree on
+    incomplete: int = 0            # probed runs whose trace lost events (syscalls not compared)
 
     @property
     def unclassified(self) -> list:
         return [f for f in self.found if f[1] not in FAITHFUL] + self.disagreements
 
+    def repro(self, site) -> str:
+        return shlex.join(["uprobe-emu", "sweep", *self.command[:1], "--host", "--site", site.key,
+                           *(["--", *self.command[1:]] if self.command[1:] else [])])
+
     def lines(self) -> list[str]:
         out = [f"host {self.release} vs model {self.kernel}: native reference {self.reference}, "
                f"{self.sites} sites, {self.batches} batches, {self.runs} native runs, {len(self.found)} divergences, "
-               f"{len(self.disagreements)} disagreements with the model"]
+               f"{len(self.disagreements)} disagreements with the model",
+               f"  host compares: exit status or signal, stdout, stderr, syscalls ({self.compared})"]
+        if self.not_compared:
+            out.append(f"  not compared (differs between two unprobed native runs): {self.not_compared}")
+        if self.incomplete:
+            out.append(f"  syscalls not compared in {self.incomplete} run(s): the trace buffer lost events")
         for site, cls, d in self.found:
             out.append(f"  [host] {cls}: {site.describe()}")
             out.append(f"      first: {d.first}")
+            out += [f"      also:  {line}" for line in d.details[1:]]
+            out.append(f"      repro: {self.repro(site)}")
         for site, h, m in self.disagreements:
             out.append(f"  DISAGREE {site.describe()}")
             out.append(f"      host : {h.first if h else 'transparent'}")
@@ -66,7 +99,8 @@ class HostSweep:
     def to_json(self) -> dict:
         return {"release": self.release, "kernel": self.kernel, "reference": self.reference,
                 "sites": self.sites,
-                "batches": self.batches, "runs": self.runs,
+                "batches": self.batches, "runs": self.runs, "syscalls_compared": self.compared,
+                "not_compared": self.not_compared, "incomplete_runs": self.incomplete,
                 "divergences": [{"site": s.to_json(), "class": c, "divergence": d.to_json()}
                                 for s, c, d in self.found],
                 "disagreements": [{"site": s.to_json(), "host": h.to_json() if h else None,
@@ -85,51 +119,119 @@ def native_file(program) -> tuple[str, str | None]:
     return path, tmpdir
 
 
-def native_reference(path: str, argv, stdin: bytes, timeout) -> tuple[str, bytes]:
-    """The unprobed native run, as run_native runs a probed one: the model's
-    environment, and without ASLR (``setarch -R``) for a program with an interpreter."""
-    cmd = [path, *argv[1:]]
-    if load_elf_file(path).interp is not None:
-        cmd = ["setarch", "x86_64", "-R", *cmd]
-    env = dict(item.split("=", 1) for item in DEFAULT_ENV)
+def native_digest(rec) -> tuple[RunDigest, bool]:
+    """A native :class:`~emu.frontends.hostdiff.RunRecord` as a digest the model's
+    comparison reads (no registers, no memory), and whether its trace is complete.
+    Tasks are numbered 1, 2, ... in tid order (creation order): two runs' tids differ;
+    the kernel's own 335/336 are left out."""
+    calls = rec.syscalls or {}
+    tasks = {n: [c for c in calls[tid] if c[0] not in KERNEL_SYSCALLS]
+             for n, tid in enumerate(sorted(calls), 1)}
+    return RunDigest(rec.status, rec.stdout, rec.stderr, tasks), rec.lost_events == 0
+
+
+@dataclass(frozen=True)
+class NativeNoise:
+    """What of two native runs is not compared: whole parts two unprobed runs disagree
+    on, and of the syscalls (when their numbers agree) each field they disagree on,
+    ``(task, index, argument position | "ret")``; under ASLR (``randomized``) every
+    argument and return value."""
+
+    randomized: bool
+    parts: frozenset = frozenset()
+    fields: frozenset = frozenset()
+
+    @property
+    def compared(self) -> str:
+        if "syscalls" in self.parts:
+            return "not compared: two unprobed runs make different ones"
+        if self.randomized:
+            return "numbers only: the run is laid out with ASLR"
+        return "numbers, arguments and return values" + \
+            (f" but {len(self.fields)} field(s) that differ between two unprobed runs"
+             if self.fields else "")
+
+    def describe(self) -> str:
+        return ", ".join(sorted(self.parts - {"syscalls"}))
+
+    def mask(self, syscalls: dict) -> dict:
+        """``syscalls`` with each field left out replaced by :data:`MASKED`."""
+        out = {}
+        for task, calls in syscalls.items():
+            out[task] = [self._mask_call(task, i, c) for i, c in enumerate(calls)]
+        return out
+
+    def _mask_call(self, task, i, call):
+        nr, args, ret = call
+        if self.randomized:
+            return nr, (MASKED,) * len(args), None if ret is None else MASKED
+        args = tuple(MASKED if (task, i, j) in self.fields else a for j, a in enumerate(args))
+        return nr, args, MASKED if (task, i, RET) in self.fields else ret
+
+
+def native_noise(a: RunDigest, b: RunDigest, randomized: bool) -> NativeNoise:
+    parts = {p for p in ("outcome", "stdout", "stderr") if getattr(a, p) != getattr(b, p)}
+    x, y = a.syscalls, b.syscalls
+    if set(x) != set(y) or any([c[0] for c in x[t]] != [c[0] for c in y[t]] for t in x):
+        return NativeNoise(randomized, frozenset(parts | {"syscalls"}))
+    fields = set()
+    for t in x:
+        for i, (p, q) in enumerate(zip(x[t], y[t])):
+            fields |= {(t, i, j) for j, (u, v) in enumerate(zip(p[1], q[1])) if u != v}
+            if p[2] != q[2]:
+                fields.add((t, i, RET))
+    return NativeNoise(randomized, frozenset(parts), frozenset(fields))
+
+
+def compare_native(ref: RunDigest, got: RunDigest, noise: NativeNoise,
+                   complete: bool = True) -> Divergence | None:
+    """The model's comparison on what a native run shows: ``noise``'s fields masked on
+    both sides, its parts (and, from a trace that lost events, the syscalls) left out."""
+    parts = noise.parts | (set() if complete else {"syscalls"})
+    return compare(RunDigest(ref.outcome, ref.stdout, ref.stderr, noise.mask(ref.syscalls)),
+                   RunDigest(got.outcome, got.stdout, got.stderr, noise.mask(got.syscalls)),
+                   Noise(frozenset(parts)))
+
+
+def native_run(path, program, probes, timeout) -> tuple[RunDigest, bool, list]:
+    """One native run (``probes``: none for a reference): its digest, whether its
+    trace is complete, and the names of the events it hit."""
+    rec = run_native(path, list(program.argv), probes, program.stdin, timeout, syscalls=True)
+    digest, complete = native_digest(rec)
+    return digest, complete, [e.name for e in rec.events]
+
+
+def native_reference(path, program, timeout) -> tuple[RunDigest, NativeNoise]:
+    """Two unprobed native runs: the reference and what of it is not compared."""
+    randomized = load_elf_file(path).interp is None      # run_native's no_randomize rule
     try:
-        p = subprocess.run(cmd, input=stdin, capture_output=True, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise HostKernelError(f"the native reference run did not finish in {timeout} s") from None
-    status = f"signal {signal.Signals(-p.returncode).name}" if p.returncode < 0 else \
-        f"exit {p.returncode}"
-    return status, p.stdout
+        (ref, ok1, _), (again, ok2, _) = (native_run(path, program, [], timeout) for _ in range(2))
+    except HostKernelError as e:
+        if "did not finish" in str(e):
+            raise HostKernelError(f"the native reference run did not finish in {timeout} s") from None
+        raise
+    noise = native_noise(ref, again, randomized)
+    if not (ok1 and ok2):
+        noise = NativeNoise(randomized, noise.parts | {"syscalls"}, noise.fields)
+    return ref, noise
 
 
-def _host_status(status: str) -> str:
-    return status                          # "exit N" | "signal NAME": the model's spelling
-
-
-def native_verdict(path, program, sites, ref, timeout) -> tuple[Divergence | None, list | None]:
+def native_verdict(path, program, sites, ref, noise, timeout, out=None):
     """The verdict of one native run with ``sites`` probed, and which of them hit
     (from the trace: each site is its own event)."""
     probes = [ResolvedProbe(s.key, f"s{i}", s.kind, s.offset, s.vaddr, "",
                             None if s.path == program.path else s.path)
               for i, s in enumerate(sites)]
     try:
-        rec = run_native(path, list(program.argv), probes, program.stdin, timeout)
+        got, complete, names = native_run(path, program, probes, timeout)
     except HostKernelError as e:
         if "did not finish" not in str(e):
             raise
-        return Divergence(["outcome"], f"outcome: reference {ref[0]}, probed timeout", [str(e)]), None
-    names = {e.name for e in rec.events}
-    hit = [i for i, s in enumerate(sites) if s.key in names]
-    parts, details = [], []
-    if _host_status(rec.status) != ref[0]:
-        parts.append("outcome")
-        details.append(f"outcome: reference {ref[0]}, probed {rec.status}")
-    if rec.stdout != ref[1]:
-        a, b = ref[1], rec.stdout
-        i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
-        parts.append("stdout")
-        details.append(f"stdout at byte {i}: reference {a[max(0, i - 16):i + 16]!r}, "
-                       f"probed {b[max(0, i - 16):i + 16]!r}")
-    return (Divergence(parts, details[0], details) if parts else None), hit
+        return Divergence(["outcome"], f"outcome: reference {ref.outcome}, probed timeout", [str(e)]), None
+    if not complete and out is not None:
+        out.incomplete += 1
+    hit = [i for i, s in enumerate(sites) if s.key in set(names)]
+    return compare_native(ref, got, noise, complete), hit
 
 
 def host_sweep(program, model, *, batch: int = 0, timeout: float = 60.0,
@@ -140,15 +242,16 @@ def host_sweep(program, model, *, batch: int = 0, timeout: float = 60.0,
     Tracefs().close()                      # root and uprobe_events, before any run
     path, tmpdir = native_file(program)
     try:
-        ref = native_reference(path, program.argv, program.stdin, timeout)
+        ref, noise = native_reference(path, program, timeout)
         # what the model's arch_uprobe_analyze_insn() refuses, the kernel's refuses too
         # (silently, at mmap time): not worth a tracefs event each
         sites = [s for s in model.sites if f"{s.path}:{s.offset:#x}" not in model.refused]
-        out = HostSweep(os.uname().release, model.kernel, ref[0], len(sites),
-                        (program.path, *program.argv[1:]))
+        out = HostSweep(os.uname().release, model.kernel, ref.outcome, len(sites),
+                        (program.path, *program.argv[1:]), compared=noise.compared,
+                        not_compared=noise.describe())
 
         def evaluate(groups):
-            return [native_verdict(path, program, [sites[i] for i in g], ref, timeout)
+            return [native_verdict(path, program, [sites[i] for i in g], ref, noise, timeout, out)
                     for g in groups]
 
         res = bisect(len(sites), batch or 256, evaluate)
@@ -161,8 +264,8 @@ def host_sweep(program, model, *, batch: int = 0, timeout: float = 60.0,
                            unoptimized_clean and (lambda s=site: unoptimized_clean(s)))
             out.found.append((site, cls, f.verdict))
             host_found[site.key] = f.verdict
-        model_found = {d.sites[0].key: host_view(d.divergence) for d in model.divergences
-                       if len(d.sites) == 1}
+        model_found = {d.sites[0].key: host_view(d.divergence, noise.parts, noise.randomized)
+                       for d in model.divergences if len(d.sites) == 1}
         model_found = {k: v for k, v in model_found.items() if v is not None}
         by_key = {s.key: s for s in sites}
         for key in sorted(set(host_found) ^ set(model_found)):
