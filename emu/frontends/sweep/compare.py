@@ -12,6 +12,7 @@ pushes as any callee would.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from dataclasses import dataclass, field
 
@@ -39,6 +40,22 @@ class RunDigest:
     regs: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)     # "start-end name" -> [page hash]
     hits: int = 0
+
+    def to_json(self) -> dict:
+        """JSON that :meth:`from_json` turns back into an equal digest (a resumed
+        sweep compares against the reference it recorded)."""
+        return {"outcome": self.outcome, "stdout": base64.b64encode(self.stdout).decode(),
+                "stderr": base64.b64encode(self.stderr).decode(),
+                "syscalls": [[tid, [[nr, list(args), ret] for nr, args, ret in calls]]
+                             for tid, calls in self.syscalls.items()],
+                "regs": self.regs, "memory": self.memory, "hits": self.hits}
+
+    @staticmethod
+    def from_json(d: dict) -> "RunDigest":
+        return RunDigest(d["outcome"], base64.b64decode(d["stdout"]), base64.b64decode(d["stderr"]),
+                         {tid: [(nr, tuple(args), ret) for nr, args, ret in calls]
+                          for tid, calls in d["syscalls"]},
+                         dict(d["regs"]), {k: list(v) for k, v in d["memory"].items()}, d["hits"])
 
 
 class SyscallRecorder:
@@ -134,6 +151,15 @@ class Noise:
         bits = sorted(self.parts) + [f"register {r}" for r in sorted(self.regs)] + \
             [f"{len(self.pages)} page(s) of memory"] * bool(self.pages)
         return ", ".join(bits)
+
+    def to_json(self) -> dict:
+        return {"parts": sorted(self.parts), "regs": sorted(self.regs),
+                "pages": sorted([k, i] for k, i in self.pages)}
+
+    @staticmethod
+    def from_json(d: dict) -> "Noise":
+        return Noise(frozenset(d["parts"]), frozenset(d["regs"]),
+                     frozenset((k, i) for k, i in d["pages"]))
 
 
 def noise_between(a: RunDigest, b: RunDigest) -> Noise:
