@@ -19,6 +19,10 @@ from ``sched_process_exec``/``sched_process_fork`` in our instance):
 other processes hit probes in a shared library too.  Each thread's event stream is
 compared on its own, threads matched in the order they were created (tid order).
 
+The native record also has the run's stderr and, on request (``sweep --host``), the
+syscalls of the child and its descendants, traced in the same instance
+(``raw_syscalls``; :meth:`HostProbes._trace_syscalls`, :func:`parse_syscalls`).
+
 A spec is resolved as ``run -e`` resolves it (:meth:`Uprobes.find_file`: the program, any
 file by path, a library's short name such as ``uprobe:libc:malloc``); the host probe goes
 on that file's host path and file offset (tracefs ``p:GROUP/EV /path:0xOFF``), the same
