@@ -1,7 +1,9 @@
 """``sweep --resume`` repeats nothing: the two reference (unprobed) runs and the site
 list are recorded in the JSONL under the key of the sweep's description (binary
 SHA-256, argv, stdin, profile and overrides, seed, sites asked for) and reused when the
-resumed sweep's description is the same; run again, and said why, when it is not."""
+resumed sweep's description is the same; run again, and said why, when it is not.  So
+are sweep --host's native runs (that test is skipped only when tracefs cannot be used,
+the rule of test_hostdiff.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +11,18 @@ import json
 
 import pytest
 
+from emu.elf import load_elf_file
 from emu.frontends.cli import main
+from emu.frontends.hostdiff import host_profile_name
 from emu.frontends.sweep.case import Case, CaseRunner, Program
 from emu.frontends.sweep.compare import Noise, RunDigest, noise_between
+from emu.frontends.sweep.driver import Sweeper
 from emu.frontends.sweep.report import CaseStore
 from emu.frontends.sweep.runners import SerialRunner
+from emu.frontends.sweep.sites import insn_sites
 from guest_programs import write_guest
 from sweep_helpers import findings, guest_program, sweep
+from test_hostdiff import needs_tracefs
 
 
 @pytest.fixture
@@ -128,3 +135,39 @@ def test_cli_says_the_reference_runs_were_reused(tmp_path, capsys):
                  "--resume"]) == 0
     out = capsys.readouterr().out
     assert f"[6.18] reference runs: run again: the ones in {jsonl} were for another argv" in out, out
+
+
+@needs_tracefs
+def test_a_resumed_host_sweep_does_not_repeat_the_native_runs(tmp_path, monkeypatch, build_c):
+    from emu.frontends.sweep import host as host_mod
+    native = {"n": 0}
+    run_native = host_mod.run_native
+
+    def counting(*a, **kw):
+        native["n"] += 1
+        return run_native(*a, **kw)
+    monkeypatch.setattr(host_mod, "run_native", counting)
+    exe = build_c("sweep_stderr.c")
+    prog = Program.of(exe, [exe, "ab"])
+    sites = [s.key for s in insn_sites(exe, load_elf_file(exe)) if s.symbol.split("+")[0] == "main"][:4]
+    path = tmp_path / "c.jsonl"
+
+    def host(resume, batch):
+        store = CaseStore(str(path), resume=resume)
+        try:
+            model = Sweeper(prog, SerialRunner(), store=store).sweep(host_profile_name(), site_specs=sites)
+            return host_mod.host_sweep(prog, model, batch=batch, store=store)
+        finally:
+            store.close()
+    first = host(False, 2)
+    assert (native["n"], first.executed, first.reused) == (4, 4, 0), (native, first.executed)
+    native["n"] = 0
+    again = host(True, 2)
+    assert (native["n"], again.executed, again.reused) == (0, 0, 4), \
+        f"expected no native run on resume, got {native['n']}"
+    assert (again.reference, again.compared, again.runs, again.found) == \
+        (first.reference, first.compared, first.runs, first.found)
+    assert f"  4 native run(s) reused from {path}, 0 run now" in again.lines()
+    native["n"] = 0
+    other = host(True, 4)                    # other batches: only the references are reused
+    assert (native["n"], other.reused) == (1, 2), (native, other.reused)

@@ -31,6 +31,8 @@ put side by side where they disagree.  The native runs are UNSANDBOXED, AS ROOT.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -64,6 +66,9 @@ class HostSweep:
     compared: str = ""             # what of the syscalls compares (NativeNoise.compared)
     not_compared: str = ""         # what two unprobed native runs disagree on
     incomplete: int = 0            # probed runs whose trace lost events (syscalls not compared)
+    executed: int = 0              # native runs made now (the references included)
+    reused: int = 0                # native runs read back from --jsonl on --resume
+    store_path: str = ""
 
     @property
     def unclassified(self) -> list:
@@ -82,6 +87,9 @@ class HostSweep:
             out.append(f"  not compared (differs between two unprobed native runs): {self.not_compared}")
         if self.incomplete:
             out.append(f"  syscalls not compared in {self.incomplete} run(s): the trace buffer lost events")
+        if self.reused:
+            out.append(f"  {self.reused} native run(s) reused from {self.store_path}, "
+                       f"{self.executed} run now")
         for site, cls, d in self.found:
             out.append(f"  [host] {cls}: {site.describe()}")
             out.append(f"      first: {d.first}")
@@ -101,6 +109,7 @@ class HostSweep:
                 "sites": self.sites,
                 "batches": self.batches, "runs": self.runs, "syscalls_compared": self.compared,
                 "not_compared": self.not_compared, "incomplete_runs": self.incomplete,
+                "executed": self.executed, "reused": self.reused,
                 "divergences": [{"site": s.to_json(), "class": c, "divergence": d.to_json()}
                                 for s, c, d in self.found],
                 "disagreements": [{"site": s.to_json(), "host": h.to_json() if h else None,
@@ -154,6 +163,14 @@ class NativeNoise:
     def describe(self) -> str:
         return ", ".join(sorted(self.parts - {"syscalls"}))
 
+    def to_json(self) -> dict:
+        return {"randomized": self.randomized, "parts": sorted(self.parts),
+                "fields": sorted([list(f) for f in self.fields], key=repr)}
+
+    @staticmethod
+    def from_json(d: dict) -> "NativeNoise":
+        return NativeNoise(d["randomized"], frozenset(d["parts"]), frozenset(tuple(f) for f in d["fields"]))
+
     def mask(self, syscalls: dict) -> dict:
         """``syscalls`` with each field left out replaced by :data:`MASKED`."""
         out = {}
@@ -201,6 +218,58 @@ def native_run(path, program, probes, timeout) -> tuple[RunDigest, bool, list]:
     return digest, complete, [e.name for e in rec.events]
 
 
+def host_description(program) -> dict:
+    """What a native run depends on: the running kernel and the program (path, SHA-256,
+    argv, stdin).  Its hash keys the native runs a resumed sweep may reuse."""
+    u = os.uname()
+    return {"release": u.release, "version": u.version, "program": program.path,
+            "sha256": program.sha256, "argv": list(program.argv),
+            "stdin": hashlib.sha256(program.stdin).hexdigest()}
+
+
+def _key(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
+
+
+class NativeRuns:
+    """The native side of a host sweep: the references and each batch's verdict, read
+    back from a :class:`~emu.frontends.sweep.report.CaseStore` when it recorded them
+    for the same :func:`host_description` (a resumed sweep), else run and recorded."""
+
+    def __init__(self, path, program, timeout, out: HostSweep, store=None):
+        self.path, self.program, self.timeout, self.out, self.store = path, program, timeout, out, store
+        self.key = _key(host_description(program))
+
+    def reference(self) -> tuple[RunDigest, NativeNoise]:
+        known = self.store.get_kind("host_reference", self.key) if self.store else None
+        if known is not None:
+            self.out.reused += 2
+            return RunDigest.from_json(known["digest"]), NativeNoise.from_json(known["noise"])
+        ref, noise = native_reference(self.path, self.program, self.timeout)
+        self.out.executed += 2
+        if self.store:
+            self.store.put_kind("host_reference", {"host_reference": self.key,
+                                                   "description": host_description(self.program),
+                                                   "digest": ref.to_json(), "noise": noise.to_json()})
+        return ref, noise
+
+    def verdict(self, sites, ref, noise):
+        case = _key(self.key, [s.key for s in sites])
+        known = self.store.get_kind("host_case", case) if self.store else None
+        if known is None:
+            d, hit, complete = native_verdict(self.path, self.program, sites, ref, noise, self.timeout)
+            self.out.executed += 1
+            known = {"host_case": case, "divergence": d.to_json() if d else None, "hit": hit,
+                     "complete": complete, "sites": [s.key for s in sites]}
+            if self.store:
+                self.store.put_kind("host_case", known)
+        else:
+            self.out.reused += 1
+        self.out.incomplete += not known["complete"]
+        d = known["divergence"]
+        return (Divergence.from_json(d) if d else None), known["hit"]
+
+
 def native_reference(path, program, timeout) -> tuple[RunDigest, NativeNoise]:
     """Two unprobed native runs: the reference and what of it is not compared."""
     randomized = load_elf_file(path).interp is None      # run_native's no_randomize rule
@@ -216,9 +285,10 @@ def native_reference(path, program, timeout) -> tuple[RunDigest, NativeNoise]:
     return ref, noise
 
 
-def native_verdict(path, program, sites, ref, noise, timeout, out=None):
-    """The verdict of one native run with ``sites`` probed, and which of them hit
-    (from the trace: each site is its own event)."""
+def native_verdict(path, program, sites, ref, noise, timeout):
+    """The verdict of one native run with ``sites`` probed, which of them hit (from
+    the trace: each site is its own event; None: unknown) and whether its trace is
+    complete."""
     probes = [ResolvedProbe(s.key, f"s{i}", s.kind, s.offset, s.vaddr, "",
                             None if s.path == program.path else s.path)
               for i, s in enumerate(sites)]
@@ -227,32 +297,33 @@ def native_verdict(path, program, sites, ref, noise, timeout, out=None):
     except HostKernelError as e:
         if "did not finish" not in str(e):
             raise
-        return Divergence(["outcome"], f"outcome: reference {ref.outcome}, probed timeout", [str(e)]), None
-    if not complete and out is not None:
-        out.incomplete += 1
+        return Divergence(["outcome"], f"outcome: reference {ref.outcome}, probed timeout", [str(e)]), \
+            None, True
     hit = [i for i, s in enumerate(sites) if s.key in set(names)]
-    return compare_native(ref, got, noise, complete), hit
+    return compare_native(ref, got, noise, complete), hit, complete
 
 
 def host_sweep(program, model, *, batch: int = 0, timeout: float = 60.0,
-               unoptimized_clean=None) -> HostSweep:
-    """Sweep ``model.sites`` natively; compare with the model sweep ``model``."""
+               unoptimized_clean=None, store=None) -> HostSweep:
+    """Sweep ``model.sites`` natively; compare with the model sweep ``model``.  With
+    ``store`` (``--jsonl``) the native runs are recorded, and on ``--resume`` those
+    recorded for the same kernel and program are not run again."""
     if program.sysroot != "/":
         raise InputError("sweep --host: the host runs the program in its own /, not a --sysroot")
     Tracefs().close()                      # root and uprobe_events, before any run
     path, tmpdir = native_file(program)
     try:
-        ref, noise = native_reference(path, program, timeout)
         # what the model's arch_uprobe_analyze_insn() refuses, the kernel's refuses too
         # (silently, at mmap time): not worth a tracefs event each
         sites = [s for s in model.sites if f"{s.path}:{s.offset:#x}" not in model.refused]
-        out = HostSweep(os.uname().release, model.kernel, ref.outcome, len(sites),
-                        (program.path, *program.argv[1:]), compared=noise.compared,
-                        not_compared=noise.describe())
+        out = HostSweep(os.uname().release, model.kernel, "", len(sites),
+                        (program.path, *program.argv[1:]), store_path=store.path if store else "")
+        native = NativeRuns(path, program, timeout, out, store)
+        ref, noise = native.reference()
+        out.reference, out.compared, out.not_compared = ref.outcome, noise.compared, noise.describe()
 
         def evaluate(groups):
-            return [native_verdict(path, program, [sites[i] for i in g], ref, noise, timeout, out)
-                    for g in groups]
+            return [native.verdict([sites[i] for i in g], ref, noise) for g in groups]
 
         res = bisect(len(sites), batch or 256, evaluate)
         out.batches, out.runs = res.batches, res.runs

@@ -31,13 +31,16 @@ class CaseStore:
     """Case results, one JSON object per line, appended (and flushed) as each case
     finishes; with ``resume`` the lines already there are read back, so the cases they
     record are not run again.  The reference runs of each sweep are a line of their
-    own (``"reference"``: the key of their description), reused the same way.  A
-    truncated last line (the sweep was killed while writing it) is ignored."""
+    own (``"reference"``: the key of their description), reused the same way, and so
+    are ``sweep --host``'s native references and batches (``"host_reference"``,
+    ``"host_case"``).  A truncated last line (the sweep was killed while writing it)
+    is ignored."""
 
     def __init__(self, path: str, resume: bool = False):
         self.path = path
         self.records: dict = {}
         self.references: dict = {}
+        self.host: dict = {"host_reference": {}, "host_case": {}}     # sweep --host's runs
         if resume and os.path.exists(path):
             try:
                 with open(path, encoding="utf-8") as f:
@@ -48,8 +51,10 @@ class CaseStore:
                             continue
                         if isinstance(rec, dict) and "case" in rec:
                             self.records[rec["case"]] = rec
-                        elif isinstance(rec, dict) and "reference" in rec:
-                            self.references[rec["reference"]] = rec
+                        elif isinstance(rec, dict):
+                            for kind in ("reference", *self.host):
+                                if kind in rec:
+                                    self._kind(kind)[rec[kind]] = rec
             except OSError as e:
                 raise InputError(f"sweep: cannot read {path!r}: {e.strerror}") from None
         try:
@@ -88,7 +93,17 @@ class CaseStore:
         return best
 
     def put_reference(self, record: dict) -> None:
-        self.references[record["reference"]] = record
+        self.put_kind("reference", record)
+
+    def _kind(self, kind: str) -> dict:
+        return self.references if kind == "reference" else self.host[kind]
+
+    def get_kind(self, kind: str, key: str):
+        """A record of ``kind`` (reference, host_reference, host_case) by its key."""
+        return self._kind(kind).get(key)
+
+    def put_kind(self, kind: str, record: dict) -> None:
+        self._kind(kind)[record[kind]] = record
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
 
