@@ -9,6 +9,10 @@ its argument."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -278,3 +282,48 @@ def test_model_and_kernel_are_put_side_by_side_where_they_disagree(stderr_exes):
         assert want in text, f"expected {want!r} in\n{text}"
     assert host.unclassified, "a disagreement fails the sweep"
 
+
+
+@needs_tracefs
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_signal_during_a_syscall_traced_run_leaves_no_instance(build_c, sig):
+    """SIGTERM: the run's own cleanup; SIGKILL: the next run's (its instance still
+    traces raw_syscalls: they are disabled with it)."""
+    exe = build_c("block_read.c", "-static", name="block_read")
+    code = ("import sys; from emu.frontends.hostdiff import run_native; "
+            "run_native(sys.argv[1], [sys.argv[1]], [], b'', 60, syscalls=True)")
+    proc = subprocess.Popen([sys.executable, "-c", code, exe])
+    inst = os.path.join(hostdiff.find_tracefs(), "instances", hostdiff.run_tag(proc.pid))
+    try:
+        deadline = time.monotonic() + 30
+        while not (os.path.exists(inst) and _pids_in(os.path.join(inst, "set_event_pid")) > 1):
+            assert time.monotonic() < deadline and proc.poll() is None, "the traced run never started"
+            time.sleep(0.05)
+        with open(os.path.join(inst, "events/raw_syscalls/sys_enter/enable")) as f:
+            assert f.read().strip() == "1"
+        with open(os.path.join(inst, "set_event_pid")) as f:
+            child = next(int(p) for p in f.read().split() if int(p) != proc.pid)
+        proc.send_signal(sig)
+        assert proc.wait(30) == -sig, f"expected death by {sig.name}, got {proc.returncode}"
+        if sig == signal.SIGKILL:
+            assert os.path.exists(inst), "SIGKILL cannot be caught: expected the instance left"
+            os.kill(child, signal.SIGKILL)
+            _next_run(exe)
+        else:
+            assert not os.path.exists(f"/proc/{child}"), "the native run was left running"
+        assert not os.path.exists(inst), f"{inst} left after {sig.name}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _pids_in(path: str) -> int:
+    with open(path) as f:
+        return len(f.read().split())
+
+
+def _next_run(exe):
+    """A later run (its start removes the leftovers of runs that are gone)."""
+    with pytest.raises(HostKernelError, match="did not finish"):
+        run_native(exe, [exe], [], b"", 0.2, syscalls=True)
