@@ -171,3 +171,16 @@ def test_a_resumed_host_sweep_does_not_repeat_the_native_runs(tmp_path, monkeypa
     native["n"] = 0
     other = host(True, 4)                    # other batches: only the references are reused
     assert (native["n"], other.reused) == (1, 2), (native, other.reused)
+
+
+def test_a_damaged_reference_record_is_run_again(tmp_path, reference_runs):
+    path = tmp_path / "c.jsonl"
+    _sweep(guest_program("fib"), path, False)
+    lines = path.read_text().splitlines()
+    ref = json.loads(lines[0])
+    del ref["digest"]["memory"]
+    path.write_text("\n".join([json.dumps(ref), *lines[1:]]) + "\n")
+    reference_runs["n"] = 0
+    again, _ = _sweep(guest_program("fib"), path, True)
+    assert (reference_runs["n"], again.reference) == (2, "exit 40"), reference_runs
+    assert again.reference_note == f"run again: their record in {path} is damaged", again.reference_note

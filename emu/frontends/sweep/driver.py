@@ -164,10 +164,13 @@ class Sweeper:
         key = description_key(description)
         known = self.store.reference(key) if self.store else None
         if known is not None:
-            return KernelSweep(case.kernel, known["digest"]["outcome"], Noise.from_json(known["noise"]),
-                               [Site.from_json(s) for s in known["sites"]], overrides=case.overrides,
-                               ref_digest=RunDigest.from_json(known["digest"]), reference_runs=0,
-                               reference_note=f"reused from {self.store.path}")
+            try:
+                return KernelSweep(case.kernel, known["digest"]["outcome"], Noise.from_json(known["noise"]),
+                                   [Site.from_json(s) for s in known["sites"]], overrides=case.overrides,
+                                   ref_digest=RunDigest.from_json(known["digest"]), reference_runs=0,
+                                   reference_note=f"reused from {self.store.path}")
+            except (KeyError, TypeError, ValueError):
+                pass                        # a damaged record: run them again
         local = CaseRunner()
         m, ref = local.execute(case)
         again = local.run(case)
@@ -178,6 +181,8 @@ class Sweeper:
             if changed:
                 out.reference_note = f"run again: the ones in {self.store.path} were for another " + \
                     ", ".join(changed)
+            elif changed is not None:
+                out.reference_note = f"run again: their record in {self.store.path} is damaged"
             elif self.store.resuming:
                 out.reference_note = f"run: {self.store.path} has none for this kernel profile"
             self.store.put_reference({"reference": key, "kernel": case.kernel, "description": description,

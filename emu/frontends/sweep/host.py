@@ -243,8 +243,12 @@ class NativeRuns:
     def reference(self) -> tuple[RunDigest, NativeNoise]:
         known = self.store.get_kind("host_reference", self.key) if self.store else None
         if known is not None:
-            self.out.reused += 2
-            return RunDigest.from_json(known["digest"]), NativeNoise.from_json(known["noise"])
+            try:
+                ref, noise = RunDigest.from_json(known["digest"]), NativeNoise.from_json(known["noise"])
+                self.out.reused += 2
+                return ref, noise
+            except (KeyError, TypeError, ValueError):
+                pass                        # a damaged record: run them again
         ref, noise = native_reference(self.path, self.program, self.timeout)
         self.out.executed += 2
         if self.store:
@@ -256,6 +260,8 @@ class NativeRuns:
     def verdict(self, sites, ref, noise):
         case = _key(self.key, [s.key for s in sites])
         known = self.store.get_kind("host_case", case) if self.store else None
+        if known is not None and not {"divergence", "hit", "complete"} <= set(known):
+            known = None                    # a damaged record: run it again
         if known is None:
             d, hit, complete = native_verdict(self.path, self.program, sites, ref, noise, self.timeout)
             self.out.executed += 1
