@@ -22,9 +22,10 @@ from emu.frontends.hostdiff import HostKernelError, RunRecord, parse_syscalls, r
 from emu.frontends.sweep.case import Program
 from emu.frontends.sweep.compare import Divergence, RunDigest, host_view
 from emu.frontends.sweep.driver import SiteDivergence
-from emu.frontends.sweep.host import (NativeNoise, compare_native, host_sweep, native_digest,
-                                      native_noise, native_reference, native_run)
-from emu.frontends.sweep.sites import insn_sites
+from emu.frontends.sweep.host import (NativeNoise, compare_native, host_sweep, kernel_refusal,
+                                      native_digest, native_noise, native_reference, native_run)
+from emu.frontends.sweep.sites import Site, insn_sites
+from kernel_model.profiles import KernelProfile
 from sweep_helpers import sweep
 from test_hostdiff import needs_tracefs, our_probes_left
 
@@ -328,3 +329,31 @@ def _next_run(exe):
     """A later run (its start removes the leftovers of runs that are gone)."""
     with pytest.raises(HostKernelError, match="did not finish"):
         run_native(exe, [exe], [], b"", 0.2, syscalls=True)
+
+
+@pytest.mark.parametrize("raw,refused", [(b"\xf0\xff\x0f", "bad prefix 0xf0"), (b"\x55", None),
+                                         (b"\xcc", "already has int3")],
+                         ids=["lock-dec", "push-rbp", "int3"])
+def test_kernel_refusal_is_arch_uprobe_analyze_insn_on_the_sites_bytes(raw, refused):
+    site = Site("guest:none", 0x10, "p", 0x401010, raw, "", "")
+    why = kernel_refusal(site, KernelProfile.get("6.18"))
+    assert (why is None) if refused is None else (why is not None and refused in why), why
+
+
+@needs_tracefs
+def test_a_library_site_the_kernel_refuses_is_left_out_not_fatal(stderr_exes):
+    """libc's pthread_spin_lock starts with ``lock dec``: the model never installs it
+    (libc is mapped after the registration: a silent refusal), the kernel refuses it at
+    once (libc is mapped by other processes) - which failed the whole batch's enable."""
+    exe = stderr_exes["dynamic"]
+    prog = _prog(exe, "ab")
+    model = sweep(prog, hostdiff.host_profile_name(),
+                  site_specs=["libc:pthread_spin_lock", *_main_sites(exe)[:2]])
+    lock = model.sites[0]
+    assert lock.raw[:1] == b"\xf0", f"expected a lock-prefixed entry, got {lock.describe()}"
+    assert model.refused == {}, model.refused
+    host = host_sweep(prog, model)
+    assert list(host.refused) == [lock.key] and host.sites == 2, host.refused
+    assert not host.unclassified, "\n".join(host.lines())
+    assert f"  1 site(s) not probed natively: the kernel's arch_uprobe_analyze_insn() refuses them " \
+           f"(first: {lock.key}: " in "\n".join(host.lines())

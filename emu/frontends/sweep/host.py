@@ -40,13 +40,14 @@ import tempfile
 from dataclasses import dataclass, field
 
 from emu.elf import load_elf_file
-from emu.errors import InputError
+from emu.errors import InputError, RegistrationError
 from emu.frontends.hostdiff import HostKernelError, ResolvedProbe, Tracefs, run_native
 from emu.frontends.sweep.bisect import bisect
 from emu.frontends.sweep.classify import FAITHFUL, classify
 from emu.frontends.sweep.compare import (KERNEL_SYSCALLS, MASKED, Divergence, Noise, RunDigest,
                                          compare, host_view)
 from guest_programs import write_guest
+from kernel_model import arch_x86
 from kernel_model.profiles import KernelProfile
 
 RET = "ret"                   # the return value's position in NativeNoise.fields
@@ -66,6 +67,7 @@ class HostSweep:
     compared: str = ""             # what of the syscalls compares (NativeNoise.compared)
     not_compared: str = ""         # what two unprobed native runs disagree on
     incomplete: int = 0            # probed runs whose trace lost events (syscalls not compared)
+    refused: dict = field(default_factory=dict)        # site key -> why the kernel refuses it
     executed: int = 0              # native runs made now (the references included)
     reused: int = 0                # native runs read back from --jsonl on --resume
     store_path: str = ""
@@ -87,6 +89,10 @@ class HostSweep:
             out.append(f"  not compared (differs between two unprobed native runs): {self.not_compared}")
         if self.incomplete:
             out.append(f"  syscalls not compared in {self.incomplete} run(s): the trace buffer lost events")
+        if self.refused:
+            out.append(f"  {len(self.refused)} site(s) not probed natively: the kernel's "
+                       f"arch_uprobe_analyze_insn() refuses them (first: "
+                       f"{next(iter(self.refused))}: {next(iter(self.refused.values()))})")
         if self.reused:
             out.append(f"  {self.reused} native run(s) reused from {self.store_path}, "
                        f"{self.executed} run now")
@@ -109,12 +115,34 @@ class HostSweep:
                 "sites": self.sites,
                 "batches": self.batches, "runs": self.runs, "syscalls_compared": self.compared,
                 "not_compared": self.not_compared, "incomplete_runs": self.incomplete,
-                "executed": self.executed, "reused": self.reused,
+                "executed": self.executed, "reused": self.reused, "refused": self.refused,
                 "divergences": [{"site": s.to_json(), "class": c, "divergence": d.to_json()}
                                 for s, c, d in self.found],
                 "disagreements": [{"site": s.to_json(), "host": h.to_json() if h else None,
                                    "model": m.to_json() if m else None}
                                   for s, h, m in self.disagreements]}
+
+
+def kernel_refusal(site, profile) -> str | None:
+    """Why the kernel would refuse a probe at ``site`` (``arch_uprobe_analyze_insn()``
+    on the 16 bytes ``prepare_uprobe()`` copies from the file), or None.  The model's
+    sweep learns that only for a file mapped when it registers (the program); in a
+    library mapped later the refusal is silent there, as in the kernel for a file no
+    process maps yet - but ld.so and libc are mapped by other processes, so the
+    kernel analyses at once and a refused probe fails the whole batch's enable
+    (ENOTSUPP).  Such a site is left out of the native runs, and said."""
+    try:
+        with open(site.path, "rb") as f:
+            f.seek(site.offset)
+            insn = f.read(arch_x86.MAX_UINSN_BYTES)
+    except OSError:
+        insn = site.raw                     # guest:NAME: its bytes as the sweep read them
+    try:
+        arch_x86.arch_uprobe_analyze_insn(insn, nop_policy=profile.nop_emulation,
+                                          optimize=profile.optimize, vaddr=site.vaddr)
+    except RegistrationError as e:
+        return str(e)
+    return None
 
 
 def native_file(program) -> tuple[str, str | None]:
@@ -321,9 +349,13 @@ def host_sweep(program, model, *, batch: int = 0, timeout: float = 60.0,
     try:
         # what the model's arch_uprobe_analyze_insn() refuses, the kernel's refuses too
         # (silently, at mmap time): not worth a tracefs event each
-        sites = [s for s in model.sites if f"{s.path}:{s.offset:#x}" not in model.refused]
+        profile = KernelProfile.get(model.kernel)
+        candidates = [s for s in model.sites if f"{s.path}:{s.offset:#x}" not in model.refused]
+        refused = {s.key: why for s in candidates if (why := kernel_refusal(s, profile))}
+        sites = [s for s in candidates if s.key not in refused]
         out = HostSweep(os.uname().release, model.kernel, "", len(sites),
-                        (program.path, *program.argv[1:]), store_path=store.path if store else "")
+                        (program.path, *program.argv[1:]), store_path=store.path if store else "",
+                        refused=refused)
         native = NativeRuns(path, program, timeout, out, store)
         ref, noise = native.reference()
         out.reference, out.compared, out.not_compared = ref.outcome, noise.compared, noise.describe()
@@ -333,7 +365,6 @@ def host_sweep(program, model, *, batch: int = 0, timeout: float = 60.0,
 
         res = bisect(len(sites), batch or 256, evaluate)
         out.batches, out.runs = res.batches, res.runs
-        profile = KernelProfile.get(model.kernel)
         host_found = {}
         for f in res.found:
             site = sites[f.sites[0]]
