@@ -357,3 +357,20 @@ def test_a_library_site_the_kernel_refuses_is_left_out_not_fatal(stderr_exes):
     assert not host.unclassified, "\n".join(host.lines())
     assert f"  1 site(s) not probed natively: the kernel's arch_uprobe_analyze_insn() refuses them " \
            f"(first: {lock.key}: " in "\n".join(host.lines())
+
+
+@needs_tracefs
+def test_the_host_sees_the_xol_areas_page_where_the_model_does(stderr_exes):
+    """A probe hit in ld.so before libc is mapped: the XOL area takes a page of the
+    mmap area (no ASLR), so the next mmap lands a page lower - natively at the very
+    syscall and address the model says (xol-area-layout, kernel-faithful)."""
+    exe = stderr_exes["dynamic"]
+    prog = _prog(exe, "ab")
+    interp = load_elf_file(exe).interp
+    model = sweep(prog, hostdiff.host_profile_name(), site_specs=[f"{interp}:_dl_debug_state"])
+    (m,) = model.divergences
+    assert m.cls == "xol-area-layout" and m.divergence.first.startswith("syscall #"), m
+    host = host_sweep(prog, model)
+    assert [(s.key, cls, d.first) for s, cls, d in host.found] == \
+        [(m.sites[0].key, "xol-area-layout", m.divergence.first)], "\n".join(host.lines())
+    assert host.disagreements == [] and not host.unclassified, "\n".join(host.lines())
