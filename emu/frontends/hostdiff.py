@@ -19,6 +19,10 @@ from ``sched_process_exec``/``sched_process_fork`` in our instance):
 other processes hit probes in a shared library too.  Each thread's event stream is
 compared on its own, threads matched in the order they were created (tid order).
 
+The native record also has the run's stderr and, on request (``sweep --host``), the
+syscalls of the child and its descendants, traced in the same instance
+(``raw_syscalls``; :meth:`HostProbes._trace_syscalls`, :func:`parse_syscalls`).
+
 A spec is resolved as ``run -e`` resolves it (:meth:`Uprobes.find_file`: the program, any
 file by path, a library's short name such as ``uprobe:libc:malloc``); the host probe goes
 on that file's host path and file offset (tracefs ``p:GROUP/EV /path:0xOFF``), the same
@@ -64,6 +68,13 @@ ADDR_NO_RANDOMIZE = 0x0040000      # include/uapi/linux/personality.h
 # continues the previous event: the kernel prints a string fetcharg's bytes as they are
 # (print_type_string: "%s"), so a newline in the string splits the event's line.
 LINE_HEAD = re.compile(r"^\s*.+?-\d+\s+\[\d+\]\s+(\S+\s+)?\d+\.\d+: ")
+# raw_syscalls' print fmts: "NR %ld (%lx, %lx, %lx, %lx, %lx, %lx)" and "NR %ld = %ld"
+# (include/trace/events/syscalls.h); an rt_sigreturn returns as NR -1 (orig_ax).
+SYSCALL_LINE = re.compile(
+    r"^\s*.+?-(?P<pid>\d+)\s+\[\d+\]\s+(?:\S+\s+)?\d+\.\d+: sys_(?P<dir>enter|exit): "
+    r"NR (?P<nr>-?\d+) (?:\((?P<args>[0-9a-f]+(?:, [0-9a-f]+){5})\)|= (?P<ret>-?\d+))$")
+SYSCALL_EVENTS = ("events/raw_syscalls/sys_enter/enable", "events/raw_syscalls/sys_exit/enable")
+U64 = (1 << 64) - 1
 TRACE_LINE = re.compile(
     r"^\s*(?P<task>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<flags>\S+\s+)?(?P<ts>\d+\.\d+): "
     r"(?P<event>[\w.-]+): \((?P<ip>0x[0-9a-f]+)(?: <- (?P<func>0x[0-9a-f]+))?\)(?P<args>.*)$", re.S)
@@ -95,6 +106,9 @@ class RunRecord:
     status: str                      # "exit N" | "signal NAME"
     stdout: bytes
     events: list = field(default_factory=list)
+    stderr: bytes = b""
+    syscalls: dict | None = None     # tid -> [(nr, args, ret)] (run_native(syscalls=True))
+    lost_events: int = 0             # events the trace buffer lost (the trace is incomplete)
 
 
 def parse_trace(text: str) -> list[dict]:
@@ -382,6 +396,9 @@ def sweep_leftovers(t: Tracefs) -> list[str]:
             with contextlib.suppress(HostKernelError, OSError):
                 if os.path.exists(os.path.join(inst_dir, name, "events", name)):
                     t.write(f"instances/{name}/events/{name}/enable", "0")
+                for rel in SYSCALL_EVENTS:
+                    if os.path.exists(os.path.join(inst_dir, name, rel)):
+                        t.write(f"instances/{name}/{rel}", "0")
                 os.rmdir(os.path.join(inst_dir, name))
                 removed.append(f"instances/{name}")
     for line in t.read("uprobe_events").splitlines():
@@ -400,7 +417,7 @@ class HostProbes:
     Setup and cleanup run with signals held back; before creating anything, the
     leftovers of runs that are gone are swept (:func:`sweep_leftovers`)."""
 
-    def __init__(self, tracefs: Tracefs, probes: list, path: str):
+    def __init__(self, tracefs: Tracefs, probes: list, path: str, syscalls: bool = False):
         self.t = tracefs
         self.group = run_tag()
         self.instance = f"instances/{self.group}"
@@ -409,6 +426,8 @@ class HostProbes:
                                           p.offset, p.args, p.ref_ctr_offset) for p in probes]
         self.created: list[str] = []
         self.instance_made = False
+        self.syscalls = syscalls
+        self.tracer = threading.get_native_id()     # the thread that forks the child
 
     def __enter__(self):
         try:
@@ -419,7 +438,10 @@ class HostProbes:
                     self.created.append(d.split()[0].split(":", 1)[1])
                 os.mkdir(os.path.join(self.t.path, self.instance))
                 self.instance_made = True
-                self.t.write(f"{self.instance}/events/{self.group}/enable", "1")
+                if self.syscalls:
+                    self._trace_syscalls()
+                if self.created:
+                    self.t.write(f"{self.instance}/events/{self.group}/enable", "1")
                 for rel in SCHED_EVENTS:      # who descends from whom, and since when
                     if os.path.exists(os.path.join(self.t.path, self.instance, rel)):
                         self.t.write(f"{self.instance}/{rel}", "1")
@@ -427,6 +449,42 @@ class HostProbes:
             self.cleanup()
             raise
         return self
+
+    def _trace_syscalls(self) -> None:
+        """raw_syscalls in our instance, for the child only: the pid filter
+        (``set_event_pid``, which every event of the instance obeys) holds the forking
+        thread, and ``options/event-fork`` adds what it forks - the child - and the
+        child's own descendants.  The pid goes in before any syscall event is enabled:
+        unfiltered, every task on the machine would fill the buffer.  :meth:`spawned`
+        then takes the forking thread out (``set_event_notrace_pid``), :meth:`stop`
+        ends recording before the trace is read (our own reads would be traced)."""
+        for rel in ("set_event_pid", "set_event_notrace_pid", "options/event-fork", *SYSCALL_EVENTS):
+            if not os.path.exists(os.path.join(self.t.path, self.instance, rel)):
+                raise HostKernelError(f"this kernel's tracefs has no {rel}: the syscalls cannot be traced")
+        self.t.write(f"{self.instance}/set_event_pid", str(self.tracer))
+        self.t.write(f"{self.instance}/options/event-fork", "1")
+        for rel in SYSCALL_EVENTS:
+            self.t.write(f"{self.instance}/{rel}", "1")
+
+    def spawned(self) -> None:
+        """The child exists (and is in the pid filter): stop tracing the forking thread."""
+        if self.syscalls:
+            self.t.write(f"{self.instance}/set_event_notrace_pid", str(self.tracer))
+
+    def stop(self) -> None:
+        """Recording ends (``tracing_on``): reading the trace adds nothing to it."""
+        if self.syscalls:
+            self.t.write(f"{self.instance}/tracing_on", "0")
+
+    def lost_events(self) -> int:
+        """Events the instance's ring buffer overwrote or dropped (per_cpu/cpuN/stats:
+        ``overrun``, ``dropped events``): when not 0, the trace is incomplete."""
+        lost = 0
+        base = os.path.join(self.t.path, self.instance, "per_cpu")
+        for cpu in sorted(os.listdir(base)) if os.path.isdir(base) else ():
+            stats = self.t.read(f"{self.instance}/per_cpu/{cpu}/stats")
+            lost += sum(int(v) for k, v in re.findall(r"^(overrun|dropped events): (\d+)$", stats, re.M))
+        return lost
 
     def trace(self) -> str:
         return self.t.read(f"{self.instance}/trace")
@@ -438,7 +496,8 @@ class HostProbes:
     def _cleanup(self) -> None:
         errors = []
         if self.instance_made:
-            for rel in (f"events/{self.group}/enable", *SCHED_EVENTS):
+            for rel in (f"events/{self.group}/enable", *SCHED_EVENTS,
+                        *(SYSCALL_EVENTS if self.syscalls else ())):
                 if os.path.exists(os.path.join(self.t.path, self.instance, rel)):
                     try:
                         self.t.write(f"{self.instance}/{rel}", "0")
@@ -580,6 +639,25 @@ def _events_from_lines(lines: list[dict], probes: list[ResolvedProbe], program: 
     return out
 
 
+def parse_syscalls(text: str, tids) -> dict:
+    """The raw_syscalls lines of ``tids`` in a trace: tid -> [(nr, args, ret)] in order,
+    ret None for a call that did not return (exit_group) and the return value as the
+    register holds it (unsigned 64 bits).  An exit pairs with its task's pending entry
+    (whatever its NR: rt_sigreturn's is -1); an exit with none pending is dropped: the
+    execve the trace starts in, a new thread's or child's return from clone/fork."""
+    out: dict = {}
+    for line in text.split("\n"):
+        m = SYSCALL_LINE.match(line)
+        if m is None or int(m.group("pid")) not in tids:
+            continue
+        calls = out.setdefault(int(m.group("pid")), [])
+        if m.group("dir") == "enter":
+            calls.append([int(m.group("nr")), tuple(int(a, 16) for a in m.group("args").split(", ")), None])
+        elif calls and calls[-1][2] is None:
+            calls[-1][2] = int(m.group("ret")) & U64
+    return {tid: [tuple(c) for c in calls] for tid, calls in out.items() if calls}
+
+
 def since_exec(text: str, pid: int) -> str:
     """The trace from ``pid``'s exec on: before it, the forked child still runs the
     parent's program (Python's preexec code calls malloc too)."""
@@ -635,10 +713,14 @@ def _popen_native(cmd: list[str], mask, no_randomize: bool = True) -> subprocess
 
 
 def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: bytes,
-               timeout: float, no_randomize: bool | None = None) -> RunRecord:
-    """Run the program natively (unsandboxed, as root) under host probes.  The probes,
-    the trace instance and a tracefs mount of ours are removed however the run ends:
-    an error, Ctrl-C or a fatal signal (SIGKILL: by the next run's sweep).
+               timeout: float, no_randomize: bool | None = None, *,
+               syscalls: bool = False) -> RunRecord:
+    """Run the program natively (unsandboxed, as root) under host probes (none: an
+    unprobed run).  The probes, the trace instance and a tracefs mount of ours are
+    removed however the run ends: an error, Ctrl-C or a fatal signal (SIGKILL: by the
+    next run's sweep).  The record has the run's stderr too; with ``syscalls`` also
+    the syscalls of the child and its descendants from its exec on, traced in the same
+    instance (:meth:`HostProbes._trace_syscalls`), and how many events the buffer lost.
 
     ``no_randomize`` (default: for a program with a PT_INTERP) runs it without ASLR:
     the model lays a dynamic program out as the kernel does then (mmap_base below the
@@ -654,7 +736,7 @@ def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: b
         tracefs = None
         try:
             tracefs = Tracefs()
-            with HostProbes(tracefs, probes, path) as hp:
+            with HostProbes(tracefs, probes, path, syscalls) as hp:
                 # Signals are held back until the Popen object is kept: one raised inside
                 # Popen's wait for the exec, or as the block ends, would orphan the child.
                 procs = []
@@ -662,7 +744,8 @@ def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: b
                     with deferred_signals() as mask:
                         procs.append(_popen_native([path, *argv[1:]], mask, no_randomize))
                     proc = procs[0]
-                    out, _ = proc.communicate(stdin, timeout=timeout)
+                    hp.spawned()
+                    out, err = proc.communicate(stdin, timeout=timeout)
                 except subprocess.TimeoutExpired:
                     raise HostKernelError(f"the native run did not finish in {timeout} s") from None
                 finally:
@@ -670,7 +753,9 @@ def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: b
                         if child.returncode is None:    # a signal or an error: never orphaned
                             child.kill()
                             child.wait()
+                hp.stop()
                 text = hp.trace()
+                lost = hp.lost_events() if syscalls else 0
         finally:
             if tracefs is not None:
                 tracefs.close()
@@ -681,7 +766,8 @@ def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: b
         status = f"signal {signal.Signals(-proc.returncode).name}"
     else:
         status = f"exit {proc.returncode}"
-    return RunRecord(status, out, _events_from_lines(lines, probes, path))
+    return RunRecord(status, out, _events_from_lines(lines, probes, path), err,
+                     parse_syscalls(text, ours) if syscalls else None, lost)
 
 
 def run_model(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: bytes,

@@ -125,7 +125,7 @@ def cmd_sweep(args) -> int:
             from emu.frontends.sweep.host import host_sweep
             host = host_sweep(program, sweeps[0], batch=args.batch, timeout=args.timeout or 60.0,
                               unoptimized_clean=lambda site: sweeper.transparent_without_optimizer(
-                                  site, sweeps[0]))
+                                  site, sweeps[0]), store=store)
     finally:
         progress.close()
         runner.close()

@@ -12,6 +12,7 @@ pushes as any callee would.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from dataclasses import dataclass, field
 
@@ -24,8 +25,10 @@ KERNEL_PAGES = ("[uprobes]", "[uprobes-trampoline]")
 KERNEL_SYSCALLS = (335, 336)          # sys_uretprobe, sys_uprobe
 RED_ZONE = 128
 PAGE = 4096
-# What the host's side of a sweep sees of a run (no registers, no memory, no syscalls).
-HOST_PARTS = ("outcome", "stdout")
+# What the host's side of a sweep sees of a run (no registers, no memory): see
+# emu.frontends.sweep.host for which syscall fields compare there.
+HOST_PARTS = ("outcome", "stdout", "stderr", "syscalls")
+MASKED = "*"                          # a syscall field the comparison leaves out
 
 
 @dataclass
@@ -37,6 +40,22 @@ class RunDigest:
     regs: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)     # "start-end name" -> [page hash]
     hits: int = 0
+
+    def to_json(self) -> dict:
+        """JSON that :meth:`from_json` turns back into an equal digest (a resumed
+        sweep compares against the reference it recorded)."""
+        return {"outcome": self.outcome, "stdout": base64.b64encode(self.stdout).decode(),
+                "stderr": base64.b64encode(self.stderr).decode(),
+                "syscalls": [[tid, [[nr, list(args), ret] for nr, args, ret in calls]]
+                             for tid, calls in self.syscalls.items()],
+                "regs": self.regs, "memory": self.memory, "hits": self.hits}
+
+    @staticmethod
+    def from_json(d: dict) -> "RunDigest":
+        return RunDigest(d["outcome"], base64.b64decode(d["stdout"]), base64.b64decode(d["stderr"]),
+                         {tid: [(nr, tuple(args), ret) for nr, args, ret in calls]
+                          for tid, calls in d["syscalls"]},
+                         dict(d["regs"]), {k: list(v) for k, v in d["memory"].items()}, d["hits"])
 
 
 class SyscallRecorder:
@@ -133,6 +152,15 @@ class Noise:
             [f"{len(self.pages)} page(s) of memory"] * bool(self.pages)
         return ", ".join(bits)
 
+    def to_json(self) -> dict:
+        return {"parts": sorted(self.parts), "regs": sorted(self.regs),
+                "pages": sorted([k, i] for k, i in self.pages)}
+
+    @staticmethod
+    def from_json(d: dict) -> "Noise":
+        return Noise(frozenset(d["parts"]), frozenset(d["regs"]),
+                     frozenset((k, i) for k, i in d["pages"]))
+
 
 def noise_between(a: RunDigest, b: RunDigest) -> Noise:
     parts = {p for p in ("outcome", "stdout", "stderr", "syscalls") if getattr(a, p) != getattr(b, p)}
@@ -151,20 +179,23 @@ class Divergence:
     first: str             # the first point where the runs part
     details: list          # one line per differing part
     tag: str = ""          # "mmap-lower": they part at an mmap that landed lower
+    nrs: bool = False      # the syscall numbers differ (not only arguments or results)
 
     def to_json(self) -> dict:
-        return {"parts": self.parts, "first": self.first, "details": self.details, "tag": self.tag}
+        return {"parts": self.parts, "first": self.first, "details": self.details, "tag": self.tag,
+                "nrs": self.nrs}
 
     @staticmethod
     def from_json(d: dict) -> "Divergence":
-        return Divergence(d["parts"], d["first"], d["details"], d.get("tag", ""))
+        return Divergence(d["parts"], d["first"], d["details"], d.get("tag", ""), d.get("nrs", False))
 
 
 def format_syscall(call) -> str:
+    """``name(args) = ret``; a field left out of the comparison (:data:`MASKED`) is ``*``."""
     nr, args, ret = call
     name = SYSCALL_NAMES.get(nr, f"syscall_{nr}")
-    shown = ", ".join(f"{a:#x}" for a in args[:6])
-    return f"{name}({shown}) = {'?' if ret is None else _signed(ret)}"
+    shown = ", ".join(MASKED if a == MASKED else f"{a:#x}" for a in args[:6])
+    return f"{name}({shown}) = {'?' if ret is None else MASKED if ret == MASKED else _signed(ret)}"
 
 
 def _signed(v: int) -> str:
@@ -177,8 +208,8 @@ MMAP = 9
 
 def _mmap_lower(x, y) -> bool:
     """The same mmap call answered with a lower address (by whole pages)."""
-    return bool(x and y and x[0] == y[0] == MMAP and x[1] == y[1] and x[2] is not None and
-                y[2] is not None and y[2] < x[2] and (x[2] - y[2]) % PAGE == 0)
+    return bool(x and y and x[0] == y[0] == MMAP and x[1] == y[1] and isinstance(x[2], int) and
+                isinstance(y[2], int) and y[2] < x[2] and (x[2] - y[2]) % PAGE == 0)
 
 
 def _first_syscall_diff(ref: dict, got: dict) -> tuple[str, str] | None:
@@ -229,7 +260,13 @@ def compare(ref: RunDigest, got: RunDigest, noise: Noise = Noise()) -> Divergenc
         details.append(mem)
     if not parts:
         return None
-    return Divergence(parts, details[0], details, sc[1] if sc else "")
+    return Divergence(parts, details[0], details, sc[1] if sc else "",
+                      bool(sc) and _numbers(ref.syscalls) != _numbers(got.syscalls))
+
+
+def _numbers(syscalls: dict) -> list:
+    """Each task's syscall numbers, in task order."""
+    return [[c[0] for c in syscalls[tid]] for tid in sorted(syscalls)]
 
 
 def _memory_diff(a: dict, b: dict, noisy=frozenset()) -> str | None:
@@ -248,11 +285,14 @@ def _memory_diff(a: dict, b: dict, noisy=frozenset()) -> str | None:
     return None
 
 
-def host_view(d: Divergence | None) -> Divergence | None:
-    """What of a model divergence the host's side could see (:data:`HOST_PARTS`)."""
+def host_view(d: Divergence | None, unseen=frozenset(), numbers_only: bool = False) -> Divergence | None:
+    """What of a model divergence the host's side could see: the :data:`HOST_PARTS`
+    but those in ``unseen`` (what two native runs disagree on), and of the syscalls
+    only their numbers when ``numbers_only`` (a native run under ASLR)."""
     if d is None:
         return None
-    keep = [(p, t) for p, t in zip(d.parts, d.details) if p in HOST_PARTS]
+    keep = [(p, t) for p, t in zip(d.parts, d.details) if p in HOST_PARTS and p not in unseen
+            and not (p == "syscalls" and numbers_only and not d.nrs)]
     if not keep:
         return None
-    return Divergence([p for p, _ in keep], keep[0][1], [t for _, t in keep], d.tag)
+    return Divergence([p for p, _ in keep], keep[0][1], [t for _, t in keep], d.tag, d.nrs)

@@ -1,14 +1,20 @@
 """One sweep of one program under one kernel profile: the reference run, the sites, the
 batched bisection on a runner, the classification of what diverged.
 
-The reference (unprobed) run executes here: its finished machine also tells which
-libraries the program mapped (``--libraries``).  Every probed case then goes to the
-runner; with a :class:`~emu.frontends.sweep.report.CaseStore` a case already recorded
-(an interrupted sweep's JSONL) is not run again - its verdict is read back.
+The reference (unprobed) run executes here, twice (what the two disagree on is not
+compared): its finished machine also tells which libraries the program mapped
+(``--libraries``), so the sites are enumerated from it.  Every probed case then goes to
+the runner; with a :class:`~emu.frontends.sweep.report.CaseStore` a case already
+recorded (an interrupted sweep's JSONL) is not run again - its verdict is read back -
+and neither are the reference runs: their digest, what they disagree on and the sites
+are recorded under a key made of the whole description (:func:`reference_description`)
+and reused when a resumed sweep's description is the same.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -16,8 +22,8 @@ from dataclasses import dataclass, field
 from emu.frontends.sweep.bisect import bisect
 from emu.frontends.sweep.case import Case, CaseRunner
 from emu.frontends.sweep.classify import FAITHFUL, UNCLASSIFIED, classify
-from emu.frontends.sweep.compare import Divergence, Noise, compare, noise_between
-from emu.frontends.sweep.sites import enumerate_sites
+from emu.frontends.sweep.compare import Divergence, Noise, RunDigest, compare, noise_between
+from emu.frontends.sweep.sites import SITE_MODES, Site, enumerate_sites
 from kernel_model.profiles import KernelProfile
 
 
@@ -51,6 +57,8 @@ class KernelSweep:
     seconds: float = 0.0
     overrides: tuple = ()
     ref_digest: object = field(default=None, repr=False)    # the reference run's RunDigest
+    reference_runs: int = 2                  # 0: the recorded reference was reused
+    reference_note: str = ""                 # how --resume dealt with the reference runs
 
     def by_class(self) -> dict:
         out: dict = {}
@@ -66,7 +74,8 @@ class KernelSweep:
         return {"kernel": self.kernel, "reference": self.reference,
                 "not_compared": self.noise.describe(), "sites": len(self.sites),
                 "refused": self.refused, "batches": self.batches, "runs": self.runs,
-                "executed": self.executed, "seconds": round(self.seconds, 3),
+                "executed": self.executed, "reference_runs": self.reference_runs,
+                "seconds": round(self.seconds, 3),
                 "by_class": self.by_class(),
                 "divergences": [d.to_json() for d in self.divergences]}
 
@@ -81,6 +90,32 @@ def default_repro(program, kernel: str, sites) -> str:
     return shlex.join(words)
 
 
+def reference_description(program, kernel: str, overrides: tuple, mode: str, libraries: bool,
+                          site_specs) -> dict:
+    """Everything the reference runs and the site list depend on: the program (path,
+    SHA-256, argv, stdin, sysroot, seed, budget), the profile and its overrides, and
+    the sites asked for (a --sites FILE by its content's SHA-256)."""
+    d = {"program": program.path, "sha256": program.sha256, "argv": list(program.argv),
+         "stdin": hashlib.sha256(program.stdin).hexdigest(), "sysroot": program.sysroot,
+         "seed": program.seed, "max_insns": program.max_insns, "kernel": kernel,
+         "overrides": [[k, v] for k, v in overrides], "mode": mode,
+         "sites_file": _file_sha256(mode) if mode not in SITE_MODES else None,
+         "libraries": libraries, "site_specs": list(site_specs or [])}
+    return json.loads(json.dumps(d, default=repr))      # as the JSONL gives it back
+
+
+def description_key(description: dict) -> str:
+    return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _file_sha256(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read(16 << 20)).hexdigest()
+    except OSError:
+        return None                     # read_site_file() says why, when the sites are read
+
+
 class Sweeper:
     """Sweeps ``program`` on ``runner``; ``store`` (optional) streams and resumes."""
 
@@ -93,19 +128,19 @@ class Sweeper:
               libraries: bool = False, site_specs=None) -> KernelSweep:
         t0 = time.perf_counter()
         profile = KernelProfile.get(kernel, **dict(overrides))
-        local = CaseRunner()
-        m, ref = local.execute(Case(self.program, kernel, overrides, ()))
-        again = local.run(Case(self.program, kernel, overrides, ()))
-        sites = enumerate_sites(m, mode, libraries=libraries, program=m.process.exe.path,
-                                site_specs=site_specs)
-        out = KernelSweep(kernel, ref.digest.outcome, noise_between(ref.digest, again.digest), sites,
-                          overrides=overrides, ref_digest=ref.digest)
+        out = self.reference(Case(self.program, kernel, overrides, ()),
+                             reference_description(self.program, kernel, overrides, mode,
+                                                   libraries, site_specs),
+                             lambda m: enumerate_sites(m, mode, libraries=libraries,
+                                                       program=m.process.exe.path,
+                                                       site_specs=site_specs))
+        sites, ref_digest = out.sites, out.ref_digest
         batch = self.batch or max(1, -(-len(sites) // max(1, self.runner.workers)))
 
         def evaluate(groups):
             cases = [Case(self.program, kernel, overrides, tuple(sites[i].probe for i in g))
                      for g in groups]
-            return self._verdicts(cases, ref.digest, out)
+            return self._verdicts(cases, ref_digest, out)
 
         res = bisect(len(sites), batch, evaluate) if sites else None
         if res is not None:
@@ -120,6 +155,39 @@ class Sweeper:
                 out.divergences.append(SiteDivergence(group, cls, f.verdict,
                                                       self.repro(self.program, kernel, group)))
         out.seconds = time.perf_counter() - t0
+        return out
+
+    def reference(self, case: Case, description: dict, sites_of) -> KernelSweep:
+        """The reference: the two unprobed runs and the sites (``sites_of(machine)``),
+        read back from the store when it recorded them for the same ``description``,
+        else run (and recorded)."""
+        key = description_key(description)
+        known = self.store.reference(key) if self.store else None
+        if known is not None:
+            try:
+                return KernelSweep(case.kernel, known["digest"]["outcome"], Noise.from_json(known["noise"]),
+                                   [Site.from_json(s) for s in known["sites"]], overrides=case.overrides,
+                                   ref_digest=RunDigest.from_json(known["digest"]), reference_runs=0,
+                                   reference_note=f"reused from {self.store.path}")
+            except (KeyError, TypeError, ValueError):
+                pass                        # a damaged record: run them again
+        local = CaseRunner()
+        m, ref = local.execute(case)
+        again = local.run(case)
+        out = KernelSweep(case.kernel, ref.digest.outcome, noise_between(ref.digest, again.digest),
+                          sites_of(m), overrides=case.overrides, ref_digest=ref.digest)
+        if self.store:
+            changed = self.store.reference_changes(description)
+            if changed:
+                out.reference_note = f"run again: the ones in {self.store.path} were for another " + \
+                    ", ".join(changed)
+            elif changed is not None:
+                out.reference_note = f"run again: their record in {self.store.path} is damaged"
+            elif self.store.resuming:
+                out.reference_note = f"run: {self.store.path} has none for this kernel profile"
+            self.store.put_reference({"reference": key, "kernel": case.kernel, "description": description,
+                                      "digest": ref.digest.to_json(), "noise": out.noise.to_json(),
+                                      "sites": [s.to_json() for s in out.sites]})
         return out
 
     def transparent_without_optimizer(self, site, out: KernelSweep) -> bool:

@@ -18,15 +18,29 @@ from emu.errors import InputError
 EXIT_CLEAN, EXIT_DIVERGED = 0, 1
 
 
+# What a reference record's description fields are called in a note
+DESCRIPTION_NAMES = {"program": "program path", "sha256": "binary (SHA-256 differs)",
+                     "argv": "argv", "stdin": "stdin", "sysroot": "sysroot", "seed": "seed",
+                     "max_insns": "instruction budget", "kernel": "kernel profile",
+                     "overrides": "profile overrides", "mode": "--sites",
+                     "sites_file": "--sites file content", "libraries": "--libraries",
+                     "site_specs": "--site list"}
+
+
 class CaseStore:
     """Case results, one JSON object per line, appended (and flushed) as each case
     finishes; with ``resume`` the lines already there are read back, so the cases they
-    record are not run again.  A truncated last line (the sweep was killed while
-    writing it) is ignored."""
+    record are not run again.  The reference runs of each sweep are a line of their
+    own (``"reference"``: the key of their description), reused the same way, and so
+    are ``sweep --host``'s native references and batches (``"host_reference"``,
+    ``"host_case"``).  A truncated last line (the sweep was killed while writing it)
+    is ignored."""
 
     def __init__(self, path: str, resume: bool = False):
         self.path = path
         self.records: dict = {}
+        self.references: dict = {}
+        self.host: dict = {"host_reference": {}, "host_case": {}}     # sweep --host's runs
         if resume and os.path.exists(path):
             try:
                 with open(path, encoding="utf-8") as f:
@@ -37,6 +51,10 @@ class CaseStore:
                             continue
                         if isinstance(rec, dict) and "case" in rec:
                             self.records[rec["case"]] = rec
+                        elif isinstance(rec, dict):
+                            for kind in ("reference", *self.host):
+                                if kind in rec:
+                                    self._kind(kind)[rec[kind]] = rec
             except OSError as e:
                 raise InputError(f"sweep: cannot read {path!r}: {e.strerror}") from None
         try:
@@ -44,6 +62,7 @@ class CaseStore:
         except OSError as e:
             raise InputError(f"sweep: cannot write {path!r}: {e.strerror}") from None
         self.resumed = len(self.records)
+        self.resuming = resume
 
     def get(self, case_id: str):
         return self.records.get(case_id)
@@ -53,6 +72,38 @@ class CaseStore:
             record = dict(record, sites=[f"{p}:{o:#x}" + ("%return" if k == "r" else "")
                                          for p, o, k in case.sites])
         self.records[record["case"]] = record
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+
+    def reference(self, key: str):
+        return self.references.get(key)
+
+    def reference_changes(self, description: dict) -> list[str] | None:
+        """What differs between ``description`` and the closest reference recorded
+        for the same kernel profile and overrides (None: none is): why the reference
+        runs are run again."""
+        best = None
+        for rec in self.references.values():
+            old = rec.get("description", {})
+            if (old.get("kernel"), old.get("overrides")) != (description["kernel"], description["overrides"]):
+                continue
+            diff = [DESCRIPTION_NAMES.get(k, k) for k in description if old.get(k) != description[k]]
+            if best is None or len(diff) < len(best):
+                best = diff
+        return best
+
+    def put_reference(self, record: dict) -> None:
+        self.put_kind("reference", record)
+
+    def _kind(self, kind: str) -> dict:
+        return self.references if kind == "reference" else self.host[kind]
+
+    def get_kind(self, kind: str, key: str):
+        """A record of ``kind`` (reference, host_reference, host_case) by its key."""
+        return self._kind(kind).get(key)
+
+    def put_kind(self, kind: str, record: dict) -> None:
+        self._kind(kind)[record[kind]] = record
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
 
@@ -121,6 +172,9 @@ def print_report(sweeps: list, title: str, out=None) -> None:
     console = Console(file=out or sys.stdout, width=160)
     console.print(summary_table(sweeps, title))
     for s in sweeps:
+        if s.reference_note:
+            console.print(f"[{s.kernel}] reference runs: {s.reference_note}", markup=False,
+                          highlight=False, soft_wrap=True)
         if s.noise.describe():
             console.print(f"[{s.kernel}] not compared (differs between two unprobed runs): "
                           f"{s.noise.describe()}", markup=False, highlight=False)

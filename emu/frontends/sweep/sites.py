@@ -54,6 +54,11 @@ class Site:
         d["raw"] = self.raw.hex()
         return d
 
+    @staticmethod
+    def from_json(d: dict) -> "Site":
+        return Site(d["path"], d["offset"], d["kind"], d["vaddr"], bytes.fromhex(d["raw"]),
+                    d["text"], d["symbol"])
+
 
 _MD = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
 
