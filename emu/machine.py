@@ -824,7 +824,7 @@ class Machine:
         rf = task.process.regfile
         win = rf.window                   # (the engine is alive: this is its callback)
         if win is not None:
-            regs = PtRegs.at_trap(win[16], win[17] & TF, rf.read_window, rf.read_extra, task.orig_rax)
+            regs = PtRegs.at_trap(win[16], win[17] & TF, rf, task.orig_rax)
         else:
             regs = PtRegs(rf.read_all(), task.orig_rax)
         self.counters.bp_traps += 1
@@ -855,7 +855,7 @@ class Machine:
         rf = task.process.regfile
         win = rf.window                   # (the engine is alive: this is its callback)
         if win is not None:
-            regs = PtRegs.at_trap(win[16], win[17] & TF, rf.read_window, rf.read_extra, task.orig_rax)
+            regs = PtRegs.at_trap(win[16], win[17] & TF, rf, task.orig_rax)
         else:
             regs = PtRegs(rf.read_all(), task.orig_rax)
         self.counters.db_traps += 1

@@ -70,26 +70,26 @@ class PtRegs:
         self.tf = self._tf0 = values[EFLAGS] & TF
 
     @classmethod
-    def at_trap(cls, rip: int, tf: int, load, load_extra, orig_rax: int = -1) -> "PtRegs":
-        """A snapshot that holds rip and the trap flag only.  ``load()`` (a list in
-        ``GPR_NAMES`` order whose first 16 registers, rax..r15, are the CPU's) runs on
-        the first access to one of rax..r15; ``load_extra()`` ([eflags, fs_base,
-        gs_base]) on the first access to one of those.  The CPU's registers must not
-        change in between except through this snapshot - true inside a trap, where only
-        the write-back touches them."""
+    def at_trap(cls, rip: int, tf: int, source, orig_rax: int = -1) -> "PtRegs":
+        """A snapshot that holds rip and the trap flag only.  ``source.read_window()``
+        (a list in ``GPR_NAMES`` order whose first 16 registers, rax..r15, are the
+        CPU's) runs on the first access to one of rax..r15; ``source.read_extra()``
+        ([eflags, fs_base, gs_base]) on the first access to one of those.  The CPU's
+        registers must not change in between except through this snapshot - true
+        inside a trap, where only the write-back touches them."""
         self = cls.__new__(cls)
         self._v = self._orig = None       # made by the first read of a group
         self.orig_rax = orig_rax
         self._dirty = set()
-        self._load, self._loadx = load, load_extra
+        self._load = self._loadx = source
         self.rip = self._rip0 = rip
         self.tf = self._tf0 = tf
         return self
 
     def _fill(self) -> None:
         """rax..r15 from the CPU; the extras stay as the snapshot has them."""
-        load, self._load = self._load, None
-        full = load()
+        source, self._load = self._load, None
+        full = source.read_window()
         v, o = self._v, self._orig
         if v is None:
             self._orig = full[:]
@@ -99,8 +99,8 @@ class PtRegs:
         self._v = full
 
     def _fillx(self) -> None:
-        load, self._loadx = self._loadx, None
-        x = load()
+        source, self._loadx = self._loadx, None
+        x = source.read_extra()
         if self._v is None:
             self._v, self._orig = _UNREAD[:], _UNREAD[:]
         self._v[EFLAGS:] = x

@@ -36,14 +36,17 @@ def _spy(monkeypatch, rf, attr: str, calls: list) -> None:
 def _trap_regs(rip=0x1000, tf=0, gprs=None, extra=(0x202, 0, 0)):
     loads = []
 
-    def load():
-        loads.append("gprs")
-        return list(gprs if gprs is not None else range(len(GPR_NAMES)))
+    class Source:
+        @staticmethod
+        def read_window():
+            loads.append("gprs")
+            return list(gprs if gprs is not None else range(len(GPR_NAMES)))
 
-    def load_extra():
-        loads.append("extra")
-        return list(extra)
-    return PtRegs.at_trap(rip, tf, load, load_extra), loads
+        @staticmethod
+        def read_extra():
+            loads.append("extra")
+            return list(extra)
+    return PtRegs.at_trap(rip, tf, Source), loads
 
 
 def test_a_trap_snapshot_reads_the_general_registers_only_when_asked():
