@@ -237,7 +237,8 @@ class RegisterFile:
         win = self.window
         if win is None:
             return self.read_all()
-        self._handle()
+        if self._uc._uch is None:         # _handle(), inline
+            raise UcError(UCC.UC_ERR_HANDLE)
         ax, cx, dx, bx, sp, bp, si, di, r8, r9, r10, r11, r12, r13, r14, r15, ip, _ = win.tolist()
         return [ax, bx, cx, dx, si, di, bp, sp, r8, r9, r10, r11, r12, r13, r14, r15, ip, 0, 0, 0]
 
@@ -264,8 +265,8 @@ class RegisterFile:
         if not changes:
             return
         win = self.window
-        if win is not None:
-            self._handle()
+        if win is not None and self._uc._uch is None:     # _handle(), inline
+            raise UcError(UCC.UC_ERR_HANDLE)
         k = 0
         wid, wbuf = self._wid, self._wbuf
         tf = None

@@ -593,7 +593,7 @@ class Uprobes:
         return mm.xol_area
 
     def pre_ssout(self, task, utask: UprobeTask, uprobe: Uprobe, regs, bp_vaddr: int) -> None:
-        area = self.get_xol_area(task.process)
+        area = task.process.mm_uprobes.xol_area or self.get_xol_area(task.process)
         if area is None:
             # xol_get_insn_slot() returns 0: pre_ssout fails and handle_swbp restarts at
             # bp_vaddr (ip is already there): the task traps again, handlers re-run.
@@ -620,7 +620,7 @@ class Uprobes:
         arch.arch_uprobe_pre_xol(uprobe.arch, regs, utask)
         utask.active_uprobe = uprobe
         utask.state = UTASK_SSTEP
-        self.counters.xol_singlesteps += 1
+        self.machine.counters.xol_singlesteps += 1
         if self.events.active:
             self.events.publish(ev.XolStep(task, uprobe, slot, xol_vaddr))
 
@@ -648,7 +648,8 @@ class Uprobes:
         return True
 
     def _end_sstep(self, task, utask: UprobeTask) -> None:
-        area = self.mm(task.process).xol_area
+        mm = task.process.mm_uprobes
+        area = mm.xol_area if mm is not None else None
         if area is not None and utask.xol_slot > 0:
             area.free_slot(utask.xol_slot)
             if area.waiters:
