@@ -53,11 +53,12 @@ def _pattern(k: int) -> int:
 @functools.cache
 def cpu_window_layout() -> tuple[int, int] | None:
     """(offset in ``uc_struct`` of the CPU pointer, offset from the CPU to
-    ``env.regs``), found once on a scratch instance: every general register and rip are
-    set to distinct patterns through the API and looked for behind each pointer of the
-    uc_struct.  Memory is read through ``/proc/self/mem``, so a word that is no pointer
-    costs an EIO, never a crash.  The layout is then verified both ways (API write,
-    window read; window write, API read) on a second instance.  None: not recognised."""
+    ``env.regs``), found once per process on two scratch instances: every general
+    register and rip are set to distinct patterns through the API and looked for behind
+    each pointer of the uc_struct.  Memory is read through ``/proc/self/mem``, so a word
+    that is no pointer costs an EIO, never a crash.  The layout is then verified both
+    ways (API write, window read; window write, API read; TF in both directions) on a
+    third.  None: not recognised."""
     try:
         fd = os.open("/proc/self/mem", os.O_RDONLY)
     except OSError:
@@ -149,7 +150,10 @@ def _verify_layout(cpu_off: int, env_off: int) -> bool:
             return False
     for flags in (0x302, 0x202):          # TF in, TF out: the control bits are in the word
         uc.reg_write(X.UC_X86_REG_EFLAGS, flags)
-        if win[W_EFLAGS] & 0x100 != flags & 0x100:
+        if win[W_EFLAGS] & TF != flags & TF:
+            return False
+        win[W_EFLAGS] ^= TF
+        if uc.reg_read(X.UC_X86_REG_EFLAGS) != flags ^ TF:
             return False
     return True
 

@@ -102,7 +102,7 @@ class PtRegs:
         source, self._loadx = self._loadx, None
         x = source.read_extra()
         if self._v is None:
-            self._v, self._orig = _UNREAD[:], _UNREAD[:]
+            self._v, self._orig = list(_UNREAD), list(_UNREAD)
         self._v[EFLAGS:] = x
         self._orig[EFLAGS:] = x
 
@@ -186,7 +186,7 @@ class PtRegs:
 
 
 _MASK64 = 0xFFFFFFFFFFFFFFFF
-_UNREAD = [0] * len(GPR_NAMES)
+_UNREAD = (0,) * len(GPR_NAMES)
 
 
 def _register_property(i: int) -> property:
