@@ -126,13 +126,16 @@ class PtRegs:
     cs = property(lambda self: USER_CS, lambda self, value: None)
     ss = property(lambda self: USER_SS, lambda self, value: None)
 
-    def __getattr__(self, name):
-        raise AttributeError(f"no register named {name!r}")
-
+    # (no __getattr__: a class with one gets no specialised attribute access, and every
+    # register read and write on the hit path would pay for it)
     def __getitem__(self, name: str) -> int:
+        if name not in _NAMES:
+            raise KeyError(f"no register named {name!r}")
         return getattr(self, name)
 
     def __setitem__(self, name: str, value: int) -> None:
+        if name not in _NAMES:
+            raise KeyError(f"no register named {name!r}")
         setattr(self, name, value)
 
     # views ---------------------------------------------------------------
@@ -162,7 +165,10 @@ class PtRegs:
         out = {}
         if dirty:
             v, o = self._v, self._orig
-            out = {i: v[i] for i in dirty if v[i] != o[i]}
+            for i in dirty:               # (a loop: a comprehension is a frame of its own)
+                x = v[i]
+                if x != o[i]:
+                    out[i] = x
         rip = self.rip
         if rip != self._rip0:
             rip = int(rip) & _MASK64
@@ -186,6 +192,8 @@ class PtRegs:
 
 
 _MASK64 = 0xFFFFFFFFFFFFFFFF
+# what regs[name] takes: the registers, the fixed selectors and orig_rax
+_NAMES = frozenset(GPR_NAMES) | {"cs", "ss", "orig_rax"}
 _UNREAD = (0,) * len(GPR_NAMES)
 
 
