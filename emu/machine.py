@@ -822,11 +822,7 @@ class Machine:
         more) and written back only where they changed; with no signal queued the exit
         to user mode is a check of two lists."""
         rf = task.process.regfile
-        win = rf.window                   # (the engine is alive: this is its callback)
-        if win is not None:
-            regs = PtRegs.at_trap(win[16], win[17] & TF, rf, task.orig_rax)
-        else:
-            regs = PtRegs(rf.read_all(), task.orig_rax)
+        regs = rf.trap_regs(task.orig_rax)
         self.counters.bp_traps += 1
         self.kernel.do_int3(task, regs)
         orig_rax = regs.orig_rax
@@ -853,11 +849,7 @@ class Machine:
         """#DB (exc_debug_user): the end of an out-of-line single-step, else SIGTRAP;
         the registers as lazily as at an int3."""
         rf = task.process.regfile
-        win = rf.window                   # (the engine is alive: this is its callback)
-        if win is not None:
-            regs = PtRegs.at_trap(win[16], win[17] & TF, rf, task.orig_rax)
-        else:
-            regs = PtRegs(rf.read_all(), task.orig_rax)
+        regs = rf.trap_regs(task.orig_rax)
         self.counters.db_traps += 1
         self.kernel.do_debug(task, regs)
         if (task.pending_signals or task.process.shared_pending or self._restart_code(regs) is not None) \

@@ -30,7 +30,7 @@ from unicorn import unicorn_const as UCC
 from unicorn import x86_const as X
 from unicorn.unicorn_py3.unicorn import uclib
 
-from .regs import EFLAGS, GPR_NAMES, TF, TF_ONLY
+from .regs import EFLAGS, GPR_NAMES, TF, TF_ONLY, PtRegs
 
 _UC_IDS = tuple(getattr(X, "UC_X86_REG_" + n.upper()) for n in GPR_NAMES)
 # CPUX86State.regs[] order (R_EAX, R_ECX, R_EDX, R_EBX, R_ESP, R_EBP, R_ESI, R_EDI,
@@ -253,14 +253,15 @@ class RegisterFile:
             raise UcError(status)
         return self._xbuf[:]
 
-    def read_rip_tf(self) -> tuple[int, int]:
-        """(rip, eflags & TF) at a trap."""
+    def trap_regs(self, orig_rax: int) -> PtRegs:
+        """The registers at a trap: rip and TF read now, the rest when asked for
+        (:meth:`PtRegs.at_trap`); without the window, one full read."""
         win = self.window
         if win is None:
-            x = self.read_all()
-            return x[16], x[17] & 0x100
-        self._handle()
-        return win[W_RIP], win[W_EFLAGS] & 0x100
+            return PtRegs(self.read_all(), orig_rax)
+        if self._uc._uch is None:         # _handle(), inline
+            raise UcError(UCC.UC_ERR_HANDLE)
+        return PtRegs.at_trap(win[W_RIP], win[W_EFLAGS] & TF, self, orig_rax)
 
     def write(self, changes: dict[int, int], *, in_trap: bool = False) -> None:
         """Store ``{GPR_NAMES index: value}`` (:meth:`PtRegs.changed`; ``TF_ONLY``: the

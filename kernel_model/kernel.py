@@ -32,14 +32,9 @@ class Kernel:
 
     # -- traps -----------------------------------------------------------------
     def do_int3(self, task, regs) -> None:
-        """#BP from user mode: uprobes first, else SIGTRAP.  The DIE_INT3 notifier
-        (``uprobe_pre_sstep_notifier``: an mm with MMF_HAS_UPROBES, or a task with
-        return instances) is inline, then ``handle_swbp`` (Uprobes.handle_int3 is the
-        same pair as one call)."""
-        mm = task.process.mm_uprobes
-        if mm is not None and (mm.has_uprobes or (task.utask is not None and task.utask.return_instances)) \
-                and self.uprobes.handle_swbp(task, regs, (regs.rip - 1) & 0xFFFFFFFFFFFFFFFF):
-            return
+        """#BP from user mode: uprobes first (uprobe_pre_sstep_notifier), else SIGTRAP."""
+        if self.uprobes.handle_int3(task, regs):
+            return                  # (handle_int3: uprobe_pre_sstep_notifier + handle_swbp)
         self.machine.send_sig(task, SIGTRAP, detail="breakpoint trap (int3)")
 
     def do_debug(self, task, regs) -> None:

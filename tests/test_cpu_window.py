@@ -68,7 +68,9 @@ def test_the_trap_flag_read_in_place_is_the_apis(flags):
     rf = RegisterFile(uc)
     uc.reg_write(X.UC_X86_REG_EFLAGS, flags)
     uc.reg_write(X.UC_X86_REG_RIP, 0x1234)
-    assert rf.read_rip_tf() == (0x1234, flags & 0x100), (rf.read_rip_tf(), hex(flags))
+    regs = rf.trap_regs(-1)
+    assert (regs.rip, regs.tf) == (0x1234, flags & 0x100), (hex(regs.rip), regs.tf, hex(flags))
+    assert regs.eflags == flags, f"eflags {regs.eflags:#x}, api {flags:#x}"
 
 
 @pytest.mark.parametrize("use_window", [True, False], ids=["window", "native-batch"])

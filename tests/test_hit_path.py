@@ -313,6 +313,6 @@ def test_a_released_address_space_reads_no_registers():
     with pytest.raises(UcError, match="UC_ERR_HANDLE"):
         rf.read_all()
     with pytest.raises(UcError, match="UC_ERR_HANDLE"):
-        rf.read_rip_tf()
+        rf.trap_regs(-1)
     with pytest.raises(UcError, match="UC_ERR_HANDLE"):
         rf.write({0: 1})
