@@ -391,6 +391,11 @@ static int threads(void)
     printf("/proc/TID reachable: %d\n", slurp(path) > 0 && num("Pid") == thread_tid);
     write(go[1], "g", 1);
     pthread_join(t, NULL);
+    /* join returns at the CLONE_CHILD_CLEARTID wake (exit_mm), before release_task
+       unhashes the thread: natively its task entry can linger a moment. */
+    snprintf(path, sizeof path, "/proc/self/task/%d", thread_tid);
+    for (int i = 0; i < 2000 && access(path, F_OK) == 0; i++)
+        usleep(1000);
     slurp("/proc/self/status");
     show("Threads");
     return 0;
