@@ -52,7 +52,7 @@ from .errors import GuestSignalError, InputError, SymbolError
 from .loader import file_identity, load_image
 from .memory import DEFAULT_MAX_MEMORY, GuestFault, MappedFile, Memory, MemoryLimit, PageCache
 from .regfile import RegisterFile, SnapshotReader
-from .regs import RF, TF, PtRegs
+from .regs import TF, PtRegs
 from .sched import ALONE_SLICE, BLOCK_INSNS, MAX_SLICE, MIN_SLICE, Scheduler, check_slice
 from .signal_syscalls import INSN_NS
 from .signals import SIGNALS, RunResult, signal_name
@@ -906,13 +906,9 @@ class Machine:
 
     def _syscall(self) -> None:
         """The ``syscall`` instruction as the hardware and entry_SYSCALL_64 do it."""
-        regs = self.read_regs()
-        nxt = regs.rip + 2
-        regs.rcx = nxt                    # hardware: rcx <- next rip
-        regs.r11 = regs.eflags & ~RF      # hardware: r11 <- rflags
-        regs.rip = nxt
-        regs.orig_rax = regs.rax
-        nr = regs.rax
+        regs = PtRegs.at_syscall(self.regfile.read_all())   # hardware: rcx, r11 <- rip, rflags
+        nr = regs.orig_rax
+        nxt = regs.rip
         self.counters.syscalls[nr] += 1
         if self.events.active:
             self.events.publish(ev.Syscall(self.task, nr, nxt - 2,
@@ -951,7 +947,7 @@ class Machine:
         # (MSR_SYSCALL_MASK), so no #DB followed the syscall itself; IRET restores TF and
         # the single-step #DB comes after the NEXT user instruction.  Unicorn keeps TF
         # through the hook and raises #DB as soon as it returns: that trap is dropped.
-        if regs.eflags & TF:
+        if regs.tf:
             self._db_after_syscall = (task, regs.rip)
         regs.orig_rax = -1
         changes = regs.changed()

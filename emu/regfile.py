@@ -204,6 +204,9 @@ class RegisterFile:
         self._xids = (ctypes.c_int * nx)(*(_UC_IDS[i] for i in EXTRA))
         self._xbuf = (ctypes.c_uint64 * nx)()
         self._xptrs = self._pointers(self._xbuf, nx)
+        # list views of the read buffers (a memoryview's tolist: half a ctypes slice)
+        self._bufv = memoryview(self._buf).cast("B").cast("Q")
+        self._xbufv = memoryview(self._xbuf).cast("B").cast("Q")
         self._wid = (ctypes.c_int * n)()
         self._wbuf = (ctypes.c_uint64 * n)()
         self._wptrs = self._pointers(self._wbuf, n)
@@ -231,7 +234,7 @@ class RegisterFile:
             status = self._read(self._handle(), self._ids, self._ptrs, self._n)
             if status:
                 raise UcError(status)
-            return self._buf[:]
+            return self._bufv.tolist()
         v = self.read_window()
         v[17:] = self.read_extra()        # EXTRA: the last three
         return v
@@ -251,7 +254,7 @@ class RegisterFile:
         status = self._read(self._handle(), self._xids, self._xptrs, self._xn)
         if status:
             raise UcError(status)
-        return self._xbuf[:]
+        return self._xbufv.tolist()
 
     def trap_regs(self, orig_rax: int) -> PtRegs:
         """The registers at a trap: rip and TF read now, the rest when asked for
@@ -291,7 +294,10 @@ class RegisterFile:
             if status:
                 raise UcError(status)
         if tf is not None:
-            self._write_tf(tf)
+            if win is not None:           # _write_tf, inline
+                win[W_EFLAGS] = (win[W_EFLAGS] & ~TF) | (TF if tf else 0)
+            else:
+                self._write_tf(tf)
 
     def _write_tf(self, tf: int) -> None:
         """The trap flag alone.  QEMU keeps TF in ``env->eflags`` (cpu_load_eflags

@@ -38,6 +38,7 @@ RF = 1 << 16
 
 _INDEX = {name: i for i, name in enumerate(GPR_NAMES)}
 RIP, EFLAGS = _INDEX["rip"], _INDEX["eflags"]
+_RAX, _RCX, _R11 = _INDEX["rax"], _INDEX["rcx"], _INDEX["r11"]
 # The lazy groups: rax..r15 (read in place), then eflags fs_base gs_base; rip is read
 # at once.
 N_WINDOW = RIP
@@ -84,6 +85,19 @@ class PtRegs:
         self._load = self._loadx = source
         self.rip = self._rip0 = rip
         self.tf = self._tf0 = tf
+        return self
+
+    @classmethod
+    def at_syscall(cls, values: list[int]) -> "PtRegs":
+        """The registers at a ``syscall`` instruction (``values``: all of ``GPR_NAMES``
+        before it) as entry_SYSCALL_64 sees them: rcx and r11 hold what the hardware
+        put there (the next rip, rflags without RF), rip is past the instruction and
+        ``orig_rax`` is the number.  rcx and r11 count as changed."""
+        self = cls(values, values[_RAX])
+        self.rip = nxt = (values[RIP] + 2) & _MASK64
+        values[_RCX] = nxt
+        values[_R11] = values[EFLAGS] & ~RF
+        self._dirty = {_RCX, _R11}
         return self
 
     def _fill(self) -> None:

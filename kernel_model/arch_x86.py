@@ -94,7 +94,8 @@ def riprel_post_xol(au: ArchUprobe, regs, utask) -> None:
 
 
 def default_pre_xol_op(au: ArchUprobe, regs, utask) -> int:
-    riprel_pre_xol(au, regs, utask)
+    if au.scratch:                  # riprel_pre_xol's own test, made before the call
+        riprel_pre_xol(au, regs, utask)
     return 0
 
 
@@ -102,7 +103,8 @@ def default_post_xol_op(au: ArchUprobe, regs, mem, utask) -> int:
     """UPROBE_FIX_IP: move rip back from the slot; UPROBE_FIX_CALL: replace the pushed
     slot return address by the real one (-ERESTART if that push faults);
     UPROBE_FIX_SETF (popf): tell the caller not to touch TF."""
-    riprel_post_xol(au, regs, utask)
+    if au.scratch:
+        riprel_post_xol(au, regs, utask)
     if au.fixups & FIX_IP:
         regs.rip = (regs.rip + utask.vaddr - utask.xol_vaddr) & _MASK64
     elif au.fixups & FIX_CALL:

@@ -42,6 +42,7 @@ from .uprobes_types import MAX_URETPROBE_DEPTH, UprobeContext, ReturnInstance
 RI_SIZEOF = 128
 RI_CONSUMER_SIZEOF = 16
 SIGILL = SIGNALS["SIGILL"]
+_MASK64 = 0xFFFFFFFFFFFFFFFF
 
 
 class Uretprobes:
@@ -72,7 +73,7 @@ class Uretprobes:
         utask = task.utask or self.uprobes.utask(task)
         policy = self.profile.ri_alloc
         if policy == "pool" and utask.ri_pool:
-            self.counters.ri_reused += 1
+            self.machine.counters.ri_reused += 1
             return utask.ri_pool.pop()
         if policy == "array64":
             if utask.ri_array is None:      # first use: the whole array at once
@@ -200,7 +201,7 @@ class Uretprobes:
                 stack.pop()
                 utask.depth -= 1
                 if valid:
-                    self.counters.uretprobe_hits += 1
+                    self.machine.counters.uretprobe_hits += 1
                     self.handle_uretprobe_chain(task, ri, regs)
                 else:
                     if self.events.active:
@@ -252,15 +253,16 @@ class Uretprobes:
             self.machine.send_sig(task, SIGILL, detail="uretprobe syscall outside the trampoline")
             return None
         mem = task.process.mem
+        args_at = regs.rsp
         try:
-            r11, cx, ax = struct.unpack("<3Q", mem.read_user(regs.rsp, 24))  # struct uretprobe_syscall_args
+            r11, cx, ax = struct.unpack("<3Q", mem.read_user(args_at, 24))  # struct uretprobe_syscall_args
         except GuestFault:
             self.machine.send_sig(task, SIGILL, detail="uretprobe syscall: bad stack")
             return None
         regs.r11, regs.rcx, regs.rax = r11, cx, ax
-        regs.rsp += 24
+        regs.rsp = sp = (args_at + 24) & _MASK64
         regs.orig_rax = -1
-        ip, sp = regs.rip, regs.rsp
+        ip = regs.rip
         if self.events.active:
             self.events.publish(ev.SysUretprobe(task))
         self.uprobe_handle_trampoline(task, regs)
@@ -268,13 +270,13 @@ class Uretprobes:
             return None                  # no return instance: SIGILL, nothing to copy back
         if regs.rsp != sp:
             return regs.rax              # a consumer moved sp: full pt_regs (IRET) return
-        regs.rsp -= 24
+        regs.rsp = args_at
         try:
-            mem.write_user(regs.rsp, struct.pack("<3Q", regs.r11, regs.rcx, regs.rip))
+            mem.write_user(args_at, struct.pack("<3Q", regs.r11, regs.rcx, regs.rip))
         except GuestFault:
             self.machine.send_sig(task, SIGILL, detail="uretprobe syscall: bad stack")
             return None
         regs.rip = ip
         regs.r11 = regs.eflags           # ensure SYSRET
-        regs.rcx = regs.rip
+        regs.rcx = ip
         return regs.rax

@@ -116,6 +116,37 @@ def test_a_written_register_is_listed_once_with_its_new_value():
     assert regs.changed() == {GPR_NAMES.index("rsp"): 0x7FF0}, "rdi was set to what it was"
 
 
+# ----------------------------------------------------------------------------- syscall entry
+
+def _at_syscall(rip=0x401000, eflags=0x10346, rax=39, rcx=0x1111, r11=0x2222):
+    v = [0] * len(GPR_NAMES)
+    for name, value in (("rax", rax), ("rcx", rcx), ("r11", r11), ("rip", rip), ("eflags", eflags)):
+        v[GPR_NAMES.index(name)] = value
+    return PtRegs.at_syscall(v)
+
+
+def test_a_syscall_snapshot_holds_what_the_hardware_put_in_rcx_and_r11():
+    regs = _at_syscall()
+    got = (regs.rcx, regs.r11, regs.rip, regs.orig_rax, regs.rax)
+    assert got == (0x401002, 0x346, 0x401002, 39, 39), \
+        f"rcx r11 rip orig_rax rax: {[hex(x) for x in got]}, want rcx=rip=next, r11=rflags without RF"
+
+
+def test_a_syscall_snapshot_lists_rcx_r11_and_rip_as_changed():
+    want = {GPR_NAMES.index("rcx"): 0x401002, GPR_NAMES.index("r11"): 0x346, GPR_NAMES.index("rip"): 0x401002}
+    assert _at_syscall().changed() == want, _at_syscall().changed()
+
+
+def test_a_syscall_snapshot_leaves_out_rcx_and_r11_already_equal():
+    regs = _at_syscall(rcx=0x401002, r11=0x346)
+    assert regs.changed() == {GPR_NAMES.index("rip"): 0x401002}, regs.changed()
+
+
+def test_a_syscall_at_the_top_of_the_address_space_wraps_rip():
+    regs = _at_syscall(rip=0xFFFFFFFFFFFFFFFF)
+    assert (regs.rip, regs.rcx) == (1, 1), (hex(regs.rip), hex(regs.rcx))
+
+
 def test_an_emulated_nop_hit_calls_unicorn_for_no_register(monkeypatch):
     m = Machine.from_asm(LOOP.format(insn="nop"))
     m.uprobes.register("probe", handler=lambda ctx: 0)
