@@ -29,7 +29,7 @@ import struct
 import weakref
 from dataclasses import dataclass
 
-from unicorn import UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, UcError
+from unicorn import UC_CTL_IO_WRITE, UC_CTL_TB_REMOVE_CACHE, UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, UcError
 from unicorn.unicorn_py3.unicorn import uclib
 
 from .mm_types import (DEFAULT_MAX_MEMORY, MAX_MAP_COUNT, MMAP_BASE, MMAP_MIN_ADDR,  # noqa: F401
@@ -53,6 +53,9 @@ def _uc_mem_calls() -> tuple:
     return tuple(out)
 
 
+# uc_ctl(UC_CTL_TB_REMOVE_CACHE) as the binding's ctl_remove_cache encodes it (write, two
+# arguments), called directly: the binding's layers cost more than the call itself
+_CTL_TB_REMOVE_CACHE = (UC_CTL_IO_WRITE << 30) | (2 << 26) | UC_CTL_TB_REMOVE_CACHE
 _SMALL_READ = 64       # reads up to this size go through one reused buffer
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
@@ -625,7 +628,10 @@ class Memory:
             ctypes.memmove(host, data, len(data))   # the same bytes uc_mem_write would store
         else:
             self._raw_write(addr, data)
-        self.uc.ctl_remove_cache(addr, addr + len(data))
+        status = uclib.uc_ctl(self.uc._uch, _CTL_TB_REMOVE_CACHE, ctypes.c_uint64(addr),
+                              ctypes.c_uint64(addr + len(data)))
+        if status:
+            raise UcError(status)
         if count:
             self.counters.text_writes += 1
         self._notify(addr, addr + len(data))
