@@ -46,6 +46,9 @@ EXTRA = tuple(i for i in range(len(GPR_NAMES)) if i not in WINDOW_SLOT)     # (1
 _MASK64 = 0xFFFFFFFFFFFFFFFF
 
 
+_SECOND_SALT = 0x0000_5EC0_0000_0000
+
+
 def _pattern(k: int) -> int:
     return 0x5A17_0000_0000_0000 | (k + 1) << 32 | 0x0000_C0DE ^ (k * 0x1111)
 
@@ -95,7 +98,9 @@ def _search_layout(fd: int) -> tuple[int, int] | None:
     first = _scratch_uc()
     second = _scratch_uc()
     try:
-        a, b = _candidates(fd, first), _candidates(fd, second)
+        # a pattern of its own for each: the two CPUs may lie within one block read,
+        # and the same pattern twice in a block is rejected as ambiguous
+        a, b = _candidates(fd, first, 0), _candidates(fd, second, _SECOND_SALT)
     finally:
         del first, second
     hits = {off: env for off, env in a.items() if b.get(off) == env}
@@ -108,8 +113,8 @@ def _search_layout(fd: int) -> tuple[int, int] | None:
     return min(offs), env_off
 
 
-def _candidates(fd: int, uc: Uc) -> dict[int, int]:
-    pat = _set_patterns(uc, 0)
+def _candidates(fd: int, uc: Uc, salt: int) -> dict[int, int]:
+    pat = _set_patterns(uc, salt)
     base = _uch(uc)
     try:
         head = os.pread(fd, 0x2000, base)

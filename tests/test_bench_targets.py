@@ -21,7 +21,7 @@ QILING = "full semantics vs no semantics: uprobe-nop / Qiling-style code hook"
 def _report(ratio: float) -> dict:
     """A report whose every scenario measured ``ratio`` against each baseline."""
     res = {"status": "ok", "ratio_int3": ratio, "ratio_code_hook": ratio, "floor_int3": 2.0,
-           "floor_code_hook": 0.5}
+           "floor_code_hook": 0.5, "floor_inline_int3": 0.7, "floor_inline_code_hook": 0.6}
     return {"columns": [{"label": "6.18"}],
             "scenarios": [{"name": s, "results": {"6.18": dict(res)}} for s in HIT_TARGETS],
             "growth": {"probe_count": [{"probes": 1, "cost_vs_one_probe": 1.0, "best_cost_vs_one_probe": 1.0},
@@ -41,14 +41,44 @@ def test_each_scenario_target_is_judged_against_its_limit(ratio, ok):
     for scen, limit in HIT_TARGETS.items():
         row = rows[f"{scen} / empty-int3-hook baseline"]
         assert (row["value"], row["op"], row["limit"], row["ok"]) == (ratio, ">=", limit, ok), row
-        assert "floor" in row["note"] and "2.00" in row["note"], row["note"]
+        assert row["note"] == "hand-inlined hit: 0.70; floor (native empty trap callback): 2.00", row["note"]
 
 
 def test_the_qiling_ratio_and_its_floor_are_a_target_line():
     rows = {r["target"]: r for r in targets(_report(0.7))}
     row = rows[QILING]
     assert (row["value"], row["limit"], row["ok"]) == (0.7, 1.0, False), row
-    assert row["note"] == "floor (native empty trap callback): 0.50", row["note"]
+    assert row["note"] == "hand-inlined hit: 0.60; floor (native empty trap callback): 0.50", row["note"]
+
+
+def test_a_target_without_a_measured_floor_says_only_what_was_measured():
+    rep = _report(0.5)
+    for entry in rep["scenarios"]:
+        for key in ("floor_inline_int3", "floor_int3"):
+            entry["results"]["6.18"].pop(key)
+    rows = {r["target"]: r for r in targets(rep)}
+    assert rows["uprobe-push / empty-int3-hook baseline"]["note"] == "", rows
+
+
+@pytest.mark.parametrize("mode", sorted(baseline.FLOORS))
+def test_a_hand_inlined_floor_runs_its_loop_with_one_consumer_call_per_hit(mode):
+    """bare_run checks the loop's end (r12 counted down: every return address and
+    pushed word was right) and that the consumer ran once per iteration."""
+    assert baseline.bare_run(guest_file(), 0, 2000, mode) > 0
+
+
+def test_a_hand_inlined_push_floor_pushes_the_value_of_rbp(monkeypatch):
+    """The floor's push is the instruction's: with another register pushed, the
+    guest's pop rbp gives rbp a value that is not the caller's."""
+    monkeypatch.setattr(baseline, "W_RBP", baseline.W_RAX)
+    with pytest.raises(EmuError, match="rbp not preserved"):
+        baseline.bare_run(guest_file(), 0, 200, "floor-push")
+
+
+@pytest.mark.parametrize("mode", ["none", "int3", "floor-ret", "floor-uretprobe"])
+def test_every_baseline_gives_back_the_callee_saved_rbp(mode):
+    loop = 4 if mode == "none" else 2
+    assert baseline.bare_run(guest_file(), loop, 100, mode) > 0
 
 
 def test_attach_and_probe_count_targets_use_the_issues_limits():
@@ -81,7 +111,7 @@ def test_the_bench_prints_the_qiling_baseline_and_the_target_lines(quick):
     text = proc.stdout.decode()
     assert proc.returncode == 0, proc.stderr.decode()
     for needle in ("Qiling-style one-address UC_HOOK_CODE", "registered natively (floor)", "x code hook",
-                   "uprobe-nop / empty-int3-hook baseline", "full semantics vs no semantics"):
+                   "uprobe-nop / empty-int3-hook baseline", "full semantics vs no semantics", "hand-inlined hit"):
         assert needle in text, f"{needle!r} not printed"
     assert ("met" in text) or ("MISSED" in text), text
 
@@ -91,7 +121,10 @@ def test_the_json_has_the_new_baselines_and_ratios(quick):
     b = rep["baselines"]
     assert b["code_hook"]["mode"] == "code-hook" and b["int3_native"]["mode"] == "int3-native", b
     res = rep["scenarios"][0]["results"][rep["columns"][0]["label"]]
-    assert {"ratio_code_hook", "ratio_int3_native", "floor_int3", "floor_code_hook"} <= set(res), sorted(res)
+    assert {"ratio_code_hook", "ratio_int3_native", "floor_int3", "floor_code_hook", "floor_inline_int3",
+            "floor_inline_code_hook"} <= set(res), sorted(res)
+    adj = res["adjacent_baselines"]
+    assert adj["floor_mode"] == "floor-nop" and adj["floor_mops"]["median"] > 0, adj
     names = [t["target"] for t in rep["targets"]]
     assert "uprobe-nop / empty-int3-hook baseline" in names and QILING in names, names
 

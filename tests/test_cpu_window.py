@@ -4,11 +4,13 @@ in the fallback where the layout is not recognised."""
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from unicorn import UC_ARCH_X86, UC_MODE_64, Uc
 from unicorn import x86_const as X
 
-from emu import Machine
+from emu import Machine, regfile
 from emu.regfile import RegisterFile, cpu_window_layout
 from emu.regs import GPR_NAMES
 
@@ -30,6 +32,52 @@ def _distinct(salt: int) -> dict[str, int]:
 
 def test_the_layout_is_recognised_on_this_build():
     assert cpu_window_layout() is not None, "CPUX86State not found behind the uc_struct"
+
+
+def _fake_memory(monkeypatch, uc, block: bytes):
+    """/proc/self/mem as the search sees it: the uc_struct holds one pointer (at 8), to
+    ``block``; nothing else is readable."""
+    base, target = regfile._uch(uc), 0x7F00_0000_0000
+    head = bytes(8) + target.to_bytes(8, "little") + bytes(0x2000 - 16)
+
+    def pread(_fd, n, at):
+        if at == base:
+            return head[:n]
+        if at == target:
+            return block[:n]
+        raise OSError(5, "EIO")
+    monkeypatch.setattr(regfile.os, "pread", pread)
+
+
+def _pattern_bytes(salt: int) -> bytes:
+    return struct.pack("<17Q", *(regfile._pattern(k) ^ salt for k in range(17)))
+
+
+def test_the_search_finds_its_instances_pattern_beside_another_instances():
+    """The two scratch CPUs may lie within one block read: each is found by its own
+    pattern, which the other's does not make ambiguous."""
+    uc = _fresh_uc()
+    block = bytes(0x40) + _pattern_bytes(0) + bytes(0x300) + _pattern_bytes(regfile._SECOND_SALT)
+    with pytest.MonkeyPatch.context() as mp:
+        _fake_memory(mp, uc, block)
+        got = regfile._candidates(0, uc, 0)
+    assert got == {8: 0x40}, got
+
+
+def test_the_same_pattern_twice_in_a_block_is_ambiguous():
+    uc = _fresh_uc()
+    block = bytes(0x40) + _pattern_bytes(0) + bytes(0x300) + _pattern_bytes(0)
+    with pytest.MonkeyPatch.context() as mp:
+        _fake_memory(mp, uc, block)
+        got = regfile._candidates(0, uc, 0)
+    assert got == {}, got
+
+
+def test_the_two_scratch_instances_get_patterns_of_their_own(monkeypatch):
+    salts = []
+    monkeypatch.setattr(regfile, "_candidates", lambda fd, uc, salt: salts.append(salt) or {})
+    regfile._search_layout(-1)
+    assert len(salts) == 2 and salts[0] != salts[1], salts
 
 
 @pytest.mark.parametrize("salt", [0, 0x0F0F_0F0F_0F0F_0F0F, 0x8000_0000_0000_0001])

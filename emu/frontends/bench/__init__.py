@@ -18,10 +18,12 @@ keystone assembly) under a kernel profile with one consumer that counts hits, an
   projected ratio beside the published one with the error;
 * growth scenarios: per-hit cost with 1, 100 and 10,000 probes registered, the time to
   attach 50,000 probes, and return_instance memory per allocation policy;
-* the hit-path targets, met or missed, each ratio measured in the same run, with the
-  floor a Python trap handler cannot beat (an empty natively registered interrupt
-  callback), and "full semantics vs no semantics": uprobe-nop against a Qiling-style
-  one-address code hook calling an empty Python function;
+* the hit-path targets, met or missed, each ratio measured in the same run, with two
+  floors: the hand-inlined hit (the same probe hit written as one straight-line Python
+  callback on bare Unicorn, timed next to each run: the least Python with the same
+  semantics) and the floor a Python trap handler cannot beat (an empty natively
+  registered interrupt callback); and "full semantics vs no semantics": uprobe-nop
+  against a Qiling-style one-address code hook calling an empty Python function;
 * ``--programs``: real workloads (:mod:`.programs`) in the model beside their native time.
 
 Scenarios whose machinery a profile lacks (nop10 before 7.2: the kernel and the model

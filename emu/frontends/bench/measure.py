@@ -11,6 +11,10 @@ the bare-Unicorn baselines and the growth scenarios.
   and an empty ``UC_HOOK_INTR`` callback (through the binding, and registered natively:
   the floor of a Python trap handler), and the Qiling-style nop loop with a one-address
   ``UC_HOOK_CODE`` calling an empty Python function (a probe with no semantics).
+* Floors: next to each run of a scenario with a hit-cost target, the same hit written
+  by hand as one straight-line Python callback on bare Unicorn (``emu.baseline``'s
+  ``floor-*`` modes): what the model's structure costs above the least Python that has
+  the same semantics.
 * Growth: per-hit cost with many probes registered, the time to attach many probes, and
   return_instance memory per allocation policy.
 """
@@ -28,6 +32,9 @@ from .scenarios import (EXIT_NR, LOOP_NAMES, MARKER_NR, SCENARIOS, SLED_SIZE, Co
                         attach, guest_file, new_machine)
 
 COUNT_WARMUP, COUNT_N1, COUNT_N2 = 3, 2, 5
+# the hand-inlined hit timed next to each run of a scenario with a hit-cost target
+FLOOR_MODES = {"uprobe-nop": "floor-nop", "uprobe-push": "floor-push", "uprobe-ret": "floor-ret",
+               "uretprobe-nop": "floor-uretprobe"}
 
 
 # ----------------------------------------------------------------------------- counter snapshots
@@ -186,7 +193,9 @@ def measure_scenario(scen_name: str, col: ColumnSpec, consumer: str, iterations:
         n = round_iterations(seconds / per if per > 0 else 1e6, 1000, 50_000_000)
     else:
         n = iterations
-    samples, runs, free, int3, code, native = [], [], [], [], [], []
+    samples, runs, free, int3, code, native, floor = [], [], [], [], [], [], []
+    floor_mode = FLOOR_MODES.get(scen_name) if adjacent else None
+    floor_error = None
     for _ in range(repeat):
         t = time_model(scen, col, consumer, n, warmup)
         runs.append(t)
@@ -197,6 +206,11 @@ def measure_scenario(scen_name: str, col: ColumnSpec, consumer: str, iterations:
             int3.append(ni / bare_run(2, ni, "int3") / 1e6)
             code.append(ni / bare_run(2, ni, "code-hook") / 1e6)
             native.append(ni / bare_run(2, ni, "int3-native") / 1e6)
+            if floor_mode:
+                try:
+                    floor.append(ni / bare_run(0, ni, floor_mode) / 1e6)
+                except EmuError as e:       # e.g. no CPU state in place: no floor to show
+                    floor_mode, floor_error = None, str(e)
     per_iter = counted["per_iter"]
     timed = _events(_scale(runs[0]["totals"], n))
     consistent = timed == per_iter and all(r["totals"] == runs[0]["totals"] for r in runs) and \
@@ -209,6 +223,11 @@ def measure_scenario(scen_name: str, col: ColumnSpec, consumer: str, iterations:
         out["adjacent_baselines"] = {"hook_free_mops": mops_stats(free), "int3_hook_mops": mops_stats(int3),
                                      "code_hook_mops": mops_stats(code), "int3_native_mops": mops_stats(native),
                                      "iterations": list(adjacent)}
+        if floor_mode:
+            out["adjacent_baselines"]["floor_mops"] = mops_stats(floor)
+            out["adjacent_baselines"]["floor_mode"] = floor_mode
+        elif floor_error:
+            out["adjacent_baselines"]["floor_error"] = floor_error
     return out
 
 
