@@ -405,6 +405,7 @@ def _revive_space(machine, mem: Memory, remap: dict, cp: Checkpoint) -> None:
     from .machine import RegisterFile
     uc, _, regfile = machine.new_mm()      # its empty Memory is not used
     mem.adopt(uc)
+    mem.release_listeners.append(regfile.release)
     old = cp.spaces[mem].uc
     remap[id(old)] = uc
     for r in cp.refs:

@@ -545,6 +545,7 @@ class Machine:
         uc = Uc(UC_ARCH_X86, UC_MODE_64)
         mem = Memory(uc, self.counters, self.mem_limit)
         regfile = RegisterFile(uc)
+        mem.release_listeners.append(regfile.release)     # no register access into a closed CPU
         self._install_hooks(uc)
         self.fpu.init(uc)
         return uc, mem, regfile
@@ -818,9 +819,9 @@ class Machine:
 
     def _int3(self, task: Task) -> None:
         """#BP (exc_int3 -> do_int3_user): the hit path of every int3 probe.  The
-        registers are read lazily (rip and TF first: a nop or jmp probe needs no
-        more) and written back only where they changed; with no signal queued the exit
-        to user mode is a check of two lists."""
+        general registers are the CPU state in place (``TrapRegs``), rip and TF are
+        read at once and stored at the end if changed, eflags and the bases only if
+        asked for; with no signal queued the exit to user mode is a check of two lists."""
         rf = task.process.regfile
         regs = rf.trap_regs(task.orig_rax)
         self.counters.bp_traps += 1
@@ -840,9 +841,7 @@ class Machine:
             self.uc.emu_stop()          # the task sleeps (e.g. for an XOL slot)
             return
         if regs._dirty or regs.rip != regs._rip0 or regs.tf != regs._tf0:
-            changes = regs.changed()
-            if changes:
-                rf.write(changes, in_trap=True)
+            rf.write_back(regs)
         task.orig_rax = regs.orig_rax
 
     def _debug(self, task: Task) -> None:
@@ -855,7 +854,7 @@ class Machine:
         if (task.pending_signals or task.process.shared_pending or self._restart_code(regs) is not None) \
                 and self._exit_to_user(task, regs):        # _work_pending, inline
             return
-        rf.write(regs.changed(), in_trap=True)
+        rf.write_back(regs)
         task.orig_rax = regs.orig_rax
 
     def _unicorn_skips_tf_trap(self, rip: int) -> int:
@@ -906,18 +905,17 @@ class Machine:
 
     def _syscall(self) -> None:
         """The ``syscall`` instruction as the hardware and entry_SYSCALL_64 do it."""
-        regs = PtRegs.at_syscall(self.regfile.read_all())   # hardware: rcx, r11 <- rip, rflags
+        regs, args = self.regfile.syscall_entry()      # hardware: rcx, r11 <- rip, rflags
         nr = regs.orig_rax
         nxt = regs.rip
         self.counters.syscalls[nr] += 1
         if self.events.active:
-            self.events.publish(ev.Syscall(self.task, nr, nxt - 2,
-                                           (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9)))
+            self.events.publish(ev.Syscall(self.task, nr, nxt - 2, args))
         task = self.task
         uc = self.uc
         self._in_syscall = True
         try:
-            self.syscalls.dispatch(task, regs)
+            self.syscalls.dispatch(task, regs, nr, args)
             if task.process.uc is not uc:
                 # execve replaced the address space: the new registers are set, the
                 # old CPU state is gone; exit-to-user work happens before the next run

@@ -149,6 +149,7 @@ class Memory:
         # The host pages live exactly as long as the Unicorn instance that maps them.
         self._free_host = weakref.finalize(uc, _host_free_all, self._backing) if uc is not None else None
         self.text_write_listeners: list = []   # callables (start, end) -> None
+        self.release_listeners: list = []      # callables () -> None, run as the engine closes
 
     # -- lookup -------------------------------------------------------------
     def _reindex(self) -> None:
@@ -501,6 +502,9 @@ class Memory:
         instance is closed and every host page returned; the Memory stays as an empty
         address space so late lookups find nothing."""
         uc, self.uc = self.uc, None
+        for fn in self.release_listeners:
+            fn()
+        self.release_listeners = []
         if uc is not None:
             finalizer = getattr(uc, "_Uc__finalizer", None)
             if finalizer is not None:

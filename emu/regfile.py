@@ -30,7 +30,7 @@ from unicorn import unicorn_const as UCC
 from unicorn import x86_const as X
 from unicorn.unicorn_py3.unicorn import uclib
 
-from .regs import EFLAGS, GPR_NAMES, TF, TF_ONLY, PtRegs
+from .regs import EFLAGS, GPR_NAMES, RF, RIP, TF, TF_ONLY, PtRegs
 
 _UC_IDS = tuple(getattr(X, "UC_X86_REG_" + n.upper()) for n in GPR_NAMES)
 # CPUX86State.regs[] order (R_EAX, R_ECX, R_EDX, R_EBX, R_ESP, R_EBP, R_ESI, R_EDI,
@@ -41,6 +41,9 @@ WINDOW_WORDS = len(_QEMU_ORDER)
 W_RIP, W_EFLAGS = 16, 17
 # GPR_NAMES index -> window word, for the 17 registers the window holds exactly
 WINDOW_SLOT = {GPR_NAMES.index(n): k for k, n in enumerate(_QEMU_ORDER[:W_EFLAGS])}
+W_RCX, W_RDX, W_RSI, W_RDI, W_R8, W_R9, W_R10, W_R11 = (
+    _QEMU_ORDER.index(n) for n in ("rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11"))
+N_REGS = len(GPR_NAMES)
 # what the window does not hold exactly: eflags, fs_base, gs_base
 EXTRA = tuple(i for i in range(len(GPR_NAMES)) if i not in WINDOW_SLOT)     # (17, 18, 19)
 _MASK64 = 0xFFFFFFFFFFFFFFFF
@@ -262,14 +265,62 @@ class RegisterFile:
         return self._xbufv.tolist()
 
     def trap_regs(self, orig_rax: int) -> PtRegs:
-        """The registers at a trap: rip and TF read now, the rest when asked for
-        (:meth:`PtRegs.at_trap`); without the window, one full read."""
+        """The registers at a trap (#BP, #DB): a :class:`TrapRegs` over the CPU state,
+        rip and TF read now, eflags and the bases when asked for; without the window,
+        a snapshot of all of them."""
         win = self.window
         if win is None:
             return PtRegs(self.read_all(), orig_rax)
         if self._uc._uch is None:         # _handle(), inline
             raise UcError(UCC.UC_ERR_HANDLE)
-        return PtRegs.at_trap(win[W_RIP], win[W_EFLAGS] & TF, self, orig_rax)
+        regs = TrapRegs.at_trap(win[W_RIP], win[W_EFLAGS] & TF, self, orig_rax)
+        regs._load, regs._rf = None, self
+        return regs
+
+    def syscall_entry(self) -> tuple[PtRegs, tuple]:
+        """The registers at a ``syscall`` instruction as entry_SYSCALL_64 sees them,
+        and the six arguments (rdi, rsi, rdx, r10, r8, r9).  The hardware's part is
+        done: rcx holds the next rip and r11 rflags without RF; rip is past the
+        instruction (stored when the syscall returns), orig_rax is the number.  With
+        the window, a :class:`TrapRegs` (the CPU stops in the hook as at a trap), its
+        eflags and bases read now (r11 needs the flags); else a snapshot."""
+        win = self.window
+        if win is None:
+            regs = PtRegs.at_syscall(self.read_all())
+            return regs, (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9)
+        x = self.read_extra()             # checks the handle
+        regs = TrapRegs.__new__(TrapRegs)
+        regs._rf = self
+        regs._load = regs._loadx = None
+        regs._v = v = [0] * N_REGS
+        v[EFLAGS:] = x
+        regs._orig = v[:]
+        regs._dirty = set()
+        regs.orig_rax = win[0]
+        regs._rip0 = ip = win[W_RIP]
+        regs.rip = nxt = (ip + 2) & _MASK64
+        flags = x[0]
+        regs.tf = regs._tf0 = flags & TF
+        win[W_RCX], win[W_R11] = nxt, flags & ~RF
+        return regs, (win[W_RDI], win[W_RSI], win[W_RDX], win[W_R10], win[W_R8], win[W_R9])
+
+    def write_back(self, regs: PtRegs) -> None:
+        """The end of a trap: what the handlers changed, stored where the CPU resumes.
+        rip and TF alone (the common case: an emulated instruction, an out-of-line
+        step) go straight into the window; anything else through :meth:`write`."""
+        win = self.window
+        if win is None or regs._dirty or regs._loadx is None:
+            changes = regs.changed()
+            if changes:
+                self.write(changes, in_trap=True)
+            return
+        if self._uc._uch is None:
+            raise UcError(UCC.UC_ERR_HANDLE)
+        rip = regs.rip
+        if rip != regs._rip0:
+            win[W_RIP] = int(rip) & _MASK64
+        if bool(regs.tf) != bool(regs._tf0):
+            win[W_EFLAGS] = (win[W_EFLAGS] & ~TF) | (TF if regs.tf else 0)
 
     def write(self, changes: dict[int, int], *, in_trap: bool = False) -> None:
         """Store ``{GPR_NAMES index: value}`` (:meth:`PtRegs.changed`; ``TF_ONLY``: the
@@ -314,6 +365,53 @@ class RegisterFile:
             return
         flags = self.read_extra()[0]
         self.write({EFLAGS: (flags & ~TF) | (TF if tf else 0)})
+
+
+class TrapRegs(PtRegs):
+    """pt_regs at a #BP or #DB trap with rax..r15 in the CPU state itself.
+
+    While a trap lasts the CPU is stopped and its state is the task's pt_regs, as the
+    kernel's trap frame is: a handler reads a register from the window and a write goes
+    there at once, so nothing is listed, copied or written back for them.  rip and TF
+    stay plain attributes stored when the trap ends (:meth:`RegisterFile.write_back`);
+    eflags, fs_base and gs_base are read and written through Unicorn as in
+    :class:`PtRegs`.  Also the registers of the ``syscall`` hook, where the CPU is
+    stopped as well.  Valid while the trap lasts (a context's ``regs``); :meth:`copy` is
+    a snapshot that outlives it.  Once the engine is closed an access is a UcError."""
+
+    __slots__ = ("_rf",)
+
+    def values(self) -> list[int]:
+        if self._loadx is not None:
+            self._fillx()
+        v = self._rf.read_window()
+        x = self._v
+        v[RIP] = self.rip & _MASK64
+        v[EFLAGS] = (x[EFLAGS] & ~TF) | (TF if self.tf else 0)
+        v[EFLAGS + 1:] = x[EFLAGS + 1:]
+        return v
+
+
+def _in_place_property(slot: int) -> property:
+    def get_(self):
+        try:
+            return self._rf.window[slot]
+        except TypeError:                  # released with its engine
+            raise UcError(UCC.UC_ERR_HANDLE) from None
+
+    def set_(self, value):
+        value = int(value) & _MASK64
+        try:
+            self._rf.window[slot] = value
+        except TypeError:
+            raise UcError(UCC.UC_ERR_HANDLE) from None
+    return property(get_, set_)
+
+
+for _i, _slot in WINDOW_SLOT.items():
+    if _i != RIP:                          # rip stays the snapshot's plain attribute
+        setattr(TrapRegs, GPR_NAMES[_i], _in_place_property(_slot))
+del _i, _slot
 
 
 class SnapshotReader:

@@ -1,10 +1,11 @@
 """pt_regs: the task's user registers as the kernel sees them at a trap.
 
-The machine reads them lazily at a trap, in groups (``emu.regfile``): rip and the TF
-bit at once (what a probe hit needs to find its uprobe and emulate a nop), the other
-general registers from the CPU state in place on the first access to one of them, and
-eflags, fs_base and gs_base through one native call only when one of those is read.
-Only what a handler changed is written back.  This is the machine-side half of
+A snapshot is read in groups: rip and the TF bit at once (what a probe hit needs to
+find its uprobe and emulate a nop), the other general registers on the first access to
+one of them, and eflags, fs_base and gs_base through one native call only when one of
+those is read; only what changed is written back.  At a #BP or #DB trap the machine
+uses ``emu.regfile.TrapRegs`` instead, whose general registers are the CPU state itself
+for as long as the trap lasts.  This is the machine-side half of
 ``struct pt_regs``; ``orig_rax`` is kernel-only state (the syscall number at entry, -1
 otherwise) and never reaches the CPU.
 """
@@ -236,6 +237,7 @@ def _register_property(i: int) -> property:
                 self._fillx()
             self._v[EFLAGS] = value = int(value) & _MASK64
             self.tf = value & TF
+            self._dirty.add(EFLAGS)       # changed() compares it with its TF bit merged
         return property(get_flags, set_flags)
 
     def get_x(self):

@@ -106,16 +106,19 @@ class Syscalls(MmSyscalls, SignalSyscalls, IdentitySyscalls, ProcessSyscalls, Ex
         self.table.pop(nr, None)
 
     # ------------------------------------------------------------------ dispatch
-    def dispatch(self, task, regs) -> None:
-        nr = regs.rax
+    def dispatch(self, task, regs, nr: int | None = None, args: tuple | None = None) -> None:
+        """The syscall table's entry for ``nr`` (default: rax) with ``args`` (default:
+        rdi, rsi, rdx, r10, r8, r9 of ``regs``); its return value goes to rax."""
+        if nr is None:
+            nr = regs.rax
         fn = self.table.get(nr)
         if fn is None:
             name = SYSCALL_NAMES.get(nr, "?")
             self.m.counters.unknown_syscalls[f"{nr}:{name}"] += 1
             regs.rax = _neg(E.ENOSYS)
             return
-        v = regs._v                         # rdi, rsi, rdx, r10, r8, r9 (see regs.GPR_NAMES)
-        args = (v[5], v[4], v[3], v[10], v[8], v[9])
+        if args is None:
+            args = (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9)
         try:
             ret = fn(task, regs, *args)
         except GuestFault:

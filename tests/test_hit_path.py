@@ -180,6 +180,28 @@ def test_a_handler_writing_a_register_reaches_the_guest():
     assert guest_regs(m)["rbx"] == 0x100, f"rbx {guest_regs(m)['rbx']:#x}, expected the last hit's 0x100"
 
 
+@pytest.mark.parametrize("insn", ["nop", "push rbx", "mov ecx, 5"], ids=["emulated-nop", "emulated-push", "xol"])
+def test_a_handler_setting_a_flag_reaches_the_guest(insn):
+    """eflags set alone (no general register written) is written back too: CF set by
+    the handler is what the guest's setc reads after the probed instruction."""
+    m = Machine.from_asm(f"""
+_start:
+    xor eax, eax
+probe:
+    {insn}
+    setc bl
+    movzx edi, bl
+    mov eax, 231
+    syscall
+""")
+
+    def set_cf(ctx):
+        ctx.regs.eflags |= 1
+    m.uprobes.register("probe", handler=set_cf)
+    r = m.run(max_insns=10_000)
+    assert (r.reason, r.exit_code) == ("exit", 1), f"CF after the hit: {r.describe()}, expected exit status 1"
+
+
 # ----------------------------------------------------------------------------- reuse
 
 def test_a_consumer_gets_one_context_reused_with_each_hits_registers():
@@ -347,3 +369,37 @@ def test_a_released_address_space_reads_no_registers():
         rf.trap_regs(-1)
     with pytest.raises(UcError, match="UC_ERR_HANDLE"):
         rf.write({0: 1})
+
+
+def test_trap_registers_kept_past_their_engine_are_an_error_not_freed_memory():
+    """A context's regs are the CPU state itself during the trap; one kept after the
+    address space is released reads and writes nothing."""
+    from unicorn import UcError
+    m = Machine.from_asm(LOOP.format(insn="nop"))
+    kept = []
+    m.uprobes.register("probe", handler=lambda ctx: kept.append(ctx.regs))
+    m.run(max_insns=100_000)
+    regs = kept[-1]
+    assert regs.r12 == m.regs.r12, "kept past the trap, it reads the CPU as it is now"
+    m.mem.release()
+    with pytest.raises(UcError, match="UC_ERR_HANDLE"):
+        regs.r12
+    with pytest.raises(UcError, match="UC_ERR_HANDLE"):
+        regs.rax = 5
+
+
+def test_trap_registers_are_the_cpu_state_during_the_trap():
+    """A register a handler writes is what the machine's register view reads within
+    the same trap; a copy taken before is a snapshot."""
+    m = Machine.from_asm(LOOP.format(insn="nop"))
+    seen = []
+
+    def handler(ctx):
+        before = ctx.regs.copy()
+        ctx.regs.rbx = 0x77
+        seen.append((before.rbx, ctx.regs.rbx, m.regs.rbx))
+    m.uprobes.register("probe", handler=handler)
+    m.run(max_insns=100_000)
+    want = [(0x1B1B1B1B1B1B1B1B, 0x77, 0x77)] + [(0x77, 0x77, 0x77)] * 2
+    assert seen == want, [tuple(map(hex, s)) for s in seen]
+    assert guest_regs(m)["rbx"] == 0x77, hex(guest_regs(m)["rbx"])
