@@ -851,7 +851,9 @@ class Machine:
         regs = rf.trap_regs(task.orig_rax)
         self.counters.db_traps += 1
         self.kernel.do_debug(task, regs)
-        if (task.pending_signals or task.process.shared_pending or self._restart_code(regs) is not None) \
+        orig_rax = regs.orig_rax
+        if (task.pending_signals or task.process.shared_pending or
+                (orig_rax is not None and orig_rax >= 0 and self._restart_code(regs) is not None)) \
                 and self._exit_to_user(task, regs):        # _work_pending, inline
             return
         rf.write_back(regs)

@@ -104,9 +104,16 @@ def _search_layout(fd: int) -> tuple[int, int] | None:
         # a pattern of its own for each: the two CPUs may lie within one block read,
         # and the same pattern twice in a block is rejected as ambiguous
         a, b = _candidates(fd, first, 0), _candidates(fd, second, _SECOND_SALT)
+        hits = {off: env for off, env in a.items() if b.get(off) == env}
+        # some of the uc_struct's pointers hold the CPU only for a while (the one in
+        # use by the translator, say): keep those that still do after the engine has
+        # run, flushed its translations and restored a context
+        before = _pointers(fd, first)
+        _exercise(first)
+        after = _pointers(fd, first)
+        hits = {off: env for off, env in hits.items() if before.get(off) == after.get(off)}
     finally:
         del first, second
-    hits = {off: env for off, env in a.items() if b.get(off) == env}
     if not hits:
         return None
     by_target: dict[int, list[int]] = {}
@@ -114,6 +121,24 @@ def _search_layout(fd: int) -> tuple[int, int] | None:
         by_target.setdefault(env_off, []).append(off)
     env_off, offs = max(by_target.items(), key=lambda kv: (len(kv[1]), -kv[0]))
     return min(offs), env_off
+
+
+def _pointers(fd: int, uc: Uc) -> dict[int, int]:
+    try:
+        head = os.pread(fd, 0x2000, _uch(uc))
+    except OSError:
+        return {}
+    return {off: struct.unpack_from("<Q", head, off)[0] for off in range(0, len(head) - 7, 8)}
+
+
+def _exercise(uc: Uc) -> None:
+    """What the machine does to an engine between traps, a few times over."""
+    for _ in range(3):
+        uc.emu_start(0x1000, 0x1004)
+        uc.context_restore(uc.context_save())
+        uc.ctl_flush_tb()
+        uc.mem_map(0x8000, 0x1000)
+        uc.mem_unmap(0x8000, 0x1000)
 
 
 def _candidates(fd: int, uc: Uc, salt: int) -> dict[int, int]:

@@ -14,8 +14,9 @@
 * :func:`compare` lists every difference between two snapshots, with expected vs actual,
   allowing exactly the faithful consequences of a probed ``syscall`` running out of
   line: ``rcx`` (next rip) points into the XOL slot and ``r11`` (rflags) carries TF -
-  only while they still hold what the last returning syscall left there - and a task
-  that exits from a probed syscall ends with rip in the slot and TF set.  The stack
+  only while they still hold what the last returning syscall left there (an exit()
+  writes them last) - and a task that exits from a probed syscall ends with rip and
+  rcx in the slot and TF set in eflags and r11.  The stack
   below its live part (rsp and the red zone) may differ only where optimized probe
   sites (call + trampoline) pushed.
 """
@@ -285,7 +286,7 @@ def reference_run(m, ranges=(), rep_sites=frozenset(), **run_kw) -> Reference:
     def on_syscall(uc, _data):
         # Runs after the machine's own syscall hook, which has set rcx = next rip and
         # left rip at the syscall instruction (Unicorn adds 2 afterwards).  A syscall
-        # that ended the run (exit) never gets here or leaves rcx untouched: not recorded.
+        # that ended the run (exit) never gets here: not recorded.
         rip, rcx = uc.reg_read(X.UC_X86_REG_RIP), uc.reg_read(X.UC_X86_REG_RCX)
         if rcx == rip + 2:
             syscalls.append((rip, uc.reg_read(X.UC_X86_REG_R11)))
@@ -331,24 +332,26 @@ def compare(ref: Reference, got: Snapshot, probes: Probes, m_probed) -> list[str
     # -- registers, with the probed-syscall exception made explicit: it applies to rcx
     # and r11 only while they still hold what the last returning syscall left there
     last, last_r11 = ref.last_returning_syscall or (None, None)
-    quirk = last is not None and last in probes.syscall_sites
+    # a run that ended in exit(): that syscall wrote rcx and r11 last, in both runs
+    quirk = last is not None and last in probes.syscall_sites and exp.result.reason != "exit"
     area = xol_area_vaddr(m_probed)
     # an exit from a probed syscall never returns from the out-of-line step: the task
     # ends with rip = slot + 2 (the syscall's next rip) and TF set, as a real kernel
-    # shows it at PTRACE_EVENT_EXIT
+    # shows it at PTRACE_EVENT_EXIT - and with what SYSCALL itself put in rcx (that
+    # next rip) and r11 (rflags, TF of the step included)
     exit_site = (exp.regs["rip"] - 2) & 0xFFFFFFFFFFFFFFFF
     exit_quirk = exp.result.reason == "exit" and exit_site in probes.syscall_sites
     for name in GPR_NAMES:
         e, g = exp.regs[name], got.regs[name]
-        if exit_quirk and name == "rip":
-            if not is_xol_slot_return(g, area):
-                diffs.append(f"rip after exiting from the probed syscall at {exit_site:#x}: "
-                             f"expected an XOL slot address + 2 (area {area and hex(area)}), "
-                             f"got {g:#x}")
+        if exit_quirk and name in ("rip", "rcx"):
+            if not is_xol_slot_return(g, area) or g != got.regs["rip"]:
+                diffs.append(f"{name} after exiting from the probed syscall at {exit_site:#x}: "
+                             f"expected the XOL slot address + 2 that rip shows (area "
+                             f"{area and hex(area)}), got {g:#x}")
             continue
-        if exit_quirk and name == "eflags":
+        if exit_quirk and name in ("eflags", "r11"):
             if g != e | TF:
-                diffs.append(f"eflags after exiting from the probed syscall at {exit_site:#x}: "
+                diffs.append(f"{name} after exiting from the probed syscall at {exit_site:#x}: "
                              f"expected {e | TF:#x} (TF of the step), got {g:#x}")
             continue
         if name == "rcx" and quirk and e == (last + 2) & 0xFFFFFFFFFFFFFFFF:
