@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import struct
 import time
+from types import MappingProxyType
 
 import unicorn
 from unicorn import (UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_INSN, UC_HOOK_INTR, UC_MODE_64, UC_PROT_EXEC,
@@ -56,8 +57,8 @@ def _bare_uc(file, int3_site: str | None = None, stack=None) -> Uc:
 
 MODES = ("none", "int3", "int3-native", "code-hook", "syscall")
 # hand-inlined probe hits: (loop, probed symbol) of each
-FLOORS = {"floor-nop": (2, "uprobe_target_nop"), "floor-push": (3, "uprobe_target_push"),
-          "floor-ret": (4, "uprobe_target_ret"), "floor-uretprobe": (2, "uprobe_target_nop")}
+FLOORS = MappingProxyType({"floor-nop": (2, "uprobe_target_nop"), "floor-push": (3, "uprobe_target_push"),
+                           "floor-ret": (4, "uprobe_target_ret"), "floor-uretprobe": (2, "uprobe_target_nop")})
 _INTR_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p)
 _SYSCALL_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 
@@ -153,7 +154,9 @@ def bare_run(file, loop: int, n: int, mode: str = "none") -> float:
     Python trap handler), ``code-hook`` (the nop loop unchanged, a one-address
     UC_HOOK_CODE on the nop calling an empty Python function: Qiling's
     ``hook_address``, a probe without any semantics), ``syscall`` (an empty
-    UC_HOOK_INSN on syscall)."""
+    UC_HOOK_INSN on syscall); the ``floor-*`` modes of :data:`FLOORS` are the hand-inlined
+    probe hits (:func:`_floor_hooks`), checked to run one consumer per iteration and to
+    give the guest's rbp back."""
     if mode not in MODES and mode not in FLOORS:
         raise EmuError(f"unknown baseline mode {mode!r} ({', '.join(MODES + tuple(FLOORS))})")
     int3 = mode in ("int3", "int3-native")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from types import MappingProxyType
 
 from emu import baseline
 from emu.errors import EmuError, RegistrationError
@@ -33,8 +34,8 @@ from .scenarios import (EXIT_NR, LOOP_NAMES, MARKER_NR, SCENARIOS, SLED_SIZE, Co
 
 COUNT_WARMUP, COUNT_N1, COUNT_N2 = 3, 2, 5
 # the hand-inlined hit timed next to each run of a scenario with a hit-cost target
-FLOOR_MODES = {"uprobe-nop": "floor-nop", "uprobe-push": "floor-push", "uprobe-ret": "floor-ret",
-               "uretprobe-nop": "floor-uretprobe"}
+FLOOR_MODES = MappingProxyType({"uprobe-nop": "floor-nop", "uprobe-push": "floor-push", "uprobe-ret": "floor-ret",
+                                "uretprobe-nop": "floor-uretprobe"})
 
 
 # ----------------------------------------------------------------------------- counter snapshots
