@@ -864,8 +864,12 @@ class Machine:
         any other legacy prefixes and a REX without REX.B) without raising the
         single-step #DB that TF asks for; the CPU would trap right after it.  Returns
         the pause's length, or 0."""
+        mem = self.mem
         try:
-            code = self.mem.read(rip, 15)
+            first = mem.read_byte(rip)
+            if first not in _LEGACY_PREFIXES:
+                return 0                    # a pause starts with a legacy prefix (f3)
+            code = mem.read(rip, 15)
         except GuestFault:
             return 0
         rep = False
@@ -907,17 +911,19 @@ class Machine:
 
     def _syscall(self) -> None:
         """The ``syscall`` instruction as the hardware and entry_SYSCALL_64 do it."""
-        regs, args = self.regfile.syscall_entry()      # hardware: rcx, r11 <- rip, rflags
+        rf = self.regfile
+        regs, args = rf.syscall_entry()                # hardware: rcx, r11 <- rip, rflags
         nr = regs.orig_rax
-        nxt = regs.rip
         self.counters.syscalls[nr] += 1
-        if self.events.active:
-            self.events.publish(ev.Syscall(self.task, nr, nxt - 2, args))
         task = self.task
+        bus = self.events
+        if bus.active:
+            bus.publish(ev.Syscall(task, nr, regs.rip - 2, args))
         uc = self.uc
+        syscalls = self.syscalls
         self._in_syscall = True
         try:
-            self.syscalls.dispatch(task, regs, nr, args)
+            syscalls.dispatch(task, regs, nr, args)
             if task.process.uc is not uc:
                 # execve replaced the address space: the new registers are set, the
                 # old CPU state is gone; exit-to-user work happens before the next run
@@ -925,19 +931,22 @@ class Machine:
                 task.orig_rax = -1
                 uc.emu_stop()
                 return
-            task.last_enosys = nr if nr not in self.syscalls.table else None
-            if self._result is not None or task.state == "dead":
+            task.last_enosys = nr if nr not in syscalls.table else None
+            state = task.state
+            if self._result is not None or state == "dead":
                 self._stopped_by_hook = True
-                self.uc.emu_stop()          # exited: the scheduler picks the next task
+                uc.emu_stop()               # exited: the scheduler picks the next task
                 return
-            if task.pending_rax is not None and task.state == "running":
-                regs.rax, task.pending_rax = task.pending_rax, None   # woken before it slept
-            if task.state == "running" and self._work_pending(task, regs) and self._exit_to_user(task, regs):
-                return
+            if state == "running":
+                if task.pending_rax is not None:
+                    regs.rax, task.pending_rax = task.pending_rax, None   # woken before it slept
+                if (task.pending_signals or task.process.shared_pending or     # _work_pending, inline
+                        self._restart_code(regs) is not None) and self._exit_to_user(task, regs):
+                    return
         finally:
             self._in_syscall = False
-        if self.events.active:
-            self.events.publish(ev.SyscallReturn(task, nr, regs.rax, regs.rip))
+        if bus.active:
+            bus.publish(ev.SyscallReturn(task, nr, regs.rax, regs.rip))
         if self._result is not None or task.state == "dead":
             return
         # Return to user: SYSRET when rcx/r11 still match rip/flags, else the IRET path;
@@ -950,17 +959,15 @@ class Machine:
         if regs.tf:
             self._db_after_syscall = (task, regs.rip)
         regs.orig_rax = -1
-        changes = regs.changed()
-        # Unicorn adds 2 to rip after this hook returns: resume at X by writing X - 2.
-        changes[16] = (regs.rip - 2) & 0xFFFFFFFFFFFFFFFF
-        self.regfile.write(changes, in_trap=True)
+        rf.syscall_exit(regs)
         # a sleeper keeps orig_rax: its exit-to-user work (restart) waits for the wake-up
-        task.orig_rax = nr if task.state == "blocked" and task.sleep_interrupt is not None else -1
-        if task.state != "running" or self._switch_requested or self._stop_requested:
+        state = task.state
+        task.orig_rax = nr if state == "blocked" and task.sleep_interrupt is not None else -1
+        if state != "running" or self._switch_requested or self._stop_requested:
             # blocked, or yielded: let the scheduler run.  A stop asked for from another
             # thread while this hook ran (Ctrl-C during a waiting read) is asked again
             # here, on the CPU's thread: Unicorn may drop a request made mid-hook.
-            self.uc.emu_stop()
+            uc.emu_stop()
 
     # ------------------------------------------------------------------ signals
     def send_sig(self, task: Task, signo: int, *, addr: int | None = None, detail: str = "",

@@ -532,6 +532,17 @@ class Memory:
             self._last_backing = b
         return b.host + addr - b.start
 
+    def read_byte(self, addr: int) -> int:
+        """One byte, raw as :meth:`read`; from the host block behind it without a
+        native call when there is one."""
+        b = self._last_backing
+        if b is not None and b.start <= addr < b.end:
+            return b.view[addr - b.start]
+        if self._host_of(addr, 1) is not None:
+            b = self._last_backing
+            return b.view[addr - b.start]
+        return self.read(addr, 1)[0]
+
     def read(self, addr: int, n: int) -> bytes:
         """Raw read (the kernel's FOLL_FORCE view): ignores permissions.  Read from
         the host memory behind the pages when one block holds them (the CPU writes
@@ -589,6 +600,28 @@ class Memory:
                 ctypes.memmove(host, data, len(data))
                 return
         self._raw_write(addr, data)
+
+    def read_user_struct(self, st: struct.Struct, addr: int) -> tuple:
+        """copy_from_user of ``st.size`` bytes unpacked with ``st``: one unpack from
+        the host block of the mapping last checked when it holds them (the uretprobe
+        trampoline's saved registers on the stack), else through :meth:`read_user`."""
+        n = st.size
+        v, b = self._last, self._last_backing
+        if v is not None and b is not None and v.start <= addr and addr + n <= v.end and v.prot & PROT_READ \
+                and b.start <= addr and addr + n <= b.end:
+            return st.unpack_from(b.view, addr - b.start)
+        return st.unpack(self.read_user(addr, n))
+
+    def write_user_struct(self, st: struct.Struct, addr: int, *values) -> None:
+        """copy_to_user of ``st.pack(*values)``, as :meth:`write_u64` (one pack into
+        host memory outside executable mappings, else :meth:`write_user`)."""
+        n = st.size
+        v, b = self._last, self._last_backing
+        if v is not None and b is not None and v.start <= addr and addr + n <= v.end \
+                and v.prot & (PROT_WRITE | PROT_EXEC) == PROT_WRITE and b.start <= addr and addr + n <= b.end:
+            st.pack_into(b.view, addr - b.start, *values)
+            return
+        self.write_user(addr, st.pack(*values))
 
     def read_u64(self, addr: int) -> int:
         """get_user of 8 bytes; from the host block of the mapping last checked when it

@@ -258,8 +258,11 @@ class RegisterFile:
         return uch
 
     def release(self) -> None:
-        """The engine is being closed: no access through the window from now on."""
-        self.window = None
+        """The engine is being closed: no access through the window from now on (a
+        :class:`TrapRegs` holding it gets a ValueError from the released view)."""
+        win, self.window = self.window, None
+        if win is not None:
+            win.release()
 
     def read_all(self) -> list[int]:
         """Every register of ``GPR_NAMES``."""
@@ -298,8 +301,14 @@ class RegisterFile:
             return PtRegs(self.read_all(), orig_rax)
         if self._uc._uch is None:         # _handle(), inline
             raise UcError(UCC.UC_ERR_HANDLE)
-        regs = TrapRegs.at_trap(win[W_RIP], win[W_EFLAGS] & TF, self, orig_rax)
-        regs._load, regs._rf = None, self
+        regs = TrapRegs.__new__(TrapRegs)     # PtRegs.at_trap, inline
+        regs._v = regs._orig = regs._load = None
+        regs._loadx = regs._rf = self
+        regs._w = win
+        regs.orig_rax = orig_rax
+        regs._dirty = set()
+        regs.rip = regs._rip0 = win[W_RIP]
+        regs.tf = regs._tf0 = win[W_EFLAGS] & TF
         return regs
 
     def syscall_entry(self) -> tuple[PtRegs, tuple]:
@@ -315,7 +324,7 @@ class RegisterFile:
             return regs, (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9)
         x = self.read_extra()             # checks the handle
         regs = TrapRegs.__new__(TrapRegs)
-        regs._rf = self
+        regs._rf, regs._w = self, win
         regs._load = regs._loadx = None
         regs._v = v = [0] * N_REGS
         v[EFLAGS:] = x
@@ -345,6 +354,23 @@ class RegisterFile:
         if rip != regs._rip0:
             win[W_RIP] = int(rip) & _MASK64
         if bool(regs.tf) != bool(regs._tf0):
+            win[W_EFLAGS] = (win[W_EFLAGS] & ~TF) | (TF if regs.tf else 0)
+
+    def syscall_exit(self, regs: PtRegs) -> None:
+        """The end of the ``syscall`` hook: what the syscall changed, stored where the
+        CPU resumes.  Unicorn adds 2 to rip after the hook returns, so rip X is stored
+        as X - 2.  With only rip and TF changed (every general register of a
+        :class:`TrapRegs` is already in place) they go straight into the window."""
+        win = self.window
+        if win is None or regs._dirty or type(regs) is not TrapRegs:
+            changes = regs.changed()
+            changes[RIP] = (regs.rip - 2) & _MASK64
+            self.write(changes, in_trap=True)
+            return
+        if self._uc._uch is None:
+            raise UcError(UCC.UC_ERR_HANDLE)
+        win[W_RIP] = (int(regs.rip) - 2) & _MASK64
+        if bool(regs.tf) != bool(regs._v[EFLAGS] & TF):
             win[W_EFLAGS] = (win[W_EFLAGS] & ~TF) | (TF if regs.tf else 0)
 
     def write(self, changes: dict[int, int], *, in_trap: bool = False) -> None:
@@ -404,7 +430,7 @@ class TrapRegs(PtRegs):
     stopped as well.  Valid while the trap lasts (a context's ``regs``); :meth:`copy` is
     a snapshot that outlives it.  Once the engine is closed an access is a UcError."""
 
-    __slots__ = ("_rf",)
+    __slots__ = ("_rf", "_w")
 
     def values(self) -> list[int]:
         if self._loadx is not None:
@@ -418,19 +444,31 @@ class TrapRegs(PtRegs):
 
 
 def _in_place_property(slot: int) -> property:
+    """rax..r15 of a TrapRegs: a load from / a store into its window (``_w``), the CPU
+    state itself.  A value that is no int, or a window released with its engine, takes
+    the slow path: the int conversion, or the UcError of a closed engine."""
+    mask = _MASK64
+
     def get_(self):
         try:
-            return self._rf.window[slot]
-        except TypeError:                  # released with its engine
+            return self._w[slot]
+        except ValueError:                 # released with its engine
             raise UcError(UCC.UC_ERR_HANDLE) from None
 
     def set_(self, value):
-        value = int(value) & _MASK64
         try:
-            self._rf.window[slot] = value
-        except TypeError:
-            raise UcError(UCC.UC_ERR_HANDLE) from None
+            self._w[slot] = value & mask
+        except (TypeError, ValueError):
+            _set_slow(self, slot, value)
     return property(get_, set_)
+
+
+def _set_slow(regs: TrapRegs, slot: int, value) -> None:
+    value = int(value) & _MASK64
+    try:
+        regs._w[slot] = value
+    except ValueError:                     # released with its engine
+        raise UcError(UCC.UC_ERR_HANDLE) from None
 
 
 for _i, _slot in WINDOW_SLOT.items():

@@ -253,14 +253,15 @@ def arch_uprobe_abort_xol(au: ArchUprobe, regs, utask) -> None:
 
 def arch_uretprobe_hijack_return_addr(trampoline: int, regs, mem) -> int | None:
     """Replace [sp] with the trampoline; return the original, or None on failure."""
+    sp = regs.rsp
     try:
-        orig = mem.read_u64(regs.rsp)
+        orig = mem.read_u64(sp)
     except GuestFault:
         return None
     if orig == trampoline:
         return orig
     try:
-        mem.write_u64(regs.rsp, trampoline)
+        mem.write_u64(sp, trampoline)
     except GuestFault:
         return None
     return orig

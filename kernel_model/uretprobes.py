@@ -39,6 +39,8 @@ from emu.signals import SIGNALS
 from . import arch_x86 as arch
 from .uprobes_types import MAX_URETPROBE_DEPTH, UprobeContext, ReturnInstance
 
+_SYSCALL_ARGS = struct.Struct("<3Q")      # struct uretprobe_syscall_args: r11, cx, ax
+
 RI_SIZEOF = 128
 RI_CONSUMER_SIZEOF = 16
 SIGILL = SIGNALS["SIGILL"]
@@ -186,6 +188,18 @@ class Uretprobes:
                                   "return instance")
             return
         stack = utask.return_instances
+        if len(stack) == 1 or not stack[-1].chained and arch.arch_uretprobe_is_alive(stack[-2], arch.RP_CHECK_RET,
+                                                                                       regs):
+            # the common case: one instance, not chained, its caller's frame alive
+            ri = stack.pop()
+            utask.depth -= 1
+            regs.rip = ri.orig_ret_vaddr
+            self.machine.counters.uretprobe_hits += 1
+            self.handle_uretprobe_chain(task, ri, regs)
+            self.free_ret_instance(task, ri)
+            if self.events.active:
+                self.events.publish(ev.UretprobeReturn(task, regs.rip))
+            return
         while True:
             i = len(stack) - 1
             while i > 0 and stack[i].chained:
@@ -221,10 +235,14 @@ class Uretprobes:
         recorded = dict(ri.consumers) if ri.consumers else {}
         sessions = self.profile.session_consumers
         consumers = uprobe.consumers
-        for uc in list(consumers):
+        first = True
+        for uc in tuple(consumers):
             # list_for_each_entry_rcu, as in handler_chain: a consumer added meanwhile
             # (at the head) is not visited, one removed by an earlier handler is skipped
-            if uc not in consumers or uc.ret_handler is None or not uc.enabled:
+            if not first and uc not in consumers:
+                continue
+            first = False
+            if uc.ret_handler is None or not uc.enabled:
                 continue
             if sessions and uc.is_session:
                 if uc.id not in recorded:
@@ -255,7 +273,7 @@ class Uretprobes:
         mem = task.process.mem
         args_at = regs.rsp
         try:
-            r11, cx, ax = struct.unpack("<3Q", mem.read_user(args_at, 24))  # struct uretprobe_syscall_args
+            r11, cx, ax = mem.read_user_struct(_SYSCALL_ARGS, args_at)   # struct uretprobe_syscall_args
         except GuestFault:
             self.machine.send_sig(task, SIGILL, detail="uretprobe syscall: bad stack")
             return None
@@ -266,17 +284,18 @@ class Uretprobes:
         if self.events.active:
             self.events.publish(ev.SysUretprobe(task))
         self.uprobe_handle_trampoline(task, regs)
+        # (the syscall returns regs->ax: None leaves rax as the handlers left it)
         if self.machine.signal_pending(task):
             return None                  # no return instance: SIGILL, nothing to copy back
         if regs.rsp != sp:
-            return regs.rax              # a consumer moved sp: full pt_regs (IRET) return
+            return None                  # a consumer moved sp: full pt_regs (IRET) return
         regs.rsp = args_at
         try:
-            mem.write_user(args_at, struct.pack("<3Q", regs.r11, regs.rcx, regs.rip))
+            mem.write_user_struct(_SYSCALL_ARGS, args_at, regs.r11, regs.rcx, regs.rip & _MASK64)
         except GuestFault:
             self.machine.send_sig(task, SIGILL, detail="uretprobe syscall: bad stack")
             return None
         regs.rip = ip
         regs.r11 = regs.eflags           # ensure SYSRET
         regs.rcx = ip
-        return regs.rax
+        return None

@@ -50,6 +50,12 @@ class FakeMem:
         for i, b in enumerate(data):
             self.bytes[addr + i] = b
 
+    def read_user_struct(self, st, addr):
+        return st.unpack(self._read(addr, st.size))
+
+    def write_user_struct(self, st, addr, *values):
+        self.write_user(addr, st.pack(*values))
+
     def fill(self, addr, data):
         for i, b in enumerate(data):
             self.bytes[addr + i] = b
