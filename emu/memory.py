@@ -142,6 +142,7 @@ class Memory:
         self.limit = limit if limit is not None else MemoryLimit(None)
         self.vmas: list[Vma] = []
         self._starts: list[int] = []
+        self.vma_gen = 0                       # bumped by every change of the VMA list
         self._last: Vma | None = None               # last mapping a user access checked
         self._rbuf = ctypes.create_string_buffer(_SMALL_READ)   # small reads (read())
         self._last_backing: _Backing | None = None    # the host block read() found last
@@ -153,6 +154,7 @@ class Memory:
 
     # -- lookup -------------------------------------------------------------
     def _reindex(self) -> None:
+        self.vma_gen += 1                # what was looked up by address may have moved
         self._last = None
         self._last_backing = None
         self.vmas.sort(key=lambda v: v.start)

@@ -33,6 +33,7 @@ from unicorn.unicorn_py3.unicorn import uclib
 from .regs import EFLAGS, GPR_NAMES, RF, RIP, TF, TF_ONLY, PtRegs
 
 _UC_IDS = tuple(getattr(X, "UC_X86_REG_" + n.upper()) for n in GPR_NAMES)
+_EFLAGS_ID = X.UC_X86_REG_EFLAGS
 # CPUX86State.regs[] order (R_EAX, R_ECX, R_EDX, R_EBX, R_ESP, R_EBP, R_ESI, R_EDI,
 # r8..r15), then eip and eflags: the window's 18 words.
 _QEMU_ORDER = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi",
@@ -243,6 +244,9 @@ class RegisterFile:
         self._wid = (ctypes.c_int * n)()
         self._wbuf = (ctypes.c_uint64 * n)()
         self._wptrs = self._pointers(self._wbuf, n)
+        self._read1 = _unprototyped("uc_reg_read")
+        self._flags = ctypes.c_uint64()
+        self._flags_ptr = ctypes.byref(self._flags)
         layout = cpu_window_layout() if use_window else None
         self.window = _window_at(uc, layout) if layout is not None else None
 
@@ -316,27 +320,32 @@ class RegisterFile:
         and the six arguments (rdi, rsi, rdx, r10, r8, r9).  The hardware's part is
         done: rcx holds the next rip and r11 rflags without RF; rip is past the
         instruction (stored when the syscall returns), orig_rax is the number.  With
-        the window, a :class:`TrapRegs` (the CPU stops in the hook as at a trap), its
-        eflags and bases read now (r11 needs the flags); else a snapshot."""
+        the window, a :class:`TrapRegs` (the CPU stops in the hook as at a trap): the
+        flags are read once for r11 and TF, eflags and the bases again only if a
+        handler asks (the CPU's stay as they were); else a snapshot."""
         win = self.window
         if win is None:
             regs = PtRegs.at_syscall(self.read_all())
             return regs, (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9)
-        x = self.read_extra()             # checks the handle
+        flags = self.read_eflags()        # checks the handle
         regs = TrapRegs.__new__(TrapRegs)
-        regs._rf, regs._w = self, win
-        regs._load = regs._loadx = None
-        regs._v = v = [0] * N_REGS
-        v[EFLAGS:] = x
-        regs._orig = v[:]
+        regs._rf = regs._loadx = self
+        regs._w = win
+        regs._v = regs._orig = regs._load = None
         regs._dirty = set()
         regs.orig_rax = win[0]
         regs._rip0 = ip = win[W_RIP]
         regs.rip = nxt = (ip + 2) & _MASK64
-        flags = x[0]
         regs.tf = regs._tf0 = flags & TF
         win[W_RCX], win[W_R11] = nxt, flags & ~RF
         return regs, (win[W_RDI], win[W_RSI], win[W_RDX], win[W_R10], win[W_R8], win[W_R9])
+
+    def read_eflags(self) -> int:
+        """eflags, computed by Unicorn: one native read of that register alone."""
+        status = self._read1(self._handle(), _EFLAGS_ID, self._flags_ptr)
+        if status:
+            raise UcError(status)
+        return self._flags.value
 
     def write_back(self, regs: PtRegs) -> None:
         """The end of a trap: what the handlers changed, stored where the CPU resumes.
@@ -370,7 +379,7 @@ class RegisterFile:
         if self._uc._uch is None:
             raise UcError(UCC.UC_ERR_HANDLE)
         win[W_RIP] = (int(regs.rip) - 2) & _MASK64
-        if bool(regs.tf) != bool(regs._v[EFLAGS] & TF):
+        if bool(regs.tf) != bool(regs._tf0):      # (eflags not set: its TF bit is _tf0)
             win[W_EFLAGS] = (win[W_EFLAGS] & ~TF) | (TF if regs.tf else 0)
 
     def write(self, changes: dict[int, int], *, in_trap: bool = False) -> None:

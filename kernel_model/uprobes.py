@@ -45,6 +45,7 @@ class Uprobes:
         self.events = kernel.machine.events  # the machine's typed event stream (emu.events)
         self.profile = kernel.profile
         self.tree: dict = {}                 # (file, offset) -> Uprobe
+        self.tree_gen = 0                    # bumped by every insert and erase
         self._ids = itertools.count(1)
         self.uret = Uretprobes(self)
         self.xol_slots = UINSNS_PER_PAGE     # slots per XOL page (tests may shrink it)
@@ -305,6 +306,7 @@ class Uprobes:
         if uprobe is None:
             uprobe = Uprobe(file, offset, ref_ctr_offset)
             self.tree[(file, offset)] = uprobe
+            self.tree_gen += 1
         elif ref_ctr_offset and uprobe.ref_ctr_offset != ref_ctr_offset:
             raise RegistrationError("EINVAL", "ref_ctr_offset mismatch with the existing uprobe")
         uc.id = next(self._ids)
@@ -332,6 +334,7 @@ class Uprobes:
             uprobe.consumers.remove(uc)
         if not uprobe.consumers and self.tree.get(uprobe.key) is uprobe:
             del self.tree[uprobe.key]
+            self.tree_gen += 1
             self.delayed_uprobe_remove(uprobe, None)        # uprobe_free_deferred
 
     def register_for_each_vma(self, uprobe: Uprobe, new: UprobeConsumer | None) -> None:
@@ -471,9 +474,19 @@ class Uprobes:
         if area is not None and bp_vaddr == area.vaddr:
             self.uret.uprobe_handle_trampoline(task, regs)
             return True
-        vma = proc.mem.find_vma(bp_vaddr)                  # find_active_uprobe, inline
-        uprobe = None if vma is None or vma.file is None else \
-            self.tree.get((vma.file, bp_vaddr - vma.start + vma.pgoff))
+        mem = proc.mem                                     # find_active_uprobe, inline,
+        mm = proc.mm_uprobes                               # its answers kept per mm
+        gens = (mem.vma_gen, self.tree_gen)
+        if mm.hit_gens != gens:
+            mm.hit_cache.clear()
+            mm.hit_gens = gens
+        uprobe = mm.hit_cache.get(bp_vaddr)
+        if uprobe is None:
+            vma = mem.find_vma(bp_vaddr)
+            uprobe = None if vma is None or vma.file is None else \
+                self.tree.get((vma.file, bp_vaddr - vma.start + vma.pgoff))
+            if uprobe is not None:
+                mm.hit_cache[bp_vaddr] = uprobe
         if uprobe is None:
             try:
                 is_trap = proc.mem.read(bp_vaddr, 1) == arch.UPROBE_SWBP_INSN

@@ -139,6 +139,10 @@ class MmUprobes:
     recalc: bool = False               # MMF_RECALC_UPROBES
     xol_area: XolArea | None = None
     trampolines: list = field(default_factory=list)   # [uprobes-trampoline] vmas (optimized)
+    # find_active_uprobe's answers by address, valid while neither the VMAs (vma_gen)
+    # nor the uprobes tree (tree_gen) changed
+    hit_cache: dict = field(default_factory=dict)
+    hit_gens: tuple = (-1, -1)
 
 
 class UprobeContext:

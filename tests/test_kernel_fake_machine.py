@@ -32,6 +32,10 @@ class FakeMem:
     def find_vma(self, addr):
         return next((v for v in self.vmas if v.start <= addr < v.end), None)
 
+    @property
+    def vma_gen(self):
+        return len(self.vmas)         # VMAs are only ever added here
+
     def map_file(self, start, file):
         self.vmas.append(Vma(start, start + 0x1000, PROT_READ | PROT_EXEC, file=file))
         self.fill(start, file.read(0, 0x1000))
