@@ -403,3 +403,24 @@ def test_trap_registers_are_the_cpu_state_during_the_trap():
     want = [(0x1B1B1B1B1B1B1B1B, 0x77, 0x77)] + [(0x77, 0x77, 0x77)] * 2
     assert seen == want, [tuple(map(hex, s)) for s in seen]
     assert guest_regs(m)["rbx"] == 0x77, hex(guest_regs(m)["rbx"])
+
+
+@pytest.mark.parametrize("change", ["map", "grow", "protect", "unmap"])
+def test_every_change_of_the_vmas_moves_the_generation_the_hit_path_checks(change):
+    """handle_swbp's per-mm address -> uprobe answers are dropped when ``vma_gen``
+    moves, so every change of the VMA list must move it."""
+    from emu.mm_types import PROT_READ, PROT_WRITE
+    m = Machine.from_asm(LOOP.format(insn="nop"))
+    mem = m.mem
+    base = 0x7000_0000_0000
+    mem.map(base, 0x2000, PROT_READ | PROT_WRITE, "[test]")
+    before = mem.vma_gen
+    if change == "map":
+        mem.map(base + 0x10000, 0x1000, PROT_READ, "[test2]")
+    elif change == "grow":
+        mem.map(base + 0x2000, 0x1000, PROT_READ | PROT_WRITE, "[test]")
+    elif change == "protect":
+        mem.protect(base, 0x1000, PROT_READ)
+    else:
+        mem.unmap(base, 0x1000)
+    assert mem.vma_gen > before, f"{change}: vma_gen stayed {before}"

@@ -28,17 +28,20 @@ class FakeMem:
         self.writes: list = []
         self.maps: list = []
         self.vmas: list = []
+        self.vma_gen = 0                      # as Memory's: bumped by each change of the VMAs
 
     def find_vma(self, addr):
         return next((v for v in self.vmas if v.start <= addr < v.end), None)
 
-    @property
-    def vma_gen(self):
-        return len(self.vmas)         # VMAs are only ever added here
+    def unmap(self, start):
+        self.vmas = [v for v in self.vmas if v.start != start]
+        self.vma_gen += 1
 
     def map_file(self, start, file):
         self.vmas.append(Vma(start, start + 0x1000, PROT_READ | PROT_EXEC, file=file))
+        self.vma_gen += 1
         self.fill(start, file.read(0, 0x1000))
+        return self.vmas[-1]
 
     def _read(self, addr, n, access="read"):
         try:
@@ -207,3 +210,40 @@ def test_handle_swbp_runs_the_handler_once_and_queues_sigtrap_only_under_tf(fake
     assert hits == [vaddr], f"handler saw rip {[hex(h) for h in hits]}, expected [{vaddr:#x}]"
     assert regs.rip == vaddr + 1, f"the emulated nop should leave rip at {vaddr + 1:#x}, not {regs.rip:#x}"
     assert [(s, d) for _, s, d in m.sent] == signals, m.sent
+
+
+def test_an_address_mapped_afresh_hits_the_uprobe_of_the_new_mapping(fake):
+    """handle_swbp keeps its address -> uprobe answers only while the VMAs stay as they
+    were: once the page at the probed address maps another file (the uprobes tree
+    unchanged), a hit there is that file's probe, not the one found there before."""
+    m, kernel = fake
+    a_hits = probed_nop(m, kernel)
+    other = MappedFile("/fake/b.so", b"\xcc" * NOP_AT + b"\x90" + b"\xc3" * 15)
+    m.process.files.append(other)
+    b_hits = []
+    kernel.uprobes.register(("/fake/b.so", NOP_AT), handler=lambda ctx: b_hits.append(ctx.regs.rip))
+    vaddr = TEXT + NOP_AT
+    assert kernel.uprobes.handle_int3(m.task, regs_at(vaddr + 1)) is True
+    m.mem.unmap(TEXT)
+    kernel.uprobes.uprobe_mmap(m.process, m.mem.map_file(TEXT, other))
+    assert m.mem.read(vaddr, 1) == b"\xcc", "the new mapping's breakpoint was not installed"
+    assert kernel.uprobes.handle_int3(m.task, regs_at(vaddr + 1)) is True
+    assert (a_hits, b_hits) == ([vaddr], [vaddr]), \
+        f"expected one hit each for a.out then b.so, got a.out {a_hits}, b.so {b_hits}"
+
+
+def test_a_uprobe_made_afresh_at_a_hit_address_is_the_one_a_hit_finds(fake):
+    """The same for the tree: a consumer unregistered (its uprobe erased) and a new one
+    registered at the same offset make a new uprobe, and the next hit runs it."""
+    m, kernel = fake
+    probed_nop(m, kernel)
+    old = kernel.uprobes.find_file("/fake/a.out")
+    first = next(iter(u for u in kernel.uprobes.tree.values()))
+    vaddr = TEXT + NOP_AT
+    assert kernel.uprobes.handle_int3(m.task, regs_at(vaddr + 1)) is True
+    kernel.uprobes.unregister(first.consumers[0])
+    hits = []
+    kernel.uprobes.register((old.path, NOP_AT), handler=lambda ctx: hits.append(ctx.uprobe))
+    assert kernel.uprobes.handle_int3(m.task, regs_at(vaddr + 1)) is True
+    now = kernel.uprobes.tree[(old, NOP_AT)]
+    assert now is not first and hits == [now], f"the hit ran {hits}, expected the new uprobe {now}"
