@@ -911,20 +911,21 @@ class Machine:
 
     def _syscall(self) -> None:
         """The ``syscall`` instruction as the hardware and entry_SYSCALL_64 do it."""
-        rf = self.regfile
+        task = self.task
+        proc = task.process
+        rf = proc.regfile
         regs, args = rf.syscall_entry()                # hardware: rcx, r11 <- rip, rflags
         nr = regs.orig_rax
         self.counters.syscalls[nr] += 1
-        task = self.task
         bus = self.events
         if bus.active:
             bus.publish(ev.Syscall(task, nr, regs.rip - 2, args))
-        uc = self.uc
+        uc = proc.uc
         syscalls = self.syscalls
         self._in_syscall = True
         try:
             syscalls.dispatch(task, regs, nr, args)
-            if task.process.uc is not uc:
+            if task.process is not proc or proc.uc is not uc:
                 # execve replaced the address space: the new registers are set, the
                 # old CPU state is gone; exit-to-user work happens before the next run
                 self._stopped_by_hook = True
@@ -940,8 +941,10 @@ class Machine:
             if state == "running":
                 if task.pending_rax is not None:
                     regs.rax, task.pending_rax = task.pending_rax, None   # woken before it slept
+                orig_rax = regs.orig_rax
                 if (task.pending_signals or task.process.shared_pending or     # _work_pending, inline
-                        self._restart_code(regs) is not None) and self._exit_to_user(task, regs):
+                        (orig_rax is not None and orig_rax >= 0 and self._restart_code(regs) is not None)) \
+                        and self._exit_to_user(task, regs):
                     return
         finally:
             self._in_syscall = False

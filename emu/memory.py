@@ -311,6 +311,7 @@ class Memory:
         self.uc.mem_unmap(b.start, old)
         self.uc.mem_map_ptr(b.start, new, _uc_prot(prot), host)
         b.end, b.host = end, host
+        b.__dict__.pop("view", None)         # the old view: the old size, perhaps the old place
         prev.end = end
         self._reindex()
         return prev

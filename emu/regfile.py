@@ -308,7 +308,7 @@ class RegisterFile:
         regs = TrapRegs.__new__(TrapRegs)     # PtRegs.at_trap, inline
         regs._v = regs._orig = regs._load = None
         regs._loadx = regs._rf = self
-        regs._w = win
+        regs._w, regs._flags = win, None
         regs.orig_rax = orig_rax
         regs._dirty = set()
         regs.rip = regs._rip0 = win[W_RIP]
@@ -330,7 +330,7 @@ class RegisterFile:
         flags = self.read_eflags()        # checks the handle
         regs = TrapRegs.__new__(TrapRegs)
         regs._rf = regs._loadx = self
-        regs._w = win
+        regs._w, regs._flags = win, flags
         regs._v = regs._orig = regs._load = None
         regs._dirty = set()
         regs.orig_rax = win[0]
@@ -439,7 +439,7 @@ class TrapRegs(PtRegs):
     stopped as well.  Valid while the trap lasts (a context's ``regs``); :meth:`copy` is
     a snapshot that outlives it.  Once the engine is closed an access is a UcError."""
 
-    __slots__ = ("_rf", "_w")
+    __slots__ = ("_rf", "_w", "_flags")
 
     def values(self) -> list[int]:
         if self._loadx is not None:
@@ -484,6 +484,20 @@ for _i, _slot in WINDOW_SLOT.items():
     if _i != RIP:                          # rip stays the snapshot's plain attribute
         setattr(TrapRegs, GPR_NAMES[_i], _in_place_property(_slot))
 del _i, _slot
+
+
+def _trap_eflags(self):
+    """eflags with TF from ``tf``; at a syscall the value read at entry (for r11)
+    serves until something sets eflags, so it is not read twice."""
+    if self._loadx is not None:
+        flags = self._flags
+        if flags is not None:
+            return (flags & ~TF) | (TF if self.tf else 0)
+        self._fillx()
+    return (self._v[EFLAGS] & ~TF) | (TF if self.tf else 0)
+
+
+TrapRegs.eflags = property(_trap_eflags, PtRegs.eflags.fset)
 
 
 class SnapshotReader:

@@ -570,7 +570,7 @@ class Uprobes:
             if uc.ret_handler is not None and rc not in (UPROBE_HANDLER_REMOVE, UPROBE_HANDLER_IGNORE):
                 if ri is None:
                     ri = self.uret.alloc_return_instance(task)
-                if uc.is_session:
+                if uc.handler is not None:        # uc.is_session (it has a ret_handler)
                     ri.consumers.append((uc.id, ctx.cookie))
         if need_prep and not remove:
             ri = self.uret.alloc_return_instance(task)

@@ -244,7 +244,7 @@ class Uretprobes:
             first = False
             if uc.ret_handler is None or not uc.enabled:
                 continue
-            if sessions and uc.is_session:
+            if sessions and uc.handler is not None:     # uc.is_session (it has a ret_handler)
                 if uc.id not in recorded:
                     continue
                 cookie = recorded[uc.id]

@@ -73,3 +73,29 @@ def test_a_word_written_into_executable_memory_goes_through_unicorn(monkeypatch)
     mem.write_u64(BASE, int.from_bytes(bytes.fromhex("48c7c00200000090"), "little"))
     assert through == [(BASE, bytes.fromhex("48c7c00200000090"))], through
     assert mem.read(BASE, 8) == bytes.fromhex("48c7c00200000090")
+
+
+@pytest.mark.parametrize("access", ["u64", "struct"])
+def test_a_word_of_a_grown_heap_is_read_from_where_the_heap_is_now(access):
+    """A growing anonymous mapping ([heap] after brk) is one host block moved larger:
+    the words read from it afterwards, old and new, come from the block as it is now
+    (a view kept from before would be the old size at the old, unmapped place)."""
+    import struct as st
+    two = st.Struct("<2Q")
+    m = Machine.from_guest("hello")
+    mem = m.mem
+    mem.map(BASE, 0x1000, PROT_READ | PROT_WRITE, "[heap]")
+    mem.write_user(BASE, b"\0" * 16)
+    mem.write_u64(BASE + 8, 0x1122)
+    assert mem.read_u64(BASE + 8) == 0x1122
+    for page in range(1, 40):                     # brk, one page at a time
+        mem.map(BASE + page * 0x1000, 0x1000, PROT_READ | PROT_WRITE, "[heap]")
+    far = BASE + 0x20000
+    if access == "u64":
+        mem.write_u64(far, 7)
+        got = (mem.read_u64(BASE + 8), mem.read_u64(far))
+    else:
+        mem.write_user_struct(two, far, 7, 8)
+        got = (mem.read_user_struct(two, BASE)[1], mem.read_user_struct(two, far)[0])
+    assert got == (0x1122, 7), f"expected (0x1122, 7), got {tuple(map(hex, got))}"
+    assert mem.read(far, 8) == (7).to_bytes(8, "little"), mem.read(far, 8).hex()
