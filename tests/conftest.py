@@ -40,3 +40,27 @@ def build_c(tmp_path_factory):
         return cache[key]
 
     return build
+
+
+@pytest.fixture(scope="session")
+def host_tracefs(tmp_path_factory):
+    """A tracefs mount that stays for the session, as most hosts have one (systemd
+    mounts /sys/kernel/tracing): the existing one, else one mounted here (as root) and
+    unmounted at the end.  The tests of diff's and sweep's own private mounts unmount
+    every tracefs in a mount namespace of their own, so they still see none."""
+    import os
+
+    from emu.frontends import hostdiff
+
+    found = hostdiff.find_tracefs()
+    if found is not None or os.geteuid() != 0:
+        yield found
+        return
+    path = tmp_path_factory.mktemp("tracefs")
+    if subprocess.run(["mount", "-t", "tracefs", "nodev", str(path)], capture_output=True).returncode != 0:
+        yield None
+        return
+    try:
+        yield str(path)
+    finally:
+        subprocess.run(["umount", str(path)], capture_output=True)

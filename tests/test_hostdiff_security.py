@@ -18,6 +18,9 @@ from emu.frontends import hostdiff
 from emu.frontends.hostdiff import Tracefs, run_tag
 from test_hostdiff import needs_tracefs
 
+# these tests look at the host's own tracefs mount (diff's private ones come and go)
+pytestmark = pytest.mark.usefixtures("host_tracefs")
+
 UEMU = shutil.which("uprobe-emu")
 
 

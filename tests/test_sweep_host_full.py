@@ -29,6 +29,9 @@ from kernel_model.profiles import KernelProfile
 from sweep_helpers import sweep
 from test_hostdiff import needs_tracefs, our_probes_left
 
+# these tests look at the host's own tracefs mount (diff's private ones come and go)
+pytestmark = pytest.mark.usefixtures("host_tracefs")
+
 U64 = (1 << 64) - 1
 WRITE, GETPPID, EXIT_GROUP, EXECVE, CLONE, RT_SIGRETURN, BRK = 1, 110, 231, 59, 56, 15, 12
 
