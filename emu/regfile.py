@@ -249,6 +249,10 @@ class RegisterFile:
         self._flags_ptr = ctypes.byref(self._flags)
         layout = cpu_window_layout() if use_window else None
         self.window = _window_at(uc, layout) if layout is not None else None
+        # the pt_regs of a trap and of a syscall: one object each, filled afresh at
+        # every entry (nothing allocated per hit); valid while that trap lasts
+        self._trap_regs = TrapRegs._over(self)
+        self._syscall_regs = TrapRegs._over(self)
 
     @staticmethod
     def _pointers(buf, n: int):
@@ -305,12 +309,12 @@ class RegisterFile:
             return PtRegs(self.read_all(), orig_rax)
         if self._uc._uch is None:         # _handle(), inline
             raise UcError(UCC.UC_ERR_HANDLE)
-        regs = TrapRegs.__new__(TrapRegs)     # PtRegs.at_trap, inline
-        regs._v = regs._orig = regs._load = None
-        regs._loadx = regs._rf = self
-        regs._w, regs._flags = win, None
+        regs = self._trap_regs                # PtRegs.at_trap, inline, on the one object
+        regs._v = regs._orig = regs._load = regs._flags = None
+        regs._loadx = self
         regs.orig_rax = orig_rax
-        regs._dirty = set()
+        if regs._dirty:
+            regs._dirty = set()
         regs.rip = regs._rip0 = win[W_RIP]
         regs.tf = regs._tf0 = win[W_EFLAGS] & TF
         return regs
@@ -328,11 +332,12 @@ class RegisterFile:
             regs = PtRegs.at_syscall(self.read_all())
             return regs, (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9)
         flags = self.read_eflags()        # checks the handle
-        regs = TrapRegs.__new__(TrapRegs)
-        regs._rf = regs._loadx = self
-        regs._w, regs._flags = win, flags
+        regs = self._syscall_regs
+        regs._loadx = self
+        regs._flags = flags
         regs._v = regs._orig = regs._load = None
-        regs._dirty = set()
+        if regs._dirty:
+            regs._dirty = set()
         regs.orig_rax = win[0]
         regs._rip0 = ip = win[W_RIP]
         regs.rip = nxt = (ip + 2) & _MASK64
@@ -436,10 +441,24 @@ class TrapRegs(PtRegs):
     stay plain attributes stored when the trap ends (:meth:`RegisterFile.write_back`);
     eflags, fs_base and gs_base are read and written through Unicorn as in
     :class:`PtRegs`.  Also the registers of the ``syscall`` hook, where the CPU is
-    stopped as well.  Valid while the trap lasts (a context's ``regs``); :meth:`copy` is
-    a snapshot that outlives it.  Once the engine is closed an access is a UcError."""
+    stopped as well.  Valid while the trap lasts (a context's ``regs``): a register file
+    has one for its traps and one for its syscalls, filled afresh at each entry, as the
+    kernel's pt_regs sit at the same place of the task's stack each time.  :meth:`copy`
+    is a snapshot that outlives the trap.  Once the engine is closed an access is a
+    UcError."""
 
     __slots__ = ("_rf", "_w", "_flags")
+
+    @classmethod
+    def _over(cls, rf: RegisterFile) -> "TrapRegs":
+        """The registers object of ``rf``'s traps (its fields are set at each entry)."""
+        self = cls.__new__(cls)
+        self._rf, self._w = rf, rf.window
+        self._v = self._orig = self._load = self._loadx = self._flags = None
+        self._dirty = set()
+        self.orig_rax, self.rip = -1, 0
+        self._rip0, self.tf, self._tf0 = 0, 0, 0
+        return self
 
     def values(self) -> list[int]:
         if self._loadx is not None:

@@ -424,3 +424,32 @@ def test_every_change_of_the_vmas_moves_the_generation_the_hit_path_checks(chang
     else:
         mem.unmap(base, 0x1000)
     assert mem.vma_gen > before, f"{change}: vma_gen stayed {before}"
+
+
+def test_every_hit_fills_the_one_trap_registers_object_afresh():
+    """The trap's pt_regs are one object per register file, filled at each entry: a
+    hit sees its own flags (not those the previous hit's handler set), and what a
+    handler sets still reaches the guest at every hit."""
+    m = Machine.from_asm(guest("""
+    mov r12d, 3
+    xor r13d, r13d
+again:
+    clc
+probe:
+    nop
+    adc r13, 0
+    dec r12d
+    jnz again
+"""))
+    seen, objs = [], []
+
+    def set_cf(ctx):
+        objs.append(ctx.regs)
+        seen.append(ctx.regs.eflags & 1)
+        ctx.regs.eflags |= 1
+    m.uprobes.register("probe", handler=set_cf)
+    r = m.run(max_insns=100_000)
+    assert r.reason == "exit", r.describe()
+    assert seen == [0, 0, 0], f"CF seen at each hit (clc runs before it): {seen}"
+    assert guest_regs(m)["r13"] == 3, f"adc after each hit added CF: r13 = {guest_regs(m)['r13']}"
+    assert all(o is objs[0] for o in objs), f"{len(set(map(id, objs)))} register objects for 3 hits"
