@@ -62,7 +62,7 @@ _PROJECT = ("emu", "kernel_model", "guest_programs")
 _KEEP_ATTRS = {
     "Machine": ("events", "_live_hooks", "_retired_thunks", "recorder", "passthrough", "capture_output",
                 "fpu", "page_cache", "_sigint", "_tb_mode"),
-    "Memory": ("uc", "_backing", "_last_backing", "_free_host", "text_write_listeners"),
+    "Memory": ("uc", "_backing", "_last_backing", "_span", "_free_host", "text_write_listeners"),
 }
 _BY_REFERENCE = ("MappedFile", "ElfImage", "PageCache", "Uc", "RegisterFile", "FpuUnit", "SnapshotReader",
                  "Hook", "EventBus", "Recorder", "Stepper", "GatedWriter")

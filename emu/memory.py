@@ -120,6 +120,9 @@ class _Backing:
 
 
 _U64 = struct.Struct("<Q")
+# (mapping, start, end, host view, guest address of the view): no span
+_NO_SPAN = (None, 1, 0, None, 0)
+_PROT_RW, _PROT_RWX = PROT_READ | PROT_WRITE, PROT_READ | PROT_WRITE | PROT_EXEC
 
 
 def _uc_prot(prot: int) -> int:
@@ -146,6 +149,7 @@ class Memory:
         self._last: Vma | None = None               # last mapping a user access checked
         self._rbuf = ctypes.create_string_buffer(_SMALL_READ)   # small reads (read())
         self._last_backing: _Backing | None = None    # the host block read() found last
+        self._span = _NO_SPAN                   # see _rw_span
         self._backing: list[_Backing] = []     # changed in place: the finalizer holds it
         # The host pages live exactly as long as the Unicorn instance that maps them.
         self._free_host = weakref.finalize(uc, _host_free_all, self._backing) if uc is not None else None
@@ -157,6 +161,7 @@ class Memory:
         self.vma_gen += 1                # what was looked up by address may have moved
         self._last = None
         self._last_backing = None
+        self._span = _NO_SPAN
         self.vmas.sort(key=lambda v: v.start)
         self._starts = [v.start for v in self.vmas]
 
@@ -381,6 +386,7 @@ class Memory:
                 keep.append(_Backing(hi, b.end, b.host + hi - b.start))
         self._backing[:] = keep
         self._last_backing = None
+        self._span = _NO_SPAN
 
     def _host_ranges(self, start: int, end: int):
         """(guest start, host address, length) pieces of the host memory of [start, end)."""
@@ -460,6 +466,7 @@ class Memory:
         """Put a :meth:`page_image` back: the same regions and host ranges (rebuilt
         when they differ), then only the pages whose bytes differ are written; a page
         absent from ``pages`` reads as zeros again."""
+        self._span = _NO_SPAN                # the mappings are about to be those of then
         now_regions = tuple((lo, hi + 1, perms) for lo, hi, perms in self.uc.mem_regions())
         same = now_regions == regions and tuple((b.start, b.end) for b in self._backing) == backing
         current = self.page_image()[2] if same else {}
@@ -478,6 +485,7 @@ class Memory:
 
     def _rebuild(self, regions: tuple, backing: tuple) -> None:
         self._last_backing = None            # its host block is about to go
+        self._span = _NO_SPAN
         for lo, hi, _ in list(self.uc.mem_regions()):
             self.uc.mem_unmap(lo, hi + 1 - lo)
         for b in self._backing:
@@ -498,6 +506,7 @@ class Memory:
         self.uc = uc
         self._backing = []
         self._last_backing = None
+        self._span = _NO_SPAN
         self._free_host = weakref.finalize(uc, _host_free_all, self._backing)
 
     def release(self) -> None:
@@ -515,6 +524,7 @@ class Memory:
             uc._callbacks.clear()
             uc._uch = None
         self._last_backing = None
+        self._span = _NO_SPAN
         if self._free_host is not None:
             self._free_host()
         self.limit.uncharge(self.total)
@@ -604,46 +614,69 @@ class Memory:
                 return
         self._raw_write(addr, data)
 
+    def _rw_span(self, addr: int, n: int) -> None:
+        """After a checked access of [addr, addr+n): remember where user reads and
+        writes may go straight to host memory - the mapping checked (readable,
+        writable, not executable: a stack, a heap) within its host block - as one
+        tuple, valid while that mapping is the one last checked (``_last``: dropped by
+        every change of the VMAs, and by a checkpoint's restore)."""
+        v, b = self._last, self._last_backing
+        if v is not None and b is not None and v.prot & _PROT_RWX == _PROT_RW and v.start <= addr \
+                and addr + n <= v.end and b.start <= addr and addr + n <= b.end:
+            self._span = (v, max(v.start, b.start), min(v.end, b.end), b.view, b.start)
+
     def read_user_struct(self, st: struct.Struct, addr: int) -> tuple:
         """copy_from_user of ``st.size`` bytes unpacked with ``st``: one unpack from
-        the host block of the mapping last checked when it holds them (the uretprobe
-        trampoline's saved registers on the stack), else through :meth:`read_user`."""
+        host memory inside the span of :meth:`_rw_span` (the uretprobe trampoline's
+        saved registers on the stack), else through :meth:`read_user`."""
         n = st.size
-        v, b = self._last, self._last_backing
-        if v is not None and b is not None and v.start <= addr and addr + n <= v.end and v.prot & PROT_READ \
-                and b.start <= addr and addr + n <= b.end:
-            return st.unpack_from(b.view, addr - b.start)
-        return st.unpack(self.read_user(addr, n))
+        v, lo, end, view, base = self._span
+        if lo <= addr and addr + n <= end and v is self._last:
+            return st.unpack_from(view, addr - base)
+        out = st.unpack(self.read_user(addr, n))
+        self._rw_span(addr, n)
+        return out
 
     def write_user_struct(self, st: struct.Struct, addr: int, *values) -> None:
-        """copy_to_user of ``st.pack(*values)``, as :meth:`write_u64` (one pack into
-        host memory outside executable mappings, else :meth:`write_user`)."""
+        """copy_to_user of ``st.pack(*values)``, as :meth:`write_u64`."""
         n = st.size
-        v, b = self._last, self._last_backing
-        if v is not None and b is not None and v.start <= addr and addr + n <= v.end \
-                and v.prot & (PROT_WRITE | PROT_EXEC) == PROT_WRITE and b.start <= addr and addr + n <= b.end:
-            st.pack_into(b.view, addr - b.start, *values)
+        v, lo, end, view, base = self._span
+        if lo <= addr and addr + n <= end and v is self._last:
+            st.pack_into(view, addr - base, *values)
             return
         self.write_user(addr, st.pack(*values))
+        self._rw_span(addr, n)
 
     def read_u64(self, addr: int) -> int:
-        """get_user of 8 bytes; from the host block of the mapping last checked when it
-        holds them (a stack word, a return address), else through :meth:`read_user`."""
+        """get_user of 8 bytes (a stack word, a return address): from host memory inside
+        the span of :meth:`_rw_span`, else from the host block of the mapping last
+        checked when it holds them, else through :meth:`read_user`."""
+        v, lo, end, view, base = self._span
+        if lo <= addr and addr + 8 <= end and v is self._last:
+            return _U64.unpack_from(view, addr - base)[0]
         v, b = self._last, self._last_backing
         if v is not None and b is not None and v.start <= addr and addr + 8 <= v.end and v.prot & PROT_READ \
                 and b.start <= addr and addr + 8 <= b.end:
             return _U64.unpack_from(b.view, addr - b.start)[0]
-        return int.from_bytes(self.read_user(addr, 8), "little")
+        out = int.from_bytes(self.read_user(addr, 8), "little")
+        self._rw_span(addr, 8)
+        return out
 
     def write_u64(self, addr: int, value: int) -> None:
         """put_user of 8 bytes, as :meth:`write_user` (host memory only outside
         executable mappings)."""
+        v, lo, end, view, base = self._span
+        if lo <= addr and addr + 8 <= end and v is self._last:
+            _U64.pack_into(view, addr - base, value & 0xFFFFFFFFFFFFFFFF)
+            return
         v, b = self._last, self._last_backing
         if v is not None and b is not None and v.start <= addr and addr + 8 <= v.end \
                 and v.prot & (PROT_WRITE | PROT_EXEC) == PROT_WRITE and b.start <= addr and addr + 8 <= b.end:
             _U64.pack_into(b.view, addr - b.start, value & 0xFFFFFFFFFFFFFFFF)
+            self._rw_span(addr, 8)
             return
         self.write_user(addr, (value & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little"))
+        self._rw_span(addr, 8)
 
     def read_cstring(self, addr: int, limit: int = 4096) -> bytes:
         out = bytearray()

@@ -99,3 +99,26 @@ def test_a_word_of_a_grown_heap_is_read_from_where_the_heap_is_now(access):
         got = (mem.read_user_struct(two, BASE)[1], mem.read_user_struct(two, far)[0])
     assert got == (0x1122, 7), f"expected (0x1122, 7), got {tuple(map(hex, got))}"
     assert mem.read(far, 8) == (7).to_bytes(8, "little"), mem.read(far, 8).hex()
+
+
+@pytest.mark.parametrize("access", ["u64", "struct"])
+def test_a_word_past_a_mapping_restored_smaller_faults(access):
+    """A checkpoint restored puts the mappings of then back: a word past the end of a
+    mapping that has since grown (and was written there) faults again."""
+    import struct as st
+    one = st.Struct("<Q")
+    m = Machine.from_guest("hello")
+    mem = m.mem
+    mem.map(BASE, 0x1000, PROT_READ | PROT_WRITE, "[heap]")
+    mem.write_user(BASE, b"\0" * 8)
+    cp = m.checkpoint()
+    mem.map(BASE + 0x1000, 0x1000, PROT_READ | PROT_WRITE, "[heap]")
+    far = BASE + 0x1800
+    write = (lambda: mem.write_u64(far, 5)) if access == "u64" else (lambda: mem.write_user_struct(one, far, 5))
+    read = (lambda: mem.read_u64(far)) if access == "u64" else (lambda: mem.read_user_struct(one, far))
+    write()
+    assert mem.read_u64(far) == 5
+    m.restore(cp)
+    for op in (write, read):
+        with pytest.raises(GuestFault):
+            op()
