@@ -95,6 +95,8 @@ class TraceEvents:
         self.events: list[TraceEvent] = []
         self.output = None                 # file-like for trace lines; None = keep only
         self._log: list[tuple[TraceEvent, str]] = []
+        # the lazy args buffer seed: "always" fills it for every hit (profiles are frozen)
+        self._always_buffer = uprobes.profile.args_buffer == "always"
 
     @property
     def lines(self) -> list[str]:
@@ -182,9 +184,7 @@ class TraceEvents:
 
     # -- the dispatcher ---------------------------------------------------------
     def _needs_buffer(self, ev: TraceEvent) -> bool:
-        if self.uprobes.profile.args_buffer == "always":
-            return True
-        return ev.ftrace
+        return self._always_buffer or ev.ftrace
 
     def _dispatch(self, ev: TraceEvent, ctx) -> int:
         flt = ev.consumer.filter if ev.consumer is not None else None
@@ -195,7 +195,7 @@ class TraceEvents:
         ev.hits += 1
         for prog in ev.programs:
             prog(ctx)
-        if not ev.ftrace and self.uprobes.profile.args_buffer != "always":
+        if not ev.ftrace and not self._always_buffer:
             return 0                    # not self._needs_buffer(ev), inline
         counters = self.machine.counters
         counters.args_buffer_fills += 1

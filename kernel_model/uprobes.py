@@ -46,6 +46,7 @@ class Uprobes:
         self.profile = kernel.profile
         self.tree: dict = {}                 # (file, offset) -> Uprobe
         self.tree_gen = 0                    # bumped by every insert and erase
+        self._rc_exact = self.profile.handler_chain_rc == "exact"   # (profiles are frozen)
         self._ids = itertools.count(1)
         self.uret = Uretprobes(self)
         self.xol_slots = UINSNS_PER_PAGE     # slots per XOL page (tests may shrink it)
@@ -540,7 +541,7 @@ class Uprobes:
         consumers = uprobe.consumers
         if not consumers:
             return
-        exact = self.profile.handler_chain_rc == "exact"
+        exact = self._rc_exact
         remove, need_prep = True, False
         ri = None
         bus = self.events
