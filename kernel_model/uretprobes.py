@@ -264,19 +264,22 @@ class Uretprobes:
 
     # -- sys_uretprobe (x86_64 syscall 335, 6.11+) ------------------------------------
     def sys_uretprobe(self, task, regs, *_args):
-        """x86 ``sys_uretprobe`` (section 5.2), entered from the trampoline's syscall."""
+        """x86 ``sys_uretprobe`` (section 5.2), entered from the trampoline's syscall.
+
+        Its ``sigill:`` exit forces SIGILL and returns -1.  With no return instance,
+        uprobe_handle_trampoline only queues its SIGILL: the syscall goes on and
+        copies the saved registers back (the ax slot gets regs->ip, still the check
+        address), as the 6.18 host does (tests/test_uretprobe_syscall_sigill.py)."""
         mm = task.process.mm_uprobes
         area = mm.xol_area if mm else None
         if area is None or regs.rip != area.vaddr + arch.URETPROBE_SYSCALL_CHECK:
-            self.machine.send_sig(task, SIGILL, detail="uretprobe syscall outside the trampoline")
-            return None
+            return self._sys_uretprobe_sigill(task, "uretprobe syscall outside the trampoline")
         mem = task.process.mem
         args_at = regs.rsp
         try:
             r11, cx, ax = mem.read_user_struct(_SYSCALL_ARGS, args_at)   # struct uretprobe_syscall_args
         except GuestFault:
-            self.machine.send_sig(task, SIGILL, detail="uretprobe syscall: bad stack")
-            return None
+            return self._sys_uretprobe_sigill(task, "uretprobe syscall: bad stack")
         regs.r11, regs.rcx, regs.rax = r11, cx, ax
         regs.rsp = sp = (args_at + 24) & _MASK64
         regs.orig_rax = -1
@@ -285,17 +288,20 @@ class Uretprobes:
             self.events.publish(ev.SysUretprobe(task))
         self.uprobe_handle_trampoline(task, regs)
         # (the syscall returns regs->ax: None leaves rax as the handlers left it)
-        if self.machine.signal_pending(task):
-            return None                  # no return instance: SIGILL, nothing to copy back
         if regs.rsp != sp:
             return None                  # a consumer moved sp: full pt_regs (IRET) return
         regs.rsp = args_at
-        try:
-            mem.write_user_struct(_SYSCALL_ARGS, args_at, regs.r11, regs.rcx, regs.rip & _MASK64)
-        except GuestFault:
-            self.machine.send_sig(task, SIGILL, detail="uretprobe syscall: bad stack")
-            return None
+        ret_ip = regs.rip & _MASK64      # args.ax: where the trampoline's ret goes
         regs.rip = ip
+        try:
+            mem.write_user_struct(_SYSCALL_ARGS, args_at, regs.r11, regs.rcx, ret_ip)
+        except GuestFault:
+            return self._sys_uretprobe_sigill(task, "uretprobe syscall: bad stack")
         regs.r11 = regs.eflags           # ensure SYSRET
         regs.rcx = ip
         return None
+
+    def _sys_uretprobe_sigill(self, task, detail: str) -> int:
+        """sys_uretprobe's ``sigill:`` label: force_sig(SIGILL), return -1."""
+        self.machine.send_sig(task, SIGILL, detail=detail)
+        return -1
