@@ -347,7 +347,10 @@ class RegisterFile:
 
     def read_eflags(self) -> int:
         """eflags, computed by Unicorn: one native read of that register alone."""
-        status = self._read1(self._handle(), _EFLAGS_ID, self._flags_ptr)
+        uch = self._uc._uch
+        if uch is None:                   # _handle(), inline
+            raise UcError(UCC.UC_ERR_HANDLE)
+        status = self._read1(uch, _EFLAGS_ID, self._flags_ptr)
         if status:
             raise UcError(status)
         return self._flags.value

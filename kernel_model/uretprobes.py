@@ -54,6 +54,8 @@ class Uretprobes:
         self.profile = uprobes.profile
         self.bytes_held = 0
         self.events = uprobes.events
+        self._rc_exact = self.profile.handler_chain_rc == "exact"   # (profiles are frozen)
+        self._pool = self.profile.ri_alloc == "pool"
 
     @property
     def counters(self):
@@ -67,8 +69,12 @@ class Uretprobes:
         that, handler_chain only noted that a return probe was wanted (``need_prep``) and
         ``prepare_uretprobe`` allocated after its depth check: the instance handed out
         here is then a stand-in, replaced in :meth:`prepare_uretprobe`."""
-        if self.profile.handler_chain_rc != "exact":
+        if not self._rc_exact:
             return ReturnInstance(scratch=True)
+        utask = task.utask
+        if self._pool and utask is not None and utask.ri_pool:     # _alloc's ri_pool_pop, inline
+            self.machine.counters.ri_reused += 1
+            return utask.ri_pool.pop()
         return self._alloc(task)
 
     def _alloc(self, task) -> ReturnInstance:
