@@ -663,17 +663,11 @@ class Memory:
         return out
 
     def write_u64(self, addr: int, value: int) -> None:
-        """put_user of 8 bytes, as :meth:`write_user` (host memory only outside
-        executable mappings)."""
+        """put_user of 8 bytes: into host memory inside the span of :meth:`_rw_span`,
+        else through :meth:`write_user` (which sets the span up)."""
         v, lo, end, view, base = self._span
         if lo <= addr and addr + 8 <= end and v is self._last:
             _U64.pack_into(view, addr - base, value & 0xFFFFFFFFFFFFFFFF)
-            return
-        v, b = self._last, self._last_backing
-        if v is not None and b is not None and v.start <= addr and addr + 8 <= v.end \
-                and v.prot & (PROT_WRITE | PROT_EXEC) == PROT_WRITE and b.start <= addr and addr + 8 <= b.end:
-            _U64.pack_into(b.view, addr - b.start, value & 0xFFFFFFFFFFFFFFFF)
-            self._rw_span(addr, 8)
             return
         self.write_user(addr, (value & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little"))
         self._rw_span(addr, 8)

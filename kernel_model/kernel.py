@@ -33,10 +33,10 @@ class Kernel:
     # -- traps -----------------------------------------------------------------
     def do_int3(self, task, regs) -> None:
         """#BP from user mode: uprobes first (uprobe_pre_sstep_notifier), else SIGTRAP.
-        (``Uprobes.handle_int3``, inline: the notifier's test, then handle_swbp.)"""
-        mm = task.process.mm_uprobes
-        if mm is not None and (mm.has_uprobes or (task.utask is not None and task.utask.return_instances)) \
-                and self.uprobes.handle_swbp(task, regs, (regs.rip - 1) & 0xFFFFFFFFFFFFFFFF):
+        (``Uprobes.handle_int3``, one frame shorter: the notifier, then handle_swbp.)"""
+        uprobes = self.uprobes
+        if uprobes.uprobe_pre_sstep_notifier(task) and \
+                uprobes.handle_swbp(task, regs, (regs.rip - 1) & 0xFFFFFFFFFFFFFFFF):
             return
         self.machine.send_sig(task, SIGTRAP, detail="breakpoint trap (int3)")
 

@@ -450,9 +450,8 @@ class Uprobes:
     def handle_int3(self, task, regs) -> bool:
         """The DIE_INT3 notifier (``uprobe_pre_sstep_notifier``), then what
         ``uprobe_notify_resume`` runs: ``handle_swbp``.  False: not ours (SIGTRAP)."""
-        mm = task.process.mm_uprobes
-        if mm is None or not (mm.has_uprobes or (task.utask is not None and task.utask.return_instances)):
-            return False                                   # uprobe_pre_sstep_notifier
+        if not self.uprobe_pre_sstep_notifier(task):
+            return False
         return self.handle_swbp(task, regs, (regs.rip - 1) & 0xFFFFFFFFFFFFFFFF)
 
     @staticmethod
@@ -475,17 +474,15 @@ class Uprobes:
         if area is not None and bp_vaddr == area.vaddr:
             self.uret.uprobe_handle_trampoline(task, regs)
             return True
-        mem = proc.mem                                     # find_active_uprobe, inline,
-        mm = proc.mm_uprobes                               # its answers kept per mm
+        mem = proc.mem                                     # find_active_uprobe, its
+        mm = proc.mm_uprobes                               # answers kept per mm
         gens = (mem.vma_gen, self.tree_gen)
         if mm.hit_gens != gens:
             mm.hit_cache.clear()
             mm.hit_gens = gens
         uprobe = mm.hit_cache.get(bp_vaddr)
         if uprobe is None:
-            vma = mem.find_vma(bp_vaddr)
-            uprobe = None if vma is None or vma.file is None else \
-                self.tree.get((vma.file, bp_vaddr - vma.start + vma.pgoff))
+            uprobe = self.find_active_uprobe(proc, bp_vaddr)
             if uprobe is not None:
                 mm.hit_cache[bp_vaddr] = uprobe
         if uprobe is None:

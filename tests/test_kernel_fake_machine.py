@@ -240,13 +240,12 @@ def test_a_uprobe_made_afresh_at_a_hit_address_is_the_one_a_hit_finds(fake):
     registered at the same offset make a new uprobe, and the next hit runs it."""
     m, kernel = fake
     probed_nop(m, kernel)
-    old = kernel.uprobes.find_file("/fake/a.out")
-    first = next(iter(u for u in kernel.uprobes.tree.values()))
+    (first,) = kernel.uprobes.tree.values()
     vaddr = TEXT + NOP_AT
     assert kernel.uprobes.handle_int3(m.task, regs_at(vaddr + 1)) is True
     kernel.uprobes.unregister(first.consumers[0])
     hits = []
-    kernel.uprobes.register((old.path, NOP_AT), handler=lambda ctx: hits.append(ctx.uprobe))
+    kernel.uprobes.register(("/fake/a.out", NOP_AT), handler=lambda ctx: hits.append(ctx.uprobe))
     assert kernel.uprobes.handle_int3(m.task, regs_at(vaddr + 1)) is True
-    now = kernel.uprobes.tree[(old, NOP_AT)]
+    (now,) = kernel.uprobes.tree.values()
     assert now is not first and hits == [now], f"the hit ran {hits}, expected the new uprobe {now}"
