@@ -62,6 +62,9 @@ PAGE_SIZE = 4096
 PROC_DEV = os.makedev(0, 21)              # st_dev of this machine's procfs (0:21, as `stat /proc`)
 PROC_ROOT_INO = 1
 SELF_INO, THREAD_SELF_INO, MOUNTS_LINK_INO = 0xF0000000, 0xF0000001, 0xF0000002
+# proc_alloc_inum numbers the other top-level entries in initcall order, so their values
+# depend on what a build registers before them (6.18 hosts differ by one here); these
+# are one 6.18 build's, in the order every build creates them
 TOP_INOS = MappingProxyType({"uptime": 0xF0000031, "loadavg": 0xF000002E, "meminfo": 0xF000002F,
                              "filesystems": 0xF000005C})
 PROC_BLKSIZE = 1024

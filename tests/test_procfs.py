@@ -261,14 +261,28 @@ def test_st_dev_is_the_hosts_procfs(m, path):
     assert walk(m, path[len("/proc"):] or "/").attrs(m.task).dev == os.stat(path, follow_symlinks=False).st_dev
 
 
+def _proc_ino(m, path: str) -> int:
+    root = ProcFs(m).root
+    return (root.lookup(m.task, path) if path else root).attrs(m.task).ino
+
+
 @pytest.mark.parametrize("path,ino", [("self", 0xF0000000), ("thread-self", 0xF0000001), ("mounts", 0xF0000002),
-                                      ("", 1), ("uptime", 0xF0000031), ("loadavg", 0xF000002E),
-                                      ("meminfo", 0xF000002F)])
+                                      ("", 1)])
 def test_fixed_inodes_are_the_hosts(m, path, ino):
     host = os.stat("/proc/" + path, follow_symlinks=False).st_ino
-    root = ProcFs(m).root
-    node = root.lookup(m.task, path) if path else root
-    assert (node.attrs(m.task).ino, host) == (ino, ino)
+    assert (_proc_ino(m, path), host) == (ino, ino)
+
+
+TOP_ENTRIES = ("loadavg", "meminfo", "uptime", "filesystems")
+
+
+def test_top_level_inodes_follow_the_hosts_creation_order(m):
+    """proc_alloc_inum numbers them in initcall order: the values vary with the build,
+    the order does not."""
+    host = {p: os.stat("/proc/" + p).st_ino for p in TOP_ENTRIES}
+    model = {p: _proc_ino(m, p) for p in TOP_ENTRIES}
+    assert sorted(TOP_ENTRIES, key=model.get) == sorted(TOP_ENTRIES, key=host.get), (model, host)
+    assert all(0xF0000002 < ino < 0xF0001000 for ino in [*model.values(), *host.values()]), (model, host)
 
 
 def test_self_and_thread_self_links(m):
