@@ -13,7 +13,7 @@ import pytest
 import os
 from emu.machine import Machine
 from emu.pipes import Pipe, PipeEnd
-from emu.procfs import PROC_DEV, ProcFs, max_fds
+from emu.procfs import PROC_DEV, TOP_INOS, ProcFs, max_fds
 
 O_RDONLY, O_WRONLY, O_RDWR = 0, 1, 2
 GUEST = dict(uid=1000, gid=1000, groups=[4, 27])
@@ -273,15 +273,12 @@ def test_fixed_inodes_are_the_hosts(m, path, ino):
     assert (_proc_ino(m, path), host) == (ino, ino)
 
 
-TOP_ENTRIES = ("loadavg", "meminfo", "uptime", "filesystems")
-
-
 def test_top_level_inodes_follow_the_hosts_creation_order(m):
     """proc_alloc_inum numbers them in initcall order: the values vary with the build,
     the order does not."""
-    host = {p: os.stat("/proc/" + p).st_ino for p in TOP_ENTRIES}
-    model = {p: _proc_ino(m, p) for p in TOP_ENTRIES}
-    assert sorted(TOP_ENTRIES, key=model.get) == sorted(TOP_ENTRIES, key=host.get), (model, host)
+    host = {p: os.stat("/proc/" + p).st_ino for p in TOP_INOS}
+    model = {p: _proc_ino(m, p) for p in TOP_INOS}
+    assert sorted(TOP_INOS, key=model.get) == sorted(TOP_INOS, key=host.get), (model, host)
     assert all(0xF0000002 < ino < 0xF0001000 for ino in [*model.values(), *host.values()]), (model, host)
 
 
