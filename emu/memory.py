@@ -121,6 +121,7 @@ class _Backing:
 
 _U64 = struct.Struct("<Q")
 # (mapping, start, end, host view, guest address of the view): no span
+_NO_VMAS: tuple = ()
 _NO_SPAN = (None, 1, 0, None, 0)
 _PROT_RW, _PROT_RWX = PROT_READ | PROT_WRITE, PROT_READ | PROT_WRITE | PROT_EXEC
 
@@ -146,6 +147,7 @@ class Memory:
         self.vmas: list[Vma] = []
         self._starts: list[int] = []
         self.vma_gen = 0                       # bumped by every change of the VMA list
+        self._by_file: tuple = (-1, {})        # (vma_gen, {file: [Vma]}): see file_vmas
         self._last: Vma | None = None               # last mapping a user access checked
         self._rbuf = ctypes.create_string_buffer(_SMALL_READ)   # small reads (read())
         self._last_backing: _Backing | None = None    # the host block read() found last
@@ -164,6 +166,19 @@ class Memory:
         self._span = _NO_SPAN
         self.vmas.sort(key=lambda v: v.start)
         self._starts = [v.start for v in self.vmas]
+
+    def file_vmas(self, file) -> list[Vma]:
+        """The mappings of ``file``, in address order: the inode's i_mmap as uprobes
+        walks it (register_for_each_vma), built once per change of the VMA list rather
+        than scanning every VMA for every probe."""
+        gen, by = self._by_file
+        if gen != self.vma_gen:
+            by = {}
+            for v in self.vmas:
+                if v.file is not None:
+                    by.setdefault(v.file, []).append(v)
+            self._by_file = (self.vma_gen, by)
+        return by.get(file, _NO_VMAS)
 
     def find_vma(self, addr: int) -> Vma | None:
         i = bisect.bisect_right(self._starts, addr) - 1

@@ -28,6 +28,7 @@ from emu.regs import TF
 from .insn_x86 import FIX_CALL, FIX_IP, FIX_SETF, ArchUprobe, analysis_key, analyze_insn, jcc_taken
 
 UPROBE_SWBP_INSN = b"\xcc"
+UPROBE_SWBP_OPCODE = UPROBE_SWBP_INSN[0]
 UPROBE_XOL_SLOT_BYTES = 128
 MAX_UINSN_BYTES = 16
 NR_URETPROBE, NR_UPROBE = 335, 336

@@ -193,9 +193,13 @@ class Uprobes:
     def vaddr_of(self, process, file: MappedFile, offset: int) -> list[int]:
         """Every probe address of (file, offset) in ``process`` (valid_vma(false));
         VM_WRITE only matters when installing: :meth:`register_for_each_vma` checks it."""
-        return [vma.vaddr_of(offset) for vma in process.mem.vmas
-                if vma.file is file and self.valid_vma(vma, False) and
-                vma.pgoff <= offset < vma.pgoff + vma.size]
+        return [vma.vaddr_of(offset) for vma in self.probe_vmas(process, file, offset)]
+
+    def probe_vmas(self, process, file: MappedFile, offset: int) -> list:
+        """The mappings of ``file`` in ``process`` that hold ``offset`` and pass
+        valid_vma(false): the i_mmap interval walk of ``build_map_info``."""
+        return [vma for vma in process.mem.file_vmas(file)
+                if vma.pgoff <= offset < vma.pgoff + vma.end - vma.start and self.valid_vma(vma, False)]
 
     # -- mappings come and go ----------------------------------------------------------
     def build_probe_list(self, vma, start: int, end: int) -> list[Uprobe]:
@@ -341,9 +345,10 @@ class Uprobes:
     def register_for_each_vma(self, uprobe: Uprobe, new: UprobeConsumer | None) -> None:
         """Install for a new consumer where its filter wants the mm; on unregister remove
         where no remaining consumer wants it."""
+        file, offset = uprobe.file, uprobe.offset
         for proc in self._processes():
-            for vaddr in self.vaddr_of(proc, uprobe.file, uprobe.offset):
-                vma = proc.mem.find_vma(vaddr)
+            for vma in self.probe_vmas(proc, file, offset):
+                vaddr = vma.vaddr_of(offset)
                 if new is not None:
                     if vma.prot & PROT_WRITE:
                         continue                           # valid_vma(is_register=true)
@@ -399,7 +404,7 @@ class Uprobes:
         int3 already in the process: verify_opcode() adopts it)."""
         if self.kernel.optimizer.is_optimized(proc, uprobe, vaddr):
             return False
-        if proc.mem.read(vaddr, 1) == arch.UPROBE_SWBP_INSN:
+        if proc.mem.read_byte(vaddr) == arch.UPROBE_SWBP_OPCODE:
             return False                                    # verify_opcode: nothing to do
         proc.mem.text_poke(vaddr, arch.UPROBE_SWBP_INSN)
         if self.events:
@@ -423,7 +428,7 @@ class Uprobes:
         if optimizer.is_optimized(proc, uprobe, vaddr):
             optimizer.swbp_unoptimize(proc, uprobe, vaddr)
             return True
-        if proc.mem.read(vaddr, 1) != arch.UPROBE_SWBP_INSN:
+        if proc.mem.read_byte(vaddr) != arch.UPROBE_SWBP_OPCODE:
             return False
         orig = bytes([uprobe.arch.ixol[0]]) if uprobe.arch else uprobe.file.read(uprobe.offset, 1)
         proc.mem.text_poke(vaddr, orig)

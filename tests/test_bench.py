@@ -202,6 +202,27 @@ def test_growth_attach_counts():
     assert r["probes"] == 1500 and r["text_writes"] == 1500
 
 
+def test_growth_attach_reports_the_best_of_its_repeats_and_keeps_every_sample():
+    r = bench.growth_attach(ColumnSpec("6.18"), 300, repeat=3)
+    assert (r["repeat"], len(r["attach_samples"]), len(r["detach_samples"]), r["text_writes"]) == (3, 3, 3, 300), r
+    assert r["attach_seconds"] == min(r["attach_samples"]), r
+    assert min(r["attach_samples"]) <= r["median_attach_seconds"] <= max(r["attach_samples"]), r
+
+
+def test_growth_probe_count_ratio_is_the_median_of_each_repeat_against_its_neighbour(monkeypatch):
+    """Repeat k of N probes is divided by repeat k of one probe (timed next to it), and
+    the median of those ratios is the figure: one slow one-probe run cannot fake a
+    growth, nor hide one."""
+    mops = {1: iter([10.0, 5.0, 10.0]), 100: iter([10.0, 5.0, 8.0])}
+    monkeypatch.setattr(bench.measure, "_probe_count_sample",
+                        lambda col, consumer, c, n, warmup: (next(mops[c]), 0.0, {}, c))
+    rows = bench.growth_probe_counts(ColumnSpec("6.18"), "handler", (1, 100), 50, 2, 3)
+    hundred = rows[1]
+    assert hundred["paired_cost_vs_one_probe"] == [1.0, 1.0, 1.25], hundred
+    assert hundred["cost_vs_one_probe"] == 1.0, hundred
+    assert hundred["median_cost_vs_one_probe"] == 1.25, hundred       # medians 10 and 8: the drift shows
+
+
 @pytest.mark.parametrize("policy,allocated,reused,freed,peak", [
     ("kmalloc", 200, 0, 200, 256), ("array64", 64, 200, 0, 64 * 128), ("pool", 2, 198, 0, 256)])
 def test_growth_return_instance_memory(policy, allocated, reused, freed, peak):

@@ -33,6 +33,9 @@ class FakeMem:
     def find_vma(self, addr):
         return next((v for v in self.vmas if v.start <= addr < v.end), None)
 
+    def file_vmas(self, file):
+        return [v for v in self.vmas if v.file is file]
+
     def unmap(self, start):
         self.vmas = [v for v in self.vmas if v.start != start]
         self.vma_gen += 1
@@ -50,6 +53,9 @@ class FakeMem:
             raise GuestFault(addr, access) from None
 
     read = read_user = _read
+
+    def read_byte(self, addr):
+        return self._read(addr, 1)[0]
 
     def write_user(self, addr, data):
         self._read(addr, len(data), "write")

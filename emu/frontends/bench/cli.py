@@ -98,7 +98,7 @@ def config_from_args(args) -> Config:
                  workers=args.workers, cost_profile=args.cost_profile, growth=not args.no_growth,
                  checks=not args.no_checks)
     cfg.host_iterations = args.iterations
-    cfg.growth_repeat = max(cfg.repeat, 3)
+    cfg.growth_repeat = max(cfg.repeat, 5)      # growth timings: pairs and a best of 5
     if q:
         cfg.attach_count = 5_000
         cfg.ri_iterations = 500

@@ -202,7 +202,7 @@ def _render_growth(g: dict, console) -> None:
     if g["probe_count"]:
         t = Table(title="growth: uprobe-nop per-hit cost with N probes registered in the process",
                   title_justify="left")
-        for h in ("probes", "register s", "M/s median", "ns/hit (median)", "x cost of 1 probe",
+        for h in ("probes", "register s", "M/s median", "ns/hit (median)", "x cost of 1 probe (median of pairs)",
                   "ns/hit (best)", "x (best)", "events/iter"):
             t.add_column(h, justify="right")
         for r in g["probe_count"]:
@@ -216,8 +216,10 @@ def _render_growth(g: dict, console) -> None:
         console.print(t)
     a = g.get("attach")
     if a and "attach_seconds" in a:
+        runs = a.get("attach_samples") or [a["attach_seconds"]]
+        spread = f", best of {len(runs)}: {', '.join(f'{x:.2f}' for x in runs)}" if len(runs) > 1 else ""
         console.print(f"growth: attach {a['probes']:,} probes: {a['attach_seconds']:.2f} s "
-                      f"({a['us_per_probe']:.1f} us/probe, {a['text_writes']:,} text writes); detach "
+                      f"({a['us_per_probe']:.1f} us/probe, {a['text_writes']:,} text writes{spread}); detach "
                       f"{a['detach_seconds']:.2f} s; kernel uprobe_multi reference ~0.2 s")
     if g["ri_memory"]:
         t = Table(title="growth: return_instance memory, uretprobes at depth 2 (push target + the "

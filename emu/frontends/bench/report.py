@@ -47,7 +47,7 @@ class Config:
     ri_iterations: int = 50_000
     ri_policies: tuple = ("kmalloc", "array64", "pool")
     growth_iterations: int | None = None
-    growth_repeat: int = 3
+    growth_repeat: int = 5
     adjacent: tuple | None = (1_000_000, 100_000)   # bare iterations timed next to each run
     host_iterations: int | None = None
 
@@ -136,7 +136,7 @@ def run_bench(cfg: Config, progress=None) -> dict:
         gi = cfg.growth_iterations or 50_000
         growth_jobs.append(("probes", (base, cfg.consumer, tuple(cfg.probe_counts), gi,
                                        cfg.warmup, cfg.growth_repeat)))
-        growth_jobs.append(("attach", (base, cfg.attach_count)))
+        growth_jobs.append(("attach", (base, cfg.attach_count, cfg.growth_repeat)))
         for pol in cfg.ri_policies:
             growth_jobs.append(("ri", (base, pol, cfg.ri_iterations)))
     all_jobs = jobs + scen_jobs + count_jobs
@@ -318,9 +318,12 @@ def targets(report: dict) -> list:
             f"best runs: {last['best_cost_vs_one_probe']:.2f}")
     a = g.get("attach")
     if a and "attach_seconds" in a:
-        secs = a["attach_seconds"] * SLED_SIZE / a["probes"]
-        add("attach 50,000 probes (s)", secs, "<=", 1.0,
-            "" if a["probes"] == SLED_SIZE else f"extrapolated from {a['probes']:,}")
+        scale = SLED_SIZE / a["probes"]
+        secs = a["attach_seconds"] * scale
+        notes = [f"best of {a['repeat']}, median {a['median_attach_seconds'] * scale:.2f}"
+                 if a.get("repeat", 1) > 1 else "",
+                 "" if a["probes"] == SLED_SIZE else f"extrapolated from {a['probes']:,}"]
+        add("attach 50,000 probes (s)", secs, "<=", 1.0, "; ".join(n for n in notes if n))
     checks = report.get("projection_checks") or []
     cal = [abs(c["error"]) for c in checks if c["calibration"]]
     oth = [abs(c["error"]) for c in checks if not c["calibration"]]
