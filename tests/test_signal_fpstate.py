@@ -114,10 +114,23 @@ def test_the_frame_bytes(guest):
 
 
 def test_a_frame_that_overflows_the_alternate_stack_is_sigsegv(guest):
-    """get_sigframe: a handler nesting on its alternate stack (SA_NODEFER) until the
-    next frame would leave it gets force_sigsegv instead of a frame below the stack."""
+    """get_sigframe: a handler on its alternate stack (SA_NODEFER) whose next frame
+    would leave it gets force_sigsegv instead of a frame below the stack."""
     native = subprocess.run([guest, "overflow"], capture_output=True, timeout=60)
     assert (native.returncode, native.stdout) == (-11, b"before\n"), native
     r = Machine.from_elf(guest, argv=[guest, "overflow"]).run(timeout=60)
     assert (r.reason, r.signal, r.stdout) == ("signal", 11, b"before\n"), r.describe()
     assert r.detail.startswith("no room for the SIGUSR1 frame (signal frame at "), r.detail
+
+
+def test_a_signal_taken_in_the_red_zone_of_the_altstack_base_starts_at_its_top(guest):
+    """get_sigframe skips the red zone before it asks whether the task is on its
+    alternate stack: 64 bytes above the stack's base, sp - 128 is below it, so the
+    nested frame is put at the top again (entering_altstack), not refused.  Natively a
+    handler that nests until it reaches the bottom can therefore recurse for ever,
+    depending on the CPU's frame size (an AVX-512 host does)."""
+    native = subprocess.run([guest, "redzone"], capture_output=True, timeout=60)
+    want = b"before\nnested handler at the top of the altstack\n"
+    assert (native.returncode, native.stdout) == (0, want), native
+    r = Machine.from_elf(guest, argv=[guest, "redzone"]).run(timeout=60)
+    assert (r.reason, r.exit_code, r.stdout) == ("exit", 0, want), r.describe()

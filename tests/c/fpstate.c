@@ -16,11 +16,18 @@
  *   initial      - MXCSR and FCW at process start;
  *   minsigstksz  - AT_MINSIGSTKSZ (the CPU's: not compared with the host);
  *   fork         - a forked child keeps its parent's MXCSR;
- *   overflow     - a handler on a 64 KiB alternate stack raising its own signal
- *                  (SA_NODEFER) until a frame no longer fits: SIGSEGV;
+ *   overflow     - a handler on a 64 KiB alternate stack (SA_NODEFER) moves its stack
+ *                  pointer to 256 bytes above the stack's base and sends itself the
+ *                  signal again: the nested frame cannot fit, SIGSEGV;
+ *   redzone      - the same with the stack pointer 64 bytes above the base: the red
+ *                  zone skipped first takes sp below the alternate stack, so get_sigframe
+ *                  sees a task not on it and starts the frame at its top again (how
+ *                  far nesting goes before either of these depends on the CPU's frame
+ *                  size, so the guest goes straight to the bottom);
  *   altstack     - an alternate stack of AT_MINSIGSTKSZ (at least MINSIGSTKSZ) bytes
  *                  holds the whole frame. */
 #define _GNU_SOURCE
+#include <alloca.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -91,8 +98,25 @@ static void handler(int sig, siginfo_t *si, void *ctx)
         uc->uc_mcontext.fpregs = 0;
     } else if (is("badmxcsr")) {
         *(uint32_t *)(fp + 24) |= 1u << 16;
-    } else if (is("overflow")) {
-        raise(SIGUSR1);                  /* SA_NODEFER: one more frame, until none fits */
+    } else if (is("overflow") || is("redzone")) {
+        static int again;
+        stack_t ss;
+        sigaltstack(0, &ss);
+        uintptr_t base = (uintptr_t)ss.ss_sp, here = (uintptr_t)&ss;
+        if (again) {                     /* redzone: the nested frame, at the top again */
+            int n = snprintf(line, sizeof line, "nested handler %s\n",
+                             here > base + ss.ss_size - 16384 ? "at the top of the altstack" : "lower");
+            write(1, line, n);
+            _exit(0);                    /* its frame overwrote the outer one's */
+        }
+        again = 1;
+        uintptr_t sp;
+        __asm__ volatile("mov %%rsp, %0" : "=r"(sp));
+        volatile char *pad = alloca(sp - base - (is("overflow") ? 256 : 64));
+        pad[0] = 0;
+        long rax = SYS_tgkill;           /* from exactly there: no call below this sp */
+        __asm__ volatile("syscall" : "+a"(rax) : "D"(getpid()), "S"(gettid()), "d"(SIGUSR1)
+                         : "rcx", "r11", "memory");
     } else if (is("altstack")) {
         stack_t ss;
         sigaltstack(0, &ss);
@@ -156,7 +180,7 @@ int main(int argc, char **argv)
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = handler;
     sa.sa_flags = SA_SIGINFO;
-    if (is("overflow")) {
+    if (is("overflow") || is("redzone")) {
         stack_t ss = {.ss_sp = malloc(65536), .ss_size = 65536, .ss_flags = 0};
         sigaltstack(&ss, 0);
         sa.sa_flags |= SA_ONSTACK | SA_NODEFER;
