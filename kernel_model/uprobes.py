@@ -475,16 +475,15 @@ class Uprobes:
         list), so a hit only looks things up.  ``arch_uprobe_skip_sstep`` (the class's
         emulation, then the SIGTRAP a TF-set task gets) is inline here."""
         proc = task.process
-        area = proc.mm_uprobes.xol_area
+        mm = proc.mm_uprobes
+        area = mm.xol_area
         if area is not None and bp_vaddr == area.vaddr:
             self.uret.uprobe_handle_trampoline(task, regs)
             return True
         mem = proc.mem                                     # find_active_uprobe, its
-        mm = proc.mm_uprobes                               # answers kept per mm
-        gens = (mem.vma_gen, self.tree_gen)
-        if mm.hit_gens != gens:
+        if mm.hit_vma_gen != mem.vma_gen or mm.hit_tree_gen != self.tree_gen:   # answers kept per mm
             mm.hit_cache.clear()
-            mm.hit_gens = gens
+            mm.hit_vma_gen, mm.hit_tree_gen = mem.vma_gen, self.tree_gen
         uprobe = mm.hit_cache.get(bp_vaddr)
         if uprobe is None:
             uprobe = self.find_active_uprobe(proc, bp_vaddr)

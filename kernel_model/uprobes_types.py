@@ -142,7 +142,8 @@ class MmUprobes:
     # find_active_uprobe's answers by address, valid while neither the VMAs (vma_gen)
     # nor the uprobes tree (tree_gen) changed
     hit_cache: dict = field(default_factory=dict)
-    hit_gens: tuple = (-1, -1)
+    hit_vma_gen: int = -1
+    hit_tree_gen: int = -1
 
 
 class UprobeContext:
