@@ -21,7 +21,7 @@ from unicorn.unicorn_py3.unicorn import uclib
 from kernel_model.arch_x86 import URETPROBE_SYSCALL_CHECK, URETPROBE_TRAMPOLINE
 
 from .errors import EmuError
-from .regfile import W_EFLAGS, W_RIP, WINDOW_SLOT, RegisterFile
+from .regfile import W_EFLAGS, W_RIP, WINDOW_SLOT, RegisterFile, cpu_window_layout
 from .regs import GPR_NAMES, TF
 
 STACK_TOP = 0x7FF000010000
@@ -33,6 +33,13 @@ W_RAX, W_RCX, W_RSP, W_RBP, W_R11 = (WINDOW_SLOT[GPR_NAMES.index(r)] for r in ("
 
 def unicorn_version() -> str:
     return getattr(unicorn, "__version__", "?")
+
+
+def cpu_state_in_place() -> bool:
+    """Whether this process found Unicorn's CPU state in place (``emu.regfile``): without
+    it every trap reads and writes the registers through the API, and the hit costs the
+    bench measures are not the engine's usual ones."""
+    return cpu_window_layout() is not None
 
 
 def _bare_uc(file, int3_site: str | None = None, stack=None) -> Uc:

@@ -51,6 +51,7 @@ _MASK64 = 0xFFFFFFFFFFFFFFFF
 
 
 _SECOND_SALT = 0x0000_5EC0_0000_0000
+_MOVED_SALT = 0x0000_0000_A110_0000      # the second pattern of each instance (_candidates)
 
 
 def _pattern(k: int) -> int:
@@ -143,13 +144,20 @@ def _exercise(uc: Uc) -> None:
 
 
 def _candidates(fd: int, uc: Uc, salt: int) -> dict[int, int]:
+    """{uc_struct offset: offset of the registers behind that pointer} for ``uc``.
+
+    Every place the pattern is found must also follow the registers: they are set to a
+    second pattern and that place read again.  A copy that stays as it was - the
+    pattern's own bytes object, which Python may have put in the same heap a few KiB
+    from the CPU, or a freed engine's CPU - is no CPU state; more than one place that
+    follows is ambiguous."""
     pat = _set_patterns(uc, salt)
     base = _uch(uc)
     try:
         head = os.pread(fd, 0x2000, base)
     except OSError:
         return {}
-    out = {}
+    found = {}
     for off in range(0, len(head) - 7, 8):
         ptr = struct.unpack_from("<Q", head, off)[0]
         if not 0x10000 <= ptr < 1 << 47:
@@ -158,10 +166,29 @@ def _candidates(fd: int, uc: Uc, salt: int) -> dict[int, int]:
             blk = os.pread(fd, 0x20000, ptr)
         except OSError:
             continue
-        at = blk.find(pat)
-        if at >= 0 and at % 8 == 0 and blk.find(pat, at + 1) < 0:
-            out[off] = at
+        ats, at = [], blk.find(pat)
+        while at >= 0:
+            if at % 8 == 0:
+                ats.append(at)
+            at = blk.find(pat, at + 1)
+        if ats:
+            found[off] = (ptr, ats)
+    if not found:
+        return {}
+    moved = _set_patterns(uc, salt ^ _MOVED_SALT)
+    out = {}
+    for off, (ptr, ats) in found.items():
+        live = [at for at in ats if _read_or_none(fd, len(moved), ptr + at) == moved]
+        if len(live) == 1:
+            out[off] = live[0]
     return out
+
+
+def _read_or_none(fd: int, n: int, at: int) -> bytes | None:
+    try:
+        return os.pread(fd, n, at)
+    except OSError:
+        return None
 
 
 def _uch(uc: Uc) -> int:

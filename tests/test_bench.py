@@ -276,6 +276,23 @@ def test_json_schema(quick_run):
     assert "uprobe-nop / empty-int3-hook baseline" in names and "attach 50,000 probes (s)" in names
 
 
+def test_the_report_says_whether_the_cpu_state_was_found_in_place(quick_run):
+    _, rep = quick_run
+    assert rep["host"]["cpu_state_in_place"] is True, rep["host"]
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_hit_costs_measured_without_the_cpu_state_in_place_are_flagged(quick_run, in_place):
+    from rich.console import Console
+    from emu.frontends.bench.render import render
+    _, rep = quick_run
+    rep = dict(rep, host=dict(rep["host"], cpu_state_in_place=in_place))
+    console = Console(record=True, width=250)
+    render(rep, console)
+    flagged = "CPU state was not found in place" in console.export_text()
+    assert flagged is not in_place, (in_place, flagged)
+
+
 def test_cli_rejects_unknown_scenario():
     line = one_line_error(cli("bench", "--quick", "uprobe-bogus"))
     assert "unknown scenario 'uprobe-bogus'" in line

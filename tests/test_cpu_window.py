@@ -34,17 +34,18 @@ def test_the_layout_is_recognised_on_this_build():
     assert cpu_window_layout() is not None, "CPUX86State not found behind the uc_struct"
 
 
-def _fake_memory(monkeypatch, uc, block: bytes):
+def _fake_memory(monkeypatch, uc, block):
     """/proc/self/mem as the search sees it: the uc_struct holds one pointer (at 8), to
-    ``block``; nothing else is readable."""
+    the bytes ``block()`` gives (made afresh at each read, as memory is read); nothing
+    else is readable."""
     base, target = regfile._uch(uc), 0x7F00_0000_0000
     head = bytes(8) + target.to_bytes(8, "little") + bytes(0x2000 - 16)
 
     def pread(_fd, n, at):
         if at == base:
             return head[:n]
-        if at == target:
-            return block[:n]
+        if target <= at < target + 0x20000:
+            return block()[at - target:at - target + n]
         raise OSError(5, "EIO")
     monkeypatch.setattr(regfile.os, "pread", pread)
 
@@ -53,23 +54,50 @@ def _pattern_bytes(salt: int) -> bytes:
     return struct.pack("<17Q", *(regfile._pattern(k) ^ salt for k in range(17)))
 
 
+def _live(uc):
+    """The CPU's registers as they are now, in QEMU's order: the copy that follows the API."""
+    return lambda: struct.pack("<17Q", *(uc.reg_read(getattr(X, "UC_X86_REG_" + n.upper()))
+                                         for n in regfile._QEMU_ORDER[:17]))
+
+
+def _search(uc, *parts) -> dict:
+    """_candidates over one block made of ``parts``: bytes stay, callables are read live."""
+    def block():
+        return b"".join(p() if callable(p) else p for p in parts)
+    with pytest.MonkeyPatch.context() as mp:
+        _fake_memory(mp, uc, block)
+        return regfile._candidates(0, uc, 0)
+
+
 def test_the_search_finds_its_instances_pattern_beside_another_instances():
     """The two scratch CPUs may lie within one block read: each is found by its own
     pattern, which the other's does not make ambiguous."""
     uc = _fresh_uc()
-    block = bytes(0x40) + _pattern_bytes(0) + bytes(0x300) + _pattern_bytes(regfile._SECOND_SALT)
-    with pytest.MonkeyPatch.context() as mp:
-        _fake_memory(mp, uc, block)
-        got = regfile._candidates(0, uc, 0)
+    got = _search(uc, bytes(0x40), _live(uc), bytes(0x300), _pattern_bytes(regfile._SECOND_SALT))
     assert got == {8: 0x40}, got
 
 
-def test_the_same_pattern_twice_in_a_block_is_ambiguous():
+@pytest.mark.parametrize("before", [True, False], ids=["copy before the CPU", "copy after it"])
+def test_a_copy_of_the_pattern_that_does_not_follow_the_registers_is_not_the_cpu(before):
+    """The pattern's own bytes (Python's object, in the same heap as the CPU) or a freed
+    engine's CPU hold it too, but stay as they are when the registers change: the
+    search keeps the place that changed with them."""
     uc = _fresh_uc()
-    block = bytes(0x40) + _pattern_bytes(0) + bytes(0x300) + _pattern_bytes(0)
-    with pytest.MonkeyPatch.context() as mp:
-        _fake_memory(mp, uc, block)
-        got = regfile._candidates(0, uc, 0)
+    stale = _pattern_bytes(0)
+    parts = (stale, bytes(0x40), _live(uc)) if before else (bytes(0x40), _live(uc), bytes(0x300), stale)
+    got = _search(uc, *parts)
+    assert got == {8: len(stale) + 0x40 if before else 0x40}, got
+
+
+def test_a_pattern_that_never_follows_the_registers_is_no_cpu():
+    uc = _fresh_uc()
+    got = _search(uc, bytes(0x40), _pattern_bytes(0))
+    assert got == {}, got
+
+
+def test_two_places_that_both_follow_the_registers_are_ambiguous():
+    uc = _fresh_uc()
+    got = _search(uc, bytes(0x40), _live(uc), bytes(0x300), _live(uc))
     assert got == {}, got
 
 

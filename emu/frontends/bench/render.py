@@ -82,6 +82,9 @@ def render(report: dict, console) -> None:
                         events_str(res) + flag]
             t.add_row(*row, end_section=i == len(cols) - 1 and len(cols) > 1)
     console.print(t)
+    if report.get("host", {}).get("cpu_state_in_place") is False:
+        console.print("  (!) Unicorn's CPU state was not found in place in this process: every trap "
+                      "went through the register API, so these hit costs are not the engine's usual ones")
     console.print("  events: ins guest instructions (int3 excluded), bp int3 traps, db single-step "
                   "traps, emu emulated, xol out-of-line steps, hit/ret entry/return consumer passes, "
                   "ri+ ri~ ri- return instances allocated/reused/freed, args args-buffer fills, sysN "

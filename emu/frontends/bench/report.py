@@ -158,7 +158,8 @@ def programs_report(cfg: Config) -> dict:
 
 def _host() -> dict:
     return {"release": os.uname().release, "machine": os.uname().machine,
-            "python": sys.version.split()[0], "cpus": os.cpu_count(), "unicorn": baseline.unicorn_version()}
+            "python": sys.version.split()[0], "cpus": os.cpu_count(), "unicorn": baseline.unicorn_version(),
+            "cpu_state_in_place": baseline.cpu_state_in_place()}
 
 
 def _assemble(cfg: Config, cost, results: list) -> dict:
