@@ -120,8 +120,8 @@ class _Backing:
 
 
 _U64 = struct.Struct("<Q")
-# (mapping, start, end, host view, guest address of the view): no span
 _NO_VMAS: tuple = ()
+# (mapping, start, end, host view, guest address of the view): no span
 _NO_SPAN = (None, 1, 0, None, 0)
 _PROT_RW, _PROT_RWX = PROT_READ | PROT_WRITE, PROT_READ | PROT_WRITE | PROT_EXEC
 
@@ -167,7 +167,7 @@ class Memory:
         self.vmas.sort(key=lambda v: v.start)
         self._starts = [v.start for v in self.vmas]
 
-    def file_vmas(self, file) -> list[Vma]:
+    def file_vmas(self, file) -> list[Vma] | tuple:
         """The mappings of ``file``, in address order: the inode's i_mmap as uprobes
         walks it (register_for_each_vma), built once per change of the VMA list rather
         than scanning every VMA for every probe."""

@@ -147,10 +147,9 @@ def _candidates(fd: int, uc: Uc, salt: int) -> dict[int, int]:
     """{uc_struct offset: offset of the registers behind that pointer} for ``uc``.
 
     Every place the pattern is found must also follow the registers: they are set to a
-    second pattern and that place read again.  A copy that stays as it was - the
-    pattern's own bytes object, which Python may have put in the same heap a few KiB
-    from the CPU, or a freed engine's CPU - is no CPU state; more than one place that
-    follows is ambiguous."""
+    second pattern and that place read again.  A copy that stays as it was - a freed
+    engine's CPU, or the pattern's bytes in Python's heap next to the CPU - is no CPU
+    state; more than one place that follows is ambiguous."""
     pat = _set_patterns(uc, salt)
     base = _uch(uc)
     try:
