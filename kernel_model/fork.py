@@ -93,11 +93,10 @@ def uprobe_mmap(uprobes, proc) -> None:
     mapping that is not writable (valid_vma), is installed where a consumer's filter
     wants this mm (build_probe_list + install_breakpoint; errors are ignored)."""
     for uprobe in list(uprobes.tree.values()):
-        for vaddr in uprobes.vaddr_of(proc, uprobe.file, uprobe.offset):
-            vma = proc.mem.find_vma(vaddr)
+        for vma in uprobes.probe_vmas(proc, uprobe.file, uprobe.offset):
             if vma.prot & PROT_WRITE or not uprobes.filter_chain(uprobe, proc):
                 continue
             try:
-                uprobes.install_breakpoint(proc, uprobe, vaddr)
+                uprobes.install_breakpoint(proc, uprobe, vma.vaddr_of(uprobe.offset))
             except RegistrationError:
                 pass
