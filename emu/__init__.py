@@ -5,9 +5,9 @@
     result = m.run()
 """
 
-from .errors import (ElfError, EmuError, GuestSignalError, InputError, ProbeSpecError,
+from kernel_model.errors import (ElfError, EmuError, GuestSignalError, InputError, ProbeSpecError,
                      RegistrationError, SymbolError, UnsupportedError)
-from .signals import RunResult
+from kernel_model.kernel.signals import RunResult
 
 __all__ = ["Machine", "RunResult", "EmuError", "InputError", "ElfError", "SymbolError",
            "ProbeSpecError", "RegistrationError", "GuestSignalError", "UnsupportedError"]
@@ -18,6 +18,6 @@ def __getattr__(name: str):
     """``emu.Machine`` is imported on first use (PEP 562): the kernel model imports
     ``emu``'s leaf modules without loading the machine and Unicorn."""
     if name == "Machine":
-        from .machine import Machine
+        from emu.machine import Machine
         return Machine
     raise AttributeError(f"module 'emu' has no attribute {name!r}")

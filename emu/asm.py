@@ -15,8 +15,8 @@ import struct
 
 from keystone import KS_ARCH_X86, KS_MODE_64, Ks, KsError
 
-from .elf import build_elf
-from .errors import InputError
+from kernel_model.fs.elf import build_elf
+from kernel_model.errors import InputError
 
 TEXT_VADDR = 0x401000
 _ASM_ATTEMPTS = 4             # keystone runs for one source (see assemble)

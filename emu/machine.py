@@ -5,7 +5,7 @@ The machine hides every Unicorn quirk the rest of the project must not know abou
 the ``syscall`` hook's rip that Unicorn advances by 2 after the hook returns, Unicorn's
 ``syscall`` that clobbers neither rcx nor r11, and the binding's per-call cost (the trap
 hooks are native ctypes callbacks; a trap reads rip and TF, the other registers only
-when asked for - the general ones in the CPU state itself, see ``emu.regfile`` - and
+when asked for - the general ones in the CPU state itself, see ``emu.engine.regfile`` - and
 writes back only what changed).
 
 Hooks installed: interrupts, invalid memory, invalid instructions, and the ``syscall``,
@@ -39,26 +39,27 @@ from unicorn import x86_const as X
 from unicorn.unicorn_py3.unicorn import uclib
 
 from guest_programs import build_guest
-from kernel_model.kernel import Kernel  # the modeled kernel owns traps 1/3, 335, 336
+from kernel_model.kernel.kernel import Kernel  # the modeled kernel owns traps 1/3, 335, 336
 
-from . import events as ev
-from . import fpu
-from . import signal_frames as sf
-from .asm import asm_to_elf
-from .counters import Counters
-from .elf import image_of, link_vaddr, load_elf_file, parse_elf
-from .identity_syscalls import Cred
-from .errors import GuestSignalError, InputError, SymbolError
-from .loader import file_identity, load_image
-from .memory import DEFAULT_MAX_MEMORY, GuestFault, MappedFile, Memory, MemoryLimit, PageCache
-from .regfile import RegisterFile, SnapshotReader
-from .regs import TF, PtRegs
-from .sched import ALONE_SLICE, BLOCK_INSNS, MAX_SLICE, MIN_SLICE, Scheduler, check_slice
-from .signal_syscalls import INSN_NS
-from .signals import SIGNALS, RunResult, signal_name
-from .syscall_names import SYSCALL_NAMES
-from .syscalls import Syscalls
-from .task import PendingSignal, Process, Task
+from kernel_model.trace import events as ev
+from kernel_model.arch.x86.kernel import fpu
+from kernel_model.arch.x86.kernel import signal as sf
+from emu.asm import asm_to_elf
+from kernel_model.kernel.counters import Counters
+from kernel_model.fs.elf import image_of, link_vaddr, load_elf_file, parse_elf
+from kernel_model.kernel.sys import Cred
+from kernel_model.errors import GuestSignalError, InputError, SymbolError
+from kernel_model.fs.binfmt_elf import file_identity, load_image
+from emu.engine.memory import Memory, PageCache
+from kernel_model.mm.mm_types import DEFAULT_MAX_MEMORY, GuestFault, MappedFile, MemoryLimit
+from emu.engine.regfile import RegisterFile, SnapshotReader
+from kernel_model.arch.x86.ptrace import TF, PtRegs
+from kernel_model.kernel.sched import ALONE_SLICE, BLOCK_INSNS, MAX_SLICE, MIN_SLICE, Scheduler, check_slice
+from kernel_model.kernel.signal import INSN_NS
+from kernel_model.kernel.signals import SIGNALS, RunResult, signal_name
+from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
+from kernel_model.kernel.syscalls import Syscalls
+from kernel_model.kernel.task import PendingSignal, Process, Task
 
 _LEGACY_PREFIXES = frozenset((0x26, 0x2E, 0x36, 0x3E, 0x64, 0x65, 0x66, 0x67, 0xF0, 0xF2, 0xF3))
 
@@ -251,11 +252,11 @@ _FPU_REGS = (X.UC_X86_REG_RDI, X.UC_X86_REG_RAX, X.UC_X86_REG_RDX, X.UC_X86_REG_
 
 
 class FpuUnit:
-    """XSAVE-family instructions on a task's CPU state (:mod:`emu.fpu`): a scratch
+    """XSAVE-family instructions on a task's CPU state (:mod:`kernel_model.arch.x86.kernel.fpu`): a scratch
     Unicorn instance borrows the state (a context), executes ``xsave64`` /
     ``xrstor64`` / ``fxrstor64`` on a buffer of its own and hands the state back - the
     guest's registers other than the FPU's are left as they were.  Unicorn's XRSTOR
-    does not check MXCSR's reserved bits or the header: :func:`emu.fpu.valid_for_restore`
+    does not check MXCSR's reserved bits or the header: :func:`kernel_model.arch.x86.kernel.fpu.valid_for_restore`
     does, as the hardware would."""
 
     def __init__(self):
@@ -376,7 +377,7 @@ class Machine:
     ``stdin``: bytes (fd 0 is a pipe holding them) or a host descriptor read lazily;
     ``stdio``: "pipe" (default: fds 0-2 are pipes, deterministic) or "host" (fds 1/2 are
     described as the host's own: tty, file or pipe); ``mem_total``: the RAM sysinfo
-    reports (default 4 GiB).  See :mod:`emu.files`.
+    reports (default 4 GiB).  See :mod:`kernel_model.fs.file`.
     """
 
     def __init__(self, *, kernel: str = "latest", stdin: bytes | int = b"", passthrough: bool = False,
@@ -392,12 +393,12 @@ class Machine:
         keep the guest's stdout/stderr in ``stdout``/``stderr`` (default: only when not
         passing it through), at most ``output_limit`` bytes each.  ``uid``/``gid``/
         ``groups``: the first task's credentials (default: the invoking user's; see
-        :meth:`emu.identity_syscalls.Cred.initial`).  ``sysroot``: the host directory
+        :meth:`kernel_model.kernel.sys.Cred.initial`).  ``sysroot``: the host directory
         the guest sees read-only at ``/``; ``grant_dirs`` (``grant_dir``: one, an alias):
         host directories mounted writable at their own paths; ``cwd``: the guest's
         working directory (default the invoking process's when visible, else ``/``);
-        see :mod:`emu.vfs`.  ``sched_slice``: (MIN, MAX) translated blocks of a time
-        slice while several tasks are runnable (see :mod:`emu.sched`; short slices such
+        see :mod:`kernel_model.fs.namei`.  ``sched_slice``: (MIN, MAX) translated blocks of a time
+        slice while several tasks are runnable (see :mod:`kernel_model.kernel.sched`; short slices such
         as (1, 40) shake out races, long ones cost less)."""
         if not isinstance(sched_slice, (tuple, list)) or len(sched_slice) != 2:
             raise InputError(f"sched_slice must be (MIN, MAX) in blocks, not {sched_slice!r}")
@@ -435,7 +436,7 @@ class Machine:
             grants.append(grant_dir)
         self.syscalls = Syscalls(self, stdin=stdin, sysroot=sysroot, grant_dirs=grants, cwd=cwd,
                                  seed=seed, stdio=stdio, mem_total=mem_total)
-        self.events = ev.EventBus()     # the typed event stream (emu.events)
+        self.events = ev.EventBus()     # the typed event stream (kernel_model.trace.events)
         self.kernel = Kernel(self, kernel, **kernel_overrides)
         self._result: RunResult | None = None
         self._pending_fault: tuple[str, int] | None = None
@@ -454,9 +455,9 @@ class Machine:
         self._tb_mode = None             # (uc, "step" | "free"): see _translation_mode
         self._retired_thunks: list = []  # ctypes callbacks of removed hooks (see remove_hook)
         self._live_hooks: set = set()
-        # reverse execution (emu.checkpoint): the instruction clock and the recorder
+        # reverse execution (emu.replay.checkpoint): the instruction clock and the recorder
         self.icount = 0                  # instructions retired by counted runs and steps
-        self.recorder = None             # an emu.checkpoint.Recorder drives run()/step()
+        self.recorder = None             # an emu.replay.checkpoint.Recorder drives run()/step()
         self._emu_base = 0               # icount when the current emu_start began
         self._emu_count = 0              # that emu_start's count (0: not counted)
         self._in_code_hook = False       # a front end's code or memory hook is running
@@ -1304,7 +1305,7 @@ class Machine:
         runs at full speed, bounded by ``timeout`` (wall-clock seconds) only.
         With one task the guest runs in one ``emu_start``; with several, the
         deterministic scheduler (seeded) gives them time slices counted in translated
-        blocks (:mod:`emu.sched`), one ``emu_start`` each.
+        blocks (:mod:`kernel_model.kernel.sched`), one ``emu_start`` each.
         """
         if self.exited:
             raise InputError("the guest has already exited")
@@ -1326,7 +1327,7 @@ class Machine:
                 # recorded runs slice by instructions: a checkpoint or a seek may split a
                 # run anywhere, and an emu_start a budget cut short goes on as it began
                 # in the next run, so the split does not change the interleaving
-                # (emu.checkpoint); blocks would not survive a split mid-block
+                # (emu.replay.checkpoint); blocks would not survive a split mid-block
                 carry, self._slice_carry = self._slice_carry, None
                 if carry is not None and carry[0] is task:
                     full, done, multi = carry[1], carry[2], carry[3]
@@ -1529,22 +1530,22 @@ class Machine:
         return max(0 if self._stop_precounted else 1, ran)
 
     def record(self, *, interval: int | None = None, max_checkpoints: int | None = None):
-        """Attach an :class:`emu.checkpoint.Recorder` (reverse execution): from now on
+        """Attach an :class:`emu.replay.checkpoint.Recorder` (reverse execution): from now on
         every run and step is counted, checkpointed every ``interval`` instructions
         and can be replayed (``recorder.seek(n)``).  Returns the recorder."""
-        from .checkpoint import DEFAULT_INTERVAL, DEFAULT_MAX_CHECKPOINTS, Recorder
+        from emu.replay.checkpoint import DEFAULT_INTERVAL, DEFAULT_MAX_CHECKPOINTS, Recorder
         return Recorder(self, interval=interval or DEFAULT_INTERVAL,
                         max_checkpoints=max_checkpoints or DEFAULT_MAX_CHECKPOINTS)
 
     def checkpoint(self):
-        """A checkpoint of the whole machine now (see :mod:`emu.checkpoint`); with a
+        """A checkpoint of the whole machine now (see :mod:`emu.replay.checkpoint`); with a
         recorder attached it is also one of the recorder's."""
-        from .checkpoint import take_checkpoint
+        from emu.replay.checkpoint import take_checkpoint
         return self.recorder.checkpoint() if self.recorder is not None else take_checkpoint(self)
 
     def restore(self, cp) -> None:
         """Put the machine back into the state of checkpoint ``cp``."""
-        from .checkpoint import Checkpoint, CheckpointError, restore_checkpoint
+        from emu.replay.checkpoint import Checkpoint, CheckpointError, restore_checkpoint
         if not isinstance(cp, Checkpoint):
             raise CheckpointError(f"not a checkpoint: {cp!r}")
         if self.recorder is not None:
@@ -1568,7 +1569,7 @@ class Machine:
     def insn_clock(self) -> int:
         """The instruction clock now: :attr:`icount` plus, inside a counted emu_start
         (a hook is running), the instructions of it so far, the current one included.
-        Exact only while every run is counted (a :class:`emu.checkpoint.Recorder` is
+        Exact only while every run is counted (a :class:`emu.replay.checkpoint.Recorder` is
         attached)."""
         if self._running and self._emu_count:
             return self._emu_base + self._insns_run(self._emu_count, True)
@@ -1876,6 +1877,15 @@ class Machine:
     def pc(self) -> int:
         """The current task's rip."""
         return self._rip()
+
+    def fpu_init(self, features: int = fpu.USER_XFEATURES) -> None:
+        """The current task's FPU components in ``features`` to their initial state."""
+        self.fpu.init(self.uc, features)
+
+    def fpu_restore(self, image: bytes, xfeatures: int, *, fx_only: bool) -> bool:
+        """XRSTOR (FXRSTOR when ``fx_only``) ``image`` into the current task's FPU;
+        False, nothing changed, where the instruction would fault."""
+        return self.fpu.fxrstor(self.uc, image) if fx_only else self.fpu.xrstor(self.uc, image, xfeatures)
 
     def init_task_context(self, task: Task, regs: PtRegs) -> None:
         """Give a new task (fork/clone child) the CPU state ``regs`` (copy_thread)."""

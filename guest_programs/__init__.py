@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from emu.asm import asm_to_elf
-from emu.errors import InputError
+from kernel_model.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from emu.errors import InputError
+from kernel_model.errors import InputError
 
 FEATURES = ("insn", "int3", "singlestep", "syscall", "uprobe", "uretprobe", "emulate",
             "ri_alloc", "ri_reuse", "args_fill", "text_write")
@@ -85,7 +85,7 @@ PRIORS = {
 def features_from_events(ev: dict) -> dict[str, float]:
     """Per-trigger feature vector from per-iteration emulator counts.
 
-    ``ev`` has the counter names of ``emu.counters.Counters`` (``syscalls`` a dict by
+    ``ev`` has the counter names of ``kernel_model.kernel.counters.Counters`` (``syscalls`` a dict by
     number) plus ``insns`` (guest instructions per iteration)."""
     sys = ev.get("syscalls") or {}
     return {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from emu.errors import InputError
+from kernel_model.errors import InputError
 
 
 @dataclass(frozen=True)

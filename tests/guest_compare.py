@@ -2,7 +2,7 @@
 compare the two byte for byte.
 
 Both runs get: the working directory ``cwd`` (granted to the guest), the environment
-``uprobe-emu`` gives a guest (``emu.loader.DEFAULT_ENV``), ``stdin`` bytes on a pipe,
+``uprobe-emu`` gives a guest (``kernel_model.fs.binfmt_elf.DEFAULT_ENV``), ``stdin`` bytes on a pipe,
 stdout and stderr as pipes, the model's descriptor limit (RLIMIT_NOFILE 1024/4096, what
 ``prlimit64`` answers in the model) and no core dumps (the model writes none, so
 ``WCOREDUMP`` is clear).  The result is ``(status, stdout, stderr)``
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from emu import Machine
-from emu.loader import DEFAULT_ENV
+from kernel_model.fs.binfmt_elf import DEFAULT_ENV
 
 BUSYBOX = "/bin/busybox"
 BASH = "/bin/bash-static"

@@ -30,9 +30,9 @@ import capstone
 from unicorn import UC_HOOK_CODE, UC_HOOK_INSN
 from unicorn import x86_const as X
 
-from emu.errors import RegistrationError
-from emu.memory import PROT_WRITE
-from emu.regs import GPR_NAMES, TF
+from kernel_model.errors import RegistrationError
+from kernel_model.mm.mm_types import PROT_WRITE
+from kernel_model.arch.x86.ptrace import GPR_NAMES, TF
 
 XOL_SLOT_BYTES = 128
 XOL_SLOTS = 32

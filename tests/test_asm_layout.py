@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from emu import asm
-from emu.errors import InputError
+from kernel_model.errors import InputError
 
 SOURCE = """
 _start:

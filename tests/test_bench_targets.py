@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from emu import baseline
-from emu.errors import EmuError
+from emu.engine import baseline
+from kernel_model.errors import EmuError
 from emu.frontends.bench import TARGET_INT3_RATIOS, guest_file, targets
 
 from cli_helpers import cli

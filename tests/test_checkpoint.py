@@ -1,4 +1,4 @@
-"""Checkpoints and deterministic replay (emu.checkpoint): restoring a checkpoint and
+"""Checkpoints and deterministic replay (emu.replay.checkpoint): restoring a checkpoint and
 running forward repeats the first run exactly - probe hits, return instances, counters,
 registers, memory - and nothing that already left the machine is emitted twice."""
 
@@ -9,7 +9,7 @@ import hashlib
 import pytest
 
 from emu import Machine
-from emu.checkpoint import CheckpointError, Recorder
+from emu.replay.checkpoint import CheckpointError, Recorder
 
 EXPECTED_STDOUT = b"start 10\nthreads 77\nchild 15\nparent saw 7, 6\n"
 

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from emu.errors import printable
+from kernel_model.errors import printable
 from guest_programs import write_guest
 from cli_helpers import cli, one_line_error
 

@@ -1,4 +1,4 @@
-"""The CPU state read and written in place (emu.regfile): exactly what Unicorn's register
+"""The CPU state read and written in place (emu.engine.regfile): exactly what Unicorn's register
 API reads and writes, wherever the machine uses it - at traps, in the syscall hook, and
 in the fallback where the layout is not recognised."""
 
@@ -10,9 +10,10 @@ import pytest
 from unicorn import UC_ARCH_X86, UC_MODE_64, Uc
 from unicorn import x86_const as X
 
-from emu import Machine, regfile
-from emu.regfile import RegisterFile, cpu_window_layout
-from emu.regs import GPR_NAMES
+from emu import Machine
+from emu.engine import regfile
+from emu.engine.regfile import RegisterFile, cpu_window_layout
+from kernel_model.arch.x86.ptrace import GPR_NAMES
 
 from uprobe_helpers import guest, guest_regs
 
@@ -178,7 +179,7 @@ def test_a_handlers_writes_reach_the_guest_on_both_paths(monkeypatch, use_window
     """A uprobe handler sets general registers (window stores at the trap) and the
     run ends with the same registers either way."""
     if not use_window:
-        monkeypatch.setattr("emu.regfile.cpu_window_layout", lambda: None)
+        monkeypatch.setattr("emu.engine.regfile.cpu_window_layout", lambda: None)
     m = Machine.from_asm(PROGRAM)
     assert (m.regfile.window is not None) == use_window
 
@@ -208,7 +209,7 @@ again:
 @pytest.mark.parametrize("use_window", [True, False], ids=["window", "native-batch"])
 def test_the_syscall_return_writes_rip_rcx_and_r11_on_both_paths(monkeypatch, use_window):
     if not use_window:
-        monkeypatch.setattr("emu.regfile.cpu_window_layout", lambda: None)
+        monkeypatch.setattr("emu.engine.regfile.cpu_window_layout", lambda: None)
     m = Machine.from_asm(SYSCALLS)
     r = m.run(max_insns=10_000)
     assert r.reason == "exit", r.describe()

@@ -1,4 +1,4 @@
-"""The modeled /dev (emu.devfs): its nodes as this machine's devtmpfs shows them, and
+"""The modeled /dev (kernel_model.fs.dev): its nodes as this machine's devtmpfs shows them, and
 what the devices do when opened, on real Machine objects."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import termios
 
 import pytest
 
-from emu.devfs import DEVTMPFS_DEV, DevFs
-from emu.files import TCGETS
+from kernel_model.fs.dev import DEVTMPFS_DEV, DevFs
+from kernel_model.fs.file import TCGETS
 from emu.machine import Machine
 
 O_RDONLY, O_WRONLY, O_RDWR, O_DIRECTORY = 0, 1, 2, 0o200000
@@ -232,7 +232,7 @@ def test_tty_nonblocking_read_without_input_is_eagain():
 @pytest.mark.parametrize("mode,want", [(S.S_IFCHR | 0o666, 2), (S.S_IFLNK | 0o777, 10), (S.S_IFDIR | 0o755, 4),
                                        (S.S_IFREG | 0o444, 8), (S.S_IFIFO | 0o600, 1)])
 def test_dtype_of_a_mode(mode, want):
-    from emu.vfs_types import dtype_of
+    from kernel_model.fs.fs_types import dtype_of
     assert dtype_of(mode) == want
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from emu import Machine
-from emu.errors import ElfError, EmuError
+from kernel_model.errors import ElfError, EmuError
 from cli_helpers import cli, one_line_error
 from layout_helpers import run_native_norandom
 

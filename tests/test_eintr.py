@@ -18,7 +18,7 @@ import time
 import pytest
 
 from emu import Machine
-from emu import events as ev
+from kernel_model.trace import events as ev
 from native_helpers import assert_native_then_model
 
 NR_CLOCK_NANOSLEEP, NR_RESTART_SYSCALL, NR_KILL = 230, 219, 62   # glibc sleeps with clock_nanosleep

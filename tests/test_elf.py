@@ -1,4 +1,4 @@
-"""Specification tests for emu.elf: what the loader may rely on, checked against binutils.
+"""Specification tests for kernel_model.fs.elf: what the loader may rely on, checked against binutils.
 
 Real guests are compiled here with gcc (a missing gcc is a failure, not a skip: without
 it these tests would prove nothing).  Expected values come from readelf/nm/objdump/gdb,
@@ -20,7 +20,7 @@ import capstone
 import pytest
 from keystone import KS_ARCH_X86, KS_MODE_64, Ks
 
-from emu.elf import (
+from kernel_model.fs.elf import (
     PF_R,
     PF_W,
     PF_X,
@@ -29,7 +29,7 @@ from emu.elf import (
     load_elf_file,
     parse_elf,
 )
-from emu.errors import ElfError, InputError, SymbolError
+from kernel_model.errors import ElfError, InputError, SymbolError
 
 HELLO_C = textwrap.dedent(
     """\
@@ -339,8 +339,8 @@ def test_cli_style_caller_sees_one_line_and_no_traceback(tmp_path, guests):
     script = textwrap.dedent(
         """\
         import sys
-        from emu.elf import load_elf_file
-        from emu.errors import EmuError
+        from kernel_model.fs.elf import load_elf_file
+        from kernel_model.errors import EmuError
         for path in sys.argv[1:]:
             try:
                 load_elf_file(path)

@@ -1,4 +1,4 @@
-"""The machine's typed event stream (``emu.events``): the bus itself, and the exact
+"""The machine's typed event stream (``kernel_model.trace.events``): the bus itself, and the exact
 sequence of events a probe hit publishes."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 
 from emu import Machine
-from emu import events as ev
-from emu.events import (Emulated, EventBus, HandlerRan, RetHandlerRan, Syscall, SyscallReturn,
+from kernel_model.trace import events as ev
+from kernel_model.trace.events import (Emulated, EventBus, HandlerRan, RetHandlerRan, Syscall, SyscallReturn,
                         SysUretprobe, UprobeHit, UretprobeHijack, UretprobeReturn, XolAreaMapped,
                         XolDone, XolStep)
 

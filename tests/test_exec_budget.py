@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from emu import Machine
-from emu.checkpoint import Recorder
+from emu.replay.checkpoint import Recorder
 
 BUSYBOX = "/bin/busybox"
 SCRIPT = "/bin/busybox echo hi; x=$(/bin/busybox printf %s abc); echo $x done"

@@ -16,9 +16,9 @@ from __future__ import annotations
 import pytest
 
 from emu import Machine
-from emu.elf import load_elf_file
+from kernel_model.fs.elf import load_elf_file
 from guest_compare import BUSYBOX, fresh_dir, model_machine, require
-from kernel_model.uprobes import UprobeConsumer
+from kernel_model.kernel.events.uprobes import UprobeConsumer
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from emu.files import FdTable, PipeInput
+from kernel_model.fs.file import FdTable, PipeInput
 from emu.machine import Machine
 
 SECTIONS = ["dups", "polls"]

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from emu.files import FdTable, HostFile, SeqFile
+from kernel_model.fs.file import FdTable, HostFile, SeqFile
 from emu.machine import Machine
 
 
@@ -121,7 +121,7 @@ def test_shared_table_closes_only_with_its_last_user(granted):
 
 
 def test_fd_table_is_full_at_the_rlimit():
-    from emu.files import PipeInput
+    from kernel_model.fs.file import PipeInput
     table = FdTable(limit=4)
     assert [table.install(PipeInput()) for _ in range(5)] == [0, 1, 2, 3, -24]   # EMFILE
 

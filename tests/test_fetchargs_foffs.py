@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from emu import Machine
-from emu.elf import load_elf_file
+from kernel_model.fs.elf import load_elf_file
 from test_hostdiff import diff, needs_tracefs
 
 BUSYBOX = "/bin/busybox"

@@ -1,4 +1,4 @@
-"""File-backed mmap (emu/mm_syscalls.py): MAP_PRIVATE and read-only MAP_SHARED mappings
+"""File-backed mmap (kernel_model/mm/mmap.py): MAP_PRIVATE and read-only MAP_SHARED mappings
 of guest-opened files, their errnos as do_mmap gives them, mprotect/munmap splitting
 file VMAs, /proc/self/maps lines as show_map_vma prints them, and one page-cache file
 per inode.  The host runs the same program first: its output is the spec."""
@@ -11,8 +11,8 @@ import subprocess
 import pytest
 
 from emu import Machine
-from emu import events as ev
-from emu.memory import PageCache
+from kernel_model.trace import events as ev
+from emu.engine.memory import PageCache
 from test_memory_limits import run_syscall
 
 

@@ -11,8 +11,8 @@ import random
 import pytest
 
 from emu import Machine
-from emu.fs_syscalls import FsSyscalls
-from emu.syscall_names import SYSCALL_NAMES
+from kernel_model.fs.fs_syscalls import FsSyscalls
+from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
 
 BUF = 0x700000
 NAMES = [b"", b"/", b".", b"..", b"f", b"d", b"d/", b"d/x", b"lnk", b"loop", b"/proc/self/maps",

@@ -16,7 +16,7 @@ import pytest
 
 from emu import Machine
 from emu.asm import asm_to_elf
-from emu.errors import EmuError
+from kernel_model.errors import EmuError
 
 SEEDS = 300
 INSN_BUDGET = 20_000

@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from emu import Machine
-from emu.disasm import Disassembler
+from emu.debug.disasm import Disassembler
 from emu.frontends.gdbstub import serve_once
 from gdb_client import RawClient, Stub
 

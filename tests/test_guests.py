@@ -6,7 +6,7 @@ import pytest
 from capstone import CS_ARCH_X86, CS_MODE_64, Cs
 
 from emu import Machine
-from emu.elf import parse_elf
+from kernel_model.fs.elf import parse_elf
 from guest_programs import GUESTS, build_guest
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from emu import Machine
-from emu.regs import GPR_NAMES, TF, TF_ONLY, PtRegs
-from kernel_model import arch_x86, insn_x86
+from kernel_model.arch.x86.ptrace import GPR_NAMES, TF, TF_ONLY, PtRegs
+from kernel_model.arch.x86.kernel import uprobes as arch_x86
+from kernel_model.arch.x86.lib import insn as insn_x86
 
 from uprobe_helpers import guest, guest_regs
 
@@ -409,7 +410,7 @@ def test_trap_registers_are_the_cpu_state_during_the_trap():
 def test_every_change_of_the_vmas_moves_the_generation_the_hit_path_checks(change):
     """handle_swbp's per-mm address -> uprobe answers are dropped when ``vma_gen``
     moves, so every change of the VMA list must move it."""
-    from emu.mm_types import PROT_READ, PROT_WRITE
+    from kernel_model.mm.mm_types import PROT_READ, PROT_WRITE
     m = Machine.from_asm(LOOP.format(insn="nop"))
     mem = m.mem
     base = 0x7000_0000_0000

@@ -100,7 +100,7 @@ def _retvals(events):
 def test_a_short_library_name_resolves_to_the_library_file_and_offset(malloc_exe):
     """uprobe:libc:malloc goes on libc's host path at malloc's file offset, as run -e
     puts it (Uprobes.find_file + symbol_offset)."""
-    from emu.elf import load_elf_file
+    from kernel_model.fs.elf import load_elf_file
     (probe,), _ = hostdiff.resolve_specs(malloc_exe, ["uprobe:libc:malloc"])
     lib = load_elf_file(os.path.realpath(LIBC))
     want = lib.vaddr_to_offset(lib.resolve("malloc").value)

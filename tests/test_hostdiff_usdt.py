@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from emu.elf import load_elf_file
-from emu.errors import InputError
+from kernel_model.fs.elf import load_elf_file
+from kernel_model.errors import InputError
 from emu.frontends import hostdiff
 from test_hostdiff import needs_tracefs, our_probes_left
 from test_library_probes import usdt_lib  # noqa: F401 (fixture)

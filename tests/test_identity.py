@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from cli_helpers import cli, one_line_error
-from emu.errors import InputError
+from kernel_model.errors import InputError
 from emu.machine import Machine
 
 

@@ -1,4 +1,4 @@
-"""Specification tests for kernel_model.insn_x86 (arch_uprobe_analyze_insn() and helpers).
+"""Specification tests for kernel_model.arch.x86.lib.insn (arch_uprobe_analyze_insn() and helpers).
 
 Expected values are written out by hand from the kernel's rules (arch/x86/kernel/uprobes.c,
 arch/x86/lib/insn-eval.c insn_is_nop(), asm/nops.h) rather than imported from the model,
@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from unicorn import UC_ARCH_X86, UC_HOOK_MEM_READ, UC_HOOK_MEM_WRITE, UC_MODE_64, Uc
 from unicorn import x86_const as X
 
-from emu.errors import RegistrationError
-from kernel_model.insn_x86 import (
+from kernel_model.errors import RegistrationError
+from kernel_model.arch.x86.lib.insn import (
     FIX_CALL, FIX_IP, FIX_RIP_BX, FIX_RIP_DI, FIX_RIP_SI, FIX_SETF, MAX_UINSN_BYTES, NOP5,
     NOP10, ArchUprobe, analyze_insn, is_nop, jcc_taken, page_crossing,
 )

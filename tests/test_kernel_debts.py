@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from emu import Machine
-from emu.events import RefCtrUpdate
+from kernel_model.trace.events import RefCtrUpdate
 from kernel_model import costmodel
 from uprobe_helpers import guest
 

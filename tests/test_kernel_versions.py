@@ -25,7 +25,7 @@ import pytest
 
 from emu import Machine
 from kernel_model.profiles import KernelProfile
-from kernel_model.uprobes import UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE
+from kernel_model.kernel.events.uprobes import UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE
 
 PROFILES = KernelProfile.names()
 BEFORE_6_12 = {"6.9", "6.10", "6.11"}      # no filter re-check on REMOVE
@@ -228,6 +228,6 @@ def test_exact_override_also_drops_the_removing_consumers_return(profile):
 
 
 def test_bad_switch_value_is_a_clear_error():
-    from emu.errors import InputError
+    from kernel_model.errors import InputError
     with pytest.raises(InputError, match="handler_chain_rc"):
         KernelProfile.get("6.18", handler_chain_rc="mask")

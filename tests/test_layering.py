@@ -2,8 +2,8 @@
 
 - ``kernel_model`` is the kernel: it never loads Unicorn or the machine, not even
   transitively (it is unit-testable against a fake machine).
-- Only the machine side talks to Unicorn: ``emu.machine``, ``emu.memory``, the register
-  file (``emu.regfile``) and the bench's bare-Unicorn baselines (``emu.baseline``).  Every other module - the front ends too,
+- Only the machine side talks to Unicorn: ``emu.machine``, ``emu.engine.memory``, the register
+  file (``emu.engine.regfile``) and the bench's bare-Unicorn baselines (``emu.engine.baseline``).  Every other module - the front ends too,
   wherever they live (``emu/frontends/`` included) - uses the Machine API.
 - No module imports another module's private (underscore) name.
 - No import cycle among project modules (module-level imports; imports under
@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("emu", "kernel_model", "guest_programs")
-UNICORN_ALLOWED = {"emu.machine", "emu.memory", "emu.regfile", "emu.baseline"}
+UNICORN_ALLOWED = {"emu.machine", "emu.engine.memory", "emu.engine.regfile", "emu.engine.baseline"}
 
 
 def _modules() -> dict[str, Path]:
@@ -83,13 +83,13 @@ def _top(name: str) -> str:
 
 
 def test_the_scan_sees_the_project():
-    assert {"emu.machine", "emu.memory", "kernel_model.uprobes", "kernel_model.insn_x86"} <= set(MODULES)
+    assert {"emu.machine", "emu.engine.memory", "kernel_model.kernel.events.uprobes", "kernel_model.arch.x86.lib.insn"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("mod", [m for m in MODULES if _top(m) == "kernel_model"])
 def test_kernel_model_does_not_import_unicorn_or_the_machine(mod):
     bad = [(t, line) for t, _, line in _imports(mod, module_level=False)
-           if _top(t) == "unicorn" or t in ("emu.machine", "emu.memory", "emu.regfile") or
+           if _top(t) == "unicorn" or t in ("emu.machine", "emu.engine.memory", "emu.engine.regfile") or
            t.startswith("emu.frontends")]
     assert not bad, f"{mod} imports {bad}"
 
@@ -98,7 +98,7 @@ def test_importing_the_kernel_model_loads_neither_unicorn_nor_the_machine():
     mods = [m for m in MODULES if _top(m) == "kernel_model"]
     code = ("import sys\n" + "".join(f"import {m}\n" for m in mods) +
             "print(sorted(m for m in sys.modules if m == 'unicorn' or m.startswith('unicorn.') "
-            "or m in ('emu.machine', 'emu.memory')))")
+            "or m in ('emu.machine', 'emu.engine.memory')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
@@ -165,7 +165,7 @@ def test_the_cycle_check_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-SHIMS = {"emu.cli", "emu.stepper", "emu.trace", "emu.testing", "emu.console"}
+SHIMS = {"emu.stepper", "emu.trace", "emu.testing", "emu.console"}
 
 
 @pytest.mark.parametrize("mod", [m for m in MODULES if _top(m) == "emu" and

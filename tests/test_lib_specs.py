@@ -13,8 +13,8 @@ import subprocess
 import pytest
 
 from emu import Machine
-from emu.errors import SymbolError
-from emu.ldcache import parse_ld_cache, short_name_candidates
+from kernel_model.errors import SymbolError
+from emu.probes.ldcache import parse_ld_cache, short_name_candidates
 from cli_helpers import cli, one_line_error
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"

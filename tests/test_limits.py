@@ -1,5 +1,5 @@
-"""Resource limits, personality and other processes' groups (emu/limit_syscalls.py,
-emu/misc_syscalls.py) against native runs of tests/c/rlimits.c.
+"""Resource limits, personality and other processes' groups (kernel_model/kernel/resource.py,
+kernel_model/kernel/sys_pgrp.py) against native runs of tests/c/rlimits.c.
 
 The native side starts with the model's RLIMIT_NOFILE (the kernel's INIT_RLIMITS:
 1024/4096) via util-linux's prlimit, and runs as uid 1000 via setpriv where the case is
@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from emu import Machine
-from emu.limit_syscalls import RLIMIT_NOFILE, RLIMIT_SIGPENDING, init_rlimits
+from kernel_model.kernel.resource import RLIMIT_NOFILE, RLIMIT_SIGPENDING, init_rlimits
 
 
 @pytest.fixture(scope="module")

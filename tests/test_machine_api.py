@@ -196,7 +196,7 @@ _start:
 
 
 def test_unknown_register_name_is_an_input_error():
-    from emu.errors import InputError
+    from kernel_model.errors import InputError
     m = Machine.from_asm(LOOP)
     with pytest.raises(InputError, match="unknown register 'xmm99'"):
         m.reg_read("xmm99")
@@ -243,7 +243,7 @@ def test_ctrl_c_inside_interruptible_before_run_stops_the_run_at_once():
                          ids=["timeout-nan", "timeout-inf", "timeout-negative", "budget-negative",
                               "budget-float"])
 def test_run_refuses_limits_unicorn_cannot_take(kw):
-    from emu.errors import InputError
+    from kernel_model.errors import InputError
     m = Machine.from_asm(LOOP)
     with pytest.raises(InputError, match="must be"):
         m.run(**kw)

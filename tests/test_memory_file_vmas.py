@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from emu import Machine
-from emu.mm_types import PROT_READ, PROT_WRITE
+from kernel_model.mm.mm_types import PROT_READ, PROT_WRITE
 
 
 def _walk(mem, file):

@@ -16,8 +16,8 @@ import pytest
 
 from emu import Machine
 from emu.asm import asm_to_elf
-from emu.errors import ElfError, InputError
-from emu.memory import DEFAULT_MAX_MEMORY
+from kernel_model.errors import ElfError, InputError
+from kernel_model.mm.mm_types import DEFAULT_MAX_MEMORY
 
 GiB = 1 << 30
 
@@ -302,8 +302,8 @@ def test_program_fifo_is_refused_without_blocking(tmp_path):
 
 
 def test_oversized_program_file_is_refused(tmp_path, monkeypatch):
-    import emu.elf
-    monkeypatch.setattr(emu.elf, "MAX_ELF_FILE_SIZE", 4096)
+    import kernel_model.fs.elf
+    monkeypatch.setattr(kernel_model.fs.elf, "MAX_ELF_FILE_SIZE", 4096)
     big = tmp_path / "big"
     big.write_bytes(b"\x7fELF" + b"\0" * 8192)
     with pytest.raises(InputError, match="too large"):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from emu import Machine
-from emu.memory import GuestFault
-from emu.mm_types import PROT_EXEC, PROT_READ, PROT_WRITE
+from kernel_model.mm.mm_types import GuestFault
+from kernel_model.mm.mm_types import PROT_EXEC, PROT_READ, PROT_WRITE
 
 BASE = 0x5000_0000
 

@@ -1,4 +1,4 @@
-"""mremap (emu/mm_syscalls.py) as Linux answers it: grow in place, ENOMEM against a
+"""mremap (kernel_model/mm/mmap.py) as Linux answers it: grow in place, ENOMEM against a
 neighbour, shrink, moves (MAYMOVE, FIXED, DONTUNMAP) that keep the bytes and a file
 mapping's offset, the parameter and VMA errnos, and glibc's realloc of an mmap'ed
 chunk.  The host runs the program first: its output is the spec."""

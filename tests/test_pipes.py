@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from emu.machine import Machine
-from emu.pipes import FIONREAD, PIPE_BUF, PIPE_DEF_SIZE, Pipe, PipeEnd
+from kernel_model.fs.pipe import FIONREAD, PIPE_BUF, PIPE_DEF_SIZE, Pipe, PipeEnd
 
 BUSYBOX = "/bin/busybox"
 SECTIONS = ["child_writes_late", "big_write", "epipe", "killed_by_sigpipe", "nonblock_read"]
@@ -198,7 +198,7 @@ def test_a_waiter_left_from_an_earlier_sleep_does_not_complete_a_later_one():
     A stay in A and B's read keeps waiting."""
     from types import SimpleNamespace
 
-    from emu.fd_syscalls import FdSyscalls
+    from kernel_model.fs.fd_syscalls import FdSyscalls
 
     sc = FdSyscalls()
     sc.m = _FakeMachine()

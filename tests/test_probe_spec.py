@@ -1,4 +1,4 @@
-"""Specification tests for kernel_model.probe_spec: the uprobe_events language.
+"""Specification tests for kernel_model.trace.trace_probe: the uprobe_events language.
 
 Expected values come from the kernel sources (kernel/trace/trace_uprobe.c, trace_probe.c,
 trace_probe_tmpl.h, trace_output.c) and the sample lines in the project's reference notes
@@ -12,8 +12,8 @@ import dataclasses
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from emu.errors import InputError, ProbeSpecError
-from kernel_model.probe_spec import (
+from kernel_model.errors import InputError, ProbeSpecError
+from kernel_model.trace.trace_probe import (
     Comm, Deref, FetchArg, FileOffset, Imm, ImmString, MAX_TRACE_ARGS, ProbeSpec, Reg,
     Retval, Stack, StackPointer, default_event_name, format_listing, format_profile_line,
     format_trace_line, parse_fetch_arg, parse_probe_spec,

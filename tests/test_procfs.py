@@ -1,4 +1,4 @@
-"""The modeled /proc (emu.procfs) node by node on real Machine objects: exact texts,
+"""The modeled /proc (kernel_model.fs.proc.procfs) node by node on real Machine objects: exact texts,
 modes, inode attributes and errnos."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 
 import os
 from emu.machine import Machine
-from emu.pipes import Pipe, PipeEnd
-from emu.procfs import PROC_DEV, TOP_INOS, ProcFs, max_fds
+from kernel_model.fs.pipe import Pipe, PipeEnd
+from kernel_model.fs.proc.procfs import PROC_DEV, TOP_INOS, ProcFs, max_fds
 
 O_RDONLY, O_WRONLY, O_RDWR = 0, 1, 2
 GUEST = dict(uid=1000, gid=1000, groups=[4, 27])
@@ -475,7 +475,7 @@ def test_mounts_show_a_granted_root_read_write():
 
 
 def test_a_zombie_keeps_its_directory_without_an_mm(m):
-    from emu.signals import RunResult
+    from kernel_model.kernel.signals import RunResult
     child = m.new_process(comm="kid", parent=m.process)
     child.fds = m.process.fds.fork()
     kid = m.new_task(child, cred=m.task.cred)
@@ -554,7 +554,7 @@ def test_every_node_answers_for_live_zombie_and_threaded_processes(m):
     """The whole tree, walked without following links: every node gives attributes,
     every file opens and reads, every link reads - values or errnos, never an
     exception (a zombie, a second thread and a sleeping task included)."""
-    from emu.signals import RunResult
+    from kernel_model.kernel.signals import RunResult
     t2 = m.new_task(m.process, cred=m.task.cred)
     t2.state = "blocked"
     child = m.new_process(comm="kid", parent=m.process)

@@ -1,7 +1,7 @@
 """A guest cannot reach what its view does not show by swapping a file for a symlink
 while it opens it: the walk opens one component at a time from its parent's host
 descriptor (O_PATH|O_NOFOLLOW) and reads any symlink itself, following it in the
-guest's namespace, whose / is the sysroot (see emu.vfs).  The secret lies outside the
+guest's namespace, whose / is the sysroot (see kernel_model.fs.namei).  The secret lies outside the
 sysroot; its host path, absolute or relative, names nothing in the guest's view."""
 
 from __future__ import annotations

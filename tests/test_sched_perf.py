@@ -1,4 +1,4 @@
-"""The scheduler's time slices: counted in translated blocks (emu.sched), long by default,
+"""The scheduler's time slices: counted in translated blocks (kernel_model.kernel.sched), long by default,
 short on request, deterministic for a seed, with exact budgets and working timeouts.
 Structural measures only (emu_start calls, spins, instruction counts), never time."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from emu import Machine
-from emu.errors import InputError
+from kernel_model.errors import InputError
 from emu.machine import BlockQuantum
-from emu.sched import ALONE_SLICE, MIN_SLICE
+from kernel_model.kernel.sched import ALONE_SLICE, MIN_SLICE
 from cli_helpers import cli, one_line_error
 
 WORK_ROUNDS = 200_000

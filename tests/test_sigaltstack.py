@@ -44,8 +44,8 @@ def test_onstack_frame_is_built_at_the_top_of_the_alternate_stack(guest):
     """get_sigframe: no red zone skipped on a fresh alternate stack; the XSAVE area
     sits 64-byte aligned at its top, the frame FRAME_SIZE below that, rounded as after
     a call."""
-    from emu import signal_frames as sf
-    from emu.events import SignalHandler
+    from kernel_model.arch.x86.kernel import signal as sf
+    from kernel_model.trace.events import SignalHandler
     m = Machine.from_elf(guest)
     alt = m.resolve("alt")
     frames = []

@@ -15,8 +15,8 @@ import subprocess
 import pytest
 
 from emu import Machine
-from emu import events as ev
-from emu import signal_frames as sf
+from kernel_model.trace import events as ev
+from kernel_model.arch.x86.kernel import signal as sf
 from native_helpers import assert_native_then_model
 
 PATTERN = b"".join(struct.pack("<Q", q) for q in (0x1122334455667788, 0x99AABBCCDDEEFF00))

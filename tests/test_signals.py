@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from emu import Machine
-from emu.events import SignalHandler
+from kernel_model.trace.events import SignalHandler
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_signal_frame_layout_is_the_kernels(guest):
     saved rip in uc_mcontext is the faulting instruction."""
     m = Machine.from_elf(guest)
     seen = {}
-    from emu import signal_frames as sf
+    from kernel_model.arch.x86.kernel import signal as sf
 
     def at_handler(event):
         if event.signo == 11:
@@ -70,7 +70,7 @@ def test_signal_frame_layout_is_the_kernels(guest):
 
 def test_handler_is_entered_with_sig_info_and_ucontext(guest):
     """A uprobe on the handler itself sees (sig, &info, &uc) as the kernel passes them."""
-    from emu import signal_frames as sf
+    from kernel_model.arch.x86.kernel import signal as sf
     m = Machine.from_elf(guest)
     seen = []
     m.uprobes.register("on_segv", handler=lambda c: seen.append(

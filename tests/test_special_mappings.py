@@ -14,7 +14,7 @@ import errno
 import pytest
 
 from emu import Machine
-from emu.signals import SIGNALS
+from kernel_model.kernel.signals import SIGNALS
 
 PROT_NONE, PROT_R, PROT_W, PROT_X = 0, 1, 2, 4
 MAP_PRIVATE_ANON, MAP_FIXED, MAP_FIXED_NOREPLACE = 0x22, 0x10, 0x100000

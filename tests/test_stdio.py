@@ -75,7 +75,7 @@ def test_api_stdio_fstat_is_deterministic(build_c):
 
 
 def test_stdio_argument_is_checked():
-    from emu.errors import InputError
+    from kernel_model.errors import InputError
     with pytest.raises(InputError, match="stdio must be"):
         Machine.from_guest("hello", stdio="tty")
 

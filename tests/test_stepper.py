@@ -14,7 +14,7 @@ import pytest
 from cli_helpers import cli
 from emu import Machine
 from emu.asm import asm_to_elf
-from emu.disasm import Disassembler, format_objdump_line
+from emu.debug.disasm import Disassembler, format_objdump_line
 from emu.frontends.stepper import Stepper, StepperError, StepperShell
 
 NOP5 = ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00"

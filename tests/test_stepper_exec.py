@@ -13,8 +13,8 @@ import subprocess
 import pytest
 
 from emu import Machine
-from emu.disasm import Disassembler
-from emu.elf import image_of
+from emu.debug.disasm import Disassembler
+from kernel_model.fs.elf import image_of
 from emu.frontends.stepper import Stepper
 from test_stepper_unwind import _tool, backtraces, shell_lines, unwind_guest  # noqa: F401 (fixture)
 

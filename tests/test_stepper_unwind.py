@@ -20,7 +20,7 @@ import pytest
 
 from cli_helpers import cli
 from emu import Machine
-from emu.elf import image_of
+from kernel_model.fs.elf import image_of
 from emu.frontends.stepper import Stepper, StepperShell
 
 C_SOURCE = Path(__file__).parent / "c" / "unwind.c"

@@ -13,9 +13,9 @@ from emu.frontends.sweep.runners import PoolRunner, SerialRunner
 from emu.frontends.sweep.sites import enumerate_sites
 from emu.machine import Machine
 from guest_programs import GUESTS
-from kernel_model import arch_x86
-from kernel_model.arch_x86 import arch_uprobe_analyze_insn
-from emu.errors import RegistrationError
+from kernel_model.arch.x86.kernel import uprobes as arch_x86
+from kernel_model.arch.x86.kernel.uprobes import arch_uprobe_analyze_insn
+from kernel_model.errors import RegistrationError
 from emu.frontends.sweep.case import Program
 from sweep_helpers import GUEST_ARGS, findings, guest_program, sweep, unclassified
 

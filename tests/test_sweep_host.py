@@ -37,7 +37,7 @@ def _own_boundaries(exe) -> list[str]:
     """Every instruction boundary of main (glibc's string functions are IFUNCs: the
     host CPU picks AVX-512 ones the model's CPU does not have, so they run only there)."""
     from emu.frontends.sweep.sites import insn_sites
-    from emu.elf import load_elf_file
+    from kernel_model.fs.elf import load_elf_file
     return [s.key for s in insn_sites(exe, load_elf_file(exe)) if s.symbol.split("+")[0] == "main"]
 
 

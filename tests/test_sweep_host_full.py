@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from emu.elf import load_elf_file
+from kernel_model.fs.elf import load_elf_file
 from emu.frontends import hostdiff
 from emu.frontends.hostdiff import HostKernelError, RunRecord, parse_syscalls, run_native
 from emu.frontends.sweep.case import Program

@@ -10,7 +10,7 @@ import pytest
 from emu.frontends.cli import main
 from emu.frontends.sweep.report import CaseStore
 from emu.frontends.sweep.runners import SerialRunner
-from kernel_model import arch_x86
+from kernel_model.arch.x86.kernel import uprobes as arch_x86
 from sweep_helpers import findings, guest_program, sweep
 
 

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from emu.elf import load_elf_file
+from kernel_model.fs.elf import load_elf_file
 from emu.frontends.cli import main
 from emu.frontends.hostdiff import host_profile_name
 from emu.frontends.sweep.case import Case, CaseRunner, Program

@@ -1,6 +1,6 @@
 """README.md's "Syscall table" lists exactly the syscalls the machine models.
 
-The machine's table is built from the ``sys_<name>`` methods of ``emu.syscalls.Syscalls``
+The machine's table is built from the ``sys_<name>`` methods of ``kernel_model.kernel.syscalls.Syscalls``
 (and its mixins) plus what the kernel model registers (uretprobe, uprobe); a syscall
 added or removed there without the README following fails here.
 """
@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from emu import Machine
-from emu.syscall_names import SYSCALL_NAMES
+from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -10,9 +10,9 @@ import subprocess
 import pytest
 
 from cli_helpers import cli, one_line_error
-from emu.errors import InputError
+from kernel_model.errors import InputError
 from emu.machine import Machine
-from emu.syscalls import DEFAULT_MEM_TOTAL
+from kernel_model.kernel.syscalls import DEFAULT_MEM_TOTAL
 
 
 def fields(text: str) -> dict[str, str]:

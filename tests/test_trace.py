@@ -301,7 +301,7 @@ patchme:
     nop
     ret
 """)
-    from emu.memory import PROT_EXEC, PROT_READ, PROT_WRITE
+    from kernel_model.mm.mm_types import PROT_EXEC, PROT_READ, PROT_WRITE
     m.mem.protect(0x401000, 0x1000, PROT_READ | PROT_WRITE | PROT_EXEC)
     text, _ = trace_of(m)
     patchme = m.resolve("patchme")

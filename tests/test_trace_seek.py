@@ -11,7 +11,7 @@ import pytest
 
 from cli_helpers import cli, one_line_error
 from emu import Machine
-from emu.errors import InputError
+from kernel_model.errors import InputError
 from emu.frontends.trace.seek import TraceSeek
 
 # positions: 0 mov rax,1; 1 mov rbx,2; 2 add rbx,3; 3 mov rax,7; 4 mov ecx,0;

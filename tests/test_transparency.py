@@ -45,7 +45,7 @@ from hypothesis import strategies as st
 from keystone import KS_ARCH_X86, KS_MODE_64, Ks
 
 from emu import Machine
-from emu.regs import TF
+from kernel_model.arch.x86.ptrace import TF
 from guest_programs import GUESTS
 from kernel_model.profiles import KernelProfile
 from probe_all import (Reference, boundaries, compare, func_symbols, hit_mismatches, plain_run,
@@ -901,7 +901,7 @@ def test_generated_program_probed_on_any_subset_is_transparent(profile, data):
 def _classes(insns, analyzed) -> set:
     """What the kernel's analysis makes of each instruction: kind, branch form, fixups,
     scratch register, and the XOL instructions with their own step semantics."""
-    from kernel_model.insn_x86 import FIX_CALL, FIX_IP, FIX_SETF
+    from kernel_model.arch.x86.lib.insn import FIX_CALL, FIX_IP, FIX_SETF
     out = set()
     for insn, au in zip(insns, analyzed):
         if au.kind == "jcc":
@@ -926,8 +926,8 @@ def test_generated_programs_cover_every_emulated_and_xol_class():
     """Over the same number of derandomized examples as the main property, the
     vocabulary reaches every class the kernel distinguishes (analysis only, no runs)."""
     from emu.asm import TEXT_VADDR, assemble
-    from emu.errors import RegistrationError
-    from kernel_model.insn_x86 import analyze_insn
+    from kernel_model.errors import RegistrationError
+    from kernel_model.arch.x86.lib.insn import analyze_insn
     from probe_all import _sweep
 
     seen: set = set()

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 from emu import Machine
-from emu.errors import RegistrationError
-from emu.memory import PROT_EXEC, PROT_READ, PROT_WRITE
-from kernel_model.uprobes import UPROBE_HANDLER_REMOVE
+from kernel_model.errors import RegistrationError
+from kernel_model.mm.mm_types import PROT_EXEC, PROT_READ, PROT_WRITE
+from kernel_model.kernel.events.uprobes import UPROBE_HANDLER_REMOVE
 from uprobe_helpers import (assert_same_state, expected_counters, final_state, guest, guest_regs,
                             probe_counters, run_guest)
 

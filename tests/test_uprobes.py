@@ -20,9 +20,9 @@ from types import SimpleNamespace
 import pytest
 
 from emu import Machine
-from emu.events import XolStep
-from emu.memory import PROT_READ, PROT_WRITE
-from emu.regs import TF
+from kernel_model.trace.events import XolStep
+from kernel_model.mm.mm_types import PROT_READ, PROT_WRITE
+from kernel_model.arch.x86.ptrace import TF
 from uprobe_helpers import (assert_same_state, expected_counters, final_state, guest, guest_regs,
                             probe_counters, run_guest)
 

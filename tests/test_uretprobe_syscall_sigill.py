@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from emu import Machine
-from emu.elf import load_elf_file
+from kernel_model.fs.elf import load_elf_file
 from emu.frontends.hostdiff import HostProbes, ResolvedProbe, Tracefs
 
 from test_hostdiff import needs_tracefs

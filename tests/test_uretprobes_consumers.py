@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_model.uprobes import UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE
+from kernel_model.kernel.events.uprobes import UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE
 from test_uretprobes_support import (NR_URETPROBE, REC_GUEST, SESSION_PROFILES,
                                      TRAMPOLINE_PROFILES, assert_ri_balanced, call_loop_guest,
                                      is_int3, leaked, machine)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from emu.signals import SIGNALS
-from kernel_model import arch_x86
+from kernel_model.kernel.signals import SIGNALS
+from kernel_model.arch.x86.kernel import uprobes as arch_x86
 from test_uretprobes_support import (ALL_FLAGS, ALL_VALUES, ALLOCS, FAKE_TRAMPOLINE_GUEST, GPRS,
                                      KEEP_RAX, LEAK_THEN_CALL_TRAMPOLINE, LEAK_THEN_FAKE_CHAIN,
                                      NR_URETPROBE, PLAIN_URETPROBE_SYSCALL, TRAMPOLINE_PROFILES,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from emu import Machine
-from emu.events import RiDiscarded, UretprobeHijack, UretprobeReturn
+from kernel_model.trace.events import RiDiscarded, UretprobeHijack, UretprobeReturn
 from test_uretprobes_support import (ALLOCS, NR_URETPROBE, REC_GUEST, TAIL_GUEST,
                                      TRAMPOLINE_PROFILES, assert_ri_balanced, deep_guest,
                                      is_int3, machine, rec_expected)

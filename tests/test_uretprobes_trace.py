@@ -66,7 +66,7 @@ def test_named_retval_with_type():
 
 
 def test_retval_on_an_entry_probe_is_refused():
-    from emu.errors import EmuError
+    from kernel_model.errors import EmuError
     m = machine(call_loop_guest(N), "6.18")
     with pytest.raises(EmuError, match="retval"):
         m.uprobes.add_event("p:grp/bad asm-guest:f $retval")

@@ -1,4 +1,4 @@
-"""The vDSO: the image the project builds (emu/vdso.py) exports the kernel's symbols at
+"""The vDSO: the image the project builds (kernel_model/arch/x86/entry/vdso.py) exports the kernel's symbols at
 version LINUX_2.6, is mapped as [vdso] where AT_SYSINFO_EHDR says, glibc finds it, and
 every time call of a dynamic program goes through it onto the machine's one clock."""
 
@@ -12,8 +12,8 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from emu import Machine
-from emu import events as ev
-from emu.vdso import VDSO_SIZE, linux_version_code, vdso_image
+from kernel_model.trace import events as ev
+from kernel_model.arch.x86.entry.vdso import VDSO_SIZE, linux_version_code, vdso_image
 from test_memory_limits import run_syscall
 
 CLOCK_CALLS = {228: "clock_gettime", 96: "gettimeofday", 201: "time", 229: "clock_getres"}

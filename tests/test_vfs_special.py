@@ -1,4 +1,4 @@
-"""The walk over modeled filesystems (emu.vfs_types.SpecialNode trees, as /proc and /dev
+"""The walk over modeled filesystems (kernel_model.fs.fs_types.SpecialNode trees, as /proc and /dev
 are): descending into a tree mounted at a guest path, following its symlinks (relative
 to the link's directory, absolute from the guest's /, magic links to an open file),
 listing, stat'ing and opening its nodes, `..` back out of the mount, and /sys hidden."""
@@ -11,8 +11,8 @@ import stat as S
 import pytest
 
 from emu import Machine
-from emu.files import PipeInput, SeqFile
-from emu.vfs_types import Attrs, DT_DIR, DT_LNK, DT_REG, SpecialNode
+from kernel_model.fs.file import PipeInput, SeqFile
+from kernel_model.fs.fs_types import Attrs, DT_DIR, DT_LNK, DT_REG, SpecialNode
 
 FAKE_DEV = 0x2A
 
@@ -162,7 +162,7 @@ def test_sys_is_an_empty_read_only_directory(build_c):
 
 def test_mount_point_must_be_absolute_and_normalized():
     m = Machine.from_asm("_start:\n    hlt\n")
-    from emu.errors import EmuError
+    from kernel_model.errors import EmuError
     for bad in ("fake", "/a/../b", "/", "/a/"):
         with pytest.raises(EmuError):
             m.syscalls.vfs.mount(bad, fake_tree())

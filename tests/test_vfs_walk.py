@@ -11,7 +11,7 @@ import pytest
 
 from cli_helpers import cli, one_line_error
 from emu import Machine
-from emu.errors import EmuError
+from kernel_model.errors import EmuError
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ instruction under test.
 from __future__ import annotations
 
 from emu import Machine
-from emu.memory import PROT_WRITE
-from emu.regs import GPR_NAMES
+from kernel_model.mm.mm_types import PROT_WRITE
+from kernel_model.arch.x86.ptrace import GPR_NAMES
 
 PROLOGUE = """
 _start:

@@ -38,7 +38,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# What `uprobe-emu run` puts in a guest's environment (emu.loader.DEFAULT_ENV).
+# What `uprobe-emu run` puts in a guest's environment (kernel_model.fs.binfmt_elf.DEFAULT_ENV).
 DEFAULT_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/root", "LANG": "C"}
 NATIVE_TIMEOUT = 20
 EMU_TIMEOUT = 30

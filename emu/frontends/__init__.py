@@ -1,5 +1,5 @@
 """Front ends of the machine: each uses only :class:`emu.machine.Machine`'s public API
-and the event stream (:mod:`emu.events`), as CPython's pdb uses bdb.
+and the event stream (:mod:`kernel_model.trace.events`), as CPython's pdb uses bdb.
 
 ``cli`` (the ``uprobe-emu`` command), ``trace`` (instruction traces), ``stepper`` (the
 stepping engine and its gdb-like shell), ``gdbstub`` (the GDB remote protocol),

@@ -14,9 +14,9 @@ import math
 import os
 import sys
 
-from emu.errors import EmuError, InputError, printable
+from kernel_model.errors import EmuError, InputError, printable
 from emu.machine import Machine
-from emu.sched import MAX_SLICE, MIN_SLICE, parse_slice
+from kernel_model.kernel.sched import MAX_SLICE, MIN_SLICE, parse_slice
 from guest_programs import GUESTS, write_guest
 from kernel_model.profiles import KernelProfile
 

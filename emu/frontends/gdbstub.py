@@ -33,9 +33,9 @@ import threading
 
 from emu.frontends.cli import (add_cli_events, add_events_option, events_output, make_machine,
                                port_number, report_result)
-from emu.errors import EmuError, InputError
-from emu.memory import GuestFault
-from emu.procfs import auxv_bytes, exe_link
+from kernel_model.errors import EmuError, InputError
+from kernel_model.mm.mm_types import GuestFault
+from kernel_model.fs.proc.procfs import auxv_bytes, exe_link
 from emu.frontends.stepper import reverse
 from emu.frontends.stepper.engine import Stepper, StepperError
 

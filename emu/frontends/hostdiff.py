@@ -44,16 +44,16 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 
-from emu.elf import load_elf_file
-from emu.errors import EmuError, InputError, RegistrationError, printable
+from kernel_model.fs.elf import load_elf_file
+from kernel_model.errors import EmuError, InputError, RegistrationError, printable
 from emu.frontends.cli import count, read_stdin_file, seconds
-from emu.loader import DEFAULT_ENV
+from kernel_model.fs.binfmt_elf import DEFAULT_ENV
 from emu.machine import Machine
 from guest_programs import write_guest
-from kernel_model.probe_spec import is_good_name, is_good_system_name
+from kernel_model.trace.trace_probe import is_good_name, is_good_system_name
 from kernel_model.profiles import KernelProfile
-from kernel_model.trace_events import parse_user_spec
-from kernel_model.usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
+from kernel_model.trace.trace_uprobe import parse_user_spec
+from kernel_model.trace.usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
 
 FORK_LINE = re.compile(
     r"^\s*.+?-\d+\s+\[\d+\].*?: sched_process_fork: comm=.* pid=(?P<parent>\d+) "
@@ -693,7 +693,7 @@ def _popen_native(cmd: list[str], mask, no_randomize: bool = True) -> subprocess
     :func:`deferred_signals` blocked anything) and, if ``no_randomize``,
     ADDR_NO_RANDOMIZE added to its personality, as ``setarch -R`` does: the exec then
     lays memory out without ASLR (``load_elf_binary()`` tests ``current->personality``).
-    Its environment is the model's (emu.loader's DEFAULT_ENV), not ours: libc's start-up
+    Its environment is the model's (kernel_model.fs.binfmt_elf's DEFAULT_ENV), not ours: libc's start-up
     (locale, malloc tunables) and the stack's layout depend on it."""
     personality = ctypes.CDLL(None, use_errno=True).personality
     personality.argtypes, personality.restype = [ctypes.c_ulong], ctypes.c_int
@@ -725,7 +725,7 @@ def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: b
     ``no_randomize`` (default: for a program with a PT_INTERP) runs it without ASLR:
     the model lays a dynamic program out as the kernel does then (mmap_base below the
     stack at STACK_TOP_MAX).  A static guest keeps ASLR, because the model puts its
-    stack below the XOL hint page as a randomized stack lies (emu.loader's STACK_TOP),
+    stack below the XOL hint page as a randomized stack lies (kernel_model.fs.binfmt_elf's STACK_TOP),
     where a non-randomized kernel would find the hint taken."""
     if no_randomize is None:
         no_randomize = load_elf_file(path).interp is not None

@@ -30,7 +30,7 @@ Scenarios whose machinery a profile lacks (nop10 before 7.2: the kernel and the 
 refuse the probe with ENOTSUPP) are listed as ``n/a (reason)``.
 
 USDT scenarios: the keystone guest has no ``.note.stapsdt``, so the bench probes the site
-address (the note's pc) with libbpf's nop-combo rule (``kernel_model.usdt.
+address (the note's pc) with libbpf's nop-combo rule (``kernel_model.trace.usdt.
 usdt_attach_offsets``): attach one byte further, on the nop5/nop10, when the profile has
 the uprobe syscall and the site is the matching combo.  The same ELF runs natively for
 ``--host-kernel``, where the same rule picks the tracefs probe offset.
@@ -65,14 +65,14 @@ JSON (``--json FILE``), schema ``uprobe-emu.bench/1``::
 """
 
 
-from .cli import add_cli, cmd_bench, config_from_args
-from .host import host_native, run_host
-from .measure import (EVENT_KEYS, bare_run, count_events, growth_attach, growth_probe_counts, growth_ri,
+from emu.frontends.bench.cli import add_cli, cmd_bench, config_from_args
+from emu.frontends.bench.host import host_native, run_host
+from emu.frontends.bench.measure import (EVENT_KEYS, bare_run, count_events, growth_attach, growth_probe_counts, growth_ri,
                       measure_baseline, measure_scenario, time_model)
-from .programs import PROGRAMS, run_programs
-from .render import events_str, render, render_host, render_programs
-from .report import SCHEMA, TARGET_INT3_RATIOS, Config, programs_report, run_bench, targets
-from .scenarios import (GUEST, GUEST_PATH, LOOP_NAMES, SCENARIOS, ColumnSpec, Scenario, attach, guest_elf,
+from emu.frontends.bench.programs import PROGRAMS, run_programs
+from emu.frontends.bench.render import events_str, render, render_host, render_programs
+from emu.frontends.bench.report import SCHEMA, TARGET_INT3_RATIOS, Config, programs_report, run_bench, targets
+from emu.frontends.bench.scenarios import (GUEST, GUEST_PATH, LOOP_NAMES, SCENARIOS, ColumnSpec, Scenario, attach, guest_elf,
                         guest_file, growth_elf, parse_column, site_offset)
 
 __all__ = ["EVENT_KEYS", "GUEST", "GUEST_PATH", "LOOP_NAMES", "PROGRAMS", "SCENARIOS", "SCHEMA",

@@ -11,16 +11,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from kernel_model import costmodel
 from kernel_model.profiles import KernelProfile
 
-from emu.errors import EmuError, InputError
+from kernel_model.errors import EmuError, InputError
 from emu.frontends.cli import count, seconds
 from emu.frontends.hostdiff import HostKernelError
 
-from .host import run_host
-from .programs import run_programs
-from .render import render, render_programs
-from .report import Config, JsonReport, programs_report, run_bench
-from .scenarios import SCENARIOS, parse_column
-from .threads import cmd_threads
+from emu.frontends.bench.host import run_host
+from emu.frontends.bench.programs import run_programs
+from emu.frontends.bench.render import render, render_programs
+from emu.frontends.bench.report import Config, JsonReport, programs_report, run_bench
+from emu.frontends.bench.scenarios import SCENARIOS, parse_column
+from emu.frontends.bench.threads import cmd_threads
 
 
 def add_cli(sub, add_machine_options) -> None:

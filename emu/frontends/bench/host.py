@@ -15,11 +15,11 @@ from kernel_model import costmodel
 
 from emu.frontends.hostdiff import HostKernelError, HostProbes, ResolvedProbe, Tracefs, host_profile_name, run_tag
 
-from .measure import count_events, measure_scenario, mops_stats, round_iterations
-from .scenarios import GUEST, SCENARIOS, ColumnSpec, guest_file, site_offset
+from emu.frontends.bench.measure import count_events, measure_scenario, mops_stats, round_iterations
+from emu.frontends.bench.scenarios import GUEST, SCENARIOS, ColumnSpec, guest_file, site_offset
 
 if TYPE_CHECKING:
-    from .report import Config
+    from emu.frontends.bench.report import Config
 
 
 def host_native(scen_name: str, n: int | None, warmup: int, repeat: int, seconds: float,

@@ -6,13 +6,13 @@ the bare-Unicorn baselines and the growth scenarios.
 * Timed runs (:func:`time_model`) start the clock at the guest's marker syscall, after a
   warm-up, so first-hit effects (the nop5/nop10 optimization, pool and XOL-area creation)
   are excluded.
-* Baselines run the same trigger code on a bare Unicorn instance (``emu.baseline``): the
+* Baselines run the same trigger code on a bare Unicorn instance (``emu.engine.baseline``): the
   scenario's loop without any hook, the nop loop with its ``nop`` replaced by ``int3``
   and an empty ``UC_HOOK_INTR`` callback (through the binding, and registered natively:
   the floor of a Python trap handler), and the Qiling-style nop loop with a one-address
   ``UC_HOOK_CODE`` calling an empty Python function (a probe with no semantics).
 * Floors: next to each run of a scenario with a hit-cost target, the same hit written
-  by hand as one straight-line Python callback on bare Unicorn (``emu.baseline``'s
+  by hand as one straight-line Python callback on bare Unicorn (``emu.engine.baseline``'s
   ``floor-*`` modes): what the model's structure costs above the least Python that has
   the same semantics.
 * Growth: per-hit cost with many probes registered, the time to attach many probes, and
@@ -25,11 +25,11 @@ import statistics
 import time
 from types import MappingProxyType
 
-from emu import baseline
-from emu.errors import EmuError, RegistrationError
-from emu.events import Syscall
+from emu.engine import baseline
+from kernel_model.errors import EmuError, RegistrationError
+from kernel_model.trace.events import Syscall
 
-from .scenarios import (EXIT_NR, LOOP_NAMES, MARKER_NR, SCENARIOS, SLED_SIZE, ColumnSpec, Scenario,
+from emu.frontends.bench.scenarios import (EXIT_NR, LOOP_NAMES, MARKER_NR, SCENARIOS, SLED_SIZE, ColumnSpec, Scenario,
                         attach, guest_file, new_machine)
 
 COUNT_WARMUP, COUNT_N1, COUNT_N2 = 3, 2, 5
@@ -240,7 +240,7 @@ def mops_stats(samples: list[float]) -> dict:
 
 def bare_run(loop: int, n: int, mode: str = "none") -> float:
     """Seconds for ``n`` iterations of a guest loop on a bare Unicorn instance (see
-    :func:`emu.baseline.bare_run`)."""
+    :func:`emu.engine.baseline.bare_run`)."""
     return baseline.bare_run(guest_file(), loop, n, mode)
 
 

@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 import time
 
-from emu.errors import EmuError
+from kernel_model.errors import EmuError
 from emu.machine import Machine
 
 MALLOC_LOOP_C = r"""

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 from kernel_model import costmodel
 
-from emu import baseline
-from emu.errors import EmuError
+from emu.engine import baseline
+from kernel_model.errors import EmuError
 
-from .measure import (count_events, growth_attach, growth_probe_counts, growth_ri, measure_baseline,
+from emu.frontends.bench.measure import (count_events, growth_attach, growth_probe_counts, growth_ri, measure_baseline,
                       measure_scenario)
-from .scenarios import LOOP_NAMES, SCENARIOS, SLED_SIZE, column_from_costmodel
+from emu.frontends.bench.scenarios import LOOP_NAMES, SCENARIOS, SLED_SIZE, column_from_costmodel
 
 SCHEMA = "uprobe-emu.bench/1"
 # Hit-path targets: model M/s over the bare int3 + empty-hook loop, timed in the same run.

@@ -16,10 +16,10 @@ import time
 from rich.table import Table
 
 from emu.asm import asm_to_elf
-from emu.errors import InputError
+from kernel_model.errors import InputError
 from emu.machine import Machine
 
-from .report import JsonReport
+from emu.frontends.bench.report import JsonReport
 
 GUEST_PATH = "/bench/threads"
 THREADS = (0, 1, 4)            # 0: the main thread does the work

@@ -53,15 +53,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from emu import events as ev
-from emu.disasm import MAX_INSN_BYTES, Disassembler, Insn, symbol_of
-from emu.errors import EmuError, SymbolError
+from kernel_model.trace import events as ev
+from emu.debug.disasm import MAX_INSN_BYTES, Disassembler, Insn, symbol_of
+from kernel_model.errors import EmuError, SymbolError
 from emu.frontends.stepper.format import (ALIASES, INFO_REGISTERS, SEGMENTS, format_register,
                                           gdb_label, register_value, subreg)
 from emu.frontends.stepper.unwind import Unwinder
-from emu.memory import PROT_EXEC, GuestFault
-from emu.regs import PtRegs
-from emu.signals import RunResult
+from kernel_model.mm.mm_types import PROT_EXEC, GuestFault
+from kernel_model.arch.x86.ptrace import PtRegs
+from kernel_model.kernel.signals import RunResult
 
 _MASK = 0xFFFFFFFFFFFFFFFF
 _TRANSITIONAL_VMAS = ("[uprobes]", "[uprobes-trampoline]")
@@ -616,7 +616,7 @@ class Stepper:
     def _transitional(self, rip: int) -> bool:
         """rip is somewhere the kernel model, not the guest program, put it."""
         utask = self.machine.task.utask
-        if utask is not None and utask.state == "sstep":    # kernel_model.uprobes.UTASK_SSTEP
+        if utask is not None and utask.state == "sstep":    # kernel_model.kernel.events.uprobes.UTASK_SSTEP
             return True
         vma = self.machine.mem.find_vma(rip)
         return vma is not None and vma.special and vma.name in _TRANSITIONAL_VMAS

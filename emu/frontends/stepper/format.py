@@ -7,8 +7,8 @@ eflags, ``0x401000 <main+4>`` for a code pointer), with gdb's ``sym+N`` labels.
 
 from __future__ import annotations
 
-from emu.elf import image_of, link_vaddr
-from emu.regs import GPR_NAMES, format_eflags
+from kernel_model.fs.elf import image_of, link_vaddr
+from kernel_model.arch.x86.ptrace import GPR_NAMES, format_eflags
 
 
 # gdb's amd64 `info registers` set (general group) in order; fs_base/gs_base print when

@@ -2,7 +2,7 @@
 ``reverse-stepi``, ``reverse-nexti``/``reverse-step`` and ``reverse-continue``, done the
 way the machine allows it - it is deterministic, so going back is restoring the nearest
 earlier checkpoint and replaying forward to the instruction wanted
-(:class:`emu.checkpoint.Recorder`).
+(:class:`emu.replay.checkpoint.Recorder`).
 
 The stops are the forward stepper's: the kernel model's transitional states (the int3
 trap, the out-of-line step in ``[uprobes]``, a trampoline, between the two instructions
@@ -19,9 +19,9 @@ recorded history, and the stop says so (gdb's "No more reverse-execution history
 
 from __future__ import annotations
 
-from emu.checkpoint import DEFAULT_MAX_CHECKPOINTS, CheckpointError, Recorder
+from emu.replay.checkpoint import DEFAULT_MAX_CHECKPOINTS, CheckpointError, Recorder
 from emu.frontends.stepper.engine import Stepper, StepperError, StopEvent
-from emu.memory import GuestFault
+from kernel_model.mm.mm_types import GuestFault
 
 # Stepping back replays up to one interval per stop: keep it short for a debugger.
 DEFAULT_STEPPER_INTERVAL = 200_000

@@ -16,14 +16,14 @@ from __future__ import annotations
 import functools
 import sys
 
-from emu.disasm import annotation, symbol_of
-from emu.errors import EmuError
+from emu.debug.disasm import annotation, symbol_of
+from kernel_model.errors import EmuError
 from emu.frontends.cli import add_cli_events, add_events_option, events_output, make_machine
 from emu.frontends.stepper import reverse
 from emu.frontends.stepper.engine import Stepper, StepperError, StopEvent
 from emu.frontends.stepper.format import gdb_label, natural, signed
-from emu.memory import GuestFault
-from emu.signals import signal_name
+from kernel_model.mm.mm_types import GuestFault
+from kernel_model.kernel.signals import signal_name
 
 _SIGNAL_TEXT = {"SIGSEGV": "Segmentation fault", "SIGILL": "Illegal instruction",
                 "SIGTRAP": "Trace/breakpoint trap", "SIGFPE": "Arithmetic exception",

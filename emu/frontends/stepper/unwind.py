@@ -39,10 +39,10 @@ from elftools.dwarf.callframe import FDE, CallFrameInfo, RegisterRule
 from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.elf.elffile import ELFFile
 
-from emu.disasm import symbol_of
-from emu.elf import image_of, link_vaddr
-from emu.memory import PROT_EXEC, GuestFault
-from emu.signal_frames import SIGCONTEXT_OFFSET, SIGCONTEXT_REGS
+from emu.debug.disasm import symbol_of
+from kernel_model.fs.elf import image_of, link_vaddr
+from kernel_model.mm.mm_types import PROT_EXEC, GuestFault
+from kernel_model.arch.x86.kernel.signal import SIGCONTEXT_OFFSET, SIGCONTEXT_REGS
 
 _MASK = 0xFFFFFFFFFFFFFFFF
 # the x86-64 psABI's DWARF register numbers: 0-15 the general registers, 16 the return address

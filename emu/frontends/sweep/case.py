@@ -18,12 +18,12 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from emu.elf import load_elf_file
-from emu.errors import InputError, RegistrationError
+from kernel_model.fs.elf import load_elf_file
+from kernel_model.errors import InputError, RegistrationError
 from emu.frontends.sweep.compare import RunDigest, SyscallRecorder, digest
-from emu.loader import file_identity, load_image
+from kernel_model.fs.binfmt_elf import file_identity, load_image
 from emu.machine import Machine
-from emu.memory import MappedFile
+from kernel_model.mm.mm_types import MappedFile
 from guest_programs import build_guest
 
 

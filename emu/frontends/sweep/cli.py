@@ -6,7 +6,7 @@ import os
 import shlex
 import sys
 
-from emu.errors import InputError
+from kernel_model.errors import InputError
 from emu.frontends.cli import count, read_stdin_file, seconds
 from emu.frontends.sweep.case import Program
 from emu.frontends.sweep.driver import Sweeper

@@ -16,10 +16,10 @@ import base64
 import hashlib
 from dataclasses import dataclass, field
 
-from emu.events import Syscall, SyscallReturn
-from emu.memory import PROT_WRITE
-from emu.regs import GPR_NAMES
-from emu.syscall_names import SYSCALL_NAMES
+from kernel_model.trace.events import Syscall, SyscallReturn
+from kernel_model.mm.mm_types import PROT_WRITE
+from kernel_model.arch.x86.ptrace import GPR_NAMES
+from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
 
 KERNEL_PAGES = ("[uprobes]", "[uprobes-trampoline]")
 KERNEL_SYSCALLS = (335, 336)          # sys_uretprobe, sys_uprobe
@@ -59,7 +59,7 @@ class RunDigest:
 
 
 class SyscallRecorder:
-    """Subscribes to the machine's syscall events (:mod:`emu.events`) for one run."""
+    """Subscribes to the machine's syscall events (:mod:`kernel_model.trace.events`) for one run."""
 
     def __init__(self, machine):
         self.calls: dict = {}

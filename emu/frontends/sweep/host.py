@@ -39,15 +39,15 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 
-from emu.elf import load_elf_file
-from emu.errors import InputError, RegistrationError
+from kernel_model.fs.elf import load_elf_file
+from kernel_model.errors import InputError, RegistrationError
 from emu.frontends.hostdiff import HostKernelError, ResolvedProbe, Tracefs, run_native
 from emu.frontends.sweep.bisect import bisect
 from emu.frontends.sweep.classify import FAITHFUL, classify
 from emu.frontends.sweep.compare import (KERNEL_SYSCALLS, MASKED, Divergence, Noise, RunDigest,
                                          compare, host_view)
 from guest_programs import write_guest
-from kernel_model import arch_x86
+from kernel_model.arch.x86.kernel import uprobes as arch_x86
 from kernel_model.profiles import KernelProfile
 
 RET = "ret"                   # the return value's position in NativeNoise.fields

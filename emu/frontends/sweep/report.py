@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from emu.errors import InputError
+from kernel_model.errors import InputError
 
 EXIT_CLEAN, EXIT_DIVERGED = 0, 1
 

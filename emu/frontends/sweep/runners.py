@@ -15,7 +15,7 @@ import concurrent.futures as cf
 import logging
 import multiprocessing
 
-from emu.errors import EmuError, InputError
+from kernel_model.errors import EmuError, InputError
 from emu.frontends.sweep.case import CaseRunner, run_cases
 
 

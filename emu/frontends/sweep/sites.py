@@ -20,7 +20,7 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 from elftools.common.exceptions import ELFError
 
-from emu.errors import InputError
+from kernel_model.errors import InputError
 
 SITE_MODES = ("insn", "func", "ret")
 

@@ -15,7 +15,7 @@ after ``count`` instructions, at the guest's
 exit or death, or at :meth:`Tracer.close` the hook is removed and the guest runs at full
 speed again.  Registers are read in one native batch per instruction and diffed against
 the previous instruction's snapshot; decodes are cached per address by
-:class:`emu.disasm.Disassembler` (and the formatted lines by the tracer), both dropped on
+:class:`emu.debug.disasm.Disassembler` (and the formatted lines by the tracer), both dropped on
 every text write; output is buffered and written in chunks.
 
 Threads of the traced process share its CPU: each keeps its own pending instruction and
@@ -56,8 +56,8 @@ Formats (``FORMATS``):
     hits, syscalls, optimizations and signals.  ``ts`` is the instruction index.
 """
 
-from .cli import add_cli, cmd_trace
-from .formats import FORMATS
-from .tracer import Tracer
+from emu.frontends.trace.cli import add_cli, cmd_trace
+from emu.frontends.trace.formats import FORMATS
+from emu.frontends.trace.tracer import Tracer
 
 __all__ = ["FORMATS", "Tracer", "add_cli", "cmd_trace"]

@@ -1,4 +1,4 @@
-"""Describers: what a model event (:mod:`emu.events`, by kind name and fields) says in a
+"""Describers: what a model event (:mod:`kernel_model.trace.events`, by kind name and fields) says in a
 trace, as a sentence or as JSON values.
 
 Every function here is side-effect free: an event's kind and fields (plus, where a
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import errno
 
-from kernel_model.insn_x86 import FIX_CALL, FIX_IP, FIX_SETF
+from kernel_model.arch.x86.lib.insn import FIX_CALL, FIX_IP, FIX_SETF
 
-from emu.signals import signal_name
-from emu.syscall_names import SYSCALL_NAMES
+from kernel_model.kernel.signals import signal_name
+from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
 
 RC_NAMES = {0: "0", 1: "UPROBE_HANDLER_REMOVE", 2: "UPROBE_HANDLER_IGNORE"}
 

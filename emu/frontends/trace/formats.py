@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import json
 
-from emu.disasm import symbol_of
-from emu.regs import GPR_NAMES
+from emu.debug.disasm import symbol_of
+from kernel_model.arch.x86.ptrace import GPR_NAMES
 
-from .describe import instant_name, jsonable
+from emu.frontends.trace.describe import instant_name, jsonable
 
 RIP = GPR_NAMES.index("rip")
 RSP = GPR_NAMES.index("rsp")

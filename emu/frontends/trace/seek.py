@@ -1,6 +1,6 @@
 """Time travel for the tracer: "seek to instruction N" and "which instruction last wrote
 this register / this address?", answered by replaying the recorded history
-(:class:`emu.checkpoint.Recorder`).
+(:class:`emu.replay.checkpoint.Recorder`).
 
 :class:`TraceSeek` records a machine from its first instruction.  :meth:`TraceSeek.seek`
 goes to any instruction of the history, either way.  :meth:`TraceSeek.last_write` finds
@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 from capstone import CS_ARCH_X86, CS_MODE_64, Cs, CsError
 
-from emu.checkpoint import DEFAULT_INTERVAL, CheckpointError
-from emu.disasm import symbol_of
-from emu.errors import InputError
+from emu.replay.checkpoint import DEFAULT_INTERVAL, CheckpointError
+from emu.debug.disasm import symbol_of
+from kernel_model.errors import InputError
 from emu.frontends.stepper.format import subreg
-from emu.memory import GuestFault
+from kernel_model.mm.mm_types import GuestFault
 
 _MAX_SIZE = 64
 

@@ -11,15 +11,15 @@ from __future__ import annotations
 import os
 import sys
 
-from kernel_model.insn_x86 import FIX_CALL
+from kernel_model.arch.x86.lib.insn import FIX_CALL
 
-from emu.disasm import Disassembler, format_objdump_line, symbol_of
-from emu.errors import EmuError, InputError, SymbolError, printable
-from emu.memory import PROT_EXEC, PROT_WRITE, GuestFault
-from emu.signals import signal_name
+from emu.debug.disasm import Disassembler, format_objdump_line, symbol_of
+from kernel_model.errors import EmuError, InputError, SymbolError, printable
+from kernel_model.mm.mm_types import PROT_EXEC, PROT_WRITE, GuestFault
+from kernel_model.kernel.signals import signal_name
 
-from .describe import describe, generic
-from .formats import CALL, FORMAT_CLASSES, FORMATS, RET, RSP, dumps, reg
+from emu.frontends.trace.describe import describe, generic
+from emu.frontends.trace.formats import CALL, FORMAT_CLASSES, FORMATS, RET, RSP, dumps, reg
 
 _XOL_SLOT_BYTES = 128
 _END_SYSCALLS = (60, 231)  # exit, exit_group: the single task ends
@@ -181,7 +181,7 @@ class Tracer:
     # ------------------------------------------------------------------ lifecycle
     def _resolve(self, start) -> tuple:
         """``("addr", address)``, ``("file", file, offset)`` for ``PATH:SYMBOL[+OFF]``
-        (:meth:`kernel_model.uprobes.Uprobes.resolve_target`, as a probe spec), or
+        (:meth:`kernel_model.kernel.events.uprobes.Uprobes.resolve_target`, as a probe spec), or
         ``("name", symbol, delta)`` for a bare symbol (found at each :meth:`_arm_start`)."""
         if isinstance(start, int):
             return ("addr", start)
@@ -607,7 +607,7 @@ class Tracer:
 
     # ------------------------------------------------------------------ model events
     def _on_model_event(self, event) -> None:
-        """An ``emu.events`` event: rendered by its kind name and fields.  An exec of
+        """An ``kernel_model.trace.events`` event: rendered by its kind name and fields.  An exec of
         the traced process moves the trace to the new image; before the start, a
         mapping syscall of the traced process may have mapped the start's file."""
         kind = event.kind

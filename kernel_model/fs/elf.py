@@ -1,0 +1,1030 @@
+"""Reading static x86_64 Linux ELF executables, and writing tiny ones.
+
+The emulator runs what the kernel's ``binfmt_elf`` runs: ``ET_EXEC`` and ``ET_DYN``
+executables, static or with a ``PT_INTERP`` (recorded in ``ElfImage.interp``; the
+loader maps that interpreter, which does the dynamic linking).  Everything else is
+refused here, up front, with one readable line (an :class:`ElfError`) instead of a
+confusing fault later inside the emulator.  The checks mirror the ones the kernel makes
+(magic, class, machine, program header size, ``p_filesz <= p_memsz``, mmap-able
+offsets, a NUL-terminated ``PT_INTERP``), plus one the emulator needs: a file with
+``DT_NEEDED`` but no interpreter (a shared library) would crash on its first call.
+
+Program headers are decoded by hand with :mod:`struct` because they decide whether the
+file runs at all and must be bounds-checked exactly.  Sections (symbols, USDT notes) are
+read with pyelftools; every exception it or :mod:`struct` can raise on a malformed file
+is turned into an :class:`ElfError`, so bad input never surfaces as a traceback.
+
+:func:`build_elf` goes the other way: pyelftools cannot write ELF, and tests need small
+hand-assembled guests that ``objdump``, ``readelf``, ``nm`` and ``gdb`` accept, so it
+lays the file out byte by byte the way ``ld`` would.
+
+All addresses in an :class:`ElfImage` are link-time addresses.  For static-pie files
+(``etype == "DYN"``) the loader adds its chosen load base; this module never does.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import difflib
+import io
+import os
+import stat
+import struct
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Iterator
+
+from elftools.common.exceptions import ELFError as _PyElftoolsError
+from elftools.construct.core import ConstructError as _ConstructError
+from elftools.elf.elffile import ELFFile
+from elftools.elf.enums import ENUM_E_MACHINE
+
+from kernel_model.errors import ElfError, InputError, SymbolError
+
+PF_X, PF_W, PF_R = 1, 2, 4
+
+PAGE_SIZE = 0x1000
+DEFAULT_TEXT_VADDR = 0x401000
+"""Where callers of :func:`build_elf` put ``.text`` unless they have a reason not to
+(the same address ``ld`` uses for a small static executable)."""
+
+# The lowest 47-bit canonical user address space, as on x86_64 Linux without LA57.
+_USER_ADDRESS_LIMIT = 1 << 47
+
+_ELF_MAGIC = b"\x7fELF"
+_ELFCLASS32, _ELFCLASS64 = 1, 2
+_ELFDATA2LSB, _ELFDATA2MSB = 1, 2
+_EM_X86_64 = 62
+_EV_CURRENT = 1
+_ET_NAMES = MappingProxyType({0: "ET_NONE", 1: "ET_REL", 2: "ET_EXEC", 3: "ET_DYN", 4: "ET_CORE"})
+_PT_LOAD, _PT_DYNAMIC, _PT_INTERP, _PT_TLS = 1, 2, 3, 7
+_DT_NULL, _DT_NEEDED, _DT_STRTAB = 0, 1, 5
+_SHN_ABS = 0xFFF1
+_NT_STAPSDT = 3
+
+# Elf64_Ehdr, Elf64_Phdr, Elf64_Shdr, Elf64_Sym, Elf64_Dyn -- little-endian only,
+# since x86_64 is little-endian and a big-endian x86_64 file cannot exist.
+_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
+_PHDR = struct.Struct("<IIQQQQQQ")
+_SHDR = struct.Struct("<IIQQQQIIQQ")
+_SYM = struct.Struct("<IBBHQQ")
+_DYN = struct.Struct("<qQ")
+_NOTE_HEADER = struct.Struct("<III")
+
+# Types that name code or data at an address; FILE/SECTION/TLS symbols do not.
+_ADDRESS_SYMBOL_TYPES = frozenset({"FUNC", "OBJECT", "NOTYPE", "GNU_IFUNC"})
+# Types symbolize() may report as "the function containing this pc".
+_CODE_SYMBOL_TYPES = frozenset({"FUNC", "GNU_IFUNC"})
+_BIND_PREFERENCE = MappingProxyType({"GLOBAL": 0, "WEAK": 1, "GNU_UNIQUE": 2, "LOCAL": 3})
+
+# Everything pyelftools (or struct underneath it) raises for a malformed file.
+_PARSE_ERRORS = (
+    _PyElftoolsError,
+    _ConstructError,
+    struct.error,
+    ValueError,
+    IndexError,
+    KeyError,
+    TypeError,
+    ZeroDivisionError,
+    OverflowError,
+    UnicodeDecodeError,
+    AssertionError,
+    EOFError,
+)
+
+
+# --------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One ``PT_LOAD`` (or the ``PT_TLS`` template): what the loader maps, and where."""
+
+    vaddr: int
+    memsz: int
+    filesz: int
+    offset: int
+    flags: int
+    align: int
+    data: bytes = field(repr=False)  # the filesz bytes from the file
+
+    @property
+    def end(self) -> int:
+        """One past the last mapped byte (``vaddr + memsz``)."""
+        return self.vaddr + self.memsz
+
+    @property
+    def perms(self) -> str:
+        """``"r-x"``-style permissions, for messages and tests."""
+        return "".join(
+            ch if self.flags & bit else "-"
+            for ch, bit in (("r", PF_R), ("w", PF_W), ("x", PF_X))
+        )
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """One named address from ``.symtab`` or ``.dynsym``.
+
+    ``type`` and ``bind`` are the ELF names without the ``STT_``/``STB_`` prefix
+    ("FUNC", "OBJECT", "NOTYPE", "GNU_IFUNC"; "GLOBAL", "LOCAL", "WEAK").
+    """
+
+    name: str
+    value: int
+    size: int
+    type: str
+    bind: str
+
+
+@dataclass(frozen=True)
+class UsdtNote:
+    """One ``.note.stapsdt`` entry: a USDT probe site compiled into the guest.
+
+    ``pc`` and ``semaphore`` are already adjusted by the ``.stapsdt.base`` difference
+    (non-zero only in prelinked files), so they are link-time addresses like every
+    other address here; ``base`` is the raw value recorded in the note.
+    """
+
+    provider: str
+    name: str
+    pc: int
+    base: int
+    semaphore: int
+    args: str
+
+
+@dataclass
+class ElfImage:
+    """A parsed, validated executable: everything the loader and probes need.
+
+    Addresses are link-time ones (add the load bias for ``DYN``).  ``symbolize`` uses
+    an index of ``all_symbols`` built once at construction, so treat the symbol lists
+    as read-only.
+    """
+
+    path: str
+    data: bytes = field(repr=False)
+    etype: str  # "EXEC" | "DYN" (DYN means static-pie)
+    entry: int
+    phoff: int
+    phentsize: int
+    phnum: int
+    segments: list[Segment]
+    symbols: dict[str, Symbol] = field(repr=False)
+    all_symbols: list[Symbol] = field(repr=False)
+    usdt: list[UsdtNote]
+    tls: Segment | None
+    interp: str | None = None  # PT_INTERP: the program interpreter the loader maps
+    _code_index: _CodeSymbolIndex = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._code_index = _CodeSymbolIndex.build(self.all_symbols, self.segments)
+
+    def vaddr_to_offset(self, vaddr: int) -> int:
+        """File offset of the byte at link-time ``vaddr``.
+
+        Uprobes are keyed by (file, offset), so every probe given as an address goes
+        through here.  Only the file-backed part of a ``PT_LOAD`` has an offset; an
+        address in the zero-filled tail (``.bss``) has none and is an error.
+        """
+        for seg in self.segments:
+            if seg.vaddr <= vaddr < seg.vaddr + seg.filesz:
+                return seg.offset + (vaddr - seg.vaddr)
+        for seg in self.segments:
+            if seg.vaddr <= vaddr < seg.end:
+                raise SymbolError(
+                    f"address {vaddr:#x} in {self.path} is in the zero-filled part of a"
+                    f" segment ({seg.vaddr + seg.filesz:#x}-{seg.end:#x}), which has no"
+                    " file offset"
+                )
+        raise SymbolError(f"address {vaddr:#x} is not inside any loadable segment of {self.path}")
+
+    def offset_to_vaddr(self, offset: int) -> int:
+        """Link-time address at which file ``offset`` is mapped (inverse of the above)."""
+        for seg in self.segments:
+            if seg.offset <= offset < seg.offset + seg.filesz:
+                return seg.vaddr + (offset - seg.offset)
+        raise SymbolError(f"file offset {offset:#x} of {self.path} is not mapped by any loadable segment")
+
+    def symbolize(self, vaddr: int) -> tuple[str, int] | None:
+        """``(function, offset)`` for a link-time code address, or ``None``.
+
+        Candidates are FUNC/GNU_IFUNC symbols and NOTYPE labels inside executable
+        segments.  A sized one wins when it contains ``vaddr``; otherwise, if the
+        nearest candidate before ``vaddr`` has size 0 (hand-written assembly), it is
+        used, as long as it lies in the same segment.
+        """
+        return self._code_index.lookup(vaddr)
+
+    def resolve(self, name: str) -> Symbol:
+        """The symbol called ``name``; a miss suggests close spellings.
+
+        ``NAME@@VERSION`` is the default (exported) version of a .dynsym symbol,
+        ``NAME@VERSION`` any symbol of that version (a hidden, older one included), as
+        readelf prints them; a plain ``NAME`` found only in .dynsym is its default
+        version (what the dynamic linker binds a new program to)."""
+        if "@" in name:
+            return self._resolve_versioned(name)
+        default = self._versions().get((name, None))
+        if default is not None and name not in self._symtab_names():
+            return default
+        sym = self.symbols.get(name)
+        if sym is not None:
+            return sym
+        message = f"unknown symbol {name!r} in {self.path}"
+        if not self.symbols:
+            raise SymbolError(f"{message} (it has no symbol table; was it stripped?)")
+        close = difflib.get_close_matches(name, list(self.symbols), n=3, cutoff=0.6)
+        if close:
+            message += "; did you mean " + ", ".join(repr(c) for c in close) + "?"
+        raise SymbolError(message)
+
+
+    def _resolve_versioned(self, name: str) -> Symbol:
+        base, _, version = name.partition("@")
+        default = version.startswith("@")
+        version = version.lstrip("@")
+        table = self._versions()
+        sym = table.get((base, version)) if default else \
+            (table.get((base, version)) or table.get((base, "hidden:" + version)))
+        if sym is not None:
+            return sym
+        have = sorted({v.removeprefix("hidden:") for (n, v) in table if n == base and v})
+        if have:
+            raise SymbolError(f"{self.path} has no {name!r}: {base} has version(s) "
+                              + ", ".join(have))
+        raise SymbolError(f"unknown versioned symbol {name!r} in {self.path}"
+                          + ("" if table else " (it has no symbol versions)"))
+
+    def _versions(self) -> dict:
+        """(name, version) -> Symbol for .dynsym, parsed on first use: the default
+        version keyed by its name (and by None), a hidden one by ``hidden:NAME``."""
+        cached = self.__dict__.get("_version_table")
+        if cached is None:
+            with _converted_errors(self.path, "symbol versions"):
+                cached = _read_versions(self.data)
+            self.__dict__["_version_table"] = cached
+        return cached
+
+    def _symtab_names(self) -> frozenset:
+        cached = self.__dict__.get("_symtab_name_set")
+        if cached is None:
+            cached = frozenset()
+            if self._versions():
+                with _converted_errors(self.path, "symbol table"):
+                    elf = ELFFile(io.BytesIO(self.data))
+                    tab = elf.get_section_by_name(".symtab")
+                    if tab is not None:
+                        cached = frozenset(s.name for s in tab.iter_symbols() if s.name)
+            self.__dict__["_symtab_name_set"] = cached
+        return cached
+
+
+_VERSYM_HIDDEN = 0x8000
+
+
+def _read_versions(data: bytes) -> dict:
+    """.dynsym symbols with their .gnu.version / .gnu.version_d names."""
+    elf = ELFFile(io.BytesIO(data))
+    versym = elf.get_section_by_name(".gnu.version")
+    verdef = elf.get_section_by_name(".gnu.version_d")
+    dynsym = elf.get_section_by_name(".dynsym")
+    if versym is None or verdef is None or dynsym is None:
+        return {}
+    names = {}
+    for vd, auxes in verdef.iter_versions():
+        aux = next(iter(auxes), None)
+        if aux is not None:
+            names[vd.entry["vd_ndx"]] = aux.name
+    table: dict = {}
+    for i, raw in enumerate(dynsym.iter_symbols()):
+        if not raw.name or not raw["st_value"] or raw["st_shndx"] == "SHN_UNDEF":
+            continue
+        ndx = versym.get_symbol(i).entry["ndx"]
+        if not isinstance(ndx, int):
+            continue
+        version = names.get(ndx & ~_VERSYM_HIDDEN)
+        if version is None or ndx & ~_VERSYM_HIDDEN == 1:      # 1: the file's own name
+            continue
+        sym = Symbol(name=raw.name, value=raw["st_value"], size=raw["st_size"],
+                     type=_symbol_type(raw["st_info"]["type"]),
+                     bind=_symbol_bind(raw["st_info"]["bind"]))
+        if ndx & _VERSYM_HIDDEN:
+            table.setdefault((raw.name, "hidden:" + version), sym)
+        else:
+            table[(raw.name, version)] = sym
+            table[(raw.name, None)] = sym
+    return table
+
+
+@dataclass(frozen=True)
+class _CodeSymbolIndex:
+    """Function symbols sorted by address, so symbolize() is a binary search.
+
+    ``max_end[i]`` is the largest ``value + size`` among entries ``0..i``: when it is
+    not past ``vaddr`` no earlier sized symbol can contain ``vaddr``, which keeps the
+    backwards scan for overlapping symbols short.
+    """
+
+    starts: tuple[int, ...]
+    entries: tuple[Symbol, ...]
+    max_end: tuple[int, ...]
+    segments: tuple[Segment, ...]
+
+    @classmethod
+    def build(cls, symbols: list[Symbol], segments: list[Segment]) -> _CodeSymbolIndex:
+        """Keep FUNC-like symbols, plus NOTYPE labels in executable segments."""
+        code_segments = [s for s in segments if s.flags & PF_X]
+
+        def is_code(sym: Symbol) -> bool:
+            if sym.type in _CODE_SYMBOL_TYPES:
+                return True
+            return sym.type == "NOTYPE" and any(s.vaddr <= sym.value < s.end for s in code_segments)
+
+        chosen = sorted((s for s in symbols if is_code(s)), key=lambda s: (s.value, _name_preference(s)))
+        max_end, running = [], 0
+        for sym in chosen:
+            running = max(running, sym.value + sym.size)
+            max_end.append(running)
+        return cls(
+            starts=tuple(s.value for s in chosen),
+            entries=tuple(chosen),
+            max_end=tuple(max_end),
+            segments=tuple(segments),
+        )
+
+    def lookup(self, vaddr: int) -> tuple[str, int] | None:
+        """See :meth:`ElfImage.symbolize`."""
+        last = bisect.bisect_right(self.starts, vaddr) - 1
+        if last < 0:
+            return None
+        containing = self._sized_container(vaddr, last)
+        if containing is not None:
+            return containing.name, vaddr - containing.value
+        aliases = self._aliases_at(self.starts[last], last)
+        if all(s.size == 0 for s in aliases) and self._same_segment(aliases[0].value, vaddr):
+            return aliases[0].name, vaddr - aliases[0].value
+        return None
+
+    def _sized_container(self, vaddr: int, last: int) -> Symbol | None:
+        """The innermost (highest-address, then preferred-name) sized symbol holding vaddr."""
+        i = last
+        while i >= 0 and self.max_end[i] > vaddr:
+            sym = self.entries[i]
+            if sym.value <= vaddr < sym.value + sym.size:
+                aliases = self._aliases_at(sym.value, i)
+                return next(s for s in aliases if vaddr < s.value + s.size)
+            i -= 1
+        return None
+
+    def _aliases_at(self, value: int, last: int) -> tuple[Symbol, ...]:
+        """Entries at ``value`` up to index ``last``, best name first (the sort order)."""
+        return self.entries[bisect.bisect_left(self.starts, value) : last + 1]
+
+    def _same_segment(self, a: int, b: int) -> bool:
+        return any(s.vaddr <= a < s.end and s.vaddr <= b < s.end for s in self.segments)
+
+
+def _name_preference(sym: Symbol) -> tuple:
+    """Sort key among aliases: GLOBAL before WEAK before LOCAL, FUNC before NOTYPE,
+    public names before ``__internal`` ones -- what a person would call the code."""
+    return (
+        _BIND_PREFERENCE.get(sym.bind, 9),
+        0 if sym.type in _CODE_SYMBOL_TYPES else 1,
+        len(sym.name) - len(sym.name.lstrip("_")),
+        sym.name,
+    )
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+@dataclass(frozen=True)
+class _Header:
+    """The ``Elf64_Ehdr`` fields this module uses."""
+
+    etype: int
+    machine: int
+    entry: int
+    phoff: int
+    shoff: int
+    phentsize: int
+    phnum: int
+    shentsize: int
+    shnum: int
+
+
+@dataclass(frozen=True)
+class _ProgramHeader:
+    """One raw ``Elf64_Phdr``."""
+
+    index: int
+    type: int
+    flags: int
+    offset: int
+    vaddr: int
+    paddr: int
+    filesz: int
+    memsz: int
+    align: int
+
+
+MAX_ELF_FILE_SIZE = 512 << 20
+"""Largest program file read (a static executable is far smaller; the bytes are kept)."""
+
+
+def image_of(file) -> ElfImage | None:
+    """The parsed ELF of a mapped file (:class:`kernel_model.mm.mm_types.MappedFile`), read through
+    its page-cache reader on first need and kept on it; None for a file that is no
+    usable ELF (a locale archive, ld.so.cache), remembered so it is read once."""
+    if file.elf is not None or getattr(file, "not_elf", False) or file.reader is None:
+        return file.elf
+    if file.size > MAX_ELF_FILE_SIZE or file.read(0, 4) != _ELF_MAGIC:
+        file.not_elf = True
+        return None
+    try:
+        file.elf = parse_elf(file.read(0, file.size), file.path, shared_object=True)
+    except InputError:
+        file.not_elf = True
+    return file.elf
+
+
+def link_vaddr(file, vma, addr: int) -> int:
+    """The link-time address of ``addr`` in ``vma`` (a mapping of ``file``): through the
+    file offset, so a library mapped anywhere (and in several processes) symbolizes."""
+    bias = getattr(file, "load_bias", None)
+    if bias is not None or file.elf is None:
+        return addr - (bias or 0)
+    try:
+        return file.elf.offset_to_vaddr(vma.offset_of(addr))
+    except SymbolError:
+        return addr - vma.start + vma.pgoff
+
+
+def load_elf_file(path: str) -> ElfImage:
+    """Read and parse ``path``; an unreadable path is an :class:`InputError`.
+
+    Only a regular file is read (execve's -EACCES for anything else: /dev/zero would be
+    read forever, a FIFO would block), and only up to :data:`MAX_ELF_FILE_SIZE`."""
+    try:
+        with open(path, "rb", buffering=0, opener=_open_nonblocking) as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise InputError(f"{path}: not a regular file ({_file_kind(st.st_mode)})")
+            if st.st_size > MAX_ELF_FILE_SIZE:
+                raise InputError(f"{path}: too large ({st.st_size} bytes; the limit is {MAX_ELF_FILE_SIZE})")
+            data = f.read(MAX_ELF_FILE_SIZE + 1)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise InputError(f"{path}: cannot read: {reason.lower()}") from None
+    if len(data) > MAX_ELF_FILE_SIZE:
+        raise InputError(f"{path}: too large (more than {MAX_ELF_FILE_SIZE} bytes)")
+    return parse_elf(data, path)
+
+
+def _open_nonblocking(path: str, flags: int) -> int:
+    """Open without blocking (a FIFO with no writer would block open() itself)."""
+    fd = os.open(path, flags | os.O_NONBLOCK)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def parse_elf(data: bytes, path: str, *, shared_object: bool = False) -> ElfImage:
+    """Validate ``data`` as a runnable x86_64 executable and describe it.
+
+    ``shared_object``: the file is a library some process maps (probes name its
+    symbols), not a program to start, so DT_NEEDED entries are its business."""
+    data = bytes(data)
+    header = _parse_header(data, path)
+    phdrs = _parse_program_headers(data, header, path)
+    interp = _interpreter(data, phdrs, path)
+    segments = [_segment(data, ph, path) for ph in phdrs if ph.type == _PT_LOAD]
+    if not segments:
+        raise ElfError(f"{path}: no loadable segments (no PT_LOAD program header)")
+    if interp is None and not shared_object:
+        _reject_needed_libraries(data, phdrs, segments, path)
+    tls = next((_segment(data, ph, path) for ph in phdrs if ph.type == _PT_TLS), None)
+    all_symbols, usdt = _parse_sections(data, header, path)
+    return ElfImage(
+        path=path,
+        data=data,
+        etype=_ET_NAMES[header.etype][3:],
+        entry=header.entry,
+        phoff=header.phoff,
+        phentsize=header.phentsize,
+        phnum=header.phnum,
+        segments=segments,
+        symbols=_symbol_dict(all_symbols),
+        all_symbols=all_symbols,
+        usdt=usdt,
+        tls=tls,
+        interp=interp,
+    )
+
+
+def _parse_header(data: bytes, path: str) -> _Header:
+    """Check identification, class, byte order, machine and type, in the order a
+    person would want to hear about them (a 32-bit ARM file is "32-bit" first)."""
+    if not data:
+        raise ElfError(f"{path}: not an ELF file (empty file)")
+    if not data.startswith(_ELF_MAGIC):
+        raise ElfError(f"{path}: not an ELF file")
+    if len(data) < 6:
+        raise ElfError(f"{path}: truncated ELF (file is {len(data)} bytes, too short for the identification)")
+    if data[4] == _ELFCLASS32:
+        raise ElfError(f"{path}: 32-bit ELF is not supported")
+    if data[4] != _ELFCLASS64:
+        raise ElfError(f"{path}: invalid ELF class {data[4]}")
+    if data[5] == _ELFDATA2MSB:
+        raise ElfError(f"{path}: big-endian ELF is not supported")
+    if data[5] != _ELFDATA2LSB:
+        raise ElfError(f"{path}: invalid ELF data encoding {data[5]}")
+    if len(data) < _EHDR.size:
+        raise ElfError(
+            f"{path}: truncated ELF (file is {len(data)} bytes, the ELF header needs {_EHDR.size})"
+        )
+    fields = _EHDR.unpack_from(data)
+    (_, etype, machine, _, entry, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _) = fields
+    if machine != _EM_X86_64:
+        raise ElfError(f"{path}: not an x86_64 ELF (machine {_machine_name(machine)})")
+    _check_type(etype, path)
+    return _Header(etype, machine, entry, phoff, shoff, phentsize, phnum, shentsize, shnum)
+
+
+def _machine_name(machine: int) -> str:
+    """``EM_AARCH64`` for 183, or the number for machines pyelftools does not know."""
+    for name, value in ENUM_E_MACHINE.items():
+        if value == machine and name.startswith("EM_"):
+            return name
+    return f"{machine:#x}"
+
+
+def _check_type(etype: int, path: str) -> None:
+    if etype in (2, 3):
+        return
+    if etype == 1:
+        raise ElfError(f"{path}: relocatable object files cannot be run (ET_REL)")
+    if etype == 4:
+        raise ElfError(f"{path}: core dumps cannot be run (ET_CORE)")
+    raise ElfError(f"{path}: not an executable ELF (type {_ET_NAMES.get(etype, hex(etype))})")
+
+
+def _parse_program_headers(data: bytes, header: _Header, path: str) -> list[_ProgramHeader]:
+    """Decode the program header table with the kernel's sanity limits."""
+    if header.phnum == 0:
+        raise ElfError(f"{path}: no program headers, so there is nothing to load")
+    if header.phentsize != _PHDR.size:
+        raise ElfError(f"{path}: bad program header entry size {header.phentsize} (expected {_PHDR.size})")
+    table_size = header.phnum * _PHDR.size
+    if table_size > 65536:  # the kernel's limit in elf_read_phdrs()
+        raise ElfError(f"{path}: too many program headers ({header.phnum})")
+    if header.phoff + table_size > len(data):
+        raise ElfError(f"{path}: truncated ELF (program header table past end of file)")
+    return [
+        _ProgramHeader(i, *_PHDR.unpack_from(data, header.phoff + i * _PHDR.size))
+        for i in range(header.phnum)
+    ]
+
+
+def _interpreter(data: bytes, phdrs: list[_ProgramHeader], path: str) -> str | None:
+    """The PT_INTERP path, checked as load_elf_binary checks it: inside the file, at
+    least two bytes, NUL-terminated (-ENOEXEC otherwise)."""
+    for ph in phdrs:
+        if ph.type != _PT_INTERP:
+            continue
+        if ph.filesz > 4096 or ph.filesz < 2 or ph.offset + ph.filesz > len(data):
+            raise ElfError(f"{path}: bad PT_INTERP (size {ph.filesz:#x} at offset {ph.offset:#x})")
+        raw = data[ph.offset : ph.offset + ph.filesz]
+        if raw[-1] != 0:
+            raise ElfError(f"{path}: bad PT_INTERP (the path is not NUL-terminated)")
+        return raw.split(b"\0", 1)[0].decode("utf-8", errors="surrogateescape")
+    return None
+
+
+def _segment(data: bytes, ph: _ProgramHeader, path: str) -> Segment:
+    """A checked PT_LOAD/PT_TLS: the loader may then map it without further doubt."""
+    kind = "PT_LOAD" if ph.type == _PT_LOAD else "PT_TLS"
+    where = f"{kind} #{ph.index}"
+    if ph.offset + ph.filesz > len(data):
+        raise ElfError(f"{path}: truncated ELF ({where} data past end of file)")
+    if ph.filesz > ph.memsz:
+        raise ElfError(f"{path}: {where} has p_filesz {ph.filesz:#x} larger than p_memsz {ph.memsz:#x}")
+    if ph.vaddr + ph.memsz > _USER_ADDRESS_LIMIT:
+        raise ElfError(
+            f"{path}: {where} ({ph.vaddr:#x}-{ph.vaddr + ph.memsz:#x}) lies outside the user address space"
+        )
+    if ph.type == _PT_LOAD and (ph.vaddr - ph.offset) % PAGE_SIZE:
+        raise ElfError(
+            f"{path}: {where} cannot be mapped: p_offset {ph.offset:#x} and p_vaddr"
+            f" {ph.vaddr:#x} differ modulo the page size"
+        )
+    return Segment(
+        vaddr=ph.vaddr,
+        memsz=ph.memsz,
+        filesz=ph.filesz,
+        offset=ph.offset,
+        flags=ph.flags,
+        align=ph.align,
+        data=data[ph.offset : ph.offset + ph.filesz],
+    )
+
+
+def _reject_needed_libraries(
+    data: bytes, phdrs: list[_ProgramHeader], segments: list[Segment], path: str
+) -> None:
+    """A static-pie has a PT_DYNAMIC too (for its self-relocation) but no DT_NEEDED;
+    a shared library or an interpreter-less dynamic program has DT_NEEDED entries and
+    would crash on its first library call."""
+    dyn = next((ph for ph in phdrs if ph.type == _PT_DYNAMIC), None)
+    if dyn is None:
+        return
+    if dyn.offset + dyn.filesz > len(data):
+        raise ElfError(f"{path}: truncated ELF (PT_DYNAMIC past end of file)")
+    needed, strtab = [], None
+    for tag, value in _DYN.iter_unpack(data[dyn.offset : dyn.offset + dyn.filesz - dyn.filesz % _DYN.size]):
+        if tag == _DT_NULL:
+            break
+        if tag == _DT_NEEDED:
+            needed.append(value)
+        elif tag == _DT_STRTAB:
+            strtab = value
+    if needed:
+        names = ", ".join(_dynamic_string(data, segments, strtab, off) for off in needed)
+        raise ElfError(f"{path}: needs shared libraries (DT_NEEDED {names}) but has no PT_INTERP "
+                       "to load them (a shared library, not a program)")
+
+
+def _dynamic_string(data: bytes, segments: list[Segment], strtab: int | None, offset: int) -> str:
+    """A ``.dynstr`` string, found through DT_STRTAB's address; "?" when unreadable."""
+    for seg in segments:
+        if strtab is not None and seg.vaddr <= strtab + offset < seg.vaddr + seg.filesz:
+            start = seg.offset + strtab + offset - seg.vaddr
+            end = data.find(b"\0", start)
+            return data[start:end].decode("utf-8", errors="replace") if end > start else "?"
+    return "?"
+
+
+# --------------------------------------------------------------------------- sections
+
+
+@contextlib.contextmanager
+def _converted_errors(path: str, what: str) -> Iterator[None]:
+    """Turn anything pyelftools raises on a malformed file into one ElfError line."""
+    try:
+        yield
+    except _PARSE_ERRORS as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ElfError(f"{path}: malformed ELF ({what}: {detail})") from exc
+
+
+def _parse_sections(data: bytes, header: _Header, path: str) -> tuple[list[Symbol], list[UsdtNote]]:
+    """Symbols and USDT notes; a file without section headers simply has neither."""
+    if header.shoff == 0:
+        return [], []
+    _check_section_table(data, header, path)
+    with _converted_errors(path, "section headers"):
+        elf = ELFFile(io.BytesIO(data))
+        sections = list(elf.iter_sections())
+    with _converted_errors(path, "symbol table"):
+        symbols = _read_symbols(data, sections, path)
+    with _converted_errors(path, ".note.stapsdt"):
+        usdt = _read_usdt(data, sections, path)
+    return symbols, usdt
+
+
+def _check_section_table(data: bytes, header: _Header, path: str) -> None:
+    if header.shentsize != _SHDR.size:
+        raise ElfError(f"{path}: bad section header entry size {header.shentsize} (expected {_SHDR.size})")
+    if header.shoff + max(header.shnum, 1) * _SHDR.size > len(data):
+        raise ElfError(f"{path}: truncated ELF (section header table past end of file)")
+
+
+def _check_section_in_file(data: bytes, section, path: str) -> None:
+    if section["sh_type"] != "SHT_NOBITS" and section["sh_offset"] + section["sh_size"] > len(data):
+        name = section.name if section.name.isprintable() else ""
+        raise ElfError(f"{path}: truncated ELF (section {name or '?'} past end of file)")
+
+
+def _read_symbols(data: bytes, sections: list, path: str) -> list[Symbol]:
+    """Named address symbols from .symtab first, then .dynsym (so the full table wins
+    ties), in table order."""
+    tables = [s for s in sections if s["sh_type"] == "SHT_SYMTAB"]
+    tables += [s for s in sections if s["sh_type"] == "SHT_DYNSYM"]
+    symbols: list[Symbol] = []
+    for table in tables:
+        if table["sh_entsize"] != _SYM.size:
+            raise ElfError(f"{path}: bad symbol table entry size {table['sh_entsize']} in {table.name}")
+        _check_section_in_file(data, table, path)
+        if not 0 < table["sh_link"] < len(sections):
+            raise ElfError(f"{path}: symbol table {table.name} has no string table")
+        _check_section_in_file(data, sections[table["sh_link"]], path)
+        symbols.extend(_symbols_of(table))
+    return symbols
+
+
+def _symbols_of(table) -> Iterator[Symbol]:
+    for raw in table.iter_symbols():
+        sym = Symbol(
+            name=raw.name,
+            value=raw["st_value"],
+            size=raw["st_size"],
+            type=_symbol_type(raw["st_info"]["type"]),
+            bind=_symbol_bind(raw["st_info"]["bind"]),
+        )
+        if sym.name and sym.value and sym.type in _ADDRESS_SYMBOL_TYPES and raw["st_shndx"] != "SHN_UNDEF":
+            yield sym
+
+
+def _symbol_type(name) -> str:
+    """pyelftools calls STT_GNU_IFUNC (10) "STT_LOOS"; use the name readelf uses."""
+    name = str(name)
+    return "GNU_IFUNC" if name == "STT_LOOS" else name.removeprefix("STT_")
+
+
+def _symbol_bind(name) -> str:
+    """Likewise STB_GNU_UNIQUE (10) is "STB_LOOS" to pyelftools."""
+    name = str(name)
+    return "GNU_UNIQUE" if name == "STB_LOOS" else name.removeprefix("STB_")
+
+
+def _symbol_dict(symbols: list[Symbol]) -> dict[str, Symbol]:
+    """One symbol per name: GLOBAL over WEAK over LOCAL, else the first seen."""
+    by_name: dict[str, Symbol] = {}
+    for sym in symbols:
+        old = by_name.get(sym.name)
+        if old is None or _BIND_PREFERENCE.get(sym.bind, 9) < _BIND_PREFERENCE.get(old.bind, 9):
+            by_name[sym.name] = sym
+    return by_name
+
+
+def _read_usdt(data: bytes, sections: list, path: str) -> list[UsdtNote]:
+    """Every stapsdt note in every ``.note.stapsdt`` section."""
+    base_section = next((s for s in sections if s.name == ".stapsdt.base"), None)
+    actual_base = base_section["sh_addr"] if base_section is not None else None
+    notes: list[UsdtNote] = []
+    for section in sections:
+        if section.name == ".note.stapsdt" and section["sh_type"] == "SHT_NOTE":
+            _check_section_in_file(data, section, path)
+            blob = data[section["sh_offset"] : section["sh_offset"] + section["sh_size"]]
+            notes.extend(_parse_stapsdt_notes(blob, actual_base, path))
+    return notes
+
+
+def _align4(n: int) -> int:
+    return (n + 3) & ~3
+
+
+def _parse_stapsdt_notes(blob: bytes, actual_base: int | None, path: str) -> Iterator[UsdtNote]:
+    """Walk the note records (4-byte aligned name and desc, as GNU as emits them)."""
+    pos = 0
+    while pos + _NOTE_HEADER.size <= len(blob):
+        namesz, descsz, ntype = _NOTE_HEADER.unpack_from(blob, pos)
+        name_at = pos + _NOTE_HEADER.size
+        desc_at = name_at + _align4(namesz)
+        if desc_at + descsz > len(blob):
+            raise ElfError(f"{path}: malformed .note.stapsdt (note at offset {pos:#x} runs past the section)")
+        if ntype == _NT_STAPSDT and blob[name_at : name_at + namesz].rstrip(b"\0") == b"stapsdt":
+            yield _stapsdt_note(blob[desc_at : desc_at + descsz], actual_base, path)
+        pos = desc_at + _align4(descsz)
+
+
+def _stapsdt_note(desc: bytes, actual_base: int | None, path: str) -> UsdtNote:
+    """Decode pc, base, semaphore and the three NUL-terminated strings."""
+    if len(desc) < 24:
+        raise ElfError(f"{path}: malformed .note.stapsdt (descriptor of {len(desc)} bytes)")
+    pc, base, semaphore = struct.unpack_from("<QQQ", desc)
+    strings = desc[24:].split(b"\0")
+    if len(strings) < 3:
+        raise ElfError(f"{path}: malformed .note.stapsdt (missing provider or probe name)")
+    provider, name, args = (s.decode("utf-8", errors="replace") for s in strings[:3])
+    if actual_base is not None and base:
+        # Prelinking moves .stapsdt.base but not the numbers inside the note.
+        pc += actual_base - base
+        if semaphore:
+            semaphore += actual_base - base
+    return UsdtNote(provider=provider, name=name, pc=pc, base=base, semaphore=semaphore, args=args)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+@dataclass(frozen=True)
+class _Section:
+    """A section header to emit, with its contents (``b""`` for NOBITS)."""
+
+    name: str
+    type: int
+    flags: int
+    addr: int
+    offset: int
+    size: int
+    link: int = 0
+    info: int = 0
+    align: int = 1
+    entsize: int = 0
+
+
+_SHT_PROGBITS, _SHT_SYMTAB, _SHT_STRTAB, _SHT_NOBITS = 1, 2, 3, 8
+_SHF_WRITE, _SHF_ALLOC, _SHF_EXECINSTR = 1, 2, 4
+_STT_CODES = MappingProxyType({"NOTYPE": 0, "OBJECT": 1, "FUNC": 2})
+_STB_CODES = MappingProxyType({"LOCAL": 0, "GLOBAL": 1, "WEAK": 2})
+
+
+class _StringTable:
+    """An ELF string table under construction (offset 0 is the empty string)."""
+
+    def __init__(self) -> None:
+        self.blob = bytearray(b"\0")
+        self.offsets: dict[str, int] = {"": 0}
+
+    def add(self, name: str) -> int:
+        if name not in self.offsets:
+            self.offsets[name] = len(self.blob)
+            self.blob += name.encode() + b"\0"
+        return self.offsets[name]
+
+
+def _page_down(x: int) -> int:
+    return x & ~(PAGE_SIZE - 1)
+
+
+def _page_up(x: int) -> int:
+    return _page_down(x + PAGE_SIZE - 1)
+
+
+def _align_up(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
+
+
+def _natural_alignment(addr: int, cap: int) -> int:
+    """Largest power of two <= cap dividing addr, so sh_addr % sh_addralign == 0."""
+    align = cap
+    while align > 1 and addr % align:
+        align //= 2
+    return align
+
+
+def build_elf(
+    *,
+    text: bytes,
+    text_vaddr: int,
+    entry: int,
+    symbols: list[tuple],
+    data: bytes = b"",
+    data_vaddr: int | None = None,
+    bss_size: int = 0,
+) -> bytes:
+    """A minimal static ``ET_EXEC`` x86_64 file, laid out the way ``ld`` does it.
+
+    The text ``PT_LOAD`` starts at file offset 0 so the ELF and program headers are
+    mapped (AT_PHDR must point at mapped memory); ``.text`` sits at ``text_vaddr``
+    inside it.  A second, read-write ``PT_LOAD`` holds ``data`` then ``bss_size`` zero
+    bytes, at ``data_vaddr`` (default: the page after the text).
+
+    ``symbols`` are ``(name, vaddr, size, type)`` tuples, optionally with a fifth
+    element ``bind`` ("GLOBAL" by default, "LOCAL" or "WEAK").  A symbol is attached
+    to the section containing its address (or ending at it, for size-0 end labels)
+    and is ``SHN_ABS`` otherwise.
+    """
+    has_data = bool(data or bss_size)
+    headers_size = _EHDR.size + (2 if has_data else 1) * _PHDR.size
+    parts = [_text_part(text, text_vaddr, headers_size)]
+    if has_data:
+        parts.append(_data_part(data, data_vaddr, bss_size, parts[0], text_vaddr + len(text)))
+    body = bytearray(parts[-1].offset + len(parts[-1].content))  # headers are written last
+    for part in parts:
+        body[part.offset : part.offset + len(part.content)] = part.content
+    sections = [sec for part in parts for sec in part.sections]
+    return _finish_file(body, [part.phdr for part in parts], sections, symbols, entry)
+
+
+@dataclass(frozen=True)
+class _LoadPart:
+    """One PT_LOAD being built: its header, its sections, and the bytes at ``offset``."""
+
+    phdr: bytes
+    sections: tuple[_Section, ...]
+    offset: int
+    content: bytes
+
+
+def _text_part(text: bytes, text_vaddr: int, headers_size: int) -> _LoadPart:
+    """R-X segment from file offset 0: headers, padding, then .text at text_vaddr."""
+    if text_vaddr < headers_size:
+        raise InputError(f"text_vaddr {text_vaddr:#x} leaves no room for the ELF headers below it")
+    seg_vaddr = _page_down(text_vaddr - headers_size)
+    text_off = text_vaddr - seg_vaddr
+    size = text_off + len(text)
+    text_section = _Section(".text", _SHT_PROGBITS, _SHF_ALLOC | _SHF_EXECINSTR, text_vaddr, text_off,
+                            len(text), align=_natural_alignment(text_vaddr, 16))
+    phdr = _PHDR.pack(_PT_LOAD, PF_R | PF_X, 0, seg_vaddr, seg_vaddr, size, size, PAGE_SIZE)
+    return _LoadPart(phdr, (text_section,), text_off, text)
+
+
+def _data_part(
+    data: bytes, data_vaddr: int | None, bss_size: int, text: _LoadPart, text_end: int
+) -> _LoadPart:
+    """RW- segment on its own pages, with p_offset congruent to p_vaddr mod the page size."""
+    data_vaddr = _page_up(text_end) if data_vaddr is None else data_vaddr
+    if _page_down(data_vaddr) < _page_up(text_end):
+        raise InputError(f"data_vaddr {data_vaddr:#x} shares a page with the text segment")
+    data_off = _page_up(text.offset + len(text.content)) + data_vaddr % PAGE_SIZE
+    phdr = _PHDR.pack(_PT_LOAD, PF_R | PF_W, data_off, data_vaddr, data_vaddr,
+                      len(data), len(data) + bss_size, PAGE_SIZE)
+    sections = []
+    if data:
+        sections.append(_Section(".data", _SHT_PROGBITS, _SHF_ALLOC | _SHF_WRITE, data_vaddr, data_off,
+                                 len(data), align=_natural_alignment(data_vaddr, 8)))
+    if bss_size:
+        bss_vaddr = data_vaddr + len(data)
+        sections.append(_Section(".bss", _SHT_NOBITS, _SHF_ALLOC | _SHF_WRITE, bss_vaddr,
+                                 data_off + len(data), bss_size, align=_natural_alignment(bss_vaddr, 8)))
+    return _LoadPart(phdr, tuple(sections), data_off, data)
+
+
+def _finish_file(
+    body: bytearray, phdrs: list[bytes], sections: list[_Section], symbols: list[tuple], entry: int
+) -> bytes:
+    """Append .symtab/.strtab/.shstrtab and the section header table, then write the
+    ELF and program headers at the front."""
+    symtab, strtab, first_global = _symbol_table(symbols, sections)
+    symtab_index = len(sections) + 1  # +1 for the null section
+    symtab_off = _align_up(len(body), 8)
+    body += b"\0" * (symtab_off - len(body)) + symtab
+    strtab_off = len(body)
+    body += strtab
+    sections = sections + [
+        _Section(".symtab", _SHT_SYMTAB, 0, 0, symtab_off, len(symtab), link=symtab_index + 1,
+                 info=first_global, align=8, entsize=_SYM.size),
+        _Section(".strtab", _SHT_STRTAB, 0, 0, strtab_off, len(strtab)),
+    ]
+    shstrtab = _StringTable()
+    for sec in sections:
+        shstrtab.add(sec.name)
+    shstrtab.add(".shstrtab")
+    sections.append(_Section(".shstrtab", _SHT_STRTAB, 0, 0, len(body), len(shstrtab.blob)))
+    body += shstrtab.blob
+    shoff = _align_up(len(body), 8)
+    body += b"\0" * (shoff - len(body))
+    body += bytes(_SHDR.size)  # the null section
+    for sec in sections:
+        body += _SHDR.pack(shstrtab.offsets[sec.name], sec.type, sec.flags, sec.addr, sec.offset,
+                           sec.size, sec.link, sec.info, sec.align, sec.entsize)
+    ident = _ELF_MAGIC + bytes([_ELFCLASS64, _ELFDATA2LSB, _EV_CURRENT, 0]) + bytes(8)
+    ehdr = _EHDR.pack(ident, 2, _EM_X86_64, _EV_CURRENT, entry, _EHDR.size, shoff, 0, _EHDR.size,
+                      _PHDR.size, len(phdrs), _SHDR.size, len(sections) + 1, len(sections))
+    headers = ehdr + b"".join(phdrs)
+    body[: len(headers)] = headers
+    return bytes(body)
+
+
+def _symbol_table(symbols: list[tuple], sections: list[_Section]) -> tuple[bytes, bytes, int]:
+    """(.symtab bytes, .strtab bytes, index of the first non-LOCAL symbol).
+
+    ELF requires every LOCAL symbol before every other one, and sh_info to point at
+    the first non-local; tools (readelf, gdb) complain or misbehave otherwise.
+    """
+    normalized = [_normalize_symbol(entry) for entry in symbols]
+    ordered = [s for s in normalized if s[4] == "LOCAL"] + [s for s in normalized if s[4] != "LOCAL"]
+    strtab = _StringTable()
+    table = bytearray(_SYM.size)  # the null symbol
+    for name, value, size, typ, bind in ordered:
+        info = (_STB_CODES[bind] << 4) | _STT_CODES[typ]
+        table += _SYM.pack(strtab.add(name), info, 0, _section_index(value, size, sections), value, size)
+    first_global = 1 + sum(1 for s in ordered if s[4] == "LOCAL")
+    return bytes(table), bytes(strtab.blob), first_global
+
+
+def _normalize_symbol(entry: tuple) -> tuple[str, int, int, str, str]:
+    """Validate one caller tuple; a typo in a type name should fail loudly here."""
+    if len(entry) not in (4, 5):
+        raise InputError(f"symbol {entry!r}: expected (name, vaddr, size, type[, bind])")
+    name, value, size, typ = entry[:4]
+    bind = entry[4] if len(entry) == 5 else "GLOBAL"
+    if typ not in _STT_CODES:
+        raise InputError(f"symbol {name!r}: type must be one of {sorted(_STT_CODES)}, not {typ!r}")
+    if bind not in _STB_CODES:
+        raise InputError(f"symbol {name!r}: bind must be one of {sorted(_STB_CODES)}, not {bind!r}")
+    if not name or "\0" in name:
+        raise InputError(f"symbol name {name!r} is empty or contains NUL")
+    return name, value, size, typ, bind
+
+
+def _section_index(value: int, size: int, sections: list[_Section]) -> int:
+    """1-based index of the section holding the symbol, else SHN_ABS."""
+    for i, sec in enumerate(sections, start=1):
+        if sec.addr <= value < sec.addr + sec.size or (size == 0 and value == sec.addr + sec.size):
+            return i
+    return _SHN_ABS

@@ -1,0 +1,858 @@
+"""The guest's ``/proc`` (fs/proc): one directory per guest process in its pid
+namespace (the machine's processes only), the ``self``/``thread-self`` links, and the
+few system-wide files a libc or a shell reads.
+
+Texts are made at open, as a ``seq_file`` is filled on the first read, and read from
+that snapshot (:class:`kernel_model.fs.file.SeqFile`).  What each file shows and what it leaves
+out, because the model has nothing honest to say there:
+
+* ``<pid>/status`` (proc_pid_status): Name, Umask, State, Tgid, Ngid, Pid, PPid,
+  TracerPid, Uid, Gid, FDSize, Groups, NStgid, NSpid, NSpgid, Kthread; the Vm lines
+  the mappings decide - VmSize, VmLck, VmPin, VmData, VmStk, VmExe, VmLib, VmSwap -
+  and HugetlbPages; CoreDumping, untag_mask; Threads, SigQ, SigPnd, ShdPnd, SigBlk,
+  SigIgn, SigCgt; Cpus_allowed(_list) of the one modeled CPU.  Left out: NSsid (no
+  sessions), VmPeak/VmHWM (no high-water marks), VmRSS/Rss* (residency is not
+  modeled), VmPTE (no page tables), THP_enabled, the capability sets, NoNewPrivs,
+  Seccomp, the speculation lines, Mems_allowed and the context-switch counts.
+* ``<pid>/stat`` (do_task_stat): every field in its place; the ones the model keeps
+  no count of are 0 (session, page faults, CPU times, rss), as getrusage says 0.
+  FDSize and stat's flags follow the kernel's rules (see :func:`max_fds`).
+* ``<pid>/cmdline`` (get_mm_cmdline): the argv strings from the guest's memory, with
+  the setproctitle rule; ``environ`` (0400) likewise; ``auxv`` (0400, the exec's
+  auxiliary vector); ``cwd`` and ``root`` (links to the working directory and ``/``);
+  ``comm`` (0644: writing renames the thread, comm_write); ``maps``; ``exe`` (the
+  executable's guest path); ``mounts``; ``fd/`` (magic links:
+  readlink gives the description's name, opening one opens the file again: a new
+  description of the same pipe, a file with a path by that path, a modeled file
+  anew); ``task/<tid>/`` with status, comm, cmdline, stat and maps.  /proc/PID is the
+  thread-group leader's view: once the leader has exited (before its threads) it has
+  no mm, descriptors or fs_struct there, as in the kernel.
+* ``uptime`` (the virtual clock; idle time is not modeled: 0.00), ``loadavg`` (no
+  load average is computed: 0.00; running/total tasks and the last pid are real),
+  ``meminfo`` (MemTotal/MemFree/MemAvailable as sysinfo computes them, no buffers,
+  cache or swap), ``mounts`` (-> self/mounts), ``filesystems`` (filesystems_proc_show:
+  the types this kernel has - those its mount table shows: proc, devtmpfs and the host
+  filesystems of the sysroot and granted directories - with the host's ``nodev``
+  marks and in its registration order; libselinux and systemd read it).  ``cpuinfo``
+  is not modeled (ENOENT): the emulated CPU has no honest model name, flags or
+  frequency.
+
+Opening for writing: EACCES for an unprivileged guest (mode 0444), as the kernel's
+permission check says; a root guest's open succeeds and write() is EINVAL for a
+``<pid>`` file and EIO for a top-level one (no write operation), as on Linux.
+"""
+
+from __future__ import annotations
+
+import errno as E
+import os
+import re
+import stat as S
+import struct
+from types import MappingProxyType
+
+from kernel_model.fs.file import HostInput, OutputSink, PipeInput, SeqFile, attrs_stat_bytes
+from kernel_model.kernel.resource import RLIMIT_SIGPENDING
+from kernel_model.mm.mm_types import GuestFault
+from kernel_model.fs.pipe import PipeEnd
+from kernel_model.fs.libfs import DirNode, LinkNode, access_mode, keep_open_flags, may_open
+from kernel_model.fs.fs_types import Attrs, SpecialNode
+
+PAGE_SIZE = 4096
+PROC_DEV = os.makedev(0, 21)              # st_dev of this machine's procfs (0:21, as `stat /proc`)
+PROC_ROOT_INO = 1
+SELF_INO, THREAD_SELF_INO, MOUNTS_LINK_INO = 0xF0000000, 0xF0000001, 0xF0000002
+# proc_alloc_inum numbers the other top-level entries in initcall order, so their values
+# depend on what a build registers before them (6.18 hosts differ by one here); these
+# are one 6.18 build's, in the order every build creates them
+TOP_INOS = MappingProxyType({"uptime": 0xF0000031, "loadavg": 0xF000002E, "meminfo": 0xF000002F,
+                             "filesystems": 0xF000005C})
+PROC_BLKSIZE = 1024
+FD_LINK_SIZE = 64                         # proc_fd_instantiate: i_size of an fd link
+NR_OPEN_DEFAULT = 64                      # BITS_PER_LONG: the fd table embedded in files_struct
+PF_FORKNOEXEC = 0x40                      # forked but has not exec'd
+PF_EXITED = 0x4 | 0x8 | 0x8000            # PF_EXITING | PF_POSTCOREDUMP | PF_NOFREEZE (do_exit)
+SIG_DFL, SIG_IGN = 0, 1
+SIGCHLD = 17
+RLIM_INFINITY = (1 << 64) - 1
+USER_HZ = 100
+NSEC = 1_000_000_000
+O_ACCMODE, O_WRONLY, O_RDWR, O_NONBLOCK = 3, 1, 2, 0o4000
+
+
+# ----------------------------------------------------------------------------- helpers
+def max_fds(fds) -> int:
+    """fdt->max_fds: the embedded table's 64 slots, else what alloc_fdtable sized for
+    the highest descriptor in use (a multiple of 128, a power of two).  The kernel's
+    table never shrinks; the model sizes it from the descriptors open now."""
+    top = max(fds.fds, default=-1)
+    if top < NR_OPEN_DEFAULT:
+        return NR_OPEN_DEFAULT
+    per = 1024 // 8
+    n = top // per + 1
+    return (1 << (n - 1).bit_length()) * per
+
+
+def sigset(bits: int) -> str:
+    """render_sigset_t: 64 signals as 16 hex digits, the highest first."""
+    return f"{bits & (1 << 64) - 1:016x}"
+
+
+def _sigbits(queue) -> int:
+    bits = 0
+    for sig in queue:
+        bits |= 1 << (sig.signo - 1)
+    return bits
+
+
+def ign_catch(proc) -> tuple[int, int]:
+    """collect_sigign_sigcatch: the signals whose handler is SIG_IGN, and those with a
+    handler of their own."""
+    ign = catch = 0
+    for signo, raw in proc.sigactions.items():
+        handler = int.from_bytes(bytes(raw[:8]), "little")
+        if handler == SIG_IGN:
+            ign |= 1 << (signo - 1)
+        elif handler != SIG_DFL:
+            catch |= 1 << (signo - 1)
+    return ign, catch
+
+
+def escape_comm(comm: str) -> str:
+    """proc_task_name with escaping (status' Name): backslash and newline escaped."""
+    return comm.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _alive(proc) -> bool:
+    return proc.exit_result is None
+
+
+def _dead(task) -> bool:
+    return task.state == "dead" or task.exit_code is not None
+
+
+def _has_mm(proc, task) -> bool:
+    """Does ``task`` still hold its mm, files and fs_struct?  Not once it has exited: a
+    zombie process, or a thread-group leader that exited before its threads (its
+    /proc/PID then shows no Vm lines, no descriptors, an empty cmdline)."""
+    return _alive(proc) and not _dead(task)
+
+
+def nr_threads(proc) -> int:
+    """get_nr_threads: the live threads and the leader, which stays counted as a zombie
+    until the whole group is released."""
+    return 1 + sum(1 for t in live_threads(proc) if t.tid != proc.pid)
+
+
+def task_state(task) -> str:
+    """get_task_state: R for a runnable task, S for one sleeping in a syscall, D for a
+    vfork parent (wait_for_vfork_done sleeps TASK_KILLABLE, an uninterruptible
+    state), Z for a dead one (a zombie, or a leader that exited before its threads)."""
+    if task.state == "dead" or task.exit_code is not None:
+        return "Z (zombie)"
+    if task.state != "blocked":
+        return "R (running)"
+    return "D (disk sleep)" if task.blocked_on == "vfork" else "S (sleeping)"
+
+
+def leader(machine, proc):
+    """The thread-group leader of ``proc`` (tid == tgid), even after it exited."""
+    for t in proc.tasks:
+        if t.tid == proc.pid:
+            return t
+    for t in machine.all_tasks:
+        if t.tid == proc.pid:
+            return t
+    return proc.tasks[0] if proc.tasks else None
+
+
+def live_threads(proc) -> list:
+    return [t for t in proc.tasks if t.state != "dead" and t.exit_code is None]
+
+
+class MmStats:
+    """What task_mem and do_task_stat read from an mm: page counts by kind of mapping
+    (vm_stat_account's rules) and the executable's code/data bounds (load_elf_binary's
+    start_code/end_code/start_data/end_data)."""
+
+    def __init__(self, proc):
+        total = exec_ = data = stack = 0
+        for v in proc.mem.vmas:
+            pages = v.size // PAGE_SIZE
+            total += pages
+            is_stack = v.name == "[stack]"
+            writable = bool(v.prot & 2)
+            if is_stack:
+                stack += pages
+            elif v.prot & 4 and not writable:
+                exec_ += pages
+            elif writable:
+                data += pages
+        self.total_vm, self.exec_vm, self.data_vm, self.stack_vm = total, exec_, data, stack
+        self.start_code = self.end_code = self.start_data = self.end_data = 0
+        exe = proc.exe
+        image = getattr(exe, "elf", None)
+        if image is not None and getattr(image, "segments", None):
+            self._elf_bounds(image, getattr(exe, "load_bias", 0))
+
+    def _elf_bounds(self, image, bias: int) -> None:
+        start_code, end_code, start_data, end_data = (1 << 64) - 1, 0, 0, 0
+        for seg in image.segments:
+            k = seg.vaddr
+            if seg.flags & 1 and k < start_code:         # PF_X
+                start_code = k
+            start_data = max(start_data, k)
+            k = seg.vaddr + seg.filesz
+            if seg.flags & 1 and end_code < k:
+                end_code = k
+            end_data = max(end_data, k)
+        if start_code == (1 << 64) - 1:
+            start_code = 0
+        self.start_code, self.end_code = start_code + bias, end_code + bias
+        self.start_data, self.end_data = start_data + bias, end_data + bias
+
+    def text_lib_kb(self) -> tuple[int, int]:
+        """task_mem's VmExe/VmLib split of the executable mappings."""
+        text = _page_up(self.end_code) - (self.start_code & ~(PAGE_SIZE - 1))
+        text = min(max(text, 0), self.exec_vm * PAGE_SIZE)
+        return text >> 10, (self.exec_vm * PAGE_SIZE - text) >> 10
+
+
+def _page_up(x: int) -> int:
+    return (x + PAGE_SIZE - 1) & ~(PAGE_SIZE - 1)
+
+
+def _kb(label: str, value: int) -> str:
+    """seq_put_decimal_ull_width(m, label, value, 8) then " kB"."""
+    return f"{label}{value:>8} kB\n"
+
+
+# ----------------------------------------------------------------------------- texts
+def status_text(machine, proc, task) -> str:
+    """proc_pid_status for ``task`` of ``proc``."""
+    cred = task.cred
+    alive, has_mm = _alive(proc), _has_mm(proc, task)
+    lines = [f"Name:\t{escape_comm(task.comm)}\n"]
+    if has_mm:                                     # task_umask: no fs_struct after exit
+        lines.append(f"Umask:\t{proc.umask:04o}\n")
+    lines += [f"State:\t{task_state(task)}\n", f"Tgid:\t{proc.pid}\n", "Ngid:\t0\n",
+             f"Pid:\t{task.tid}\n", f"PPid:\t{proc.ppid if alive or proc.parent else 0}\n",
+             "TracerPid:\t0\n",
+             f"Uid:\t{cred.uid}\t{cred.euid}\t{cred.suid}\t{cred.fsuid}\n",
+             f"Gid:\t{cred.gid}\t{cred.egid}\t{cred.sgid}\t{cred.fsgid}\n",
+             f"FDSize:\t{max_fds(proc.fds) if has_mm else 0}\n",
+             "Groups:\t" + " ".join(str(g) for g in cred.groups) + " \n",
+             f"NStgid:\t{proc.pid}\n", f"NSpid:\t{task.tid}\n", f"NSpgid:\t{proc.pgid}\n",
+             "Kthread:\t0\n"]
+    if has_mm:
+        mm = MmStats(proc)
+        text_kb, lib_kb = mm.text_lib_kb()
+        lines += [_kb("VmSize:\t", mm.total_vm * 4), _kb("VmLck:\t", 0), _kb("VmPin:\t", 0),
+                  _kb("VmData:\t", mm.data_vm * 4), _kb("VmStk:\t", mm.stack_vm * 4),
+                  _kb("VmExe:\t", text_kb), _kb("VmLib:\t", lib_kb), _kb("VmSwap:\t", 0),
+                  _kb("HugetlbPages:\t", 0), "CoreDumping:\t0\n",
+                  "untag_mask:\t0xffffffffffffffff\n"]
+    ign, catch = ign_catch(proc)
+    queued = sum(len(t.pending_signals) for t in machine.tasks) + \
+        sum(len(p.shared_pending) for p in machine.processes)
+    lines += [f"Threads:\t{nr_threads(proc)}\n", f"SigQ:\t{queued}/{machine.syscalls.rlimits_of(proc)[RLIMIT_SIGPENDING][0]}\n",
+              f"SigPnd:\t{sigset(_sigbits(task.pending_signals))}\n",
+              f"ShdPnd:\t{sigset(_sigbits(proc.shared_pending))}\n",
+              f"SigBlk:\t{sigset(task.sigmask)}\n", f"SigIgn:\t{sigset(ign)}\n",
+              f"SigCgt:\t{sigset(catch)}\n", "Cpus_allowed:\t1\n", "Cpus_allowed_list:\t0\n"]
+    return "".join(lines)
+
+
+def stat_text(machine, proc, task, whole: bool) -> str:
+    """do_task_stat: /proc/PID/stat (``whole``) or /proc/PID/task/TID/stat."""
+    alive = _alive(proc)
+    state = task_state(task)[0]
+    threads = nr_threads(proc)
+    ign, catch = ign_catch(proc)
+    ctty = _ctty(machine)
+    tty_nr, tty_pgrp = (ctty, machine.main_process.pgid) if ctty else (0, -1)
+    flags = PF_FORKNOEXEC if task is not machine.all_tasks[0] else 0
+    if state == "Z":
+        flags |= PF_EXITED
+    mm = MmStats(proc) if _has_mm(proc, task) else None
+    not_running = 1 if state != "R" and (not whole or threads < 2) else 0   # wchan
+    if task.tid != proc.pid:
+        exit_signal = -1                                  # a thread (CLONE_THREAD)
+    else:
+        exit_signal = proc.exit_signal if proc.parent is not None else SIGCHLD
+    fields = [task.tid, f"({task.comm})", state, proc.ppid, proc.pgid, 0, tty_nr, tty_pgrp,
+              flags, 0, 0, 0, 0, 0, 0, 0, 0, 20, 0, threads, 0,
+              task.start_time_ns // (NSEC // USER_HZ),
+              mm.total_vm * PAGE_SIZE if mm else 0, 0, RLIM_INFINITY,
+              mm.start_code if mm else 0, mm.end_code if mm else 0,
+              proc.start_stack if mm else 0, 0, 0,
+              _sigbits(task.pending_signals) & 0x7FFFFFFF, task.sigmask & 0x7FFFFFFF,
+              ign & 0x7FFFFFFF, catch & 0x7FFFFFFF, not_running, 0, 0, exit_signal, 0, 0, 0, 0, 0, 0]
+    if mm:
+        fields += [mm.start_data, mm.end_data, proc.brk_start, proc.arg_start, proc.arg_end,
+                   proc.env_start, proc.env_end]
+    else:
+        fields += [0] * 7
+    fields.append(_exit_code(proc) if not alive else 0)
+    return " ".join(str(f) for f in fields) + "\n"
+
+
+def _exit_code(proc) -> int:
+    """task->exit_code of a zombie: the wait status (code << 8, or the signal)."""
+    r = proc.exit_result
+    sig = getattr(r, "signal", None)
+    if getattr(r, "reason", "") == "signal" and sig:
+        return sig
+    return (getattr(r, "exit_code", 0) or 0) << 8
+
+
+def _ctty(machine) -> int:
+    """tty_devnum of the controlling terminal, new_encode_dev'd (0: none)."""
+    devfs = getattr(machine.syscalls, "devfs", None)
+    fd = getattr(getattr(devfs, "ctty", None), "fd", None)
+    if fd is None:
+        return 0
+    try:
+        rdev = os.fstat(fd).st_rdev
+    except OSError:
+        return 0
+    major, minor = os.major(rdev), os.minor(rdev)
+    return (minor & 0xFF) | (major << 8) | ((minor & ~0xFF) << 12)
+
+
+def cmdline_bytes(proc, task) -> bytes:
+    """get_mm_cmdline: arg_start..arg_end from the guest's memory.  When the NUL ending
+    the arguments was overwritten (setproctitle), get_mm_proctitle: the text from
+    arg_start up to and with its first NUL, at most a page, running on into the
+    environment only when it lies right after the arguments."""
+    if not _has_mm(proc, task) or proc.arg_end <= proc.arg_start:
+        return b""
+    mem, start, end = proc.mem, proc.arg_start, proc.arg_end
+    env_end = proc.env_end if proc.env_start == end and proc.env_end >= proc.env_start else end
+    if _read(mem, end - 1, 1) not in (b"", b"\0"):
+        page = _read(mem, start, min(PAGE_SIZE, env_end - start))
+        nul = page.find(b"\0")
+        return page[:nul + 1] if nul >= 0 else page
+    return _read(mem, start, end - start)
+
+
+def environ_bytes(proc, task) -> bytes:
+    """environ_read: env_start..env_end from the guest's memory (empty without an mm)."""
+    if not _has_mm(proc, task) or proc.env_end <= proc.env_start:
+        return b""
+    return _read(proc.mem, proc.env_start, proc.env_end - proc.env_start)
+
+
+def auxv_bytes(machine, proc, task) -> bytes:
+    """proc_pid_auxv: mm->saved_auxv, the (type, value) pairs exec put on the stack,
+    AT_NULL included; empty without an mm."""
+    auxv = getattr(machine, "auxv", None)
+    if not _has_mm(proc, task) or not auxv:
+        return b""
+    pairs = [(k, v) for k, v in auxv.items() if k != 0] + [(0, 0)]
+    return struct.pack(f"<{2 * len(pairs)}Q", *(x for pair in pairs for x in pair))
+
+
+def fs_link(proc, task, path: str) -> str | int:
+    """proc_cwd_link / proc_root_link: the directory's guest path (the process's
+    fs_struct); ENOENT once the task has exited."""
+    return path if _has_mm(proc, task) else -E.ENOENT
+
+
+def _read(mem, addr: int, n: int) -> bytes:
+    """access_remote_vm: as many bytes as are mapped from ``addr``."""
+    out = bytearray()
+    while n > 0:
+        step = min(n, PAGE_SIZE - (addr % PAGE_SIZE))
+        try:
+            out += mem.read(addr, step)
+        except GuestFault:                     # an unmapped page ends the copy
+            break
+        addr += step
+        n -= step
+    return bytes(out)
+
+
+def mounts_text(machine) -> str:
+    """show_vfsmnt over the guest's mount table, in mount order: the sysroot at /
+    (read-only unless / itself is granted), each granted directory read-write at its
+    path, then proc and devtmpfs.  A host directory's source and type are those of the
+    host filesystem holding it.  The empty directory hiding /sys is not a filesystem
+    of its own and is not listed."""
+    vfs = machine.syscalls.vfs
+    table = _host_mounts()
+    lines = [_host_mount_line(table, vfs.root)]
+    for point, mnt in vfs.mounts.items():
+        if mnt.node is None:
+            lines.append(_host_mount_line(table, mnt))
+        elif point in SPECIAL_MOUNT_LINES:
+            lines.append(SPECIAL_MOUNT_LINES[point])
+    return "".join(lines)
+
+
+SPECIAL_MOUNT_LINES = MappingProxyType({"/proc": "proc /proc proc rw,relatime 0 0\n",
+                                        "/dev": "devtmpfs /dev devtmpfs rw,relatime,mode=755 0 0\n"})
+
+
+def filesystems_text(machine) -> str:
+    """filesystems_proc_show over the types the guest's mount table shows
+    (:func:`mounts_text`): ``nodev\tNAME`` for one that needs no block device, else
+    ``\tNAME``, as the host's /proc/filesystems marks and orders them (a type the host
+    does not list: after them, ``nodev``)."""
+    types = {line.split(" ")[2] for line in mounts_text(machine).splitlines() if line.count(" ") >= 2}
+    try:
+        with open("/proc/filesystems") as f:
+            host = [line.rstrip("\n").split("\t") for line in f]
+    except OSError:
+        host = []
+    known = [(mark, name) for mark, name in (row for row in host if len(row) == 2) if name in types]
+    rest = sorted(types - {name for _, name in known})
+    return "".join(f"{mark}\t{name}\n" for mark, name in known) + "".join(f"nodev\t{n}\n" for n in rest)
+
+
+def _host_mount_line(table, mnt) -> str:
+    src, fstype = _host_fs(table, mnt.host)
+    opts = "rw" if mnt.writable else "ro"
+    return f"{_octal_escape(src)} {_octal_escape(mnt.point)} {fstype} {opts},relatime 0 0\n"
+
+
+def _octal_escape(path: str) -> str:
+    """mangle(): space, tab, newline and backslash as \\ooo."""
+    return "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in path)
+
+
+def _host_mounts() -> list[tuple[str, str, str]]:
+    try:
+        with open("/proc/self/mounts") as f:
+            rows = [line.split() for line in f]
+    except OSError:
+        return []
+    return [(r[0], _octal_unescape(r[1]), r[2]) for r in rows if len(r) >= 3]
+
+
+def _octal_unescape(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda mo: chr(int(mo.group(1), 8)), field)
+
+
+def _host_fs(table, path: str) -> tuple[str, str]:
+    """The source and type of the host mount holding ``path`` (its longest mount point)."""
+    best = ("none", "unknown", -1)
+    real = os.path.realpath(path)
+    for src, point, fstype in table:
+        if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) > best[2]:
+            best = (src, fstype, len(point))
+    return best[0], best[1]
+
+
+def meminfo_text(machine) -> str:
+    """meminfo_proc_show's first lines, from the machine's memory as sysinfo reports it."""
+    total, free = mem_total_free(machine)
+    rows = [("MemTotal", total >> 10), ("MemFree", free >> 10), ("MemAvailable", free >> 10),
+            ("Buffers", 0), ("Cached", 0), ("SwapCached", 0), ("SwapTotal", 0), ("SwapFree", 0)]
+    return "".join(f"{(name + ':').ljust(16)}{kb:>8} kB\n" for name, kb in rows)
+
+
+def mem_total_free(machine) -> tuple[int, int]:
+    """do_sysinfo's totalram and freeram (bytes): the modeled RAM, minus what the live
+    guest processes have mapped."""
+    sc = machine.syscalls
+    used = sum(v.size for mem in {id(p.mem): p.mem for p in machine.processes if _alive(p)}.values()
+               for v in mem.vmas)
+    total = sc.mem_total // PAGE_SIZE * PAGE_SIZE
+    return total, max(0, sc.mem_total - used) // PAGE_SIZE * PAGE_SIZE
+
+
+def uptime_text(machine) -> str:
+    ns = machine.syscalls.boot_clock_ns()
+    return f"{ns // NSEC}.{ns % NSEC // (NSEC // 100):02d} 0.00\n"
+
+
+def loadavg_text(machine) -> str:
+    running = sum(1 for t in machine.tasks if t.state == "running")
+    last_pid = max((t.tid for t in machine.all_tasks), default=0)
+    return f"0.00 0.00 0.00 {running}/{len(machine.tasks)} {last_pid}\n"
+
+
+# ----------------------------------------------------------------------------- files
+class ProcSeqFile(SeqFile):
+    """An open /proc text file: the snapshot, the access mode of the open, the node's
+    attributes for fstat and its write operation (if any)."""
+
+    def __init__(self, text: bytes, node: "ProcFileNode", task, readable: bool, writable: bool):
+        attrs = node.attrs(task)
+        super().__init__(text, attrs.ino)
+        self.node, self.task = node, task
+        self.readable, self.writable = readable, writable
+
+    def read(self, count, interrupted):
+        return super().read(count, interrupted) if self.readable else -E.EBADF
+
+    def pread(self, count, offset):
+        return super().pread(count, offset) if self.readable else -E.EBADF
+
+    def write(self, data):
+        if not self.writable:
+            return -E.EBADF
+        return self.node.write(self.task, data)
+
+    def attrs(self):
+        return self.node.attrs(self.task)
+
+    def fstat(self):
+        return attrs_stat_bytes(self.attrs())
+
+    def proc_link(self):
+        return self.node.path
+
+
+class ProcFileNode(SpecialNode):
+    """One /proc text file: ``show(reader)`` makes its text; ``owner`` is the task
+    whose credentials own it (None: root, a system-wide file)."""
+
+    def __init__(self, fs: "ProcFs", path: str, ino: int, show, *, mode: int = 0o444,
+                 owner=None, write=None, no_write_errno: int = E.EINVAL):
+        self.fs, self.path, self.ino, self.show = fs, path, ino, show
+        self.mode, self.owner, self._write = S.S_IFREG | mode, owner, write
+        self.no_write_errno = no_write_errno
+
+    def attrs(self, task):
+        uid, gid = _owner_ids(self.owner)
+        return self.fs.attrs(self.mode, self.ino, uid=uid, gid=gid)
+
+    def open(self, task, flags):
+        a = self.attrs(task)
+        err = may_open(a.mode, flags, task.cred, a.uid, a.gid)
+        if err:
+            return err
+        readable, writable = access_mode(flags)
+        text = self.show(task)
+        f = ProcSeqFile(text if isinstance(text, bytes) else text.encode(), self, task,
+                        readable, writable)
+        return keep_open_flags(f, flags)
+
+    def write(self, task, data: bytes) -> int:
+        if self._write is None:
+            return -self.no_write_errno
+        return self._write(task, data)
+
+
+def _owner_ids(task) -> tuple[int, int]:
+    """task_dump_owner: a process's files belong to its effective ids."""
+    if task is None or task.cred is None:
+        return 0, 0
+    return task.cred.euid, task.cred.egid
+
+
+class ProcLink(LinkNode):
+    """A /proc symlink whose text depends on the reader (self, thread-self) or on the
+    target task (exe)."""
+
+    def __init__(self, fs, ino: int, text, owner=None, *, size: int = 0, target=None):
+        super().__init__("")
+        self.fs, self.ino, self.text, self.owner, self.size = fs, ino, text, owner, size
+        self.target_fn = target
+
+    def attrs(self, task):
+        uid, gid = _owner_ids(self.owner)
+        return self.fs.attrs(S.S_IFLNK | 0o777, self.ino, uid=uid, gid=gid, size=self.size)
+
+    def readlink(self, task):
+        return self.text(task)
+
+    def follow(self, task):
+        return self.target_fn(task) if self.target_fn is not None else self.text(task)
+
+
+class FdLink(SpecialNode):
+    """/proc/PID/fd/N (proc_fd_link): readlink gives the description's name; a walk
+    through it reaches that open file (nd_jump_link), and opening it opens the file
+    again (:func:`reopen`)."""
+
+    def __init__(self, fs, proc, fd: int, ino: int):
+        self.fs, self.proc, self.fd, self.ino = fs, proc, fd, ino
+
+    def file(self):
+        return self.proc.fds.get(self.fd)
+
+    def attrs(self, task):
+        f = self.file()
+        mode = S.S_IFLNK
+        if f is not None and f.readable:
+            mode |= 0o500
+        if f is not None and f.writable:
+            mode |= 0o300
+        uid, gid = _owner_ids(leader(self.fs.m, self.proc))
+        return self.fs.attrs(mode, self.ino, uid=uid, gid=gid, size=FD_LINK_SIZE)
+
+    def readlink(self, task):
+        f = self.file()
+        return -E.ENOENT if f is None else f.proc_link()
+
+    def follow(self, task):
+        f = self.file()
+        return -E.ENOENT if f is None else f
+
+    def open(self, task, flags):
+        f = self.file()
+        return -E.ENOENT if f is None else reopen(self.fs.m, task, f, flags)
+
+
+def reopen(machine, task, f, flags: int):
+    """Open the file behind a /proc fd link again, as a path walk that jumped to its
+    inode opens it: a new description each time (its own offset), with the access
+    mode of this open.  A pipe end gives a new end of the same pipe (fifo_open); a
+    file with a path is opened again by that path (the view's permission and
+    read-only rules apply); a modeled file by its node; a stdio sink writes where the guest's output goes; the CLI's stdin is read
+    again.  Anything else (the stdin for writing, stdout for reading): ENXIO."""
+    rw = access_mode(flags)
+    if isinstance(rw, int):
+        return rw
+    readable, writable = rw
+    node = getattr(f, "node", None)
+    if node is not None and not getattr(f, "guest_path", None):
+        return node.open(task, flags)
+    if isinstance(f, PipeEnd):
+        return _pipe_end(f.pipe, readable, writable, flags & O_NONBLOCK)
+    if isinstance(f, PipeInput) and not writable:
+        again = PipeInput(b"", ino=f.ino)
+        again.data = f.data                        # the same pipe buffer
+        return again
+    if isinstance(f, OutputSink) and not readable:
+        return OutputSink(machine, f.which, host_fd=f.host_fd, ino=f.ino)
+    if isinstance(f, HostInput) and not writable:
+        return _reopen_host_input(f)
+    path = getattr(f, "guest_path", None)
+    if path:
+        return machine.syscalls.open_guest_path(task, path, flags)
+    return -E.ENXIO
+
+
+def _reopen_host_input(f):
+    """The CLI's stdin (a host pipe, file or terminal) opened again for reading, through
+    the host's own magic link to that very inode: a description of its own (a file
+    reads from its start).  Never for writing: the guest may not change the user's
+    --stdin file."""
+    try:
+        fd = os.open(f"/proc/self/fd/{f.fd}", os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError as e:
+        return -(e.errno or E.EIO)
+    return HostInput(fd)
+
+
+def _pipe_end(pipe, readable: bool, writable: bool, nonblock: int):
+    if readable and writable:
+        return DuplexPipeEnd(pipe, nonblock)
+    return PipeEnd(pipe, write=writable, status_flags=nonblock)
+
+
+class DuplexPipeEnd(PipeEnd):
+    """A pipe opened O_RDWR through /proc (fifo_open counts it as a reader and a
+    writer, so it never waits for a partner)."""
+
+    def __init__(self, pipe, status_flags: int = 0):
+        super().__init__(pipe, write=False, status_flags=status_flags)
+        pipe.writers += 1
+        self.writable = True
+
+    def release(self):
+        self.pipe.writers -= 1
+        self.pipe.readers -= 1
+        self.pipe.wake_up()
+
+    def poll(self):
+        return self.pipe.poll_mask(True) | self.pipe.poll_mask(False)
+
+
+# ----------------------------------------------------------------------------- directories
+class ProcDir(DirNode):
+    """A /proc directory with an ``entries`` function and attributes of its own."""
+
+    def __init__(self, fs, path: str, ino: int, entries, *, mode: int = 0o555, owner=None,
+                 nlink=2, size=0, parent_ino: int = 0):
+        self.fs, self.path, self.ino, self._entries = fs, path, ino, entries
+        self.parent_ino = parent_ino
+        self.mode, self.owner, self._nlink, self._size = S.S_IFDIR | mode, owner, nlink, size
+
+    def entries(self, task):
+        return self._entries(task)
+
+    def attrs(self, task):
+        uid, gid = _owner_ids(self.owner)
+        nlink = self._nlink(task) if callable(self._nlink) else self._nlink
+        size = self._size(task) if callable(self._size) else self._size
+        return self.fs.attrs(self.mode, self.ino, uid=uid, gid=gid, nlink=nlink, size=size)
+
+
+class ProcRoot(DirNode):
+    """/proc (proc_root_lookup / proc_root_readdir): the system-wide files, then self
+    and thread-self, then one directory per process; any thread is reachable by its
+    tid although only thread-group leaders are listed."""
+
+    path = "/proc"
+
+    def __init__(self, fs: "ProcFs"):
+        self.fs = fs
+        m = fs.m
+        self.static = {
+            "mounts": ProcLink(fs, MOUNTS_LINK_INO, lambda t: "self/mounts", size=11),
+            "uptime": ProcFileNode(fs, "/proc/uptime", TOP_INOS["uptime"], lambda t: uptime_text(m),
+                                   no_write_errno=E.EIO),
+            "loadavg": ProcFileNode(fs, "/proc/loadavg", TOP_INOS["loadavg"],
+                                    lambda t: loadavg_text(m), no_write_errno=E.EIO),
+            "meminfo": ProcFileNode(fs, "/proc/meminfo", TOP_INOS["meminfo"],
+                                    lambda t: meminfo_text(m), no_write_errno=E.EIO),
+            "filesystems": ProcFileNode(fs, "/proc/filesystems", TOP_INOS["filesystems"],
+                                        lambda t: filesystems_text(m), no_write_errno=E.EIO),
+        }
+        self.self_link = ProcLink(fs, SELF_INO, lambda t: str(t.process.pid))
+        self.thread_self = ProcLink(fs, THREAD_SELF_INO, lambda t: f"{t.process.pid}/task/{t.tid}")
+
+    def attrs(self, task):
+        nprocs = len(self.fs.processes())
+        return self.fs.attrs(S.S_IFDIR | 0o555, PROC_ROOT_INO, nlink=2 + nprocs)
+
+    def entries(self, task):
+        out = list(self.static.items())
+        out += [("self", self.self_link), ("thread-self", self.thread_self)]
+        out += [(str(p.pid), self.fs.pid_dir(p, leader(self.fs.m, p))) for p in self.fs.processes()]
+        return out
+
+    def lookup(self, task, name):
+        if name.isdigit() and not (len(name) > 1 and name[0] == "0"):
+            t = self.fs.task_by_tid(int(name))
+            return -E.ENOENT if t is None else self.fs.pid_dir(t.process, t)
+        return super().lookup(task, name)
+
+
+class ProcFs:
+    """The /proc mount of one machine.  ``root`` is its directory node; every node is
+    made when looked up, from the machine's live state."""
+
+    def __init__(self, machine):
+        self.m = machine
+        self.root = ProcRoot(self)
+
+    # -- state ------------------------------------------------------------------------
+    def processes(self) -> list:
+        """The guest's pid namespace: its live processes and unreaped zombies."""
+        return sorted(self.m.processes, key=lambda p: p.pid)
+
+    def task_by_tid(self, tid: int):
+        for p in self.m.processes:
+            for t in p.tasks:
+                if t.tid == tid and (t.state != "dead" or t.tid == p.pid):
+                    return t
+            if p.pid == tid:
+                return leader(self.m, p)
+        return None
+
+    def attrs(self, mode: int, ino: int, *, uid: int = 0, gid: int = 0, nlink: int = 1,
+              size: int = 0) -> Attrs:
+        """A proc inode's attributes; times are now on the virtual clock (a proc inode
+        is made when it is looked up)."""
+        t = self.m.syscalls.clock_ns
+        return Attrs(mode=mode, ino=ino, dev=PROC_DEV, nlink=nlink, uid=uid, gid=gid, size=size,
+                     blksize=PROC_BLKSIZE, blocks=0, atime_ns=t, mtime_ns=t, ctime_ns=t)
+
+    # -- per-process directories --------------------------------------------------------
+    def pid_dir(self, proc, task, *, in_task_dir: bool = False) -> ProcDir:
+        """/proc/PID (tgid_base_stuff) or /proc/PID/task/TID (tid_base_stuff)."""
+        base = task.tid << 24 | (0x1000 if in_task_dir else 0)
+        path = f"/proc/{proc.pid}/task/{task.tid}" if in_task_dir else f"/proc/{task.tid}"
+        m = self.m
+
+        def file(name, ino, show, **kw):
+            return name, ProcFileNode(self, f"{path}/{name}", base | ino, show, owner=task, **kw)
+
+        def entries(reader):
+            out = []
+            if not in_task_dir:
+                out.append(("task", self.task_dir(proc, task, path, base | 1)))
+            out.append(("fd", self.fd_dir(proc, task, path, base | 2)))
+            out.append(file("environ", 10, lambda r: environ_bytes(proc, task), mode=0o400))
+            out.append(file("auxv", 13, lambda r: auxv_bytes(m, proc, task), mode=0o400))
+            out += [file("status", 3, lambda r: status_text(m, proc, task)),
+                    file("personality", 16, lambda r: f"{proc.personality:08x}\n", mode=0o400),
+                    file("limits", 17, lambda r: limits_text(m.syscalls.rlimits_of(proc))),
+                    file("comm", 4, lambda r: task.comm + "\n", mode=0o644,
+                         write=lambda r, data: comm_write(r, task, data)),
+                    file("cmdline", 5, lambda r: cmdline_bytes(proc, task)),
+                    file("stat", 6, lambda r: stat_text(m, proc, task, not in_task_dir)),
+                    file("maps", 7, lambda r: proc.mem.maps() if _has_mm(proc, task) else "")]
+            out.append(("cwd", ProcLink(self, base | 11, lambda r: fs_link(proc, task, proc.cwd), owner=task)))
+            out.append(("root", ProcLink(self, base | 12, lambda r: fs_link(proc, task, "/"), owner=task)))
+            out.append(("exe", ProcLink(self, base | 8, lambda r: exe_link(m, proc, task), owner=task,
+                                        target=lambda r: exe_link(m, proc, task, follow=True))))
+            out.append(file("mounts", 9, lambda r: mounts_text(m)))
+            # audit: no login session set one (AUDIT_UID_UNSET, AUDIT_SID_UNSET), printed "%u"
+            out.append(file("loginuid", 14, lambda r: "4294967295", mode=0o644))
+            out.append(file("sessionid", 15, lambda r: "4294967295"))
+            return out
+
+        nlink = 3 if in_task_dir else 4          # pid_entry_nlink: 2 + the subdirectories
+        parent = (proc.pid << 24 | 1) if in_task_dir else PROC_ROOT_INO
+        return ProcDir(self, path, base, entries, owner=task, nlink=nlink, parent_ino=parent)
+
+    def task_dir(self, proc, task, path: str, ino: int) -> ProcDir:
+        def entries(reader):
+            lead = leader(self.m, proc)           # listed until the group is released
+            threads = [lead] + [t for t in live_threads(proc) if t is not lead]
+            return [(str(t.tid), self.pid_dir(proc, t, in_task_dir=True)) for t in threads]
+        return ProcDir(self, path + "/task", ino, entries, owner=task, parent_ino=ino & ~0xFFFFFF,
+                       nlink=lambda r: 2 + nr_threads(proc))
+
+    def fd_dir(self, proc, task, path: str, ino: int) -> ProcDir:
+        """/proc/PID/fd (proc_fd_operations): mode 0500, its size the number of open
+        descriptors (proc_fd_getattr), one link per descriptor in ascending order."""
+        base = task.tid << 24 | 0x10000
+
+        def entries(reader):
+            if not _has_mm(proc, task):
+                return []
+            return [(str(fd), FdLink(self, proc, fd, base | fd)) for fd in sorted(proc.fds.fds)]
+
+        def lookup_size(reader):
+            return len(proc.fds) if _has_mm(proc, task) else 0
+        return ProcDir(self, path + "/fd", ino, entries, mode=0o500, owner=task, size=lookup_size,
+                       parent_ino=ino & ~0xFFFFFF)
+
+
+LIMIT_NAMES = (("Max cpu time", "seconds"), ("Max file size", "bytes"), ("Max data size", "bytes"),
+               ("Max stack size", "bytes"), ("Max core file size", "bytes"),
+               ("Max resident set", "bytes"), ("Max processes", "processes"),
+               ("Max open files", "files"), ("Max locked memory", "bytes"),
+               ("Max address space", "bytes"), ("Max file locks", "locks"),
+               ("Max pending signals", "signals"), ("Max msgqueue size", "bytes"),
+               ("Max nice priority", None), ("Max realtime priority", None),
+               ("Max realtime timeout", "us"))
+
+
+def limits_text(rlimits) -> str:
+    """proc_pid_limits: one line per resource, "unlimited" for RLIM_INFINITY."""
+    def value(v):
+        return "unlimited" if v == RLIM_INFINITY else str(v)
+    lines = [f"{'Limit':<25} {'Soft Limit':<20} {'Hard Limit':<20} {'Units':<10}\n"]
+    for (name, unit), (cur, mx) in zip(LIMIT_NAMES, rlimits):
+        line = f"{name:<25} {value(cur):<20} {value(mx):<20} "
+        lines.append(line + (f"{unit:<10}\n" if unit else "\n"))
+    return "".join(lines)
+
+
+def comm_write(reader, task, data: bytes) -> int:
+    """comm_write: a thread of the same group renames ``task`` (at most 15 bytes kept,
+    as set_task_comm); another process's is EINVAL.  The whole count is consumed."""
+    if reader.process is not task.process:
+        return -E.EINVAL
+    name = data[:15].split(b"\0", 1)[0]
+    task.comm = name.decode("latin-1")
+    return len(data)
+
+
+def exe_link(machine, proc, task, follow: bool = False) -> str | int:
+    """proc_exe_link: the executable's path in the guest's view (readlink), or where a
+    walk through the link goes (the file, when the guest can see it); ENOENT once the
+    process has no mm (a zombie)."""
+    if not _has_mm(proc, task) or not proc.exe_path:
+        return -E.ENOENT
+    sc = machine.syscalls
+    return sc.exe_target(proc.exe_path) if follow else sc.exe_view(proc.exe_path)

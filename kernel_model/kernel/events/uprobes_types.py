@@ -1,0 +1,182 @@
+"""The uprobes data structures shared by the kernel-model modules, as
+``include/linux/uprobes.h`` (and the private structs of kernel/events/uprobes.c that
+several of our modules need) holds them: :class:`Uprobe`, :class:`UprobeConsumer`,
+:class:`UprobeTask` (with ``struct arch_uprobe_task``), :class:`ReturnInstance`,
+:class:`XolArea`, the per-mm state and the handler return codes.
+
+``uprobes``, ``uretprobes``, ``optimize``, ``fork`` and ``trace_events`` import these
+from here, so no module needs another's private names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kernel_model.mm.mm_types import PAGE_SIZE, MappedFile
+
+from kernel_model.arch.x86.kernel.uprobes import UPROBE_XOL_SLOT_BYTES
+from kernel_model.arch.x86.lib.insn import ArchUprobe
+
+UPROBE_HANDLER_REMOVE = 1
+UPROBE_HANDLER_IGNORE = 2
+UINSNS_PER_PAGE = PAGE_SIZE // UPROBE_XOL_SLOT_BYTES     # 32 slots, slot 0 reserved
+UTASK_RUNNING, UTASK_SSTEP = "running", "sstep"
+MAX_URETPROBE_DEPTH = 64
+
+# ----------------------------------------------------------------------------- objects
+
+@dataclass(eq=False)
+class UprobeConsumer:
+    """``struct uprobe_consumer``: callbacks plus an id.
+
+    ``handler(ctx)`` runs at the entry hit; returning ``UPROBE_HANDLER_REMOVE`` asks to
+    remove the breakpoint from this process, ``UPROBE_HANDLER_IGNORE`` skips this
+    consumer's return handler for this hit.  ``ret_handler(ctx)`` runs at return with
+    ``ctx.func``.  ``filter(process) -> bool`` says which processes it wants.
+    A consumer with both callbacks is a *session* consumer (shared ``ctx.cookie``).
+    """
+
+    handler: object = None
+    ret_handler: object = None
+    filter: object = None
+    id: int = 0
+    name: str = ""
+    uprobe: "Uprobe" = None
+    is_trace: bool = False          # a tracefs/perf consumer (needs the args buffer)
+    hits: int = 0
+    enabled: bool = True
+    # the UprobeContext handler_chain hands this consumer, made at its first hit and
+    # reused after (valid during a callback only)
+    ctx: object = field(default=None, compare=False, repr=False)
+    ret_ctx: object = field(default=None, compare=False, repr=False)   # handle_uretprobe_chain's
+
+    @property
+    def is_session(self) -> bool:
+        return self.handler is not None and self.ret_handler is not None
+
+
+@dataclass(eq=False)
+class Uprobe:
+    """``struct uprobe``: keyed by (file, offset)."""
+
+    file: MappedFile
+    offset: int
+    ref_ctr_offset: int = 0
+    consumers: list = field(default_factory=list)       # newest first
+    arch: ArchUprobe | None = None                       # set once: UPROBE_COPY_INSN
+    optimize_fail: bool = False                          # ARCH_UPROBE_FLAG_OPTIMIZE_FAIL
+    hits: int = 0
+
+    @property
+    def can_optimize(self) -> bool:
+        """ARCH_UPROBE_FLAG_CAN_OPTIMIZE (set by the analysis)."""
+        return self.arch is not None and self.arch.can_optimize
+
+    @property
+    def key(self):
+        return (self.file, self.offset)
+
+    def __repr__(self):
+        return f"Uprobe({self.file.path}:{self.offset:#x}, {len(self.consumers)} consumer(s))"
+
+
+@dataclass
+class ArchUprobeTask:
+    """``struct arch_uprobe_task``."""
+
+    saved_scratch_register: int = 0
+    saved_tf: bool = False
+
+
+@dataclass
+class UprobeTask:
+    """``struct uprobe_task``: per-thread uprobes state."""
+
+    state: str = UTASK_RUNNING
+    active_uprobe: Uprobe | None = None
+    vaddr: int = 0
+    xol_vaddr: int = 0
+    xol_slot: int = -1
+    autask: ArchUprobeTask = field(default_factory=ArchUprobeTask)
+    return_instances: list = field(default_factory=list)   # top of stack = end of list
+    pending_sstep: tuple | None = None                     # (uprobe, vaddr) waiting for a slot
+    depth: int = 0
+    ri_pool: list = field(default_factory=list)
+    ri_array: list | None = None
+
+
+@dataclass
+class XolArea:
+    """The ``[uprobes]`` page: slot 0 holds the uretprobe trampoline; threads that find
+    no free slot sleep until one is freed (xol_get_insn_slot / xol_free_insn_slot)."""
+
+    vaddr: int
+    nslots: int = UINSNS_PER_PAGE
+    slots: list = None
+    slot_bytes: dict = field(default_factory=dict)   # slot -> bytes last copied
+    waiters: list = field(default_factory=list)      # tasks sleeping for a slot
+
+    def __post_init__(self):
+        if self.slots is None:
+            self.slots = [True] + [False] * (self.nslots - 1)
+
+    def get_slot(self) -> int | None:
+        for i, used in enumerate(self.slots):
+            if not used:
+                self.slots[i] = True
+                return i
+        return None
+
+    def free_slot(self, i: int) -> None:
+        self.slots[i] = False
+
+
+@dataclass
+class MmUprobes:
+    """Per-mm uprobes state."""
+
+    has_uprobes: bool = False          # MMF_HAS_UPROBES
+    recalc: bool = False               # MMF_RECALC_UPROBES
+    xol_area: XolArea | None = None
+    trampolines: list = field(default_factory=list)   # [uprobes-trampoline] vmas (optimized)
+    # find_active_uprobe's answers by address, valid while neither the VMAs (vma_gen)
+    # nor the uprobes tree (tree_gen) changed
+    hit_cache: dict = field(default_factory=dict)
+    hit_vma_gen: int = -1
+    hit_tree_gen: int = -1
+
+
+class UprobeContext:
+    """What a consumer callback sees: the task's registers (mutable: changes reach the
+    guest), the address, the machine, and the session cookie."""
+
+    __slots__ = ("machine", "task", "regs", "uprobe", "consumer", "vaddr", "func", "cookie",
+                 "is_return")
+
+    def __init__(self, machine, task, regs, uprobe, consumer, vaddr, func=None, cookie=0,
+                 is_return=False):
+        self.machine, self.task, self.regs, self.uprobe = machine, task, regs, uprobe
+        self.consumer, self.vaddr, self.func, self.cookie = consumer, vaddr, func, cookie
+        self.is_return = is_return
+
+    @property
+    def mem(self):
+        return self.machine.mem
+
+
+@dataclass(eq=False)
+class ReturnInstance:
+    """``struct return_instance``."""
+
+    uprobe: object = None
+    func: int = 0
+    stack: int = 0
+    orig_ret_vaddr: int = 0
+    chained: bool = False
+    consumers: list = field(default_factory=list)      # [(consumer id, cookie)]
+    extra_bytes: int = 0        # size of the extra_consumers array currently allocated
+    scratch: bool = False       # a stand-in holding no allocator memory (see alloc_return_instance)
+
+    def reset(self) -> None:
+        """``ri_pool_push``: forget the consumers (``cons_cnt = 0``), keep the memory."""
+        self.uprobe, self.consumers = None, []

@@ -1,0 +1,103 @@
+"""Process (address space and per-mm state) and Task (a thread of execution).
+
+Designed for many tasks from the start: a Task holds its registers while it is not on
+the CPU, its uprobes task state (``utask``, owned by the kernel model) and a reference to
+its Process; a Process holds the address space, the files it maps and the per-mm uprobes
+state (``mm_uprobes``, owned by the kernel model).  One task runs at first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from kernel_model.mm.mm_types import MappedFile
+
+
+class PendingSignal(NamedTuple):
+    """One queued signal (the kernel's ``struct sigqueue``): ``addr`` is si_addr of a
+    fault, ``code`` the si_code, ``force`` marks a kernel-raised signal that a blocked
+    mask cannot hold back (force_sig_fault), ``info`` a prebuilt siginfo (SIGCHLD)."""
+    signo: int
+    addr: int | None = None
+    detail: str = ""
+    code: int | None = None
+    force: bool = True
+    info: bytes | None = None
+
+
+@dataclass(eq=False)
+class Process:
+    pid: int
+    mem: object            # the address space (mm_struct): emu.engine.memory.Memory
+    comm: str = "guest"
+    exe: MappedFile | None = None
+    exe_path: str = ""
+    ppid: int = 1
+    pgid: int = 0
+    sid: int = 0                                      # session id (0: its leader is outside the guest)
+    files: list = field(default_factory=list)        # MappedFile objects mapped
+    brk_start: int = 0
+    brk: int = 0
+    sigactions: dict = field(default_factory=dict)   # signo -> raw 32-byte sigaction
+    mm_uprobes: object = None                         # kernel model per-mm state
+    fds: dict = field(default_factory=dict)           # guest fd -> host object
+    tasks: list = field(default_factory=list)
+    uc: object = None                                 # the Unicorn instance (address space)
+    regfile: object = None
+    parent: "Process | None" = None
+    children: list = field(default_factory=list)
+    exit_result: object = None                        # RunResult once dead (zombie until reaped)
+    mm_owner: "Process | None" = None                 # vfork child: whose mm it borrows
+    vfork_parent_task: object = None
+    counters: object = None
+    shared_pending: list = field(default_factory=list)   # process-directed PendingSignals (kill)
+    exit_signal: int = 0                              # sent to the parent at exit (clone's low byte)
+    real_timer: tuple | None = None                   # ITIMER_REAL: (expiry ns, interval ns)
+    cwd: str = "/"                                    # fs->pwd as a guest path (kernel_model.fs.namei)
+    umask: int = 0o022                                # fs->umask
+    rlimits: list | None = None                       # signal->rlim (kernel_model.kernel.resource); None: INIT_RLIMITS
+    personality: int = 0                              # task->personality (PER_LINUX)
+    start_stack: int = 0                              # mm->start_stack: argc's address at exec
+    arg_start: int = 0                                # mm->arg_start..arg_end: the argv strings
+    arg_end: int = 0
+    env_start: int = 0                                # mm->env_start..env_end: the envp strings
+    env_end: int = 0
+
+    def __post_init__(self):
+        if not self.pgid:
+            self.pgid = self.pid
+
+
+@dataclass(eq=False)
+class Task:
+    tid: int
+    process: Process
+    context: object = None            # Unicorn context while off-CPU
+    utask: object = None              # kernel model per-task state (uprobe_task)
+    clear_child_tid: int = 0
+    robust_list: int = 0
+    rseq: int = 0
+    sigmask: int = 0
+    orig_rax: int = -1
+    exit_code: int | None = None
+    state: str = "running"            # running | blocked | dead
+    blocked_on: str | None = None
+    pending_rax: int | None = None    # syscall result delivered at wake-up
+    slices: int = 0
+    counters: object = None
+    on_resume: object = None          # kernel work to finish when next switched in
+    pending_signals: list = field(default_factory=list)   # PendingSignals: see Machine.send_sig
+    comm: str = ""                    # the thread's name (task->comm): prctl(PR_SET_NAME)
+    cred: object = None               # kernel_model.kernel.sys.Cred (task->cred)
+    saved_sigmask: int | None = None  # rt_sigsuspend's mask to restore after delivery
+    sigaltstack: tuple | None = None  # (ss_sp, ss_size, SS_AUTODISARM bit) or None (disabled)
+    start_time_ns: int = 0            # start_boottime: ns since boot on the virtual clock
+    sigwait: tuple | None = None      # rt_sigtimedwait sleeping: (set, deadline ns | None, &info, real_blocked)
+    sleep_interrupt: object = None    # the sleeping syscall's result if a signal wakes it (Machine.block)
+    restart_block: object = None      # restart_syscall's continuation of an interrupted sleep, or None
+    last_enosys: int | None = None    # the number of its last syscall if the model lacks it
+
+    def __post_init__(self):
+        if not self.comm:
+            self.comm = self.process.comm

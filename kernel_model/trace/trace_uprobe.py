@@ -1,0 +1,231 @@
+"""trace_uprobe: tracefs ``p:``/``r:`` events as uprobe consumers, and their output.
+
+Models kernel/trace/trace_uprobe.c: an event is a consumer whose dispatcher fetches the
+arguments into the per-CPU ``uprobe_cpu_buffer`` and writes an ftrace line.  Whether the
+buffer is filled on every hit (``args_buffer="always"``, before 6.10) or only when an
+ftrace/perf consumer needs it (``"lazy"``, 6.10+: program-only events never fill it) is a
+profile switch; ``counters.args_buffer_fills`` shows which happened.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import re
+from dataclasses import dataclass, field
+
+from kernel_model.errors import ProbeSpecError, SymbolError
+
+from kernel_model.trace.trace_probe import ProbeSpec, default_event_name, format_listing, format_profile_line, \
+    format_trace_line, parse_probe_spec, perf_event_name
+from kernel_model.kernel.events.uprobes_types import UPROBE_HANDLER_REMOVE, UprobeConsumer
+from kernel_model.trace.usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
+
+_KNOWN_HEAD = re.compile(r"^(?:[pr](?::|\s|$)|-:|(?:uprobe|u|uretprobe|ur):)")
+
+
+def parse_user_spec(text: str) -> ProbeSpec:
+    """The CLI's ``-e``: tracefs/bpftrace forms as written, or a bare
+    ``PATH:SYMBOL[+OFF][%return]`` location, read as ``p PATH:SYMBOL``."""
+    text = text.strip()
+    if _KNOWN_HEAD.match(text):
+        return parse_probe_spec(text)
+    return parse_probe_spec("p " + text)
+
+
+class _FetchCtx:
+    """The FetchContext probe_spec's fetchargs read from at a hit.
+
+    ``bp_addr`` and ``probe_offset`` are ``struct uprobe_dispatch_data``'s ``bp_addr``
+    (the probed address; for a return probe the function's entry, as
+    ``uretprobe_dispatcher()`` sets it) and ``tu->offset``.
+    """
+
+    def __init__(self, ctx, bp_addr: int, probe_offset: int):
+        self._ctx = ctx
+        self._base = bp_addr - probe_offset
+        self.comm = ctx.task.comm
+
+    def reg(self, name: str) -> int:
+        return getattr(self._ctx.regs, name) & 0xFFFFFFFFFFFFFFFF
+
+    def read(self, addr: int, n: int) -> bytes:
+        return self._ctx.machine.mem.read_user(addr, n)
+
+    def read_cstring(self, addr: int, limit: int) -> bytes:
+        return self._ctx.machine.mem.read_cstring(addr, limit)
+
+    def file_offset_to_vaddr(self, offset: int) -> int:
+        """``translate_user_vaddr()`` (FETCH_OP_FOFFS): the vaddr that file offset 0 would
+        have if the whole file were mapped like the probed page, plus ``offset``.  A data
+        segment whose vaddr-offset delta differs from the text's (busybox, most PIEs) is
+        therefore *not* where the kernel reads: it reads what lies at that address."""
+        return (self._base + offset) & 0xFFFFFFFFFFFFFFFF
+
+
+@dataclass(eq=False)
+class TraceEvent:
+    spec: ProbeSpec
+    group: str
+    event: str
+    path: str
+    offset: int
+    consumer: object = None
+    ftrace: bool = True                  # write lines to the trace output
+    programs: list = field(default_factory=list)   # BPF-like callables(ctx)
+    hits: int = 0
+    owner: "TraceEvents | None" = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return f"{self.group}/{self.event}"
+
+    @property
+    def lines(self) -> list[str]:
+        """This event's lines in the trace buffer (see :attr:`TraceEvents.lines`)."""
+        return [] if self.owner is None else self.owner.lines_of(self)
+
+
+class TraceEvents:
+    """The tracefs interface of one machine: add/remove events, read them back."""
+
+    def __init__(self, uprobes):
+        self.uprobes = uprobes
+        self.machine = uprobes.machine
+        self.events: list[TraceEvent] = []
+        self.output = None                 # file-like for trace lines; None = keep only
+        self._log: list[tuple[TraceEvent, str]] = []
+        # the lazy args buffer seed: "always" fills it for every hit (profiles are frozen)
+        self._always_buffer = uprobes.profile.args_buffer == "always"
+
+    @property
+    def lines(self) -> list[str]:
+        """The ``trace`` buffer: every line not streamed to an ``output``, in order.
+
+        Each line is stored once (with its event); a line written to ``output`` is not
+        kept, so a long run that streams its events does not grow in memory.
+        """
+        return [line for _, line in self._log]
+
+    def lines_of(self, ev: TraceEvent) -> list[str]:
+        """The buffered lines of one event (``TraceEvent.lines``)."""
+        return [line for e, line in self._log if e is ev]
+
+    def add(self, text: str, *, output=None, ftrace: bool = True, programs=(), filter=None) -> TraceEvent:
+        if text.strip().startswith(("usdt:", "U:")):
+            return self._add_usdt(text.strip(), output=output, ftrace=ftrace, programs=programs,
+                                  filter=filter)
+        spec = parse_user_spec(text)
+        if spec.is_delete:
+            self.remove(spec.event, spec.group)
+            return None
+        file, offset = self._resolve(spec)
+        event = spec.event or self._default_name(spec, file, offset)
+        group = spec.group or "uprobes"
+        if any(e.group == group and e.event == event for e in self.events):
+            raise ProbeSpecError(f"event {group}/{event} already exists (name this probe: "
+                                 f"p:{group}/EVENT ...)", text, 0)
+        ev = TraceEvent(spec, group, event, file.path, offset, ftrace=ftrace,
+                        programs=list(programs), owner=self)
+        if output is not None:
+            self.output = output
+        dispatch = functools.partial(self._dispatch, ev)      # no Python frame of its own
+        handler = None if spec.is_return else dispatch
+        ret_handler = dispatch if spec.is_return else None
+        uc = UprobeConsumer(handler, ret_handler, filter, name=ev.name, is_trace=True)
+        ev.consumer = self.uprobes.uprobe_register(file, offset, uc, spec.ref_ctr_offset or 0)
+        self.events.append(ev)
+        return ev
+
+    def _add_usdt(self, text: str, **kw) -> TraceEvent:
+        """``usdt:PATH:[PROVIDER:]NAME``: one event per note site, named PROVIDER_NAME."""
+        path, provider, name = parse_usdt_spec(text)
+        file = self.uprobes.find_file(path)
+        self.uprobes.file_elf(file)
+        first = None
+        for i, note in enumerate(find_usdt_notes(file, provider, name)):
+            offset, ref = usdt_attach_offsets(file, note, self.uprobes.profile)
+            event = f"{note.provider}_{note.name}" + (f"_{i}" if i else "")
+            ref_part = f"({ref:#x})" if ref else ""
+            ev = self.add(f"p:usdt/{event} {file.path}:{offset:#x}{ref_part}", **kw)
+            first = first or ev
+        return first
+
+    @staticmethod
+    def _default_name(spec: ProbeSpec, file, offset: int) -> str:
+        """A probe on a symbol is named as ``perf probe`` names it (``malloc``,
+        ``malloc__return``); one on a file offset as ``__trace_uprobe_create()`` does
+        (``p_busybox_0xebf0``).  A second probe with the same default name is refused,
+        as perf refuses it without ``-f`` (``get_new_event_name()``: -EEXIST)."""
+        if spec.symbol is not None:
+            return perf_event_name(spec.symbol, spec.is_return)
+        return default_event_name("p", file.path, offset)
+
+    def _resolve(self, spec: ProbeSpec):
+        up = self.uprobes
+        file = up.find_file(spec.path)
+        if spec.offset is not None:
+            return file, spec.offset
+        if spec.symbol is not None:
+            return up.symbol_offset(file, spec.symbol, spec.sym_offset)
+        if spec.address is not None:
+            if up.file_elf(file) is None:
+                raise SymbolError(f"{file.path} has no program headers to map {spec.address:#x}")
+            return file, file.elf.vaddr_to_offset(spec.address)
+        raise ProbeSpecError("probe spec names no location", spec.text, 0)
+
+    def remove(self, event: str, group: str | None = None) -> None:
+        for ev in list(self.events):
+            if ev.event == event and (group is None or ev.group == group):
+                self.uprobes.unregister(ev.consumer)
+                self.events.remove(ev)
+                return
+        raise ProbeSpecError(f"no event named {event!r}", event, 0)
+
+    # -- the dispatcher ---------------------------------------------------------
+    def _needs_buffer(self, ev: TraceEvent) -> bool:
+        return self._always_buffer or ev.ftrace
+
+    def _dispatch(self, ev: TraceEvent, ctx) -> int:
+        flt = ev.consumer.filter if ev.consumer is not None else None
+        if flt is not None and not flt(ctx.task.process.mm_owner or ctx.task.process):
+            # uprobe_perf_func: a hit in an mm the event does not want (a forked child's
+            # inherited int3) is not recorded and asks for the breakpoint's removal
+            return UPROBE_HANDLER_REMOVE
+        ev.hits += 1
+        for prog in ev.programs:
+            prog(ctx)
+        if not ev.ftrace and not self._always_buffer:
+            return 0                    # not self._needs_buffer(ev), inline
+        counters = self.machine.counters
+        counters.args_buffer_fills += 1
+        fctx = _FetchCtx(ctx, ctx.func if ctx.is_return else ctx.vaddr, ev.offset)
+        values = [(arg, arg.fetch(fctx)) for arg in ev.spec.args]
+        if not ev.ftrace:
+            return 0
+        ts = self.machine.syscalls.boot_clock_ns(advance=1000) / 1e9
+        if ctx.is_return:
+            ip, func = ctx.regs.rip, ctx.func
+        else:
+            ip, func = ctx.vaddr, None
+        line = format_trace_line(comm=ctx.task.comm, pid=ctx.task.tid, cpu=0, timestamp=ts,
+                                 event=ev.event, ip=ip, func=func, args=values)
+        if self.output is None:
+            self._log.append((ev, line))
+        else:
+            self.output.write(line + "\n")
+            self.output.flush()
+        return 0
+
+    # -- tracefs files ----------------------------------------------------------
+    def uprobe_events(self) -> str:
+        out = []
+        for ev in self.events:
+            spec = ev.spec
+            listed = ProbeSpec(spec.kind, ev.group, ev.event, ev.path, offset=ev.offset,
+                               ref_ctr_offset=spec.ref_ctr_offset, args=spec.args)
+            out.append(format_listing(listed, ev.offset))
+        return "".join(line + "\n" for line in out)
+
+    def uprobe_profile(self) -> str:
+        return "".join(format_profile_line(ev.path, ev.event, ev.hits) + "\n" for ev in self.events)
