@@ -46,8 +46,8 @@ ratio with the relative error.  Ratios cancel most of the machine's speed, so ta
 from other machines are fair checks of the *structure* of the model.
 
 Machine profiles (:data:`MACHINES`): ``intel-2025`` (the calibration machine) and
-``host-6.18`` (this project's VM running Linux 6.18, fitted on the anchors of DESIGN
-section 3, measured with a tracefs consumer whose instance has tracing off, so each hit
+``host-6.18`` (this project's VM running Linux 6.18, fitted on :data:`HOST_ANCHORS`,
+measured with a tracefs consumer whose instance has tracing off, so each hit
 fills the args buffer).  ``bench --host-kernel`` measures the host again and can fit a
 live profile with :func:`fit_profile`.
 """
@@ -287,11 +287,11 @@ TABLES = {t.id: t for t in (
 
 CALIBRATION_TABLE = "5.11f"
 
-# The host's own numbers (DESIGN section 3: Linux 6.18 in this project's VM, a tracefs
+# The host's own numbers (Linux 6.18 in this project's VM, a tracefs
 # consumer in an instance with tracing off, best of 3).  Not a published table: they
 # calibrate the host-6.18 machine profile.
 HOST_ANCHORS = PublishedTable(
-    "host-6.18", "this project's VM, Linux 6.18, tracefs consumer with tracing off (DESIGN 3)",
+    "host-6.18", "this project's VM, Linux 6.18, tracefs consumer with tracing off",
     (Column("host", "6.18"),),
     {"usermode-count": (740.0,), "syscall-count": (9.2,), "uprobe-nop": (1.8,),
      "uprobe-push": (1.6,), "uprobe-ret": (0.19,), "uprobe-nop5": (3.0,),

@@ -1,4 +1,4 @@
-"""Kernel versions as sets of switches (DESIGN section 4).
+"""Kernel versions as sets of switches.
 
 Every uprobes behaviour that changed between kernel releases is one switch; a profile
 names the switch values of one release.  Users pick a profile by version and may override

@@ -1,4 +1,4 @@
-"""Helpers for the transparent-probing tests (DESIGN section 7).
+"""Helpers for the transparent-probing tests.
 
 * :func:`boundaries` enumerates instruction boundaries: a capstone linear sweep over FUNC
   symbols of the main executable (all of them, or those named), or over the whole text

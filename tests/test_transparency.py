@@ -1,4 +1,4 @@
-"""Transparent probing, the master invariant (DESIGN section 7).
+"""Transparent probing, the master invariant.
 
 A guest run with do-nothing probes on EVERY instruction boundary ends in the same
 registers, the same writable memory and the same stdout/stderr/exit status as the
