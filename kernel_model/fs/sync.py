@@ -15,9 +15,6 @@ from kernel_model.include.linux.syscalls import syscall
 class SyncSyscalls:
     """Flushing a file to its host file."""
 
-    def __init__(self, sc):
-        self.m = sc.m
-
     @syscall(74, "fsync")
     def sys_fsync(self, task, regs, fd, *_):
         """vfs_fsync_range: the host file's own fsync; EINVAL for a file without one

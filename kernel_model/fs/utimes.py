@@ -23,7 +23,6 @@ class UtimesSyscalls:
 
     def __init__(self, sc):
         self.m = sc.m
-        self.vfs = sc.vfs
         self.namei = sc.namei
         self.open = sc.open
 

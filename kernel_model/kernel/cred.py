@@ -19,7 +19,7 @@ from kernel_model.errors import InputError
 from kernel_model.include.linux.errno import neg
 from kernel_model.include.linux.syscalls import int_arg, syscall
 
-NO_ID = 0xFFFFFFFF
+NO_ID = 0xFFFFFFFF                 # (uid_t)-1: "unchanged" for setre*/setres*, invalid else
 NGROUPS_MAX = 65536
 
 

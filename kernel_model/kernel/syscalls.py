@@ -112,7 +112,7 @@ class Syscalls:
         self.components = (
             ArchPrctlSyscalls(self), IoprioSyscalls(self), RandomSyscalls(self),
             self.namei, self.open, ReadWriteSyscalls(self), StatSyscalls(self), ReaddirSyscalls(self),
-            SyncSyscalls(self), DPathSyscalls(self), UtimesSyscalls(self), FcntlSyscalls(), IoctlSyscalls(self),
+            SyncSyscalls(), DPathSyscalls(self), UtimesSyscalls(self), FcntlSyscalls(), IoctlSyscalls(self),
             SelectSyscalls(self), FileSyscalls(), self.pipes, ExecSyscalls(self),
             ProcessSyscalls(self), self.exit, self.futex, SchedSyscalls(self), self.signal, CredSyscalls(self),
             SysSyscalls(self), PersonalitySyscalls(), self.rlimits, RseqSyscalls(), self.time, self.hrtimer,

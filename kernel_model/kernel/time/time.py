@@ -25,6 +25,8 @@ class TimeSyscalls:
         self.hrtimer = sc.hrtimer
 
     def tick(self) -> int:
+        """A clock read: the clock advances CLOCK_TICK_NS first (two reads never see the
+        same time), firing an ITIMER_REAL due by then; the new CLOCK_REALTIME ns."""
         self.clock.ns += CLOCK_TICK_NS
         self.itimers.run_timers()                  # an ITIMER_REAL may expire as time passes
         return self.clock.ns
