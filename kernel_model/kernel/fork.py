@@ -2,12 +2,12 @@
 set_tid_address (exit and wait are in :mod:`kernel_model.kernel.exit`, futex in
 :mod:`kernel_model.kernel.futex`).
 
-fork gives the child a copy of the address
-space (its own Unicorn instance), minus the mappings the kernel marks VM_DONTCOPY (the
-[uprobes] XOL page; the [uprobes-trampoline] page on 6.18-7.1); threads (CLONE_VM) share
-the process; vfork shares the address space and suspends the parent until the child
-exits.  Sleeping syscalls block the task and the scheduler runs another one.  Descriptor
-tables follow copy_files/exit_files (:class:`kernel_model.fs.file.FdTable`).
+fork gives the child a copy of the address space (its own Unicorn instance), minus the
+mappings the kernel marks VM_DONTCOPY (the [uprobes] XOL page; the [uprobes-trampoline]
+page on 6.18-7.1); threads (CLONE_VM) share the process; vfork shares the address space
+and suspends the parent until the child exits. Sleeping syscalls block the task and the
+scheduler runs another one. Descriptor tables follow copy_files/exit_files
+(:class:`kernel_model.fs.file.FdTable`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Resource limits (kernel/sys.c: do_prlimit, getrlimit/setrlimit/prlimit64).
 
-Each process holds its ``signal->rlim``
-(:attr:`kernel_model.kernel.task.Process.rlimits`), copied at fork and kept across exec; a new machine
-starts with the kernel's ``INIT_RLIMITS`` (include/asm-generic/resource.h), the
+Each process holds its ``signal->rlim`` (:attr:`kernel_model.kernel.task.Process.rlimits`),
+copied at fork and kept across exec; a new machine starts with the kernel's ``INIT_RLIMITS`` (include/asm-generic/resource.h), the
 process-count limits sized from the modeled RAM as ``set_max_threads`` does.
 
 What a limit changes in the model: RLIMIT_NOFILE bounds the descriptor numbers

@@ -1,13 +1,13 @@
 """Signal syscalls: sending (kill, tgkill, tkill), actions and masks (rt_sigaction,
 rt_sigprocmask, rt_sigpending), waiting (rt_sigsuspend, pause), rt_sigreturn,
 sigaltstack, restart_syscall, and the SIGCHLD a parent gets when a child exits
-(do_notify_parent).  The timers that send signals live in :mod:`kernel_model.kernel.time`.
+(do_notify_parent). The timers that send signals live in
+:mod:`kernel_model.kernel.time`.
 
-Modeling kernel/signal.c.  Sending only
-queues (``Machine.send_sig`` for one task, ``Machine.send_process_sig`` for a process);
-the machine delivers at the task's next exit to user mode, skipping what the task's
-mask blocks (``dequeue_signal``), so a blocked signal pends until rt_sigprocmask,
-rt_sigsuspend or rt_sigreturn unblocks it.
+This models kernel/signal.c. Sending only queues (``Machine.send_sig`` for one task,
+``Machine.send_process_sig`` for a process); the machine delivers at the task's next
+exit to user mode, skipping what the task's mask blocks (``dequeue_signal``), so a
+blocked signal pends until rt_sigprocmask, rt_sigsuspend or rt_sigreturn unblocks it.
 """
 
 from __future__ import annotations
