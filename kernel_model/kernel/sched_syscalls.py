@@ -23,7 +23,7 @@ class SchedSyscalls:
         self.m.yield_cpu()
         return 0
 
-    @syscall(204, "sched_getaffinity", partial="one CPU")
+    @syscall(204, "sched_getaffinity")
     def sys_sched_getaffinity(self, task, regs, pid, length, mask, *_):
         """sched_getaffinity: the buffer must hold nr_cpu_ids bits and be a whole
         number of longs; min(len, cpumask_size()) bytes of the one-CPU mask are copied

@@ -108,7 +108,7 @@ class SysSyscalls:
         self.m.mem.write_user(info, data)
         return 0
 
-    @syscall(309, "getcpu", partial="one CPU in one NUMA node")
+    @syscall(309, "getcpu")
     def sys_getcpu(self, task, regs, cpu, node, *_):
         """getcpu(): the machine has one CPU in one NUMA node."""
         for ptr in (cpu, node):
