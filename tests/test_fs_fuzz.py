@@ -11,7 +11,7 @@ import random
 import pytest
 
 from emu import Machine
-from kernel_model.fs.fs_syscalls import FsSyscalls
+from kernel_model.arch.x86.entry.syscall_table import FILE_SYSCALLS as FsSyscalls
 from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
 
 BUF = 0x700000

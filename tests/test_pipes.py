@@ -198,7 +198,7 @@ def test_a_waiter_left_from_an_earlier_sleep_does_not_complete_a_later_one():
     A stay in A and B's read keeps waiting."""
     from types import SimpleNamespace
 
-    from kernel_model.fs.fd_syscalls import FdSyscalls
+    from kernel_model.fs.pipe import PipeSyscalls as FdSyscalls
 
     sc = FdSyscalls()
     sc.m = _FakeMachine()

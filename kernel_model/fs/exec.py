@@ -1,12 +1,12 @@
 """execve and execveat as fs/exec.c, binfmt_script and binfmt_elf do them.
 
-A mixin of :class:`kernel_model.kernel.syscalls.Syscalls`.  ``do_execveat_common`` in order: the file
-opened through the guest's view (``do_open_execat``: MAY_EXEC on a regular file), argv
-and envp counted and copied from guest memory with the kernel's limits (MAX_ARG_STRLEN,
-MAX_ARG_STRINGS, a quarter of the 8 MiB stack rlimit), then ``exec_binprm``: ``#!``
-scripts rewrite the arguments (``load_script``) up to five interpreters deep, an ELF
-(static or with PT_INTERP) is checked, and an unknown format is ENOEXEC.  Every error up
-to there is an errno and the process goes on.
+``do_execveat_common`` in order: the file opened through the guest's view
+(``do_open_execat``: MAY_EXEC on a regular file), argv and envp counted and copied from
+guest memory with the kernel's limits (MAX_ARG_STRLEN, MAX_ARG_STRINGS, a quarter of the
+8 MiB stack rlimit), then ``exec_binprm``: ``#!`` scripts rewrite the arguments
+(``load_script``) up to five interpreters deep, an ELF (static or with PT_INTERP) is
+checked, and an unknown format is ENOEXEC.  Every error up to there is an errno and the
+process goes on.
 
 ``begin_new_exec`` is the point of no return: the other threads die (``de_thread``: the
 exec'ing thread takes the leader's pid), the task gets a new address space (a new
@@ -37,9 +37,10 @@ from kernel_model.mm.mm_types import PAGE_SIZE, GuestFault, MappedFile
 from kernel_model.arch.x86.kernel.signal import SIG_IGN, parse_sigaction
 from kernel_model.kernel.signals import RunResult
 from kernel_model.fs.namei import MAY_EXEC
+from kernel_model.include.linux.errno import neg
+from kernel_model.include.linux.syscalls import syscall
+from kernel_model.include.uapi.linux.fcntl import AT_EMPTY_PATH, AT_FDCWD, AT_SYMLINK_NOFOLLOW
 
-AT_FDCWD = -100
-AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH = 0x100, 0x1000
 MAX_ARG_STRLEN = 32 * PAGE_SIZE          # include/uapi/linux/binfmts.h
 MAX_ARG_STRINGS = 0x7FFFFFFF
 ARG_MAX = 32 * PAGE_SIZE                 # bprm_stack_limits' floor
@@ -51,10 +52,6 @@ MAX_BINPRM_DEPTH = 5                     # exec_binprm: "if (depth > 5) return -
 ARG_MAX_STRING_SPACE = max(min(STK_LIM // 4 * 3, RLIMIT_STACK_CUR // 4), ARG_MAX)
 SIGSEGV = 11
 ELFMAG = b"\x7fELF"
-
-
-def _neg(err: int) -> int:
-    return -err
 
 
 @dataclass
@@ -84,7 +81,7 @@ class Binprm:
         MAX_ARG_STRLEN or below argmin, else 0."""
         n = len(s) + 1
         if n > MAX_ARG_STRLEN or n > self.room:
-            return _neg(E.E2BIG)
+            return neg(E.E2BIG)
         self.room -= n
         return 0
 
@@ -128,7 +125,7 @@ def parse_shebang(head: bytes) -> tuple[bytes, bytes | None] | int:
     interpreter name ends inside it."""
     buf = head[:BINPRM_BUF_SIZE].ljust(BINPRM_BUF_SIZE, b"\0")
     if buf[:2] != b"#!":
-        return _neg(E.ENOEXEC)
+        return neg(E.ENOEXEC)
     buf_end = BINPRM_BUF_SIZE - 1
     i_end = None
     for i in range(BINPRM_BUF_SIZE):          # strnchr: stops at a NUL
@@ -140,13 +137,13 @@ def parse_shebang(head: bytes) -> tuple[bytes, bytes | None] | int:
     if i_end is None:
         i_end = _next_non_spacetab(buf, 2, buf_end)
         if i_end is None or _next_terminator(buf, i_end, buf_end) is None:
-            return _neg(E.ENOEXEC)               # only blanks, or a truncated name
+            return neg(E.ENOEXEC)               # only blanks, or a truncated name
         i_end = buf_end
     while _spacetab(buf[i_end - 1]):
         i_end -= 1
     i_name = _next_non_spacetab(buf, 2, i_end)
     if i_name is None or i_name == i_end:
-        return _neg(E.ENOEXEC)
+        return neg(E.ENOEXEC)
     i_arg = None
     i_sep = _next_terminator(buf, i_name, i_end)
     if i_sep is not None and buf[i_sep] != 0:
@@ -162,9 +159,16 @@ def parse_shebang(head: bytes) -> tuple[bytes, bytes | None] | int:
 class ExecSyscalls:
     """execve(59) and execveat(322)."""
 
+    def __init__(self, sc):
+        self.m = sc.m
+        self.vfs = sc.vfs
+        self.namei = sc.namei
+
+    @syscall(59, "execve")
     def sys_execve(self, task, regs, filename, argv, envp, *_):
         return self.do_execveat(task, AT_FDCWD, filename, argv, envp, 0)
 
+    @syscall(322, "execveat")
     def sys_execveat(self, task, regs, dirfd, filename, argv, envp, flags, *_):
         return self.do_execveat(task, dirfd, filename, argv, envp, flags)
 
@@ -174,8 +178,8 @@ class ExecSyscalls:
         dirfd = dirfd - (1 << 32) if dirfd >> 31 else dirfd
         flags &= 0xFFFFFFFF
         if flags & ~(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH):
-            return _neg(E.EINVAL)
-        name = self._pathname(filename, empty_ok=bool(flags & AT_EMPTY_PATH))
+            return neg(E.EINVAL)
+        name = self.namei.pathname(filename, empty_ok=bool(flags & AT_EMPTY_PATH))
         if isinstance(name, int):
             return name
         file = self.open_exec(task, dirfd, name, flags)          # alloc_bprm: do_open_execat
@@ -232,7 +236,7 @@ class ExecSyscalls:
         limit = ARG_MAX_STRING_SPACE
         ptr_size = (max(argc, 1) + envc) * 8
         if limit <= ptr_size:
-            return _neg(E.E2BIG)
+            return neg(E.E2BIG)
         return limit - ptr_size
 
     @staticmethod
@@ -252,7 +256,7 @@ class ExecSyscalls:
             try:
                 chunk = mem.read_user(addr, n)
             except GuestFault:
-                return _neg(E.EFAULT)
+                return neg(E.EFAULT)
             words = array("Q", chunk)
             try:
                 end = words.index(0)
@@ -263,7 +267,7 @@ class ExecSyscalls:
             if len(out) < keep:
                 out.extend(got[:keep - len(out)])
             if total > MAX_ARG_STRINGS:
-                return _neg(E.E2BIG)
+                return neg(E.E2BIG)
             if end >= 0:
                 return total, out
             addr += len(words) * 8
@@ -279,14 +283,14 @@ class ExecSyscalls:
             try:
                 chunk = mem.read_user(addr, n)
             except GuestFault:
-                return _neg(E.EFAULT)
+                return neg(E.EFAULT)
             nul = chunk.find(b"\0")
             if nul >= 0:
                 out += chunk[:nul]
-                return bytes(out) if len(out) < MAX_ARG_STRLEN else _neg(E.E2BIG)
+                return bytes(out) if len(out) < MAX_ARG_STRLEN else neg(E.E2BIG)
             out += chunk
             addr += n
-        return _neg(E.E2BIG)
+        return neg(E.E2BIG)
 
     # -- open_exec -------------------------------------------------------------------
     def open_exec(self, task, dirfd: int, name: str, flags: int = 0) -> ExecFile | int:
@@ -295,31 +299,31 @@ class ExecSyscalls:
         even for root), and the first BINPRM_BUF_SIZE bytes."""
         with self.vfs.nameidata(task) as nd:
             if name == "":
-                loc = self._fd_loc(task, dirfd) if dirfd != AT_FDCWD else _neg(E.ENOENT)
+                loc = self.namei.fd_loc(task, dirfd) if dirfd != AT_FDCWD else neg(E.ENOENT)
             else:
-                stack = self._lookup(nd, task, dirfd, name, not flags & AT_SYMLINK_NOFOLLOW)
+                stack = self.namei.lookup(nd, task, dirfd, name, not flags & AT_SYMLINK_NOFOLLOW)
                 loc = stack if isinstance(stack, int) else stack[-1]
             if isinstance(loc, int):
                 return loc
             mode = loc.mode(task)
             if S.S_ISLNK(mode):
-                return _neg(E.ELOOP)
+                return neg(E.ELOOP)
             if not S.S_ISREG(mode) or loc.fd is None:
-                return _neg(E.EACCES)
-            err = self._perm(nd, loc, MAY_EXEC)
+                return neg(E.EACCES)
+            err = self.namei.perm(nd, loc, MAY_EXEC)
             if err:
                 return err
             try:
                 fd = os.open(f"/proc/self/fd/{loc.fd}", os.O_RDONLY | os.O_CLOEXEC)
             except OSError as e:
-                return _neg(e.errno or E.EACCES)
+                return neg(e.errno or E.EACCES)
             try:
                 st = os.fstat(fd)
                 host = os.readlink(f"/proc/self/fd/{fd}")
                 data = _read_up_to(fd, MAX_ELF_FILE_SIZE + 1 if st.st_size <= MAX_ELF_FILE_SIZE
                                    else BINPRM_BUF_SIZE)
             except OSError as e:
-                return _neg(e.errno or E.EIO)
+                return neg(e.errno or E.EIO)
             finally:
                 os.close(fd)
         return ExecFile(loc.path, host, st, data[:BINPRM_BUF_SIZE], data)
@@ -329,7 +333,7 @@ class ExecSyscalls:
         """The whole file, read through the descriptor the walk opened (never again by
         its host path, which another host process could have replaced)."""
         if file.st.st_size > MAX_ELF_FILE_SIZE or len(file.data) > MAX_ELF_FILE_SIZE:
-            return _neg(E.ENOEXEC)
+            return neg(E.ENOEXEC)
         return file.data
 
     # -- exec_binprm -----------------------------------------------------------------
@@ -337,16 +341,16 @@ class ExecSyscalls:
         """exec_binprm: search_binary_handler until an ELF, at most five interpreters."""
         for depth in range(MAX_BINPRM_DEPTH + 2):
             if depth > MAX_BINPRM_DEPTH:
-                return _neg(E.ELOOP)
+                return neg(E.ELOOP)
             head = bprm.file.buf
             if head[:4] == ELFMAG:
                 return self.load_elf_binary(task, bprm)
             if head[:2] != b"#!":
-                return _neg(E.ENOEXEC)
+                return neg(E.ENOEXEC)
             err = self.load_script(task, bprm)
             if err:
                 return err
-        return _neg(E.ELOOP)
+        return neg(E.ELOOP)
 
     def load_script(self, task, bprm: Binprm) -> int:
         """binfmt_script: argv[0] replaced by interpreter [argument] script-path, and the
@@ -382,15 +386,15 @@ class ExecSyscalls:
         try:
             image = parse_elf(data, bprm.file.host_path)
         except EmuError:
-            return _neg(E.ENOEXEC)
+            return neg(E.ENOEXEC)
         if not image.segments:
-            return _neg(E.ENOEXEC)
+            return neg(E.ENOEXEC)
         if image.interp is not None:
             interp = self.open_exec(task, AT_FDCWD, image.interp)
             if isinstance(interp, int):
                 return interp
             if interp.buf[:4] != ELFMAG:
-                return _neg(E.ELIBBAD)
+                return neg(E.ELIBBAD)
         st = bprm.file.st
         cache = self.m.page_cache
         mfile = cache.lookup(st.st_dev, st.st_ino) or MappedFile(

@@ -34,6 +34,10 @@ import struct
 import weakref
 
 from kernel_model.fs.fs_types import Attrs
+from kernel_model.include.linux.errno import neg
+from kernel_model.include.linux.syscalls import fd_arg, syscall
+from kernel_model.include.uapi.linux.fcntl import O_CLOEXEC
+from kernel_model.mm.mm_types import GuestFault
 
 SEEK_SET, SEEK_CUR, SEEK_END = 0, 1, 2
 TCGETS, TCSETS, TCSETSW, TCSETSF, TIOCGWINSZ = 0x5401, 0x5402, 0x5403, 0x5404, 0x5413
@@ -640,3 +644,56 @@ class FdTable:
         if self.users == 0:
             for fd in sorted(self.fds):
                 self.close(fd)
+
+
+def fdget(task, fd: int):
+    """fdget: the open file behind descriptor ``fd`` of the task's process, or None."""
+    return task.process.fds.get(fd_arg(fd))
+
+
+def copy_out(task, buf: int, data) -> int:
+    """A read's result into the reader's buffer: an errno as it is, else the bytes
+    copied and their count (EFAULT for a bad buffer)."""
+    if isinstance(data, int):
+        return data
+    if data:
+        try:
+            task.process.mem.write_user(buf, data)
+        except GuestFault:
+            return neg(E.EFAULT)
+    return len(data)
+
+class FileSyscalls:
+    """dup, dup2 and dup3 (fs/file.c)."""
+
+    @syscall(32, "dup")
+    def sys_dup(self, task, regs, fd, *_):
+        f = task.process.fds.get(fd & 0xFFFFFFFF)
+        if f is None:
+            return neg(E.EBADF)
+        return task.process.fds.install(f, 0)
+
+    @syscall(33, "dup2")
+    def sys_dup2(self, task, regs, old, new, *_):
+        old, new = old & 0xFFFFFFFF, new & 0xFFFFFFFF
+        if old == new:                       # ksys_dup2: only checks that old is open
+            return new if old in task.process.fds else neg(E.EBADF)
+        return self._dup3(task, old, new, 0)
+
+    @syscall(292, "dup3")
+    def sys_dup3(self, task, regs, old, new, flags, *_):
+        old, new = old & 0xFFFFFFFF, new & 0xFFFFFFFF
+        if flags & ~O_CLOEXEC & 0xFFFFFFFF:
+            return neg(E.EINVAL)
+        if old == new:
+            return neg(E.EINVAL)
+        return self._dup3(task, old, new, flags)
+
+    def _dup3(self, task, old: int, new: int, flags: int) -> int:
+        table = task.process.fds
+        if new >= table.limit:
+            return neg(E.EBADF)
+        f = table.get(old)
+        if f is None:
+            return neg(E.EBADF)
+        return table.replace(new, f, bool(flags & O_CLOEXEC))

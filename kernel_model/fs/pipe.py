@@ -4,7 +4,7 @@ Each end is an open file description (:class:`PipeEnd`); ``readers``/``writers``
 the descriptions of each end still open (fork and dup share a description, so they do
 not add one, as in the kernel).  The buffer holds at most ``PIPE_DEF_SIZE`` bytes (16
 pages, Linux's default).  The ends never sleep themselves: an operation that would
-block answers -EAGAIN and the syscall layer (:mod:`kernel_model.fs.fd_syscalls`) puts the task to
+block answers -EAGAIN and the syscall layer (:class:`PipeSyscalls` below) puts the task to
 sleep on the pipe's wait queue, a list of callables run by :meth:`Pipe.wake_up` whenever
 the pipe's state changes (``wake_up_interruptible_all(&pipe->rd_wait / wr_wait)``).
 """
@@ -15,12 +15,18 @@ import errno as E
 import stat as S
 import struct
 
-from kernel_model.fs.file import PIPE_DEV, OpenFile, stat_bytes
+from kernel_model.fs.file import PIPE_DEV, OpenFile, copy_out, stat_bytes
+from kernel_model.include.linux.errno import ERESTARTSYS, neg
+from kernel_model.include.linux.syscalls import syscall
+from kernel_model.include.uapi.linux.fcntl import O_CLOEXEC, O_DIRECT, O_NONBLOCK
+from kernel_model.kernel.wait import sleep_on, still_asleep
+from kernel_model.mm.mm_types import GuestFault
 
 PIPE_BUF = 4096                   # writes up to this size are atomic
 PIPE_DEF_SIZE = 16 * 4096         # PIPE_DEF_BUFFERS pages
 FIONREAD = 0x541B
-O_NONBLOCK = 0o4000
+SIGPIPE = 13
+PIPE_INO_BASE = 0x10000            # the first pipe's inode number
 POLLIN, POLLPRI, POLLOUT, POLLERR, POLLHUP, POLLNVAL = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20
 POLLRDNORM, POLLRDBAND, POLLWRNORM, POLLWRBAND = 0x40, 0x80, 0x100, 0x200
 
@@ -142,3 +148,100 @@ class PipeEnd(OpenFile):
             return -E.ENOTTY
         mem.write_user(arg, struct.pack("<i", len(self.pipe.buf)))
         return 0
+
+class PipeSyscalls:
+    """pipe and pipe2 (fs/pipe.c), and the sleeping halves of read and write on a pipe."""
+
+    def __init__(self, m=None):
+        self.m = m
+        self.ino = PIPE_INO_BASE
+
+    @syscall(22, "pipe")
+    def sys_pipe(self, task, regs, fds, *_):
+        return self.sys_pipe2(task, regs, fds, 0)
+
+    @syscall(293, "pipe2")
+    def sys_pipe2(self, task, regs, fds, flags, *_):
+        """do_pipe2: two descriptions on one new pipe; nothing stays installed when the
+        descriptors cannot be copied out."""
+        if flags & ~(O_CLOEXEC | O_NONBLOCK | O_DIRECT) & 0xFFFFFFFF:
+            return neg(E.EINVAL)
+        table = task.process.fds
+        self.ino += 1
+        pipe = Pipe(self.ino)
+        status = flags & (O_NONBLOCK | O_DIRECT)
+        cloexec = bool(flags & O_CLOEXEC)
+        rd = table.install(PipeEnd(pipe, False, status), 0, cloexec)
+        if rd < 0:
+            return rd
+        wr = table.install(PipeEnd(pipe, True, status), 0, cloexec)
+        if wr < 0:
+            table.close(rd)
+            return wr
+        try:
+            task.process.mem.write_user(fds, struct.pack("<ii", rd, wr))
+        except GuestFault:
+            table.close(rd)
+            table.close(wr)
+            return neg(E.EFAULT)
+        return 0
+
+    def pipe_read(self, task, f: PipeEnd, buf: int, count: int) -> int | None:
+        """pipe_read: buffered bytes now, end of file, -EAGAIN on O_NONBLOCK, or sleep
+        until a writer writes or the last one goes."""
+        res = f.read(count)
+        if res != -E.EAGAIN or f.nonblock:
+            return copy_out(task, buf, res)
+
+        token = sleep_on(task)
+
+        def retry() -> bool:
+            if not still_asleep(task, token):
+                return True                  # the task died or was woken otherwise
+            got = f.read(count)
+            if got == -E.EAGAIN:
+                return False
+            self.m.wake(task, copy_out(task, buf, got))
+            return True
+
+        f.pipe.wait(retry)
+        self.m.block(task, "pipe_read", interrupt=neg(ERESTARTSYS))
+        return None
+
+    def pipe_write(self, task, f: PipeEnd, data: bytes) -> int | None:
+        """pipe_write: a blocking write returns once every byte is in the pipe (sleeping
+        while it is full); EPIPE and SIGPIPE when no reader is left, or the count
+        written so far."""
+        done = self._write_some(task, f, data, 0)
+        if isinstance(done, int):
+            return done
+        state = {"written": done[0]}
+        token = sleep_on(task)
+
+        def retry() -> bool:
+            if not still_asleep(task, token):
+                return True
+            res = self._write_some(task, f, data, state["written"])
+            if isinstance(res, tuple):
+                state["written"] = res[0]
+                return False
+            self.m.wake(task, res)
+            return True
+
+        f.pipe.wait(retry)
+        # pipe_write: a signal ends the wait with the count written so far, if any
+        self.m.block(task, "pipe_write", interrupt=lambda: state["written"] or neg(ERESTARTSYS))
+        return None
+
+    def _write_some(self, task, f: PipeEnd, data: bytes, written: int):
+        """Write what fits from ``written`` on: the final result (count or errno), or
+        ``(written,)`` when the rest must wait for room."""
+        while written < len(data):
+            n = f.write(data[written:])
+            if n == -E.EPIPE:
+                self.m.send_sig(task, SIGPIPE, detail="write to a pipe with no reader")
+                return written or neg(E.EPIPE)
+            if n == -E.EAGAIN:
+                return (written or neg(E.EAGAIN)) if f.nonblock else (written,)
+            written += n
+        return written

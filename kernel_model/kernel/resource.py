@@ -1,8 +1,7 @@
 """Resource limits (kernel/sys.c: do_prlimit, getrlimit/setrlimit/prlimit64).
 
-A mixin of :class:`kernel_model.kernel.syscalls.Syscalls`.  Each process holds its ``signal->rlim``
-(:attr:`kernel_model.kernel.task.Process.rlimits`), copied at fork and kept across exec; a new machine
-starts with the kernel's ``INIT_RLIMITS`` (include/asm-generic/resource.h), the
+Each process holds its ``signal->rlim`` (:attr:`kernel_model.kernel.task.Process.rlimits`),
+copied at fork and kept across exec; a new machine starts with the kernel's ``INIT_RLIMITS`` (include/asm-generic/resource.h), the
 process-count limits sized from the modeled RAM as ``set_max_threads`` does.
 
 What a limit changes in the model: RLIMIT_NOFILE bounds the descriptor numbers
@@ -14,6 +13,8 @@ from __future__ import annotations
 
 import errno as E
 import struct
+
+from kernel_model.include.linux.syscalls import pid_t, syscall
 
 RLIM_INFINITY = 0xFFFFFFFFFFFFFFFF
 (RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_DATA, RLIMIT_STACK, RLIMIT_CORE, RLIMIT_RSS, RLIMIT_NPROC,
@@ -45,13 +46,12 @@ def init_rlimits(mem_total: int) -> list[tuple[int, int]]:
     return limits
 
 
-def _pid(value: int) -> int:
-    value &= 0xFFFFFFFF
-    return value - (1 << 32) if value >> 31 else value
+class RlimitSyscalls:
+    """getrlimit/setrlimit/prlimit64 on each process's ``signal->rlim``."""
 
-
-class LimitSyscalls:
-    """Mixin of :class:`kernel_model.kernel.syscalls.Syscalls` (``self.m`` is the machine)."""
+    def __init__(self, sc):
+        self.m = sc.m
+        self.mem_total = sc.mem_total
 
     def rlimits_of(self, proc) -> list[tuple[int, int]]:
         if proc.rlimits is None:
@@ -81,7 +81,7 @@ class LimitSyscalls:
     def _target(self, task, pid: int):
         """prlimit64's pid: 0 is the caller, else any guest process (the caller has
         the same credentials as every guest process: check_prlimit_permission passes)."""
-        pid = _pid(pid)
+        pid = pid_t(pid)
         if pid == 0 or pid == task.process.pid:
             return task.process
         if pid < 0:
@@ -89,26 +89,29 @@ class LimitSyscalls:
         return next((p for p in self.m.processes if p.pid == pid and p.exit_result is None), None) or \
             next((t.process for p in self.m.processes for t in p.tasks if t.tid == pid), None)
 
+    @syscall(302, "prlimit64")
     def sys_prlimit64(self, task, regs, pid, resource, new, old, *_):
         proc = self._target(task, pid)
         if proc is None:
             return -E.ESRCH
-        want = struct.unpack("<QQ", self.mem.read_user(new, 16)) if new else None
+        want = struct.unpack("<QQ", self.m.mem.read_user(new, 16)) if new else None
         got = self.do_prlimit(task, proc, resource & 0xFFFFFFFF, want)
         if isinstance(got, int):
             return got
         if old:
-            self.mem.write_user(old, struct.pack("<QQ", *got))
+            self.m.mem.write_user(old, struct.pack("<QQ", *got))
         return 0
 
+    @syscall(97, "getrlimit")
     def sys_getrlimit(self, task, regs, resource, old, *_):
         got = self.do_prlimit(task, task.process, resource & 0xFFFFFFFF, None)
         if isinstance(got, int):
             return got
-        self.mem.write_user(old, struct.pack("<QQ", *got))
+        self.m.mem.write_user(old, struct.pack("<QQ", *got))
         return 0
 
+    @syscall(160, "setrlimit")
     def sys_setrlimit(self, task, regs, resource, new, *_):
-        want = struct.unpack("<QQ", self.mem.read_user(new, 16))
+        want = struct.unpack("<QQ", self.m.mem.read_user(new, 16))
         got = self.do_prlimit(task, task.process, resource & 0xFFFFFFFF, want)
         return got if isinstance(got, int) else 0

@@ -1,12 +1,13 @@
 """Signal syscalls: sending (kill, tgkill, tkill), actions and masks (rt_sigaction,
 rt_sigprocmask, rt_sigpending), waiting (rt_sigsuspend, pause), rt_sigreturn,
-sigaltstack, and the SIGCHLD a parent gets when a child exits.
+sigaltstack, restart_syscall, and the SIGCHLD a parent gets when a child exits
+(do_notify_parent). The timers that send signals live in
+:mod:`kernel_model.kernel.time`.
 
-A mixin of :class:`kernel_model.kernel.syscalls.Syscalls`, modeling kernel/signal.c.  Sending only
-queues (``Machine.send_sig`` for one task, ``Machine.send_process_sig`` for a process);
-the machine delivers at the task's next exit to user mode, skipping what the task's
-mask blocks (``dequeue_signal``), so a blocked signal pends until rt_sigprocmask,
-rt_sigsuspend or rt_sigreturn unblocks it.
+This models kernel/signal.c. Sending only queues (``Machine.send_sig`` for one task,
+``Machine.send_process_sig`` for a process); the machine delivers at the task's next
+exit to user mode, skipping what the task's mask blocks (``dequeue_signal``), so a
+blocked signal pends until rt_sigprocmask, rt_sigsuspend or rt_sigreturn unblocks it.
 """
 
 from __future__ import annotations
@@ -15,37 +16,29 @@ import errno as E
 import struct
 
 from kernel_model.arch.x86.kernel.fpu import USER_XFEATURES
-from kernel_model.mm.mm_types import GuestFault
-from kernel_model.kernel.fork import pid_t
-from kernel_model.arch.x86.kernel.signal import (IGNORED_BY_DEFAULT, MINSIGSTKSZ, SI_TKILL, SIG_DFL, SIG_IGN, SS_AUTODISARM,
-                            SS_DISABLE, SS_ONSTACK, on_sig_stack, pack_stack_t, parse_sigaction,
-                            read_sigframe_fpstate, restore_frame, saved_altstack, siginfo)
+from kernel_model.arch.x86.kernel.signal import (IGNORED_BY_DEFAULT, MINSIGSTKSZ, SIG_DFL, SIG_IGN, SI_TKILL,
+                                                 SS_AUTODISARM, SS_DISABLE, SS_ONSTACK, on_sig_stack,
+                                                 pack_stack_t, parse_sigaction, read_sigframe_fpstate,
+                                                 restore_frame, saved_altstack, siginfo)
+from kernel_model.include.linux.errno import ERESTARTNOHAND, neg
+from kernel_model.include.linux.syscalls import pid_t, syscall
 from kernel_model.kernel.signals import RunResult
+from kernel_model.kernel.time.timekeeping import NSEC
+from kernel_model.mm.mm_types import GuestFault
+from kernel_model.kernel.time.timekeeping import INSN_NS  # noqa: F401 - where emu.machine takes it from
 
 SI_USER = 0
 CLD_EXITED, CLD_KILLED = 1, 2
-SIGCHLD = 17
 UNBLOCKABLE = (1 << 8) | (1 << 18)          # SIGKILL, SIGSTOP
 SIG_BLOCK, SIG_UNBLOCK, SIG_SETMASK = 0, 1, 2
 SIGALRM, SI_KERNEL = 14, 0x80
-ITIMER_REAL = 0
-TIMER_ABSTIME = 1
-NSEC, USEC = 1_000_000_000, 1_000
-CLOCK_EPOCH_NS = 1_767_225_600 * NSEC        # kernel_model.kernel.syscalls' CLOCK_REALTIME at boot
-# include/linux/errno.h: the restart requests arch_do_signal_or_restart acts on
-ERESTARTNOHAND, ERESTART_RESTARTBLOCK = 514, 516
-INSN_NS = 1                                   # virtual time one guest instruction takes
-
-
-def _neg(err: int) -> int:
-    return -err
 
 
 def _bit(sig: int) -> int:
     return 1 << (sig - 1)
 
 
-def _blocked(tasks, sig: int) -> bool:
+def blocked_in(tasks, sig: int) -> bool:
     """Every one of ``tasks`` blocks ``sig`` - in its mask, or in the mask it had
     before rt_sigtimedwait opened it (``real_blocked``, which sig_ignored also
     honours)."""
@@ -57,7 +50,11 @@ def _blocked(tasks, sig: int) -> bool:
 class SignalSyscalls:
     """kernel/signal.c on the machine's tasks."""
 
-    # -- sending ----------------------------------------------------------------------
+    def __init__(self, sc):
+        self.m = sc.m
+        self.clock = sc.clock
+
+    @syscall(62, "kill")
     def sys_kill(self, task, regs, pid, sig, *_):
         """kill_something_info: pid > 0 one process; 0 the caller's group; -1 every
         process but the caller; < -1 the group -pid."""
@@ -72,29 +69,31 @@ class SignalSyscalls:
         else:
             targets = [p for p in live if p.pgid == -pid]
         if not 0 <= sig <= 64:
-            return _neg(E.EINVAL)
+            return neg(E.EINVAL)
         if not targets:
-            return _neg(E.ESRCH)
+            return neg(E.ESRCH)
         for proc in targets:
             self._send(task, regs, proc, None, sig, SI_USER)
         return 0
 
+    @syscall(234, "tgkill")
     def sys_tgkill(self, task, regs, tgid, tid, sig, *_):
         if pid_t(tgid) <= 0 or pid_t(tid) <= 0:
-            return _neg(E.EINVAL)
+            return neg(E.EINVAL)
         return self._send_to_tid(task, regs, tid, sig, tgid=pid_t(tgid))
 
+    @syscall(200, "tkill")
     def sys_tkill(self, task, regs, tid, sig, *_):
         if pid_t(tid) <= 0:
-            return _neg(E.EINVAL)
+            return neg(E.EINVAL)
         return self._send_to_tid(task, regs, tid, sig)
 
     def _send_to_tid(self, task, regs, tid, sig, tgid=None):
         target = next((t for t in self.m.tasks if t.tid == tid & 0xFFFFFFFF), None)
         if target is None or (tgid is not None and target.process.pid != tgid):
-            return _neg(E.ESRCH)
+            return neg(E.ESRCH)
         if not 0 <= sig <= 64:
-            return _neg(E.EINVAL)
+            return neg(E.EINVAL)
         self._send(task, regs, target.process, target, sig, SI_TKILL)
         return 0
 
@@ -107,7 +106,7 @@ class SignalSyscalls:
             return
         handler = parse_sigaction(proc.sigactions.get(sig))[0]
         tasks = [target] if target is not None else [t for t in proc.tasks if t.state != "dead"]
-        blocked = _blocked(tasks, sig)
+        blocked = blocked_in(tasks, sig)
         if not blocked and (handler == SIG_IGN or (handler == SIG_DFL and sig in IGNORED_BY_DEFAULT)):
             return
         regs.rax = 0                     # the syscall's own result, saved in a frame
@@ -124,18 +123,17 @@ class SignalSyscalls:
             if not target.sigmask & _bit(sig):
                 self.m.signal_wake_up(target)
 
-    def child_exited(self, proc) -> None:
+    def do_notify_parent(self, proc) -> None:
         """exit_notify -> do_notify_parent: after the wait bookkeeping, the parent gets
         the child's exit signal (SIGCHLD for fork) with CLD_EXITED/CLD_KILLED, the
         child's pid and status; ignored by default, so only a handler (or a blocked
         mask) sees it."""
-        super().child_exited(proc)
         parent = proc.parent
         if not proc.exit_signal or parent is None or parent.exit_result is not None:
             return
         sig, res = proc.exit_signal, proc.exit_result
         handler = parse_sigaction(parent.sigactions.get(sig))[0]
-        blocked = _blocked([t for t in parent.tasks if t.state != "dead"], sig)
+        blocked = blocked_in([t for t in parent.tasks if t.state != "dead"], sig)
         if not blocked and (handler == SIG_IGN or (handler == SIG_DFL and sig in IGNORED_BY_DEFAULT)):
             return
         code, status = (CLD_EXITED, res.exit_code) if res.reason == "exit" else (CLD_KILLED, res.signal)
@@ -143,190 +141,31 @@ class SignalSyscalls:
         self.m.send_process_sig(parent, sig, detail=f"child {proc.pid} exited", code=code,
                                 info=info.ljust(128, b"\0"))
 
-    # -- timers on the virtual clock ------------------------------------------------------
-    def run_timers(self) -> bool:
-        """it_real_fn: every process whose ITIMER_REAL expired at the current virtual
-        time gets SIGALRM (SI_KERNEL); a periodic timer re-arms.  True if one fired."""
-        fired = False
-        for proc in self.m.processes:
-            timer = proc.real_timer
-            if proc.exit_result is not None or timer is None or timer[0] > self.clock_ns:
-                continue
-            expires, interval = timer
-            proc.real_timer = (expires + interval, interval) if interval else None
-            if interval and proc.real_timer[0] <= self.clock_ns:       # catch up, one signal
-                skipped = (self.clock_ns - expires) // interval
-                proc.real_timer = (expires + (skipped + 1) * interval, interval)
-            self._send_kernel(proc, SIGALRM)
-            fired = True
-        return fired
-
-    def next_timer_ns(self) -> int | None:
-        """The earliest ITIMER_REAL expiry or rt_sigtimedwait deadline, or None."""
-        live = [p.real_timer[0] for p in self.m.processes
-                if p.exit_result is None and p.real_timer is not None]
-        waits = [t.sigwait[1] for t in self.m.tasks
-                 if t.state == "blocked" and t.sigwait and t.sigwait[1] is not None]
-        return min(live + waits, default=None)
-
-    def cpu_time_passes(self, insns: int) -> None:
-        """A task ran ``insns`` instructions while others may sleep: the virtual clock
-        moves INSN_NS per instruction, and the sleeps, rt_sigtimedwait timeouts and
-        ITIMER_REAL timers due by then expire - a task spinning until a sleeping one
-        wakes up lets it wake, as time passes on a real CPU."""
-        if not insns:
-            return
-        self.clock_ns += insns * INSN_NS
-        self.expire_due()
-        self._expire_sigwaits()
-        self.run_timers()
-
-    def _expire_sigwaits(self) -> bool:
+    def expire_sigwaits(self) -> bool:
         """rt_sigtimedwait sleepers whose timeout passed answer -EAGAIN."""
         woke = False
         for t in [t for t in self.m.tasks if t.state == "blocked" and t.sigwait and t.sigwait[1] is not None]:
-            if t.sigwait[1] <= self.clock_ns:
-                self.m.wake(t, _neg(E.EAGAIN))        # the wait timed out
+            if t.sigwait[1] <= self.clock.ns:
+                self.m.wake(t, neg(E.EAGAIN))        # the wait timed out
                 woke = True
         return woke
 
-    def idle_wakeup(self) -> bool:
-        """Every task sleeps: jump the virtual clock to the next timer expiry (as an
-        idle CPU would wait for it) and fire it.  False when no timer is armed."""
-        nxt = self.next_timer_ns()
-        if nxt is None:
-            return False
-        self.clock_ns = max(self.clock_ns, nxt)
-        fired = self.run_timers()
-        return self._expire_sigwaits() or fired
-
-    def _send_kernel(self, proc, sig) -> None:
-        """A kernel-originated process signal (SEND_SIG_PRIV): prepare_signal drops it
-        when ignored; SIG_DFL SIGALRM terminates."""
-        handler = parse_sigaction(proc.sigactions.get(sig))[0]
-        blocked = _blocked([t for t in proc.tasks if t.state != "dead"], sig)
-        if not blocked and (handler == SIG_IGN or (handler == SIG_DFL and sig in IGNORED_BY_DEFAULT)):
-            return
-        self.m.send_process_sig(proc, sig, detail="timer expired", code=SI_KERNEL,
-                                info=siginfo(sig, SI_KERNEL, None, 0))
-
-    def _itimer_value(self, proc) -> tuple[int, int]:
-        """(remaining ns, interval ns) of the process's ITIMER_REAL."""
-        if proc.real_timer is None:
-            return 0, 0
-        expires, interval = proc.real_timer
-        return max(expires - self.clock_ns, 1), interval
-
-    def sys_alarm(self, task, regs, seconds, *_):
-        """alarm_setitimer: returns the old timer's seconds, rounded to nearest (a
-        timer under a second left counts as one)."""
-        left, _ = self._itimer_value(task.process)
-        seconds &= 0xFFFFFFFF
-        task.process.real_timer = (self.clock_ns + seconds * NSEC, 0) if seconds else None
-        secs, rest = divmod(left, NSEC)
-        return secs + (1 if (not secs and rest) or rest >= NSEC // 2 else 0)
-
-    def sys_getitimer(self, task, regs, which, value, *_):
-        if which != ITIMER_REAL:
-            return _neg(E.EINVAL)
-        self._write_itimerval(value, *self._itimer_value(task.process))
-        return 0
-
-    def sys_setitimer(self, task, regs, which, new, old, *_):
-        """ITIMER_REAL on the virtual clock; ITIMER_VIRTUAL/PROF (CPU time) are not
-        modeled and answer EINVAL."""
-        if which != ITIMER_REAL:
-            return _neg(E.EINVAL)
-        if new:
-            isec, iusec, vsec, vusec = struct.unpack("<qqqq", self.mem.read_user(new, 32))
-            if not (0 <= iusec < 1_000_000 and 0 <= vusec < 1_000_000 and isec >= 0 and vsec >= 0):
-                return _neg(E.EINVAL)
-        if old:
-            self._write_itimerval(old, *self._itimer_value(task.process))
-        if new:
-            value, interval = vsec * NSEC + vusec * USEC, isec * NSEC + iusec * USEC
-            task.process.real_timer = (self.clock_ns + value, interval) if value else None
-        return 0
-
-    def _write_itimerval(self, ptr, value_ns, interval_ns) -> None:
-        usec = lambda ns: divmod(-(-ns // USEC), 1_000_000)       # noqa: E731 - rounded up
-        self.mem.write_user(ptr, struct.pack("<qqqq", *usec(interval_ns), *usec(value_ns)))
-
-    def sys_nanosleep(self, task, regs, req, rem, *_):
-        return self._nanosleep(task, req, rem, absolute_ns=None)
-
-    def sys_clock_nanosleep(self, task, regs, clk, flags, req, rem, *_):
-        if clk not in (0, 1, 7):          # REALTIME, MONOTONIC, BOOTTIME
-            return _neg(E.EINVAL if clk not in (2, 3) else E.ENOTSUP)
-        base = 0 if clk == 0 else CLOCK_EPOCH_NS
-        if flags & TIMER_ABSTIME:
-            return self._nanosleep(task, req, 0, absolute_ns=base)
-        return self._nanosleep(task, req, rem, absolute_ns=None)
-
-    def _nanosleep(self, task, req, rem, absolute_ns) -> int | None:
-        """hrtimer_nanosleep on the virtual clock: validate the request, then sleep
-        until its expiry (relative, or absolute on the clock whose zero is
-        ``absolute_ns`` on the machine's clock)."""
-        sec, nsec = struct.unpack("<qq", self.mem.read_user(req, 16))
-        if sec < 0 or not 0 <= nsec < NSEC:
-            return _neg(E.EINVAL)
-        end = sec * NSEC + nsec + (absolute_ns if absolute_ns is not None else self.clock_ns)
-        return self._sleep_until(task, end, rem, relative=absolute_ns is None)
-
-    def _sleep_until(self, task, end: int, rem: int, relative: bool) -> int | None:
-        """do_nanosleep: sleep until the virtual clock reaches ``end`` (it moves there
-        when every task sleeps, see ``idle``); other tasks run meanwhile.  A signal
-        wakes it early: an absolute sleep returns -ERESTARTNOHAND, a relative one
-        writes the time left to ``rem`` (nanosleep_copyout) and returns
-        -ERESTART_RESTARTBLOCK, whose restart_syscall sleeps on to the same expiry
-        (hrtimer_nanosleep_restart)."""
-        if end <= self.clock_ns:
-            self.m.yield_cpu()
-            return 0
-        state = {"done": False}
-        token = self._sleep_on(task)
-
-        def expire() -> None:
-            if not state["done"] and self._still_asleep(task, token):
-                state["done"] = True
-                self.m.wake(task, 0)
-
-        def interrupted() -> int:
-            state["done"] = True
-            if not relative:
-                return _neg(ERESTARTNOHAND)
-            left = end - self.clock_ns
-            if left <= 0:
-                return 0
-            if rem:
-                try:
-                    task.process.mem.write_user(rem, struct.pack("<qq", *divmod(left, NSEC)))
-                except GuestFault:
-                    return _neg(E.EFAULT)
-            task.restart_block = lambda t: self._sleep_until(t, end, rem, relative=True)
-            return _neg(ERESTART_RESTARTBLOCK)
-
-        pending = self._timeouts()
-        pending[:] = [e for e in pending if not e[3]["done"]]
-        pending.append((end, task.tid, expire, state))
-        self.m.block(task, "nanosleep", interrupt=interrupted)
-        return None
-
+    @syscall(219, "restart_syscall")
     def sys_restart_syscall(self, task, regs, *_):
         """restart_syscall: continue the interrupted sleep the task's restart_block
         describes; with none (do_no_restart_syscall) -EINTR."""
         fn, task.restart_block = task.restart_block, None
-        return _neg(E.EINTR) if fn is None else fn(task)
+        return neg(E.EINTR) if fn is None else fn(task)
 
-    # -- actions and masks ------------------------------------------------------------
+    @syscall(13, "rt_sigaction")
     def sys_rt_sigaction(self, task, regs, sig, act, oldact, sigsetsize, *_):
         if sigsetsize != 8 or not 1 <= sig <= 64 or sig in (9, 19):
-            return _neg(E.EINVAL)
+            return neg(E.EINVAL)
         actions = task.process.sigactions
         if oldact:
-            self.mem.write_user(oldact, actions.get(sig, b"\0" * 32))
+            self.m.mem.write_user(oldact, actions.get(sig, b"\0" * 32))
         if act:
-            actions[sig] = self.mem.read_user(act, 32)
+            actions[sig] = self.m.mem.read_user(act, 32)
             handler = parse_sigaction(actions[sig])[0]
             if handler == SIG_IGN or (handler == SIG_DFL and sig in IGNORED_BY_DEFAULT):
                 self._flush_pending(task.process, sig)
@@ -340,16 +179,17 @@ class SignalSyscalls:
         for t in proc.tasks:
             t.pending_signals[:] = [p for p in t.pending_signals if p.signo != sig]
 
+    @syscall(14, "rt_sigprocmask")
     def sys_rt_sigprocmask(self, task, regs, how, nset, oset, sigsetsize, *_):
         """The new mask applies at once: a signal it unblocks is delivered as this
         syscall returns (the machine's exit-to-user path)."""
         if sigsetsize != 8:
-            return _neg(E.EINVAL)
-        new = self.mem.read_u64(nset) if nset else None
+            return neg(E.EINVAL)
+        new = self.m.mem.read_u64(nset) if nset else None
         if new is not None and how not in (SIG_BLOCK, SIG_UNBLOCK, SIG_SETMASK):
-            return _neg(E.EINVAL)
+            return neg(E.EINVAL)
         if oset:
-            self.mem.write_u64(oset, task.sigmask)
+            self.m.mem.write_u64(oset, task.sigmask)
         if new is not None:
             if how == SIG_BLOCK:
                 task.sigmask |= new
@@ -360,27 +200,29 @@ class SignalSyscalls:
             task.sigmask &= ~UNBLOCKABLE
         return 0
 
+    @syscall(127, "rt_sigpending")
     def sys_rt_sigpending(self, task, regs, uset, sigsetsize, *_):
         """do_sigpending: the blocked signals pending on the task or its process."""
         if sigsetsize > 8:
-            return _neg(E.EINVAL)
+            return neg(E.EINVAL)
         bits = self.m.pending_set(task) & task.sigmask
-        self.mem.write_user(uset, struct.pack("<Q", bits)[:sigsetsize])
+        self.m.mem.write_user(uset, struct.pack("<Q", bits)[:sigsetsize])
         return 0
 
-    # -- waiting ----------------------------------------------------------------------
+    @syscall(130, "rt_sigsuspend")
     def sys_rt_sigsuspend(self, task, regs, uset, sigsetsize, *_):
         """Install the mask and sleep until a signal is delivered; -EINTR, and the
         handler's frame saves the mask from before the call (set_restore_sigmask)."""
         if sigsetsize != 8:
-            return _neg(E.EINVAL)
-        new = self.mem.read_u64(uset) & ~UNBLOCKABLE
+            return neg(E.EINVAL)
+        new = self.m.mem.read_u64(uset) & ~UNBLOCKABLE
         task.saved_sigmask, task.sigmask = task.sigmask, new
         if self.m.signal_pending(task):
-            return _neg(ERESTARTNOHAND)
-        self.m.block(task, "sigsuspend", interrupt=_neg(ERESTARTNOHAND))
+            return neg(ERESTARTNOHAND)
+        self.m.block(task, "sigsuspend", interrupt=neg(ERESTARTNOHAND))
         return None
 
+    @syscall(128, "rt_sigtimedwait")
     def sys_rt_sigtimedwait(self, task, regs, uthese, uinfo, uts, sigsetsize, *_):
         """do_sigtimedwait: take a pending signal of the set (blocked or not) without
         running its handler and return its number, its siginfo in ``uinfo``.  With none
@@ -388,25 +230,25 @@ class SignalSyscalls:
         (real_blocked kept) until one arrives or the timeout passes on the virtual
         clock (-EAGAIN); another unblocked signal interrupts it (-EINTR)."""
         if sigsetsize != 8:
-            return _neg(E.EINVAL)
-        wanted = self.mem.read_u64(uthese) & ~UNBLOCKABLE
+            return neg(E.EINVAL)
+        wanted = self.m.mem.read_u64(uthese) & ~UNBLOCKABLE
         deadline = None
         if uts:
-            sec, nsec = struct.unpack("<qq", self.mem.read_user(uts, 16))
+            sec, nsec = struct.unpack("<qq", self.m.mem.read_user(uts, 16))
             if sec < 0 or not 0 <= nsec < NSEC:
-                return _neg(E.EINVAL)
-            deadline = self.clock_ns + sec * NSEC + nsec
+                return neg(E.EINVAL)
+            deadline = self.clock.ns + sec * NSEC + nsec
         got = self.m.dequeue_signal(task, wanted)
         if got is not None:
             return self._sigwait_result(task, got, uinfo)
-        if deadline == self.clock_ns:
-            return _neg(E.EAGAIN)
+        if deadline == self.clock.ns:
+            return neg(E.EAGAIN)
         if self.m.signal_pending(task):
-            return _neg(E.EINTR)             # another unblocked signal is already there
+            return neg(E.EINTR)             # another unblocked signal is already there
         task.sigwait = (wanted, deadline, uinfo, task.sigmask)
         task.sigmask &= ~wanted
         task.on_resume = lambda: self._sigwait_resume(task)
-        self.m.block(task, "sigtimedwait", interrupt=_neg(E.EINTR))
+        self.m.block(task, "sigtimedwait", interrupt=neg(E.EINTR))
         return None
 
     def _sigwait_resume(self, task) -> None:
@@ -427,21 +269,23 @@ class SignalSyscalls:
             task.process.mem.write_user(uinfo, info)
         return sig.signo
 
+    @syscall(34, "pause")
     def sys_pause(self, task, regs, *_):
         """Sleep until a signal is delivered: -ERESTARTNOHAND, which a handler turns
         into EINTR and an ignored signal into another pause."""
         if self.m.signal_pending(task):
-            return _neg(ERESTARTNOHAND)
-        self.m.block(task, "pause", interrupt=_neg(ERESTARTNOHAND))
+            return neg(ERESTARTNOHAND)
+        self.m.block(task, "pause", interrupt=neg(ERESTARTNOHAND))
         return None
 
+    @syscall(15, "rt_sigreturn")
     def sys_rt_sigreturn(self, task, regs, *_):
         """Restore the registers, mask and alternate stack saved in the rt_sigframe;
         the task resumes where the signal interrupted it (the full pt_regs path)."""
         uc = regs.rsp
         try:
-            saved_ss = saved_altstack(self.mem, uc)
-            mask, fp_at = restore_frame(self.mem, regs)
+            saved_ss = saved_altstack(self.m.mem, uc)
+            mask, fp_at = restore_frame(self.m.mem, regs)
             task.sigmask = mask & ~UNBLOCKABLE
             fpu_ok = self._fpu_restore_sig(fp_at)
         except GuestFault:
@@ -462,7 +306,7 @@ class SignalSyscalls:
         if not fp_at:
             m.fpu_init()
             return True
-        saved = read_sigframe_fpstate(self.mem, fp_at)
+        saved = read_sigframe_fpstate(self.m.mem, fp_at)
         if not m.fpu_restore(saved.image, saved.xfeatures, fx_only=saved.fx_only):
             m.fpu_init()
             return False
@@ -470,13 +314,14 @@ class SignalSyscalls:
             m.fpu_init(USER_XFEATURES & ~saved.xfeatures)
         return True
 
+    @syscall(131, "sigaltstack")
     def sys_sigaltstack(self, task, regs, ss, old, *_):
         """do_sigaltstack: report the alternate stack (SS_ONSTACK while on it), then
         install the new one: EPERM while running on it, EINVAL for an unknown mode,
         ENOMEM under MINSIGSTKSZ."""
-        new = struct.unpack("<QIxxxxQ", self.mem.read_user(ss, 24)) if ss else None
+        new = struct.unpack("<QIxxxxQ", self.m.mem.read_user(ss, 24)) if ss else None
         if old:
-            self.mem.write_user(old, pack_stack_t(task.sigaltstack, regs.rsp))
+            self.m.mem.write_user(old, pack_stack_t(task.sigaltstack, regs.rsp))
         if new is None:
             return 0
         return self._do_sigaltstack(task, regs.rsp, *new)
@@ -484,14 +329,14 @@ class SignalSyscalls:
     @staticmethod
     def _do_sigaltstack(task, sp, ss_sp, ss_flags, ss_size) -> int:
         if on_sig_stack(task.sigaltstack, sp):
-            return _neg(E.EPERM)
+            return neg(E.EPERM)
         mode = ss_flags & ~SS_AUTODISARM
         if mode not in (SS_DISABLE, SS_ONSTACK, 0):
-            return _neg(E.EINVAL)
+            return neg(E.EINVAL)
         if mode == SS_DISABLE:
             task.sigaltstack = None
             return 0
         if ss_size < MINSIGSTKSZ:
-            return _neg(E.ENOMEM)
+            return neg(E.ENOMEM)
         task.sigaltstack = (ss_sp, ss_size, ss_flags & SS_AUTODISARM)
         return 0

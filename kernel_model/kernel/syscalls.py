@@ -1,11 +1,20 @@
-"""The Linux x86_64 syscall ABI and the ordinary syscalls a static guest needs.
+"""One machine's syscalls: the Linux x86_64 syscall ABI, the dispatch table and the state
+the subsystems share.
 
 Arguments come in rdi, rsi, rdx, r10, r8, r9; the result goes to rax (negative errno on
 failure).  The machine has already done what the ``syscall`` instruction does (rcx, r11).
-Only modeled syscalls exist: anything else returns -ENOSYS and is counted and reported by
-number and name.  Guests see the host's files through a filesystem view: a read-only
-sysroot, writable granted directories, modeled /proc (see :mod:`kernel_model.fs.namei`).  Descriptors and open files
+Only modeled syscalls exist: the table is built from the handlers registered with
+``@syscall`` in their subsystems (:mod:`kernel_model.arch.x86.entry.syscall_table`);
+anything else returns -ENOSYS and is counted and reported by number and name.  Guests
+see the host's files through a filesystem view: a read-only sysroot, writable granted
+directories, modeled /proc (see :mod:`kernel_model.fs.namei`).  Descriptors and open files
 are :mod:`kernel_model.fs.file` objects: a per-process table of refcounted descriptions.
+
+Each subsystem is a component object holding its own state; what several share lives
+here, on explicit objects: the filesystem view (``vfs``, ``procfs``, ``devfs``), the
+virtual clock (``clock``), the deadlines of sleeping syscalls (``timeouts``), the seeded
+random generator (``rng``) and the modeled RAM (``mem_total``).  The machine drives time
+through this object too (``cpu_time_passes``, ``idle``).
 """
 
 from __future__ import annotations
@@ -13,50 +22,57 @@ from __future__ import annotations
 import errno as E
 import os
 import random
-import struct
 
-
+from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES, SYSCALL_NUMBERS
+from kernel_model.arch.x86.entry.syscall_table import build_table
+from kernel_model.arch.x86.kernel.process_64 import ArchPrctlSyscalls
+from kernel_model.block.ioprio import IoprioSyscalls
+from kernel_model.drivers.char.random import RandomSyscalls
+from kernel_model.drivers.tty.n_tty import HostReads
 from kernel_model.errors import InputError
-from kernel_model.fs.exec import ExecSyscalls
-from kernel_model.fs.fd_syscalls import FdSyscalls
-from kernel_model.fs.file import FdTable, HostInput, OpenFile, OutputSink, PipeInput
+from kernel_model.fs.d_path import DPathSyscalls
 from kernel_model.fs.dev import DevFs
-from kernel_model.fs.fs_syscalls import FsSyscalls
-from kernel_model.kernel.sys import IdentitySyscalls
-from kernel_model.kernel.resource import LimitSyscalls
-from kernel_model.kernel.sys_pgrp import MiscSyscalls
-from kernel_model.mm.mmap import MmSyscalls
-from kernel_model.mm.mm_types import PAGE_SIZE, PROT_READ, PROT_WRITE, TASK_SIZE, GuestFault, MemoryLimitExceeded, page_up
-from kernel_model.kernel.fork import ProcessSyscalls
-from kernel_model.fs.proc.procfs import ProcFs
-from kernel_model.kernel.signal import SignalSyscalls
-from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
+from kernel_model.fs.exec import ExecSyscalls
+from kernel_model.fs.fcntl import FcntlSyscalls
+from kernel_model.fs.file import FdTable, FileSyscalls, HostInput, OutputSink, PipeInput
+from kernel_model.fs.ioctl import IoctlSyscalls
 from kernel_model.fs.namei import EmptyDir, Vfs
+from kernel_model.fs.namei_syscalls import NameiSyscalls
+from kernel_model.fs.open import OpenSyscalls
+from kernel_model.fs.pipe import PipeSyscalls
+from kernel_model.fs.proc.procfs import ProcFs
+from kernel_model.fs.read_write import ReadWriteSyscalls
+from kernel_model.fs.readdir import ReaddirSyscalls
+from kernel_model.fs.select import SelectSyscalls
+from kernel_model.fs.stat import StatSyscalls
+from kernel_model.fs.sync import SyncSyscalls
+from kernel_model.fs.utimes import UtimesSyscalls
+from kernel_model.include.linux.errno import neg
+from kernel_model.kernel.cred import CredSyscalls
+from kernel_model.kernel.exec_domain import PersonalitySyscalls
+from kernel_model.kernel.exit import ExitSyscalls
+from kernel_model.kernel.fork import ProcessSyscalls
+from kernel_model.kernel.futex import FutexSyscalls
+from kernel_model.kernel.resource import RlimitSyscalls
+from kernel_model.kernel.rseq import RseqSyscalls
+from kernel_model.kernel.sched_syscalls import SchedSyscalls
+from kernel_model.kernel.signal import SignalSyscalls
+from kernel_model.kernel.sys import SysSyscalls
+from kernel_model.kernel.time.hrtimer import HrtimerSyscalls
+from kernel_model.kernel.time.itimer import ItimerSyscalls
+from kernel_model.kernel.time.time import TimeSyscalls
+from kernel_model.kernel.time.timekeeping import INSN_NS, Timeouts, VirtualClock
+from kernel_model.mm.madvise import MadviseSyscalls
+from kernel_model.mm.mm_types import PAGE_SIZE, GuestFault
+from kernel_model.mm.mmap import MmapSyscalls
+from kernel_model.mm.mprotect import MprotectSyscalls
+from kernel_model.mm.mremap import MremapSyscalls
+from kernel_model.net.socket import SocketSyscalls
 
-MADV_DONTNEED = 4
-# madvise_behavior_valid(): the advice values the kernel accepts
-MADV_VALID = frozenset((0, 1, 2, 3, 4, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
-                        23, 24, 25, 100, 101, 102, 103))
-ARCH_SET_GS, ARCH_SET_FS, ARCH_GET_FS, ARCH_GET_GS = 0x1001, 0x1002, 0x1003, 0x1004
-PER_LINUX32, PER_MASK = 0x0008, 0x00FF
 DEFAULT_MEM_TOTAL = 4 << 30                        # the modeled machine's RAM (sysinfo)
-CLOCK_EPOCH_NS = 1_767_225_600 * 1_000_000_000    # 2026-01-01T00:00:00Z
-CLOCK_TICK_NS = 1_000                              # each clock read advances 1 us
-COARSE_RES_NS = 4_000_000                          # CLOCK_*_COARSE resolution: one jiffy at HZ=250
 
 
-def _neg(err: int) -> int:
-    return -err
-
-
-def _fd(value: int) -> int:
-    """A descriptor argument as the kernel reads it: an unsigned int (a negative one
-    matches no slot)."""
-    return value & 0xFFFFFFFF
-
-
-class Syscalls(MmSyscalls, SignalSyscalls, IdentitySyscalls, ProcessSyscalls, ExecSyscalls, FdSyscalls,
-               FsSyscalls, MiscSyscalls, LimitSyscalls):
+class Syscalls:
     """The syscall table of one machine.  ``register(nr, fn)`` adds or overrides an
     entry (the kernel model registers uretprobe/uprobe, 335/336)."""
 
@@ -74,35 +90,49 @@ class Syscalls(MmSyscalls, SignalSyscalls, IdentitySyscalls, ProcessSyscalls, Ex
         machine.main_process.cwd = self._initial_cwd(cwd)
         self.mem_total = mem_total
         self.rng = random.Random(seed)
-        self.clock_ns = CLOCK_EPOCH_NS
-        self.table: dict[int, callable] = {}
-        for nr, name in SYSCALL_NAMES.items():
-            fn = getattr(self, "sys_" + name, None)
-            if fn is not None:
-                self.table[nr] = fn
+        self.clock = VirtualClock()
+        self.timeouts = Timeouts(machine, self.clock)
+        self._make_components()
+        self.table: dict[int, callable] = build_table(self.components)
 
-    def idle(self) -> bool:
-        """Every task sleeps: a task reading the host's stdin waits for it (in wall
-        time, until the next deadline); otherwise the virtual clock moves to the earliest
-        deadline - a poll/select/nanosleep timeout, an ITIMER_REAL expiry or an
-        rt_sigtimedwait timeout - and that sleeper is woken (as an idle CPU waits for the
-        next timer interrupt).
-        False when nothing is pending: the run ends as a deadlock."""
-        poll_at, timer_at = self.next_poll_deadline_ns(), self.next_timer_ns()
-        first = min((t for t in (poll_at, timer_at) if t is not None), default=None)
-        if self.wait_host_input(first):
-            return True                      # host input came before the next deadline
-        if self.interrupted():
-            return False
-        if timer_at is not None and (poll_at is None or timer_at <= poll_at):
-            return self.idle_wakeup() or self.expire_timeouts()
-        return self.expire_timeouts() or self.idle_wakeup()
+    def _make_components(self) -> None:
+        """One component per subsystem, each given the shared objects and the other
+        components it calls (in that order: a component's dependencies first)."""
+        self.namei = NameiSyscalls(self)
+        self.pipes = PipeSyscalls(self.m)
+        self.host_reads = HostReads(self)
+        self.signal = SignalSyscalls(self)
+        self.futex = FutexSyscalls(self)
+        self.exit = ExitSyscalls(self)
+        self.itimers = ItimerSyscalls(self)
+        self.hrtimer = HrtimerSyscalls(self)
+        self.time = TimeSyscalls(self)
+        self.open = OpenSyscalls(self)
+        self.rlimits = RlimitSyscalls(self)
+        self.components = (
+            ArchPrctlSyscalls(self), IoprioSyscalls(self), RandomSyscalls(self),
+            self.namei, self.open, ReadWriteSyscalls(self), StatSyscalls(self), ReaddirSyscalls(self),
+            SyncSyscalls(), DPathSyscalls(self), UtimesSyscalls(self), FcntlSyscalls(), IoctlSyscalls(self),
+            SelectSyscalls(self), FileSyscalls(), self.pipes, ExecSyscalls(self),
+            ProcessSyscalls(self), self.exit, self.futex, SchedSyscalls(self), self.signal, CredSyscalls(self),
+            SysSyscalls(self), PersonalitySyscalls(), self.rlimits, RseqSyscalls(), self.time, self.hrtimer,
+            self.itimers, MmapSyscalls(self), MremapSyscalls(self), MprotectSyscalls(self), MadviseSyscalls(self),
+            SocketSyscalls(),
+        )
 
     def register(self, nr: int, fn) -> None:
         self.table[nr] = fn
 
     def unregister(self, nr: int) -> None:
         self.table.pop(nr, None)
+
+    def __getattr__(self, name: str):
+        """``sys_<name>``: the handler in this machine's table for that syscall, for
+        callers that make one call by name outside the dispatch path (tests)."""
+        nr = SYSCALL_NUMBERS.get(name[4:]) if name.startswith("sys_") else None
+        if nr is None or "table" not in self.__dict__ or nr not in self.table:
+            raise AttributeError(name)
+        return self.table[nr]
 
     # ------------------------------------------------------------------ dispatch
     def dispatch(self, task, regs, nr: int | None = None, args: tuple | None = None) -> None:
@@ -114,22 +144,112 @@ class Syscalls(MmSyscalls, SignalSyscalls, IdentitySyscalls, ProcessSyscalls, Ex
         if fn is None:
             name = SYSCALL_NAMES.get(nr, "?")
             self.m.counters.unknown_syscalls[f"{nr}:{name}"] += 1
-            regs.rax = _neg(E.ENOSYS)
+            regs.rax = neg(E.ENOSYS)
             return
         if args is None:
             args = (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9)
         try:
             ret = fn(task, regs, *args)
         except GuestFault:
-            ret = _neg(E.EFAULT)
+            ret = neg(E.EFAULT)
         if ret is not None:
             regs.rax = ret
+
+    # ------------------------------------------------------------------ time
+    @property
+    def clock_ns(self) -> int:
+        """The virtual clock: CLOCK_REALTIME in ns."""
+        return self.clock.ns
+
+    @clock_ns.setter
+    def clock_ns(self, value: int) -> None:
+        self.clock.ns = value
 
     def boot_clock_ns(self, advance: int = 0) -> int:
         """Nanoseconds since boot on the modeled clock (ftrace's timestamps), after moving
         it ``advance`` ns on: the one clock of the machine, shared with clock_gettime."""
-        self.clock_ns += advance
-        return self.clock_ns - CLOCK_EPOCH_NS
+        return self.clock.boot_clock_ns(advance)
+
+    def next_poll_deadline_ns(self) -> int | None:
+        """The earliest deadline of a sleeping poll, select, nanosleep or futex wait."""
+        return self.timeouts.next_poll_deadline_ns()
+
+    def next_timer_ns(self) -> int | None:
+        """The earliest ITIMER_REAL expiry or rt_sigtimedwait deadline, or None."""
+        live = [p.real_timer[0] for p in self.m.processes
+                if p.exit_result is None and p.real_timer is not None]
+        waits = [t.sigwait[1] for t in self.m.tasks
+                 if t.state == "blocked" and t.sigwait and t.sigwait[1] is not None]
+        return min(live + waits, default=None)
+
+    def cpu_time_passes(self, insns: int) -> None:
+        """A task ran ``insns`` instructions while others may sleep: the virtual clock
+        moves INSN_NS per instruction, and the sleeps, rt_sigtimedwait timeouts and
+        ITIMER_REAL timers due by then expire - a task spinning until a sleeping one
+        wakes up lets it wake, as time passes on a real CPU."""
+        if not insns:
+            return
+        self.clock.ns += insns * INSN_NS
+        self.timeouts.expire_due()
+        self.signal.expire_sigwaits()
+        self.itimers.run_timers()
+
+    def idle_wakeup(self) -> bool:
+        """Every task sleeps: jump the virtual clock to the next timer expiry (as an
+        idle CPU would wait for it) and fire it.  False when no timer is armed."""
+        nxt = self.next_timer_ns()
+        if nxt is None:
+            return False
+        self.clock.ns = max(self.clock.ns, nxt)
+        fired = self.itimers.run_timers()
+        return self.signal.expire_sigwaits() or fired
+
+    def idle(self) -> bool:
+        """Every task sleeps: a task reading the host's stdin waits for it (in wall
+        time, until the next deadline); otherwise the virtual clock moves to the earliest
+        deadline - a poll/select/nanosleep timeout, an ITIMER_REAL expiry or an
+        rt_sigtimedwait timeout - and that sleeper is woken (as an idle CPU waits for the
+        next timer interrupt).
+        False when nothing is pending: the run ends as a deadlock."""
+        poll_at, timer_at = self.next_poll_deadline_ns(), self.next_timer_ns()
+        first = min((t for t in (poll_at, timer_at) if t is not None), default=None)
+        if self.host_reads.wait_host_input(first):
+            return True                      # host input came before the next deadline
+        if self.interrupted():
+            return False
+        if timer_at is not None and (poll_at is None or timer_at <= poll_at):
+            return self.idle_wakeup() or self.timeouts.expire_timeouts()
+        return self.timeouts.expire_timeouts() or self.idle_wakeup()
+
+    def poll_host_waits(self, timeout_ms: int = 0) -> bool:
+        """Complete the host stdin reads whose descriptor became readable."""
+        return self.host_reads.poll_host_waits(timeout_ms)
+
+    def interrupted(self) -> bool:
+        """Must a waiting read give up?  The run's timeout fired (Unicorn's timer
+        thread) or a stop / Ctrl-C was requested."""
+        return self.m.interrupted()
+
+    # ------------------------------------------------------------------ processes
+    def child_exited(self, proc) -> None:
+        """A child process died: the wait bookkeeping, then the parent's SIGCHLD."""
+        self.exit.child_exited(proc)
+
+    def task_exited(self, task) -> None:
+        """A task died: CLONE_CHILD_CLEARTID, and exit_files after the last one."""
+        self.exit.task_exited(task)
+
+    def _futex_wake(self, proc, uaddr, n) -> int:
+        """futex_wake for the machine's mm_release of a vfork child."""
+        return self.futex.futex_wake(proc, uaddr, n)
+
+    def rlimits_of(self, proc) -> list[tuple[int, int]]:
+        return self.rlimits.rlimits_of(proc)
+
+    # ------------------------------------------------------------------ files
+    def open_guest_path(self, task, path: str, flags: int):
+        """The kernel-internal open (filp_open) of a guest path."""
+        return self.open.open_guest_path(task, path, flags)
 
     def _initial_cwd(self, cwd: str | None) -> str:
         """The first process's working directory: ``cwd`` (a guest path, which must be
@@ -166,7 +286,6 @@ class Syscalls(MmSyscalls, SignalSyscalls, IdentitySyscalls, ProcessSyscalls, Ex
             return -E.ENOENT
         return self.vfs.guest_path_of_host(path) or -E.ENOENT
 
-    # ------------------------------------------------------------------ helpers
     @property
     def mem(self):
         return self.m.mem
@@ -191,181 +310,3 @@ class Syscalls(MmSyscalls, SignalSyscalls, IdentitySyscalls, ProcessSyscalls, Ex
             table.install(OutputSink(self.m, which, host_fd=which if stdio == "host" else None,
                                      ino=3 + which), which)
         return table
-
-    def _file(self, task, fd: int) -> OpenFile | None:
-        return task.process.fds.get(_fd(fd))
-
-    def interrupted(self) -> bool:
-        """Must a waiting read give up?  The run's timeout fired (Unicorn's timer
-        thread) or a stop / Ctrl-C was requested."""
-        return self.m.interrupted()
-
-    # ------------------------------------------------------------------ process
-    def sys_getpgid(self, task, regs, pid, *_):
-        """getpgid: the group of the caller (pid 0) or of any guest process or thread."""
-        pid &= 0xFFFFFFFF
-        p = task.process if pid == 0 else self._process_by_pid(pid)
-        if p == "thread":
-            p = self._process_of_task(pid)
-        return _neg(E.ESRCH) if p is None else p.pgid
-
-    def sys_getpgrp(self, task, regs, *_):
-        return task.process.pgid
-
-    def sys_set_tid_address(self, task, regs, tidptr, *_):
-        task.clear_child_tid = tidptr
-        return task.tid
-
-    def sys_set_robust_list(self, task, regs, head, length, *_):
-        if length != 24:
-            return _neg(E.EINVAL)
-        task.robust_list = head
-        return 0
-
-    def sys_rseq(self, task, regs, rseq, length, flags, sig, *_):
-        # Registration is accepted and remembered; restartable sequences are never
-        # aborted because a single task is never preempted inside one.
-        if flags & 1:  # RSEQ_FLAG_UNREGISTER
-            task.rseq = 0
-            return 0
-        if task.rseq:
-            return _neg(E.EBUSY)
-        task.rseq = rseq
-        return 0
-
-    def sys_uname(self, task, regs, buf, *_):
-        fields = [b"Linux", b"uprobe-emu", self.m.kernel.profile.release.encode() + b"-uprobe-emu",
-                  b"#1 SMP PREEMPT_DYNAMIC", b"x86_64", b"(none)"]
-        if task.process.personality & PER_MASK == PER_LINUX32:
-            fields[4] = b"i686"                     # override_architecture
-        self.mem.write_user(buf, b"".join(f.ljust(65, b"\0") for f in fields))
-        return 0
-
-    # ------------------------------------------------------------------ time / random
-    def _tick(self) -> int:
-        self.clock_ns += CLOCK_TICK_NS
-        self.run_timers()                  # an ITIMER_REAL may expire as time passes
-        return self.clock_ns
-
-    def sys_clock_gettime(self, task, regs, clk, tp, *_):
-        ns = self._tick()
-        if clk not in (0, 1, 2, 3, 4, 5, 6, 7):
-            return _neg(E.EINVAL)
-        if clk != 0:
-            ns -= CLOCK_EPOCH_NS  # monotonic-like clocks start at boot
-        self.mem.write_user(tp, struct.pack("<qq", ns // 1_000_000_000, ns % 1_000_000_000))
-        return 0
-
-    def sys_clock_getres(self, task, regs, clk, res, *_):
-        """posix_get_hrtimer_res: 1 ns for the high-resolution clocks, a jiffy (HZ=250)
-        for the coarse ones; the clocks clock_gettime knows (the vDSO's fallback)."""
-        if clk not in (0, 1, 2, 3, 4, 5, 6, 7):
-            return _neg(E.EINVAL)
-        if res:
-            ns = COARSE_RES_NS if clk in (5, 6) else 1
-            self.mem.write_user(res, struct.pack("<qq", 0, ns))
-        return 0
-
-    def sys_getcpu(self, task, regs, cpu, node, *_):
-        """getcpu(): the machine has one CPU in one NUMA node."""
-        for ptr in (cpu, node):
-            if ptr:
-                self.mem.write_user(ptr, struct.pack("<I", 0))
-        return 0
-
-    def sys_gettimeofday(self, task, regs, tv, tz, *_):
-        ns = self._tick()
-        if tv:
-            self.mem.write_user(tv, struct.pack("<qq", ns // 1_000_000_000, (ns // 1000) % 1_000_000))
-        if tz:
-            self.mem.write_user(tz, b"\0" * 8)
-        return 0
-
-    def sys_time(self, task, regs, tloc, *_):
-        secs = self._tick() // 1_000_000_000
-        if tloc:
-            self.mem.write_u64(tloc, secs)
-        return secs
-
-    def sys_getrandom(self, task, regs, buf, count, flags, *_):
-        count = min(count, 1 << 25)
-        self.mem.write_user(buf, self.rng.randbytes(count))
-        return count
-
-    # ------------------------------------------------------------------ memory
-    def sys_brk(self, task, regs, addr, *_):
-        """brk(): grow or shrink [heap]; any failure (a mapping in the way, past
-        TASK_SIZE, the memory limit) leaves the break where it was (mm/mmap.c)."""
-        proc = task.process
-        if addr < proc.brk_start:
-            return proc.brk
-        old_top, new_top = page_up(proc.brk), page_up(addr)
-        if new_top > TASK_SIZE:
-            return proc.brk
-        if new_top > old_top:
-            if not self.mem.is_free(old_top, new_top):
-                return proc.brk
-            try:
-                self.mem.map(old_top, new_top - old_top, PROT_READ | PROT_WRITE, "[heap]")
-            except MemoryLimitExceeded:
-                return proc.brk
-        elif new_top < old_top:
-            self.mem.unmap(new_top, old_top - new_top)
-        proc.brk = addr
-        return addr
-
-    def sys_madvise(self, task, regs, addr, length, advice, *_):
-        """madvise(): MADV_DONTNEED zeroes private anonymous pages (glibc's free relies
-        on it); the other advice changes nothing the guest can see."""
-        if advice not in MADV_VALID or addr & (PAGE_SIZE - 1):
-            return _neg(E.EINVAL)
-        end = page_up(addr + length)
-        if length and end <= addr:
-            return _neg(E.EINVAL)
-        if end == addr:
-            return 0
-        if self.mem.mapped_bytes(addr, end) != end - addr:
-            return _neg(E.ENOMEM)
-        if advice == MADV_DONTNEED:
-            self.mem.discard(addr, end - addr)
-        return 0
-
-    def sys_arch_prctl(self, task, regs, code, addr, *_):
-        if code == ARCH_SET_FS:
-            regs.fs_base = addr
-        elif code == ARCH_SET_GS:
-            regs.gs_base = addr
-        elif code == ARCH_GET_FS:
-            self.mem.write_u64(addr, regs.fs_base)
-        elif code == ARCH_GET_GS:
-            self.mem.write_u64(addr, regs.gs_base)
-        else:
-            return _neg(E.EINVAL)
-        return 0
-
-    # ------------------------------------------------------------------ descriptors
-    def sys_close(self, task, regs, fd, *_):
-        return task.process.fds.close(_fd(fd))
-
-    def sys_ioctl(self, task, regs, fd, cmd, arg, *_):
-        f = self._file(task, fd)
-        if f is None:
-            return _neg(E.EBADF)
-        return f.ioctl(cmd & 0xFFFFFFFF, arg, self.mem)
-
-    # ------------------------------------------------------------------ system
-    def sys_sysinfo(self, task, regs, info, *_):
-        """do_sysinfo: the modeled machine's memory (``mem_total``, no swap, free =
-        total minus what the guest's processes have mapped), uptime on the virtual
-        clock (rounded up), idle load, and the live tasks.  mem_unit is 1: on a 64-bit
-        kernel the byte counts always fit (the kernel's 2.2-compatibility scaling)."""
-        ns = self.clock_ns - CLOCK_EPOCH_NS
-        uptime = ns // 1_000_000_000 + (1 if ns % 1_000_000_000 else 0)
-        used = sum(v.size for mem in {id(p.mem): p.mem for p in self.m.processes
-                                      if p.exit_result is None}.values() for v in mem.vmas)
-        free = max(0, self.mem_total - used)
-        procs = min(len(self.m.tasks), 0xFFFF)
-        data = struct.pack("<q3Q6QHH4xQQI4x", uptime, 0, 0, 0, self.mem_total, free, 0, 0, 0, 0,
-                           procs, 0, 0, 0, 1)
-        self.mem.write_user(info, data)
-        return 0
