@@ -140,6 +140,8 @@ def _uc_prot(prot: int) -> int:
 class Memory:
     """One address space on one Unicorn instance."""
 
+    checkpoint_keep = ("uc", "_backing", "_last_backing", "_span", "_free_host", "text_write_listeners")
+
     def __init__(self, uc, counters, limit: MemoryLimit | None = None):
         self.uc = uc
         self.counters = counters
@@ -738,6 +740,8 @@ class PageCache:
     open (least recently used first closed); a closed one is reopened by its host path,
     and only if that is still the same inode, unchanged (st_ctime) - so a guest mapping
     many files cannot exhaust the host's descriptors."""
+
+    checkpoint_by_reference = True
 
     MAX_OPEN = 64
 

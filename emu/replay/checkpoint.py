@@ -47,26 +47,30 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import time
 import types
 import weakref
 from collections import deque
 from dataclasses import dataclass, field
 
-from kernel_model.errors import EmuError
+from kernel_model.errors import EmuError, GuestSignalError
 from emu.engine.memory import Memory
+from emu.engine.quantum import instruction_counter_available
+from emu.engine.regfile import RegisterFile
 from kernel_model.mm.mm_types import PAGE_SIZE
 
 DEFAULT_INTERVAL = 1_000_000
 DEFAULT_MAX_CHECKPOINTS = 64
 _PROJECT = ("emu", "kernel_model", "guest_programs")
-# attributes that belong to the front ends or the host, never rolled back
-_KEEP_ATTRS = {
-    "Machine": ("events", "_live_hooks", "_retired_thunks", "recorder", "passthrough", "capture_output",
-                "fpu", "page_cache", "_sigint", "_tb_mode"),
-    "Memory": ("uc", "_backing", "_last_backing", "_span", "_free_host", "text_write_listeners"),
-}
-_BY_REFERENCE = ("MappedFile", "ElfImage", "PageCache", "Uc", "RegisterFile", "FpuUnit", "SnapshotReader",
-                 "Hook", "EventBus", "Recorder", "Stepper", "GatedWriter")
+# What a class declares (class attributes):
+# ``checkpoint_keep``: attributes that belong to the front ends or the host, never
+#   rolled back (kept as they are when a checkpoint is restored);
+# ``checkpoint_by_reference``: true for immutable or external objects (ELF images,
+#   page-cache files, register files, the event bus...): referenced, never copied.
+
+
+def _by_reference(cls) -> bool:
+    return bool(getattr(cls, "checkpoint_by_reference", False))
 
 
 class CheckpointError(EmuError):
@@ -120,7 +124,7 @@ def _frozen(obj) -> bool:
 def _identity(obj) -> bool:
     """A mutable project object: saved as its attributes, restored in place."""
     return (_is_project(obj) and hasattr(obj, "__dict__") and not isinstance(obj, (type, BaseException))
-            and type(obj).__name__ not in _BY_REFERENCE and not _frozen(obj))
+            and not _by_reference(type(obj)) and not _frozen(obj))
 
 
 _BY_VALUE = (int, float, complex, str, bytes, bytearray, bool, type(None), list, tuple, dict, set, frozenset,
@@ -145,7 +149,7 @@ def _kind_of_type(cls) -> str:
     project = mod.split(".", 1)[0] in _PROJECT
     params = getattr(cls, "__dataclass_params__", None)
     frozen = params is not None and params.frozen
-    if project and not issubclass(cls, (type, BaseException)) and not frozen and cls.__name__ not in _BY_REFERENCE:
+    if project and not issubclass(cls, (type, BaseException)) and not frozen and not _by_reference(cls):
         return "identity" if getattr(cls, "__dictoffset__", 0) else "value"   # slotted: immutable values
     if issubclass(cls, (types.CellType, types.BuiltinFunctionType, type)):
         return "value"                        # see reducer_override
@@ -218,7 +222,7 @@ class _StatePickler(pickle.Pickler):
 
 
 def _state_of(obj) -> dict:
-    keep = _KEEP_ATTRS.get(type(obj).__name__, ())
+    keep = getattr(type(obj), "checkpoint_keep", ())
     return {k: v for k, v in vars(obj).items() if k not in keep}
 
 
@@ -257,7 +261,8 @@ def restore_state(blob: bytes, objects: list, refs: list, remap: dict) -> None:
     while (item := up.load()) is not None:
         i, state = item
         obj = objects[i]
-        keep = {k: v for k, v in vars(obj).items() if k in _KEEP_ATTRS.get(type(obj).__name__, ())}
+        kept = getattr(type(obj), "checkpoint_keep", ())
+        keep = {k: v for k, v in vars(obj).items() if k in kept}
         vars(obj).clear()
         vars(obj).update(state)
         vars(obj).update(keep)
@@ -400,13 +405,10 @@ def restore_checkpoint(machine, cp: Checkpoint) -> None:
 
 
 def _revive_space(machine, mem: Memory, remap: dict, cp: Checkpoint) -> None:
-    """A released address space comes back: a new Unicorn instance (with the
-    machine's hooks) behind the same Memory object; references to the old instance
-    and register file in the saved state are redirected to the new ones."""
-    from emu.machine import RegisterFile
-    uc, _, regfile = machine.new_mm()      # its empty Memory is not used
-    mem.adopt(uc)
-    mem.release_listeners.append(regfile.release)
+    """A released address space comes back: a new engine CPU (with the trap hooks)
+    behind the same Memory object; references to the old CPU and register file in
+    the saved state are redirected to the new ones."""
+    uc, regfile = machine.revive_space(mem)
     old = cp.spaces[mem].uc
     remap[id(old)] = uc
     for r in cp.refs:
@@ -419,6 +421,8 @@ def _revive_space(machine, mem: Memory, remap: dict, cp: Checkpoint) -> None:
 class GatedWriter:
     """The trace output (tracefs lines streamed to a file) while recording: a line a
     replay writes again is dropped (see :meth:`Recorder.admit`)."""
+
+    checkpoint_by_reference = True
 
     def __init__(self, out, recorder: "Recorder"):
         self.out, self.recorder = out, recorder
@@ -451,13 +455,14 @@ class Recorder:
     ``machine.run()`` and ``machine.step()`` go through :meth:`run` / :meth:`step`.
     """
 
+    checkpoint_by_reference = True
+
     def __init__(self, machine, *, interval: int = DEFAULT_INTERVAL,
                  max_checkpoints: int = DEFAULT_MAX_CHECKPOINTS):
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise CheckpointError(f"checkpoint interval must be an instruction count >= 1, not {interval!r}")
         if isinstance(max_checkpoints, bool) or not isinstance(max_checkpoints, int) or max_checkpoints < 2:
             raise CheckpointError(f"max_checkpoints must be >= 2, not {max_checkpoints!r}")
-        from emu.machine import instruction_counter_available
         if not instruction_counter_available():
             raise CheckpointError("this Unicorn build does not expose its instruction counter")
         if machine.recorder is not None:
@@ -599,7 +604,6 @@ class Recorder:
     def run(self, max_insns: int | None = None, timeout: float | None = 120.0, *,
             raise_on_signal: bool = False):
         """``Machine.run`` in counted pieces that end at checkpoint boundaries."""
-        import time
         m = self.m
         self._gate_trace_output()
         if not self.replaying:
@@ -630,7 +634,6 @@ class Recorder:
         if res.reason == "budget" and max_insns is not None:
             res.insns = max_insns
         if raise_on_signal and res.reason == "signal":
-            from kernel_model.errors import GuestSignalError
             raise GuestSignalError(res)
         return res
 

@@ -16,6 +16,8 @@ import struct
 
 from kernel_model.trace.events import Clone
 from kernel_model.fs.file import FdTable
+from kernel_model.kernel.counters import Counters
+from kernel_model.kernel.task import Process, Task
 from kernel_model.mm.mm_types import MemoryLimitExceeded
 
 CLONE_VM, CLONE_FS, CLONE_FILES, CLONE_SIGHAND = 0x100, 0x200, 0x400, 0x800
@@ -362,3 +364,77 @@ class ProcessSyscalls:
     def sys_getppid(self, task, regs, *_):
         return task.process.ppid
 
+
+
+# ============================================================================ tasks
+
+class TaskCreation:
+    """Processes and tasks coming into being (copy_process, alloc_pid, copy_thread):
+    part of :class:`kernel_model.kernel.kernel.Kernel`."""
+
+    def new_process(self, *, comm: str = "guest", share_mm: Process | None = None,
+                    parent: Process | None = None) -> Process:
+        """A process with its own address space (one engine CPU), or sharing
+        ``share_mm``'s (vfork)."""
+        pid = self._alloc_pid()
+        if share_mm is not None:
+            uc, mem, regfile = share_mm.uc, share_mm.mem, share_mm.regfile
+        else:
+            uc, mem, regfile = self.new_mm()
+        proc = Process(pid=pid, mem=mem, comm=comm, uc=uc, regfile=regfile, parent=parent,
+                       ppid=parent.pid if parent else 1, counters=Counters())
+        if share_mm is not None:
+            proc.mm_uprobes = share_mm.mm_uprobes
+            proc.mm_owner = share_mm
+        self.processes.append(proc)
+        if parent is not None:
+            parent.children.append(proc)
+        return proc
+
+    def new_mm(self):
+        """mm_alloc: an empty address space - (cpu, mem, regfile) - with the FPU in its
+        initial state."""
+        return self.engine.new_space(self.counters, self.mem_limit)
+
+    def discard_process(self, proc: Process) -> None:
+        """Undo :meth:`new_process` for a fork that failed before the child existed."""
+        if proc in self.processes:
+            self.processes.remove(proc)
+        if proc.parent is not None and proc in proc.parent.children:
+            proc.parent.children.remove(proc)
+        if proc.mm_owner is None:
+            proc.mem.release()
+            proc.uc = proc.regfile = None
+
+    def new_task(self, process: Process, tid: int | None = None, *, comm: str = "",
+                 cred=None) -> Task:
+        task = Task(tid=tid if tid is not None else (process.pid if not process.tasks else self._alloc_pid()),
+                    process=process, comm=comm, cred=cred)
+        task.counters = Counters()
+        clock = self.syscalls                   # None while the first task is made
+        task.start_time_ns = clock.boot_clock_ns() if clock is not None else 0
+        process.tasks.append(task)
+        self.tasks.append(task)
+        self.all_tasks.append(task)
+        return task
+
+    def _alloc_pid(self) -> int:
+        pid = self._next_pid
+        self._next_pid += 1
+        return pid
+
+    def init_task_context(self, task: Task, regs) -> None:
+        """copy_thread: give a new task (fork/clone child) the CPU state ``regs``."""
+        engine = self.engine
+        proc = task.process
+        uc = proc.uc
+        shared = uc is self.uc
+        saved = engine.context_save(uc) if shared else None
+        if not shared:
+            engine.fpu.copy(self.uc, uc)     # fpu_clone: a forked child keeps the FPU registers
+        proc.regfile.write({i: v for i, v in enumerate(regs.values())})
+        engine.reg_write(uc, "rip", regs.rip)
+        task.context = engine.context_save(uc)
+        if shared:
+            engine.context_restore(uc, saved)
+        task.orig_rax = -1
