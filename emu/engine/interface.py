@@ -3,7 +3,7 @@ through, and what the CPU reports back.  No Unicorn here - the kernel model impo
 this module only, never the engine that implements it (:mod:`emu.engine.cpu`).
 
 An address space is one engine CPU (``cpu``: an opaque handle the kernel keeps in
-``Process.uc``) with its memory (:class:`emu.engine.memory.Memory`) and register file
+``Process.cpu``) with its memory (:class:`emu.engine.memory.Memory`) and register file
 (:class:`emu.engine.regfile.RegisterFile`); the kernel reads and writes guest state
 through those two and the operations below.
 

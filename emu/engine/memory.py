@@ -526,6 +526,11 @@ class Memory:
         self._span = _NO_SPAN
         self._free_host = weakref.finalize(uc, _host_free_all, self._backing)
 
+    @property
+    def released(self) -> bool:
+        """Is the address space gone (:meth:`release`)?"""
+        return self.uc is None
+
     def release(self) -> None:
         """exit_mmap: the address space is gone (its process exited).  The Unicorn
         instance is closed and every host page returned; the Memory stays as an empty

@@ -497,7 +497,7 @@ class ExecMm:
                 pass
             self.syscalls._futex_wake(proc.mm_owner or proc, task.clear_child_tid, 1)
         task.clear_child_tid = 0
-        proc.uc, proc.mem, proc.regfile = self.new_mm()
+        proc.cpu, proc.mem, proc.cpu_regs = self.new_mm()
         proc.mm_owner = None
         proc.mm_uprobes = None               # the new mm's uprobes state: see Kernel.exec_mm
         proc.files = []

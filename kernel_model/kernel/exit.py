@@ -29,7 +29,7 @@ class TaskExit:
         else:
             self.syscalls.child_exited(proc)
             if proc is self.task.process:      # the running task died: leave the engine's run
-                self.engine.stop(self.uc)
+                self.engine.stop(self.cpu)
 
     def task_exit(self, task) -> None:
         """do_exit of one task.  uprobe_free_utask would free its uprobes state; the
@@ -44,7 +44,7 @@ class TaskExit:
     def _finish(self, result: RunResult) -> None:
         if self._result is None:
             self._result = result
-        self.engine.stop(self.uc)
+        self.engine.stop(self.cpu)
 
     def release_exited(self) -> None:
         """release_task: free the address space (CPU and host pages) of every exited
@@ -52,21 +52,21 @@ class TaskExit:
         as after the kernel's exit_mm."""
         keep = []
         for proc in self._released:
-            if proc.uc is self.task.process.uc or any(
+            if proc.cpu is self.task.process.cpu or any(
                     p.mm_owner is proc and p.exit_result is None for p in self.processes):
                 keep.append(proc)
                 continue
             proc.mem.release()
             for t in proc.tasks:
                 t.context = None
-            proc.uc = proc.regfile = None
+            proc.cpu = proc.cpu_regs = None
         self._released = keep
         if not self.engine.running:
             # an address space a front end still hooks stays until its hooks are gone
             for mem in self._retired_mms:
                 if not self.engine.hooked(mem):
                     mem.release()
-            self._retired_mms = [mem for mem in self._retired_mms if mem.uc is not None]
+            self._retired_mms = [mem for mem in self._retired_mms if not mem.released]
 
     def retire_mm(self, mem) -> None:
         """mmput of an address space an exec left: its bytes are free for the new image

@@ -378,10 +378,10 @@ class TaskCreation:
         ``share_mm``'s (vfork)."""
         pid = self._alloc_pid()
         if share_mm is not None:
-            uc, mem, regfile = share_mm.uc, share_mm.mem, share_mm.regfile
+            cpu, mem, regfile = share_mm.cpu, share_mm.mem, share_mm.cpu_regs
         else:
-            uc, mem, regfile = self.new_mm()
-        proc = Process(pid=pid, mem=mem, comm=comm, uc=uc, regfile=regfile, parent=parent,
+            cpu, mem, regfile = self.new_mm()
+        proc = Process(pid=pid, mem=mem, comm=comm, cpu=cpu, cpu_regs=regfile, parent=parent,
                        ppid=parent.pid if parent else 1, counters=Counters())
         if share_mm is not None:
             proc.mm_uprobes = share_mm.mm_uprobes
@@ -404,7 +404,7 @@ class TaskCreation:
             proc.parent.children.remove(proc)
         if proc.mm_owner is None:
             proc.mem.release()
-            proc.uc = proc.regfile = None
+            proc.cpu = proc.cpu_regs = None
 
     def new_task(self, process: Process, tid: int | None = None, *, comm: str = "",
                  cred=None) -> Task:
@@ -427,14 +427,14 @@ class TaskCreation:
         """copy_thread: give a new task (fork/clone child) the CPU state ``regs``."""
         engine = self.engine
         proc = task.process
-        uc = proc.uc
-        shared = uc is self.uc
-        saved = engine.context_save(uc) if shared else None
+        cpu = proc.cpu
+        shared = cpu is self.cpu
+        saved = engine.context_save(cpu) if shared else None
         if not shared:
-            engine.fpu.copy(self.uc, uc)     # fpu_clone: a forked child keeps the FPU registers
-        proc.regfile.write({i: v for i, v in enumerate(regs.values())})
-        engine.reg_write(uc, "rip", regs.rip)
-        task.context = engine.context_save(uc)
+            engine.fpu.copy(self.cpu, cpu)     # fpu_clone: a forked child keeps the FPU registers
+        proc.cpu_regs.write({i: v for i, v in enumerate(regs.values())})
+        engine.reg_write(cpu, "rip", regs.rip)
+        task.context = engine.context_save(cpu)
         if shared:
-            engine.context_restore(uc, saved)
+            engine.context_restore(cpu, saved)
         task.orig_rax = -1

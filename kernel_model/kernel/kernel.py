@@ -99,38 +99,38 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         return self.task.process
 
     @property
-    def uc(self):
-        """The engine CPU of the current task's address space."""
-        return self.task.process.uc
+    def cpu(self):
+        """The engine CPU of the current task's address space (an opaque handle)."""
+        return self.task.process.cpu
 
     @property
     def mem(self):
         return self.task.process.mem
 
     @property
-    def regfile(self):
-        return self.task.process.regfile
+    def cpu_regs(self):
+        return self.task.process.cpu_regs
 
     def read_regs(self) -> PtRegs:
-        return PtRegs(self.regfile.read_all(), self.task.orig_rax)
+        return PtRegs(self.cpu_regs.read_all(), self.task.orig_rax)
 
     def write_regs(self, regs: PtRegs) -> None:
-        self.regfile.write(regs.changed())
+        self.cpu_regs.write(regs.changed())
         self.task.orig_rax = regs.orig_rax
 
     def fpu_init(self, features: int | None = None) -> None:
         """The current task's FPU components in ``features`` (default: all the user
         features) to their initial state."""
         if features is None:
-            self.engine.fpu.init(self.uc)
+            self.engine.fpu.init(self.cpu)
         else:
-            self.engine.fpu.init(self.uc, features)
+            self.engine.fpu.init(self.cpu, features)
 
     def fpu_restore(self, image: bytes, xfeatures: int, *, fx_only: bool) -> bool:
         """XRSTOR (FXRSTOR when ``fx_only``) ``image`` into the current task's FPU;
         False, nothing changed, where the instruction would fault."""
         fpu = self.engine.fpu
-        return fpu.fxrstor(self.uc, image) if fx_only else fpu.xrstor(self.uc, image, xfeatures)
+        return fpu.fxrstor(self.cpu, image) if fx_only else fpu.xrstor(self.cpu, image, xfeatures)
 
     def symbolize(self, addr: int) -> str | None:
         """``name+0xoff`` for an address in a mapped ELF, or the mapping name."""

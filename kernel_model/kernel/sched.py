@@ -124,7 +124,7 @@ class RunQueue:
         """Run until the main process exits or dies of a signal, the instruction budget
         is spent, or the timeout (see ``emu.machine.Machine.run``)."""
         engine = self.engine
-        engine.translation_mode(self.uc, "run")
+        engine.translation_mode(self.cpu, "run")
         start = time.perf_counter()
         deadline = start + timeout if timeout else None
         self._run_deadline = deadline        # interrupted(): a wait for the host ends there
@@ -165,7 +165,7 @@ class RunQueue:
                 # timer (a thread per emu_start: ~0.15 ms each)
                 stopped_early = self._emulate(rip, None if short else left, count, blocks)
                 engine.emu_count = 0
-                insns = engine.insns_run(count, stopped_early, self.uc) if count else None
+                insns = engine.insns_run(count, stopped_early, self.cpu) if count else None
                 engine.icount += insns or 0
                 if counted and not stopped_early and remaining is not None and \
                         insns == remaining and (full is None or full > insns):
@@ -236,7 +236,7 @@ class RunQueue:
         short = n <= ALONE_SLICE
         quantum = self.engine.quantum
         if quantum.native:
-            quantum.attach(self.uc)
+            quantum.attach(self.cpu)
             return count, n, short
         return (min(n, count) if count else n), None, short
 
@@ -275,14 +275,14 @@ class RunQueue:
         return f"last syscall {what} is not modeled: ENOSYS, {calls} times"
 
     def _rip(self) -> int:
-        return self.engine.pc(self.uc)
+        return self.engine.pc(self.cpu)
 
     def _emulate(self, rip: int, left: float | None, count: int, blocks: int | None = None) -> bool:
         """One engine start on the current task, for at most ``count`` instructions (0:
         no limit) and ``blocks`` translated blocks (None: no limit); True when a hook
         or fault ended it."""
         task = self.task
-        return self.engine.start(self.uc, rip, left, count, blocks) or task.state != "running"
+        return self.engine.start(self.cpu, rip, left, count, blocks) or task.state != "running"
 
     def _why_returned(self, task, start: float, timeout: float | None, count: int) -> str:
         """The start came back by itself: the slice was used up, a hlt (#GP), the time
@@ -293,7 +293,7 @@ class RunQueue:
         rip = self._rip()
         # the budget ran out (every counted run of a recorder): as after a time slice,
         # a 0xf4 byte before rip is most likely the end of some other instruction
-        spent = bool(count) and engine.insns_run(count, False, self.uc) >= count
+        spent = bool(count) and engine.insns_run(count, False, self.cpu) >= count
         try:
             if engine.hlt_before(self.mem, rip, count if len(self.tasks) > 1 or spent else 0):
                 regs = self.read_regs()
@@ -315,14 +315,14 @@ class RunQueue:
         if task is not cur:
             self._account()
             if cur.state != "dead":
-                cur.context = engine.context_save(cur.process.uc)
+                cur.context = engine.context_save(cur.process.cpu)
             self.scheduler.record(task)
             self.task = task
             if task.context is not None:
-                engine.context_restore(task.process.uc, task.context)
+                engine.context_restore(task.process.cpu, task.context)
                 task.context = None
         if task.pending_rax is not None:
-            engine.reg_write(task.process.uc, "rax", task.pending_rax)
+            engine.reg_write(task.process.cpu, "rax", task.pending_rax)
             task.pending_rax = None
         if task.on_resume is not None:
             resume, task.on_resume = task.on_resume, None
@@ -341,7 +341,7 @@ class RunQueue:
         and faults handled exactly as in :meth:`run`; the RunResult when the guest
         ended, else None (see ``emu.machine.Machine.step``)."""
         engine = self.engine
-        engine.translation_mode(self.uc, "step")
+        engine.translation_mode(self.cpu, "step")
         engine.icount += 1
         task = self.task
         if self._finish_sleep(task):
@@ -419,11 +419,11 @@ class RunQueue:
         engine.stopped_by_hook = True
         if engine.in_code_hook:
             engine.stop_precounted = True    # the engine counted the instruction it will not run
-        engine.emu_stop(self.uc)
+        engine.emu_stop(self.cpu)
 
     def interrupted(self) -> bool:
         """Must a waiting read give up?  The run's timeout fired (the engine's timer)
         or a stop / Ctrl-C was requested."""
-        if self._stop_requested is not None or self.engine.timed_out(self.uc):
+        if self._stop_requested is not None or self.engine.timed_out(self.cpu):
             return True
         return self._run_deadline is not None and time.perf_counter() >= self._run_deadline

@@ -43,8 +43,8 @@ class Process:
     mm_uprobes: object = None                         # kernel model per-mm state
     fds: dict = field(default_factory=dict)           # guest fd -> host object
     tasks: list = field(default_factory=list)
-    uc: object = None                                 # the Unicorn instance (address space)
-    regfile: object = None
+    cpu: object = None                                # the engine CPU of the address space (opaque)
+    cpu_regs: object = None                           # its register file (emu.engine.regfile.RegisterFile)
     parent: "Process | None" = None
     children: list = field(default_factory=list)
     exit_result: object = None                        # RunResult once dead (zombie until reaped)
@@ -67,6 +67,11 @@ class Process:
     def __post_init__(self):
         if not self.pgid:
             self.pgid = self.pid
+
+    @property
+    def uc(self):
+        """The engine CPU under its former name (tests compare address spaces by it)."""
+        return self.cpu
 
 
 @dataclass(eq=False)

@@ -16,28 +16,28 @@ class UserEntry:
         """The ``syscall`` instruction as the hardware and entry_SYSCALL_64 do it."""
         task = self.task
         proc = task.process
-        rf = proc.regfile
+        rf = proc.cpu_regs
         regs, args = rf.syscall_entry()                # hardware: rcx, r11 <- rip, rflags
         nr = regs.orig_rax
         self.counters.syscalls[nr] += 1
         bus = self.events
         if bus.active:
             bus.publish(ev.Syscall(task, nr, regs.rip - 2, args))
-        uc = proc.uc
+        cpu = proc.cpu
         syscalls = self.syscalls
         self._in_syscall = True
         try:
             syscalls.dispatch(task, regs, nr, args)
-            if task.process is not proc or proc.uc is not uc:
+            if task.process is not proc or proc.cpu is not cpu:
                 # execve replaced the address space: the new registers are set, the
                 # old CPU state is gone; exit-to-user work happens before the next run
                 task.orig_rax = -1
-                self.engine.stop(uc)
+                self.engine.stop(cpu)
                 return
             task.last_enosys = nr if nr not in syscalls.table else None
             state = task.state
             if self._result is not None or state == "dead":
-                self.engine.stop(uc)        # exited: the scheduler picks the next task
+                self.engine.stop(cpu)        # exited: the scheduler picks the next task
                 return
             if state == "running":
                 if task.pending_rax is not None:
@@ -71,7 +71,7 @@ class UserEntry:
             # blocked, or yielded: let the scheduler run.  A stop asked for from another
             # thread while this hook ran (Ctrl-C during a waiting read) is asked again
             # here, on the CPU's thread: the engine may drop a request made mid-hook.
-            self.engine.emu_stop(uc)
+            self.engine.emu_stop(cpu)
 
     def exit_to_user_mode_loop(self, task, regs) -> bool:
         """``exit_to_user_mode_loop`` -> ``arch_do_signal_or_restart``: deliver the
@@ -96,7 +96,7 @@ class UserEntry:
                 self.write_back_in_trap(regs)
         if task.saved_sigmask is not None and task.state != "dead":
             task.sigmask, task.saved_sigmask = task.saved_sigmask, None   # restore_saved_sigmask
-        self.engine.stop(self.uc)
+        self.engine.stop(self.cpu)
         return True
 
     def write_back_in_trap(self, regs) -> None:
@@ -105,7 +105,7 @@ class UserEntry:
         changes = regs.changed()
         if self._in_syscall:
             changes[16] = (regs.rip - 2) & 0xFFFFFFFFFFFFFFFF   # see do_syscall_64
-        self.regfile.write(changes, in_trap=self._in_syscall)
+        self.cpu_regs.write(changes, in_trap=self._in_syscall)
         self.task.orig_rax = regs.orig_rax
 
     def _resume_exit_work(self, task) -> bool:

@@ -317,16 +317,16 @@ class SignalDelivery:
         info = sig.info or siginfo(signo, code, addr, task.process.pid)
         # the frame saves the mask to return to: rt_sigsuspend's, not the temporary one
         old_mask = task.sigmask if task.saved_sigmask is None else task.saved_sigmask
-        fpu, uc, mem = self.engine.fpu, self.uc, self.mem
+        fpu, cpu, mem = self.engine.fpu, self.cpu, self.mem
         try:
-            frame = build_frame(regs, regs.rsp, signo, info, old_mask, restorer, fpu.xsave(uc),
+            frame = build_frame(regs, regs.rsp, signo, info, old_mask, restorer, fpu.xsave(cpu),
                                 altstack=task.sigaltstack, onstack=bool(flags & SA_ONSTACK))
             mem.write_user(frame.fpstate_at, frame.fpstate)
             mem.write_user(frame.at, frame.frame)
         except (GuestFault, FrameOverflow) as e:
             self.force_sigsegv(task, signo, str(e))
             return True
-        fpu.init(uc)                         # fpu__clear_user_states: the handler starts clean
+        fpu.init(cpu)                         # fpu__clear_user_states: the handler starts clean
         frame_at = frame.at
         regs.rsp, regs.rip = frame_at, handler
         regs.rdi, regs.rsi, regs.rdx, regs.rax = signo, frame.info_at, frame.uc_at, 0

@@ -15,19 +15,19 @@ class Traps:
     """The trap handler the engine reports to (:class:`emu.engine.interface.TrapHandler`):
     part of :class:`kernel_model.kernel.kernel.Kernel`."""
 
-    def exc_int3(self, uc) -> None:
+    def exc_int3(self, cpu) -> None:
         """#BP (exc_int3 -> do_int3_user): the hit path of every int3 probe.  The
         general registers are the CPU state in place (``TrapRegs``), rip and TF are
         read at once and stored at the end if changed, eflags and the bases only if
         asked for; with no signal queued the exit to user mode is a check of two lists."""
         task = self.task
-        if task.process.uc is not uc:
+        if task.process.cpu is not cpu:
             return      # a trap of a CPU state an execve replaced
         if self._db_after_syscall is not None:
             self._db_after_syscall = None
         if self._result is not None or task.state == "dead":
             return      # a trap still pending after the task exited
-        rf = task.process.regfile
+        rf = task.process.cpu_regs
         regs = rf.trap_regs(task.orig_rax)
         self.counters.bp_traps += 1
         self.do_int3(task, regs)
@@ -42,26 +42,26 @@ class Traps:
                 return
         if task.state != "running":
             self.write_regs(regs)
-            self.engine.stop(uc)            # the task sleeps (e.g. for an XOL slot)
+            self.engine.stop(cpu)            # the task sleeps (e.g. for an XOL slot)
             return
         if regs._dirty or regs.rip != regs._rip0 or regs.tf != regs._tf0:
             rf.write_back(regs)
         task.orig_rax = regs.orig_rax
 
-    def exc_debug(self, uc) -> None:
+    def exc_debug(self, cpu) -> None:
         """#DB (exc_debug_user): the end of an out-of-line single-step, else SIGTRAP;
         the registers as lazily as at an int3."""
         task = self.task
-        if task.process.uc is not uc:
+        if task.process.cpu is not cpu:
             return      # the #DB of a TF step whose syscall was an execve: that CPU state is gone
         after = self._db_after_syscall
         if after is not None:
             self._db_after_syscall = None
-            if after[0] is task and after[1] == self.engine.pc(uc):
+            if after[0] is task and after[1] == self.engine.pc(cpu):
                 return  # the engine's #DB right after a syscall left with TF: see do_syscall_64
         if self._result is not None or task.state == "dead":
             return      # a trap still pending after the task exited (e.g. #DB of TF)
-        rf = task.process.regfile
+        rf = task.process.cpu_regs
         regs = rf.trap_regs(task.orig_rax)
         self.counters.db_traps += 1
         self.do_debug(task, regs)
@@ -82,11 +82,11 @@ class Traps:
             self.events.publish(ev.UnicornQuirk(task, "pause single-step"))
         self.do_debug(task, regs)
 
-    def exc_interrupt(self, uc, intno: int) -> None:
+    def exc_interrupt(self, cpu, intno: int) -> None:
         """#DE, and ``int $n``: the ia32 syscall gate (not modeled: ENOSYS) or a
         kernel-only gate (#GP)."""
         task = self.task
-        if task.process.uc is not uc:
+        if task.process.cpu is not cpu:
             return
         self._db_after_syscall = None
         if task.state == "dead" or self._result is not None:
@@ -147,4 +147,4 @@ class Traps:
             self.exit_to_user_mode_loop(task, regs)
         except BaseException as e:  # noqa: BLE001 - re-raised in run()
             self.engine.hook_error = e
-        self.engine.stop(self.uc)
+        self.engine.stop(self.cpu)
