@@ -117,6 +117,10 @@ class Cpu(Engine):
         self.fpu.init(uc)
         return uc, mem, regfile
 
+    def closed(self, uc) -> bool:
+        """Is ``uc`` closed (its address space released)?"""
+        return uc._uch is None
+
     def adopt_space(self, mem: Memory) -> tuple[Uc, RegisterFile]:
         """A released address space comes back (a checkpoint restored): a new
         Unicorn instance, with the trap hooks, behind the same Memory."""

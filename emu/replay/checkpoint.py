@@ -17,7 +17,10 @@ A :class:`Checkpoint` holds
   Restoring writes the saved attributes back into the *same* Python objects, so a
   front end's references (a Task, the Kernel, a Memory) stay valid.  Immutable or
   external objects (ELF images, page-cache files, Unicorn handles, the event bus and
-  its subscribers, host file objects) are referenced, not copied;
+  its subscribers, host file objects) are referenced, not copied.  Each class says
+  what is not its rolled-back state: ``checkpoint_by_reference = True`` (referenced,
+  never copied) and ``checkpoint_keep`` (attributes of the front ends or the host,
+  left as they are by a restore);
 * each address space's memory: its Unicorn regions, host backing ranges and the
   contents of every page the host ever touched, compared page by page with the
   previous checkpoint so that an unchanged page is shared, not stored again (the
@@ -365,7 +368,7 @@ def _live_spaces(machine) -> list[Memory]:
     out = []
     for proc in list(machine.processes) + [t.process for t in machine.all_tasks]:
         mem = proc.mem
-        if mem is not None and mem.uc is not None and mem not in out and proc.mm_owner is None:
+        if mem is not None and not mem.released and mem not in out and proc.mm_owner is None:
             out.append(mem)
     return out
 
@@ -380,8 +383,8 @@ def take_checkpoint(machine, previous: Checkpoint | None = None, kinds: dict | N
         prev = previous.spaces.get(mem) if previous is not None else None
         spaces[mem] = snapshot_space(mem, prev)
     cpu = None
-    if not machine.task.state == "dead" and machine.mem.uc is not None:
-        cpu = (machine.mem, machine.uc.context_save())
+    if not machine.task.state == "dead" and not machine.mem.released:
+        cpu = (machine.mem, machine.engine.context_save(machine.uc))
     return Checkpoint(machine.icount, blob, objects, refs, spaces, cpu, host_fds=_hold_host_fds(objects))
 
 
@@ -391,16 +394,16 @@ def restore_checkpoint(machine, cp: Checkpoint) -> None:
     the CPU."""
     remap = {}
     for mem, image in cp.spaces.items():
-        if mem.uc is None or mem.uc._uch is None or mem.uc is not image.uc:
+        if mem.released or machine.engine.closed(mem.uc) or mem.uc is not image.uc:
             _revive_space(machine, mem, remap, cp)
         restore_space(mem, image)
     restore_state(cp.blob, cp.objects, cp.refs, remap)
     _reopen_host_fds(cp.host_fds)
     if cp.cpu is not None:
         mem, ctx = cp.cpu
-        mem.uc.context_restore(ctx)
+        machine.engine.context_restore(mem.uc, ctx)
     for mem in cp.spaces:
-        mem.uc.ctl_flush_tb()
+        machine.engine.flush(mem.uc)
     machine.flush_translations()
 
 
