@@ -25,7 +25,7 @@ from emu.asm import asm_to_elf
 from emu.engine.cpu import Cpu, Hook
 from emu.engine.memory import Memory, PageCache
 from emu.engine.quantum import instruction_counter_available
-from emu.engine.regfile import RegisterFile, SnapshotReader
+from emu.engine.regfile import SnapshotReader
 from emu.replay.checkpoint import (DEFAULT_INTERVAL, DEFAULT_MAX_CHECKPOINTS, Checkpoint, CheckpointError, Recorder,
                                    restore_checkpoint, take_checkpoint)
 from kernel_model.arch.x86.ptrace import PtRegs

@@ -31,7 +31,7 @@ from unicorn import x86_const as X
 from unicorn.unicorn_py3.unicorn import uclib
 
 from emu.engine.fpu import FpuUnit
-from emu.engine.interface import Engine, TrapHandler
+from emu.engine.interface import INVALID_OPCODE, Engine, TrapHandler
 from emu.engine.memory import Memory
 from emu.engine.quantum import BlockQuantum, emu_counter
 from emu.engine.regfile import RegisterFile, SnapshotReader
@@ -139,7 +139,7 @@ class Cpu(Engine):
         failed = self.trap_failed
 
         def on_interrupt(_uch, intno, _data):
-            try:
+            try:                            # vectors as plain ints: Vector.BP, Vector.DB
                 if intno == 3:
                     int3(uc)
                 elif intno == 1:
@@ -178,7 +178,7 @@ class Cpu(Engine):
         return False
 
     def _on_insn_invalid(self, uc, _data):
-        self.pending_fault = ("ill", 0)
+        self.pending_fault = (INVALID_OPCODE, 0)
         return False
 
     def _on_port_io(self, uc, *args):
@@ -210,7 +210,7 @@ class Cpu(Engine):
             uc.emu_start(rip, _NEVER, timeout=int(timeout * 1_000_000) if timeout else 0, count=count)
         except UcError:
             self.running = False
-            kind, addr = self.pending_fault or ("ill", 0)
+            kind, addr = self.pending_fault or (INVALID_OPCODE, 0)
             self.pending_fault = None
             self.handler.exc_fault(kind, addr)
             return True

@@ -3,9 +3,10 @@ through, and what the CPU reports back.  No Unicorn here - the kernel model impo
 this module only, never the engine that implements it (:mod:`emu.engine.cpu`).
 
 An address space is one engine CPU (``cpu``: an opaque handle the kernel keeps in
-``Process.cpu``) with its memory (:class:`emu.engine.memory.Memory`) and register file
-(:class:`emu.engine.regfile.RegisterFile`); the kernel reads and writes guest state
-through those two and the operations below.
+``Process.cpu``) with its memory (``Process.mem``: the mm, guest memory and VMAs,
+:class:`emu.engine.memory.Memory`) and register file (``Process.cpu_regs``,
+:class:`RegisterAccess`); the kernel reads and writes guest state through those two
+and the operations below.
 
 Traps come back to ONE :class:`TrapHandler`, registered once with
 :meth:`Engine.set_trap_handler`: the engine's native callbacks call its bound methods
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from enum import IntEnum
+from typing import Protocol
 
 
 class Vector(IntEnum):
@@ -68,6 +70,33 @@ class TrapHandler(ABC):
     def trap_access_fault(self, fault, at_breakpoint: bool) -> None:
         """A trap handler touched guest memory that is not there (``fault``, a
         GuestFault); ``at_breakpoint``: it was handling an int3."""
+
+
+class RegisterAccess(Protocol):
+    """An address space's register file (``Process.cpu_regs``): the registers of the
+    task on its CPU as ``pt_regs`` (:class:`kernel_model.arch.x86.ptrace.PtRegs`).
+    The trap paths get them lazily (only rip and TF read at once) and write back only
+    what changed."""
+
+    def read_all(self) -> list:
+        """Every general register, in ``GPR_NAMES`` order."""
+
+    def write(self, changes: dict, *, in_trap: bool = False) -> None:
+        """Write ``changes`` (index -> value); ``in_trap``: from a ``syscall`` hook,
+        whose rip the engine advances by 2 after it returns."""
+
+    def trap_regs(self, orig_rax: int):
+        """The registers at a trap, lazily (a ``PtRegs``)."""
+
+    def write_back(self, regs) -> None:
+        """Store what a trap handler changed in ``trap_regs``' registers."""
+
+    def syscall_entry(self) -> tuple:
+        """``(regs, args)`` at a ``syscall`` instruction, as the hardware leaves
+        them (rcx, r11 <- rip, rflags)."""
+
+    def syscall_exit(self, regs) -> None:
+        """The registers a syscall returns with (SYSRET or IRET)."""
 
 
 class Fpu(ABC):

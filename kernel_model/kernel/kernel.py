@@ -46,6 +46,10 @@ SIGTRAP = SIGNALS["SIGTRAP"]
 
 class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCreation, ExecMm, TaskExit,
              TrapHandler):
+    """One modeled kernel: made with its profile and uprobes subsystem, booted on an
+    engine by :meth:`start_kernel` (the tasks, the run loop and the trap handler
+    from then on), given its syscall table by :meth:`attach_syscalls`."""
+
     def __init__(self, machine, profile="latest", **overrides):
         self.machine = machine
         self.profile = profile if isinstance(profile, KernelProfile) else \

@@ -5,6 +5,7 @@ delivered at the exit to user mode."""
 
 from __future__ import annotations
 
+from emu.engine.interface import INVALID_OPCODE, Vector
 from kernel_model.kernel.signals import SIGNALS
 from kernel_model.trace import events as ev
 
@@ -92,7 +93,7 @@ class Traps:
         if task.state == "dead" or self._result is not None:
             return
         regs = self.read_regs()
-        if intno == 0:
+        if intno == Vector.DE:
             self.fixup_fault(task, regs)
             self.write_regs(regs)
             self.send_sig(task, SIGFPE, addr=regs.rip, detail="integer divide error")
@@ -125,7 +126,7 @@ class Traps:
         regs = self.read_regs()
         self.fixup_fault(task, regs)
         self.write_regs(regs)
-        if kind == "ill":
+        if kind == INVALID_OPCODE:
             self.send_sig(task, SIGILL, addr=regs.rip, detail="invalid opcode")
         else:
             self.send_sig(task, SIGSEGV, addr=addr, detail=f"{kind} fault")
