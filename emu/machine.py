@@ -244,14 +244,14 @@ class Machine:
     select_task = _kernel("select_task")
     new_process = _kernel("new_process")
     new_task = _kernel("new_task")
-    new_mm = _kernel("new_mm")
+    new_mm = _kernel("mm_alloc")
     discard_process = _kernel("discard_process")
-    init_task_context = _kernel("init_task_context")
+    init_task_context = _kernel("copy_thread")
     de_thread = _kernel("de_thread")
     exec_mmap = _kernel("exec_mmap")
     exit_group = _kernel("exit_group")
-    process_exit = _kernel("process_exit")
-    task_exit = _kernel("task_exit")
+    process_exit = _kernel("do_group_exit")
+    task_exit = _kernel("do_exit")
 
     @property
     def uprobes(self):

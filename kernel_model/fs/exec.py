@@ -476,7 +476,7 @@ class ExecMm:
         proc = task.process
         for t in list(proc.tasks):
             if t is not task and t.state != "dead":
-                self.task_exit(t)
+                self.do_exit(t)
         proc.tasks = [task]
         task.tid = proc.pid
 
@@ -497,7 +497,7 @@ class ExecMm:
                 pass
             self.syscalls._futex_wake(proc.mm_owner or proc, task.clear_child_tid, 1)
         task.clear_child_tid = 0
-        proc.cpu, proc.mem, proc.cpu_regs = self.new_mm()
+        proc.cpu, proc.mem, proc.cpu_regs = self.mm_alloc()
         proc.mm_owner = None
         proc.mm_uprobes = None               # the new mm's uprobes state: see Kernel.exec_mm
         proc.files = []

@@ -12,15 +12,16 @@ class TaskExit:
     """Exit: part of :class:`kernel_model.kernel.kernel.Kernel`."""
 
     def exit_group(self, code: int, task=None) -> None:
-        """do_group_exit: the whole process of ``task`` (default: the current one) exits."""
-        self.process_exit((task or self.task).process, RunResult("exit", exit_code=code & 0xFF))
+        """exit_group(code): the whole process of ``task`` (default: the current one)
+        exits with ``code``."""
+        self.do_group_exit((task or self.task).process, RunResult("exit", exit_code=code & 0xFF))
 
-    def process_exit(self, proc, result: RunResult) -> None:
-        """Every task of ``proc`` dies; the parent can reap it; the run ends with the
-        main process."""
+    def do_group_exit(self, proc, result: RunResult) -> None:
+        """do_group_exit: every task of ``proc`` dies with ``result``; the parent can
+        reap it; the run ends with the main process."""
         proc.exit_result = result
         for t in list(proc.tasks):
-            self.task_exit(t)
+            self.do_exit(t)
         if proc is not self.main_process and proc.mm_owner is None:
             self._released.append(proc)     # exit_mmap, once the CPU is not running it
         if proc is self.main_process:
@@ -31,7 +32,7 @@ class TaskExit:
             if proc is self.task.process:      # the running task died: leave the engine's run
                 self.engine.stop(self.cpu)
 
-    def task_exit(self, task) -> None:
+    def do_exit(self, task) -> None:
         """do_exit of one task.  uprobe_free_utask would free its uprobes state; the
         model keeps it on the dead task so tests can inspect what was still pending."""
         if task.state == "dead":
@@ -46,7 +47,7 @@ class TaskExit:
             self._result = result
         self.engine.stop(self.cpu)
 
-    def release_exited(self) -> None:
+    def release_task_mms(self) -> None:
         """release_task: free the address space (CPU and host pages) of every exited
         process, except one whose CPU still runs; a zombie keeps only its exit status,
         as after the kernel's exit_mm."""

@@ -376,11 +376,11 @@ class TaskCreation:
                     parent: Process | None = None) -> Process:
         """A process with its own address space (one engine CPU), or sharing
         ``share_mm``'s (vfork)."""
-        pid = self._alloc_pid()
+        pid = self.alloc_pid()
         if share_mm is not None:
             cpu, mem, regfile = share_mm.cpu, share_mm.mem, share_mm.cpu_regs
         else:
-            cpu, mem, regfile = self.new_mm()
+            cpu, mem, regfile = self.mm_alloc()
         proc = Process(pid=pid, mem=mem, comm=comm, cpu=cpu, cpu_regs=regfile, parent=parent,
                        ppid=parent.pid if parent else 1, counters=Counters())
         if share_mm is not None:
@@ -391,7 +391,7 @@ class TaskCreation:
             parent.children.append(proc)
         return proc
 
-    def new_mm(self):
+    def mm_alloc(self):
         """mm_alloc: an empty address space - (cpu, mem, regfile) - with the FPU in its
         initial state."""
         return self.engine.new_space(self.counters, self.mem_limit)
@@ -408,7 +408,7 @@ class TaskCreation:
 
     def new_task(self, process: Process, tid: int | None = None, *, comm: str = "",
                  cred=None) -> Task:
-        task = Task(tid=tid if tid is not None else (process.pid if not process.tasks else self._alloc_pid()),
+        task = Task(tid=tid if tid is not None else (process.pid if not process.tasks else self.alloc_pid()),
                     process=process, comm=comm, cred=cred)
         task.counters = Counters()
         clock = self.syscalls                   # None while the first task is made
@@ -418,12 +418,12 @@ class TaskCreation:
         self.all_tasks.append(task)
         return task
 
-    def _alloc_pid(self) -> int:
+    def alloc_pid(self) -> int:
         pid = self._next_pid
         self._next_pid += 1
         return pid
 
-    def init_task_context(self, task: Task, regs) -> None:
+    def copy_thread(self, task: Task, regs) -> None:
         """copy_thread: give a new task (fork/clone child) the CPU state ``regs``."""
         engine = self.engine
         proc = task.process

@@ -112,7 +112,7 @@ class RunQueue:
     def end_run(self, result: RunResult) -> RunResult:
         self._run_deadline = None
         self._account()
-        self.release_exited()
+        self.release_task_mms()
         self.last_result = result
         return result
 
@@ -220,8 +220,8 @@ class RunQueue:
             if nxt is None:
                 result = self._here("stopped", "deadlock: every task is blocked")
                 break
-            self._switch_to(nxt)
-            self.release_exited()
+            self.context_switch(nxt)
+            self.release_task_mms()
         return result
 
     def _slice_limits(self, multi: bool, remaining: int | None) -> tuple[int, int | None, bool]:
@@ -308,7 +308,7 @@ class RunQueue:
             return "timeout"
         return "count" if count else "stopped"
 
-    def _switch_to(self, task) -> None:
+    def context_switch(self, task) -> None:
         """Context switch: save the outgoing task's CPU state, restore the incoming one's."""
         engine = self.engine
         cur = self.task
@@ -368,7 +368,7 @@ class RunQueue:
         runs; a task that sleeps or is gone raises InputError."""
         if self.engine.running or task not in self.tasks or task.state != "running":
             raise InputError(f"thread {task.tid} cannot be scheduled now")
-        self._switch_to(task)
+        self.context_switch(task)
 
     def _finish_sleep(self, task) -> bool:
         """Before a single step of a task that slept in a syscall: with nobody else to
@@ -380,7 +380,7 @@ class RunQueue:
         if task.state != "running":
             return False
         if task.pending_rax is not None or task.on_resume is not None:
-            self._switch_to(task)
+            self.context_switch(task)
         return self._resume_exit_work(task)
 
     def block(self, task, reason: str, *, interrupt=None) -> None:

@@ -297,7 +297,7 @@ class SignalDelivery:
         if task is self.task and task.state != "dead":
             # the kernel's register changes up to the signal are the task's state
             self.write_back_in_trap(regs)
-        self.process_exit(task.process, RunResult("signal", signal=signo, fault_addr=addr, rip=regs.rip,
+        self.do_group_exit(task.process, RunResult("signal", signal=signo, fault_addr=addr, rip=regs.rip,
                                                   rip_symbol=self.symbolize(regs.rip), detail=detail))
 
     def setup_rt_frame(self, task, sig, regs) -> bool:
