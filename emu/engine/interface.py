@@ -150,18 +150,27 @@ class Quantum(ABC):
 class Engine(ABC):
     """The CPU the kernel model runs tasks on.
 
-    Attributes the kernel reads: ``fpu`` (:class:`Fpu`), ``quantum``
+    Attributes the kernel uses: ``fpu`` (:class:`Fpu`), ``quantum``
     (:class:`Quantum`), ``running`` (inside :meth:`start`: a trap handler is
-    running), ``stopped_by_hook`` (the running start was ended on purpose),
-    ``hook_error`` (a handler's exception, to re-raise), ``icount`` (the instruction
-    clock of counted runs)."""
+    running), ``in_step`` (the start is a single step), ``stopped_by_hook`` (the
+    running start was ended on purpose), ``hook_error`` (a handler's exception, to
+    re-raise), ``pending_fault`` (the fault a start is ending on), ``in_code_hook`` /
+    ``stop_precounted`` (a front end's hook runs / stopped the CPU before its
+    instruction ran), and the instruction clock of counted runs: ``icount``,
+    ``emu_base`` / ``emu_count`` (the clock and the count of the running start)."""
 
     fpu: Fpu
     quantum: Quantum
     running: bool
+    in_step: bool
     stopped_by_hook: bool
     hook_error: BaseException | None
+    pending_fault: tuple | None
+    in_code_hook: bool
+    stop_precounted: bool
     icount: int
+    emu_base: int
+    emu_count: int
 
     @abstractmethod
     def set_trap_handler(self, handler: TrapHandler) -> None:
@@ -171,6 +180,11 @@ class Engine(ABC):
     def new_space(self, counters, limit):
         """``(cpu, mem, regfile)``: an empty address space with its own CPU, its FPU
         in the initial state; ``counters`` / ``limit`` are its memory's."""
+
+    @abstractmethod
+    def hooked(self, mem) -> bool:
+        """Does a front end's hook still hold ``mem``'s address space (it is freed
+        only once the hooks are gone)?"""
 
     # -- running -------------------------------------------------------------------
     @abstractmethod

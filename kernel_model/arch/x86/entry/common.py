@@ -74,28 +74,13 @@ class UserEntry:
             self.engine.emu_stop(cpu)
 
     def exit_to_user_mode_loop(self, task, regs) -> bool:
-        """``exit_to_user_mode_loop`` -> ``arch_do_signal_or_restart``: deliver the
-        task's deliverable signals to ``regs`` (the registers the handler left) - a
-        handler frame (rt_sigframe) each, or the default action - and end the current
-        engine start so the task resumes where delivery put it.  Each frame's mask
-        update applies to the next pick.  False if nothing was deliverable."""
+        """``exit_to_user_mode_loop``: with a signal to deliver or a syscall to
+        restart, ``arch_do_signal_or_restart`` on ``regs`` (the registers the handler
+        left), then end the current engine start so the task resumes where delivery
+        put it.  False if there was nothing to do."""
         if self.next_signal(task) is None and self.restart_code(regs) is None:
             return False
-        while (nxt := self.next_signal(task)) is not None:
-            queue, i = nxt
-            sig = queue.pop(i)
-            self.handle_signal(task, sig, regs)
-            if task.state == "dead" or self._result is not None:
-                task.pending_signals.clear()
-                break
-        if task.state != "dead" and self._result is None:
-            if self.restart_code(regs) is not None:
-                self.restart_without_handler(regs)
-            if task is self.task:
-                regs.orig_rax = -1           # the syscall is over: back in user mode
-                self.write_back_in_trap(regs)
-        if task.saved_sigmask is not None and task.state != "dead":
-            task.sigmask, task.saved_sigmask = task.saved_sigmask, None   # restore_saved_sigmask
+        self.arch_do_signal_or_restart(task, regs)
         self.engine.stop(self.cpu)
         return True
 

@@ -279,7 +279,27 @@ class SignalDelivery:
     :class:`kernel_model.kernel.kernel.Kernel`."""
 
     restart_code = staticmethod(restart_code)
-    restart_without_handler = staticmethod(restart_without_handler)
+
+    def arch_do_signal_or_restart(self, task, regs) -> None:
+        """Deliver the task's deliverable signals (get_signal -> handle_signal) - a
+        handler frame (rt_sigframe) each, or the default action; each frame's mask
+        update applies to the next pick - then restart an interrupted syscall no
+        handler took, and restore rt_sigsuspend's mask."""
+        while (nxt := self.next_signal(task)) is not None:
+            queue, i = nxt
+            sig = queue.pop(i)
+            self.handle_signal(task, sig, regs)
+            if task.state == "dead" or self._result is not None:
+                task.pending_signals.clear()
+                break
+        if task.state != "dead" and self._result is None:
+            if restart_code(regs) is not None:
+                restart_without_handler(regs)
+            if task is self.task:
+                regs.orig_rax = -1           # the syscall is over: back in user mode
+                self.write_back_in_trap(regs)
+        if task.saved_sigmask is not None and task.state != "dead":
+            task.sigmask, task.saved_sigmask = task.saved_sigmask, None   # restore_saved_sigmask
 
     def handle_signal(self, task, sig, regs) -> None:
         """One signal: the guest's handler if it installed one (an rt_sigframe, as
