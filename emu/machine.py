@@ -222,10 +222,6 @@ class Machine:
     exited = _kernel("exited")
     last_result = _kernel("last_result")
     _retired_mms = _kernel("_retired_mms")
-    process = _kernel("process")
-    uc = _kernel("cpu")
-    mem = _kernel("mem")
-    regfile = _kernel("cpu_regs")
     read_regs = _kernel("read_regs")
     write_regs = _kernel("write_regs")
     fpu_init = _kernel("fpu_init")
@@ -252,6 +248,25 @@ class Machine:
     exit_group = _kernel("exit_group")
     process_exit = _kernel("do_group_exit")
     task_exit = _kernel("do_exit")
+
+    # the current task's address space: one property call, as handlers read memory often
+    @property
+    def process(self) -> Process:
+        """The process of the task on the CPU."""
+        return self.kernel.task.process
+
+    @property
+    def mem(self) -> Memory:
+        return self.kernel.task.process.mem
+
+    @property
+    def uc(self):
+        """The engine CPU of the current address space (a Unicorn instance)."""
+        return self.kernel.task.process.cpu
+
+    @property
+    def regfile(self):
+        return self.kernel.task.process.cpu_regs
 
     @property
     def uprobes(self):
