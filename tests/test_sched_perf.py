@@ -8,7 +8,7 @@ import pytest
 
 from emu import Machine
 from kernel_model.errors import InputError
-from emu.machine import BlockQuantum
+from emu.engine.quantum import BlockQuantum
 from kernel_model.kernel.sched import ALONE_SLICE, MIN_SLICE
 from cli_helpers import cli, one_line_error
 

@@ -140,6 +140,8 @@ def _uc_prot(prot: int) -> int:
 class Memory:
     """One address space on one Unicorn instance."""
 
+    checkpoint_keep = ("uc", "_backing", "_last_backing", "_span", "_free_host", "text_write_listeners")
+
     def __init__(self, uc, counters, limit: MemoryLimit | None = None):
         self.uc = uc
         self.counters = counters
@@ -524,6 +526,11 @@ class Memory:
         self._span = _NO_SPAN
         self._free_host = weakref.finalize(uc, _host_free_all, self._backing)
 
+    @property
+    def released(self) -> bool:
+        """Is the address space gone (:meth:`release`)?"""
+        return self.uc is None
+
     def release(self) -> None:
         """exit_mmap: the address space is gone (its process exited).  The Unicorn
         instance is closed and every host page returned; the Memory stays as an empty
@@ -738,6 +745,8 @@ class PageCache:
     open (least recently used first closed); a closed one is reopened by its host path,
     and only if that is still the same inode, unchanged (st_ctime) - so a guest mapping
     many files cannot exhaust the host's descriptors."""
+
+    checkpoint_by_reference = True
 
     MAX_OPEN = 64
 

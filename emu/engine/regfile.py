@@ -250,6 +250,8 @@ class RegisterFile:
     memoryview of the CPU state (None: not available, and the native batches do
     everything).  A closed engine is an error here, never an access to freed memory."""
 
+    checkpoint_by_reference = True
+
     def __init__(self, uc: Uc, *, use_window: bool = True):
         n = len(GPR_NAMES)
         self._uc = uc
@@ -555,6 +557,8 @@ class SnapshotReader:
     cost of the prototyped binding call.  The attributes ``fn``, ``uch``, ``ids``,
     ``ptrs``, ``n`` and ``buf`` let a hot loop make the call itself:
     ``fn(uch, ids, ptrs, n)`` (non-zero: failed) fills ``buf``."""
+
+    checkpoint_by_reference = True
 
     def __init__(self, uc):
         n = len(GPR_NAMES)

@@ -17,7 +17,10 @@ A :class:`Checkpoint` holds
   Restoring writes the saved attributes back into the *same* Python objects, so a
   front end's references (a Task, the Kernel, a Memory) stay valid.  Immutable or
   external objects (ELF images, page-cache files, Unicorn handles, the event bus and
-  its subscribers, host file objects) are referenced, not copied;
+  its subscribers, host file objects) are referenced, not copied.  Each class says
+  what is not its rolled-back state: ``checkpoint_by_reference = True`` (referenced,
+  never copied) and ``checkpoint_keep`` (attributes of the front ends or the host,
+  left as they are by a restore);
 * each address space's memory: its Unicorn regions, host backing ranges and the
   contents of every page the host ever touched, compared page by page with the
   previous checkpoint so that an unchanged page is shared, not stored again (the
@@ -47,26 +50,30 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import time
 import types
 import weakref
 from collections import deque
 from dataclasses import dataclass, field
 
-from kernel_model.errors import EmuError
+from kernel_model.errors import EmuError, GuestSignalError
 from emu.engine.memory import Memory
+from emu.engine.quantum import instruction_counter_available
+from emu.engine.regfile import RegisterFile
 from kernel_model.mm.mm_types import PAGE_SIZE
 
 DEFAULT_INTERVAL = 1_000_000
 DEFAULT_MAX_CHECKPOINTS = 64
 _PROJECT = ("emu", "kernel_model", "guest_programs")
-# attributes that belong to the front ends or the host, never rolled back
-_KEEP_ATTRS = {
-    "Machine": ("events", "_live_hooks", "_retired_thunks", "recorder", "passthrough", "capture_output",
-                "fpu", "page_cache", "_sigint", "_tb_mode"),
-    "Memory": ("uc", "_backing", "_last_backing", "_span", "_free_host", "text_write_listeners"),
-}
-_BY_REFERENCE = ("MappedFile", "ElfImage", "PageCache", "Uc", "RegisterFile", "FpuUnit", "SnapshotReader",
-                 "Hook", "EventBus", "Recorder", "Stepper", "GatedWriter")
+# What a class declares (class attributes):
+# ``checkpoint_keep``: attributes that belong to the front ends or the host, never
+#   rolled back (kept as they are when a checkpoint is restored);
+# ``checkpoint_by_reference``: true for immutable or external objects (ELF images,
+#   page-cache files, register files, the event bus...): referenced, never copied.
+
+
+def _by_reference(cls) -> bool:
+    return bool(getattr(cls, "checkpoint_by_reference", False))
 
 
 class CheckpointError(EmuError):
@@ -120,7 +127,7 @@ def _frozen(obj) -> bool:
 def _identity(obj) -> bool:
     """A mutable project object: saved as its attributes, restored in place."""
     return (_is_project(obj) and hasattr(obj, "__dict__") and not isinstance(obj, (type, BaseException))
-            and type(obj).__name__ not in _BY_REFERENCE and not _frozen(obj))
+            and not _by_reference(type(obj)) and not _frozen(obj))
 
 
 _BY_VALUE = (int, float, complex, str, bytes, bytearray, bool, type(None), list, tuple, dict, set, frozenset,
@@ -145,7 +152,7 @@ def _kind_of_type(cls) -> str:
     project = mod.split(".", 1)[0] in _PROJECT
     params = getattr(cls, "__dataclass_params__", None)
     frozen = params is not None and params.frozen
-    if project and not issubclass(cls, (type, BaseException)) and not frozen and cls.__name__ not in _BY_REFERENCE:
+    if project and not issubclass(cls, (type, BaseException)) and not frozen and not _by_reference(cls):
         return "identity" if getattr(cls, "__dictoffset__", 0) else "value"   # slotted: immutable values
     if issubclass(cls, (types.CellType, types.BuiltinFunctionType, type)):
         return "value"                        # see reducer_override
@@ -218,7 +225,7 @@ class _StatePickler(pickle.Pickler):
 
 
 def _state_of(obj) -> dict:
-    keep = _KEEP_ATTRS.get(type(obj).__name__, ())
+    keep = getattr(type(obj), "checkpoint_keep", ())
     return {k: v for k, v in vars(obj).items() if k not in keep}
 
 
@@ -257,7 +264,8 @@ def restore_state(blob: bytes, objects: list, refs: list, remap: dict) -> None:
     while (item := up.load()) is not None:
         i, state = item
         obj = objects[i]
-        keep = {k: v for k, v in vars(obj).items() if k in _KEEP_ATTRS.get(type(obj).__name__, ())}
+        kept = getattr(type(obj), "checkpoint_keep", ())
+        keep = {k: v for k, v in vars(obj).items() if k in kept}
         vars(obj).clear()
         vars(obj).update(state)
         vars(obj).update(keep)
@@ -360,7 +368,7 @@ def _live_spaces(machine) -> list[Memory]:
     out = []
     for proc in list(machine.processes) + [t.process for t in machine.all_tasks]:
         mem = proc.mem
-        if mem is not None and mem.uc is not None and mem not in out and proc.mm_owner is None:
+        if mem is not None and not mem.released and mem not in out and proc.mm_owner is None:
             out.append(mem)
     return out
 
@@ -375,8 +383,8 @@ def take_checkpoint(machine, previous: Checkpoint | None = None, kinds: dict | N
         prev = previous.spaces.get(mem) if previous is not None else None
         spaces[mem] = snapshot_space(mem, prev)
     cpu = None
-    if not machine.task.state == "dead" and machine.mem.uc is not None:
-        cpu = (machine.mem, machine.uc.context_save())
+    if not machine.task.state == "dead" and not machine.mem.released:
+        cpu = (machine.mem, machine.engine.context_save(machine.uc))
     return Checkpoint(machine.icount, blob, objects, refs, spaces, cpu, host_fds=_hold_host_fds(objects))
 
 
@@ -386,27 +394,24 @@ def restore_checkpoint(machine, cp: Checkpoint) -> None:
     the CPU."""
     remap = {}
     for mem, image in cp.spaces.items():
-        if mem.uc is None or mem.uc._uch is None or mem.uc is not image.uc:
+        if mem.released or machine.engine.closed(mem.uc) or mem.uc is not image.uc:
             _revive_space(machine, mem, remap, cp)
         restore_space(mem, image)
     restore_state(cp.blob, cp.objects, cp.refs, remap)
     _reopen_host_fds(cp.host_fds)
     if cp.cpu is not None:
         mem, ctx = cp.cpu
-        mem.uc.context_restore(ctx)
+        machine.engine.context_restore(mem.uc, ctx)
     for mem in cp.spaces:
-        mem.uc.ctl_flush_tb()
+        machine.engine.flush(mem.uc)
     machine.flush_translations()
 
 
 def _revive_space(machine, mem: Memory, remap: dict, cp: Checkpoint) -> None:
-    """A released address space comes back: a new Unicorn instance (with the
-    machine's hooks) behind the same Memory object; references to the old instance
-    and register file in the saved state are redirected to the new ones."""
-    from emu.machine import RegisterFile
-    uc, _, regfile = machine.new_mm()      # its empty Memory is not used
-    mem.adopt(uc)
-    mem.release_listeners.append(regfile.release)
+    """A released address space comes back: a new engine CPU (with the trap hooks)
+    behind the same Memory object; references to the old CPU and register file in
+    the saved state are redirected to the new ones."""
+    uc, regfile = machine.revive_space(mem)
     old = cp.spaces[mem].uc
     remap[id(old)] = uc
     for r in cp.refs:
@@ -419,6 +424,8 @@ def _revive_space(machine, mem: Memory, remap: dict, cp: Checkpoint) -> None:
 class GatedWriter:
     """The trace output (tracefs lines streamed to a file) while recording: a line a
     replay writes again is dropped (see :meth:`Recorder.admit`)."""
+
+    checkpoint_by_reference = True
 
     def __init__(self, out, recorder: "Recorder"):
         self.out, self.recorder = out, recorder
@@ -451,13 +458,14 @@ class Recorder:
     ``machine.run()`` and ``machine.step()`` go through :meth:`run` / :meth:`step`.
     """
 
+    checkpoint_by_reference = True
+
     def __init__(self, machine, *, interval: int = DEFAULT_INTERVAL,
                  max_checkpoints: int = DEFAULT_MAX_CHECKPOINTS):
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise CheckpointError(f"checkpoint interval must be an instruction count >= 1, not {interval!r}")
         if isinstance(max_checkpoints, bool) or not isinstance(max_checkpoints, int) or max_checkpoints < 2:
             raise CheckpointError(f"max_checkpoints must be >= 2, not {max_checkpoints!r}")
-        from emu.machine import instruction_counter_available
         if not instruction_counter_available():
             raise CheckpointError("this Unicorn build does not expose its instruction counter")
         if machine.recorder is not None:
@@ -599,7 +607,6 @@ class Recorder:
     def run(self, max_insns: int | None = None, timeout: float | None = 120.0, *,
             raise_on_signal: bool = False):
         """``Machine.run`` in counted pieces that end at checkpoint boundaries."""
-        import time
         m = self.m
         self._gate_trace_output()
         if not self.replaying:
@@ -630,7 +637,6 @@ class Recorder:
         if res.reason == "budget" and max_insns is not None:
             res.insns = max_insns
         if raise_on_signal and res.reason == "signal":
-            from kernel_model.errors import GuestSignalError
             raise GuestSignalError(res)
         return res
 

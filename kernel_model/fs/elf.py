@@ -165,6 +165,8 @@ class ElfImage:
     as read-only.
     """
 
+    checkpoint_by_reference = True     # immutable once parsed
+
     path: str
     data: bytes = field(repr=False)
     etype: str  # "EXEC" | "DYN" (DYN means static-pie)

@@ -466,3 +466,46 @@ class ExecSyscalls:
                 m.symbols, m.auxv = keep
         m.kernel.exec_mm(task)
         return None
+
+
+# ============================================================================ exec_mmap
+
+class ExecMm:
+    """What exec does to the task and its address space (de_thread, exec_mmap): part
+    of :class:`kernel_model.kernel.kernel.Kernel`."""
+
+    def de_thread(self, task) -> None:
+        """de_thread (exec): every other thread of the process dies, and a non-leader
+        exec'ing thread takes the leader's pid as its tid."""
+        proc = task.process
+        for t in list(proc.tasks):
+            if t is not task and t.state != "dead":
+                self.do_exit(t)
+        proc.tasks = [task]
+        task.tid = proc.pid
+
+    def exec_mmap(self, task) -> None:
+        """exec_mmap + exec_mm_release: the task's process gets a new, empty address
+        space (a new engine CPU).  mm_release of the old one: clear_child_tid is
+        written and woken only when another process still uses that mm (a vfork parent),
+        then dropped.  The old mm is freed once the CPU has left it, unless it is
+        borrowed (a vfork child's is its parent's)."""
+        proc = task.process
+        old_mem = proc.mem
+        borrowed = proc.mm_owner is not None
+        shared = borrowed or any(p.mm_owner is proc and p.exit_result is None for p in self.processes)
+        if task.clear_child_tid and shared:
+            try:
+                old_mem.write_user(task.clear_child_tid, b"\0\0\0\0")
+            except GuestFault:
+                pass
+            self.syscalls._futex_wake(proc.mm_owner or proc, task.clear_child_tid, 1)
+        task.clear_child_tid = 0
+        proc.cpu, proc.mem, proc.cpu_regs = self.mm_alloc()
+        proc.mm_owner = None
+        proc.mm_uprobes = None               # the new mm's uprobes state: see Kernel.exec_mm
+        proc.files = []
+        task.context = None
+        if not shared:
+            # mmput(old_mm) comes before the new image is mapped
+            self.retire_mm(old_mem)

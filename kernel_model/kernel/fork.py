@@ -17,6 +17,8 @@ import struct
 
 from kernel_model.include.linux.errno import neg
 from kernel_model.include.linux.syscalls import syscall
+from kernel_model.kernel.counters import Counters
+from kernel_model.kernel.task import Process, Task
 from kernel_model.mm.mm_types import MemoryLimitExceeded
 from kernel_model.trace.events import Clone
 
@@ -137,3 +139,77 @@ class ProcessSyscalls:
     def sys_set_tid_address(self, task, regs, tidptr, *_):
         task.clear_child_tid = tidptr
         return task.tid
+
+
+# ============================================================================ tasks
+
+class TaskCreation:
+    """Processes and tasks coming into being (copy_process, alloc_pid, copy_thread):
+    part of :class:`kernel_model.kernel.kernel.Kernel`."""
+
+    def new_process(self, *, comm: str = "guest", share_mm: Process | None = None,
+                    parent: Process | None = None) -> Process:
+        """A process with its own address space (one engine CPU), or sharing
+        ``share_mm``'s (vfork)."""
+        pid = self.alloc_pid()
+        if share_mm is not None:
+            cpu, mem, regfile = share_mm.cpu, share_mm.mem, share_mm.cpu_regs
+        else:
+            cpu, mem, regfile = self.mm_alloc()
+        proc = Process(pid=pid, mem=mem, comm=comm, cpu=cpu, cpu_regs=regfile, parent=parent,
+                       ppid=parent.pid if parent else 1, counters=Counters())
+        if share_mm is not None:
+            proc.mm_uprobes = share_mm.mm_uprobes
+            proc.mm_owner = share_mm
+        self.processes.append(proc)
+        if parent is not None:
+            parent.children.append(proc)
+        return proc
+
+    def mm_alloc(self):
+        """mm_alloc: an empty address space - (cpu, mem, regfile) - with the FPU in its
+        initial state."""
+        return self.engine.new_space(self.counters, self.mem_limit)
+
+    def discard_process(self, proc: Process) -> None:
+        """Undo :meth:`new_process` for a fork that failed before the child existed."""
+        if proc in self.processes:
+            self.processes.remove(proc)
+        if proc.parent is not None and proc in proc.parent.children:
+            proc.parent.children.remove(proc)
+        if proc.mm_owner is None:
+            proc.mem.release()
+            proc.cpu = proc.cpu_regs = None
+
+    def new_task(self, process: Process, tid: int | None = None, *, comm: str = "",
+                 cred=None) -> Task:
+        task = Task(tid=tid if tid is not None else (process.pid if not process.tasks else self.alloc_pid()),
+                    process=process, comm=comm, cred=cred)
+        task.counters = Counters()
+        clock = self.syscalls                   # None while the first task is made
+        task.start_time_ns = clock.boot_clock_ns() if clock is not None else 0
+        process.tasks.append(task)
+        self.tasks.append(task)
+        self.all_tasks.append(task)
+        return task
+
+    def alloc_pid(self) -> int:
+        pid = self._next_pid
+        self._next_pid += 1
+        return pid
+
+    def copy_thread(self, task: Task, regs) -> None:
+        """copy_thread: give a new task (fork/clone child) the CPU state ``regs``."""
+        engine = self.engine
+        proc = task.process
+        cpu = proc.cpu
+        shared = cpu is self.cpu
+        saved = engine.context_save(cpu) if shared else None
+        if not shared:
+            engine.fpu.copy(self.cpu, cpu)     # fpu_clone: a forked child keeps the FPU registers
+        proc.cpu_regs.write({i: v for i, v in enumerate(regs.values())})
+        engine.reg_write(cpu, "rip", regs.rip)
+        task.context = engine.context_save(cpu)
+        if shared:
+            engine.context_restore(cpu, saved)
+        task.orig_rax = -1

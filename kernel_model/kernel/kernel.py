@@ -1,8 +1,36 @@
-"""The modeled kernel of one machine: its profile, the uprobes subsystem, and the
-trap entry points the machine calls (the kernel's do_int3 / exc_debug notifiers)."""
+"""The modeled kernel of one machine: its tasks and processes, the run loop, the
+trap and syscall entry, signals, and the uprobes subsystem with its profile.
+
+The kernel drives the CPU through the engine interface
+(:class:`emu.engine.interface.Engine`, given to :meth:`Kernel.start_kernel`) and is
+the one trap handler the engine reports to.  Its parts live where Linux has them:
+the run loop in :mod:`kernel_model.kernel.sched`, task creation in
+:mod:`kernel_model.kernel.fork`, exit in :mod:`kernel_model.kernel.exit`, exec's
+address space in :mod:`kernel_model.fs.exec`, signal queues in
+:mod:`kernel_model.kernel.signal`, signal frames and syscall restart in
+:mod:`kernel_model.arch.x86.kernel.signal`, the trap handlers in
+:mod:`kernel_model.arch.x86.kernel.traps`, the syscall entry and the exit to user
+mode in :mod:`kernel_model.arch.x86.entry.common`.
+
+``machine`` is the context the uprobes subsystem and the syscall handlers see (its
+``counters``, ``events``, ``syscalls``, and the kernel's own operations through it);
+a fake one without an engine is enough for the uprobes parts alone."""
 
 from __future__ import annotations
 
+import os
+
+from emu.engine.interface import TrapHandler
+from kernel_model.arch.x86.entry.common import UserEntry
+from kernel_model.arch.x86.kernel.signal import SignalDelivery
+from kernel_model.arch.x86.kernel.traps import Traps
+from kernel_model.arch.x86.ptrace import PtRegs
+from kernel_model.fs.elf import image_of, link_vaddr
+from kernel_model.fs.exec import ExecMm
+from kernel_model.kernel.exit import TaskExit
+from kernel_model.kernel.fork import TaskCreation
+from kernel_model.kernel.sched import RunQueue, Scheduler
+from kernel_model.kernel.signal import SignalSending
 from kernel_model.trace.events import RefCtrUpdate
 from kernel_model.mm.mm_types import GuestFault, PROT_WRITE
 from kernel_model.kernel.signals import SIGNALS
@@ -16,7 +44,12 @@ from kernel_model.kernel.events.uprobes import Uprobes
 SIGTRAP = SIGNALS["SIGTRAP"]
 
 
-class Kernel:
+class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCreation, ExecMm, TaskExit,
+             TrapHandler):
+    """One modeled kernel: made with its profile and uprobes subsystem, booted on an
+    engine by :meth:`start_kernel` (the tasks, the run loop and the trap handler
+    from then on), given its syscall table by :meth:`attach_syscalls`."""
+
     def __init__(self, machine, profile="latest", **overrides):
         self.machine = machine
         self.profile = profile if isinstance(profile, KernelProfile) else \
@@ -25,12 +58,99 @@ class Kernel:
         self.optimizer = Optimizer(self)
         self.trace = TraceEvents(self.uprobes)
         self.uprobes.trace = self.trace
-        if self.profile.has_uretprobe_syscall:
-            machine.syscalls.register(335, self.uprobes.uret.sys_uretprobe)
-        if self.profile.has_uprobe_syscall:
-            machine.syscalls.register(336, self.optimizer.sys_uprobe)
+        self.syscalls = None
 
-    # -- traps -----------------------------------------------------------------
+    def start_kernel(self, engine, *, mem_limit, seed: int, sched_slice: tuple[int, int], comm: str,
+                     cred) -> None:
+        """Boot on ``engine``: the first process and its task (pid 1000), on the CPU.
+        The engine reports its traps here from now on."""
+        self.engine = engine
+        engine.set_trap_handler(self)
+        self.counters = self.machine.counters
+        self.events = self.machine.events
+        self.mem_limit = mem_limit
+        self.scheduler = Scheduler(seed, *sched_slice)
+        self.processes: list = []        # live processes (and zombies until reaped)
+        self.tasks: list = []            # live tasks
+        self.all_tasks: list = []
+        self._next_pid = 1000
+        self._released: list = []       # exited processes whose mm is still to free
+        self._retired_mms: list = []     # address spaces an execve left
+        self.task = self.new_task(self.new_process(comm=comm), cred=cred)
+        self.main_process = self.task.process
+        self._acct = self.counters.snapshot()
+        self.exited = False
+        self.last_result = None
+        self._result = None              # the run's end, once decided
+        self._stop_requested: str | None = None
+        self._switch_requested = False
+        self._in_syscall = False
+        self._run_deadline: float | None = None    # the wall-clock end of the current run
+        self._db_after_syscall: tuple | None = None   # (task, rip): see do_syscall_64
+        self._slice_carry = None         # (task, insns left, insns run, multi): see run
+
+    def attach_syscalls(self, syscalls) -> None:
+        """The syscall table the entry dispatches to; the uprobes syscalls join it."""
+        self.syscalls = syscalls
+        if self.profile.has_uretprobe_syscall:
+            syscalls.register(335, self.uprobes.uret.sys_uretprobe)
+        if self.profile.has_uprobe_syscall:
+            syscalls.register(336, self.optimizer.sys_uprobe)
+
+    # -- the task on the CPU -------------------------------------------------------
+    @property
+    def process(self):
+        return self.task.process
+
+    @property
+    def cpu(self):
+        """The engine CPU of the current task's address space (an opaque handle)."""
+        return self.task.process.cpu
+
+    @property
+    def mem(self):
+        return self.task.process.mem
+
+    @property
+    def cpu_regs(self):
+        return self.task.process.cpu_regs
+
+    def read_regs(self) -> PtRegs:
+        return PtRegs(self.cpu_regs.read_all(), self.task.orig_rax)
+
+    def write_regs(self, regs: PtRegs) -> None:
+        self.cpu_regs.write(regs.changed())
+        self.task.orig_rax = regs.orig_rax
+
+    def fpu_init(self, features: int | None = None) -> None:
+        """The current task's FPU components in ``features`` (default: all the user
+        features) to their initial state."""
+        if features is None:
+            self.engine.fpu.init(self.cpu)
+        else:
+            self.engine.fpu.init(self.cpu, features)
+
+    def fpu_restore(self, image: bytes, xfeatures: int, *, fx_only: bool) -> bool:
+        """XRSTOR (FXRSTOR when ``fx_only``) ``image`` into the current task's FPU;
+        False, nothing changed, where the instruction would fault."""
+        fpu = self.engine.fpu
+        return fpu.fxrstor(self.cpu, image) if fx_only else fpu.xrstor(self.cpu, image, xfeatures)
+
+    def symbolize(self, addr: int) -> str | None:
+        """``name+0xoff`` for an address in a mapped ELF, or the mapping name."""
+        vma = self.mem.find_vma(addr)
+        if vma is None:
+            return None
+        if vma.file is not None and image_of(vma.file) is not None:
+            hit = vma.file.elf.symbolize(link_vaddr(vma.file, vma, addr))
+            if hit:
+                name, off = hit
+                lib = "" if getattr(vma.file, "load_bias", None) is not None else \
+                    f" in {os.path.basename(vma.file.d_path or vma.file.path)}"
+                return (f"{name}+{off:#x}" if off else name) + lib
+        return vma.name or (vma.file.path if vma.file else None)
+
+    # -- trap notifiers -------------------------------------------------------------
     def do_int3(self, task, regs) -> None:
         """#BP from user mode: uprobes first (uprobe_pre_sstep_notifier), else SIGTRAP.
         (``Uprobes.handle_int3``, one frame shorter: the notifier, then handle_swbp.)"""
@@ -52,14 +172,6 @@ class Kernel:
         self.uprobes.abort_xol_on_fault(task, regs)
 
     # -- process lifecycle -------------------------------------------------------
-    def task_exit(self, task) -> None:
-        """uprobe_free_utask frees the task's uprobes state at exit; the model keeps it
-        on the dead task so tests can inspect what was still pending."""
-        return None
-
-    def process_exit(self, proc) -> None:
-        return None
-
     def copy_process(self, parent_task, child_task, *, share_mm: bool, vfork: bool) -> None:
         """uprobe_copy_process: pending return instances for fork/vfork children."""
         copy_process(self.uprobes, parent_task, child_task, share_mm=share_mm, vfork=vfork)

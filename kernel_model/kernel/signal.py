@@ -13,6 +13,7 @@ blocked signal pends until rt_sigprocmask, rt_sigsuspend or rt_sigreturn unblock
 from __future__ import annotations
 
 import errno as E
+import functools
 import struct
 
 from kernel_model.arch.x86.kernel.fpu import USER_XFEATURES
@@ -22,7 +23,8 @@ from kernel_model.arch.x86.kernel.signal import (IGNORED_BY_DEFAULT, MINSIGSTKSZ
                                                  restore_frame, saved_altstack, siginfo)
 from kernel_model.include.linux.errno import ERESTARTNOHAND, neg
 from kernel_model.include.linux.syscalls import pid_t, syscall
-from kernel_model.kernel.signals import RunResult
+from kernel_model.kernel.signals import RunResult, signal_name
+from kernel_model.kernel.task import PendingSignal
 from kernel_model.kernel.time.timekeeping import NSEC
 from kernel_model.mm.mm_types import GuestFault
 from kernel_model.kernel.time.timekeeping import INSN_NS  # noqa: F401 - where emu.machine takes it from
@@ -340,3 +342,104 @@ class SignalSyscalls:
             return neg(E.ENOMEM)
         task.sigaltstack = (ss_sp, ss_size, ss_flags & SS_AUTODISARM)
         return 0
+
+
+# ============================================================================ sending
+
+SIGRTMIN = 32
+SIGSEGV = 11
+# SYNCHRONOUS_MASK: SIGILL SIGTRAP SIGBUS SIGFPE SIGSEGV SIGSYS, dequeued before others
+SYNCHRONOUS_SIGNALS = frozenset((4, 5, 7, 8, 11, 31))
+
+
+@functools.cache
+def sigmask(signo: int) -> int:
+    """sigmask(): the bit of ``signo`` in a sigset."""
+    return 1 << (signo - 1)
+
+
+def legacy_queue(queue: list, sig: PendingSignal) -> None:
+    """legacy_queue: a standard signal (below SIGRTMIN) already pending is not
+    queued twice; real-time signals queue every instance."""
+    if sig.signo < SIGRTMIN and any(p.signo == sig.signo for p in queue):
+        return
+    queue.append(sig)
+
+
+class SignalSending:
+    """Queueing, waking and dequeueing signals (kernel/signal.c): part of
+    :class:`kernel_model.kernel.kernel.Kernel`."""
+
+    def send_sig(self, task, signo: int, *, addr: int | None = None, detail: str = "",
+                 code: int | None = None, force: bool = True, info: bytes | None = None) -> None:
+        """Queue a signal on ``task`` and return, as the kernel's ``force_sig_fault`` /
+        ``send_sig`` do: it is delivered at the task's next exit to user mode, after the
+        trap or syscall handler has returned and its registers were written back (see
+        ``exit_to_user_mode_loop``).  ``addr`` is the fault address (si_addr), ``code``
+        the si_code (default: SI_KERNEL, or SEGV_MAPERR with an address).  ``force``
+        (the kernel's own signals) delivers it through a blocked mask (a blocked fault
+        kills); ``force=False`` is an ordinary sent signal, which a mask holds back."""
+        legacy_queue(task.pending_signals, PendingSignal(signo, addr, detail, code, force, info))
+
+    def send_process_sig(self, proc, signo: int, *, detail: str = "", code: int | None = None,
+                         info: bytes | None = None) -> None:
+        """A process-directed signal (kill, SIGCHLD): queued on the process's shared
+        pending set; any of its tasks that does not block it takes it (complete_signal),
+        and one sleeping in rt_sigsuspend wakes up."""
+        legacy_queue(proc.shared_pending, PendingSignal(signo, None, detail, code, False, info))
+        for t in proc.tasks:
+            if not t.sigmask & sigmask(signo):
+                self.signal_wake_up(t)
+                break
+
+    def signal_wake_up(self, task) -> None:
+        """signal_wake_up: a task in an interruptible sleep (TASK_INTERRUPTIBLE) wakes;
+        its syscall returns what its sleep said a signal makes of it (``block``'s
+        ``interrupt``: -ERESTARTSYS for a pipe read, -ERESTARTNOHAND for pause...) and
+        the signal is taken, and the syscall perhaps restarted, when it next runs."""
+        if task.state != "blocked" or task.sleep_interrupt is None:
+            return
+        interrupt = task.sleep_interrupt
+        self.wake(task, interrupt() if callable(interrupt) else interrupt)
+
+    def signal_pending(self, task) -> bool:
+        """``signal_pending()`` (TIF_SIGPENDING after recalc_sigpending): a signal the
+        task's mask does not block, or a forced one, is queued."""
+        if not task.pending_signals and not task.process.shared_pending:
+            return False
+        return self.next_signal(task) is not None
+
+    def pending_set(self, task) -> int:
+        """The pending signals of ``task`` as a sigset: its own and its process's."""
+        bits = 0
+        for p in task.pending_signals + task.process.shared_pending:
+            bits |= sigmask(p.signo)
+        return bits
+
+    def next_signal(self, task, wanted: int | None = None) -> tuple[list, int] | None:
+        """dequeue_signal/next_signal: (queue, index) of the signal to deliver - the
+        task's own queue before the process's, synchronous (fault) signals first, then
+        the lowest number; blocked ones stay queued unless forced.  ``wanted`` (a
+        sigset, rt_sigtimedwait) takes any signal in it instead, blocked or not."""
+        for queue in (task.pending_signals, task.process.shared_pending):
+            if wanted is not None:
+                ok = [(i, p) for i, p in enumerate(queue) if wanted & sigmask(p.signo)]
+            else:
+                ok = [(i, p) for i, p in enumerate(queue) if p.force or not task.sigmask & sigmask(p.signo)]
+            if ok:
+                i, _ = min(ok, key=lambda e: (e[1].signo not in SYNCHRONOUS_SIGNALS, e[1].signo, e[0]))
+                return queue, i
+        return None
+
+    def dequeue_signal(self, task, wanted: int) -> PendingSignal | None:
+        """Take the first pending signal in the set ``wanted`` off its queue."""
+        nxt = self.next_signal(task, wanted)
+        return None if nxt is None else nxt[0].pop(nxt[1])
+
+    def force_sigsegv(self, task, signo: int, why: str) -> None:
+        """signal_setup_done(failed) -> force_sigsegv: no frame could be built for
+        ``signo``'s handler; SIGSEGV comes next (at its default action if it was
+        SIGSEGV's own handler that failed)."""
+        if signo == SIGSEGV:
+            task.process.sigactions.pop(SIGSEGV, None)
+        self.send_sig(task, SIGSEGV, detail=f"no room for the {signal_name(signo)} frame ({why})")

@@ -43,8 +43,8 @@ class Process:
     mm_uprobes: object = None                         # kernel model per-mm state
     fds: dict = field(default_factory=dict)           # guest fd -> host object
     tasks: list = field(default_factory=list)
-    uc: object = None                                 # the Unicorn instance (address space)
-    regfile: object = None
+    cpu: object = None                                # the engine CPU of the address space (opaque)
+    cpu_regs: object = None                           # its register file (emu.engine.regfile.RegisterFile)
     parent: "Process | None" = None
     children: list = field(default_factory=list)
     exit_result: object = None                        # RunResult once dead (zombie until reaped)
@@ -68,12 +68,17 @@ class Process:
         if not self.pgid:
             self.pgid = self.pid
 
+    @property
+    def uc(self):
+        """The engine CPU under its former name (tests compare address spaces by it)."""
+        return self.cpu
+
 
 @dataclass(eq=False)
 class Task:
     tid: int
     process: Process
-    context: object = None            # Unicorn context while off-CPU
+    context: object = None            # the engine's saved CPU state while off-CPU
     utask: object = None              # kernel model per-task state (uprobe_task)
     clear_child_tid: int = 0
     robust_list: int = 0
@@ -87,14 +92,14 @@ class Task:
     slices: int = 0
     counters: object = None
     on_resume: object = None          # kernel work to finish when next switched in
-    pending_signals: list = field(default_factory=list)   # PendingSignals: see Machine.send_sig
+    pending_signals: list = field(default_factory=list)   # PendingSignals: see Kernel.send_sig (kernel.signal)
     comm: str = ""                    # the thread's name (task->comm): prctl(PR_SET_NAME)
     cred: object = None               # kernel_model.kernel.sys.Cred (task->cred)
     saved_sigmask: int | None = None  # rt_sigsuspend's mask to restore after delivery
     sigaltstack: tuple | None = None  # (ss_sp, ss_size, SS_AUTODISARM bit) or None (disabled)
     start_time_ns: int = 0            # start_boottime: ns since boot on the virtual clock
     sigwait: tuple | None = None      # rt_sigtimedwait sleeping: (set, deadline ns | None, &info, real_blocked)
-    sleep_interrupt: object = None    # the sleeping syscall's result if a signal wakes it (Machine.block)
+    sleep_interrupt: object = None    # the sleeping syscall's result if a signal wakes it (Kernel.block)
     restart_block: object = None      # restart_syscall's continuation of an interrupted sleep, or None
     last_enosys: int | None = None    # the number of its last syscall if the model lacks it
 

@@ -72,6 +72,8 @@ class MappedFile:
     (offset, n) -> bytes reads it (``size`` bytes long) from the host.
     """
 
+    checkpoint_by_reference = True     # immutable file contents: never rolled back
+
     path: str
     data: bytes = b""
     elf: object = None

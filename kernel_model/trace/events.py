@@ -251,6 +251,8 @@ class EventBus:
     ``publish`` walks a snapshot, so a subscriber may unsubscribe itself (or another)
     while an event is being delivered; an unsubscribed one is not called again."""
 
+    checkpoint_by_reference = True     # its subscribers are the front ends'
+
     __slots__ = ("_subs", "_snapshot", "_next", "gate", "active")
 
     def __init__(self):

@@ -5,7 +5,7 @@ is x87 | SSE (leaf 0xD reports a 576-byte standard-format area for it).  That is
 kernel's ``fpu_user_cfg`` here: user features FP|SSE, ``user_size`` 576 bytes - the
 legacy FXSAVE region (512) and the XSAVE header (64).
 
-The images are made by the emulated CPU itself (``emu.machine.FpuUnit`` runs the
+The images are made by the emulated CPU itself (``emu.engine.fpu.FpuUnit`` runs the
 XSAVE-family instructions on the task's CPU state), so the bytes a signal frame holds
 are what the guest's own ``xsave`` would store.  This module holds the layout and the
 checks the restoring instruction makes.

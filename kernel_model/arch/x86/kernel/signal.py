@@ -28,6 +28,10 @@ import struct
 from typing import NamedTuple
 
 from kernel_model.arch.x86.kernel.fpu import FXSAVE_SIZE, USER_XFEATURES, USER_XSTATE_SIZE, XFEATURE_MASK_FPSSE
+from kernel_model.arch.x86.ptrace import TF
+from kernel_model.kernel.signals import RunResult
+from kernel_model.mm.mm_types import GuestFault
+from kernel_model.trace import events as ev
 
 SIG_DFL, SIG_IGN = 0, 1
 SA_SIGINFO, SA_ONSTACK, SA_RESTART, SA_NODEFER, SA_RESETHAND, SA_RESTORER = (
@@ -213,3 +217,149 @@ def read_sigframe_fpstate(mem, fp_at: int) -> FpRestore:
 def saved_altstack(mem, uc: int) -> tuple[int, int, int]:
     """(ss_sp, ss_flags, ss_size) of the uc_stack of the ucontext at ``uc``."""
     return struct.unpack("<QIxxxxQ", mem.read_user(uc + 16, 24))
+
+
+# ============================================================================ delivery
+
+EINTR = 4
+# include/linux/errno.h: syscall results that ask arch_do_signal_or_restart to restart
+ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK = 512, 513, 514, 516
+NR_RESTART_SYSCALL = 219
+SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV = 4, 5, 7, 8, 11
+
+
+def restart_code(regs) -> int | None:
+    """The -ERESTART* code a syscall left in rax (syscall_get_nr >= 0 and
+    syscall_get_error), or None: not in a syscall, or an ordinary result."""
+    if regs.orig_rax is None or regs.orig_rax < 0 or regs.orig_rax >> 63:
+        return None
+    code = (-regs.rax) & 0xFFFFFFFFFFFFFFFF
+    return code if code in (ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK) else None
+
+
+def restart_for_handler(regs, sa_flags: int) -> None:
+    """handle_signal: a handler is about to run on a syscall's way out -
+    ERESTARTNOHAND and ERESTART_RESTARTBLOCK become EINTR, so does ERESTARTSYS
+    unless the action has SA_RESTART; ERESTARTNOINTR (and SA_RESTART's
+    ERESTARTSYS) re-executes the syscall after the handler (rip -= 2, rax =
+    orig_rax, as the frame saves them)."""
+    code = restart_code(regs)
+    if code is None:
+        return
+    if code in (ERESTARTNOHAND, ERESTART_RESTARTBLOCK) or (code == ERESTARTSYS and not sa_flags & SA_RESTART):
+        regs.rax = -EINTR & 0xFFFFFFFFFFFFFFFF
+    else:
+        regs.rax, regs.rip = regs.orig_rax, regs.rip - 2
+    regs.orig_rax = -1
+
+
+def restart_without_handler(regs) -> None:
+    """arch_do_signal_or_restart with no handler to run (the signal was ignored, or
+    another task took it): every restart code re-executes the syscall;
+    ERESTART_RESTARTBLOCK through restart_syscall (the task's restart_block)."""
+    code = restart_code(regs)
+    regs.rax = NR_RESTART_SYSCALL if code == ERESTART_RESTARTBLOCK else regs.orig_rax
+    regs.rip -= 2
+    regs.orig_rax = -1
+
+
+def sig_ignored(task, signo: int) -> bool:
+    """sig_ignored at delivery: SIG_IGN, or SIG_DFL whose default is to ignore."""
+    handler = parse_sigaction(task.process.sigactions.get(signo))[0]
+    return handler == SIG_IGN or (handler == SIG_DFL and signo in IGNORED_BY_DEFAULT)
+
+
+def fatal_if_ignored(signo: int) -> bool:
+    """Faults cannot be ignored: the kernel resets the action and kills."""
+    return signo in (SIGSEGV, SIGILL, SIGFPE, SIGBUS, SIGTRAP)
+
+
+class SignalDelivery:
+    """Delivering a dequeued signal (arch/x86/kernel/signal.c): part of
+    :class:`kernel_model.kernel.kernel.Kernel`."""
+
+    restart_code = staticmethod(restart_code)
+
+    def arch_do_signal_or_restart(self, task, regs) -> None:
+        """Deliver the task's deliverable signals (get_signal -> handle_signal) - a
+        handler frame (rt_sigframe) each, or the default action; each frame's mask
+        update applies to the next pick - then restart an interrupted syscall no
+        handler took, and restore rt_sigsuspend's mask."""
+        while (nxt := self.next_signal(task)) is not None:
+            queue, i = nxt
+            sig = queue.pop(i)
+            self.handle_signal(task, sig, regs)
+            if task.state == "dead" or self._result is not None:
+                task.pending_signals.clear()
+                break
+        if task.state != "dead" and self._result is None:
+            if restart_code(regs) is not None:
+                restart_without_handler(regs)
+            if task is self.task:
+                regs.orig_rax = -1           # the syscall is over: back in user mode
+                self.write_back_in_trap(regs)
+        if task.saved_sigmask is not None and task.state != "dead":
+            task.sigmask, task.saved_sigmask = task.saved_sigmask, None   # restore_saved_sigmask
+
+    def handle_signal(self, task, sig, regs) -> None:
+        """One signal: the guest's handler if it installed one (an rt_sigframe, as
+        setup_rt_frame builds it), else the default action - terminate (or ignore, for
+        SIGCHLD-like signals)."""
+        signo, addr, detail = sig.signo, sig.addr, sig.detail
+        if not sig.force and sig_ignored(task, signo):
+            return                           # ignored when it became deliverable
+        self.counters.signals[signo] += 1
+        if self.events:
+            self.events.publish(ev.Signal(task, signo, addr, regs.rip, detail))
+        if task is self.task and task.state != "dead" and self.setup_rt_frame(task, sig, regs):
+            self.write_back_in_trap(regs)
+            return
+        if task is self.task and task.state != "dead":
+            # the kernel's register changes up to the signal are the task's state
+            self.write_back_in_trap(regs)
+        self.do_group_exit(task.process, RunResult("signal", signal=signo, fault_addr=addr, rip=regs.rip,
+                                                  rip_symbol=self.symbolize(regs.rip), detail=detail))
+
+    def setup_rt_frame(self, task, sig, regs) -> bool:
+        """setup_rt_frame: True when the guest's handler takes the signal (regs now point
+        at it); False for the default action."""
+        signo, addr, code = sig.signo, sig.addr, sig.code
+        handler, flags, restorer, mask = parse_sigaction(task.process.sigactions.get(signo))
+        if signo in (SIGKILL, SIGSTOP) or handler == SIG_DFL or not flags & SA_RESTORER:
+            return False
+        if handler == SIG_IGN:
+            return not fatal_if_ignored(signo)
+        if task.sigmask & (1 << (signo - 1)):
+            return False                     # a blocked forced signal kills (force_sig_fault)
+        restart_for_handler(regs, flags)
+        if code is None:
+            code = SI_KERNEL if addr is None else SEGV_MAPERR
+        info = sig.info or siginfo(signo, code, addr, task.process.pid)
+        # the frame saves the mask to return to: rt_sigsuspend's, not the temporary one
+        old_mask = task.sigmask if task.saved_sigmask is None else task.saved_sigmask
+        fpu, cpu, mem = self.engine.fpu, self.cpu, self.mem
+        try:
+            frame = build_frame(regs, regs.rsp, signo, info, old_mask, restorer, fpu.xsave(cpu),
+                                altstack=task.sigaltstack, onstack=bool(flags & SA_ONSTACK))
+            mem.write_user(frame.fpstate_at, frame.fpstate)
+            mem.write_user(frame.at, frame.frame)
+        except (GuestFault, FrameOverflow) as e:
+            self.force_sigsegv(task, signo, str(e))
+            return True
+        fpu.init(cpu)                         # fpu__clear_user_states: the handler starts clean
+        frame_at = frame.at
+        regs.rsp, regs.rip = frame_at, handler
+        regs.rdi, regs.rsi, regs.rdx, regs.rax = signo, frame.info_at, frame.uc_at, 0
+        regs.eflags &= ~(0x400 | 0x10000 | TF)          # DF RF TF cleared for the handler
+        regs.orig_rax = -1
+        if not flags & SA_NODEFER:
+            task.sigmask |= 1 << (signo - 1)
+        task.sigmask |= mask
+        task.saved_sigmask = None
+        if task.sigaltstack is not None and task.sigaltstack[2] & SS_AUTODISARM:
+            task.sigaltstack = None          # sas_ss_reset: saved in uc_stack, restored by sigreturn
+        if flags & SA_RESETHAND:
+            task.process.sigactions.pop(signo, None)
+        if self.events:
+            self.events.publish(ev.SignalHandler(task, signo, handler, frame_at))
+        return True

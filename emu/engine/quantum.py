@@ -1,0 +1,136 @@
+"""Counting what Unicorn executes: the time slice in translated blocks
+(:class:`BlockQuantum`, a native block hook) and the instruction count of an
+``emu_start`` (Unicorn's ``uc_struct.emu_counter``, found by :func:`emu_counter_offset`)."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import mmap
+import platform
+import struct
+import sys
+import weakref
+
+from unicorn import UC_ARCH_X86, UC_HOOK_BLOCK, UC_MODE_64, Uc, UcError
+from unicorn.unicorn_py3.unicorn import uclib
+
+
+@functools.cache
+def emu_counter_offset() -> int | None:
+    """Where Unicorn keeps the instruction count of the current ``emu_start``
+    (``uc_struct.emu_counter``, which its ``count`` hook increments before each
+    instruction).  The binding does not expose it, so it is found once by running known
+    counts on a scratch instance; None if the layout is not recognised."""
+    counts = (37, 101, 555)
+    dumps = []
+    for n in counts:
+        uc = Uc(UC_ARCH_X86, UC_MODE_64)
+        uc.mem_map(0x1000, 0x1000)
+        uc.mem_write(0x1000, b"\x90" * 0x1000)
+        uc.emu_start(0x1000, 0x2000, count=n)
+        dumps.append(ctypes.string_at(uc._uch, 4096))
+    for off in range(0, 4096 - 16, 8):
+        if all(struct.unpack_from("<QQ", d, off) == (n + 1, n) for d, n in zip(dumps, counts)):
+            return off
+    return None
+
+
+def instruction_counter_available() -> bool:
+    """Can runs be counted exactly (reverse execution needs it)?"""
+    return emu_counter_offset() is not None
+
+
+def emu_counter(uc: Uc) -> int | None:
+    """The instruction count of ``uc``'s current (or last) ``emu_start``; None where
+    the counter was not found."""
+    off = emu_counter_offset()
+    if off is None:
+        return None
+    base = ctypes.cast(uc._uch, ctypes.c_void_p).value
+    return struct.unpack("<Q", ctypes.string_at(base + off, 8))[0]
+
+
+# The counter value of a disarmed quantum: never reaches zero.
+_DISARMED = 1 << 62
+
+
+@functools.cache
+def _block_stub() -> tuple[mmap.mmap, int] | None:
+    """The native block hook: ``void cb(uc, address, size, int64_t *left)``
+    decrements ``*left`` and tail-calls ``uc_emu_stop(uc)`` once it is <= 0.  x86-64
+    System V only (uc in rdi, user_data in rcx); None where that is not the host ABI
+    or the host refuses executable memory.  The page is immutable once made."""
+    if platform.machine() not in ("x86_64", "AMD64") or not sys.platform.startswith("linux"):
+        return None
+    stop = ctypes.cast(uclib.uc_emu_stop, ctypes.c_void_p).value
+    code = (b"\x48\xff\x09"                            # dec qword ptr [rcx]
+            b"\x7e\x01"                                # jle 1f
+            b"\xc3"                                    # ret
+            b"\x48\xb8" + struct.pack("<Q", stop) +    # 1: movabs rax, uc_emu_stop
+            b"\xff\xe0")                               # jmp rax
+    try:
+        page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    except OSError:
+        return None
+    page.write(code)
+    return page, ctypes.addressof(ctypes.c_char.from_buffer(page))
+
+
+class BlockQuantum:
+    """The time slice of the task on the CPU, in translated blocks: one native
+    ``UC_HOOK_BLOCK`` per Unicorn instance (added the first time a slice runs on it)
+    and one counter for all of them (one CPU).  ``arm(n)`` lets exactly n blocks run:
+    the hook stops the CPU at the start of block n + 1, before it executes, so the
+    task resumes there."""
+
+    def __init__(self):
+        stub = _block_stub()
+        self._stub = stub[1] if stub else None
+        self._left = ctypes.c_int64(_DISARMED)
+        self._armed = _DISARMED
+        self._hooked = weakref.WeakSet()
+
+    @property
+    def native(self) -> bool:
+        """False: slices are counted by Unicorn's instruction counter instead."""
+        return self._stub is not None
+
+    def attach(self, uc) -> None:
+        """Count blocks on ``uc``.  Unicorn decides at translation time which blocks
+        call a block hook, so the translations made before are dropped."""
+        if uc in self._hooked:
+            return
+        handle = ctypes.c_size_t()
+        status = uclib.uc_hook_add(uc._uch, ctypes.byref(handle), UC_HOOK_BLOCK,
+                                   ctypes.c_void_p(self._stub), ctypes.c_void_p(ctypes.addressof(self._left)),
+                                   ctypes.c_uint64(1), ctypes.c_uint64(0))
+        if status:
+            raise UcError(status)
+        uc.ctl_flush_tb()
+        self._hooked.add(uc)
+
+    def arm(self, blocks: int | None) -> None:
+        """The next emu_start may run ``blocks`` blocks (None: no limit)."""
+        self._armed = _DISARMED if blocks is None else blocks + 1
+        self._left.value = self._armed
+
+    @property
+    def armed(self) -> bool:
+        return self._armed != _DISARMED
+
+    def shorten(self, blocks: int) -> None:
+        """From a hook inside the running slice: let at most ``blocks`` more blocks run
+        (the blocks already run still count in :meth:`ran`)."""
+        if self.armed and self._left.value > blocks + 1:
+            self._armed -= self._left.value - (blocks + 1)
+            self._left.value = blocks + 1
+
+    def expired(self) -> bool:
+        """Did the last emu_start end because its slice was used up?"""
+        return self.armed and self._left.value <= 0
+
+    def ran(self) -> int:
+        """Blocks the last emu_start executed (a block a trap ended counts)."""
+        started = self._armed - self._left.value
+        return started - 1 if self._left.value <= 0 else started
