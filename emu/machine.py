@@ -36,7 +36,7 @@ from kernel_model.kernel.counters import Counters
 from kernel_model.kernel.kernel import Kernel
 from kernel_model.kernel.sched import MAX_SLICE, MIN_SLICE, check_slice
 from kernel_model.kernel.signals import RunResult
-from kernel_model.kernel.sys import Cred
+from kernel_model.kernel.cred import Cred
 from kernel_model.kernel.syscalls import Syscalls
 from kernel_model.kernel.task import Process, Task
 from kernel_model.mm.mm_types import DEFAULT_MAX_MEMORY, MappedFile, MemoryLimit

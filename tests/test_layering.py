@@ -221,8 +221,9 @@ def string_compares_on_state(tree: Tree, mod: str) -> list:
 
 
 def checkpoint_naming_attributes(tree: Tree, mod: str) -> list:
-    """The replay restores what each class declares: no attribute named as a string
-    (``"_result"``, ``getattr(obj, "name")``) in ``emu/replay/``."""
+    """The replay restores what each class declares (``checkpoint_keep``,
+    ``checkpoint_by_reference``): no private attribute named as a string (``"_result"``,
+    ``getattr(obj, "_name")``) in ``emu/replay/``."""
     if not _within(mod, REPLAY):
         return []
     bad = []
@@ -232,7 +233,8 @@ def checkpoint_naming_attributes(tree: Tree, mod: str) -> list:
             bad.append((node.value, node.lineno))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
                 node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) > 1 and \
-                isinstance(node.args[1], ast.Constant) and not str(node.args[1].value).startswith("__"):
+                isinstance(node.args[1], ast.Constant) and str(node.args[1].value).startswith("_") and \
+                not str(node.args[1].value).startswith("__"):
             bad.append((node.args[1].value, node.lineno))
     return bad
 
@@ -375,7 +377,7 @@ VIOLATIONS = [
      "def f():\n    from kernel_model.trace.trace_uprobe import TraceEvents\n",
      [("kernel_model.trace.trace_uprobe", 2)]),
     (checkpoint_naming_attributes, "emu/replay/checkpoint.py",
-     "def save(m):\n    return getattr(m, 'result')\n", [("result", 2)]),
+     "def save(m):\n    return getattr(m, '_result')\n", [("_result", 2), ("_result", 2)]),
     (engine_or_kernel_importing_front_ends, "emu/machine.py",
      "def f():\n    from emu.frontends.cli import main\n", [("emu.frontends.cli", 2)]),
     (private_imports, "emu/frontends/cli.py", "from emu.machine import _helper\n",

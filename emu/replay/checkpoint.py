@@ -60,6 +60,7 @@ from kernel_model.errors import EmuError, GuestSignalError
 from emu.engine.memory import Memory
 from emu.engine.quantum import instruction_counter_available
 from emu.engine.regfile import RegisterFile
+from kernel_model.fs.file import OwnsHostFd
 from kernel_model.mm.mm_types import PAGE_SIZE
 
 DEFAULT_INTERVAL = 1_000_000
@@ -342,15 +343,16 @@ def _close_fds(pairs: list) -> None:
 
 
 def _hold_host_fds(objects: list) -> list:
-    """A duplicate of the host descriptor of every open host file (an object with
-    ``fd`` and a ``_close`` finalizer): a guest that closes it after the checkpoint
-    gets it back, as the same open file description, when the checkpoint is restored."""
+    """A duplicate of the host descriptor of every object that owns one
+    (:class:`~kernel_model.fs.file.OwnsHostFd`): a guest that closes it after the
+    checkpoint gets it back, as the same open file description, when the checkpoint is
+    restored."""
     out = []
     for obj in objects:
-        closer = vars(obj).get("_close")
-        if isinstance(closer, weakref.finalize) and closer.alive and isinstance(vars(obj).get("fd"), int):
+        fd = obj.held_host_fd() if isinstance(obj, OwnsHostFd) else None
+        if fd is not None:
             try:
-                out.append((obj, os.dup(obj.fd)))
+                out.append((obj, os.dup(fd)))
             except OSError:
                 pass
     return out
@@ -358,10 +360,8 @@ def _hold_host_fds(objects: list) -> list:
 
 def _reopen_host_fds(pairs: list) -> None:
     for obj, saved in pairs:
-        if not obj._close.alive:
-            fd = os.dup(saved)
-            obj.fd = fd
-            obj._close = weakref.finalize(obj, os.close, fd)
+        if obj.held_host_fd() is None:
+            obj.own_host_fd(os.dup(saved))
 
 
 def _live_spaces(machine) -> list[Memory]:

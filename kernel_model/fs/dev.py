@@ -28,10 +28,10 @@ import errno as E
 import os
 import select
 import stat as S
-import weakref
 from types import MappingProxyType
 
-from kernel_model.fs.file import READ_CHUNK, HostInput, OpenFile, OutputSink, attrs_stat_bytes, tty_ioctl
+from kernel_model.fs.file import (READ_CHUNK, HostInput, OpenFile, OutputSink, OwnsHostFd, attrs_stat_bytes,
+                                  tty_ioctl)
 from kernel_model.fs.libfs import DirNode, LinkNode, access_mode, keep_open_flags, may_open
 from kernel_model.fs.fs_types import Attrs, SpecialNode
 
@@ -238,15 +238,14 @@ class RandomFile(NullFile):
         return 0                                  # noop_llseek: f_pos stays 0
 
 
-class ControllingTerminal:
+class ControllingTerminal(OwnsHostFd):
     """The guest session's terminal (``signal->tty``): a host terminal among the
     descriptors 0-2 the machine was built with, or none.  Kept as a duplicate of that
     host descriptor for the machine's lifetime."""
 
     def __init__(self, host_fd: int | None, sink_fd: int | None):
-        self.fd = host_fd
+        self.own_host_fd(host_fd)
         self.sink_fd = sink_fd                    # 1 or 2 when a stdio sink is that terminal
-        self._close = weakref.finalize(self, os.close, host_fd) if host_fd is not None else None
 
     def pts_number(self) -> str | None:
         """N when the terminal is /dev/pts/N (a pseudo-terminal), else None."""
@@ -288,7 +287,7 @@ class ControllingTerminal:
         return TtyFile(node, readable, writable, dup, self.sink_fd)
 
 
-class TtyFile(DeviceFile):
+class TtyFile(DeviceFile, OwnsHostFd):
     """/dev/tty opened with a controlling terminal: reads wait for the terminal (in
     slices, giving up with EINTR when the run must end), writes go where the guest's
     stdio sink for that terminal goes (so capture and passthrough apply), else to the
@@ -296,12 +295,11 @@ class TtyFile(DeviceFile):
 
     def __init__(self, node, readable, writable, host_fd: int, sink_fd: int | None):
         super().__init__(node, readable, writable)
-        self.fd = host_fd
+        self.own_host_fd(host_fd)
         self.sink_fd = sink_fd
-        self._close = weakref.finalize(self, os.close, host_fd)
 
     def release(self):
-        self._close()
+        self.close_host_fd()
 
     def read(self, count, interrupted):
         if not self.readable:

@@ -499,7 +499,7 @@ class ExecMm:
                 old_mem.write_user(task.clear_child_tid, b"\0\0\0\0")
             except GuestFault:
                 pass
-            self.syscalls._futex_wake(proc.mm_owner or proc, task.clear_child_tid, 1)
+            self.syscalls.futex.futex_wake(proc.mm_owner or proc, task.clear_child_tid, 1)
         task.clear_child_tid = 0
         proc.cpu, proc.mem, proc.cpu_regs = self.mm_alloc()
         proc.mm_owner = None

@@ -258,17 +258,38 @@ def tty_ioctl(host_fd: int | None, cmd: int, arg: int, mem) -> int:
     return -E.ENOTTY
 
 
-class HostDescriptor(OpenFile):
+class OwnsHostFd:
+    """A modeled object that owns a host descriptor ``fd``, closed with its last
+    reference (or at :meth:`close_host_fd`).  A checkpoint keeps a duplicate of what
+    :meth:`held_host_fd` reports and, at restore, gives an object whose descriptor the
+    guest has closed since its own back through :meth:`own_host_fd`."""
+
+    fd: int | None
+    _close: weakref.finalize | None = None
+
+    def own_host_fd(self, fd: int | None) -> None:
+        self.fd = fd
+        self._close = weakref.finalize(self, os.close, fd) if fd is not None else None
+
+    def close_host_fd(self) -> None:
+        if self._close is not None:
+            self._close()
+
+    def held_host_fd(self) -> int | None:
+        """The host descriptor while this object still holds it open, else None."""
+        return self.fd if self._close is not None and self._close.alive else None
+
+
+class HostDescriptor(OpenFile, OwnsHostFd):
     """An open file description backed by a host descriptor this object owns (closed
     with the last reference): positioned reads and seeks go to the host file."""
 
     def __init__(self, host_fd: int):
         super().__init__()
-        self.fd = host_fd
-        self._close = weakref.finalize(self, os.close, host_fd)
+        self.own_host_fd(host_fd)
 
     def release(self):
-        self._close()
+        self.close_host_fd()
 
     def pread(self, count, offset):
         if not self.readable:

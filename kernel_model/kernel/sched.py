@@ -28,9 +28,10 @@ import random
 import time
 
 from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
+from kernel_model.arch.x86.entry.syscall_table import enosys_detail
 from kernel_model.errors import InputError
 from kernel_model.mm.mm_types import GuestFault
-from kernel_model.kernel.signal import INSN_NS
+from kernel_model.kernel.time.timekeeping import INSN_NS
 from kernel_model.kernel.signals import SIGNALS, RunResult
 
 SIGSEGV = SIGNALS["SIGSEGV"]
@@ -269,10 +270,7 @@ class RunQueue:
         nr = self.task.last_enosys
         if nr is None:
             return ""
-        name = SYSCALL_NAMES.get(nr, "?")
-        calls = self.counters.unknown_syscalls.get(f"{nr}:{name}", 0)
-        what = f"{nr} ({name})" if name != "?" else str(nr)
-        return f"last syscall {what} is not modeled: ENOSYS, {calls} times"
+        return enosys_detail(nr, self.counters.unknown_syscalls.get(f"{nr}:{SYSCALL_NAMES.get(nr, '?')}", 0))
 
     def _rip(self) -> int:
         return self.engine.pc(self.cpu)

@@ -27,7 +27,6 @@ from kernel_model.kernel.signals import RunResult, signal_name
 from kernel_model.kernel.task import PendingSignal
 from kernel_model.kernel.time.timekeeping import NSEC
 from kernel_model.mm.mm_types import GuestFault
-from kernel_model.kernel.time.timekeeping import INSN_NS  # noqa: F401 - where emu.machine takes it from
 
 SI_USER = 0
 CLD_EXITED, CLD_KILLED = 1, 2

@@ -17,7 +17,6 @@ from kernel_model.include.linux.errno import neg
 from kernel_model.include.linux.syscalls import int_arg, syscall
 from kernel_model.kernel.pid import find_process_by_vpid, process_of_tid
 from kernel_model.kernel.time.timekeeping import CLOCK_EPOCH_NS
-from kernel_model.kernel.cred import Cred  # noqa: F401 - where emu.machine takes it from
 
 PER_LINUX32, PER_MASK = 0x0008, 0x00FF
 TASK_COMM_LEN = 16

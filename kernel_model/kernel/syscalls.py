@@ -239,10 +239,6 @@ class Syscalls:
         """A task died: CLONE_CHILD_CLEARTID, and exit_files after the last one."""
         self.exit.task_exited(task)
 
-    def _futex_wake(self, proc, uaddr, n) -> int:
-        """futex_wake for the machine's mm_release of a vfork child."""
-        return self.futex.futex_wake(proc, uaddr, n)
-
     def rlimits_of(self, proc) -> list[tuple[int, int]]:
         return self.rlimits.rlimits_of(proc)
 
