@@ -423,3 +423,19 @@ def test_a_long_module_is_flagged(tmp_path):
                                   "emu/small.py": "x = 1\n" * MAX_FACADE_LINES})
     assert (too_long(tree, "emu.big"), too_long(tree, "emu.machine"), too_long(tree, "emu.small")) == \
         (MAX_MODULE_LINES + 1, MAX_FACADE_LINES + 1, None)
+
+
+def test_the_kernels_parts_define_disjoint_names():
+    """:class:`Kernel` is put together from parts that live where Linux has them
+    (traps.c, entry/common.c, signal.c, sched, fork.c, exec.c, exit.c): a name two
+    parts define would make one silently shadow the other by base order."""
+    from kernel_model.kernel.kernel import Kernel
+    owners: dict[str, list[str]] = {}
+    interfaces = [b for b in Kernel.__bases__ if b.__module__ == ENGINE_INTERFACE]
+    assert interfaces and not Kernel.__abstractmethods__, "Kernel implements the engine's trap handler"
+    for part in (Kernel, *(b for b in Kernel.__bases__ if b not in interfaces)):
+        for name in vars(part):
+            if not (name.startswith("__") and name.endswith("__")) and name != "_abc_impl":
+                owners.setdefault(name, []).append(part.__name__)
+    shared = {name: parts for name, parts in owners.items() if len(parts) > 1}
+    assert shared == {}, f"names defined by more than one part of Kernel: {shared}"
