@@ -183,9 +183,6 @@ class TraceEvents:
         raise ProbeSpecError(f"no event named {event!r}", event, 0)
 
     # -- the dispatcher ---------------------------------------------------------
-    def _needs_buffer(self, ev: TraceEvent) -> bool:
-        return self._always_buffer or ev.ftrace
-
     def _dispatch(self, ev: TraceEvent, ctx) -> int:
         flt = ev.consumer.filter if ev.consumer is not None else None
         if flt is not None and not flt(ctx.task.process.mm_owner or ctx.task.process):
@@ -196,7 +193,7 @@ class TraceEvents:
         for prog in ev.programs:
             prog(ctx)
         if not ev.ftrace and not self._always_buffer:
-            return 0                    # not self._needs_buffer(ev), inline
+            return 0                    # no ftrace consumer and a lazy buffer: not filled
         counters = self.machine.counters
         counters.args_buffer_fills += 1
         fctx = _FetchCtx(ctx, ctx.func if ctx.is_return else ctx.vaddr, ev.offset)

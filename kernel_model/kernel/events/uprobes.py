@@ -5,10 +5,11 @@ The objects (:class:`Uprobe`, :class:`UprobeConsumer`, :class:`MmUprobes`,
 ``uprobes_types`` (as include/linux/uprobes.h) and re-exported here.  Entry points keep
 the kernel's names: ``uprobe_register`` / ``uprobe_unregister``,
 ``uprobe_pre_sstep_notifier``, ``handle_swbp`` (which also recognises the int3 of the
-uretprobe trampoline, ``uprobe_get_trampoline_vaddr``), ``handler_chain``,
+uretprobe trampoline: slot 0 of the mm's XOL area), ``handler_chain``,
 ``pre_ssout``, and ``handle_debug`` (``uprobe_post_sstep_notifier`` +
-``handle_singlestep``).  The x86 specifics (the per-class xol ops) are in ``arch_x86``
-and ``insn_x86``; return probes in ``uretprobes``.
+``handle_singlestep``).  The x86 specifics (the per-class xol ops) are in
+``kernel_model.arch.x86.kernel.uprobes``
+and ``kernel_model.arch.x86.lib.insn``; return probes in ``uretprobes``.
 """
 
 from __future__ import annotations
@@ -458,14 +459,6 @@ class Uprobes:
         if not self.uprobe_pre_sstep_notifier(task):
             return False
         return self.handle_swbp(task, regs, (regs.rip - 1) & 0xFFFFFFFFFFFFFFFF)
-
-    @staticmethod
-    def uprobe_get_trampoline_vaddr(proc) -> int:
-        """``uprobe_get_trampoline_vaddr``: slot 0 of the mm's XOL area, or -1
-        (UPROBE_NO_TRAMPOLINE_VADDR)."""
-        mm = proc.mm_uprobes
-        area = mm.xol_area if mm is not None else None
-        return area.vaddr if area is not None else -1
 
     def handle_swbp(self, task, regs, bp_vaddr: int) -> bool:
         """``handle_swbp``: the int3 uretprobe trampoline, else the probe at bp_vaddr.
