@@ -45,6 +45,7 @@ from kernel_model.trace import events as ev
 from kernel_model.arch.x86.kernel import fpu
 from kernel_model.arch.x86.kernel import signal as sf
 from emu.asm import asm_to_elf
+from emu.probes.user_api import UserUprobes
 from kernel_model.kernel.counters import Counters
 from kernel_model.fs.elf import image_of, link_vaddr, load_elf_file, parse_elf
 from kernel_model.kernel.sys import Cred
@@ -658,8 +659,13 @@ class Machine:
 
     # ------------------------------------------------------------------ properties
     @property
-    def uprobes(self):
-        return self.kernel.uprobes
+    def uprobes(self) -> UserUprobes:
+        """The uprobes as users drive them: targets resolved (``emu.probes``), then
+        handed to the kernel's core (``self.kernel.uprobes``)."""
+        api = self.__dict__.get("_uprobes")
+        if api is None:
+            api = self._uprobes = UserUprobes(self)
+        return api
 
     @property
     def regs(self) -> RegsView:

@@ -23,7 +23,7 @@ The native record also has the run's stderr and, on request (``sweep --host``), 
 syscalls of the child and its descendants, traced in the same instance
 (``raw_syscalls``; :meth:`HostProbes._trace_syscalls`, :func:`parse_syscalls`).
 
-A spec is resolved as ``run -e`` resolves it (:meth:`Uprobes.find_file`: the program, any
+A spec is resolved as ``run -e`` resolves it (``emu.probes`` ``ProbeTargets.find_file``: the program, any
 file by path, a library's short name such as ``uprobe:libc:malloc``); the host probe goes
 on that file's host path and file offset (tracefs ``p:GROUP/EV /path:0xOFF``), the same
 inode the model keys on.  Addresses are compared at link time: each probed file's
@@ -52,8 +52,8 @@ from emu.machine import Machine
 from guest_programs import write_guest
 from kernel_model.trace.trace_probe import is_good_name, is_good_system_name
 from kernel_model.profiles import KernelProfile
-from kernel_model.trace.trace_uprobe import parse_user_spec
-from kernel_model.trace.usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
+from emu.probes.probe_spec import parse_user_spec
+from emu.probes.usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
 
 FORK_LINE = re.compile(
     r"^\s*.+?-\d+\s+\[\d+\].*?: sched_process_fork: comm=.* pid=(?P<parent>\d+) "
@@ -554,7 +554,7 @@ def _host_path_of(file) -> str:
 
 def resolve_specs(path: str, specs: list[str], aliases: tuple = (),
                   kernel: str | None = None) -> tuple[list[ResolvedProbe], object]:
-    """Resolve user specs as ``run -e`` does (``Uprobes.find_file`` and
+    """Resolve user specs as ``run -e`` does (``ProbeTargets.find_file`` and
     ``symbol_offset`` on a machine with the program loaded: the program's symbols, any
     file by path, a library by short name) to (file, kind, file offset, fetchargs).
     A spec path in ``aliases`` (the PROGRAM as given, e.g. ``guest:hello``) is the
@@ -593,7 +593,7 @@ def resolve_specs(path: str, specs: list[str], aliases: tuple = (),
 
 def _usdt_probes(m, text: str, event: str, aliases: tuple) -> list[ResolvedProbe]:
     """``usdt:PATH:[PROVIDER:]NAME`` as ``run -e`` registers it
-    (:meth:`Uprobes.register_usdt`): every matching ``.note.stapsdt`` site of the file,
+    (``UserUprobes.register_usdt``): every matching ``.note.stapsdt`` site of the file,
     at libbpf's attach offset, with its semaphore's file offset as the probe's
     ref_ctr_offset.  The sites' events are ``EVENT``, ``EVENT_1``...; all count as the
     spec's."""

@@ -10,27 +10,13 @@ profile switch; ``counters.args_buffer_fills`` shows which happened.
 from __future__ import annotations
 
 import functools
-
-import re
 from dataclasses import dataclass, field
 
-from kernel_model.errors import ProbeSpecError, SymbolError
+from kernel_model.errors import ProbeSpecError
 
 from kernel_model.trace.trace_probe import ProbeSpec, default_event_name, format_listing, format_profile_line, \
-    format_trace_line, parse_probe_spec, perf_event_name
+    format_trace_line
 from kernel_model.kernel.events.uprobes_types import UPROBE_HANDLER_REMOVE, UprobeConsumer
-from kernel_model.trace.usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
-
-_KNOWN_HEAD = re.compile(r"^(?:[pr](?::|\s|$)|-:|(?:uprobe|u|uretprobe|ur):)")
-
-
-def parse_user_spec(text: str) -> ProbeSpec:
-    """The CLI's ``-e``: tracefs/bpftrace forms as written, or a bare
-    ``PATH:SYMBOL[+OFF][%return]`` location, read as ``p PATH:SYMBOL``."""
-    text = text.strip()
-    if _KNOWN_HEAD.match(text):
-        return parse_probe_spec(text)
-    return parse_probe_spec("p " + text)
 
 
 class _FetchCtx:
@@ -111,20 +97,17 @@ class TraceEvents:
         """The buffered lines of one event (``TraceEvent.lines``)."""
         return [line for e, line in self._log if e is ev]
 
-    def add(self, text: str, *, output=None, ftrace: bool = True, programs=(), filter=None) -> TraceEvent:
-        if text.strip().startswith(("usdt:", "U:")):
-            return self._add_usdt(text.strip(), output=output, ftrace=ftrace, programs=programs,
-                                  filter=filter)
-        spec = parse_user_spec(text)
-        if spec.is_delete:
-            self.remove(spec.event, spec.group)
-            return None
-        file, offset = self._resolve(spec)
-        event = spec.event or self._default_name(spec, file, offset)
+    def trace_uprobe_create(self, spec: ProbeSpec, file, offset: int, *, event: str | None = None,
+                            output=None, ftrace: bool = True, programs=(), filter=None) -> TraceEvent:
+        """``__trace_uprobe_create()`` once the path is looked up (``kern_path``): an
+        event on (file, offset) named ``event``, else ``spec.event``, else as
+        the kernel names one (``p_busybox_0xebf0``).  A second event with the same
+        name is refused, as ``register_trace_uprobe()`` does (-EEXIST)."""
+        event = event or spec.event or default_event_name("p", file.path, offset)
         group = spec.group or "uprobes"
         if any(e.group == group and e.event == event for e in self.events):
             raise ProbeSpecError(f"event {group}/{event} already exists (name this probe: "
-                                 f"p:{group}/EVENT ...)", text, 0)
+                                 f"p:{group}/EVENT ...)", spec.text, 0)
         ev = TraceEvent(spec, group, event, file.path, offset, ftrace=ftrace,
                         programs=list(programs), owner=self)
         if output is not None:
@@ -136,43 +119,6 @@ class TraceEvents:
         ev.consumer = self.uprobes.uprobe_register(file, offset, uc, spec.ref_ctr_offset or 0)
         self.events.append(ev)
         return ev
-
-    def _add_usdt(self, text: str, **kw) -> TraceEvent:
-        """``usdt:PATH:[PROVIDER:]NAME``: one event per note site, named PROVIDER_NAME."""
-        path, provider, name = parse_usdt_spec(text)
-        file = self.uprobes.find_file(path)
-        self.uprobes.file_elf(file)
-        first = None
-        for i, note in enumerate(find_usdt_notes(file, provider, name)):
-            offset, ref = usdt_attach_offsets(file, note, self.uprobes.profile)
-            event = f"{note.provider}_{note.name}" + (f"_{i}" if i else "")
-            ref_part = f"({ref:#x})" if ref else ""
-            ev = self.add(f"p:usdt/{event} {file.path}:{offset:#x}{ref_part}", **kw)
-            first = first or ev
-        return first
-
-    @staticmethod
-    def _default_name(spec: ProbeSpec, file, offset: int) -> str:
-        """A probe on a symbol is named as ``perf probe`` names it (``malloc``,
-        ``malloc__return``); one on a file offset as ``__trace_uprobe_create()`` does
-        (``p_busybox_0xebf0``).  A second probe with the same default name is refused,
-        as perf refuses it without ``-f`` (``get_new_event_name()``: -EEXIST)."""
-        if spec.symbol is not None:
-            return perf_event_name(spec.symbol, spec.is_return)
-        return default_event_name("p", file.path, offset)
-
-    def _resolve(self, spec: ProbeSpec):
-        up = self.uprobes
-        file = up.find_file(spec.path)
-        if spec.offset is not None:
-            return file, spec.offset
-        if spec.symbol is not None:
-            return up.symbol_offset(file, spec.symbol, spec.sym_offset)
-        if spec.address is not None:
-            if up.file_elf(file) is None:
-                raise SymbolError(f"{file.path} has no program headers to map {spec.address:#x}")
-            return file, file.elf.vaddr_to_offset(spec.address)
-        raise ProbeSpecError("probe spec names no location", spec.text, 0)
 
     def remove(self, event: str, group: str | None = None) -> None:
         for ev in list(self.events):

@@ -181,7 +181,7 @@ class Tracer:
     # ------------------------------------------------------------------ lifecycle
     def _resolve(self, start) -> tuple:
         """``("addr", address)``, ``("file", file, offset)`` for ``PATH:SYMBOL[+OFF]``
-        (:meth:`kernel_model.kernel.events.uprobes.Uprobes.resolve_target`, as a probe spec), or
+        (:meth:`emu.probes.targets.ProbeTargets.resolve_target`, as a probe spec), or
         ``("name", symbol, delta)`` for a bare symbol (found at each :meth:`_arm_start`)."""
         if isinstance(start, int):
             return ("addr", start)
