@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from kernel_model.errors import InputError
-from emu.frontends.stepper import reverse
+from emu.debug import reverse
 from emu.frontends.cli import (add_cli_events, add_events_option, events_output, make_machine,
                                port_number, report_result)
 from emu.frontends.gdbstub.stub import serve_once

@@ -30,8 +30,8 @@ import threading
 from kernel_model.errors import EmuError, InputError
 from kernel_model.mm.mm_types import GuestFault
 from kernel_model.fs.proc.procfs import auxv_bytes, exe_link
-from emu.frontends.stepper import reverse
-from emu.frontends.stepper.engine import Stepper, StepperError
+from emu.debug import reverse
+from emu.debug.stepper import Stepper, StepperError
 from emu.frontends.gdbstub.packets import (INTERRUPT, MASK64, PACKET_SIZE, Disconnected, GdbConnection, Malformed,
                                            address_length, hex_bytes, hex_int, hex_pair, thread_id,
                                            unescape_binary, xfer_reply)

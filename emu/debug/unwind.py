@@ -230,7 +230,7 @@ class CfiTable:
 class Unwinder:
     """Frames of the stepper's current task, innermost first.
 
-    Owned by one :class:`~emu.frontends.stepper.engine.Stepper`; keeps one
+    Owned by one :class:`~emu.debug.stepper.Stepper`; keeps one
     :class:`CfiTable` per ELF image it met (a library's table serves every mapping of it).
     """
 
