@@ -22,9 +22,11 @@ from dataclasses import dataclass
 
 from kernel_model.errors import ProbeSpecError
 from kernel_model.trace.trace_probe import (DEFAULT_GROUP, MAX_EVENT_NAME_LEN, ProbeSpec,
-                                            TraceProbeParser, is_good_name, isdigit, kstrtoul)
+                                            TraceProbeParser, is_good_name, is_good_system_name,
+                                            isdigit, kstrtoul)
 
-__all__ = ["UserProbeSpec", "ProbeSpec", "parse_probe_spec", "parse_user_spec", "perf_event_name"]
+__all__ = ["UserProbeSpec", "ProbeSpec", "parse_probe_spec", "parse_user_spec", "perf_event_name",
+           "is_good_name", "is_good_system_name"]
 
 _SYMBOL_RE = re.compile(r"[A-Za-z_.][A-Za-z0-9_.$@]*\Z")
 _BPFTRACE_HEADS = ("uprobe", "u", "uretprobe", "ur")
