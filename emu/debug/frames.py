@@ -11,6 +11,7 @@ from __future__ import annotations
 from kernel_model.mm.mm_types import PROT_EXEC, GuestFault
 
 from emu.debug.disasm import symbol_of
+from emu.inspect import pending_returns, trampoline_vaddr
 from emu.debug.stops import Frame
 
 
@@ -27,11 +28,13 @@ class FrameWalker:
         return self.unwinder.frames(max_frames, self.past_main, Frame)
 
     def _pending_returns(self):
-        mm = self.machine.process.mm_uprobes
-        utask = self.machine.task.utask
-        if mm is None or mm.xol_area is None or utask is None:
+        """(the uretprobe trampoline's address, the task's pending return instances,
+        newest first), or (None, []) before the task met a uretprobe."""
+        tramp = trampoline_vaddr(self.machine.process)
+        pending = pending_returns(self.machine.task)
+        if tramp is None or pending is None:
             return None, []
-        return mm.xol_area.vaddr, list(reversed(utask.return_instances))   # newest first
+        return tramp, pending
 
     def _frame0_slot(self, regs) -> tuple[int | None, int]:
         """Where frame 0's return address is saved, and the caller's rbp."""

@@ -12,6 +12,7 @@ from kernel_model.mm.mm_types import GuestFault
 
 from emu.debug.disasm import MAX_INSN_BYTES, Disassembler, Insn, symbol_of
 from emu.debug.stops import StepperError
+from emu.inspect import pending_returns, trampoline_vaddr
 
 _MASK = 0xFFFFFFFFFFFFFFFF
 
@@ -61,14 +62,13 @@ class ProgramView:
     def _hijacked_slots(self) -> list[tuple[int, bytes]]:
         """Stack slots holding the uretprobe trampoline in place of a return address."""
         m = self.machine
-        mm = m.process.mm_uprobes
-        if mm is None or mm.xol_area is None:
+        tramp = trampoline_vaddr(m.process)
+        if tramp is None:
             return []
-        tramp = mm.xol_area.vaddr.to_bytes(8, "little")
+        tramp = tramp.to_bytes(8, "little")
         out = []
         for task in m.process.tasks:
-            utask = task.utask
-            for ri in (utask.return_instances if utask is not None else ()):
+            for ri in reversed(pending_returns(task) or ()):     # oldest first
                 try:
                     if m.mem.read(ri.stack, 8) == tramp:
                         out.append((ri.stack, (ri.orig_ret_vaddr & _MASK).to_bytes(8, "little")))

@@ -67,6 +67,7 @@ from emu.debug.format import ALIASES, INFO_REGISTERS, SEGMENTS, format_register,
 from emu.debug.frames import FrameWalker
 from emu.debug.program import ProgramDisassembler, ProgramView
 from emu.debug.stops import WATCH_KINDS, Breakpoint, Frame, StepperError, StopEvent, Watchpoint
+from emu.inspect import in_single_step
 
 _MASK = 0xFFFFFFFFFFFFFFFF
 _TRANSITIONAL_VMAS = ("[uprobes]", "[uprobes-trampoline]")
@@ -313,9 +314,8 @@ class Stepper(ProgramView, FrameWalker, ExecFollower):
         trampolines) are not the program's; an instruction single-stepped out of line is."""
         m = self.machine
         vma = m.mem.find_vma(m.pc)
-        utask = m.task.utask
         if vma is not None and vma.special and vma.name in _TRANSITIONAL_VMAS and \
-                (utask is None or utask.state != "sstep"):
+                not in_single_step(m.task):
             return None
         return next((w for w in self.watchpoints.values() if w.enabled and w.covers(addr, size)
                      and w.kind in (access, "access")), None)
@@ -530,8 +530,7 @@ class Stepper(ProgramView, FrameWalker, ExecFollower):
 
     def _transitional(self, rip: int) -> bool:
         """rip is somewhere the kernel model, not the guest program, put it."""
-        utask = self.machine.task.utask
-        if utask is not None and utask.state == "sstep":    # kernel_model.kernel.events.uprobes.UTASK_SSTEP
+        if in_single_step(self.machine.task):
             return True
         vma = self.machine.mem.find_vma(rip)
         return vma is not None and vma.special and vma.name in _TRANSITIONAL_VMAS

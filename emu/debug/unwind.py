@@ -40,7 +40,7 @@ from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.elf.elffile import ELFFile
 
 from emu.debug.disasm import symbol_of
-from kernel_model.fs.elf import image_of, link_vaddr
+from emu.probes.symbols import image_of, link_vaddr
 from kernel_model.mm.mm_types import PROT_EXEC, GuestFault
 from kernel_model.arch.x86.kernel.signal import SIGCONTEXT_OFFSET, SIGCONTEXT_REGS
 

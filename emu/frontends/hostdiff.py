@@ -42,10 +42,10 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
-from kernel_model.fs.elf import load_elf_file
+from emu.probes.symbols import load_elf_file
 from kernel_model.errors import InputError, RegistrationError, printable
 from emu.frontends.cli import count, read_stdin_file, seconds
-from kernel_model.fs.binfmt_elf import DEFAULT_ENV
+from emu.inspect import DEFAULT_ENV
 from emu.machine import Machine
 from guest_programs import write_guest
 from kernel_model.profiles import KernelProfile

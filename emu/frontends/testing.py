@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from kernel_model.arch.x86.ptrace import GPR_NAMES
+from emu.inspect import GPR_NAMES
 
 # gdb's amd64 `info registers` order
 _GDB_ORDER = GPR_NAMES[:18] + ("cs", "ss", "ds", "es", "fs", "gs", "fs_base", "gs_base")

@@ -22,13 +22,12 @@ from types import MappingProxyType, SimpleNamespace
 
 from guest_programs import build_guest, guest_source
 from kernel_model.profiles import KernelProfile
+from emu.probes.symbols import probe_file
 from emu.probes.usdt import usdt_attach_offsets
 
 from emu.asm import asm_to_elf
-from kernel_model.fs.elf import parse_elf
 from kernel_model.errors import InputError
 from emu.machine import Machine
-from kernel_model.mm.mm_types import MappedFile
 
 GUEST = "bench_trigger"
 GUEST_PATH = "/guest/bench_trigger"
@@ -144,7 +143,7 @@ def growth_elf() -> bytes:
 def guest_file():
     """The guest as a MappedFile (for offsets without a machine)."""
     data = guest_elf()
-    return MappedFile(GUEST_PATH, data, parse_elf(data, GUEST_PATH))
+    return probe_file(GUEST_PATH, data)
 
 
 def site_offset(file, scen: Scenario, profile) -> int:

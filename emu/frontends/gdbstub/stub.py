@@ -28,10 +28,9 @@ import socket
 import threading
 
 from kernel_model.errors import EmuError, InputError
-from kernel_model.mm.mm_types import GuestFault
-from kernel_model.fs.proc.procfs import auxv_bytes, exe_link
 from emu.debug import reverse
 from emu.debug.stepper import Stepper, StepperError
+from emu.inspect import GuestFault, process_auxv, process_exe_link
 from emu.frontends.gdbstub.packets import (INTERRUPT, MASK64, PACKET_SIZE, Disconnected, GdbConnection, Malformed,
                                            address_length, hex_bytes, hex_int, hex_pair, thread_id,
                                            unescape_binary, xfer_reply)
@@ -260,7 +259,7 @@ class GdbStub:
         """/proc/PID/auxv, as gdbserver's linux_read_auxv reads it."""
         if annex:
             return "E00"
-        return auxv_bytes(self.m, self.m.process, self.m.task)
+        return process_auxv(self.m, self.m.process, self.m.task)
 
     def _xfer_exec_file(self, annex: str) -> bytes | str:
         """The executable's path (readlink /proc/PID/exe, gdbserver's pid_to_exec_file):
@@ -273,12 +272,12 @@ class GdbStub:
                 return "E01"
         if not os.path.isfile(task.process.exe_path):
             return "E01"                  # an image that never was a file (from_asm, guest:)
-        path = exe_link(self.m, task.process, task)
+        path = process_exe_link(self.m, task.process, task)
         return "E01" if isinstance(path, int) else path.encode("utf-8", "surrogateescape")
 
     def _xfer_libraries_svr4(self, annex: str) -> bytes | str:
         lmid, start, prev = svr4_annex(annex)
-        lists = Svr4Libraries(self._peek, auxv_bytes(self.m, self.m.process, self.m.task))
+        lists = Svr4Libraries(self._peek, process_auxv(self.m, self.m.process, self.m.task))
         doc = lists.document(lmid, start, prev)
         return "E01" if doc is None else doc
 

@@ -22,8 +22,7 @@ from emu.frontends.cli import add_cli_events, add_events_option, events_output, 
 from emu.debug import reverse
 from emu.debug.stepper import Stepper, StepperError, StopEvent
 from emu.debug.format import gdb_label, natural, signed
-from kernel_model.mm.mm_types import GuestFault
-from kernel_model.kernel.signals import signal_name
+from emu.inspect import GuestFault, signal_name
 
 _SIGNAL_TEXT = {"SIGSEGV": "Segmentation fault", "SIGILL": "Illegal instruction",
                 "SIGTRAP": "Trace/breakpoint trap", "SIGFPE": "Arithmetic exception",

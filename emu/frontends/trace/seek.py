@@ -28,7 +28,7 @@ from emu.replay.checkpoint import DEFAULT_INTERVAL, CheckpointError
 from emu.debug.disasm import symbol_of
 from kernel_model.errors import InputError
 from emu.debug.format import subreg
-from kernel_model.mm.mm_types import GuestFault
+from emu.inspect import GuestFault
 
 _MAX_SIZE = 64
 

@@ -11,12 +11,9 @@ from __future__ import annotations
 import os
 import sys
 
-from kernel_model.arch.x86.lib.insn import FIX_CALL
-
 from emu.debug.disasm import Disassembler, format_objdump_line, symbol_of
 from kernel_model.errors import EmuError, InputError, SymbolError, printable
-from kernel_model.mm.mm_types import PROT_EXEC, PROT_WRITE, GuestFault
-from kernel_model.kernel.signals import signal_name
+from emu.inspect import GuestFault, is_writable_code, signal_name, xol_fixups
 
 from emu.frontends.trace.describe import describe, generic
 from emu.frontends.trace.formats import CALL, FORMAT_CLASSES, FORMATS, RET, RSP, dumps, reg
@@ -279,7 +276,7 @@ class Tracer:
         # Guest stores into writable code (no text poke tells us): watch those mappings.
         self._smc_hooks = [
             m.add_mem_hook(self._on_code_write, v.start, v.end - 1, process=proc)
-            for v in proc.mem.vmas if v.prot & PROT_EXEC and v.prot & PROT_WRITE and not v.special]
+            for v in proc.mem.vmas if is_writable_code(v)]
 
     def _remove_hooks(self) -> None:
         m = self.machine
@@ -689,7 +686,7 @@ class Tracer:
                 self._mw.append((None, 8))
         elif kind == "xol_done":
             au = info["uprobe"].arch
-            if au is not None and au.fixups & FIX_CALL:
+            if au is not None and "call" in xol_fixups(au):
                 self._mw.append((None, 8))
         elif kind == "sys_uretprobe":
             self._mw.append((None, 24))
