@@ -63,7 +63,8 @@ from kernel_model.kernel.signals import RunResult
 from emu.debug.disasm import Disassembler
 from emu.debug.exec_follow import ExecFollower
 from emu.debug.expressions import evaluate
-from emu.debug.format import ALIASES, INFO_REGISTERS, SEGMENTS, format_register, gdb_label, register_value, subreg
+from emu.debug.format import (ALIASES, INFO_REGISTERS, SEGMENTS, format_register, gdb_label, register_value,
+                              subreg)
 from emu.debug.frames import FrameWalker
 from emu.debug.program import ProgramDisassembler, ProgramView
 from emu.debug.stops import WATCH_KINDS, Breakpoint, Frame, StepperError, StopEvent, Watchpoint

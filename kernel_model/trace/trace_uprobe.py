@@ -5,6 +5,11 @@ arguments into the per-CPU ``uprobe_cpu_buffer`` and writes an ftrace line.  Whe
 buffer is filled on every hit (``args_buffer="always"``, before 6.10) or only when an
 ftrace/perf consumer needs it (``"lazy"``, 6.10+: program-only events never fill it) is a
 profile switch; ``counters.args_buffer_fills`` shows which happened.
+
+An event is created on a file already looked up (:meth:`TraceEvents.trace_uprobe_create`,
+what ``__trace_uprobe_create()`` does after ``kern_path``); the tools' spellings of a
+location (symbols, bpftrace names, USDT) are resolved to (file, offset) before that, by
+``emu.probes``.
 """
 
 from __future__ import annotations
