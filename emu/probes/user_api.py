@@ -31,7 +31,7 @@ class UserUprobes:
         object.__setattr__(self, "targets", ProbeTargets(machine))
 
     def __getattr__(self, name):
-        if name.startswith("__"):
+        if name.startswith("__") or name in _OWN:      # (an object being restored or copied)
             raise AttributeError(name)
         return getattr(self.core, name)
 
