@@ -26,6 +26,7 @@ from kernel_model.mm.mm_types import PROT_EXEC, PROT_WRITE, GuestFault
 __all__ = [
     "DEFAULT_ENV", "GPR_NAMES", "GuestFault", "MAX_SLICE", "MIN_SLICE", "MAX_UINSN_BYTES",
     "format_eflags", "parse_slice", "signal_name", "syscall_name",
+    "registered_uprobes", "optimized_call_size",
     "in_single_step", "trampoline_vaddr", "pending_returns", "xol_fixups",
     "is_writable", "is_writable_code", "uprobe_refusal", "process_auxv", "process_exe_link",
 ]
@@ -33,7 +34,20 @@ __all__ = [
 _FIXUP_NAMES = ((FIX_IP, "ip"), (FIX_CALL, "call"), (FIX_SETF, "setf"))
 
 
-# -- uprobes: per task, per mm --------------------------------------------------------
+# -- uprobes ---------------------------------------------------------------------------
+
+def registered_uprobes(machine) -> list:
+    """Every uprobe registered on the machine (the ``uprobes_tree``), each with its
+    ``file``, ``offset``, ``consumers``, ``hits`` and analysis (``arch``)."""
+    return list(machine.kernel.uprobes.tree.values())
+
+
+def optimized_call_size(machine, uprobe, vaddr: int) -> int | None:
+    """How many bytes at ``vaddr`` the optimized probe's ``call`` into the uprobe
+    trampoline covers (6.18+ ``swbp_optimize``); None when the site is not optimized."""
+    optimizer = machine.kernel.optimizer
+    return optimizer.design.size if optimizer.is_optimized(machine.process, uprobe, vaddr) else None
+
 
 def in_single_step(task) -> bool:
     """The task is single-stepping a probed instruction out of line: between

@@ -12,7 +12,7 @@ from kernel_model.mm.mm_types import GuestFault
 
 from emu.debug.disasm import MAX_INSN_BYTES, Disassembler, Insn, symbol_of
 from emu.debug.stops import StepperError
-from emu.inspect import pending_returns, trampoline_vaddr
+from emu.inspect import optimized_call_size, pending_returns, trampoline_vaddr
 
 _MASK = 0xFFFFFFFFFFFFFFFF
 
@@ -42,14 +42,14 @@ class ProgramView:
         copied it) or its optimized call (the whole nop), each return address the
         uretprobe hijacked on a stack (the original return address)."""
         m = self.machine
-        optimizer = m.kernel.optimizer
         out = []
         for vaddr, uprobe in self.probe_sites().items():
             if not addr - 16 < vaddr < addr + n:
                 continue
             orig = uprobe.file.read(uprobe.offset, MAX_INSN_BYTES)
-            optimized = optimizer.is_optimized(m.process, uprobe, vaddr)
-            size = optimizer.design.size if optimized else self.disasm.decode_bytes(vaddr, orig).size
+            call_size = optimized_call_size(m, uprobe, vaddr)
+            optimized = call_size is not None
+            size = call_size if optimized else self.disasm.decode_bytes(vaddr, orig).size
             try:
                 now = m.mem.read(vaddr, size)
             except GuestFault:

@@ -414,7 +414,7 @@ def run_model(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: by
         status = f"signal {r.signal_name}"
     else:
         status = f"stopped ({r.reason})"
-    lines = parse_trace("\n".join(m.kernel.trace.lines))
+    lines = parse_trace("\n".join(m.uprobes.trace.lines))
     return RunRecord(status, r.stdout, _events_from_lines(lines, probes, path))
 
 

@@ -30,7 +30,7 @@ import threading
 from kernel_model.errors import EmuError, InputError
 from emu.debug import reverse
 from emu.debug.stepper import Stepper, StepperError
-from emu.inspect import GuestFault, process_auxv, process_exe_link
+from emu.inspect import GuestFault, process_auxv, process_exe_link, registered_uprobes
 from emu.frontends.gdbstub.packets import (INTERRUPT, MASK64, PACKET_SIZE, Disconnected, GdbConnection, Malformed,
                                            address_length, hex_bytes, hex_int, hex_pair, thread_id,
                                            unescape_binary, xfer_reply)
@@ -486,7 +486,8 @@ class GdbStub:
         cmd = cmd.strip()
         if cmd == "probes":
             lines = []
-            for (file, offset), up in sorted(self.m.uprobes.tree.items(), key=lambda kv: kv[0][1]):
+            for up in sorted(registered_uprobes(self.m), key=lambda u: u.offset):
+                file, offset = up.file, up.offset
                 for vaddr in self.m.uprobes.vaddr_of(self.m.process, file, offset):
                     lines.append(f"{vaddr:#x} {file.path}:{offset:#x} hits={up.hits} "
                                  f"consumers={len(up.consumers)} {up.arch.kind if up.arch else '?'}")

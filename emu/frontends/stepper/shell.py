@@ -22,7 +22,7 @@ from emu.frontends.cli import add_cli_events, add_events_option, events_output, 
 from emu.debug import reverse
 from emu.debug.stepper import Stepper, StepperError, StopEvent
 from emu.debug.format import gdb_label, natural, signed
-from emu.inspect import GuestFault, signal_name
+from emu.inspect import GuestFault, registered_uprobes, signal_name
 
 _SIGNAL_TEXT = {"SIGSEGV": "Segmentation fault", "SIGILL": "Illegal instruction",
                 "SIGTRAP": "Trace/breakpoint trap", "SIGFPE": "Arithmetic exception",
@@ -484,7 +484,7 @@ class StepperShell:
 
     def _consumers(self) -> dict:
         out = {}
-        for uprobe in list(self.m.uprobes.tree.values()):
+        for uprobe in registered_uprobes(self.m):
             for uc in uprobe.consumers:
                 out[uc.id] = uc
         return dict(sorted(out.items()))
@@ -494,7 +494,7 @@ class StepperShell:
         if not cons:
             self._p("No uprobes.")
             return
-        events = {id(ev.consumer): ev for ev in self.m.kernel.trace.events}
+        events = {id(ev.consumer): ev for ev in self.m.uprobes.trace.events}
         self._p("Num     Enb Hits       Address            What")
         for n, uc in cons.items():
             up = uc.uprobe

@@ -13,7 +13,7 @@ import sys
 
 from emu.debug.disasm import Disassembler, format_objdump_line, symbol_of
 from kernel_model.errors import EmuError, InputError, SymbolError, printable
-from emu.inspect import GuestFault, is_writable_code, signal_name, xol_fixups
+from emu.inspect import GuestFault, is_writable_code, optimized_call_size, signal_name, xol_fixups
 
 from emu.frontends.trace.describe import describe, generic
 from emu.frontends.trace.formats import CALL, FORMAT_CLASSES, FORMATS, RET, RSP, dumps, reg
@@ -495,7 +495,7 @@ class Tracer:
         if insn.mnemonic == "int3":
             return f"  # uprobe: {up.arch.text}"
         try:
-            if self.machine.kernel.optimizer.is_optimized(self.machine.process, up, addr):
+            if optimized_call_size(self.machine, up, addr) is not None:
                 return "  # optimized uprobe"
         except Exception:  # noqa: BLE001 - a trace must not fail on a lookup
             pass
