@@ -15,7 +15,7 @@ import struct
 
 from keystone import KS_ARCH_X86, KS_MODE_64, Ks, KsError
 
-from kernel_model.fs.elf import build_elf
+from emu.elf_writer import build_elf
 from kernel_model.errors import InputError
 
 TEXT_VADDR = 0x401000

@@ -29,6 +29,7 @@ from emu.engine.regfile import SnapshotReader
 from emu.replay.checkpoint import (DEFAULT_INTERVAL, DEFAULT_MAX_CHECKPOINTS, Checkpoint, CheckpointError, Recorder,
                                    restore_checkpoint, take_checkpoint)
 from kernel_model.arch.x86.ptrace import PtRegs
+from emu.probes.user_api import UserUprobes
 from kernel_model.errors import GuestSignalError, InputError, SymbolError
 from kernel_model.fs.binfmt_elf import file_identity, load_image
 from kernel_model.fs.elf import load_elf_file, parse_elf
@@ -269,8 +270,13 @@ class Machine:
         return self.kernel.task.process.cpu_regs
 
     @property
-    def uprobes(self):
-        return self.kernel.uprobes
+    def uprobes(self) -> UserUprobes:
+        """The uprobes as users drive them: targets resolved (``emu.probes``), then
+        handed to the kernel's core (``self.kernel.uprobes``)."""
+        api = self.__dict__.get("_uprobes")
+        if api is None:
+            api = self._uprobes = UserUprobes(self)
+        return api
 
     @property
     def regs(self) -> RegsView:

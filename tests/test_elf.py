@@ -25,10 +25,10 @@ from kernel_model.fs.elf import (
     PF_W,
     PF_X,
     ElfImage,
-    build_elf,
     load_elf_file,
     parse_elf,
 )
+from emu.elf_writer import build_elf
 from kernel_model.errors import ElfError, InputError, SymbolError
 
 HELLO_C = textwrap.dedent(

@@ -12,7 +12,7 @@ import pytest
 
 from emu import Machine, ProbeSpecError
 from emu.asm import asm_to_elf
-from kernel_model.trace.trace_probe import perf_event_name
+from emu.probes.probe_spec import perf_event_name
 from cli_helpers import cli, one_line_error
 
 N = 3

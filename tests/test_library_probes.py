@@ -374,7 +374,7 @@ def test_library_addresses_symbolize_with_the_librarys_name(build_c):
 
 
 def test_stepper_labels_library_code_as_gdb_does(build_c):
-    from emu.frontends.stepper.format import gdb_label
+    from emu.debug.format import gdb_label
     exe = build_c("lib_malloc.c", name="lib_malloc")
     m = Machine.from_elf(exe, argv=[exe, "1"])
     seen = []

@@ -1,4 +1,4 @@
-"""The stepper's reverse verbs (emu.frontends.stepper.reverse): reverse-stepi,
+"""The stepper's reverse verbs (emu.debug.reverse): reverse-stepi,
 reverse-step, reverse-continue - driven through ``uprobe-emu step``'s stdin and the
 engine API - go back by restoring a checkpoint and replaying, and land exactly where
 the forward run was."""
@@ -12,7 +12,7 @@ import pytest
 from cli_helpers import cli
 from emu import Machine
 from emu.frontends.stepper import Stepper
-from emu.frontends.stepper.reverse import HISTORY_START, ReverseStepper
+from emu.debug.reverse import HISTORY_START, ReverseStepper
 
 EXPECTED_STDOUT = "start 10\nthreads 77\nchild 15\nparent saw 7, 6\n"
 

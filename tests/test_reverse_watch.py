@@ -9,7 +9,7 @@ import pytest
 
 from emu import Machine
 from emu.frontends.stepper import Stepper
-from emu.frontends.stepper.reverse import HISTORY_START, ReverseStepper
+from emu.debug.reverse import HISTORY_START, ReverseStepper
 from gdb_client import RawClient, Stub
 from test_gdb_watchpoints import WATCH_GUEST
 

@@ -1,0 +1,7 @@
+"""The debugger core (the bdb half), shared by the stepper shell and the gdb stub.
+
+:mod:`.stepper` is the stepping engine (:class:`~emu.debug.stepper.Stepper`: stops,
+breakpoints, watchpoints, frames; no UI), :mod:`.reverse` steps it backwards over the
+replay's checkpoints, :mod:`.unwind` unwinds with ``.eh_frame`` CFI, :mod:`.disasm`
+decodes guest code, :mod:`.format` is gdb's register names and ``info registers`` lines.
+"""

@@ -36,7 +36,7 @@ from typing import Callable, NamedTuple
 
 from capstone import CS_ARCH_X86, CS_MODE_64, CS_OPT_SYNTAX_ATT, Cs
 
-from kernel_model.fs.elf import image_of, link_vaddr
+from emu.probes.symbols import image_of, link_vaddr
 from kernel_model.mm.mm_types import GuestFault
 
 MAX_INSN_BYTES = 15

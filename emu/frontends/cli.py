@@ -16,7 +16,7 @@ import sys
 
 from kernel_model.errors import EmuError, InputError, printable
 from emu.machine import Machine
-from kernel_model.kernel.sched import MAX_SLICE, MIN_SLICE, parse_slice
+from emu.inspect import MAX_SLICE, MIN_SLICE, parse_slice
 from guest_programs import GUESTS, write_guest
 from kernel_model.profiles import KernelProfile
 

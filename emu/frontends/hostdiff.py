@@ -9,7 +9,8 @@ cleaned up by the next one, which removes the groups, instances and private moun
 owner is gone.  tracefs refuses seeking writes, so every write is one ``os.write`` on an
 ``O_APPEND`` descriptor (never ``O_TRUNC``, which would delete every uprobe event on the
 system), and each probe definition is its own write whose fields were checked for bytes
-tracefs would interpret (a newline in a path must never become a second command).
+tracefs would interpret (a newline in a path must never become a second command): all of
+that is :mod:`emu.frontends.host_tracefs`.
 
 The native run executes the program unsandboxed as root, in the model's environment;
 a program with an interpreter runs with ADDR_NO_RANDOMIZE (as ``setarch -R``), as the
@@ -23,7 +24,7 @@ The native record also has the run's stderr and, on request (``sweep --host``), 
 syscalls of the child and its descendants, traced in the same instance
 (``raw_syscalls``; :meth:`HostProbes._trace_syscalls`, :func:`parse_syscalls`).
 
-A spec is resolved as ``run -e`` resolves it (:meth:`Uprobes.find_file`: the program, any
+A spec is resolved as ``run -e`` resolves it (``ProbeTargets.find_file``: the program, any
 file by path, a library's short name such as ``uprobe:libc:malloc``); the host probe goes
 on that file's host path and file offset (tracefs ``p:GROUP/EV /path:0xOFF``), the same
 inode the model keys on.  Addresses are compared at link time: each probed file's
@@ -33,36 +34,33 @@ it), so a layout difference does not count as a divergence of the probe address.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
-import threading
 from dataclasses import dataclass, field
 
-from kernel_model.fs.elf import load_elf_file
-from kernel_model.errors import EmuError, InputError, RegistrationError, printable
+from emu.probes.symbols import load_elf_file
+from kernel_model.errors import InputError, RegistrationError, printable
 from emu.frontends.cli import count, read_stdin_file, seconds
-from kernel_model.fs.binfmt_elf import DEFAULT_ENV
+from emu.inspect import DEFAULT_ENV
 from emu.machine import Machine
 from guest_programs import write_guest
-from kernel_model.trace.trace_probe import is_good_name, is_good_system_name
 from kernel_model.profiles import KernelProfile
-from kernel_model.trace.trace_uprobe import parse_user_spec
-from kernel_model.trace.usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
+from emu.probes.probe_spec import parse_user_spec
+from emu.probes.usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
+# the host's tracefs, offered here too for the callers that compare with the host
+from emu.frontends.host_tracefs import (HostKernelError, HostProbes, Tracefs, check_field,  # noqa: F401
+                                        deferred_signals, fatal_signals_clean_up, find_tracefs, probe_command,
+                                        run_tag)
 
 FORK_LINE = re.compile(
     r"^\s*.+?-\d+\s+\[\d+\].*?: sched_process_fork: comm=.* pid=(?P<parent>\d+) "
     r"child_comm=.* child_pid=(?P<child>\d+)")
 EXEC_LINE = re.compile(r"^\s*.+?-\d+\s+\[\d+\].*?: sched_process_exec: filename=.* pid=(?P<pid>\d+) "
                        r"old_pid=\d+$")
-FORK_EVENT = "events/sched/sched_process_fork/enable"
-EXEC_EVENT = "events/sched/sched_process_exec/enable"
-SCHED_EVENTS = (FORK_EVENT, EXEC_EVENT)
 ADDR_NO_RANDOMIZE = 0x0040000      # include/uapi/linux/personality.h
 # The head of any trace line (task-pid [cpu] flags timestamp: ); a line without one
 # continues the previous event: the kernel prints a string fetcharg's bytes as they are
@@ -73,15 +71,10 @@ LINE_HEAD = re.compile(r"^\s*.+?-\d+\s+\[\d+\]\s+(\S+\s+)?\d+\.\d+: ")
 SYSCALL_LINE = re.compile(
     r"^\s*.+?-(?P<pid>\d+)\s+\[\d+\]\s+(?:\S+\s+)?\d+\.\d+: sys_(?P<dir>enter|exit): "
     r"NR (?P<nr>-?\d+) (?:\((?P<args>[0-9a-f]+(?:, [0-9a-f]+){5})\)|= (?P<ret>-?\d+))$")
-SYSCALL_EVENTS = ("events/raw_syscalls/sys_enter/enable", "events/raw_syscalls/sys_exit/enable")
 U64 = (1 << 64) - 1
 TRACE_LINE = re.compile(
     r"^\s*(?P<task>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<flags>\S+\s+)?(?P<ts>\d+\.\d+): "
     r"(?P<event>[\w.-]+): \((?P<ip>0x[0-9a-f]+)(?: <- (?P<func>0x[0-9a-f]+))?\)(?P<args>.*)$", re.S)
-
-
-class HostKernelError(EmuError):
-    """The host's tracefs cannot be used (not root, no tracefs, a probe refused)."""
 
 
 @dataclass(frozen=True)
@@ -151,377 +144,6 @@ def host_profile_name(release: str | None = None) -> str:
     return best[1] if best else "latest"
 
 
-# ----------------------------------------------------------------------------- tracefs
-
-_TAG = re.compile(r"uemu_(\d+)_(\d+)")
-_MOUNT_PREFIX = "uemu-tracefs-"
-# Signals whose default action ends the process: each one raises Terminated while the
-# host has our probes, so the cleanup runs (SIGKILL cannot be caught: the next run's
-# sweep removes what it left).  SIGINT keeps Python's KeyboardInterrupt.
-_FATAL_SIGNALS = tuple(getattr(signal, n) for n in (
-    "SIGHUP", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGXCPU", "SIGXFSZ",
-    "SIGVTALRM", "SIGPROF", "SIGPWR") if hasattr(signal, n))
-_DEFERRED_SIGNALS = (signal.SIGINT, *_FATAL_SIGNALS)
-
-
-class Terminated(BaseException):
-    """A fatal signal arrived while host state of ours existed (raised by our handler)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _pid_namespace() -> int:
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return 0
-
-
-def run_tag(pid: int | None = None) -> str:
-    """``uemu_<pid>_<pid namespace>``: the name of a run's probe group and trace instance
-    (and part of its private mount's name), so a later run can tell whether the owner
-    is still alive.  The namespace keeps runs in other containers (same kernel, same
-    tracefs, pids we cannot see) out of the sweep."""
-    return f"uemu_{os.getpid() if pid is None else pid}_{_pid_namespace()}"
-
-
-def _owner_gone(name: str) -> bool:
-    """``name`` carries the tag of a run in our pid namespace whose process is gone."""
-    m = _TAG.fullmatch(name)
-    if m is None or int(m.group(2)) != _pid_namespace() or int(m.group(1)) == os.getpid():
-        return False
-    try:
-        os.kill(int(m.group(1)), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
-
-
-@contextlib.contextmanager
-def deferred_signals():
-    """Hold back Ctrl-C and the fatal signals (they are delivered when the block ends):
-    creating or removing host state is never cut in half."""
-    try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED_SIGNALS)
-    except (OSError, ValueError):
-        old = None
-    try:
-        yield old
-    finally:
-        if old is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def _raise_terminated(signum, _frame):
-    raise Terminated(signum)
-
-
-@contextlib.contextmanager
-def fatal_signals_clean_up():
-    """While the block runs, a fatal signal raises :class:`Terminated` (so every
-    ``finally`` on the way out removes host state); at the end the process dies of that
-    signal as it would have.  Nested uses are one; outside the main thread a no-op.
-    Only around the native run: the main thread waits in Python there, while a model
-    run may sit in Unicorn, where a Python handler would not run until it returns."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is _raise_terminated:
-        yield
-        return
-    old = {s: signal.signal(s, _raise_terminated) for s in _FATAL_SIGNALS}
-    try:
-        yield
-    except Terminated as t:
-        for s, h in old.items():
-            signal.signal(s, h)
-        old = {}
-        signal.signal(t.signum, signal.SIG_DFL)
-        os.kill(os.getpid(), t.signum)
-        raise                                  # only if the signal did not end us
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-def _mounts() -> list[str]:
-    """Mount points of tracefs, from /proc/mounts (octal escapes undone)."""
-    out = []
-    try:
-        with open("/proc/mounts") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) > 2 and parts[2] == "tracefs":
-                    out.append(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), parts[1]))
-    except OSError:
-        pass
-    return out
-
-
-def _private_mount_tag(mountpoint: str) -> str | None:
-    base = os.path.basename(mountpoint)
-    if not base.startswith(_MOUNT_PREFIX):
-        return None
-    return base[len(_MOUNT_PREFIX):].rsplit("-", 1)[0]
-
-
-def find_tracefs() -> str | None:
-    """A tracefs mount that stays: never another run's private one (it unmounts it)."""
-    return next((p for p in _mounts() if _private_mount_tag(p) is None), None)
-
-
-def sweep_mounts() -> list[str]:
-    """Unmount and remove the private tracefs mounts of runs that are gone."""
-    done = []
-    for p in _mounts():
-        tag = _private_mount_tag(p)
-        if tag is not None and _owner_gone(tag):
-            if subprocess.run(["umount", p], capture_output=True).returncode == 0:
-                with contextlib.suppress(OSError):
-                    os.rmdir(p)
-                done.append(p)
-    return done
-
-
-class Tracefs:
-    """A tracefs mount we may use: the existing one, or one we mount (and unmount).
-
-    A private mount is named after the run (:func:`run_tag`), so the next run removes it
-    if this one is killed before it could."""
-
-    def __init__(self):
-        if os.geteuid() != 0:
-            raise HostKernelError("the host kernel's uprobes need root (tracefs uprobe_events)")
-        self._mounted = None
-        try:
-            with deferred_signals():          # a held-back signal is raised on leaving
-                sweep_mounts()
-                self.path = find_tracefs()
-                if self.path is None:
-                    self.path = self._mount()
-        except BaseException:
-            self.close()
-            raise
-        if not os.path.exists(os.path.join(self.path, "uprobe_events")):
-            self.close()
-            raise HostKernelError("this kernel has no uprobe_events (CONFIG_UPROBE_EVENTS off)")
-
-    def _mount(self) -> str:
-        tmp = tempfile.mkdtemp(prefix=f"{_MOUNT_PREFIX}{run_tag()}-")
-        res = subprocess.run(["mount", "-t", "tracefs", "nodev", tmp], capture_output=True, text=True)
-        if res.returncode != 0:
-            os.rmdir(tmp)
-            raise HostKernelError(f"cannot mount tracefs: {res.stderr.strip() or 'mount failed'}")
-        self._mounted = tmp
-        return tmp
-
-    def write(self, rel: str, text: str) -> None:
-        """One write() call: tracefs runs each write's lines as commands."""
-        fd = os.open(os.path.join(self.path, rel), os.O_WRONLY | os.O_APPEND)
-        try:
-            os.write(fd, text.encode())
-        except OSError as e:
-            raise HostKernelError(f"tracefs refused {text.strip()!r} in {rel}: {e.strerror}") from None
-        finally:
-            os.close(fd)
-
-    def read(self, rel: str) -> str:
-        """A tracefs file's text; bytes that are not UTF-8 (a string fetcharg's) become
-        ``\\xNN``, as the model's formatting writes them."""
-        with open(os.path.join(self.path, rel), encoding="utf-8", errors="backslashreplace",
-                  newline="") as f:
-            return f.read()
-
-    def close(self) -> None:
-        if self._mounted:
-            with deferred_signals():
-                subprocess.run(["umount", self._mounted], capture_output=True)
-                with contextlib.suppress(OSError):
-                    os.rmdir(self._mounted)
-                self._mounted = None
-
-
-# Bytes tracefs interprets in a uprobe_events line: trace_parse_run_command() splits a
-# write at '\n' and cuts a line at '#'; argv_split() splits at the kernel's isspace()
-# (\t \n \v \f \r, space, and 0xa0 in lib/ctype.c); NUL ends the string.  Other control
-# bytes are refused too: no program path needs them.
-_INTERPRETED = frozenset(range(0x00, 0x21)) | {0x23, 0x7F, 0xA0}
-_LINE_MAX = 4096 - 2           # WRITE_BUFSIZE less the '\n' and the NUL
-
-
-def _check_field(what: str, value: str) -> bytes:
-    raw = os.fsencode(value)
-    bad = next((b for b in raw if b in _INTERPRETED), None)
-    if not raw or bad is not None:
-        why = "is empty" if not raw else f"contains {bytes([bad])!r}, which tracefs would interpret"
-        raise InputError(f"diff: {what} {value!r} {why}; the host probes cannot name it")
-    return raw
-
-
-def probe_command(kind: str, group: str, event: str, path: str, offset: int, args: str = "",
-                  ref_ctr_offset: int = 0) -> str:
-    """One ``uprobe_events`` definition, every field checked so that the line is exactly
-    one command with exactly these fields (trace_uprobe.c's __trace_uprobe_create():
-    ``[pr]:GROUP/EVENT PATH:OFFSET[(REF_CTR_OFFSET)] FETCHARGS...``; a USDT semaphore's
-    file offset goes in the parentheses, and the kernel raises it in each mm)."""
-    if kind not in ("p", "r"):
-        raise InputError(f"diff: probe kind {kind!r} is not p or r")
-    if not is_good_system_name(group) or not is_good_name(event):
-        raise InputError(f"diff: bad event name {group}/{event}")
-    raw = _check_field("program path", path)
-    if not raw.startswith(b"/"):
-        raise InputError(f"diff: program path {path!r} is not absolute")
-    for arg in args.split(" ") if args else ():
-        _check_field("fetcharg", arg)
-    for what, value in (("offset", offset), ("semaphore offset", ref_ctr_offset)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InputError(f"diff: the probe's {what} {value!r} is not a file offset")
-    line = f"{kind}:{group}/{event} {path}:{offset:#x}" + \
-        (f"({ref_ctr_offset:#x})" if ref_ctr_offset else "") + (f" {args}" if args else "")
-    if len(os.fsencode(line)) > _LINE_MAX:
-        raise InputError(f"diff: the probe definition for {path!r} is longer than tracefs "
-                         f"accepts ({_LINE_MAX} bytes)")
-    return line
-
-
-def sweep_leftovers(t: Tracefs) -> list[str]:
-    """Remove what runs that are gone left behind (SIGKILL, a crash): their trace
-    instances and their probe events.  Only names carrying a dead run's tag."""
-    removed = []
-    inst_dir = os.path.join(t.path, "instances")
-    for name in sorted(os.listdir(inst_dir)) if os.path.isdir(inst_dir) else ():
-        if _owner_gone(name):
-            with contextlib.suppress(HostKernelError, OSError):
-                if os.path.exists(os.path.join(inst_dir, name, "events", name)):
-                    t.write(f"instances/{name}/events/{name}/enable", "0")
-                for rel in SYSCALL_EVENTS:
-                    if os.path.exists(os.path.join(inst_dir, name, rel)):
-                        t.write(f"instances/{name}/{rel}", "0")
-                os.rmdir(os.path.join(inst_dir, name))
-                removed.append(f"instances/{name}")
-    for line in t.read("uprobe_events").splitlines():
-        head = line.split(maxsplit=1)[0] if line.strip() else ""
-        event = head.partition(":")[2]
-        if _owner_gone(event.partition("/")[0]):
-            with contextlib.suppress(HostKernelError):
-                t.write("uprobe_events", f"-:{event}\n")
-                removed.append(event)
-    return removed
-
-
-class HostProbes:
-    """Probes created in the host kernel for one run; removed on exit, whatever happens.
-
-    Setup and cleanup run with signals held back; before creating anything, the
-    leftovers of runs that are gone are swept (:func:`sweep_leftovers`)."""
-
-    def __init__(self, tracefs: Tracefs, probes: list, path: str, syscalls: bool = False):
-        self.t = tracefs
-        self.group = run_tag()
-        self.instance = f"instances/{self.group}"
-        # every definition is checked before anything is written
-        self.definitions = [probe_command(p.kind, self.group, p.event, p.host_path or path,
-                                          p.offset, p.args, p.ref_ctr_offset) for p in probes]
-        self.created: list[str] = []
-        self.instance_made = False
-        self.syscalls = syscalls
-        self.tracer = threading.get_native_id()     # the thread that forks the child
-
-    def __enter__(self):
-        try:
-            with deferred_signals():          # a held-back signal is raised on leaving
-                sweep_leftovers(self.t)
-                for d in self.definitions:
-                    self.t.write("uprobe_events", d + "\n")      # one command per write
-                    self.created.append(d.split()[0].split(":", 1)[1])
-                os.mkdir(os.path.join(self.t.path, self.instance))
-                self.instance_made = True
-                if self.syscalls:
-                    self._trace_syscalls()
-                if self.created:
-                    self.t.write(f"{self.instance}/events/{self.group}/enable", "1")
-                for rel in SCHED_EVENTS:      # who descends from whom, and since when
-                    if os.path.exists(os.path.join(self.t.path, self.instance, rel)):
-                        self.t.write(f"{self.instance}/{rel}", "1")
-        except BaseException:
-            self.cleanup()
-            raise
-        return self
-
-    def _trace_syscalls(self) -> None:
-        """raw_syscalls in our instance, for the child only: the pid filter
-        (``set_event_pid``, which every event of the instance obeys) holds the forking
-        thread, and ``options/event-fork`` adds what it forks - the child - and the
-        child's own descendants.  The pid goes in before any syscall event is enabled:
-        unfiltered, every task on the machine would fill the buffer.  :meth:`spawned`
-        then takes the forking thread out (``set_event_notrace_pid``), :meth:`stop`
-        ends recording before the trace is read (our own reads would be traced)."""
-        for rel in ("set_event_pid", "set_event_notrace_pid", "options/event-fork", *SYSCALL_EVENTS):
-            if not os.path.exists(os.path.join(self.t.path, self.instance, rel)):
-                raise HostKernelError(f"this kernel's tracefs has no {rel}: the syscalls cannot be traced")
-        self.t.write(f"{self.instance}/set_event_pid", str(self.tracer))
-        self.t.write(f"{self.instance}/options/event-fork", "1")
-        for rel in SYSCALL_EVENTS:
-            self.t.write(f"{self.instance}/{rel}", "1")
-
-    def spawned(self) -> None:
-        """The child exists (and is in the pid filter): stop tracing the forking thread."""
-        if self.syscalls:
-            self.t.write(f"{self.instance}/set_event_notrace_pid", str(self.tracer))
-
-    def stop(self) -> None:
-        """Recording ends (``tracing_on``): reading the trace adds nothing to it."""
-        if self.syscalls:
-            self.t.write(f"{self.instance}/tracing_on", "0")
-
-    def lost_events(self) -> int:
-        """Events the instance's ring buffer overwrote or dropped (per_cpu/cpuN/stats:
-        ``overrun``, ``dropped events``): when not 0, the trace is incomplete."""
-        lost = 0
-        base = os.path.join(self.t.path, self.instance, "per_cpu")
-        for cpu in sorted(os.listdir(base)) if os.path.isdir(base) else ():
-            stats = self.t.read(f"{self.instance}/per_cpu/{cpu}/stats")
-            lost += sum(int(v) for k, v in re.findall(r"^(overrun|dropped events): (\d+)$", stats, re.M))
-        return lost
-
-    def trace(self) -> str:
-        return self.t.read(f"{self.instance}/trace")
-
-    def cleanup(self) -> None:
-        with deferred_signals():
-            self._cleanup()
-
-    def _cleanup(self) -> None:
-        errors = []
-        if self.instance_made:
-            for rel in (f"events/{self.group}/enable", *SCHED_EVENTS,
-                        *(SYSCALL_EVENTS if self.syscalls else ())):
-                if os.path.exists(os.path.join(self.t.path, self.instance, rel)):
-                    try:
-                        self.t.write(f"{self.instance}/{rel}", "0")
-                    except HostKernelError as e:
-                        errors.append(str(e))
-            try:
-                os.rmdir(os.path.join(self.t.path, self.instance))
-            except OSError as e:
-                errors.append(f"rmdir {self.instance}: {e.strerror}")
-            self.instance_made = False
-        for name in reversed(self.created):
-            try:
-                self.t.write("uprobe_events", f"-:{name}\n")
-            except HostKernelError as e:
-                errors.append(str(e))
-        self.created.clear()
-        if errors:
-            raise HostKernelError("; ".join(errors))
-
-    def __exit__(self, *exc):
-        self.cleanup()
-        return False
-
-
 # ----------------------------------------------------------------------------- specs
 
 @dataclass
@@ -554,13 +176,13 @@ def _host_path_of(file) -> str:
 
 def resolve_specs(path: str, specs: list[str], aliases: tuple = (),
                   kernel: str | None = None) -> tuple[list[ResolvedProbe], object]:
-    """Resolve user specs as ``run -e`` does (``Uprobes.find_file`` and
+    """Resolve user specs as ``run -e`` does (``ProbeTargets.find_file`` and
     ``symbol_offset`` on a machine with the program loaded: the program's symbols, any
     file by path, a library by short name) to (file, kind, file offset, fetchargs).
     A spec path in ``aliases`` (the PROGRAM as given, e.g. ``guest:hello``) is the
     program.  A ``usdt:`` spec is one probe per site (:func:`_usdt_probes`), attached as
     libbpf attaches on the ``kernel`` profile (the nop-combo rule)."""
-    _check_field("program path", path)       # the program is probed and run: refuse it first
+    check_field("program path", path)       # the program is probed and run: refuse it first
     m = Machine.from_elf(path, argv=[path], **({"kernel": kernel} if kernel else {}))
     up = m.uprobes
     out = []
@@ -593,7 +215,7 @@ def resolve_specs(path: str, specs: list[str], aliases: tuple = (),
 
 def _usdt_probes(m, text: str, event: str, aliases: tuple) -> list[ResolvedProbe]:
     """``usdt:PATH:[PROVIDER:]NAME`` as ``run -e`` registers it
-    (:meth:`Uprobes.register_usdt`): every matching ``.note.stapsdt`` site of the file,
+    (``UserUprobes.register_usdt``): every matching ``.note.stapsdt`` site of the file,
     at libbpf's attach offset, with its semaphore's file offset as the probe's
     ref_ctr_offset.  The sites' events are ``EVENT``, ``EVENT_1``...; all count as the
     spec's."""
@@ -792,7 +414,7 @@ def run_model(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: by
         status = f"signal {r.signal_name}"
     else:
         status = f"stopped ({r.reason})"
-    lines = parse_trace("\n".join(m.kernel.trace.lines))
+    lines = parse_trace("\n".join(m.uprobes.trace.lines))
     return RunRecord(status, r.stdout, _events_from_lines(lines, probes, path))
 
 

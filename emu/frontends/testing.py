@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from kernel_model.arch.x86.ptrace import GPR_NAMES
+from emu.inspect import GPR_NAMES
 
 # gdb's amd64 `info registers` order
 _GDB_ORDER = GPR_NAMES[:18] + ("cs", "ss", "ds", "es", "fs", "gs", "fs_base", "gs_base")
@@ -82,7 +82,7 @@ class Regs(Mapping):
         """One register in gdb's ``info registers`` layout (the stepper's formatter)."""
         # lazy: pytest loads this plugin in every run of a project that installs us; the
         # stepper package pulls in the machine and Unicorn
-        from emu.frontends.stepper.format import register_line
+        from emu.debug.format import register_line
         return register_line(name, self._v[name] if value is None else value, self._gdb_label)
 
     def _gdb_label(self, addr: int) -> str | None:

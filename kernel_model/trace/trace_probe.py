@@ -4,11 +4,11 @@ This module models the text side of the kernel's uprobe trace events:
 
 * parsing a probe definition, as ``__trace_uprobe_create()`` (kernel/trace/trace_uprobe.c)
   and the generic argument parser ``traceprobe_parse_probe_arg()``
-  (kernel/trace/trace_probe.c) do, plus two spellings users already know: the perf-style
-  ``PATH:SYMBOL[+OFF]`` location and bpftrace's ``uprobe:PATH:FUNC`` probe names;
-* fetching and printing the arguments at a probe hit, as ``process_fetch_insn()``
-  (trace_uprobe.c), ``process_fetch_insn_bottom()`` (trace_probe_tmpl.h) and the
-  ``print_type_*`` functions (trace_probe.c) do;
+  (kernel/trace/trace_probe.c) do (the tools' spellings - perf's ``PATH:SYMBOL[+OFF]``,
+  bpftrace's ``uprobe:PATH:FUNC`` - are :mod:`emu.probes.probe_spec`'s);
+* fetching and printing the arguments at a probe hit (:mod:`.trace_probe_tmpl`, re-exported
+  here), as ``process_fetch_insn()`` (trace_uprobe.c), ``process_fetch_insn_bottom()``
+  (trace_probe_tmpl.h) and the ``print_type_*`` functions (trace_probe.c) do;
 * the three text formats userspace reads back: the ``uprobe_events`` listing
   (``trace_uprobe_show()``), a ``trace`` line (``trace_print_context()`` in
   kernel/trace/trace_output.c + ``print_uprobe_event()``), and the ``uprobe_profile`` line
@@ -21,9 +21,8 @@ kernel's error log would put its caret.
 Deliberate differences from the kernel, all on inputs the kernel accepts by accident or
 cannot see:
 
-* PATH need not contain ``/`` (our built-in guests are ``guest:NAME``), and a location
-  with no ``PATH:`` at all (``r:grp/ret my_func``) is a symbol in the main program
-  (``path == ""``); the kernel returns -EINVAL for both.
+* PATH need not contain ``/`` (our built-in guests are ``guest:NAME``); the kernel
+  returns -EINVAL.
 * ``pfoo PATH:OFF`` (junk right after ``p``/``r``), text after the closing ``)`` of a
   dereference, and dereference offsets that do not fit the kernel's ``int`` are errors
   here; the kernel ignores or truncates them.
@@ -44,15 +43,18 @@ import math
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Protocol, Union
 
 from kernel_model.errors import ProbeSpecError
+from kernel_model.trace.trace_probe_tmpl import (BASIC_TYPES, MAX_STRING_SIZE, STRING_TYPES, TASK_COMM_LEN,
+                                                 Comm, Deref, FetchArg, FetchContext, FetchNode, FileOffset,
+                                                 Imm, ImmString, Reg, Retval, Stack, StackPointer)
 
 __all__ = [
     "FetchArg", "FetchContext", "ProbeSpec",
     "Reg", "Stack", "StackPointer", "Retval", "Comm", "Imm", "ImmString", "FileOffset",
     "Deref", "FetchNode",
-    "parse_probe_spec", "parse_fetch_arg", "default_event_name", "perf_event_name",
+    "TraceProbeParser", "parse_probe_spec", "parse_fetch_arg", "default_event_name",
+    "kstrtoul", "isdigit", "is_good_name", "is_good_system_name",
     "format_listing", "format_trace_line", "format_profile_line",
     "MAX_TRACE_ARGS", "MAX_EVENT_NAME_LEN", "MAX_ARG_NAME_LEN", "MAX_ARGSTR_LEN",
     "MAX_ARRAY_LEN", "MAX_STRING_SIZE", "DEFAULT_GROUP",
@@ -63,10 +65,8 @@ MAX_TRACE_ARGS = 128
 MAX_ARGSTR_LEN = 63
 MAX_ARRAY_LEN = 64
 MAX_ARG_NAME_LEN = 32
-MAX_STRING_SIZE = 4096          # PATH_MAX
 MAX_EVENT_NAME_LEN = 64
 FETCH_INSN_MAX = 16             # fetch + deref*N + store + end
-TASK_COMM_LEN = 16
 DEFAULT_GROUP = "uprobes"       # UPROBE_EVENT_SYSTEM
 DEFAULT_FETCH_TYPE = "x64"      # x##BITS_PER_LONG
 
@@ -81,23 +81,11 @@ REGISTER_NAMES = MappingProxyType({
     "sp": "rsp", "ss": "ss",
 })
 
-# probe_fetch_types[] in trace_probe.c: name -> (size in bytes, signed).  "symbol" and
-# "symstr" exist too but find_fetch_type() refuses them for uprobes (TPARG_FL_USER).
-_BASIC_TYPES = MappingProxyType({
-    "u8": (1, False), "u16": (2, False), "u32": (4, False), "u64": (8, False),
-    "s8": (1, True), "s16": (2, True), "s32": (4, True), "s64": (8, True),
-    "x8": (1, False), "x16": (2, False), "x32": (4, False), "x64": (8, False),
-    "char": (1, False),
-})
-_STRING_TYPES = frozenset({"string", "ustring"})
-
 # reserved_field_names[] in trace_probe.c
 _RESERVED_FIELD_NAMES = frozenset({
     "common_type", "common_flags", "common_preempt_count", "common_pid", "common_tgid",
     "__probe_ip", "__probe_ret_ip", "__probe_func",
 })
-
-_SYMBOL_RE = re.compile(r"[A-Za-z_.][A-Za-z0-9_.$@]*\Z")
 
 
 # --- numbers the kernel's way (lib/kstrtox.c) --------------------------------------------
@@ -125,7 +113,7 @@ def _kstrtoull_nosign(s: str, base: int) -> int | None:
     return value if value <= _U64 else None
 
 
-def _kstrtoul(s: str, base: int = 0) -> int | None:
+def kstrtoul(s: str, base: int = 0) -> int | None:
     """``kstrtoul()``: an optional ``+`` then an unsigned number; None if invalid."""
     if s[:1] == "+":
         s = s[1:]
@@ -137,7 +125,7 @@ def _kstrtol(s: str, base: int = 0) -> int | None:
     if s[:1] == "-":
         v = _kstrtoull_nosign(s[1:], base)
         return -v if v is not None and v <= 1 << 63 else None
-    v = _kstrtoul(s, base)
+    v = kstrtoul(s, base)
     return v if v is not None and v < 1 << 63 else None
 
 
@@ -156,14 +144,9 @@ def _simple_strtoul(s: str, i: int) -> tuple[int, int]:
     return value, j
 
 
-def _isdigit(c: str) -> bool:
+def isdigit(c: str) -> bool:
     """``isdigit()`` of the C locale: ASCII digits only ('' is not a digit)."""
     return len(c) == 1 and c in "0123456789"
-
-
-def _starts_symbol(c: str) -> bool:
-    """A location after the last ':' that starts like this is a SYMBOL, not an OFFSET."""
-    return len(c) == 1 and (c.isascii() and c.isalpha() or c in "_.")
 
 
 def is_good_name(name: str) -> bool:
@@ -174,276 +157,6 @@ def is_good_name(name: str) -> bool:
 def is_good_system_name(name: str) -> bool:
     """``is_good_system_name()``: like a C identifier but ``-`` is allowed too."""
     return bool(re.fullmatch(r"[A-Za-z_\-][A-Za-z0-9_\-]*", name))
-
-
-# --- the fetch tree ------------------------------------------------------------------------
-# One node per kernel fetch_insn stage-1 op; Deref is FETCH_OP_DEREF / FETCH_OP_UDEREF
-# (identical for uprobes: both are copy_from_user).
-
-@dataclass(frozen=True)
-class Reg:
-    """``%REG`` (FETCH_OP_REG); ``name`` is our register name (``rax``, ``eflags``...)."""
-    name: str
-
-
-@dataclass(frozen=True)
-class Stack:
-    """``$stackN`` (FETCH_OP_STACK): the word at ``sp + 8*N``, 0 if unreadable."""
-    n: int
-
-
-@dataclass(frozen=True)
-class StackPointer:
-    """``$stack`` (FETCH_OP_STACKP): the stack pointer itself."""
-
-
-@dataclass(frozen=True)
-class Retval:
-    """``$retval`` (FETCH_OP_RETVAL): ``regs_return_value()`` = ax; return probes only."""
-
-
-@dataclass(frozen=True)
-class Comm:
-    """``$comm`` (FETCH_OP_COMM): the task's comm, always a string."""
-
-
-@dataclass(frozen=True)
-class Imm:
-    """``\\IMM`` or the address of ``@ADDR`` (FETCH_OP_IMM), as an unsigned long."""
-    value: int
-
-
-@dataclass(frozen=True)
-class ImmString:
-    """``\\"text"`` (FETCH_OP_DATA): an immediate string."""
-    text: str
-
-
-@dataclass(frozen=True)
-class FileOffset:
-    """``@+OFFSET`` before its dereference (FETCH_OP_FOFFS): ``translate_user_vaddr()``."""
-    offset: int
-
-
-@dataclass(frozen=True)
-class Deref:
-    """``+OFFS(inner)``, ``@ADDR``, ``@+OFFSET``: memory at ``value(inner) + offset``."""
-    offset: int
-    inner: "FetchNode"
-
-
-FetchNode = Union[Reg, Stack, StackPointer, Retval, Comm, Imm, ImmString, FileOffset, Deref]
-
-
-class _Fault(Exception):
-    """Internal: a user-memory read failed (copy_from_user returned non-zero)."""
-
-
-class FetchContext(Protocol):
-    """What a probe hit offers the fetch code: the trapped task's registers and memory."""
-
-    comm: str
-
-    def reg(self, name: str) -> int:
-        """rax rbx rcx rdx rsi rdi rbp rsp r8..r15 rip eflags cs ss orig_rax fs_base gs_base."""
-
-    def read(self, addr: int, n: int) -> bytes:
-        """Read user memory; raise any Exception on a fault."""
-
-    def read_cstring(self, addr: int, limit: int) -> bytes:
-        """Read a NUL-terminated string (NUL excluded, at most ``limit`` bytes); raise on fault."""
-
-    def file_offset_to_vaddr(self, offset: int) -> int:
-        """``@+OFFSET``'s address: ``translate_user_vaddr()``, i.e. ``bp_addr - tu->offset +
-        OFFSET`` -- relative to the probe's own mapping, whatever segment OFFSET is in."""
-
-
-def _read_word(ctx: FetchContext, addr: int) -> int:
-    try:
-        data = ctx.read(addr & _U64, 8)
-    except Exception as exc:
-        raise _Fault(addr) from exc
-    return int.from_bytes(data[:8], "little")
-
-
-def _value(node: FetchNode, ctx: FetchContext) -> int:
-    """Stages 1 and 2 of ``process_fetch_insn()``: the unsigned-long value of ``node``."""
-    if isinstance(node, Reg):
-        return ctx.reg(node.name) & _U64
-    if isinstance(node, Deref):
-        return _read_word(ctx, _value(node.inner, ctx) + node.offset)
-    if isinstance(node, Imm):
-        return node.value & _U64
-    if isinstance(node, Stack):
-        # get_user_stack_nth(): copy_from_user failure yields 0, not a fault.
-        try:
-            return _read_word(ctx, ctx.reg("rsp") + 8 * node.n)
-        except _Fault:
-            return 0
-    if isinstance(node, StackPointer):
-        return ctx.reg("rsp") & _U64
-    if isinstance(node, Retval):
-        return ctx.reg("rax") & _U64
-    if isinstance(node, FileOffset):
-        return ctx.file_offset_to_vaddr(node.offset) & _U64
-    raise TypeError(f"{node!r} has no numeric value")  # Comm / ImmString: parser forbids
-
-
-# --- one fetch argument ---------------------------------------------------------------------
-
-def _decode(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="backslashreplace")
-
-
-@dataclass(frozen=True)
-class FetchArg:
-    """One parsed fetch argument: a ``struct probe_arg`` (trace_probe.h).
-
-    ``type`` is the fetch type's name (``u8``..``u64``, ``s8``..``s64``, ``x8``..``x64``,
-    ``char``, ``string``, ``ustring``); a bitfield ``b<W>@<O>/<C>`` has type ``u<C>`` and
-    ``bitfield == (W, O)``, as ``find_fetch_type()`` maps it.  ``count`` is the array
-    length of ``TYPE[N]`` (0 for a scalar).  ``source`` is the text after ``NAME=``,
-    type suffix included: the kernel's ``probe_arg->comm``, printed by the listing.
-    """
-
-    name: str
-    source: str
-    type: str
-    node: FetchNode
-    count: int = 0
-    bitfield: tuple[int, int] | None = None
-
-    @property
-    def is_string(self) -> bool:
-        return self.type in _STRING_TYPES
-
-    @property
-    def size(self) -> int:
-        """Bytes one element occupies in the record (``fetch_type->size``)."""
-        return 4 if self.is_string else _BASIC_TYPES[self.type][0]
-
-    # fetch ------------------------------------------------------------------------------
-    def fetch(self, ctx: FetchContext) -> int | str | list | None:
-        """Fetch the argument at a probe hit: ``process_fetch_insn()`` + ``_bottom()``.
-
-        Returns an ``int`` (already truncated to the type's width; negative for ``sN``),
-        a ``str`` for string types, a list of those for arrays, or ``None`` where user
-        memory faulted.  ``$stackN`` never faults (``get_user_stack_nth()`` reads 0).
-        """
-        if self.count:
-            return self._fetch_array(ctx)
-        if self.is_string:
-            return self._fetch_string(ctx)
-        try:
-            if isinstance(self.node, Deref):
-                # FETCH_OP_ST_MEM: read exactly `size` bytes at the final address.
-                raw = self._read_elem(ctx, _value(self.node.inner, ctx) + self.node.offset)
-            else:
-                raw = _value(self.node, ctx)          # FETCH_OP_ST_RAW: truncating store
-        except _Fault:
-            return None
-        return self._typed(raw)
-
-    def _read_elem(self, ctx: FetchContext, addr: int) -> int:
-        try:
-            data = ctx.read(addr & _U64, self.size)
-        except Exception as exc:
-            raise _Fault(addr) from exc
-        return int.from_bytes(data[:self.size], "little")
-
-    def _typed(self, raw: int) -> int:
-        """Store as the type's width (``fetch_store_raw``), apply the bitfield, sign."""
-        size, signed = _BASIC_TYPES[self.type]
-        bits = 8 * size
-        v = raw & ((1 << bits) - 1)
-        if self.bitfield is not None:           # fetch_apply_bitfield()
-            width, offset = self.bitfield
-            lshift, rshift = bits - (width + offset), bits - width
-            v = ((v << lshift) & ((1 << bits) - 1)) >> rshift
-        if signed and v >> (bits - 1):
-            v -= 1 << bits
-        return v
-
-    def _fetch_string(self, ctx: FetchContext) -> str | None:
-        """``fetch_store_string()``: the string, or None when it cannot be stored."""
-        node = self.node
-        if isinstance(node, Comm):
-            return ctx.comm[:TASK_COMM_LEN - 1]
-        if isinstance(node, ImmString):
-            return node.text
-        try:
-            if isinstance(node, Deref):
-                addr = _value(node.inner, ctx) + node.offset
-            else:                               # Imm: the immediate is the address
-                addr = _value(node, ctx)
-        except _Fault:
-            return None
-        return self._read_string(ctx, addr)
-
-    @staticmethod
-    def _read_string(ctx: FetchContext, addr: int) -> str | None:
-        try:
-            raw = ctx.read_cstring(addr & _U64, MAX_STRING_SIZE)
-        except Exception:
-            return None
-        # fetch_store_strlen(): strnlen_user() > MAX_STRING_SIZE stores nothing -> (fault)
-        if len(raw) >= MAX_STRING_SIZE:
-            return None
-        return _decode(raw)
-
-    def _fetch_array(self, ctx: FetchContext) -> list:
-        """FETCH_OP_LP_ARRAY: elements side by side at the memory argument's address."""
-        node = self.node
-        assert isinstance(node, Deref)          # the parser only allows memory arrays
-        try:
-            base = _value(node.inner, ctx) + node.offset
-        except _Fault:
-            return [None] * self.count
-        out: list = []
-        for i in range(self.count):
-            if self.is_string:                  # an array of char * at base
-                try:
-                    out.append(self._read_string(ctx, _read_word(ctx, base + 8 * i)))
-                except _Fault:
-                    out.append(None)
-            else:
-                try:
-                    out.append(self._typed(self._read_elem(ctx, base + self.size * i)))
-                except _Fault:
-                    out.append(None)
-        return out
-
-    # format -----------------------------------------------------------------------------
-    def format(self, value) -> str:
-        """Print a fetched value as ``print_probe_args()`` / ``print_type_*()`` do.
-
-        ``uN`` ``%u``, ``sN`` ``%d``, ``xN`` ``0x%x``, ``char`` ``'%c'``, strings
-        ``"..."`` or ``(fault)``; arrays ``{a,b,...}``.  Any int is accepted and cut to
-        the type's width first.  A faulted numeric value (None) prints as 0: the kernel's
-        copy_from_user() zero-fills what it could not copy.
-        """
-        if self.count:
-            values = list(value) if value is not None else [None] * self.count
-            return "{" + ",".join(self._format_one(v) for v in values) + "}"
-        return self._format_one(value)
-
-    def _format_one(self, value) -> str:
-        if self.is_string:
-            if value is None:
-                return "(fault)"
-            if isinstance(value, (bytes, bytearray)):
-                value = _decode(bytes(value))
-            return f'"{value}"'
-        size, signed = _BASIC_TYPES[self.type]
-        bits = 8 * size
-        v = 0 if value is None else int(value) & ((1 << bits) - 1)
-        if self.type == "char":
-            return "'" + _decode(bytes([v])) + "'"
-        if self.type.startswith("x"):
-            return f"0x{v:x}"
-        if signed and v >> (bits - 1):
-            v -= 1 << bits
-        return str(v)
 
 
 # --- fetch argument parser (trace_probe.c) --------------------------------------------------
@@ -498,7 +211,7 @@ class _ArgParser:
                 raise self.error("Array is not closed: missing ']'", tpos + len(tname))
             if rb != len(tname) - 1:
                 raise self.error("Array has wrong suffix after ']'", tpos + rb + 1)
-            n = _kstrtoul(tname[lb + 1:rb], 0)
+            n = kstrtoul(tname[lb + 1:rb], 0)
             if not n or n > 0xFFFFFFFF:
                 raise self.error(f"Invalid array size {tname[lb + 1:rb]!r}", tpos + lb + 1)
             if n > MAX_ARRAY_LEN:
@@ -517,13 +230,13 @@ class _ArgParser:
             ftype = DEFAULT_FETCH_TYPE if tname is None else tname
             if ftype.startswith("b"):
                 ftype, bitfield = self._parse_bitfield(ftype, tpos)
-            elif ftype not in _BASIC_TYPES and ftype not in _STRING_TYPES:
+            elif ftype not in BASIC_TYPES and ftype not in STRING_TYPES:
                 why = (" (symbol/symstr are not available with uprobes)"
                        if ftype in ("symbol", "symstr") else "")
                 raise self.error(f"Unknown type {ftype!r} is specified{why}", tpos)
 
         node = self._parse_node(expr, pos, depth=1)
-        if ftype in _STRING_TYPES and not isinstance(node, (Deref, Imm, Comm, ImmString)):
+        if ftype in STRING_TYPES and not isinstance(node, (Deref, Imm, Comm, ImmString)):
             raise self.error(f"String accepts only memory argument: use +0({expr}):{ftype}",
                              tpos if tpos is not None else pos)
         if count and not isinstance(node, Deref):
@@ -535,7 +248,7 @@ class _ArgParser:
     def _parse_bitfield(self, t: str, tpos: int) -> tuple[str, tuple[int, int]]:
         """``find_fetch_type()``'s bitfield case + ``__parse_bitfield_probe_arg()``."""
         slash = t.find("/")
-        container = _kstrtoul(t[slash + 1:], 0) if slash >= 0 else None
+        container = kstrtoul(t[slash + 1:], 0) if slash >= 0 else None
         if container not in (8, 16, 32, 64):
             raise self.error(f"Unknown type {t!r} is specified (a bitfield is "
                              "b<width>@<offset>/<8|16|32|64>)", tpos)
@@ -582,8 +295,8 @@ class _ArgParser:
     @staticmethod
     def _str_to_immediate(s: str) -> int | None:
         """``str_to_immediate()``."""
-        if _isdigit(s[:1]):
-            return _kstrtoul(s, 0)
+        if isdigit(s[:1]):
+            return kstrtoul(s, 0)
         if s[:1] == "-":
             return _kstrtol(s, 0)
         if s[:1] == "+":
@@ -601,8 +314,8 @@ class _ArgParser:
             rest = var[5:]
             if not rest:
                 return StackPointer()
-            if _isdigit(rest[0]):
-                n = _kstrtoul(rest, 10)
+            if isdigit(rest[0]):
+                n = kstrtoul(rest, 10)
                 if n is not None:
                     return Stack(n)
         elif var in ("comm", "COMM"):
@@ -613,8 +326,8 @@ class _ArgParser:
     def _parse_mem(self, s: str, pos: int, depth: int) -> FetchNode:
         """``@ADDR`` and ``@+OFFSET`` (``@SYMBOL`` is kprobe-only)."""
         self._check_depth(depth, pos)
-        if _isdigit(s[1:2]):
-            addr = _kstrtoul(s[1:], 0)
+        if isdigit(s[1:2]):
+            addr = kstrtoul(s[1:], 0)
             if addr is None:
                 raise self.error(f"Invalid memory address {s[1:]!r}", pos)
             return Deref(0, Imm(addr))
@@ -683,9 +396,9 @@ class ProbeSpec:
     ``kind`` is ``"p"`` (uprobe), ``"r"`` (uretprobe; also ``p ...%return``) or ``"-"``
     (delete).  ``group`` is ``None`` only for a delete request that names no group: the
     kernel then deletes the event from every group (``dyn_event_release()`` passes
-    ``system = NULL``).  ``event`` is ``None`` until the file offset is known (symbol and
-    bpftrace forms); the tracefs form fills in :func:`default_event_name` at parse time.
-    ``path == ""`` means the main program (a bare ``SYMBOL`` location, our extension).
+    ``system = NULL``).  The tracefs form fills in :func:`default_event_name` at parse
+    time.  The tools' spellings of a location (a symbol, a bpftrace address) extend this
+    in :mod:`emu.probes.probe_spec`.
     """
 
     kind: str
@@ -693,12 +406,8 @@ class ProbeSpec:
     event: str | None
     path: str
     offset: int | None = None
-    symbol: str | None = None
-    sym_offset: int = 0
-    address: int | None = None
     ref_ctr_offset: int | None = None
     args: list[FetchArg] = field(default_factory=list)
-    form: str = "tracefs"
     text: str = ""
 
     @property
@@ -730,31 +439,15 @@ def default_event_name(kind: str, path: str, offset: int) -> str:
     return f"p_{tail}_0x{offset & _U64:x}"[:MAX_EVENT_NAME_LEN - 1]
 
 
-def perf_event_name(symbol: str, is_return: bool) -> str:
-    """The event name ``perf probe -x PATH SYMBOL[%return]`` gives a probe on a symbol:
-    ``get_new_event_name()`` (tools/perf/util/probe-event.c) with no existing name.
+class TraceProbeParser:
+    """``__trace_uprobe_create()`` / ``dyn_event_release()``: what a write to
+    ``uprobe_events`` may say.  The class attributes are where the tools' parser
+    (:mod:`emu.probes.probe_spec`) extends it with symbols and bpftrace names."""
 
-    A leading ``.`` is dropped, the name is cut at the first ``.`` or ``@`` after that
-    (``.isra.0``, ``@GLIBC_2.2.5``), return probes get ``__return``, and the result must
-    fit the 64-byte buffer and be a C identifier (perf's final ``is_c_func_name()``).
-    So ``malloc`` and ``malloc%return`` are ``malloc`` and ``malloc__return``.
-    """
-    base = symbol[1:] if symbol.startswith(".") else symbol
-    cut = re.search(r"[.@]", base)
-    if cut and cut.start() > 0:
-        base = base[:cut.start()]
-    name = base + ("__return" if is_return else "")
-    if len(name) >= MAX_EVENT_NAME_LEN:
-        raise ProbeSpecError(f"the event name {name!r} is too long (>= {MAX_EVENT_NAME_LEN} "
-                             "bytes): name the event, p:[GRP/]EVENT")
-    if not is_good_name(name):
-        raise ProbeSpecError(f"{name!r} (from symbol {symbol!r}) is an invalid event name: "
-                             "name the event, p:[GRP/]EVENT")
-    return name
-
-
-class _SpecParser:
-    """``__trace_uprobe_create()`` / ``dyn_event_release()`` plus the symbol/bpftrace forms."""
+    spec_class = ProbeSpec
+    probe_types = "p[:[GRP/][EVENT]], r[:[GRP/][EVENT]] or -:[GRP/]EVENT"
+    location_forms = "PATH:OFFSET"
+    where_forms = "an OFFSET (starting with a digit)"
 
     def __init__(self, text: str):
         self.text = text
@@ -768,16 +461,11 @@ class _SpecParser:
         if not self.words:
             raise self.error("Empty probe spec", None)
         head, hpos = self.words[0]
-        colon = head.find(":")
-        if head[:colon] in ("uprobe", "u", "uretprobe", "ur") and colon > 0:
-            return self._parse_bpftrace(head, hpos, colon)
         if head[0] == "-":
             return self._parse_delete(head, hpos)
         if head[0] in "pr":
             return self._parse_probe(head, hpos)
-        raise self.error(f"Unknown probe type {head!r}: expected p[:[GRP/][EVENT]], "
-                         "r[:[GRP/][EVENT]], -:[GRP/]EVENT or uprobe:/uretprobe:PATH:FUNC",
-                         hpos)
+        raise self.error(f"Unknown probe type {head!r}: expected {self.probe_types}", hpos)
 
     # p: / r: -----------------------------------------------------------------------------
     def _parse_probe(self, head: str, hpos: int) -> ProbeSpec:
@@ -790,7 +478,7 @@ class _SpecParser:
                                  f"{kind}:[GRP/]EVENT", hpos + 1)
             group, event = self._parse_event_name(head[2:], hpos + 2, allow_default=True)
         if len(self.words) < 2:
-            raise self.error("Missing probe location: expected PATH:OFFSET or PATH:SYMBOL",
+            raise self.error(f"Missing probe location: expected {self.location_forms}",
                              hpos + len(head))
         loc, lpos = self.words[1]
         if len(self.words) - 2 > MAX_TRACE_ARGS:
@@ -800,9 +488,7 @@ class _SpecParser:
         cut = loc.rfind(":")      # the LAST ':' splits, in case PATH contains ':' too
         if cut < 0:
             path, where, wpos = "", loc, lpos
-            if not _starts_symbol(where[:1]):
-                raise self.error(f"Missing ':OFFSET' or ':SYMBOL' in {loc!r}: expected "
-                                 "PATH:OFFSET, PATH:SYMBOL or SYMBOL", lpos)
+            self._check_pathless(loc, lpos)
         else:
             path, where, wpos = loc[:cut], loc[cut + 1:], lpos + cut + 1
             if not path:
@@ -813,22 +499,9 @@ class _SpecParser:
         if is_return:
             kind = "r"
 
-        spec = ProbeSpec(kind=kind, group=group, event=event, path=path,
-                         ref_ctr_offset=ref, text=self.text)
-        if _isdigit(where[:1]):
-            offset = _kstrtoul(where, 0)
-            if offset is None:
-                raise self.error(f"Invalid uprobe offset {where!r} (a file offset: "
-                                 "decimal, 0x hex or 0 octal)", wpos)
-            spec.offset = offset
-            if spec.event is None:
-                spec.event = default_event_name(kind, path, offset)
-        elif _starts_symbol(where[:1]):
-            spec.form = "symbol"
-            spec.symbol, spec.sym_offset = self._parse_symbol(where, wpos)
-        else:
-            raise self.error(f"Invalid probe location {where!r}: after the last ':' expected "
-                             "an OFFSET (starting with a digit) or a SYMBOL", wpos)
+        spec = self.spec_class(kind=kind, group=group, event=event, path=path,
+                               ref_ctr_offset=ref, text=self.text)
+        self._parse_where(spec, where, wpos)
 
         used: set[str] = set()
         parser = _ArgParser(self.text, spec.is_return)
@@ -837,6 +510,23 @@ class _SpecParser:
             used.add(arg.name)
             spec.args.append(arg)
         return spec
+
+    def _check_pathless(self, loc: str, lpos: int) -> None:
+        """A location with no ``PATH:`` (the kernel's -EINVAL)."""
+        raise self.error(f"Missing ':OFFSET' in {loc!r}: expected PATH:OFFSET", lpos)
+
+    def _parse_where(self, spec: ProbeSpec, where: str, wpos: int) -> None:
+        """What follows the last ``:``: the file OFFSET (``kstrtoul``)."""
+        if not isdigit(where[:1]):
+            raise self.error(f"Invalid probe location {where!r}: after the last ':' expected "
+                             f"{self.where_forms}", wpos)
+        offset = kstrtoul(where, 0)
+        if offset is None:
+            raise self.error(f"Invalid uprobe offset {where!r} (a file offset: "
+                             "decimal, 0x hex or 0 octal)", wpos)
+        spec.offset = offset
+        if spec.event is None:
+            spec.event = default_event_name(spec.kind, spec.path, offset)
 
     def _split_ref(self, where: str, wpos: int) -> tuple[int | None, str]:
         """``(REF_CTR_OFFSET)``: must be the last thing in the word."""
@@ -849,7 +539,7 @@ class _SpecParser:
         if rp != len(where) - 1:
             raise self.error(f"Reference counter has wrong suffix {where[rp + 1:]!r} "
                              "(the (REF) must come last)", wpos + rp + 1)
-        ref = _kstrtoul(where[lp + 1:rp], 0)
+        ref = kstrtoul(where[lp + 1:rp], 0)
         if ref is None:
             raise self.error(f"Invalid reference counter offset {where[lp + 1:rp]!r}",
                              wpos + lp + 1)
@@ -863,24 +553,6 @@ class _SpecParser:
             raise self.error(f"Invalid probed address suffix {where[pct:]!r} (only "
                              "%return)", wpos + pct)
         return where[:pct], True
-
-    def _parse_symbol(self, where: str, wpos: int, *, allow_offset: bool = True
-                      ) -> tuple[str, int]:
-        plus = where.find("+")
-        sym = where if plus < 0 else where[:plus]
-        if any(c in sym for c in "*?[]"):
-            raise self.error(f"Wildcards are not supported in symbol {sym!r}", wpos)
-        if not _SYMBOL_RE.match(sym):
-            raise self.error(f"Invalid symbol name {sym!r}", wpos)
-        if plus < 0:
-            return sym, 0
-        if not allow_offset:
-            raise self.error("uretprobe does not accept a +OFFSET: a return probe must be "
-                             "on a function entry", wpos + plus)
-        off = _kstrtoul(where[plus + 1:], 0)
-        if off is None:
-            raise self.error(f"Invalid symbol offset {where[plus + 1:]!r}", wpos + plus + 1)
-        return sym, off
 
     def _parse_event_name(self, ev: str, pos: int, *, allow_default: bool
                           ) -> tuple[str | None, str | None]:
@@ -925,53 +597,21 @@ class _SpecParser:
             raise self.error("A delete request takes nothing after -:[GRP/]EVENT",
                              self.words[1][1])
         group, event = self._parse_event_name(head[2:], hpos + 2, allow_default=False)
-        return ProbeSpec(kind="-", group=group, event=event, path="", text=self.text)
-
-    # bpftrace ----------------------------------------------------------------------------
-    def _parse_bpftrace(self, head: str, hpos: int, colon: int) -> ProbeSpec:
-        if len(self.words) > 1:
-            raise self.error("A bpftrace probe (uprobe:PATH:FUNC) takes no fetch arguments",
-                             self.words[1][1])
-        kind = "r" if head[:colon] in ("uretprobe", "ur") else "p"
-        body, bpos = head[colon + 1:], hpos + colon + 1
-        cut = body.rfind(":")
-        if cut < 0:
-            raise self.error(f"Expected {head[:colon]}:PATH:FUNCTION or "
-                             f"{head[:colon]}:PATH:0xADDRESS", bpos + len(body))
-        path, where, wpos = body[:cut], body[cut + 1:], bpos + cut + 1
-        if not path:
-            raise self.error("Empty PATH in the bpftrace probe", bpos)
-        spec = ProbeSpec(kind=kind, group=DEFAULT_GROUP, event=None, path=path,
-                         form="bpftrace", text=self.text)
-        if _isdigit(where[:1]):
-            addr = _kstrtoul(where, 0)
-            if addr is None:
-                raise self.error(f"Invalid address {where!r}", wpos)
-            spec.address = addr
-        elif _starts_symbol(where[:1]):
-            spec.symbol, spec.sym_offset = self._parse_symbol(
-                where, wpos, allow_offset=(kind == "p"))
-        elif not where:
-            raise self.error("Missing FUNCTION or ADDRESS after the last ':'", wpos)
-        else:
-            raise self.error(f"Invalid probe location {where!r}: expected a FUNCTION, "
-                             "FUNCTION+OFFSET or 0xADDRESS", wpos)
-        return spec
+        return self.spec_class(kind="-", group=group, event=event, path="", text=self.text)
 
 
 def parse_probe_spec(text: str) -> ProbeSpec:
-    """Parse one probe definition; raise :class:`ProbeSpecError` with message and column.
+    """Parse one ``uprobe_events`` line; raise :class:`ProbeSpecError` with message and column.
 
     Accepted forms::
 
-        p[:[GRP/][EVENT]] PATH:OFFSET[%return][(REF)] [FETCHARGS]   tracefs
+        p[:[GRP/][EVENT]] PATH:OFFSET[%return][(REF)] [FETCHARGS]
         r[:[GRP/][EVENT]] PATH:OFFSET[(REF)] [FETCHARGS]
-        p|r[:[GRP/][EVENT]] [PATH:]SYMBOL[+OFF][%return][(REF)] [FETCHARGS]   symbol form
         -:[GRP/]EVENT                                               delete
-        uprobe:PATH:FUNC[+OFF] | uprobe:PATH:0xADDR | u:...         bpftrace
-        uretprobe:PATH:FUNC | uretprobe:PATH:0xADDR | ur:...
+
+    (symbols and bpftrace names: :func:`emu.probes.probe_spec.parse_probe_spec`).
     """
-    return _SpecParser(text).parse()
+    return TraceProbeParser(text).parse()
 
 
 # --- output formats ---------------------------------------------------------------------------

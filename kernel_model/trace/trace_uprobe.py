@@ -5,32 +5,23 @@ arguments into the per-CPU ``uprobe_cpu_buffer`` and writes an ftrace line.  Whe
 buffer is filled on every hit (``args_buffer="always"``, before 6.10) or only when an
 ftrace/perf consumer needs it (``"lazy"``, 6.10+: program-only events never fill it) is a
 profile switch; ``counters.args_buffer_fills`` shows which happened.
+
+An event is created on a file already looked up (:meth:`TraceEvents.trace_uprobe_create`,
+what ``__trace_uprobe_create()`` does after ``kern_path``); the tools' spellings of a
+location (symbols, bpftrace names, USDT) are resolved to (file, offset) before that, by
+``emu.probes``.
 """
 
 from __future__ import annotations
 
 import functools
-
-import re
 from dataclasses import dataclass, field
 
-from kernel_model.errors import ProbeSpecError, SymbolError
+from kernel_model.errors import ProbeSpecError
 
 from kernel_model.trace.trace_probe import ProbeSpec, default_event_name, format_listing, format_profile_line, \
-    format_trace_line, parse_probe_spec, perf_event_name
+    format_trace_line
 from kernel_model.kernel.events.uprobes_types import UPROBE_HANDLER_REMOVE, UprobeConsumer
-from kernel_model.trace.usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
-
-_KNOWN_HEAD = re.compile(r"^(?:[pr](?::|\s|$)|-:|(?:uprobe|u|uretprobe|ur):)")
-
-
-def parse_user_spec(text: str) -> ProbeSpec:
-    """The CLI's ``-e``: tracefs/bpftrace forms as written, or a bare
-    ``PATH:SYMBOL[+OFF][%return]`` location, read as ``p PATH:SYMBOL``."""
-    text = text.strip()
-    if _KNOWN_HEAD.match(text):
-        return parse_probe_spec(text)
-    return parse_probe_spec("p " + text)
 
 
 class _FetchCtx:
@@ -111,20 +102,17 @@ class TraceEvents:
         """The buffered lines of one event (``TraceEvent.lines``)."""
         return [line for e, line in self._log if e is ev]
 
-    def add(self, text: str, *, output=None, ftrace: bool = True, programs=(), filter=None) -> TraceEvent:
-        if text.strip().startswith(("usdt:", "U:")):
-            return self._add_usdt(text.strip(), output=output, ftrace=ftrace, programs=programs,
-                                  filter=filter)
-        spec = parse_user_spec(text)
-        if spec.is_delete:
-            self.remove(spec.event, spec.group)
-            return None
-        file, offset = self._resolve(spec)
-        event = spec.event or self._default_name(spec, file, offset)
+    def trace_uprobe_create(self, spec: ProbeSpec, file, offset: int, *, event: str | None = None,
+                            output=None, ftrace: bool = True, programs=(), filter=None) -> TraceEvent:
+        """``__trace_uprobe_create()`` once the path is looked up (``kern_path``): an
+        event on (file, offset) named ``event``, else ``spec.event``, else as
+        the kernel names one (``p_busybox_0xebf0``).  A second event with the same
+        name is refused, as ``register_trace_uprobe()`` does (-EEXIST)."""
+        event = event or spec.event or default_event_name("p", file.path, offset)
         group = spec.group or "uprobes"
         if any(e.group == group and e.event == event for e in self.events):
             raise ProbeSpecError(f"event {group}/{event} already exists (name this probe: "
-                                 f"p:{group}/EVENT ...)", text, 0)
+                                 f"p:{group}/EVENT ...)", spec.text, 0)
         ev = TraceEvent(spec, group, event, file.path, offset, ftrace=ftrace,
                         programs=list(programs), owner=self)
         if output is not None:
@@ -137,43 +125,6 @@ class TraceEvents:
         self.events.append(ev)
         return ev
 
-    def _add_usdt(self, text: str, **kw) -> TraceEvent:
-        """``usdt:PATH:[PROVIDER:]NAME``: one event per note site, named PROVIDER_NAME."""
-        path, provider, name = parse_usdt_spec(text)
-        file = self.uprobes.find_file(path)
-        self.uprobes.file_elf(file)
-        first = None
-        for i, note in enumerate(find_usdt_notes(file, provider, name)):
-            offset, ref = usdt_attach_offsets(file, note, self.uprobes.profile)
-            event = f"{note.provider}_{note.name}" + (f"_{i}" if i else "")
-            ref_part = f"({ref:#x})" if ref else ""
-            ev = self.add(f"p:usdt/{event} {file.path}:{offset:#x}{ref_part}", **kw)
-            first = first or ev
-        return first
-
-    @staticmethod
-    def _default_name(spec: ProbeSpec, file, offset: int) -> str:
-        """A probe on a symbol is named as ``perf probe`` names it (``malloc``,
-        ``malloc__return``); one on a file offset as ``__trace_uprobe_create()`` does
-        (``p_busybox_0xebf0``).  A second probe with the same default name is refused,
-        as perf refuses it without ``-f`` (``get_new_event_name()``: -EEXIST)."""
-        if spec.symbol is not None:
-            return perf_event_name(spec.symbol, spec.is_return)
-        return default_event_name("p", file.path, offset)
-
-    def _resolve(self, spec: ProbeSpec):
-        up = self.uprobes
-        file = up.find_file(spec.path)
-        if spec.offset is not None:
-            return file, spec.offset
-        if spec.symbol is not None:
-            return up.symbol_offset(file, spec.symbol, spec.sym_offset)
-        if spec.address is not None:
-            if up.file_elf(file) is None:
-                raise SymbolError(f"{file.path} has no program headers to map {spec.address:#x}")
-            return file, file.elf.vaddr_to_offset(spec.address)
-        raise ProbeSpecError("probe spec names no location", spec.text, 0)
-
     def remove(self, event: str, group: str | None = None) -> None:
         for ev in list(self.events):
             if ev.event == event and (group is None or ev.group == group):
@@ -183,9 +134,6 @@ class TraceEvents:
         raise ProbeSpecError(f"no event named {event!r}", event, 0)
 
     # -- the dispatcher ---------------------------------------------------------
-    def _needs_buffer(self, ev: TraceEvent) -> bool:
-        return self._always_buffer or ev.ftrace
-
     def _dispatch(self, ev: TraceEvent, ctx) -> int:
         flt = ev.consumer.filter if ev.consumer is not None else None
         if flt is not None and not flt(ctx.task.process.mm_owner or ctx.task.process):
@@ -196,7 +144,7 @@ class TraceEvents:
         for prog in ev.programs:
             prog(ctx)
         if not ev.ftrace and not self._always_buffer:
-            return 0                    # not self._needs_buffer(ev), inline
+            return 0                    # no ftrace consumer and a lazy buffer: not filled
         counters = self.machine.counters
         counters.args_buffer_fills += 1
         fctx = _FetchCtx(ctx, ctx.func if ctx.is_return else ctx.vaddr, ev.offset)

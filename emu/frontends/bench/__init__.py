@@ -30,7 +30,7 @@ Scenarios whose machinery a profile lacks (nop10 before 7.2: the kernel and the 
 refuse the probe with ENOTSUPP) are listed as ``n/a (reason)``.
 
 USDT scenarios: the keystone guest has no ``.note.stapsdt``, so the bench probes the site
-address (the note's pc) with libbpf's nop-combo rule (``kernel_model.trace.usdt.
+address (the note's pc) with libbpf's nop-combo rule (``emu.probes.usdt.
 usdt_attach_offsets``): attach one byte further, on the nop5/nop10, when the profile has
 the uprobe syscall and the site is the matching combo.  The same ELF runs natively for
 ``--host-kernel``, where the same rule picks the tracefs probe offset.

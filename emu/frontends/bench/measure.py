@@ -28,6 +28,7 @@ from types import MappingProxyType
 from emu.engine import baseline
 from kernel_model.errors import EmuError, RegistrationError
 from kernel_model.trace.events import Syscall
+from emu.inspect import registered_uprobes
 
 from emu.frontends.bench.scenarios import (EXIT_NR, LOOP_NAMES, MARKER_NR, SCENARIOS, SLED_SIZE, ColumnSpec, Scenario,
                         attach, guest_file, new_machine)
@@ -284,7 +285,7 @@ def _probe_count_sample(col: ColumnSpec, consumer: str, count: int, n: int, warm
     if r.reason != "exit" or "snap" not in state:
         raise EmuError(f"bench guest ended: {r.describe()}")
     d = _without(_delta(state["snap"], _snapshot(m)), {MARKER_NR: 2, EXIT_NR: 1})
-    return n / dt / 1e6, reg_s, _events(_scale(d, n)), len(m.uprobes.tree)
+    return n / dt / 1e6, reg_s, _events(_scale(d, n)), len(registered_uprobes(m))
 
 
 def growth_probe_counts(col: ColumnSpec, consumer: str, counts: tuple, n: int, warmup: int,

@@ -3,7 +3,7 @@ bodies, selftests.md 4.1), kernel columns (a profile plus switch overrides), the
 ELFs, and how a scenario's counting consumer is attached to a machine.
 
 USDT scenarios: the keystone guest has no ``.note.stapsdt``, so the bench probes the site
-address (the note's pc) with libbpf's nop-combo rule (``kernel_model.trace.usdt.
+address (the note's pc) with libbpf's nop-combo rule (``emu.probes.usdt.
 usdt_attach_offsets``): attach one byte further, on the nop5/nop10, when the profile has
 the uprobe syscall and the site is the matching combo.  The same ELF runs natively for
 ``--host-kernel``, where the same rule picks the tracefs probe offset.
@@ -22,13 +22,12 @@ from types import MappingProxyType, SimpleNamespace
 
 from guest_programs import build_guest, guest_source
 from kernel_model.profiles import KernelProfile
-from kernel_model.trace.usdt import usdt_attach_offsets
+from emu.probes.symbols import probe_file
+from emu.probes.usdt import usdt_attach_offsets
 
 from emu.asm import asm_to_elf
-from kernel_model.fs.elf import parse_elf
 from kernel_model.errors import InputError
 from emu.machine import Machine
-from kernel_model.mm.mm_types import MappedFile
 
 GUEST = "bench_trigger"
 GUEST_PATH = "/guest/bench_trigger"
@@ -144,7 +143,7 @@ def growth_elf() -> bytes:
 def guest_file():
     """The guest as a MappedFile (for offsets without a machine)."""
     data = guest_elf()
-    return MappedFile(GUEST_PATH, data, parse_elf(data, GUEST_PATH))
+    return probe_file(GUEST_PATH, data)
 
 
 def site_offset(file, scen: Scenario, profile) -> int:

@@ -1,18 +1,15 @@
-"""Instruction stepping, split as CPython splits bdb and pdb:
+"""The stepper's shell, split as CPython splits bdb and pdb:
 
-- :mod:`~emu.frontends.stepper.engine`: the stepping engine (:class:`Stepper`, its
-  breakpoints, stop events and frames), no UI; the gdb stub drives it too.
+- the stepping engine (:class:`Stepper`, its breakpoints, stop events and frames; no UI)
+  is the debugger core, :mod:`emu.debug` (the gdb stub drives it too);
 - :mod:`~emu.frontends.stepper.shell`: the gdb-like command shell (:class:`StepperShell`)
   and the ``uprobe-emu step`` command (:func:`add_cli`, :func:`cmd_step`).
-- :mod:`~emu.frontends.stepper.format`: gdb's register names, types and ``info registers``
-  lines, shared by both and by the pytest plugin.
 
 The CLI imports this package for its ``add_cli``.
 """
 
-from emu.frontends.stepper.engine import (Breakpoint, Frame, Stepper, StepperError, StopEvent,
-                                          Watchpoint)
-from emu.frontends.stepper.format import INFO_REGISTERS, format_register, natural, register_line
+from emu.debug.stepper import Breakpoint, Frame, Stepper, StepperError, StopEvent, Watchpoint
+from emu.debug.format import INFO_REGISTERS, format_register, natural, register_line
 from emu.frontends.stepper.shell import HELP, StepperShell, add_cli, cmd_step
 
 __all__ = ["Stepper", "StepperShell", "StopEvent", "Breakpoint", "Watchpoint", "Frame", "StepperError",

@@ -1,4 +1,4 @@
-"""The gdb-like command shell over a :class:`~emu.frontends.stepper.engine.Stepper` (the pdb
+"""The gdb-like command shell over a :class:`~emu.debug.stepper.Stepper` (the pdb
 half of the stepper): :class:`StepperShell` parses commands, turns them into engine verbs
 and prints the results as gdb does, and ``uprobe-emu step`` (:func:`add_cli`,
 :func:`cmd_step`) runs it on a guest.
@@ -19,11 +19,10 @@ import sys
 from emu.debug.disasm import annotation, symbol_of
 from kernel_model.errors import EmuError
 from emu.frontends.cli import add_cli_events, add_events_option, events_output, make_machine
-from emu.frontends.stepper import reverse
-from emu.frontends.stepper.engine import Stepper, StepperError, StopEvent
-from emu.frontends.stepper.format import gdb_label, natural, signed
-from kernel_model.mm.mm_types import GuestFault
-from kernel_model.kernel.signals import signal_name
+from emu.debug import reverse
+from emu.debug.stepper import Stepper, StepperError, StopEvent
+from emu.debug.format import gdb_label, natural, signed
+from emu.inspect import GuestFault, registered_uprobes, signal_name
 
 _SIGNAL_TEXT = {"SIGSEGV": "Segmentation fault", "SIGILL": "Illegal instruction",
                 "SIGTRAP": "Trace/breakpoint trap", "SIGFPE": "Arithmetic exception",
@@ -250,9 +249,25 @@ class StepperShell:
         self._guest_run(self.s.step_over, self._count(arg))
 
     def cmd_reverse(self, arg: str, verb: str = "reverse-stepi") -> None:
-        """reverse-stepi / reverse-step / reverse-continue: see stepper.reverse."""
+        """``reverse-stepi [N]`` / ``reverse-step [N]`` / ``reverse-continue``
+        (:mod:`emu.debug.reverse`); a stop at the start of the recorded history says so
+        first, as gdb does."""
         with self.m.interruptible():
-            reverse.shell_command(self, verb, arg)
+            rs = reverse.ReverseStepper.of(self.s)
+            if verb == "reverse-continue":
+                if arg:
+                    raise StepperError("reverse-continue takes no argument")
+                self._p("Continuing.")
+                ev = rs.reverse_continue()
+            elif verb == "reverse-stepi":
+                ev = rs.reverse_stepi(self._count(arg))
+            else:
+                ev = rs.reverse_step(self._count(arg))
+            if ev.reason == reverse.HISTORY_START:
+                self._p()
+                self._p("No more reverse-execution history.")
+                ev = StopEvent("step", ev.rip, ev.symbol, ev.verb)
+            self.report(ev)
 
     def cmd_continue(self, arg: str) -> None:
         self.s.require_alive()
@@ -469,7 +484,7 @@ class StepperShell:
 
     def _consumers(self) -> dict:
         out = {}
-        for uprobe in list(self.m.uprobes.tree.values()):
+        for uprobe in registered_uprobes(self.m):
             for uc in uprobe.consumers:
                 out[uc.id] = uc
         return dict(sorted(out.items()))
@@ -479,7 +494,7 @@ class StepperShell:
         if not cons:
             self._p("No uprobes.")
             return
-        events = {id(ev.consumer): ev for ev in self.m.kernel.trace.events}
+        events = {id(ev.consumer): ev for ev in self.m.uprobes.trace.events}
         self._p("Num     Enb Hits       Address            What")
         for n, uc in cons.items():
             up = uc.uprobe

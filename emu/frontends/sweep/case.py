@@ -18,7 +18,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from kernel_model.fs.elf import load_elf_file
+from emu.probes.symbols import load_elf_file
 from kernel_model.errors import InputError, RegistrationError
 from emu.frontends.sweep.compare import RunDigest, SyscallRecorder, digest
 from kernel_model.fs.binfmt_elf import file_identity, load_image

@@ -17,9 +17,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from kernel_model.trace.events import Syscall, SyscallReturn
-from kernel_model.mm.mm_types import PROT_WRITE
-from kernel_model.arch.x86.ptrace import GPR_NAMES
-from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
+from emu.inspect import GPR_NAMES, is_writable, syscall_name
 
 KERNEL_PAGES = ("[uprobes]", "[uprobes-trampoline]")
 KERNEL_SYSCALLS = (335, 336)          # sys_uretprobe, sys_uprobe
@@ -120,7 +118,7 @@ def memory_digest(machine, rsp: int) -> dict:
     out = {}
     for v in machine.mem.vmas:
         name = v.file.path if v.file is not None else v.name
-        if not v.prot & PROT_WRITE or name in KERNEL_PAGES:
+        if not is_writable(v) or name in KERNEL_PAGES:
             continue
         start = v.start
         if name == "[stack]" and v.start <= rsp - RED_ZONE < v.end:
@@ -193,7 +191,7 @@ class Divergence:
 def format_syscall(call) -> str:
     """``name(args) = ret``; a field left out of the comparison (:data:`MASKED`) is ``*``."""
     nr, args, ret = call
-    name = SYSCALL_NAMES.get(nr, f"syscall_{nr}")
+    name = syscall_name(nr, f"syscall_{nr}")
     shown = ", ".join(MASKED if a == MASKED else f"{a:#x}" for a in args[:6])
     return f"{name}({shown}) = {'?' if ret is None else MASKED if ret == MASKED else _signed(ret)}"
 

@@ -39,15 +39,15 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 
-from kernel_model.fs.elf import load_elf_file
-from kernel_model.errors import InputError, RegistrationError
+from kernel_model.errors import InputError
+from emu.inspect import MAX_UINSN_BYTES, uprobe_refusal
+from emu.probes.symbols import load_elf_file
 from emu.frontends.hostdiff import HostKernelError, ResolvedProbe, Tracefs, run_native
 from emu.frontends.sweep.bisect import bisect
 from emu.frontends.sweep.classify import FAITHFUL, classify
 from emu.frontends.sweep.compare import (KERNEL_SYSCALLS, MASKED, Divergence, Noise, RunDigest,
                                          compare, host_view)
 from guest_programs import write_guest
-from kernel_model.arch.x86.kernel import uprobes as arch_x86
 from kernel_model.profiles import KernelProfile
 
 RET = "ret"                   # the return value's position in NativeNoise.fields
@@ -134,15 +134,10 @@ def kernel_refusal(site, profile) -> str | None:
     try:
         with open(site.path, "rb") as f:
             f.seek(site.offset)
-            insn = f.read(arch_x86.MAX_UINSN_BYTES)
+            insn = f.read(MAX_UINSN_BYTES)
     except OSError:
         insn = site.raw                     # guest:NAME: its bytes as the sweep read them
-    try:
-        arch_x86.arch_uprobe_analyze_insn(insn, nop_policy=profile.nop_emulation,
-                                          optimize=profile.optimize, vaddr=site.vaddr)
-    except RegistrationError as e:
-        return str(e)
-    return None
+    return uprobe_refusal(insn, profile, site.vaddr)
 
 
 def native_file(program) -> tuple[str, str | None]:

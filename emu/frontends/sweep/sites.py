@@ -168,7 +168,7 @@ def enumerate_sites(machine, mode: str, *, libraries: bool = False, program: str
 
 def parse_site(machine, text: str, program: str = "") -> Site:
     """``[PATH:]0xOFF``, ``[PATH:]SYMBOL[+OFF]``, either with ``%return``; no PATH is
-    the program.  PATH is resolved as ``-e`` resolves it (:meth:`Uprobes.find_file`)."""
+    the program.  PATH is resolved as ``-e`` resolves it (``ProbeTargets.find_file``)."""
     spec = text.strip()
     kind = "p"
     if spec.endswith("%return"):

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import errno
 
-from kernel_model.arch.x86.lib.insn import FIX_CALL, FIX_IP, FIX_SETF
-
-from kernel_model.kernel.signals import signal_name
-from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
+from emu.inspect import signal_name, syscall_name, xol_fixups
 
 RC_NAMES = {0: "0", 1: "UPROBE_HANDLER_REMOVE", 2: "UPROBE_HANDLER_IGNORE"}
 
@@ -67,7 +64,7 @@ def describe(kind: str, info: dict, where=_hexaddr, in_sys_uprobe: bool = False)
     w = where
     if kind == "syscall":
         nr = info["nr"]
-        name = SYSCALL_NAMES.get(nr, "?")
+        name = syscall_name(nr)
         args = ", ".join(f"{a:#x}" for a in info["args"][:NARGS.get(nr, 6)])
         mark = "*** " if nr in (335, 336) else ""
         return f"{mark}syscall {nr} {name}({args})"
@@ -75,10 +72,10 @@ def describe(kind: str, info: dict, where=_hexaddr, in_sys_uprobe: bool = False)
         nr = info["nr"]
         task = info.get("task")
         if getattr(task, "state", "running") == "blocked":
-            return (f"syscall {nr} {SYSCALL_NAMES.get(nr, '?')} blocks: task {task.tid} "
+            return (f"syscall {nr} {syscall_name(nr)} blocks: task {task.tid} "
                     f"sleeps ({getattr(task, 'blocked_on', None) or 'waiting'})")
         ret = signed(info["ret"])
-        name = SYSCALL_NAMES.get(nr, "?")
+        name = syscall_name(nr)
         val = f"{ret:#x}" if ret >= 0 else f"{ret} ({errno_name(-ret)})"
         mark = "*** " if nr in (335, 336) else ""
         return f"{mark}syscall {nr} {name} returns {val}, resume at {w(info['rip'])}"
@@ -174,12 +171,7 @@ def _xol_done(info: dict, w) -> str:
     au = info["uprobe"].arch
     fix = []
     if au is not None:
-        if au.fixups & FIX_IP:
-            fix.append("ip")
-        if au.fixups & FIX_CALL:
-            fix.append("call")
-        if au.fixups & FIX_SETF:
-            fix.append("setf")
+        fix.extend(xol_fixups(au))
         if au.scratch:
             fix.append(f"restore {au.scratch}")
     fixes = ", ".join(fix) if fix else "none"
@@ -238,7 +230,7 @@ def instant_name(kind: str, info: dict, label) -> str | None:
     if kind == "ret_handler":
         return "uretprobe " + (label(info["func"]) or f"{info['func']:#x}")
     if kind == "syscall":
-        return "syscall " + SYSCALL_NAMES.get(info["nr"], str(info["nr"]))
+        return "syscall " + syscall_name(info["nr"], str(info["nr"]))
     if kind == "signal":
         return signal_name(info["signo"])
     return kind

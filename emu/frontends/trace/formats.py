@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 
 from emu.debug.disasm import symbol_of
-from kernel_model.arch.x86.ptrace import GPR_NAMES
+from emu.inspect import GPR_NAMES
 
 from emu.frontends.trace.describe import instant_name, jsonable
 

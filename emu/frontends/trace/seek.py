@@ -27,8 +27,8 @@ from capstone import CS_ARCH_X86, CS_MODE_64, Cs, CsError
 from emu.replay.checkpoint import DEFAULT_INTERVAL, CheckpointError
 from emu.debug.disasm import symbol_of
 from kernel_model.errors import InputError
-from emu.frontends.stepper.format import subreg
-from kernel_model.mm.mm_types import GuestFault
+from emu.debug.format import subreg
+from emu.inspect import GuestFault
 
 _MAX_SIZE = 64
 

@@ -11,12 +11,9 @@ from __future__ import annotations
 import os
 import sys
 
-from kernel_model.arch.x86.lib.insn import FIX_CALL
-
 from emu.debug.disasm import Disassembler, format_objdump_line, symbol_of
 from kernel_model.errors import EmuError, InputError, SymbolError, printable
-from kernel_model.mm.mm_types import PROT_EXEC, PROT_WRITE, GuestFault
-from kernel_model.kernel.signals import signal_name
+from emu.inspect import GuestFault, is_writable_code, optimized_call_size, signal_name, xol_fixups
 
 from emu.frontends.trace.describe import describe, generic
 from emu.frontends.trace.formats import CALL, FORMAT_CLASSES, FORMATS, RET, RSP, dumps, reg
@@ -181,7 +178,7 @@ class Tracer:
     # ------------------------------------------------------------------ lifecycle
     def _resolve(self, start) -> tuple:
         """``("addr", address)``, ``("file", file, offset)`` for ``PATH:SYMBOL[+OFF]``
-        (:meth:`kernel_model.kernel.events.uprobes.Uprobes.resolve_target`, as a probe spec), or
+        (:meth:`emu.probes.targets.ProbeTargets.resolve_target`, as a probe spec), or
         ``("name", symbol, delta)`` for a bare symbol (found at each :meth:`_arm_start`)."""
         if isinstance(start, int):
             return ("addr", start)
@@ -279,7 +276,7 @@ class Tracer:
         # Guest stores into writable code (no text poke tells us): watch those mappings.
         self._smc_hooks = [
             m.add_mem_hook(self._on_code_write, v.start, v.end - 1, process=proc)
-            for v in proc.mem.vmas if v.prot & PROT_EXEC and v.prot & PROT_WRITE and not v.special]
+            for v in proc.mem.vmas if is_writable_code(v)]
 
     def _remove_hooks(self) -> None:
         m = self.machine
@@ -498,7 +495,7 @@ class Tracer:
         if insn.mnemonic == "int3":
             return f"  # uprobe: {up.arch.text}"
         try:
-            if self.machine.kernel.optimizer.is_optimized(self.machine.process, up, addr):
+            if optimized_call_size(self.machine, up, addr) is not None:
                 return "  # optimized uprobe"
         except Exception:  # noqa: BLE001 - a trace must not fail on a lookup
             pass
@@ -689,7 +686,7 @@ class Tracer:
                 self._mw.append((None, 8))
         elif kind == "xol_done":
             au = info["uprobe"].arch
-            if au is not None and au.fixups & FIX_CALL:
+            if au is not None and "call" in xol_fixups(au):
                 self._mw.append((None, 8))
         elif kind == "sys_uretprobe":
             self._mw.append((None, 24))

@@ -5,28 +5,24 @@ The objects (:class:`Uprobe`, :class:`UprobeConsumer`, :class:`MmUprobes`,
 ``uprobes_types`` (as include/linux/uprobes.h) and re-exported here.  Entry points keep
 the kernel's names: ``uprobe_register`` / ``uprobe_unregister``,
 ``uprobe_pre_sstep_notifier``, ``handle_swbp`` (which also recognises the int3 of the
-uretprobe trampoline, ``uprobe_get_trampoline_vaddr``), ``handler_chain``,
+uretprobe trampoline: slot 0 of the mm's XOL area), ``handler_chain``,
 ``pre_ssout``, and ``handle_debug`` (``uprobe_post_sstep_notifier`` +
-``handle_singlestep``).  The x86 specifics (the per-class xol ops) are in ``arch_x86``
-and ``insn_x86``; return probes in ``uretprobes``.
+``handle_singlestep``).  The x86 specifics (the per-class xol ops) are in
+``kernel_model.arch.x86.kernel.uprobes``
+and ``kernel_model.arch.x86.lib.insn``; return probes in ``uretprobes``.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 
 from kernel_model.trace import events as ev
-from kernel_model.fs.elf import image_of
-from kernel_model.errors import RegistrationError, SymbolError
-from kernel_model.fs.file import HostFile
-from emu.probes.ldcache import MAX_CACHE_BYTES, short_name_candidates
+from kernel_model.errors import RegistrationError
 from kernel_model.mm.mm_types import PAGE_SIZE, PROT_EXEC, PROT_WRITE, TASK_SIZE, GuestFault, MappedFile
 from kernel_model.kernel.signals import SIGNALS
 
 from kernel_model.arch.x86.kernel import uprobes as arch
 from kernel_model.kernel.events.uretprobes import Uretprobes
-from kernel_model.trace.usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
 from kernel_model.kernel.events.uprobes_types import (UINSNS_PER_PAGE, UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE,  # noqa: F401
                             UTASK_RUNNING, UTASK_SSTEP, ArchUprobeTask, MmUprobes, Uprobe,
                             UprobeConsumer, UprobeContext, UprobeTask, XolArea)
@@ -51,7 +47,6 @@ class Uprobes:
         self.uret = Uretprobes(self)
         self.xol_slots = UINSNS_PER_PAGE     # slots per XOL page (tests may shrink it)
         self.delayed: list = []              # delayed_uprobe_list: [(uprobe, process)]
-        self.notes: list[str] = []           # remarks on registrations (IFUNC targets)
 
     # -- helpers -----------------------------------------------------------------
     @property
@@ -68,119 +63,7 @@ class Uprobes:
             task.utask = UprobeTask()
         return task.utask
 
-    # -- target resolution -------------------------------------------------------
-    def resolve_target(self, target) -> tuple[MappedFile, int]:
-        """symbol, "symbol+off", "PATH:symbol[+off]" (any file: a library mapped
-        later too), address, (path, file offset) -> (file, file offset)."""
-        proc = self.machine.process
-        if isinstance(target, tuple):
-            path, offset = target
-            return self.find_file(path), int(offset)
-        if isinstance(target, int):
-            vma = proc.mem.find_vma(target)
-            if vma is None or vma.file is None:
-                raise SymbolError(f"address {target:#x} is not in a file-backed mapping")
-            return vma.file, vma.offset_of(target)
-        if isinstance(target, str) and ":" in target:
-            path, _, sym = target.rpartition(":")          # "PATH:SYMBOL[+OFF]"
-            name, _, off = sym.partition("+")
-            try:
-                delta = int(off, 0) if off else 0
-            except ValueError:
-                raise SymbolError(f"bad offset {off!r} in {target!r}") from None
-            return self.symbol_offset(self.find_file(path), name.strip(), delta)
-        if isinstance(target, str):
-            name, _, off = target.partition("+")
-            try:
-                delta = int(off, 0) if off else 0
-            except ValueError:
-                raise SymbolError(f"bad offset {off!r} in {target!r}") from None
-            return self.symbol_offset(proc.exe, name.strip(), delta)
-        raise SymbolError(f"cannot probe {target!r}: give a symbol, an address or (path, offset)")
-
-    def find_file(self, path: str) -> MappedFile:
-        """The file a probe spec names: one the guest maps (its path, ``guest:`` name,
-        a path suffix or a basename), else any file of the guest's view opened by its
-        path - a library not mapped yet is probed by inode like any other, and
-        installed when a process maps it (:meth:`uprobe_mmap`).  A name without ``/``
-        that matches nothing mapped is a library's short name (bpftrace's
-        ``uprobe:libc:malloc``: :mod:`emu.probes.ldcache`)."""
-        files = self.machine.process.files
-        if path in ("", None) and files:
-            return files[0]
-        for f in files:
-            if path in (f.path, f.d_path) or f.path == f"guest:{path}":
-                return f
-        if "/" in path:
-            opened = self.open_file(path)
-            if isinstance(opened, MappedFile):
-                return opened
-            for f in files:
-                if f.path.endswith("/" + path.lstrip("/")):
-                    return f
-            raise SymbolError(f"cannot probe {path!r}: {opened}")
-        for f in files:
-            if os.path.basename(f.path) == path:
-                return f
-        for candidate in short_name_candidates(path, [f.d_path or f.path for f in files],
-                                               self._read_guest_file):
-            opened = self.open_file(candidate)
-            if isinstance(opened, MappedFile):
-                return opened
-        raise SymbolError(f"{path!r} is neither mapped by the guest (mapped: "
-                          f"{', '.join(f.path for f in files) or 'nothing'}) nor a library "
-                          f"{path!r} names in the ld.so cache or default directories")
-
-    def open_file(self, path: str) -> MappedFile | str:
-        """The page cache's file (one per inode) for guest ``path``, opened as the
-        first task would (its root, cwd and permissions); a reason string when it
-        cannot be."""
-        m = self.machine
-        f = m.syscalls.open_guest_path(m.task, path, os.O_RDONLY)
-        if isinstance(f, int):
-            return os.strerror(-f).lower()
-        try:
-            if not isinstance(f, HostFile) or f.is_dir:
-                return "not a regular file"
-            return m.page_cache.file_of(f.fd, path, f.guest_path or path)
-        finally:
-            f.get().put()
-
-    def _read_guest_file(self, path: str) -> bytes | None:
-        m = self.machine
-        f = m.syscalls.open_guest_path(m.task, path, os.O_RDONLY)
-        if isinstance(f, int):
-            return None
-        try:
-            return os.pread(f.fd, MAX_CACHE_BYTES, 0) if isinstance(f, HostFile) else None
-        except OSError:
-            return None
-        finally:
-            f.get().put()
-
-    @staticmethod
-    def file_elf(file: MappedFile):
-        """The file's parsed ELF, read on first need for a file met through mmap or
-        opened by path (the loader parses the program and interpreter itself)."""
-        if file.elf is None and file.reader is not None and image_of(file) is None:
-            raise SymbolError(f"{file.path} is not an ELF file with symbols")
-        return file.elf
-
-    def symbol_offset(self, file: MappedFile, name: str, delta: int = 0) -> tuple[MappedFile, int]:
-        """A symbol's file offset.  An IFUNC symbol's address is its resolver: the
-        kernel probes what the symbol's st_value says, so the probe fires when the
-        dynamic linker calls the resolver, not at each call of the implementation it
-        returns - said in a note (``self.notes``), as the probe is legal."""
-        elf = self.file_elf(file)
-        if elf is None:
-            raise SymbolError(f"{file.path} has no symbols")
-        sym = elf.resolve(name)
-        if sym.type == "GNU_IFUNC":
-            self.notes.append(f"{name} in {os.path.basename(file.path)} is an IFUNC symbol: the probe "
-                              f"is on its resolver, which runs when the dynamic linker binds "
-                              f"{name.partition('@')[0]}, not at each call")
-        return file, elf.vaddr_to_offset(sym.value + delta)
-
+    # -- which mappings a probe is in ------------------------------------------------
     @staticmethod
     def valid_vma(vma, is_register: bool) -> bool:
         """``valid_vma()``: a private file mapping with VM_MAYEXEC - not VM_EXEC, so a
@@ -291,15 +174,25 @@ class Uprobes:
             vma.start <= vma.vaddr_of(uprobe.ref_ctr_offset) < vma.end
 
     # -- register / unregister -----------------------------------------------------
-    def register(self, target, handler=None, ret_handler=None, filter=None, *,
+    def register(self, target: tuple, handler=None, ret_handler=None, filter=None, *,
                  ref_ctr_offset: int = 0, name: str = "", is_trace: bool = False) -> UprobeConsumer:
-        """``uprobe_register``: returns the consumer (pass it to :meth:`unregister`)."""
-        file, offset = self.resolve_target(target)
+        """A consumer made of the handlers, registered on ``target = (file, offset)``:
+        ``file`` is a mapped file object, or the exact path of one the main process
+        maps.  Symbols and other spellings are the tools' (``machine.uprobes``)."""
+        file, offset = target
+        if isinstance(file, str):
+            path = file
+            file = next((f for f in self.machine.process.files if f.path == path), None)
+            if file is None:
+                raise RegistrationError("ENOENT", f"{path} is not mapped")
         return self.uprobe_register(file, offset, UprobeConsumer(handler, ret_handler, filter,
                                     name=name, is_trace=is_trace), ref_ctr_offset)
 
     def uprobe_register(self, file: MappedFile, offset: int, uc: UprobeConsumer,
                         ref_ctr_offset: int = 0) -> UprobeConsumer:
+        """``uprobe_register``: ``uc`` on (file, offset) - the core only ever sees the
+        inode and the offset (symbols and spec spellings are resolved by the tools:
+        ``emu.probes``); returns the consumer (pass it to :meth:`unregister`)."""
         if uc.handler is None and uc.ret_handler is None:
             raise RegistrationError("EINVAL", "a consumer needs a handler or a ret_handler")
         if offset > file.size or offset < 0:
@@ -458,14 +351,6 @@ class Uprobes:
         if not self.uprobe_pre_sstep_notifier(task):
             return False
         return self.handle_swbp(task, regs, (regs.rip - 1) & 0xFFFFFFFFFFFFFFFF)
-
-    @staticmethod
-    def uprobe_get_trampoline_vaddr(proc) -> int:
-        """``uprobe_get_trampoline_vaddr``: slot 0 of the mm's XOL area, or -1
-        (UPROBE_NO_TRAMPOLINE_VADDR)."""
-        mm = proc.mm_uprobes
-        area = mm.xol_area if mm is not None else None
-        return area.vaddr if area is not None else -1
 
     def handle_swbp(self, task, regs, bp_vaddr: int) -> bool:
         """``handle_swbp``: the int3 uretprobe trampoline, else the probe at bp_vaddr.
@@ -681,28 +566,3 @@ class Uprobes:
             return
         arch.arch_uprobe_abort_xol(utask.active_uprobe.arch, regs, utask)
         self._end_sstep(task, utask)
-
-    # -- tracefs-style events --------------------------------------------------------
-    def add_event(self, spec: str, *, output=None, ftrace: bool = True, programs=(), filter=None):
-        """Create a tracefs event from a ``p:``/``r:``/symbol/bpftrace spec;
-        ``filter(process) -> bool`` limits it to some processes (perf/bpftrace -p)."""
-        return self.trace.add(spec, output=output, ftrace=ftrace, programs=programs, filter=filter)
-
-    def register_usdt(self, spec: str, handler=None, ret_handler=None, filter=None) -> list:
-        """Attach a consumer to every site of ``usdt:PATH:[PROVIDER:]NAME`` (libbpf's
-        nop-combo rule and semaphores included); returns the consumers."""
-        path, provider, name = parse_usdt_spec(spec)
-        file = self.find_file(path)
-        self.file_elf(file)
-        out = []
-        for note in find_usdt_notes(file, provider, name):
-            offset, ref = usdt_attach_offsets(file, note, self.profile)
-            out.append(self.uprobe_register(file, offset, UprobeConsumer(handler, ret_handler, filter),
-                                            ref))
-        return out
-
-    def add_events(self, specs, *, output=None, filter=None) -> list:
-        return [self.add_event(s, output=output, filter=filter) for s in specs]
-
-    def remove_event(self, event: str, group: str | None = None) -> None:
-        self.trace.remove(event, group)

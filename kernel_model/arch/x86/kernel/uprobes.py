@@ -127,17 +127,13 @@ default_xol_ops = UprobeXolOps("default_xol_ops", pre_xol=default_pre_xol_op,
 
 # -- branch_xol_ops: nop / jmp / call / jcc, emulated ------------------------------------
 
-def branch_is_call(au: ArchUprobe) -> bool:
-    return au.opc1 == 0xE8
-
-
 def branch_emulate_op(au: ArchUprobe, regs, mem) -> bool:
     """nop / jmp / call / jcc without single-stepping (flags are never modified).
     ``check_jmp_cond`` (:func:`jcc_taken`) counts anything but a jcc as taken."""
     new_ip = (regs.rip + au.ilen) & _MASK64
     offs = au.offs
     opc1 = au.opc1
-    if opc1 == 0xE8:                # branch_is_call
+    if opc1 == 0xE8:                # a call
         if not emulate_push_stack(regs, mem, new_ip):
             return False            # falls back to XOL of the mangled `call +0`
     elif 0x70 <= opc1 <= 0x7F and not jcc_taken(opc1, regs.eflags):

@@ -7,7 +7,7 @@ eflags, ``0x401000 <main+4>`` for a code pointer), with gdb's ``sym+N`` labels.
 
 from __future__ import annotations
 
-from kernel_model.fs.elf import image_of, link_vaddr
+from emu.probes.symbols import image_of, link_vaddr
 from kernel_model.arch.x86.ptrace import GPR_NAMES, format_eflags
 
 

@@ -32,7 +32,7 @@ A ``rep``-prefixed string instruction steps once per iteration, as the hardware'
 flag does.
 
 Frames (``bt``, ``finish``) are unwound with each mapped file's ``.eh_frame`` CFI at any
-instruction (:mod:`emu.frontends.stepper.unwind`); a file without CFI falls back to the
+instruction (:mod:`emu.debug.unwind`); a file without CFI falls back to the
 frame-pointer chain (``push rbp; mov rbp, rsp`` prologues, with a prologue check for the
 innermost frame; frameless functions are assumed not to have pushed anything).  A saved
 return address that is the uretprobe trampoline is replaced by the return instance's
@@ -46,121 +46,38 @@ for the front end (:meth:`Stepper.take_exec_notes`).
 
 Expressions (``*EXPR`` locations, ``p``, ``x``) are gdb's small subset: ``$reg``, numbers and
 symbols joined by ``+`` and ``-``, typed the way gdb types them (:meth:`Stepper.evaluate_typed`).
+
+The class is assembled from its parts: the program's view of memory
+(:mod:`emu.debug.program`), frames (:mod:`emu.debug.frames`), exec following
+(:mod:`emu.debug.exec_follow`), expressions (:mod:`emu.debug.expressions`); what it hands
+out is in :mod:`emu.debug.stops`.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-
-from kernel_model.trace import events as ev
-from emu.debug.disasm import MAX_INSN_BYTES, Disassembler, Insn, symbol_of
 from kernel_model.errors import EmuError, SymbolError
-from emu.frontends.stepper.format import (ALIASES, INFO_REGISTERS, SEGMENTS, format_register,
-                                          gdb_label, register_value, subreg)
-from emu.frontends.stepper.unwind import Unwinder
 from kernel_model.mm.mm_types import PROT_EXEC, GuestFault
 from kernel_model.arch.x86.ptrace import PtRegs
 from kernel_model.kernel.signals import RunResult
 
+from emu.debug.disasm import Disassembler
+from emu.debug.exec_follow import ExecFollower
+from emu.debug.expressions import evaluate
+from emu.debug.format import (ALIASES, INFO_REGISTERS, SEGMENTS, format_register, gdb_label, register_value,
+                              subreg)
+from emu.debug.frames import FrameWalker
+from emu.debug.program import ProgramDisassembler, ProgramView
+from emu.debug.stops import WATCH_KINDS, Breakpoint, Frame, StepperError, StopEvent, Watchpoint
+from emu.inspect import in_single_step
+
 _MASK = 0xFFFFFFFFFFFFFFFF
 _TRANSITIONAL_VMAS = ("[uprobes]", "[uprobes-trampoline]")
 _STUCK = 100_000                         # hidden instructions before we call a step stuck
-_EXECVE, _EXECVEAT = 59, 322
-_EXEC_STOP = "exec of the followed process"
-_MAX_EXEC_NOTES = 256                    # exec messages kept until a front end takes them
 DEFAULT_TIMEOUT = 120.0                  # seconds of each free run
 _ACCESS_REACH = 15                       # an access of up to 16 bytes may start this far before
 
 
-class StepperError(EmuError):
-    """A stepper command that cannot be done (one line for the user)."""
-
-
-# =============================================================================== data
-
-@dataclass(eq=False)
-class Breakpoint:
-    """A stepper breakpoint (never a uprobe; guest memory is not changed)."""
-
-    number: int
-    address: int
-    location: str
-    enabled: bool = True
-    hits: int = 0
-
-
-@dataclass(eq=False)
-class Watchpoint:
-    """A stepper watchpoint on ``size`` bytes at ``address``: ``kind`` is ``"write"``
-    (gdb ``watch``), ``"read"`` (``rwatch``) or ``"access"`` (``awatch``)."""
-
-    number: int
-    address: int
-    size: int
-    kind: str
-    enabled: bool = True
-    hits: int = 0
-    label: str = ""
-
-    def covers(self, addr: int, size: int) -> bool:
-        return addr < self.address + self.size and self.address < addr + size
-
-
-WATCH_KINDS = ("write", "read", "access")
-
-
-@dataclass
-class StopEvent:
-    """Why and where execution stopped.
-
-    ``reason``: ``"step"`` (a stepping verb reached its goal: step, step_over, finish,
-    run_until), ``"breakpoint"``, ``"exit"``, ``"signal"`` (the guest died of it) or
-    ``"stopped"`` (instruction budget, timeout, Ctrl-C) or ``"watchpoint"`` (``watchpoint``
-    was accessed at ``data_addr`` by the instruction just completed).  ``verb`` names the
-    verb that ran.
-    ``insns`` is the exact number of guest instructions this verb executed when it
-    single-stepped (None after a free run).  ``result`` is the machine's RunResult for
-    exit/signal/stopped.
-    """
-
-    reason: str
-    rip: int | None
-    symbol: str | None
-    verb: str = "step"
-    breakpoint: Breakpoint | None = None
-    insns: int | None = None
-    result: RunResult | None = None
-    detail: str = ""
-    watchpoint: Watchpoint | None = None
-    data_addr: int | None = None
-
-    @property
-    def exit_code(self) -> int | None:
-        return self.result.exit_code if self.result is not None else None
-
-    @property
-    def signal(self) -> int | None:
-        return self.result.signal if self.result is not None else None
-
-
-@dataclass
-class Frame:
-    """One ``bt`` line.  ``pc`` is the real return address for outer frames (never the
-    uretprobe trampoline; ``uretprobe`` tells that it came from a return instance)."""
-
-    level: int
-    pc: int
-    function: str | None
-    uretprobe: bool = False
-    slot: int | None = None             # where this frame's return address is saved
-    cfa: int | None = None              # the caller's rsp once this frame has returned
-    signal: bool = False                # a signal delivery's frame (gdb: <signal handler called>)
-
-
-# =============================================================================== engine
-
-class Stepper:
+class Stepper(ProgramView, FrameWalker, ExecFollower):
     """The stepping core over one :class:`emu.machine.Machine`.
 
     Args:
@@ -292,7 +209,7 @@ class Stepper:
     def evaluate_typed(self, expr: str) -> tuple[int, str]:
         """:meth:`evaluate` and gdb's type of the result: ``"int32"``/``"int64"`` (numbers,
         registers), ``"code_ptr"`` (symbols, ``$rip``) or ``"data_ptr"`` (``$rsp``, ``$rbp``)."""
-        return _evaluate(self, expr)
+        return evaluate(self, expr)
 
     # ------------------------------------------------------------------ breakpoints
     def break_at(self, target) -> Breakpoint:
@@ -398,9 +315,8 @@ class Stepper:
         trampolines) are not the program's; an instruction single-stepped out of line is."""
         m = self.machine
         vma = m.mem.find_vma(m.pc)
-        utask = m.task.utask
         if vma is not None and vma.special and vma.name in _TRANSITIONAL_VMAS and \
-                (utask is None or utask.state != "sstep"):
+                not in_single_step(m.task):
             return None
         return next((w for w in self.watchpoints.values() if w.enabled and w.covers(addr, size)
                      and w.kind in (access, "access")), None)
@@ -615,8 +531,7 @@ class Stepper:
 
     def _transitional(self, rip: int) -> bool:
         """rip is somewhere the kernel model, not the guest program, put it."""
-        utask = self.machine.task.utask
-        if utask is not None and utask.state == "sstep":    # kernel_model.kernel.events.uprobes.UTASK_SSTEP
+        if in_single_step(self.machine.task):
             return True
         vma = self.machine.mem.find_vma(rip)
         return vma is not None and vma.special and vma.name in _TRANSITIONAL_VMAS
@@ -686,303 +601,6 @@ class Stepper:
             self.follow_exec()
         return res
 
-    # ------------------------------------------------------------------ code
-    def probe_sites(self) -> dict:
-        """``{vaddr: Uprobe}`` for every registered uprobe mapped in the process
-        (cached until the text or the uprobes tree changes)."""
-        up = self.machine.uprobes
-        if self._sites is not None and self._sites[0] == len(up.tree):
-            return self._sites[1]
-        proc = self.machine.process
-        out = {}
-        for uprobe in list(up.tree.values()):
-            for vaddr in up.vaddr_of(proc, uprobe.file, uprobe.offset):
-                out[vaddr] = uprobe
-        self._sites = (len(up.tree), out)
-        return out
-
-    def shadows(self, addr: int = 0, n: int = 1 << 64) -> list[tuple[int, bytes, str]]:
-        """``[(address, program bytes, what)]`` where the kernel model changed the
-        process's memory, for the ones reaching into ``[addr, addr + n)``: each probe
-        site holding its int3 (the probed instruction from the file, as the uprobe
-        copied it) or its optimized call (the whole nop), each return address the
-        uretprobe hijacked on a stack (the original return address)."""
-        m = self.machine
-        optimizer = m.kernel.optimizer
-        out = []
-        for vaddr, uprobe in self.probe_sites().items():
-            if not addr - 16 < vaddr < addr + n:
-                continue
-            orig = uprobe.file.read(uprobe.offset, MAX_INSN_BYTES)
-            optimized = optimizer.is_optimized(m.process, uprobe, vaddr)
-            size = optimizer.design.size if optimized else self.disasm.decode_bytes(vaddr, orig).size
-            try:
-                now = m.mem.read(vaddr, size)
-            except GuestFault:
-                continue
-            if now != orig[:size] and (optimized or now[:1] == b"\xcc"):
-                out.append((vaddr, orig[:size], "a probed instruction"))
-        return out + [(slot, ret, "a hijacked return address") for slot, ret in self._hijacked_slots()
-                      if addr - 8 < slot < addr + n]
-
-    def _hijacked_slots(self) -> list[tuple[int, bytes]]:
-        """Stack slots holding the uretprobe trampoline in place of a return address."""
-        m = self.machine
-        mm = m.process.mm_uprobes
-        if mm is None or mm.xol_area is None:
-            return []
-        tramp = mm.xol_area.vaddr.to_bytes(8, "little")
-        out = []
-        for task in m.process.tasks:
-            utask = task.utask
-            for ri in (utask.return_instances if utask is not None else ()):
-                try:
-                    if m.mem.read(ri.stack, 8) == tramp:
-                        out.append((ri.stack, (ri.orig_ret_vaddr & _MASK).to_bytes(8, "little")))
-                except GuestFault:
-                    continue
-        return out
-
-    def read_program(self, addr: int, n: int) -> bytes:
-        """``n`` bytes at ``addr`` as the program has them (see :meth:`shadows`); the
-        raw bytes are ``machine.mem.read``.  Raises GuestFault where nothing is mapped."""
-        data = bytearray(self.machine.mem.read(addr, n))
-        for where, prog, _ in self.shadows(addr, n):
-            lo, hi = max(addr, where), min(addr + n, where + len(prog))
-            if lo < hi:
-                data[lo - addr:hi - addr] = prog[lo - where:hi - where]
-        return bytes(data)
-
-    def write_program(self, addr: int, data: bytes) -> None:
-        """A debugger write (ptrace POKEDATA: FOLL_FORCE, into the process's copy).
-        Where the kernel model changed memory (:meth:`shadows`) the write may only
-        repeat the program's bytes, which stay shadowed: changing a probed instruction
-        would leave the probe executing the file's copy out of line (or, over the int3,
-        silently disarm it), and changing a hijacked return address would lose the
-        return instance.  Raises StepperError then, GuestFault where nothing is mapped."""
-        data = bytes(data)
-        end = addr + len(data)
-        keep = []
-        for where, prog, what in self.shadows(addr, len(data)):
-            lo, hi = max(addr, where), min(end, where + len(prog))
-            if lo >= hi:
-                continue
-            if data[lo - addr:hi - addr] != prog[lo - where:hi - where]:
-                raise StepperError(f"Cannot write {where:#x}: it would change {what} "
-                                   "the uprobes model keeps there.")
-            keep.append((lo, hi))
-        pos = addr
-        for lo, hi in sorted(keep) + [(end, end)]:
-            if pos < lo:
-                self.machine.mem.text_poke(pos, data[pos - addr:lo - addr], count=False)
-            pos = max(pos, hi)
-
-    def _text_written(self, start: int, end: int) -> None:
-        self._sites = None
-
-    def original_insn(self, addr: int) -> Insn:
-        """The instruction the unprobed program has at ``addr``: a uprobe site is
-        decoded from the file bytes instead of its int3 / optimized call."""
-        uprobe = self.probe_sites().get(addr)
-        if uprobe is not None:
-            return self.disasm.decode_bytes(addr, uprobe.file.read(uprobe.offset, 15))
-        return self.disasm.decode(addr)
-
-    def function_range(self, addr: int) -> tuple[str, int, int]:
-        """``(name, start, end)`` of the function symbol containing ``addr``."""
-        hit = symbol_of(self.machine, addr)
-        vma = self.machine.mem.find_vma(addr)
-        if hit is None or vma is None or vma.file is None:
-            raise StepperError(f"No function contains specified address {addr:#x}.")
-        name, off = hit
-        start = addr - off
-        bias = getattr(vma.file, "load_bias", 0)
-        sym = vma.file.elf.symbols.get(name)
-        end = start + sym.size if sym is not None and sym.size else 0
-        if not end:
-            # an unsized label: up to the next code symbol, or the end of the mapping
-            end = vma.end
-            for s in vma.file.elf.all_symbols:
-                v = s.value + bias
-                if start < v < end and symbol_of(self.machine, v) == (s.name, 0):
-                    end = v
-        return name, start, end
-
-    # ------------------------------------------------------------------ frames
-    def backtrace(self, max_frames: int = 64) -> list[Frame]:
-        """Frames, innermost first, unwound with each file's ``.eh_frame`` CFI (the
-        frame-pointer heuristics where a file has none); a saved return address that is
-        the uretprobe trampoline shows the return instance's original one.  Like gdb's,
-        the list ends at ``main`` unless :attr:`past_main`, and at the entry function
-        (:mod:`emu.frontends.stepper.unwind`)."""
-        self.require_alive("No stack.")
-        return self.unwinder.frames(max_frames, self.past_main, Frame)
-
-    def _pending_returns(self):
-        mm = self.machine.process.mm_uprobes
-        utask = self.machine.task.utask
-        if mm is None or mm.xol_area is None or utask is None:
-            return None, []
-        return mm.xol_area.vaddr, list(reversed(utask.return_instances))   # newest first
-
-    def _frame0_slot(self, regs) -> tuple[int | None, int]:
-        """Where frame 0's return address is saved, and the caller's rbp."""
-        rip, rsp, rbp = regs.rip, regs.rsp, regs.rbp
-        try:
-            insn = self.original_insn(rip)
-        except GuestFault:
-            return None, 0
-        if insn.mnemonic in ("ret", "retq"):
-            return rsp, rbp
-        hit = symbol_of(self.machine, rip)
-        pro = None
-        if hit is not None:
-            try:
-                pro = self._prologue(rip - hit[1])
-            except GuestFault:
-                pro = None
-        if pro is not None:
-            push_at, mov_at, _ = pro
-            if rip <= push_at:
-                return rsp, rbp
-            if rip <= mov_at:                # rbp pushed, not yet the frame pointer
-                return rsp + 8, rbp
-            return self._rbp_slot(rbp)
-        # No prologue at the symbol: a frameless function, or a label inside a function
-        # (every label of an assembly guest is a symbol).  Trust [rsp] if it looks like
-        # a return address, else the frame pointer.
-        try:
-            if self._is_return_address(self.machine.mem.read_u64(rsp)):
-                return rsp, rbp
-        except GuestFault:
-            pass
-        return self._rbp_slot(rbp)
-
-    def _is_return_address(self, addr: int) -> bool:
-        """``addr`` follows a call instruction (or is the uretprobe trampoline)."""
-        tramp, _ = self._pending_returns()
-        if tramp is not None and addr == tramp:
-            return True
-        vma = self.machine.mem.find_vma(addr)
-        if vma is None or not vma.prot & PROT_EXEC:
-            return False
-        for k in (5, 2, 3, 6, 7, 4):
-            try:
-                insn = self.original_insn(addr - k)
-            except GuestFault:
-                continue
-            if insn.mnemonic == "call" and insn.size == k:
-                return True
-        return False
-
-    def _rbp_slot(self, rbp: int) -> tuple[int | None, int]:
-        try:
-            return rbp + 8, self.machine.mem.read_u64(rbp)
-        except GuestFault:
-            return None, 0
-
-    def _prologue(self, start: int):
-        """``(push_at, mov_at, body)`` for ``[endbr64;] push rbp; mov rbp, rsp``."""
-        insn = self.original_insn(start)
-        if insn.mnemonic == "endbr64":
-            insn = self.original_insn(insn.next)
-        if (insn.mnemonic, insn.op_str) != ("push", "rbp"):
-            return None
-        mov = self.original_insn(insn.next)
-        if (mov.mnemonic, mov.op_str) != ("mov", "rbp, rsp"):
-            return None
-        return insn.address, mov.address, mov.next
-
-    # ------------------------------------------------------------------ exec
-    def _init_frames_and_exec(self) -> None:
-        """Frames (:class:`Unwinder`; gdb's ``backtrace past-main``, off by default) and
-        exec following (the image last seen, the messages of execs since)."""
-        self.unwinder = Unwinder(self)
-        self.past_main = False
-        self.exec_notes: list[tuple[str, str]] = []      # (stream "out" | "err", line)
-        self._pending_bps: dict[int, Breakpoint] = {}     # not re-set in the new image
-        self.exec_followed = False                        # set at each exec followed
-        proc = self._followed()
-        self._image = (proc, proc.mem)
-
-    def _followed(self):
-        return getattr(self.machine, "main_process", self.machine.process)
-
-    def follow_exec(self) -> bool:
-        """gdb's ``follow-exec-mode same``: when the followed process exec'd since the
-        last check, the stepper goes on in its new image: decoding, probe sites and
-        breakpoint hooks move to the new address space, and every breakpoint is re-set
-        from its location (a symbol is looked up in the new program; one that is not
-        there leaves the table, with gdb's ``Error in re-setting breakpoint N: ...``).
-        Queues gdb's ``process N is executing new program: PATH`` and sets
-        :attr:`exec_followed` (a front end clears it).  A single step that execs ends
-        at the new image's first instruction; gdb's CLI then runs on (the shell does).
-        True when it did."""
-        proc, mem = self._image
-        if self.exited or proc.mem is mem or proc.mem is None:
-            return False
-        m = self.machine
-        self._image = (proc, proc.mem)
-        self.exec_followed = True
-        for hook in self._hooks.values():
-            m.remove_hook(hook)              # the old address space is gone
-        self._hooks.clear()
-        self._goal = None                    # a step's or finish's goal was in the old image
-        self.disasm = ProgramDisassembler(m, self.read_program)
-        self.raw_disasm = Disassembler(m)
-        self._sites = None
-        proc.mem.text_write_listeners.append(self._text_written)
-        exe = proc.exe
-        path = (exe.d_path or exe.path) if exe is not None else "?"
-        self.exec_notes.append(("out", f"process {proc.pid} is executing new program: {path}"))
-        self._reset_breakpoints()
-        del self.exec_notes[:-_MAX_EXEC_NOTES]          # nobody reads them (a gdb stub)
-        self._sync_hooks()
-        return True
-
-    def _reset_breakpoints(self) -> None:
-        """breakpoint_re_set after an exec: each location is resolved again."""
-        table = {**self.breakpoints, **self._pending_bps}
-        self.breakpoints.clear()
-        self._pending_bps.clear()
-        for number in sorted(table):
-            bp = table[number]
-            try:
-                bp.address = self.resolve(bp.location)
-            except (StepperError, GuestFault) as e:
-                self._pending_bps[number] = bp
-                self.exec_notes.append(("err", f"Error in re-setting breakpoint {number}: {e}"))
-                continue
-            self.breakpoints[number] = bp
-
-    def take_exec_notes(self) -> list[tuple[str, str]]:
-        """The exec messages queued since the last call (the shell prints them)."""
-        notes, self.exec_notes = self.exec_notes, []
-        return notes
-
-    def _on_exec_syscall(self, event) -> None:
-        # an execve of the followed process: stop the free run to follow it (a failed
-        # exec just resumes)
-        if event.nr in (_EXECVE, _EXECVEAT) and event.task.process is self._image[0]:
-            self.machine.stop(_EXEC_STOP)
-
-    def _run_following_exec(self) -> RunResult:
-        """``Machine.run`` that goes on in the new image after each exec of the followed
-        process (gdb does not stop at an exec).  The timeout bounds the whole run; the
-        instruction budget applies to each image."""
-        m = self.machine
-        deadline = time.monotonic() + self.timeout if self.timeout else None
-        handle = m.events.subscribe(self._on_exec_syscall, ev.Syscall)
-        try:
-            while True:
-                left = max(deadline - time.monotonic(), 1e-3) if deadline else None
-                result = m.run(max_insns=self.max_insns, timeout=left)
-                if result.reason != "stopped" or result.detail != _EXEC_STOP or self._hit is not None:
-                    return result
-                self.follow_exec()
-        finally:
-            m.events.unsubscribe(handle)
-
     # ------------------------------------------------------------------ text views
     def format_registers(self, names=None) -> str:
         """``info registers`` exactly as gdb 13 lays it out (see :func:`format_register`)."""
@@ -1000,84 +618,6 @@ class Stepper:
     def _code_label(self, addr: int) -> str | None:
         return gdb_label(self.machine, addr)
 
-
-class ProgramDisassembler(Disassembler):
-    """A disassembler of the program's own bytes (``read(addr, n)``, e.g.
-    :meth:`Stepper.read_program`): a probe site decodes as the probed instruction."""
-
-    def __init__(self, machine, read):
-        super().__init__(machine)
-        self._read = read
-
-    def _fetch(self, addr: int) -> bytes:
-        try:
-            return self._read(addr, MAX_INSN_BYTES)
-        except GuestFault:
-            pass
-        vma = self.mem.find_vma(addr)
-        if vma is None:
-            raise GuestFault(addr, "read")
-        return self._read(addr, min(MAX_INSN_BYTES, vma.end - addr))
-
-
-# =============================================================================== expressions
-
-def _evaluate(stepper: Stepper, expr: str) -> tuple[int, str]:
-    """(value, gdb type kind) of ``term (+|- term)*``."""
-    text = expr.strip()
-    if not text:
-        raise StepperError("Argument required (expression to compute).")
-    terms, ops, cur = [], ["+"], ""
-    depth = 0
-    for ch in text:
-        if ch in "+-" and cur.strip() and depth == 0:
-            terms.append(cur.strip())
-            ops.append(ch)
-            cur = ""
-        else:
-            cur += ch
-    terms.append(cur.strip())
-    total, kinds = 0, []
-    for op, term in zip(ops, terms):
-        neg = False
-        while term.startswith("-"):
-            neg, term = not neg, term[1:].strip()
-        value, k = _term(stepper, term)
-        if neg:
-            value = -value
-        kinds.append(k)
-        total = total + value if op == "+" else total - value
-    # gdb's arithmetic: a pointer keeps its type, else the widest integer wins
-    kind = next((k for k in kinds if k.endswith("_ptr")), None)
-    if kind is None:
-        kind = kinds[0] if len(kinds) == 1 else f"int{max(int(k[3:]) for k in kinds if k.startswith('int'))}" \
-            if all(k.startswith("int") for k in kinds) else "int64"
-    return total & _MASK, kind
-
-
-def _term(stepper: Stepper, term: str) -> tuple[int, str]:
-    if not term:
-        raise StepperError("A syntax error in expression.")
-    if term.startswith("(") and term.endswith(")"):
-        return _evaluate(stepper, term[1:-1])
-    if term.startswith("$"):
-        regs = stepper.regs()
-        value, kind = register_value(term[1:], regs)
-        if kind is None:
-            raise StepperError(f"Invalid register `{term[1:]}'")
-        return value, kind
-    try:
-        value = int(term, 0)
-    except ValueError:
-        pass
-    else:                           # gdb types a literal as int when it fits, else long
-        return value, "int32" if value < 1 << 31 else "int64"
-
-    name = term[1:] if term.startswith("&") else term
-    try:
-        return stepper.machine.resolve(name), "code_ptr"
-    except SymbolError:
-        raise StepperError(f'No symbol "{name}" in current context.') from None
 
 __all__ = ["Stepper", "StopEvent", "Breakpoint", "Watchpoint", "Frame", "StepperError",
            "ProgramDisassembler", "WATCH_KINDS", "DEFAULT_TIMEOUT"]

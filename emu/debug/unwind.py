@@ -40,7 +40,7 @@ from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.elf.elffile import ELFFile
 
 from emu.debug.disasm import symbol_of
-from kernel_model.fs.elf import image_of, link_vaddr
+from emu.probes.symbols import image_of, link_vaddr
 from kernel_model.mm.mm_types import PROT_EXEC, GuestFault
 from kernel_model.arch.x86.kernel.signal import SIGCONTEXT_OFFSET, SIGCONTEXT_REGS
 
@@ -230,7 +230,7 @@ class CfiTable:
 class Unwinder:
     """Frames of the stepper's current task, innermost first.
 
-    Owned by one :class:`~emu.frontends.stepper.engine.Stepper`; keeps one
+    Owned by one :class:`~emu.debug.stepper.Stepper`; keeps one
     :class:`CfiTable` per ELF image it met (a library's table serves every mapping of it).
     """
 

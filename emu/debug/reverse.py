@@ -1,4 +1,4 @@
-"""Reverse stepping over a :class:`~emu.frontends.stepper.engine.Stepper`: gdb's
+"""Reverse stepping over a :class:`~emu.debug.stepper.Stepper`: gdb's
 ``reverse-stepi``, ``reverse-nexti``/``reverse-step`` and ``reverse-continue``, done the
 way the machine allows it - it is deterministic, so going back is restoring the nearest
 earlier checkpoint and replaying forward to the instruction wanted
@@ -20,7 +20,7 @@ recorded history, and the stop says so (gdb's "No more reverse-execution history
 from __future__ import annotations
 
 from emu.replay.checkpoint import DEFAULT_MAX_CHECKPOINTS, CheckpointError, Recorder
-from emu.frontends.stepper.engine import Stepper, StepperError, StopEvent
+from emu.debug.stepper import Stepper, StepperError, StopEvent
 from kernel_model.mm.mm_types import GuestFault
 
 # Stepping back replays up to one interval per stop: keep it short for a debugger.
@@ -216,29 +216,4 @@ class ReverseStepper:
         return s._event(reason, verb, bp=bp)
 
 
-def report(shell, ev: StopEvent) -> None:
-    """Print a reverse stop as gdb does (the start of history says so first)."""
-    if ev.reason == HISTORY_START:
-        shell._p()
-        shell._p("No more reverse-execution history.")
-        ev = StopEvent("step", ev.rip, ev.symbol, ev.verb)
-    shell.report(ev)
-
-
-def shell_command(shell, verb: str, arg: str) -> None:
-    """``reverse-stepi [N]`` / ``reverse-step [N]`` / ``reverse-continue`` in the
-    stepper shell."""
-    rs = ReverseStepper.of(shell.s)
-    if verb == "reverse-continue":
-        if arg:
-            raise StepperError("reverse-continue takes no argument")
-        shell._p("Continuing.")
-        ev = rs.reverse_continue()
-    elif verb == "reverse-stepi":
-        ev = rs.reverse_stepi(shell._count(arg))
-    else:
-        ev = rs.reverse_step(shell._count(arg))
-    report(shell, ev)
-
-
-__all__ = ["ReverseStepper", "DEFAULT_STEPPER_INTERVAL", "HISTORY_START", "report", "shell_command"]
+__all__ = ["ReverseStepper", "DEFAULT_STEPPER_INTERVAL", "HISTORY_START"]

@@ -1,0 +1,18 @@
+"""``uprobe-emu gdbserver``: the GDB remote serial protocol over TCP, so a real gdb can
+attach to a guest running under the uprobes model.
+
+:mod:`.packets` frames and decodes packets, :mod:`.registers` is the target description,
+:mod:`.svr4` reads the dynamic linker's library list for ``qXfer:libraries-svr4``,
+:mod:`.stub` answers packets with the stepping core, :mod:`.cli` is the command.
+"""
+
+from emu.frontends.gdbstub.cli import add_cli, cmd_gdbserver
+from emu.frontends.gdbstub.packets import (PACKET_SIZE, FrameParser, GdbConnection, checksum, escape_binary,
+                                           unescape_binary)
+from emu.frontends.gdbstub.registers import REGISTERS, target_xml
+from emu.frontends.gdbstub.stub import GdbStub, serve_once
+from emu.frontends.gdbstub.svr4 import Svr4Libraries
+
+__all__ = ["GdbStub", "Svr4Libraries", "escape_binary", "serve_once", "target_xml", "REGISTERS",
+           "PACKET_SIZE", "FrameParser", "GdbConnection", "checksum", "unescape_binary",
+           "add_cli", "cmd_gdbserver"]
