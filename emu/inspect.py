@@ -27,7 +27,7 @@ __all__ = [
     "DEFAULT_ENV", "GPR_NAMES", "GuestFault", "MAX_SLICE", "MIN_SLICE", "MAX_UINSN_BYTES",
     "format_eflags", "parse_slice", "signal_name", "syscall_name",
     "registered_uprobes", "optimized_call_size",
-    "in_single_step", "trampoline_vaddr", "pending_returns", "xol_fixups",
+    "is_runnable", "in_single_step", "trampoline_vaddr", "pending_returns", "xol_fixups",
     "is_writable", "is_writable_code", "uprobe_refusal", "process_auxv", "process_exe_link",
 ]
 
@@ -47,6 +47,11 @@ def optimized_call_size(machine, uprobe, vaddr: int) -> int | None:
     trampoline covers (6.18+ ``swbp_optimize``); None when the site is not optimized."""
     optimizer = machine.kernel.optimizer
     return optimizer.design.size if optimizer.is_optimized(machine.process, uprobe, vaddr) else None
+
+
+def is_runnable(task) -> bool:
+    """The task can run (``TASK_RUNNING``): neither sleeping in a syscall nor dead."""
+    return task.state == "running"
 
 
 def in_single_step(task) -> bool:

@@ -178,8 +178,10 @@ class Machine:
     # ------------------------------------------------------------------ builders
     @classmethod
     def from_elf(cls, path: str, argv: list[str] | None = None, env: list[str] | None = None,
-                 **kw) -> "Machine":
-        image = load_elf_file(path)
+                 *, image=None, **kw) -> "Machine":
+        """``image``: the program's ELF as :func:`emu.probes.symbols.load_elf_file` read it
+        before (a sweep loads each binary once for its many machines)."""
+        image = image if image is not None else load_elf_file(path)
         m = cls(comm=os.path.basename(path)[:15], **kw)
         dev, ino, d_path = file_identity(path)
         load_image(m, image, MappedFile(path, image.data, image, dev=dev, ino=ino, d_path=d_path),

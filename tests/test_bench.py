@@ -11,7 +11,7 @@ import pytest
 from emu.frontends import bench
 from emu.frontends.bench import EVENT_KEYS, SCENARIOS, ColumnSpec, count_events, parse_column
 from kernel_model.errors import InputError
-from kernel_model import costmodel
+from emu.frontends.bench import costmodel
 from kernel_model.profiles import KernelProfile
 
 from cli_helpers import cli, one_line_error

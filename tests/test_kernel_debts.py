@@ -7,7 +7,7 @@ import pytest
 
 from emu import Machine
 from kernel_model.trace.events import RefCtrUpdate
-from kernel_model import costmodel
+from emu.frontends.bench import costmodel
 from uprobe_helpers import guest
 
 SEMA_LOOP = guest("""

@@ -13,7 +13,7 @@ keystone assembly) under a kernel profile with one consumer that counts hits, an
   scenario's loop without any hook, and the nop loop with its ``nop`` replaced by ``int3``
   and an empty ``UC_HOOK_INTR`` callback (one interrupt per iteration); printed as ratios
   model / baseline;
-* the projected kernel throughput of a cost profile (``kernel_model.costmodel``) applied
+* the projected kernel throughput of a cost profile (``emu.frontends.bench.costmodel``) applied
   to the exact event counts, and for every scenario pair a published table covers, the
   projected ratio beside the published one with the error;
 * growth scenarios: per-hit cost with 1, 100 and 10,000 probes registered, the time to

@@ -8,7 +8,7 @@ import sys
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kernel_model import costmodel
+from emu.frontends.bench import costmodel
 from kernel_model.profiles import KernelProfile
 
 from kernel_model.errors import EmuError, InputError

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING
 
 from guest_programs import write_guest
-from kernel_model import costmodel
+from emu.frontends.bench import costmodel
 
 from emu.frontends.hostdiff import HostKernelError, HostProbes, ResolvedProbe, Tracefs, host_profile_name, run_tag
 

@@ -12,7 +12,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from kernel_model import costmodel
+from emu.frontends.bench import costmodel
 
 from emu.engine import baseline
 from kernel_model.errors import EmuError

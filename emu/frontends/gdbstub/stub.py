@@ -30,7 +30,7 @@ import threading
 from kernel_model.errors import EmuError, InputError
 from emu.debug import reverse
 from emu.debug.stepper import Stepper, StepperError
-from emu.inspect import GuestFault, process_auxv, process_exe_link, registered_uprobes
+from emu.inspect import GuestFault, is_runnable, process_auxv, process_exe_link, registered_uprobes
 from emu.frontends.gdbstub.packets import (INTERRUPT, MASK64, PACKET_SIZE, Disconnected, GdbConnection, Malformed,
                                            address_length, hex_bytes, hex_int, hex_pair, thread_id,
                                            unescape_binary, xfer_reply)
@@ -130,7 +130,7 @@ class GdbStub:
         task = None
         if action == "s" and tid not in (None, 0, -1):
             task = next((t for t in self.m.tasks if t.tid == tid), None)
-            if task is not None and task.state != "running":
+            if task is not None and not is_runnable(task):
                 action = "c"
         if action == "s":
             ev = self.stepper.step(task=task)

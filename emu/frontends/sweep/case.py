@@ -14,16 +14,13 @@ program once (the ELF parse costs more than a short run).
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from dataclasses import dataclass, field
 
 from emu.probes.symbols import load_elf_file
 from kernel_model.errors import InputError, RegistrationError
 from emu.frontends.sweep.compare import RunDigest, SyscallRecorder, digest
-from kernel_model.fs.binfmt_elf import file_identity, load_image
 from emu.machine import Machine
-from kernel_model.mm.mm_types import MappedFile
 from guest_programs import build_guest
 
 
@@ -112,11 +109,7 @@ class CaseRunner:
         image = self.image(p)
         if image is None:
             return Machine.from_guest(p.path[len("guest:"):], argv=list(p.argv), **kw)
-        m = Machine(comm=os.path.basename(p.path)[:15], **kw)
-        dev, ino, d_path = file_identity(p.path)
-        load_image(m, image, MappedFile(p.path, image.data, image, dev=dev, ino=ino, d_path=d_path),
-                   list(p.argv), None)
-        return m
+        return Machine.from_elf(p.path, argv=list(p.argv), image=image, **kw)
 
     def run(self, case: Case) -> CaseResult:
         return self.execute(case)[1]
