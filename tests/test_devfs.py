@@ -249,9 +249,9 @@ def test_pts_holds_the_terminal_ttyname_looks_for():
         pts = DevFs(m).root.lookup(m.task, "pts")
         assert [n for n, _, t in pts.children(m.task) if t == 2] == [number]
         a = pts.lookup(m.task, number).attrs(m.task)
-        fd0 = struct.unpack_from("<QQQIIIiQ", m.process.fds.get(0).fstat())
+        fd0 = struct.unpack_from("<QQQIIIiQ", m.process.files.get(0).fstat())
         assert (a.dev, a.ino, a.mode, a.rdev) == (fd0[0], fd0[1], fd0[3], fd0[7]), (a, fd0)
-        assert m.process.fds.get(0).proc_link() == f"/dev/pts/{number}"
+        assert m.process.files.get(0).proc_link() == f"/dev/pts/{number}"
         f = pts.lookup(m.task, number).open(m.task, O_RDWR)
         assert f.write(b"x") == 1 and os.read(master, 10).endswith(b"x")
         f.release()

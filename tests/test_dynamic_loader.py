@@ -62,7 +62,7 @@ def test_dynamic_programs_that_fork_and_thread_run_as_native(build_c, source):
 
 def test_the_run_starts_at_the_interpreters_entry():
     m = Machine.from_elf("/bin/true")
-    interp = m.process.files[1]
+    interp = m.process.mapped_files[1]
     base = next(v.start for v in m.mem.vmas if v.file is interp)
     assert (interp.path, m.regs.rip, m.auxv[7]) == \
         ("/lib64/ld-linux-x86-64.so.2", base + interp.elf.entry, base), \

@@ -137,7 +137,7 @@ def _ignore_sigusr1_once_sent(m, calls):
         if isinstance(e, ev.Syscall) and e.task.process is parent:
             calls.append((e.nr, e.rip))
         elif isinstance(e, ev.SyscallReturn) and e.nr == NR_KILL and e.task.process is not parent:
-            parent.sigactions[SIGUSR1] = struct.pack("<QQQQ", 1, 0, 0, 0)
+            parent.sighand.action[SIGUSR1] = struct.pack("<QQQQ", 1, 0, 0, 0)
     m.events.subscribe(on_event, ev.Syscall, ev.SyscallReturn)
 
 

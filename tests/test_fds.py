@@ -144,7 +144,7 @@ path:
     r = m.run()
     assert r.exit_code == 3, "open gives the lowest free descriptor"
     assert len(os.listdir("/proc/self/fd")) == before, "the host descriptor is closed at exit"
-    assert len(m.process.fds) == 0
+    assert len(m.process.files) == 0
 
 
 # ------------------------------------------------------------------ errnos, not crashes

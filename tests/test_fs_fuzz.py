@@ -60,4 +60,4 @@ def test_random_arguments_never_raise(tmp_path, seed):
         m.syscalls.dispatch(task, regs)
         ret = regs.rax
         assert isinstance(ret, int), (SYSCALL_NAMES[nr], args, ret)
-    assert len(m.process.fds) <= 1024
+    assert len(m.process.files) <= 1024

@@ -201,7 +201,7 @@ NOP_AT = 0x10                               # file offset of a one-byte nop (emu
 
 def probed_nop(m, kernel):
     file = MappedFile("/fake/a.out", b"\xcc" * NOP_AT + b"\x90" + b"\xc3" * 15)
-    m.process.files.append(file)
+    m.process.mapped_files.append(file)
     m.mem.map_file(TEXT, file)
     hits = []
     kernel.uprobes.register(("/fake/a.out", NOP_AT), handler=lambda ctx: hits.append(ctx.regs.rip))
@@ -228,7 +228,7 @@ def test_an_address_mapped_afresh_hits_the_uprobe_of_the_new_mapping(fake):
     m, kernel = fake
     a_hits = probed_nop(m, kernel)
     other = MappedFile("/fake/b.so", b"\xcc" * NOP_AT + b"\x90" + b"\xc3" * 15)
-    m.process.files.append(other)
+    m.process.mapped_files.append(other)
     b_hits = []
     kernel.uprobes.register(("/fake/b.so", NOP_AT), handler=lambda ctx: b_hits.append(ctx.regs.rip))
     vaddr = TEXT + NOP_AT

@@ -69,7 +69,7 @@ def usdt_lib(tmp_path_factory):
 def test_libc_malloc_hits_equal_the_programs_own_count(build_c, n):
     exe = build_c("lib_malloc.c", name="lib_malloc")
     m = Machine.from_elf(exe, argv=[exe, str(n)])
-    assert all(not f.path.endswith("libc.so.6") for f in m.process.files), "libc mapped too early"
+    assert all(not f.path.endswith("libc.so.6") for f in m.process.mapped_files), "libc mapped too early"
     mallocs = _counter(m, f"{LIBC}:malloc")
     frees = _counter(m, f"{LIBC}:free")
     out = _run(m)

@@ -97,7 +97,7 @@ def test_status_groups_line_of_a_guest_without_groups():
 
 @pytest.mark.parametrize("umask,want", [(0o022, "0022"), (0, "0000"), (0o777, "0777"), (0o7, "0007")])
 def test_status_umask_is_four_octal_digits(m, umask, want):
-    m.process.umask = umask
+    m.process.fs.umask = umask
     assert field(text(m, "self/status"), "Umask") == want
 
 
@@ -109,7 +109,7 @@ def test_status_name_escapes_newline_and_backslash(m):
 def test_status_signal_sets(m):
     m.task.sigmask = (1 << 9) | (1 << 63)                  # SIGUSR1 (10) and signal 64
     raw = lambda handler: struct.pack("<QQQQ", handler, 0, 0, 0)  # noqa: E731
-    m.process.sigactions = {2: raw(1), 15: raw(0x401000), 3: raw(0)}   # SIGINT ignored, SIGTERM caught
+    m.process.sighand.action = {2: raw(1), 15: raw(0x401000), 3: raw(0)}   # SIGINT ignored, SIGTERM caught
     m.send_sig(m.task, 10, force=False)
     status = text(m, "self/status")
     got = [field(status, n) for n in ("SigPnd", "SigBlk", "SigIgn", "SigCgt", "SigQ")]
@@ -120,8 +120,8 @@ def test_status_signal_sets(m):
 @pytest.mark.parametrize("top,want", [(2, 64), (63, 64), (64, 128), (127, 128), (128, 256), (255, 256),
                                       (256, 512), (1023, 1024)])
 def test_fdsize_follows_alloc_fdtable(m, top, want):
-    m.process.fds.install(m.process.fds.get(1), lowest=top)
-    assert (max_fds(m.process.fds), field(text(m, "self/status"), "FDSize")) == (want, str(want))
+    m.process.files.install(m.process.files.get(1), lowest=top)
+    assert (max_fds(m.process.files), field(text(m, "self/status"), "FDSize")) == (want, str(want))
 
 
 def test_status_vm_lines_count_the_mappings(m):
@@ -235,7 +235,7 @@ def test_comm_write_renames_the_thread_to_15_bytes(m):
 
 def test_comm_write_of_another_process_is_einval(m):
     child = m.new_process(comm="kid", parent=m.process)
-    child.fds = m.process.fds.fork()
+    child.files = m.process.files.fork()
     kid = m.new_task(child, cred=m.task.cred)
     f = walk(m, f"{kid.tid}/comm").open(m.task, O_WRONLY)
     assert f.write(b"x") == -E.EINVAL
@@ -247,7 +247,7 @@ def test_exe_readlink_is_the_guests_path(m):
 
 def test_maps_is_the_target_processs_maps(m):
     child = m.new_process(comm="kid", parent=m.process)
-    child.fds = m.process.fds.fork()
+    child.files = m.process.files.fork()
     kid = m.new_task(child, cred=m.task.cred)
     child.mem.map(0x30000000, 4096, 1, "[kid]")
     assert text(m, f"{kid.tid}/maps") == child.mem.maps() != m.mem.maps()
@@ -292,7 +292,7 @@ def test_self_and_thread_self_links(m):
 
 def test_root_lists_the_guests_processes_only(m):
     child = m.new_process(comm="kid", parent=m.process)
-    child.fds = m.process.fds.fork()
+    child.files = m.process.files.fork()
     m.new_task(child, cred=m.task.cred)
     names = [n for n, _, _ in ProcFs(m).root.children(m.task)]
     assert names == ["mounts", "uptime", "loadavg", "meminfo", "filesystems", "self", "thread-self", "1000", "1001"]
@@ -318,7 +318,7 @@ def test_environ_is_the_envp_strings(m):
 
 
 def test_cwd_and_root_links(m):
-    m.process.cwd = "/tmp"
+    m.process.fs.pwd = "/tmp"
     assert (walk(m, "self/cwd").readlink(m.task), walk(m, "self/root").readlink(m.task)) == ("/tmp", "/")
 
 
@@ -379,8 +379,8 @@ def test_write_open_of_a_directory_is_eisdir(path):
 # ------------------------------------------------------------------ fd/
 
 def test_fd_directory_lists_the_live_descriptors(m):
-    m.process.fds.close(2)
-    m.process.fds.install(m.process.fds.get(1), lowest=9)
+    m.process.files.close(2)
+    m.process.files.install(m.process.files.get(1), lowest=9)
     d = walk(m, "self/fd")
     assert [n for n, _, t in d.children(m.task) if t == 10] == ["0", "1", "9"]
     assert d.attrs(m.task).size == 3, "proc_fd_getattr: the number of open descriptors"
@@ -394,13 +394,13 @@ def test_fd_links_name_the_descriptions_and_their_modes(m):
 
 
 def test_fd_link_follows_to_the_open_file(m):
-    assert walk(m, "self/fd/1").follow(m.task) is m.process.fds.get(1)
+    assert walk(m, "self/fd/1").follow(m.task) is m.process.files.get(1)
 
 
 def test_reopening_a_pipe_end_gives_a_new_end_of_the_same_pipe(m):
     pipe = Pipe(ino=77)
     rd = PipeEnd(pipe, write=False)
-    fd = m.process.fds.install(rd)
+    fd = m.process.files.install(rd)
     w = walk(m, f"self/fd/{fd}").open(m.task, O_WRONLY)
     assert (w.writable, w.readable, pipe.writers, w.proc_link()) == (True, False, 1, "pipe:[77]")
     assert w.write(b"via proc") == 8 and rd.read(100) == b"via proc"
@@ -410,7 +410,7 @@ def test_reopening_a_pipe_end_gives_a_new_end_of_the_same_pipe(m):
 
 def test_reopening_a_proc_file_makes_a_new_snapshot(m):
     f = walk(m, "self/comm").open(m.task, O_RDONLY)
-    fd = m.process.fds.install(f)
+    fd = m.process.files.install(f)
     m.task.comm = "renamed"
     again = walk(m, f"self/fd/{fd}").open(m.task, O_RDONLY)
     assert (f.read(100, None), again.read(100, None)) == (b"prog\n", b"renamed\n")
@@ -423,7 +423,7 @@ def test_reopening_a_host_stdin_file_reads_it_from_its_start(tmp_path):
         m = machine(stdin=hfd)
     finally:
         os.close(hfd)
-    fd0 = m.process.fds.get(0)
+    fd0 = m.process.files.get(0)
     assert fd0.read(5, lambda: False) == b"stdin"
     again = walk(m, "self/fd/0").open(m.task, O_RDONLY)
     assert again.read(100, lambda: False) == b"stdin file", "its own offset, at 0"
@@ -477,7 +477,7 @@ def test_mounts_show_a_granted_root_read_write():
 def test_a_zombie_keeps_its_directory_without_an_mm(m):
     from kernel_model.kernel.signals import RunResult
     child = m.new_process(comm="kid", parent=m.process)
-    child.fds = m.process.fds.fork()
+    child.files = m.process.files.fork()
     kid = m.new_task(child, cred=m.task.cred)
     child.exit_result = RunResult("exit", exit_code=3)
     kid.state, kid.exit_code = "dead", 3
@@ -499,7 +499,7 @@ def test_f_flags_of_an_open_proc_file(m):
 def test_reopening_a_pipe_read_write_counts_a_reader_and_a_writer(m):
     """fifo_open with O_RDWR: one description that reads and writes, never waiting."""
     pipe = Pipe(ino=78)
-    fd = m.process.fds.install(PipeEnd(pipe, write=True))
+    fd = m.process.files.install(PipeEnd(pipe, write=True))
     both = walk(m, f"self/fd/{fd}").open(m.task, O_RDWR)
     assert (both.readable, both.writable, pipe.readers, pipe.writers) == (True, True, 1, 2)
     assert both.write(b"loop") == 4 and both.read(10) == b"loop"
@@ -509,9 +509,9 @@ def test_reopening_a_pipe_read_write_counts_a_reader_and_a_writer(m):
 
 def test_reopening_with_o_nonblock_keeps_it_on_the_new_end(m):
     pipe = Pipe(ino=79)
-    fd = m.process.fds.install(PipeEnd(pipe, write=True))
+    fd = m.process.files.install(PipeEnd(pipe, write=True))
     rd = walk(m, f"self/fd/{fd}").open(m.task, O_RDONLY | 0o4000)
-    assert (rd.nonblock, m.process.fds.get(fd).nonblock) == (True, False)
+    assert (rd.nonblock, m.process.files.get(fd).nonblock) == (True, False)
 
 
 def test_stat_names_the_controlling_terminal():
@@ -536,7 +536,7 @@ def test_reopening_a_file_with_a_path_opens_it_by_that_path(tmp_path):
     (tmp_path / "f").write_bytes(b"0123456789")
     m = machine(grant_dirs=[str(tmp_path)], uid=0, gid=0, groups=[])    # pytest's tmp is 0700 root's
     first = m.syscalls.open_guest_path(m.task, str(tmp_path / "f"), O_RDONLY)
-    fd = m.process.fds.install(first)
+    fd = m.process.files.install(first)
     assert first.read(4, None) == b"0123"
     again = walk(m, f"self/fd/{fd}").open(m.task, O_RDWR)
     assert again is not first and again.read(3, None) == b"012", "a description of its own"
@@ -546,7 +546,7 @@ def test_reopening_a_file_with_a_path_opens_it_by_that_path(tmp_path):
 def test_reopening_a_read_only_sysroot_file_for_writing_is_erofs(build_c):
     exe = build_c("hello.c", "-static")
     m = machine(uid=0, gid=0, groups=[])
-    fd = m.process.fds.install(m.syscalls.open_guest_path(m.task, exe, O_RDONLY))
+    fd = m.process.files.install(m.syscalls.open_guest_path(m.task, exe, O_RDONLY))
     assert walk(m, f"self/fd/{fd}").open(m.task, O_WRONLY) == -E.EROFS
 
 
@@ -558,7 +558,7 @@ def test_every_node_answers_for_live_zombie_and_threaded_processes(m):
     t2 = m.new_task(m.process, cred=m.task.cred)
     t2.state = "blocked"
     child = m.new_process(comm="kid", parent=m.process)
-    child.fds = m.process.fds.fork()
+    child.files = m.process.files.fork()
     kid = m.new_task(child, cred=m.task.cred)
     child.exit_result = RunResult("exit", exit_code=1)
     kid.state, kid.exit_code = "dead", 1
@@ -606,7 +606,7 @@ def test_audit_ids_are_unset_as_without_a_login_session(m, name, mode):
 def test_limits_text_is_the_kernels_for_the_same_limits(m):
     """/proc/self/limits of this test process, and the model's with the same limits."""
     import resource
-    m.process.rlimits = [tuple(v if v != resource.RLIM_INFINITY else (1 << 64) - 1
+    m.process.signal.rlim = [tuple(v if v != resource.RLIM_INFINITY else (1 << 64) - 1
                                for v in resource.getrlimit(r)) for r in range(16)]
     with open("/proc/self/limits") as f:
         host = f.read()

@@ -95,7 +95,7 @@ def test_an_absolute_symlink_restarts_at_the_guests_root(build_c, tmp_path):
 def test_the_guest_starts_in_the_invoking_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     m = Machine.from_asm("_start:\n    hlt\n")
-    assert m.process.cwd == os.path.realpath(tmp_path)
+    assert m.process.fs.pwd == os.path.realpath(tmp_path)
 
 
 def test_an_invoking_directory_outside_the_view_starts_the_guest_at_root(tmp_path, monkeypatch):
@@ -103,14 +103,14 @@ def test_an_invoking_directory_outside_the_view_starts_the_guest_at_root(tmp_pat
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
     m = Machine.from_asm("_start:\n    hlt\n", sysroot=str(tmp_path / "root"))
-    assert m.process.cwd == "/"
+    assert m.process.fs.pwd == "/"
 
 
 def test_the_working_directory_under_a_sysroot_is_its_guest_path(tmp_path, monkeypatch):
     (tmp_path / "root" / "a").mkdir(parents=True)
     monkeypatch.chdir(tmp_path / "root" / "a")
     m = Machine.from_asm("_start:\n    hlt\n", sysroot=str(tmp_path / "root"))
-    assert m.process.cwd == "/a"
+    assert m.process.fs.pwd == "/a"
 
 
 def test_host_fifos_and_devices_stat_but_do_not_open(build_c, tmp_path):

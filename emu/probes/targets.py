@@ -80,7 +80,7 @@ class ProbeTargets:
         installed when a process maps it (the core's ``uprobe_mmap``).  A name without
         ``/`` that matches nothing mapped is a library's short name (bpftrace's
         ``uprobe:libc:malloc``: :mod:`emu.probes.ldcache`)."""
-        files = self.machine.process.files
+        files = self.machine.process.mapped_files
         if path in ("", None) and files:
             return files[0]
         for f in files:

@@ -173,7 +173,7 @@ def _load_image(machine, image, mfile, argv: list[str], env: list[str] | None,
     proc = machine.process
     proc.exe, proc.exe_path = mfile, exe_path or image.path
     cache = machine.page_cache
-    proc.files.append(cache.add(mfile))
+    proc.mapped_files.append(cache.add(mfile))
     hook = functools.partial(machine.kernel.uprobe_mmap, proc)
     end_of_bss = _map_segments(mem, image, mfile, bias, hook)
     proc.brk_start = proc.brk = page_up(end_of_bss)
@@ -184,7 +184,7 @@ def _load_image(machine, image, mfile, argv: list[str], env: list[str] | None,
         ibias = _interp_bias(mem, iimage)
         ifile = cache.add(ifile)
         ifile.load_bias = ibias
-        proc.files.append(ifile)
+        proc.mapped_files.append(ifile)
         _map_segments(mem, iimage, ifile, ibias, hook)
         interp_base, entry = ibias, iimage.entry + ibias     # AT_BASE: load_elf_interp's load_addr
         vdso_base = map_vdso(mem, machine.kernel.profile.release)

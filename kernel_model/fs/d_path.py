@@ -26,7 +26,7 @@ class DPathSyscalls:
             loc = self.namei.cwd_loc(nd, task)
             if isinstance(loc, int) or (loc.fd is not None and os.fstat(loc.fd).st_nlink == 0):
                 return neg(E.ENOENT)
-        data = os.fsencode(task.process.cwd) + b"\0"
+        data = os.fsencode(task.process.fs.pwd) + b"\0"
         if len(data) > size & 0xFFFFFFFFFFFFFFFF:
             return neg(E.ERANGE)
         self.m.mem.write_user(buf, data)

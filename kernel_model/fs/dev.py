@@ -266,7 +266,7 @@ class ControllingTerminal(OwnsHostFd):
 
     @classmethod
     def of(cls, machine) -> "ControllingTerminal":
-        table = machine.main_process.fds
+        table = machine.main_process.files
         for fd in (0, 1, 2):
             f = table.get(fd)
             host = f.fd if isinstance(f, HostInput) else f.host_fd if isinstance(f, OutputSink) else None

@@ -418,12 +418,12 @@ class ExecSyscalls:
         m.de_thread(task)
         m.exec_mmap(task)                         # new mm; mm_release of the old one
         self._exec_release_vfork(proc)
-        if proc.fds.users > 1:                    # unshare_files
-            table = proc.fds.fork()
-            proc.fds.put()
-            proc.fds = table
-        for fd in sorted(proc.fds.cloexec):       # do_close_on_exec
-            proc.fds.close(fd)
+        if proc.files.users > 1:                    # unshare_files
+            table = proc.files.fork()
+            proc.files.put()
+            proc.files = table
+        for fd in sorted(proc.files.cloexec):       # do_close_on_exec
+            proc.files.close(fd)
         self._flush_signal_handlers(proc)
         task.sigaltstack = None
         task.robust_list = task.rseq = 0
@@ -443,11 +443,11 @@ class ExecSyscalls:
     def _flush_signal_handlers(proc) -> None:
         """flush_signal_handlers(force_default=0): handlers become SIG_DFL, SIG_IGN stays;
         flags, restorer and mask are cleared."""
-        for signo, raw in list(proc.sigactions.items()):
+        for signo, raw in list(proc.sighand.action.items()):
             if parse_sigaction(raw)[0] == SIG_IGN:
-                proc.sigactions[signo] = SIG_IGN.to_bytes(8, "little") + bytes(24)
+                proc.sighand.action[signo] = SIG_IGN.to_bytes(8, "little") + bytes(24)
             else:
-                del proc.sigactions[signo]
+                del proc.sighand.action[signo]
 
     def _load_new_image(self, task, bprm: Binprm, image, mfile) -> None:
         """load_elf_binary past begin_new_exec; a failure now is a SIGSEGV death."""
@@ -504,7 +504,7 @@ class ExecMm:
         proc.cpu, proc.mem, proc.cpu_regs = self.mm_alloc()
         proc.mm_owner = None
         proc.mm_uprobes = None               # the new mm's uprobes state: see Kernel.exec_mm
-        proc.files = []
+        proc.mapped_files = []
         task.context = None
         if not shared:
             # mmput(old_mm) comes before the new image is mapped

@@ -21,7 +21,7 @@ class FcntlSyscalls:
     @syscall(72, "fcntl", partial="descriptor and status-flag commands and F_GETPIPE_SZ; locks, leases and the rest are EINVAL")
     def sys_fcntl(self, task, regs, fd, cmd, arg, *_):
         """do_fcntl for the descriptor and status-flag commands; others EINVAL."""
-        table = task.process.fds
+        table = task.process.files
         fd = fd & 0xFFFFFFFF
         f = table.get(fd)
         if f is None:

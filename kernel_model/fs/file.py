@@ -669,7 +669,7 @@ class FdTable:
 
 def fdget(task, fd: int):
     """fdget: the open file behind descriptor ``fd`` of the task's process, or None."""
-    return task.process.fds.get(fd_arg(fd))
+    return task.process.files.get(fd_arg(fd))
 
 
 def copy_out(task, buf: int, data) -> int:
@@ -689,16 +689,16 @@ class FileSyscalls:
 
     @syscall(32, "dup")
     def sys_dup(self, task, regs, fd, *_):
-        f = task.process.fds.get(fd & 0xFFFFFFFF)
+        f = task.process.files.get(fd & 0xFFFFFFFF)
         if f is None:
             return neg(E.EBADF)
-        return task.process.fds.install(f, 0)
+        return task.process.files.install(f, 0)
 
     @syscall(33, "dup2")
     def sys_dup2(self, task, regs, old, new, *_):
         old, new = old & 0xFFFFFFFF, new & 0xFFFFFFFF
         if old == new:                       # ksys_dup2: only checks that old is open
-            return new if old in task.process.fds else neg(E.EBADF)
+            return new if old in task.process.files else neg(E.EBADF)
         return self._dup3(task, old, new, 0)
 
     @syscall(292, "dup3")
@@ -711,7 +711,7 @@ class FileSyscalls:
         return self._dup3(task, old, new, flags)
 
     def _dup3(self, task, old: int, new: int, flags: int) -> int:
-        table = task.process.fds
+        table = task.process.files
         if new >= table.limit:
             return neg(E.EBADF)
         f = table.get(old)

@@ -20,7 +20,7 @@ goes back to the parent mount, above ``/`` it stays), symlinks read and followed
 *guest* namespace (absolute targets restart at the guest ``/``), ``ELOOP`` after 40 links.
 
 A process's working directory and a directory descriptor are held by their inode (a
-host descriptor) and a relative walk starts there; their guest path (``Process.cwd``,
+host descriptor) and a relative walk starts there; their guest path (``Process.fs.pwd``,
 ``HostFile.guest_path``) is what ``getcwd`` reports and what ``..`` above the starting
 directory walks from ``/``.
 Host inodes other than regular files, directories and symlinks (FIFOs, sockets, device
@@ -419,14 +419,14 @@ class Vfs:
         self._cwds[proc] = held
 
     def cwd_loc(self, proc) -> Loc | None:
-        """The held working directory when it is still the one ``proc.cwd`` names (a
+        """The held working directory when it is still the one ``proc.fs.pwd`` names (a
         forked child starts with its parent's)."""
         held = self._cwds.get(proc)
         if held is None and proc.parent is not None:
             held = self._cwds.get(proc.parent)
-            if held is not None and held.path == proc.cwd:
+            if held is not None and held.path == proc.fs.pwd:
                 self._cwds[proc] = held
-        return held if held is not None and held.path == proc.cwd else None
+        return held if held is not None and held.path == proc.fs.pwd else None
 
     # -- the host's names as the guest sees them ----------------------------------------
     def _sysroot_path(self, real: str) -> str | None:

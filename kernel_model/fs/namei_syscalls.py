@@ -89,7 +89,7 @@ class NameiSyscalls:
         held = self.vfs.cwd_loc(proc)
         if held is not None:
             return nd.adopt(held)
-        stack = nd.start(proc.cwd)
+        stack = nd.start(proc.fs.pwd)
         if not isinstance(stack, int):
             self.vfs.hold_cwd(proc, stack[-1])
         return stack
@@ -208,7 +208,7 @@ class NameiSyscalls:
 
     @syscall(258, "mkdirat")
     def sys_mkdirat(self, task, regs, dirfd, path, mode, *_):
-        umask = task.process.umask
+        umask = task.process.fs.umask
 
         def make(nd, parent, name):
             err = host_call(os.mkdir, name, 0o700, dir_fd=parent.fd)
@@ -248,7 +248,7 @@ class NameiSyscalls:
         kind = mode & 0o170000 or S.S_IFREG
         if kind not in (S.S_IFREG, S.S_IFIFO, S.S_IFSOCK, S.S_IFCHR, S.S_IFBLK):
             return neg(E.EINVAL)
-        umask = task.process.umask
+        umask = task.process.fs.umask
 
         def make(nd, parent, name):
             if kind in (S.S_IFCHR, S.S_IFBLK):
@@ -482,10 +482,10 @@ class NameiSyscalls:
             return None
         for proc in self.m.processes:
             held = self.vfs.cwd_loc(proc)
-            proc.cwd = moved(proc.cwd) or proc.cwd
+            proc.fs.pwd = moved(proc.fs.pwd) or proc.fs.pwd
             if held is not None:
-                held.path = proc.cwd
-            for f in proc.fds.fds.values() if hasattr(proc.fds, "fds") else ():
+                held.path = proc.fs.pwd
+            for f in proc.files.fds.values() if hasattr(proc.files, "fds") else ():
                 path = getattr(f, "guest_path", None)
                 if path and moved(path):
                     f.guest_path = moved(path)

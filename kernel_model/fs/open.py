@@ -99,7 +99,7 @@ class OpenSyscalls:
             return neg(E.EAGAIN)
         if isinstance(f, int):
             return f
-        return task.process.fds.install(f, 0, cloexec=bool(flags & O_CLOEXEC))
+        return task.process.files.install(f, 0, cloexec=bool(flags & O_CLOEXEC))
 
     def open_guest_path(self, task, path: str, flags: int) -> OpenFile | int:
         """A new open file description for the guest path ``path`` (absolute or relative
@@ -196,7 +196,7 @@ class OpenSyscalls:
         except OSError as e:
             return -(e.errno or E.EIO)
         try:
-            os.fchmod(hfd, mode & ~nd.task.process.umask & 0o7777)
+            os.fchmod(hfd, mode & ~nd.task.process.fs.umask & 0o7777)
             self.namei.init_owner(nd, parent, lambda u, g: os.fchown(hfd, u, g))
         except OSError:
             pass
@@ -297,7 +297,7 @@ class OpenSyscalls:
 
     @syscall(3, "close")
     def sys_close(self, task, regs, fd, *_):
-        return task.process.fds.close(fd_arg(fd))
+        return task.process.files.close(fd_arg(fd))
 
     @syscall(21, "access")
     def sys_access(self, task, regs, path, mode, *_):
@@ -362,7 +362,7 @@ class OpenSyscalls:
         err = self.namei.perm(nd, loc, MAY_EXEC)
         if err:
             return err
-        task.process.cwd = loc.path
+        task.process.fs.pwd = loc.path
         self.vfs.hold_cwd(task.process, loc)
         return 0
 

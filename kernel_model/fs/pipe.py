@@ -166,7 +166,7 @@ class PipeSyscalls:
         descriptors cannot be copied out."""
         if flags & ~(O_CLOEXEC | O_NONBLOCK | O_DIRECT) & 0xFFFFFFFF:
             return neg(E.EINVAL)
-        table = task.process.fds
+        table = task.process.files
         self.ino += 1
         pipe = Pipe(self.ino)
         status = flags & (O_NONBLOCK | O_DIRECT)

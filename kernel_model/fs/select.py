@@ -89,7 +89,7 @@ class SelectSyscalls:
     def _poll(self, task, ufds: int, nfds: int, timeout: int | None, tsp: int | None, restart=None):
         """do_sys_poll: revents for every entry (POLLNVAL for a closed descriptor, 0
         for a negative one); the number of entries with revents."""
-        if nfds > task.process.fds.limit:
+        if nfds > task.process.files.limit:
             return neg(E.EINVAL)
         mem = task.process.mem
         raw = mem.read_user(ufds, 8 * nfds) if nfds else b""
@@ -100,7 +100,7 @@ class SelectSyscalls:
             for fd, events, _ in entries:
                 r = 0
                 if fd >= 0:
-                    f = task.process.fds.get(fd)
+                    f = task.process.files.get(fd)
                     want = (events & 0xFFFF) | POLLERR | POLLHUP
                     r = POLLNVAL if f is None else f.poll() & want
                 revents.append(r)
@@ -113,7 +113,7 @@ class SelectSyscalls:
             return ready
 
         pipes = [f.pipe for fd, _, _ in entries if fd >= 0
-                 for f in [task.process.fds.get(fd)] if f is not None and f.is_pipe]
+                 for f in [task.process.files.get(fd)] if f is not None and f.is_pipe]
         return self._wait_ready(task, check, timeout, pipes, tsp, usec=False, reason="poll", restart=restart)
 
     @syscall(23, "select")
@@ -142,7 +142,7 @@ class SelectSyscalls:
         n = int_arg(n)
         if n < 0:
             return neg(E.EINVAL)
-        n = min(n, task.process.fds.limit)
+        n = min(n, task.process.files.limit)
         size = (n + 63) // 64 * 8
         mem = task.process.mem
         sets = [(p, int.from_bytes(mem.read_user(p, size), "little") if p and size else 0)
@@ -152,12 +152,12 @@ class SelectSyscalls:
             wanted |= bits
         fds = [fd for fd in range(n) if wanted >> fd & 1]
         for fd in fds:
-            if task.process.fds.get(fd) is None:
+            if task.process.files.get(fd) is None:
                 return neg(E.EBADF)
 
         def check(final: bool):
             result, ready = [], 0
-            masks = {fd: task.process.fds.get(fd).poll() if fd in task.process.fds else POLLNVAL
+            masks = {fd: task.process.files.get(fd).poll() if fd in task.process.files else POLLNVAL
                      for fd in fds}
             for (_, bits), kind in zip(sets, (POLLIN_SET, POLLOUT_SET, POLLEX_SET)):
                 got = 0
@@ -173,7 +173,7 @@ class SelectSyscalls:
                     mem.write_user(p, got.to_bytes(size, "little"))
             return ready
 
-        pipes = [task.process.fds.get(fd).pipe for fd in fds if task.process.fds.get(fd).is_pipe]
+        pipes = [task.process.files.get(fd).pipe for fd in fds if task.process.files.get(fd).is_pipe]
         return self._wait_ready(task, check, timeout, pipes, tsp, usec=usec, reason="select")
 
     def _wait_ready(self, task, check, timeout, pipes, tsp, *, usec: bool, reason: str, restart=None):

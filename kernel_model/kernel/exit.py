@@ -61,7 +61,7 @@ class ExitSyscalls:
     def _exit_files(self, proc) -> None:
         """exit_files: the last task of a process drops its descriptor table (its open
         files lose a reference each; shared ones stay open for the others)."""
-        table, proc.fds = proc.fds, FdTable()
+        table, proc.files = proc.files, FdTable()
         if isinstance(table, FdTable):
             table.put()
 

@@ -68,7 +68,7 @@ class ProcessSyscalls:
             try:
                 self._copy_mm(parent, child_proc)
             except MemoryLimitExceeded:
-                child_proc.fds.put()               # the copied fd table goes with the child
+                child_proc.files.put()               # the copied fd table goes with the child
                 m.discard_process(child_proc)
                 return neg(E.ENOMEM)          # dup_mmap past the memory limit
         if not thread:
@@ -105,18 +105,18 @@ class ProcessSyscalls:
 
     def _inherit(self, parent, child, flags: int = 0) -> None:
         child.exe, child.exe_path = parent.exe, parent.exe_path
-        child.files = list(parent.files)
+        child.mapped_files = list(parent.mapped_files)
         child.brk_start, child.brk = parent.brk_start, parent.brk
-        child.sigactions = dict(parent.sigactions)
-        child.cwd, child.umask = parent.cwd, parent.umask       # copy_fs (CLONE_FS not modeled)
-        child.rlimits = None if parent.rlimits is None else list(parent.rlimits)   # copy_signal
+        child.sighand.action = dict(parent.sighand.action)
+        child.fs.pwd, child.fs.umask = parent.fs.pwd, parent.fs.umask       # copy_fs (CLONE_FS not modeled)
+        child.signal.rlim = None if parent.signal.rlim is None else list(parent.signal.rlim)   # copy_signal
         child.personality = parent.personality
         child.pgid, child.sid = parent.pgid, parent.sid         # copy_process: the parent's group and session
         for f in ("start_stack", "arg_start", "arg_end", "env_start", "env_end"):   # dup_mm
             setattr(child, f, getattr(parent, f))
         # copy_files: CLONE_FILES shares the table, otherwise dup_fd copies it and every
         # open file description gains a reference (closing one side leaves the other)
-        child.fds = parent.fds.share() if flags & CLONE_FILES else parent.fds.fork()
+        child.files = parent.files.share() if flags & CLONE_FILES else parent.files.fork()
 
     def _copy_mm(self, parent, child) -> None:
         """dup_mmap: every mapping but the VM_DONTCOPY ones, with the parent's bytes

@@ -1,6 +1,6 @@
 """Resource limits (kernel/sys.c: do_prlimit, getrlimit/setrlimit/prlimit64).
 
-Each process holds its ``signal->rlim`` (:attr:`kernel_model.kernel.task.Process.rlimits`),
+Each process holds its ``signal->rlim`` (:attr:`kernel_model.kernel.task.SignalStruct.rlim`),
 copied at fork and kept across exec; a new machine starts with the kernel's ``INIT_RLIMITS`` (include/asm-generic/resource.h), the
 process-count limits sized from the modeled RAM as ``set_max_threads`` does.
 
@@ -54,9 +54,9 @@ class RlimitSyscalls:
         self.mem_total = sc.mem_total
 
     def rlimits_of(self, proc) -> list[tuple[int, int]]:
-        if proc.rlimits is None:
-            proc.rlimits = init_rlimits(self.mem_total)
-        return proc.rlimits
+        if proc.signal.rlim is None:
+            proc.signal.rlim = init_rlimits(self.mem_total)
+        return proc.signal.rlim
 
     def do_prlimit(self, task, proc, resource: int, new: tuple[int, int] | None) -> tuple[int, int] | int:
         """do_prlimit: the old limit, after installing ``new`` (EINVAL for cur > max or
@@ -75,7 +75,7 @@ class RlimitSyscalls:
                 return -E.EPERM                  # raising the hard limit needs CAP_SYS_RESOURCE
             limits[resource] = (cur, mx)
             if resource == RLIMIT_NOFILE:
-                proc.fds.limit = min(cur, NR_OPEN)
+                proc.files.limit = min(cur, NR_OPEN)
         return old
 
     def _target(self, task, pid: int):

@@ -105,7 +105,7 @@ class SignalSyscalls:
         queued, with the sender's pid in its siginfo."""
         if sig == 0:
             return
-        handler = parse_sigaction(proc.sigactions.get(sig))[0]
+        handler = parse_sigaction(proc.sighand.action.get(sig))[0]
         tasks = [target] if target is not None else [t for t in proc.tasks if t.state != "dead"]
         blocked = blocked_in(tasks, sig)
         if not blocked and (handler == SIG_IGN or (handler == SIG_DFL and sig in IGNORED_BY_DEFAULT)):
@@ -133,7 +133,7 @@ class SignalSyscalls:
         if not proc.exit_signal or parent is None or parent.exit_result is not None:
             return
         sig, res = proc.exit_signal, proc.exit_result
-        handler = parse_sigaction(parent.sigactions.get(sig))[0]
+        handler = parse_sigaction(parent.sighand.action.get(sig))[0]
         blocked = blocked_in([t for t in parent.tasks if t.state != "dead"], sig)
         if not blocked and (handler == SIG_IGN or (handler == SIG_DFL and sig in IGNORED_BY_DEFAULT)):
             return
@@ -162,7 +162,7 @@ class SignalSyscalls:
     def sys_rt_sigaction(self, task, regs, sig, act, oldact, sigsetsize, *_):
         if sigsetsize != 8 or not 1 <= sig <= 64 or sig in (9, 19):
             return neg(E.EINVAL)
-        actions = task.process.sigactions
+        actions = task.process.sighand.action
         if oldact:
             self.m.mem.write_user(oldact, actions.get(sig, b"\0" * 32))
         if act:
@@ -176,7 +176,7 @@ class SignalSyscalls:
     def _flush_pending(proc, sig) -> None:
         """do_sigaction: an action that ignores ``sig`` discards it where it pends
         (POSIX 3.3.1.3), on the process and on each of its tasks."""
-        proc.shared_pending[:] = [p for p in proc.shared_pending if p.signo != sig]
+        proc.signal.shared_pending[:] = [p for p in proc.signal.shared_pending if p.signo != sig]
         for t in proc.tasks:
             t.pending_signals[:] = [p for p in t.pending_signals if p.signo != sig]
 
@@ -385,7 +385,7 @@ class SignalSending:
         """A process-directed signal (kill, SIGCHLD): queued on the process's shared
         pending set; any of its tasks that does not block it takes it (complete_signal),
         and one sleeping in rt_sigsuspend wakes up."""
-        legacy_queue(proc.shared_pending, PendingSignal(signo, None, detail, code, False, info))
+        legacy_queue(proc.signal.shared_pending, PendingSignal(signo, None, detail, code, False, info))
         for t in proc.tasks:
             if not t.sigmask & sigmask(signo):
                 self.signal_wake_up(t)
@@ -404,14 +404,14 @@ class SignalSending:
     def signal_pending(self, task) -> bool:
         """``signal_pending()`` (TIF_SIGPENDING after recalc_sigpending): a signal the
         task's mask does not block, or a forced one, is queued."""
-        if not task.pending_signals and not task.process.shared_pending:
+        if not task.pending_signals and not task.process.signal.shared_pending:
             return False
         return self.next_signal(task) is not None
 
     def pending_set(self, task) -> int:
         """The pending signals of ``task`` as a sigset: its own and its process's."""
         bits = 0
-        for p in task.pending_signals + task.process.shared_pending:
+        for p in task.pending_signals + task.process.signal.shared_pending:
             bits |= sigmask(p.signo)
         return bits
 
@@ -420,7 +420,7 @@ class SignalSending:
         task's own queue before the process's, synchronous (fault) signals first, then
         the lowest number; blocked ones stay queued unless forced.  ``wanted`` (a
         sigset, rt_sigtimedwait) takes any signal in it instead, blocked or not."""
-        for queue in (task.pending_signals, task.process.shared_pending):
+        for queue in (task.pending_signals, task.process.signal.shared_pending):
             if wanted is not None:
                 ok = [(i, p) for i, p in enumerate(queue) if wanted & sigmask(p.signo)]
             else:
@@ -440,5 +440,5 @@ class SignalSending:
         ``signo``'s handler; SIGSEGV comes next (at its default action if it was
         SIGSEGV's own handler that failed)."""
         if signo == SIGSEGV:
-            task.process.sigactions.pop(SIGSEGV, None)
+            task.process.sighand.action.pop(SIGSEGV, None)
         self.send_sig(task, SIGSEGV, detail=f"no room for the {signal_name(signo)} frame ({why})")

@@ -49,7 +49,7 @@ class SysSyscalls:
 
     @syscall(95, "umask")
     def sys_umask(self, task, regs, mask, *_):
-        old, task.process.umask = task.process.umask, mask & 0o777
+        old, task.process.fs.umask = task.process.fs.umask, mask & 0o777
         return old
 
     @syscall(157, "prctl", partial="PR_SET_NAME and PR_GET_NAME; other options are ENOSYS, counted as prctl(N)")

@@ -83,11 +83,11 @@ class Syscalls:
         mem_total = DEFAULT_MEM_TOTAL if mem_total is None else mem_total
         if not isinstance(mem_total, int) or mem_total < PAGE_SIZE:
             raise InputError(f"mem_total must be at least {PAGE_SIZE} bytes, not {mem_total!r}")
-        machine.main_process.fds = self._stdio_table(stdin, stdio)   # before /dev: its terminal
+        machine.main_process.files = self._stdio_table(stdin, stdio)   # before /dev: its terminal
         self.procfs, self.devfs = ProcFs(machine), DevFs(machine)
         self.vfs = Vfs(sysroot, grant_dirs, {"/proc": self.procfs.root, "/dev": self.devfs.root,
                                              "/sys": EmptyDir()})
-        machine.main_process.cwd = self._initial_cwd(cwd)
+        machine.main_process.fs.pwd = self._initial_cwd(cwd)
         self.mem_total = mem_total
         self.rng = random.Random(seed)
         self.clock = VirtualClock()
@@ -176,8 +176,8 @@ class Syscalls:
 
     def next_timer_ns(self) -> int | None:
         """The earliest ITIMER_REAL expiry or rt_sigtimedwait deadline, or None."""
-        live = [p.real_timer[0] for p in self.m.processes
-                if p.exit_result is None and p.real_timer is not None]
+        live = [p.signal.real_timer[0] for p in self.m.processes
+                if p.exit_result is None and p.signal.real_timer is not None]
         waits = [t.sigwait[1] for t in self.m.tasks
                  if t.state == "blocked" and t.sigwait and t.sigwait[1] is not None]
         return min(live + waits, default=None)

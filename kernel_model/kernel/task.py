@@ -1,4 +1,9 @@
-"""Process (address space and per-mm state) and Task (a thread of execution).
+"""Process (a thread group) and Task (a thread of execution), with what Linux keeps
+apart from ``task_struct`` in structures of their own (include/linux/sched.h,
+fs_struct.h, fdtable.h, sched/signal.h): ``fs`` (the working directory and umask),
+``files`` (the descriptor table, :class:`kernel_model.fs.file.FdTable`), ``sighand``
+(the signal actions), ``signal`` (the process-wide pending signals, ITIMER_REAL, the
+resource limits) and, on the task, ``cred``.
 
 Designed for many tasks from the start: a Task holds its registers while it is not on
 the CPU, its uprobes task state (``utask``, owned by the kernel model) and a reference to
@@ -27,6 +32,27 @@ class PendingSignal(NamedTuple):
 
 
 @dataclass(eq=False)
+class FsStruct:
+    """``struct fs_struct``: where relative paths start and the creation mask."""
+    pwd: str = "/"                     # a guest path (kernel_model.fs.namei)
+    umask: int = 0o022
+
+
+@dataclass(eq=False)
+class SighandStruct:
+    """``struct sighand_struct``: the signal actions, signo -> raw 32-byte sigaction."""
+    action: dict = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class SignalStruct:
+    """``struct signal_struct``: what the threads of a process share about signals."""
+    shared_pending: list = field(default_factory=list)   # process-directed PendingSignals (kill)
+    real_timer: tuple | None = None                       # ITIMER_REAL: (expiry ns, interval ns)
+    rlim: list | None = None          # the resource limits (kernel_model.kernel.resource); None: INIT_RLIMITS
+
+
+@dataclass(eq=False)
 class Process:
     pid: int
     mem: object            # the address space (mm_struct): emu.engine.memory.Memory
@@ -36,12 +62,12 @@ class Process:
     ppid: int = 1
     pgid: int = 0
     sid: int = 0                                      # session id (0: its leader is outside the guest)
-    files: list = field(default_factory=list)        # MappedFile objects mapped
+    mapped_files: list = field(default_factory=list)  # the MappedFile objects it maps
     brk_start: int = 0
     brk: int = 0
-    sigactions: dict = field(default_factory=dict)   # signo -> raw 32-byte sigaction
+    sighand: SighandStruct = field(default_factory=SighandStruct)
     mm_uprobes: object = None                         # kernel model per-mm state
-    fds: dict = field(default_factory=dict)           # guest fd -> host object
+    files: object = None                              # the descriptor table (files_struct): FdTable
     tasks: list = field(default_factory=list)
     cpu: object = None                                # the engine CPU of the address space (opaque)
     cpu_regs: object = None                           # its register file (emu.engine.regfile.RegisterFile)
@@ -51,12 +77,9 @@ class Process:
     mm_owner: "Process | None" = None                 # vfork child: whose mm it borrows
     vfork_parent_task: object = None
     counters: object = None
-    shared_pending: list = field(default_factory=list)   # process-directed PendingSignals (kill)
+    signal: SignalStruct = field(default_factory=SignalStruct)
     exit_signal: int = 0                              # sent to the parent at exit (clone's low byte)
-    real_timer: tuple | None = None                   # ITIMER_REAL: (expiry ns, interval ns)
-    cwd: str = "/"                                    # fs->pwd as a guest path (kernel_model.fs.namei)
-    umask: int = 0o022                                # fs->umask
-    rlimits: list | None = None                       # signal->rlim (kernel_model.kernel.resource); None: INIT_RLIMITS
+    fs: FsStruct = field(default_factory=FsStruct)
     personality: int = 0                              # task->personality (PER_LINUX)
     start_stack: int = 0                              # mm->start_stack: argc's address at exec
     arg_start: int = 0                                # mm->arg_start..arg_end: the argv strings

@@ -35,7 +35,7 @@ class MmapSyscalls:
             return neg(E.EINVAL)                  # sys_mmap: off must be page aligned
         file = None
         if not flags & MAP_ANONYMOUS:
-            file = task.process.fds.get(fd_arg(fd))   # fget
+            file = task.process.files.get(fd_arg(fd))   # fget
             if file is None:
                 return neg(E.EBADF)
         if length == 0:
@@ -93,8 +93,8 @@ class MmapSyscalls:
             return neg(E.ENODEV)                # a shared writable mapping would write back
         d_path = self._d_path(file)
         mfile = self.m.page_cache.file_of(file.fd, file.proc_link(), d_path)
-        if mfile not in task.process.files:
-            task.process.files.append(mfile)
+        if mfile not in task.process.mapped_files:
+            task.process.mapped_files.append(mfile)
         try:
             # a read-only descriptor's shared mapping loses VM_MAYWRITE
             vma = self.m.mem.map_file(where, length, prot, mfile, off, file.fd, shared=shared,

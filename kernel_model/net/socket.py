@@ -40,7 +40,7 @@ class SocketSyscalls:
     def _sockfd_lookup(self, task, fd) -> int:
         """sockfd_lookup_light: EBADF for no descriptor, ENOTSOCK for any other (no
         descriptor of the model is a socket)."""
-        return neg(E.ENOTSOCK) if task.process.fds.get(fd & 0xFFFFFFFF) else neg(E.EBADF)
+        return neg(E.ENOTSOCK) if task.process.files.get(fd & 0xFFFFFFFF) else neg(E.EBADF)
 
     @syscall(51, "getsockname", partial=NOT_A_SOCKET)
     @syscall(52, "getpeername", partial=NOT_A_SOCKET)

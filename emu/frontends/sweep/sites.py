@@ -138,7 +138,7 @@ def probed_files(machine, libraries: bool) -> list:
     exe = machine.process.exe
     files = [exe]
     if libraries:
-        for f in machine.process.files:
+        for f in machine.process.mapped_files:
             if f is exe or f in files:
                 continue
             try:

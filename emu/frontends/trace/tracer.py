@@ -207,7 +207,7 @@ class Tracer:
             return uprobes.vaddr_of(proc, self._start[1], self._start[2])
         name, delta = self._start[1], self._start[2]
         exe = proc.exe
-        for f in dict.fromkeys(([exe] if exe is not None else []) + list(proc.files)):
+        for f in dict.fromkeys(([exe] if exe is not None else []) + list(proc.mapped_files)):
             if f in self._no_symbol:
                 continue
             try:

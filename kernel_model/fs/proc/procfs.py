@@ -109,7 +109,7 @@ def ign_catch(proc) -> tuple[int, int]:
     """collect_sigign_sigcatch: the signals whose handler is SIG_IGN, and those with a
     handler of their own."""
     ign = catch = 0
-    for signo, raw in proc.sigactions.items():
+    for signo, raw in proc.sighand.action.items():
         handler = int.from_bytes(bytes(raw[:8]), "little")
         if handler == SIG_IGN:
             ign |= 1 << (signo - 1)
@@ -234,13 +234,13 @@ def status_text(machine, proc, task) -> str:
     alive, has_mm = _alive(proc), _has_mm(proc, task)
     lines = [f"Name:\t{escape_comm(task.comm)}\n"]
     if has_mm:                                     # task_umask: no fs_struct after exit
-        lines.append(f"Umask:\t{proc.umask:04o}\n")
+        lines.append(f"Umask:\t{proc.fs.umask:04o}\n")
     lines += [f"State:\t{task_state(task)}\n", f"Tgid:\t{proc.pid}\n", "Ngid:\t0\n",
              f"Pid:\t{task.tid}\n", f"PPid:\t{proc.ppid if alive or proc.parent else 0}\n",
              "TracerPid:\t0\n",
              f"Uid:\t{cred.uid}\t{cred.euid}\t{cred.suid}\t{cred.fsuid}\n",
              f"Gid:\t{cred.gid}\t{cred.egid}\t{cred.sgid}\t{cred.fsgid}\n",
-             f"FDSize:\t{max_fds(proc.fds) if has_mm else 0}\n",
+             f"FDSize:\t{max_fds(proc.files) if has_mm else 0}\n",
              "Groups:\t" + " ".join(str(g) for g in cred.groups) + " \n",
              f"NStgid:\t{proc.pid}\n", f"NSpid:\t{task.tid}\n", f"NSpgid:\t{proc.pgid}\n",
              "Kthread:\t0\n"]
@@ -254,10 +254,10 @@ def status_text(machine, proc, task) -> str:
                   "untag_mask:\t0xffffffffffffffff\n"]
     ign, catch = ign_catch(proc)
     queued = sum(len(t.pending_signals) for t in machine.tasks) + \
-        sum(len(p.shared_pending) for p in machine.processes)
+        sum(len(p.signal.shared_pending) for p in machine.processes)
     lines += [f"Threads:\t{nr_threads(proc)}\n", f"SigQ:\t{queued}/{machine.syscalls.rlimits_of(proc)[RLIMIT_SIGPENDING][0]}\n",
               f"SigPnd:\t{sigset(_sigbits(task.pending_signals))}\n",
-              f"ShdPnd:\t{sigset(_sigbits(proc.shared_pending))}\n",
+              f"ShdPnd:\t{sigset(_sigbits(proc.signal.shared_pending))}\n",
               f"SigBlk:\t{sigset(task.sigmask)}\n", f"SigIgn:\t{sigset(ign)}\n",
               f"SigCgt:\t{sigset(catch)}\n", "Cpus_allowed:\t1\n", "Cpus_allowed_list:\t0\n"]
     return "".join(lines)
@@ -572,7 +572,7 @@ class FdLink(SpecialNode):
         self.fs, self.proc, self.fd, self.ino = fs, proc, fd, ino
 
     def file(self):
-        return self.proc.fds.get(self.fd)
+        return self.proc.files.get(self.fd)
 
     def attrs(self, task):
         f = self.file()
@@ -779,7 +779,7 @@ class ProcFs:
                     file("cmdline", 5, lambda r: cmdline_bytes(proc, task)),
                     file("stat", 6, lambda r: stat_text(m, proc, task, not in_task_dir)),
                     file("maps", 7, lambda r: proc.mem.maps() if _has_mm(proc, task) else "")]
-            out.append(("cwd", ProcLink(self, base | 11, lambda r: fs_link(proc, task, proc.cwd), owner=task)))
+            out.append(("cwd", ProcLink(self, base | 11, lambda r: fs_link(proc, task, proc.fs.pwd), owner=task)))
             out.append(("root", ProcLink(self, base | 12, lambda r: fs_link(proc, task, "/"), owner=task)))
             out.append(("exe", ProcLink(self, base | 8, lambda r: exe_link(m, proc, task), owner=task,
                                         target=lambda r: exe_link(m, proc, task, follow=True))))
@@ -809,10 +809,10 @@ class ProcFs:
         def entries(reader):
             if not _has_mm(proc, task):
                 return []
-            return [(str(fd), FdLink(self, proc, fd, base | fd)) for fd in sorted(proc.fds.fds)]
+            return [(str(fd), FdLink(self, proc, fd, base | fd)) for fd in sorted(proc.files.fds)]
 
         def lookup_size(reader):
-            return len(proc.fds) if _has_mm(proc, task) else 0
+            return len(proc.files) if _has_mm(proc, task) else 0
         return ProcDir(self, path + "/fd", ino, entries, mode=0o500, owner=task, size=lookup_size,
                        parent_ino=ino & ~0xFFFFFF)
 

@@ -182,7 +182,7 @@ class Uprobes:
         file, offset = target
         if isinstance(file, str):
             path = file
-            file = next((f for f in self.machine.process.files if f.path == path), None)
+            file = next((f for f in self.machine.process.mapped_files if f.path == path), None)
             if file is None:
                 raise RegistrationError("ENOENT", f"{path} is not mapped")
         return self.uprobe_register(file, offset, UprobeConsumer(handler, ret_handler, filter,

@@ -29,14 +29,14 @@ class ItimerSyscalls:
         time gets SIGALRM (SI_KERNEL); a periodic timer re-arms.  True if one fired."""
         fired = False
         for proc in self.m.processes:
-            timer = proc.real_timer
+            timer = proc.signal.real_timer
             if proc.exit_result is not None or timer is None or timer[0] > self.clock.ns:
                 continue
             expires, interval = timer
-            proc.real_timer = (expires + interval, interval) if interval else None
-            if interval and proc.real_timer[0] <= self.clock.ns:       # catch up, one signal
+            proc.signal.real_timer = (expires + interval, interval) if interval else None
+            if interval and proc.signal.real_timer[0] <= self.clock.ns:       # catch up, one signal
                 skipped = (self.clock.ns - expires) // interval
-                proc.real_timer = (expires + (skipped + 1) * interval, interval)
+                proc.signal.real_timer = (expires + (skipped + 1) * interval, interval)
             self._send_kernel(proc, SIGALRM)
             fired = True
         return fired
@@ -44,7 +44,7 @@ class ItimerSyscalls:
     def _send_kernel(self, proc, sig) -> None:
         """A kernel-originated process signal (SEND_SIG_PRIV): prepare_signal drops it
         when ignored; SIG_DFL SIGALRM terminates."""
-        handler = parse_sigaction(proc.sigactions.get(sig))[0]
+        handler = parse_sigaction(proc.sighand.action.get(sig))[0]
         blocked = blocked_in([t for t in proc.tasks if t.state != "dead"], sig)
         if not blocked and (handler == SIG_IGN or (handler == SIG_DFL and sig in IGNORED_BY_DEFAULT)):
             return
@@ -53,9 +53,9 @@ class ItimerSyscalls:
 
     def _itimer_value(self, proc) -> tuple[int, int]:
         """(remaining ns, interval ns) of the process's ITIMER_REAL."""
-        if proc.real_timer is None:
+        if proc.signal.real_timer is None:
             return 0, 0
-        expires, interval = proc.real_timer
+        expires, interval = proc.signal.real_timer
         return max(expires - self.clock.ns, 1), interval
 
     @syscall(37, "alarm")
@@ -64,7 +64,7 @@ class ItimerSyscalls:
         timer under a second left counts as one)."""
         left, _ = self._itimer_value(task.process)
         seconds &= 0xFFFFFFFF
-        task.process.real_timer = (self.clock.ns + seconds * NSEC, 0) if seconds else None
+        task.process.signal.real_timer = (self.clock.ns + seconds * NSEC, 0) if seconds else None
         secs, rest = divmod(left, NSEC)
         return secs + (1 if (not secs and rest) or rest >= NSEC // 2 else 0)
 
@@ -89,7 +89,7 @@ class ItimerSyscalls:
             self._write_itimerval(old, *self._itimer_value(task.process))
         if new:
             value, interval = vsec * NSEC + vusec * USEC, isec * NSEC + iusec * USEC
-            task.process.real_timer = (self.clock.ns + value, interval) if value else None
+            task.process.signal.real_timer = (self.clock.ns + value, interval) if value else None
         return 0
 
     def _write_itimerval(self, ptr, value_ns, interval_ns) -> None:

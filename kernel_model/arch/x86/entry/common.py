@@ -43,7 +43,7 @@ class UserEntry:
                 if task.pending_rax is not None:
                     regs.rax, task.pending_rax = task.pending_rax, None   # woken before it slept
                 orig_rax = regs.orig_rax
-                if (task.pending_signals or task.process.shared_pending or
+                if (task.pending_signals or task.process.signal.shared_pending or
                         (orig_rax is not None and orig_rax >= 0 and self.restart_code(regs) is not None)) \
                         and self.exit_to_user_mode_loop(task, regs):
                     return

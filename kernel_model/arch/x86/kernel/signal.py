@@ -265,7 +265,7 @@ def restart_without_handler(regs) -> None:
 
 def sig_ignored(task, signo: int) -> bool:
     """sig_ignored at delivery: SIG_IGN, or SIG_DFL whose default is to ignore."""
-    handler = parse_sigaction(task.process.sigactions.get(signo))[0]
+    handler = parse_sigaction(task.process.sighand.action.get(signo))[0]
     return handler == SIG_IGN or (handler == SIG_DFL and signo in IGNORED_BY_DEFAULT)
 
 
@@ -324,7 +324,7 @@ class SignalDelivery:
         """setup_rt_frame: True when the guest's handler takes the signal (regs now point
         at it); False for the default action."""
         signo, addr, code = sig.signo, sig.addr, sig.code
-        handler, flags, restorer, mask = parse_sigaction(task.process.sigactions.get(signo))
+        handler, flags, restorer, mask = parse_sigaction(task.process.sighand.action.get(signo))
         if signo in (SIGKILL, SIGSTOP) or handler == SIG_DFL or not flags & SA_RESTORER:
             return False
         if handler == SIG_IGN:
@@ -359,7 +359,7 @@ class SignalDelivery:
         if task.sigaltstack is not None and task.sigaltstack[2] & SS_AUTODISARM:
             task.sigaltstack = None          # sas_ss_reset: saved in uc_stack, restored by sigreturn
         if flags & SA_RESETHAND:
-            task.process.sigactions.pop(signo, None)
+            task.process.sighand.action.pop(signo, None)
         if self.events:
             self.events.publish(ev.SignalHandler(task, signo, handler, frame_at))
         return True

@@ -33,7 +33,7 @@ class Traps:
         self.counters.bp_traps += 1
         self.do_int3(task, regs)
         orig_rax = regs.orig_rax
-        if (task.pending_signals or task.process.shared_pending or
+        if (task.pending_signals or task.process.signal.shared_pending or
                 (orig_rax is not None and orig_rax >= 0 and self.restart_code(regs) is not None)) \
                 and self.exit_to_user_mode_loop(task, regs):
             return
@@ -67,7 +67,7 @@ class Traps:
         self.counters.db_traps += 1
         self.do_debug(task, regs)
         orig_rax = regs.orig_rax
-        if (task.pending_signals or task.process.shared_pending or
+        if (task.pending_signals or task.process.signal.shared_pending or
                 (orig_rax is not None and orig_rax >= 0 and self.restart_code(regs) is not None)) \
                 and self.exit_to_user_mode_loop(task, regs):
             return
