@@ -406,7 +406,7 @@ def test_unknown_cost_profile_is_an_input_error():
 # ----------------------------------------------------------------------------- host kernel
 
 def _tracefs_reason():
-    from emu.frontends.hostdiff import HostKernelError, Tracefs
+    from emu.frontends.host_tracefs import HostKernelError, Tracefs
     try:
         Tracefs().close()
     except HostKernelError as e:
@@ -417,7 +417,8 @@ def _tracefs_reason():
 @pytest.mark.skipif(_tracefs_reason() is not None, reason=f"host tracefs unusable: {_tracefs_reason()}")
 def test_host_kernel_run_counts_every_hit(tmp_path):
     import os
-    from emu.frontends.hostdiff import Tracefs, host_profile_name, run_tag
+    from emu.frontends.hostdiff import host_profile_name
+    from emu.frontends.host_tracefs import Tracefs, run_tag
     from guest_programs import write_guest
     path = str(tmp_path / "bench_trigger")
     write_guest("bench_trigger", path)

@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from emu.frontends import hostdiff
-from emu.frontends.hostdiff import HostKernelError, HostProbes, Tracefs
+from emu.frontends.host_tracefs import HostKernelError, HostProbes, Tracefs
 from guest_programs import CORPUS, build_corpus_guest
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from cli_helpers import cli, one_line_error
 from emu.frontends import hostdiff
-from emu.frontends.hostdiff import Tracefs, run_tag
+from emu.frontends.host_tracefs import Tracefs, run_tag
 from test_hostdiff import needs_tracefs
 
 # these tests look at the host's own tracefs mount (diff's private ones come and go)

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from emu import Machine
-from emu.frontends.hostdiff import HostProbes, ResolvedProbe, Tracefs
+from emu.frontends.hostdiff import ResolvedProbe
+from emu.frontends.host_tracefs import HostProbes, Tracefs
 from cli_helpers import cli
 from conftest import C_DIR
 from layout_helpers import _no_randomize

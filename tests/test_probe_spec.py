@@ -14,9 +14,11 @@ from hypothesis import given, settings, strategies as st
 
 from kernel_model.errors import InputError, ProbeSpecError
 from kernel_model.trace.trace_probe import (
-    Comm, Deref, FetchArg, FileOffset, Imm, ImmString, MAX_TRACE_ARGS, Reg,
-    Retval, Stack, StackPointer, default_event_name, format_listing, format_profile_line,
+    MAX_TRACE_ARGS, default_event_name, format_listing, format_profile_line,
     format_trace_line, parse_fetch_arg,
+)
+from kernel_model.trace.trace_probe_tmpl import (
+    Comm, Deref, FetchArg, FileOffset, Imm, ImmString, Reg, Retval, Stack, StackPointer,
 )
 from emu.probes.probe_spec import UserProbeSpec as ProbeSpec, parse_probe_spec
 

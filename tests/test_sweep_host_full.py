@@ -18,7 +18,8 @@ import pytest
 
 from kernel_model.fs.elf import load_elf_file
 from emu.frontends import hostdiff
-from emu.frontends.hostdiff import HostKernelError, RunRecord, parse_syscalls, run_native
+from emu.frontends.hostdiff import RunRecord, parse_syscalls, run_native
+from emu.frontends.host_tracefs import HostKernelError
 from emu.frontends.sweep.case import Program
 from emu.frontends.sweep.compare import Divergence, RunDigest, host_view
 from emu.frontends.sweep.driver import SiteDivergence

@@ -16,7 +16,8 @@ import pytest
 
 from emu import Machine
 from kernel_model.fs.elf import load_elf_file
-from emu.frontends.hostdiff import HostProbes, ResolvedProbe, Tracefs
+from emu.frontends.hostdiff import ResolvedProbe
+from emu.frontends.host_tracefs import HostProbes, Tracefs
 
 from test_hostdiff import needs_tracefs
 

@@ -32,8 +32,7 @@ from dataclasses import dataclass
 from unicorn import UC_CTL_IO_WRITE, UC_CTL_TB_REMOVE_CACHE, UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, UcError
 from unicorn.unicorn_py3.unicorn import uclib
 
-from kernel_model.mm.mm_types import (DEFAULT_MAX_MEMORY, MAX_MAP_COUNT, MMAP_BASE, MMAP_MIN_ADDR,  # noqa: F401
-                       PAGE_MASK, PAGE_SIZE, PROT_ALL, PROT_EXEC, PROT_READ, PROT_WRITE, TASK_SIZE,
+from kernel_model.mm.mm_types import (MAX_MAP_COUNT, MMAP_BASE, MMAP_MIN_ADDR, PAGE_SIZE, PROT_ALL, PROT_EXEC, PROT_READ, PROT_WRITE, TASK_SIZE,
                        GuestFault, MappedFile, MemoryLimit, MemoryLimitExceeded, Vma, page_down,
                        page_up)
 

@@ -51,10 +51,10 @@ from guest_programs import write_guest
 from kernel_model.profiles import KernelProfile
 from emu.probes.probe_spec import parse_user_spec
 from emu.probes.usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
-# the host's tracefs, offered here too for the callers that compare with the host
-from emu.frontends.host_tracefs import (HostKernelError, HostProbes, Tracefs, check_field,  # noqa: F401
-                                        deferred_signals, fatal_signals_clean_up, find_tracefs, probe_command,
+from emu.frontends.host_tracefs import (HostKernelError, HostProbes, Tracefs, check_field,
+                                        deferred_signals, fatal_signals_clean_up, probe_command,
                                         run_tag)
+from emu.frontends.host_tracefs import find_tracefs  # noqa: F401 - diff's tracefs, as its callers name it
 
 FORK_LINE = re.compile(
     r"^\s*.+?-\d+\s+\[\d+\].*?: sched_process_fork: comm=.* pid=(?P<parent>\d+) "

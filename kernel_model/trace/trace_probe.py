@@ -6,8 +6,7 @@ This module models the text side of the kernel's uprobe trace events:
   and the generic argument parser ``traceprobe_parse_probe_arg()``
   (kernel/trace/trace_probe.c) do (the tools' spellings - perf's ``PATH:SYMBOL[+OFF]``,
   bpftrace's ``uprobe:PATH:FUNC`` - are :mod:`emu.probes.probe_spec`'s);
-* fetching and printing the arguments at a probe hit (:mod:`.trace_probe_tmpl`, re-exported
-  here), as ``process_fetch_insn()`` (trace_uprobe.c), ``process_fetch_insn_bottom()``
+* fetching and printing the arguments at a probe hit (:mod:`.trace_probe_tmpl`), as ``process_fetch_insn()`` (trace_uprobe.c), ``process_fetch_insn_bottom()``
   (trace_probe_tmpl.h) and the ``print_type_*`` functions (trace_probe.c) do;
 * the three text formats userspace reads back: the ``uprobe_events`` listing
   (``trace_uprobe_show()``), a ``trace`` line (``trace_print_context()`` in
@@ -45,19 +44,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from kernel_model.errors import ProbeSpecError
-from kernel_model.trace.trace_probe_tmpl import (BASIC_TYPES, MAX_STRING_SIZE, STRING_TYPES, TASK_COMM_LEN,
-                                                 Comm, Deref, FetchArg, FetchContext, FetchNode, FileOffset,
+from kernel_model.trace.trace_probe_tmpl import (BASIC_TYPES, STRING_TYPES, TASK_COMM_LEN,
+                                                 Comm, Deref, FetchArg, FetchNode, FileOffset,
                                                  Imm, ImmString, Reg, Retval, Stack, StackPointer)
 
 __all__ = [
-    "FetchArg", "FetchContext", "ProbeSpec",
-    "Reg", "Stack", "StackPointer", "Retval", "Comm", "Imm", "ImmString", "FileOffset",
-    "Deref", "FetchNode",
-    "TraceProbeParser", "parse_probe_spec", "parse_fetch_arg", "default_event_name",
+    "ProbeSpec", "TraceProbeParser", "parse_probe_spec", "parse_fetch_arg", "default_event_name",
     "kstrtoul", "isdigit", "is_good_name", "is_good_system_name",
     "format_listing", "format_trace_line", "format_profile_line",
     "MAX_TRACE_ARGS", "MAX_EVENT_NAME_LEN", "MAX_ARG_NAME_LEN", "MAX_ARGSTR_LEN",
-    "MAX_ARRAY_LEN", "MAX_STRING_SIZE", "DEFAULT_GROUP",
+    "MAX_ARRAY_LEN", "DEFAULT_GROUP",
 ]
 
 # --- kernel limits (kernel/trace/trace_probe.h, include/linux/trace_events.h) -----------

@@ -13,7 +13,7 @@ from kernel_model.profiles import KernelProfile
 
 from kernel_model.errors import EmuError, InputError
 from emu.frontends.cli import count, seconds
-from emu.frontends.hostdiff import HostKernelError
+from emu.frontends.host_tracefs import HostKernelError
 
 from emu.frontends.bench.host import run_host
 from emu.frontends.bench.programs import run_programs

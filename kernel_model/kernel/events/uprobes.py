@@ -23,8 +23,8 @@ from kernel_model.kernel.signals import SIGNALS
 
 from kernel_model.arch.x86.kernel import uprobes as arch
 from kernel_model.kernel.events.uretprobes import Uretprobes
-from kernel_model.kernel.events.uprobes_types import (UINSNS_PER_PAGE, UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE,  # noqa: F401
-                            UTASK_RUNNING, UTASK_SSTEP, ArchUprobeTask, MmUprobes, Uprobe,
+from kernel_model.kernel.events.uprobes_types import (UINSNS_PER_PAGE, UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE,
+                            UTASK_RUNNING, UTASK_SSTEP, MmUprobes, Uprobe,
                             UprobeConsumer, UprobeContext, UprobeTask, XolArea)
 
 SIGTRAP, SIGILL = SIGNALS["SIGTRAP"], SIGNALS["SIGILL"]
