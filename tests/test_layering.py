@@ -316,6 +316,42 @@ def _machine_private_names() -> set[str]:
     return names
 
 
+def test_the_machine_has_private_state_to_protect():
+    assert {"_sigint", "_end"} <= _machine_private_names()
+
+
+def _kernel_parts() -> tuple[set[str], set[str]]:
+    """The modules :class:`Kernel` is put together from, and the private members its
+    parts use on ``self`` (the run's end, the stop request, the pid counter...)."""
+    from kernel_model.kernel.kernel import Kernel
+    parts = [c for c in Kernel.__mro__ if c.__module__ in MODULES and c.__module__ != ENGINE_INTERFACE]
+    mods = {c.__module__ for c in parts}
+    names = set()
+    for cls in parts:
+        node = next(n for n in ast.walk(PROJECT.tree(cls.__module__))
+                    if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id == "self" \
+                    and sub.attr.startswith("_") and not sub.attr.startswith("__"):
+                names.add(sub.attr)
+            if isinstance(sub, ast.FunctionDef) and sub.name.startswith("_") and not sub.name.startswith("__"):
+                names.add(sub.name)
+    return mods, names
+
+
+def test_the_kernel_has_private_state_to_protect():
+    assert {"_result", "_stop_requested", "_next_pid"} <= _kernel_parts()[1]
+
+
+def test_no_module_outside_the_kernels_parts_uses_their_private_members():
+    mods, private = _kernel_parts()
+    bad = {m: found for m in MODULES if m not in mods and
+           (found := [(n.attr, n.lineno) for n in ast.walk(PROJECT.tree(m))
+                      if isinstance(n, ast.Attribute) and n.attr in private and
+                      not (isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"))])}
+    assert bad == {}, f"private members of Kernel used outside its parts: {bad}"
+
+
 @pytest.mark.parametrize("mod", [m for m in MODULES if m != FACADE])
 def test_no_module_outside_the_machine_uses_its_private_members(mod):
     private = _machine_private_names()

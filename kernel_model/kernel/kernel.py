@@ -203,7 +203,7 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         self.uprobes.uprobe_munmap(proc, vma, start, end)
 
     # -- USDT semaphores ---------------------------------------------------------
-    def _ref_ctr(self, proc, uprobe) -> tuple[int, int] | None:
+    def find_ref_ctr(self, proc, uprobe) -> tuple[int, int] | None:
         """(address, value) of the USDT semaphore in the file's writable mapping."""
         if not uprobe.ref_ctr_offset:
             return None
@@ -221,7 +221,7 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         """``update_ref_ctr``: the 16-bit semaphore at ``ref_ctr_offset`` rises on install
         and falls on removal.  Going below zero is refused (-EINVAL, "ref_ctr going
         negative"): returns False and writes nothing."""
-        found = self._ref_ctr(proc, uprobe)
+        found = self.find_ref_ctr(proc, uprobe)
         if found is None:
             return True
         addr, cur = found
@@ -239,5 +239,5 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         return True
 
     def ref_ctr_can_decrement(self, proc, uprobe) -> bool:
-        found = self._ref_ctr(proc, uprobe)
+        found = self.find_ref_ctr(proc, uprobe)
         return found is None or found[1] > 0

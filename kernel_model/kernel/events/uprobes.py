@@ -134,7 +134,7 @@ class Uprobes:
         if not uprobe.ref_ctr_offset:
             return True
         ok = True
-        if self.kernel._ref_ctr(proc, uprobe) is not None:
+        if self.kernel.find_ref_ctr(proc, uprobe) is not None:
             ok = self.kernel.ref_ctr_update(proc, uprobe, d)
             if d > 0:
                 return ok
