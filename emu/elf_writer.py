@@ -8,27 +8,16 @@ only ever reads ELF; this writer is tooling, so it lives on the emulator's side.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from kernel_model.errors import InputError
-from kernel_model.fs.elf import PAGE_SIZE, PF_R, PF_W, PF_X
+from kernel_model.fs.elf import (ELF64_EHDR, ELF64_PHDR, ELF64_SHDR, ELF64_SYM, ELF_MAGIC, ELFCLASS64, ELFDATA2LSB,
+                                 EM_X86_64, EV_CURRENT, PAGE_SIZE, PF_R, PF_W, PF_X, PT_LOAD, SHN_ABS)
 
 DEFAULT_TEXT_VADDR = 0x401000
 """Where callers of :func:`build_elf` put ``.text`` unless they have a reason not to
 (the same address ``ld`` uses for a small static executable)."""
-
-_ELF_MAGIC = b"\x7fELF"
-_ELFCLASS64, _ELFDATA2LSB, _EV_CURRENT, _EM_X86_64 = 2, 1, 1, 62
-_PT_LOAD = 1
-_SHN_ABS = 0xFFF1
-
-# Elf64_Ehdr, Elf64_Phdr, Elf64_Shdr, Elf64_Sym (x86_64 is little-endian only)
-_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
-_PHDR = struct.Struct("<IIQQQQQQ")
-_SHDR = struct.Struct("<IIQQQQIIQQ")
-_SYM = struct.Struct("<IBBHQQ")
 
 
 @dataclass(frozen=True)
@@ -110,7 +99,7 @@ def build_elf(
     and is ``SHN_ABS`` otherwise.
     """
     has_data = bool(data or bss_size)
-    headers_size = _EHDR.size + (2 if has_data else 1) * _PHDR.size
+    headers_size = ELF64_EHDR.size + (2 if has_data else 1) * ELF64_PHDR.size
     parts = [_text_part(text, text_vaddr, headers_size)]
     if has_data:
         parts.append(_data_part(data, data_vaddr, bss_size, parts[0], text_vaddr + len(text)))
@@ -140,7 +129,7 @@ def _text_part(text: bytes, text_vaddr: int, headers_size: int) -> _LoadPart:
     size = text_off + len(text)
     text_section = _Section(".text", _SHT_PROGBITS, _SHF_ALLOC | _SHF_EXECINSTR, text_vaddr, text_off,
                             len(text), align=_natural_alignment(text_vaddr, 16))
-    phdr = _PHDR.pack(_PT_LOAD, PF_R | PF_X, 0, seg_vaddr, seg_vaddr, size, size, PAGE_SIZE)
+    phdr = ELF64_PHDR.pack(PT_LOAD, PF_R | PF_X, 0, seg_vaddr, seg_vaddr, size, size, PAGE_SIZE)
     return _LoadPart(phdr, (text_section,), text_off, text)
 
 
@@ -152,7 +141,7 @@ def _data_part(
     if _page_down(data_vaddr) < _page_up(text_end):
         raise InputError(f"data_vaddr {data_vaddr:#x} shares a page with the text segment")
     data_off = _page_up(text.offset + len(text.content)) + data_vaddr % PAGE_SIZE
-    phdr = _PHDR.pack(_PT_LOAD, PF_R | PF_W, data_off, data_vaddr, data_vaddr,
+    phdr = ELF64_PHDR.pack(PT_LOAD, PF_R | PF_W, data_off, data_vaddr, data_vaddr,
                       len(data), len(data) + bss_size, PAGE_SIZE)
     sections = []
     if data:
@@ -178,7 +167,7 @@ def _finish_file(
     body += strtab
     sections = sections + [
         _Section(".symtab", _SHT_SYMTAB, 0, 0, symtab_off, len(symtab), link=symtab_index + 1,
-                 info=first_global, align=8, entsize=_SYM.size),
+                 info=first_global, align=8, entsize=ELF64_SYM.size),
         _Section(".strtab", _SHT_STRTAB, 0, 0, strtab_off, len(strtab)),
     ]
     shstrtab = _StringTable()
@@ -189,13 +178,13 @@ def _finish_file(
     body += shstrtab.blob
     shoff = _align_up(len(body), 8)
     body += b"\0" * (shoff - len(body))
-    body += bytes(_SHDR.size)  # the null section
+    body += bytes(ELF64_SHDR.size)  # the null section
     for sec in sections:
-        body += _SHDR.pack(shstrtab.offsets[sec.name], sec.type, sec.flags, sec.addr, sec.offset,
+        body += ELF64_SHDR.pack(shstrtab.offsets[sec.name], sec.type, sec.flags, sec.addr, sec.offset,
                            sec.size, sec.link, sec.info, sec.align, sec.entsize)
-    ident = _ELF_MAGIC + bytes([_ELFCLASS64, _ELFDATA2LSB, _EV_CURRENT, 0]) + bytes(8)
-    ehdr = _EHDR.pack(ident, 2, _EM_X86_64, _EV_CURRENT, entry, _EHDR.size, shoff, 0, _EHDR.size,
-                      _PHDR.size, len(phdrs), _SHDR.size, len(sections) + 1, len(sections))
+    ident = ELF_MAGIC + bytes([ELFCLASS64, ELFDATA2LSB, EV_CURRENT, 0]) + bytes(8)
+    ehdr = ELF64_EHDR.pack(ident, 2, EM_X86_64, EV_CURRENT, entry, ELF64_EHDR.size, shoff, 0, ELF64_EHDR.size,
+                      ELF64_PHDR.size, len(phdrs), ELF64_SHDR.size, len(sections) + 1, len(sections))
     headers = ehdr + b"".join(phdrs)
     body[: len(headers)] = headers
     return bytes(body)
@@ -210,10 +199,10 @@ def _symbol_table(symbols: list[tuple], sections: list[_Section]) -> tuple[bytes
     normalized = [_normalize_symbol(entry) for entry in symbols]
     ordered = [s for s in normalized if s[4] == "LOCAL"] + [s for s in normalized if s[4] != "LOCAL"]
     strtab = _StringTable()
-    table = bytearray(_SYM.size)  # the null symbol
+    table = bytearray(ELF64_SYM.size)  # the null symbol
     for name, value, size, typ, bind in ordered:
         info = (_STB_CODES[bind] << 4) | _STT_CODES[typ]
-        table += _SYM.pack(strtab.add(name), info, 0, _section_index(value, size, sections), value, size)
+        table += ELF64_SYM.pack(strtab.add(name), info, 0, _section_index(value, size, sections), value, size)
     first_global = 1 + sum(1 for s in ordered if s[4] == "LOCAL")
     return bytes(table), bytes(strtab.blob), first_global
 
@@ -238,4 +227,4 @@ def _section_index(value: int, size: int, sections: list[_Section]) -> int:
     for i, sec in enumerate(sections, start=1):
         if sec.addr <= value < sec.addr + sec.size or (size == 0 and value == sec.addr + sec.size):
             return i
-    return _SHN_ABS
+    return SHN_ABS

@@ -47,23 +47,23 @@ PAGE_SIZE = 0x1000
 # The lowest 47-bit canonical user address space, as on x86_64 Linux without LA57.
 _USER_ADDRESS_LIMIT = 1 << 47
 
-_ELF_MAGIC = b"\x7fELF"
-_ELFCLASS32, _ELFCLASS64 = 1, 2
-_ELFDATA2LSB, _ELFDATA2MSB = 1, 2
-_EM_X86_64 = 62
-_EV_CURRENT = 1
+ELF_MAGIC = b"\x7fELF"
+_ELFCLASS32, ELFCLASS64 = 1, 2
+ELFDATA2LSB, _ELFDATA2MSB = 1, 2
+EM_X86_64 = 62
+EV_CURRENT = 1
 _ET_NAMES = MappingProxyType({0: "ET_NONE", 1: "ET_REL", 2: "ET_EXEC", 3: "ET_DYN", 4: "ET_CORE"})
-_PT_LOAD, _PT_DYNAMIC, _PT_INTERP, _PT_TLS = 1, 2, 3, 7
+PT_LOAD, _PT_DYNAMIC, _PT_INTERP, _PT_TLS = 1, 2, 3, 7
 _DT_NULL, _DT_NEEDED, _DT_STRTAB = 0, 1, 5
-_SHN_ABS = 0xFFF1
+SHN_ABS = 0xFFF1
 _NT_STAPSDT = 3
 
 # Elf64_Ehdr, Elf64_Phdr, Elf64_Shdr, Elf64_Sym, Elf64_Dyn -- little-endian only,
 # since x86_64 is little-endian and a big-endian x86_64 file cannot exist.
-_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
-_PHDR = struct.Struct("<IIQQQQQQ")
-_SHDR = struct.Struct("<IIQQQQIIQQ")
-_SYM = struct.Struct("<IBBHQQ")
+ELF64_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
+ELF64_PHDR = struct.Struct("<IIQQQQQQ")
+ELF64_SHDR = struct.Struct("<IIQQQQIIQQ")
+ELF64_SYM = struct.Struct("<IBBHQQ")
 _DYN = struct.Struct("<qQ")
 _NOTE_HEADER = struct.Struct("<III")
 
@@ -439,7 +439,7 @@ def image_of(file) -> ElfImage | None:
     usable ELF (a locale archive, ld.so.cache), remembered so it is read once."""
     if file.elf is not None or getattr(file, "not_elf", False) or file.reader is None:
         return file.elf
-    if file.size > MAX_ELF_FILE_SIZE or file.read(0, 4) != _ELF_MAGIC:
+    if file.size > MAX_ELF_FILE_SIZE or file.read(0, 4) != ELF_MAGIC:
         file.not_elf = True
         return None
     try:
@@ -507,7 +507,7 @@ def parse_elf(data: bytes, path: str, *, shared_object: bool = False) -> ElfImag
     header = _parse_header(data, path)
     phdrs = _parse_program_headers(data, header, path)
     interp = _interpreter(data, phdrs, path)
-    segments = [_segment(data, ph, path) for ph in phdrs if ph.type == _PT_LOAD]
+    segments = [_segment(data, ph, path) for ph in phdrs if ph.type == PT_LOAD]
     if not segments:
         raise ElfError(f"{path}: no loadable segments (no PT_LOAD program header)")
     if interp is None and not shared_object:
@@ -536,25 +536,25 @@ def _parse_header(data: bytes, path: str) -> _Header:
     person would want to hear about them (a 32-bit ARM file is "32-bit" first)."""
     if not data:
         raise ElfError(f"{path}: not an ELF file (empty file)")
-    if not data.startswith(_ELF_MAGIC):
+    if not data.startswith(ELF_MAGIC):
         raise ElfError(f"{path}: not an ELF file")
     if len(data) < 6:
         raise ElfError(f"{path}: truncated ELF (file is {len(data)} bytes, too short for the identification)")
     if data[4] == _ELFCLASS32:
         raise ElfError(f"{path}: 32-bit ELF is not supported")
-    if data[4] != _ELFCLASS64:
+    if data[4] != ELFCLASS64:
         raise ElfError(f"{path}: invalid ELF class {data[4]}")
     if data[5] == _ELFDATA2MSB:
         raise ElfError(f"{path}: big-endian ELF is not supported")
-    if data[5] != _ELFDATA2LSB:
+    if data[5] != ELFDATA2LSB:
         raise ElfError(f"{path}: invalid ELF data encoding {data[5]}")
-    if len(data) < _EHDR.size:
+    if len(data) < ELF64_EHDR.size:
         raise ElfError(
-            f"{path}: truncated ELF (file is {len(data)} bytes, the ELF header needs {_EHDR.size})"
+            f"{path}: truncated ELF (file is {len(data)} bytes, the ELF header needs {ELF64_EHDR.size})"
         )
-    fields = _EHDR.unpack_from(data)
+    fields = ELF64_EHDR.unpack_from(data)
     (_, etype, machine, _, entry, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _) = fields
-    if machine != _EM_X86_64:
+    if machine != EM_X86_64:
         raise ElfError(f"{path}: not an x86_64 ELF (machine {_machine_name(machine)})")
     _check_type(etype, path)
     return _Header(etype, machine, entry, phoff, shoff, phentsize, phnum, shentsize, shnum)
@@ -582,15 +582,15 @@ def _parse_program_headers(data: bytes, header: _Header, path: str) -> list[_Pro
     """Decode the program header table with the kernel's sanity limits."""
     if header.phnum == 0:
         raise ElfError(f"{path}: no program headers, so there is nothing to load")
-    if header.phentsize != _PHDR.size:
-        raise ElfError(f"{path}: bad program header entry size {header.phentsize} (expected {_PHDR.size})")
-    table_size = header.phnum * _PHDR.size
+    if header.phentsize != ELF64_PHDR.size:
+        raise ElfError(f"{path}: bad program header entry size {header.phentsize} (expected {ELF64_PHDR.size})")
+    table_size = header.phnum * ELF64_PHDR.size
     if table_size > 65536:  # the kernel's limit in elf_read_phdrs()
         raise ElfError(f"{path}: too many program headers ({header.phnum})")
     if header.phoff + table_size > len(data):
         raise ElfError(f"{path}: truncated ELF (program header table past end of file)")
     return [
-        _ProgramHeader(i, *_PHDR.unpack_from(data, header.phoff + i * _PHDR.size))
+        _ProgramHeader(i, *ELF64_PHDR.unpack_from(data, header.phoff + i * ELF64_PHDR.size))
         for i in range(header.phnum)
     ]
 
@@ -612,7 +612,7 @@ def _interpreter(data: bytes, phdrs: list[_ProgramHeader], path: str) -> str | N
 
 def _segment(data: bytes, ph: _ProgramHeader, path: str) -> Segment:
     """A checked PT_LOAD/PT_TLS: the loader may then map it without further doubt."""
-    kind = "PT_LOAD" if ph.type == _PT_LOAD else "PT_TLS"
+    kind = "PT_LOAD" if ph.type == PT_LOAD else "PT_TLS"
     where = f"{kind} #{ph.index}"
     if ph.offset + ph.filesz > len(data):
         raise ElfError(f"{path}: truncated ELF ({where} data past end of file)")
@@ -622,7 +622,7 @@ def _segment(data: bytes, ph: _ProgramHeader, path: str) -> Segment:
         raise ElfError(
             f"{path}: {where} ({ph.vaddr:#x}-{ph.vaddr + ph.memsz:#x}) lies outside the user address space"
         )
-    if ph.type == _PT_LOAD and (ph.vaddr - ph.offset) % PAGE_SIZE:
+    if ph.type == PT_LOAD and (ph.vaddr - ph.offset) % PAGE_SIZE:
         raise ElfError(
             f"{path}: {where} cannot be mapped: p_offset {ph.offset:#x} and p_vaddr"
             f" {ph.vaddr:#x} differ modulo the page size"
@@ -702,9 +702,9 @@ def _parse_sections(data: bytes, header: _Header, path: str) -> tuple[list[Symbo
 
 
 def _check_section_table(data: bytes, header: _Header, path: str) -> None:
-    if header.shentsize != _SHDR.size:
-        raise ElfError(f"{path}: bad section header entry size {header.shentsize} (expected {_SHDR.size})")
-    if header.shoff + max(header.shnum, 1) * _SHDR.size > len(data):
+    if header.shentsize != ELF64_SHDR.size:
+        raise ElfError(f"{path}: bad section header entry size {header.shentsize} (expected {ELF64_SHDR.size})")
+    if header.shoff + max(header.shnum, 1) * ELF64_SHDR.size > len(data):
         raise ElfError(f"{path}: truncated ELF (section header table past end of file)")
 
 
@@ -721,7 +721,7 @@ def _read_symbols(data: bytes, sections: list, path: str) -> list[Symbol]:
     tables += [s for s in sections if s["sh_type"] == "SHT_DYNSYM"]
     symbols: list[Symbol] = []
     for table in tables:
-        if table["sh_entsize"] != _SYM.size:
+        if table["sh_entsize"] != ELF64_SYM.size:
             raise ElfError(f"{path}: bad symbol table entry size {table['sh_entsize']} in {table.name}")
         _check_section_in_file(data, table, path)
         if not 0 < table["sh_link"] < len(sections):
