@@ -5,8 +5,16 @@
     result = m.run()
 """
 
-from kernel_model.errors import (ElfError, EmuError, GuestSignalError, InputError, ProbeSpecError,
-                     RegistrationError, SymbolError, UnsupportedError)
+from kernel_model.errors import (
+    ElfError,
+    EmuError,
+    GuestSignalError,
+    InputError,
+    ProbeSpecError,
+    RegistrationError,
+    SymbolError,
+    UnsupportedError,
+)
 from kernel_model.kernel.signals import RunResult
 
 __all__ = ["Machine", "RunResult", "EmuError", "InputError", "ElfError", "SymbolError",

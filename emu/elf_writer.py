@@ -12,8 +12,23 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from kernel_model.errors import InputError
-from kernel_model.fs.elf import (ELF64_EHDR, ELF64_PHDR, ELF64_SHDR, ELF64_SYM, ELF_MAGIC, ELFCLASS64, ELFDATA2LSB,
-                                 EM_X86_64, EV_CURRENT, PAGE_SIZE, PF_R, PF_W, PF_X, PT_LOAD, SHN_ABS)
+from kernel_model.fs.elf import (
+    ELF64_EHDR,
+    ELF64_PHDR,
+    ELF64_SHDR,
+    ELF64_SYM,
+    ELF_MAGIC,
+    ELFCLASS64,
+    ELFDATA2LSB,
+    EM_X86_64,
+    EV_CURRENT,
+    PAGE_SIZE,
+    PF_R,
+    PF_W,
+    PF_X,
+    PT_LOAD,
+    SHN_ABS,
+)
 
 DEFAULT_TEXT_VADDR = 0x401000
 """Where callers of :func:`build_elf` put ``.text`` unless they have a reason not to

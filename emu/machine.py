@@ -20,24 +20,31 @@ import os
 import signal as host_signal
 import threading
 
-from guest_programs import build_guest
 from emu.asm import asm_to_elf
 from emu.engine.cpu import Cpu, Hook
 from emu.engine.memory import Memory, PageCache
 from emu.engine.quantum import instruction_counter_available
 from emu.engine.regfile import SnapshotReader
-from emu.replay.checkpoint import (DEFAULT_INTERVAL, DEFAULT_MAX_CHECKPOINTS, Checkpoint, CheckpointError, Recorder,
-                                   restore_checkpoint, take_checkpoint)
-from kernel_model.arch.x86.ptrace import PtRegs
 from emu.probes.user_api import UserUprobes
+from emu.replay.checkpoint import (
+    DEFAULT_INTERVAL,
+    DEFAULT_MAX_CHECKPOINTS,
+    Checkpoint,
+    CheckpointError,
+    Recorder,
+    restore_checkpoint,
+    take_checkpoint,
+)
+from guest_programs import build_guest
+from kernel_model.arch.x86.ptrace import PtRegs
 from kernel_model.errors import GuestSignalError, InputError, SymbolError
 from kernel_model.fs.binfmt_elf import file_identity, load_image
 from kernel_model.fs.elf import load_elf_file, parse_elf
 from kernel_model.kernel.counters import Counters
+from kernel_model.kernel.cred import Cred
 from kernel_model.kernel.kernel import Kernel
 from kernel_model.kernel.sched import MAX_SLICE, MIN_SLICE, check_slice
 from kernel_model.kernel.signals import RunResult
-from kernel_model.kernel.cred import Cred
 from kernel_model.kernel.syscalls import Syscalls
 from kernel_model.kernel.task import Process, Task
 from kernel_model.mm.mm_types import DEFAULT_MAX_MEMORY, MappedFile, MemoryLimit

@@ -7,7 +7,6 @@ import subprocess
 
 from emu import Machine
 
-
 _CENTISECONDS = re.compile(rb"\b(rem_cs|left_cs)=(\d+)")
 
 

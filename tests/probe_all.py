@@ -27,12 +27,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import capstone
-from unicorn import UC_HOOK_CODE, UC_HOOK_INSN
-from unicorn import x86_const as X
+from unicorn import UC_HOOK_CODE, UC_HOOK_INSN, x86_const as X
 
+from kernel_model.arch.x86.ptrace import GPR_NAMES, TF
 from kernel_model.errors import RegistrationError
 from kernel_model.mm.mm_types import PROT_WRITE
-from kernel_model.arch.x86.ptrace import GPR_NAMES, TF
 
 XOL_SLOT_BYTES = 128
 XOL_SLOTS = 32

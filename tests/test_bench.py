@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_helpers import cli, one_line_error
 
 from emu.frontends import bench
-from emu.frontends.bench import EVENT_KEYS, SCENARIOS, ColumnSpec, count_events, parse_column
+from emu.frontends.bench import EVENT_KEYS, SCENARIOS, ColumnSpec, costmodel, count_events, parse_column
 from kernel_model.errors import InputError
-from emu.frontends.bench import costmodel
 from kernel_model.profiles import KernelProfile
-
-from cli_helpers import cli, one_line_error
 
 PROFILES = ("6.9", "6.10", "6.11", "6.14", "6.17", "6.18", "7.2")
 
@@ -284,6 +282,7 @@ def test_the_report_says_whether_the_cpu_state_was_found_in_place(quick_run):
 @pytest.mark.parametrize("in_place", [True, False])
 def test_hit_costs_measured_without_the_cpu_state_in_place_are_flagged(quick_run, in_place):
     from rich.console import Console
+
     from emu.frontends.bench.render import render
     _, rep = quick_run
     rep = dict(rep, host=dict(rep["host"], cpu_state_in_place=in_place))
@@ -417,8 +416,9 @@ def _tracefs_reason():
 @pytest.mark.skipif(_tracefs_reason() is not None, reason=f"host tracefs unusable: {_tracefs_reason()}")
 def test_host_kernel_run_counts_every_hit(tmp_path):
     import os
-    from emu.frontends.hostdiff import host_profile_name
+
     from emu.frontends.host_tracefs import Tracefs, run_tag
+    from emu.frontends.hostdiff import host_profile_name
     from guest_programs import write_guest
     path = str(tmp_path / "bench_trigger")
     write_guest("bench_trigger", path)

@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_helpers import cli
 
 from emu.engine import baseline
-from kernel_model.errors import EmuError
 from emu.frontends.bench import TARGET_INT3_RATIOS, guest_file, targets
-
-from cli_helpers import cli
+from kernel_model.errors import EmuError
 
 HIT_TARGETS = {"uprobe-nop": 0.20, "uprobe-push": 0.15, "uprobe-ret": 0.08, "uretprobe-nop": 0.08}
 QILING = "full semantics vs no semantics: uprobe-nop / Qiling-style code hook"

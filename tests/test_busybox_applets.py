@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from guest_compare import BUSYBOX, model, native, require
 
 _CENSUS = Path(__file__).resolve().parent.parent / "tools" / "busybox_census.py"

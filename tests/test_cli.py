@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
-import shutil
 import time
 
 import pytest
-
 from cli_helpers import cli, one_line_error
 
 

@@ -7,10 +7,10 @@ import os
 import stat
 
 import pytest
-
-from kernel_model.errors import printable
-from guest_programs import write_guest
 from cli_helpers import cli, one_line_error
+
+from guest_programs import write_guest
+from kernel_model.errors import printable
 
 
 @pytest.fixture(scope="module")

@@ -7,15 +7,13 @@ from __future__ import annotations
 import struct
 
 import pytest
-from unicorn import UC_ARCH_X86, UC_MODE_64, Uc
-from unicorn import x86_const as X
+from unicorn import UC_ARCH_X86, UC_MODE_64, Uc, x86_const as X
+from uprobe_helpers import guest, guest_regs
 
 from emu import Machine
 from emu.engine import regfile
 from emu.engine.regfile import RegisterFile, cpu_window_layout
 from kernel_model.arch.x86.ptrace import GPR_NAMES
-
-from uprobe_helpers import guest, guest_regs
 
 _IDS = {n: getattr(X, "UC_X86_REG_" + n.upper()) for n in GPR_NAMES}
 

@@ -12,9 +12,9 @@ import termios
 
 import pytest
 
+from emu.machine import Machine
 from kernel_model.fs.dev import DEVTMPFS_DEV, DevFs
 from kernel_model.fs.file import TCGETS
-from emu.machine import Machine
 
 O_RDONLY, O_WRONLY, O_RDWR, O_DIRECTORY = 0, 1, 2, 0o200000
 

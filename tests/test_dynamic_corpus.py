@@ -14,10 +14,10 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from test_hostdiff import needs_tracefs, our_probes_left
 
 from emu import Machine
 from emu.frontends import hostdiff
-from test_hostdiff import needs_tracefs, our_probes_left
 
 MALLOC_FREE = ["uprobe:libc:malloc", "uretprobe:libc:malloc", "uprobe:libc:free"]
 
@@ -82,7 +82,7 @@ def test_ls_finds_proc_filesystems_as_natively():
     never falls back to /proc/mounts (no second fopen)."""
     m = Machine.from_elf("/bin/ls", argv=["/bin/ls", "/"])
     opened = []
-    from kernel_model.trace.events import SyscallReturn, Syscall
+    from kernel_model.trace.events import Syscall, SyscallReturn
     pending = {}
 
     def on(ev):
@@ -104,6 +104,7 @@ def test_host_binaries_exit_and_print_as_native_without_probes(argv):
     """Everywhere (no tracefs needed): exit status, stdout and stderr as a native run
     in the model's environment."""
     import subprocess
+
     from kernel_model.fs.binfmt_elf import DEFAULT_ENV
     env = dict(item.split("=", 1) for item in DEFAULT_ENV)
     native = subprocess.run(argv, capture_output=True, timeout=60, env=env)

@@ -11,11 +11,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from cli_helpers import cli, one_line_error
+from layout_helpers import run_native_norandom
 
 from emu import Machine
 from kernel_model.errors import ElfError, EmuError
-from cli_helpers import cli, one_line_error
-from layout_helpers import run_native_norandom
 
 AT_NAMES = {33: "SYSINFO_EHDR", 51: "MINSIGSTKSZ", 16: "HWCAP", 6: "PAGESZ", 17: "CLKTCK",
             3: "PHDR", 4: "PHENT", 5: "PHNUM", 7: "BASE", 8: "FLAGS", 9: "ENTRY", 11: "UID",

@@ -16,10 +16,10 @@ import threading
 import time
 
 import pytest
+from native_helpers import assert_native_then_model
 
 from emu import Machine
 from kernel_model.trace import events as ev
-from native_helpers import assert_native_then_model
 
 NR_CLOCK_NANOSLEEP, NR_RESTART_SYSCALL, NR_KILL = 230, 219, 62   # glibc sleeps with clock_nanosleep
 SIGUSR1 = 10

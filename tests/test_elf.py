@@ -20,6 +20,8 @@ import capstone
 import pytest
 from keystone import KS_ARCH_X86, KS_MODE_64, Ks
 
+from emu.elf_writer import build_elf
+from kernel_model.errors import ElfError, InputError, SymbolError
 from kernel_model.fs.elf import (
     PF_R,
     PF_W,
@@ -28,8 +30,6 @@ from kernel_model.fs.elf import (
     load_elf_file,
     parse_elf,
 )
-from emu.elf_writer import build_elf
-from kernel_model.errors import ElfError, InputError, SymbolError
 
 HELLO_C = textwrap.dedent(
     """\

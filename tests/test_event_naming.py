@@ -9,11 +9,11 @@ the kernel's ``p_<file>_0x<offset>`` (``__trace_uprobe_create()``).
 from __future__ import annotations
 
 import pytest
+from cli_helpers import cli, one_line_error
 
 from emu import Machine, ProbeSpecError
 from emu.asm import asm_to_elf
 from emu.probes.probe_spec import perf_event_name
-from cli_helpers import cli, one_line_error
 
 N = 3
 GUEST = f"""

@@ -9,9 +9,21 @@ import pytest
 
 from emu import Machine
 from kernel_model.trace import events as ev
-from kernel_model.trace.events import (Emulated, EventBus, HandlerRan, RetHandlerRan, Syscall, SyscallReturn,
-                        SysUretprobe, UprobeHit, UretprobeHijack, UretprobeReturn, XolAreaMapped,
-                        XolDone, XolStep)
+from kernel_model.trace.events import (
+    Emulated,
+    EventBus,
+    HandlerRan,
+    RetHandlerRan,
+    Syscall,
+    SyscallReturn,
+    SysUretprobe,
+    UprobeHit,
+    UretprobeHijack,
+    UretprobeReturn,
+    XolAreaMapped,
+    XolDone,
+    XolStep,
+)
 
 # ------------------------------------------------------------------ the bus
 

@@ -14,10 +14,10 @@
 from __future__ import annotations
 
 import pytest
+from guest_compare import BUSYBOX, fresh_dir, model_machine, require
 
 from emu import Machine
 from kernel_model.fs.elf import load_elf_file
-from guest_compare import BUSYBOX, fresh_dir, model_machine, require
 from kernel_model.kernel.events.uprobes import UprobeConsumer
 
 

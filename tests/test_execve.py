@@ -10,7 +10,6 @@ shells running pipelines of other programs.  The working directory is granted.""
 from __future__ import annotations
 
 import pytest
-
 from guest_compare import BASH, BUSYBOX, fresh_dir, model, native, require
 
 SECTIONS = ["args", "cloexec", "signals", "errors", "script", "at", "threads", "vfork"]

@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from kernel_model.fs.file import FdTable, PipeInput
 from emu.machine import Machine
+from kernel_model.fs.file import FdTable, PipeInput
 
 SECTIONS = ["dups", "polls"]
 

@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from kernel_model.fs.file import FdTable, HostFile, SeqFile
 from emu.machine import Machine
+from kernel_model.fs.file import FdTable, HostFile, SeqFile
 
 
 def native(exe: str, *args: str, cwd: str | None = None) -> bytes:

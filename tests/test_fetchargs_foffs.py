@@ -8,10 +8,10 @@ busybox and of most gcc executables, PIE or not) is therefore not where the kern
 from __future__ import annotations
 
 import pytest
+from test_hostdiff import diff, needs_tracefs
 
 from emu import Machine
 from kernel_model.fs.elf import load_elf_file
-from test_hostdiff import diff, needs_tracefs
 
 BUSYBOX = "/bin/busybox"
 U32 = 0xFFFFFFFF

@@ -9,11 +9,11 @@ import os
 import subprocess
 
 import pytest
+from test_memory_limits import run_syscall
 
 from emu import Machine
-from kernel_model.trace import events as ev
 from emu.engine.memory import PageCache
-from test_memory_limits import run_syscall
+from kernel_model.trace import events as ev
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from fs_helpers import same_tree
 
 from emu import Machine
-from fs_helpers import same_tree
 
 BUSYBOX = "/bin/busybox"           # Debian busybox-static (installed by .ci/run)
 

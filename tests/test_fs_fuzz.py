@@ -11,8 +11,8 @@ import random
 import pytest
 
 from emu import Machine
-from kernel_model.arch.x86.entry.syscall_table import FILE_SYSCALLS as FsSyscalls
 from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
+from kernel_model.arch.x86.entry.syscall_table import FILE_SYSCALLS as FsSyscalls
 
 BUF = 0x700000
 NAMES = [b"", b"/", b".", b"..", b"f", b"d", b"d/", b"d/x", b"lnk", b"loop", b"/proc/self/maps",

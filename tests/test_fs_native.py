@@ -9,8 +9,7 @@ import os
 import subprocess
 
 import pytest
-
-from fs_helpers import make_layout, native_ops, model_ops, same_tree
+from fs_helpers import make_layout, model_ops, native_ops, same_tree
 
 OCREAT, OEXCL, OTRUNC, OAPPEND, ODIR, ONOFOLLOW, OPATH, OCLOEXEC = \
     0o100, 0o200, 0o1000, 0o2000, 0o200000, 0o400000, 0o10000000, 0o2000000

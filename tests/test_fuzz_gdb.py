@@ -7,7 +7,6 @@ import random
 import time
 
 import pytest
-
 from gdb_client import RawClient, Stub, guest_machine
 
 SEED = 20261201

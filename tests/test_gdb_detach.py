@@ -6,9 +6,7 @@ inside ``uprobe-emu gdbserver``, the command then ends with the guest's status, 
 
 from __future__ import annotations
 
-
 import pytest
-
 from cli_helpers import cli
 from gdb_client import RawClient, Stub, gdbserver_session, guest_machine
 

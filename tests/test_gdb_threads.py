@@ -12,11 +12,11 @@ import subprocess
 import threading
 
 import pytest
+from gdb_client import RawClient, Stub
 
 from emu import Machine
 from emu.debug.disasm import Disassembler
 from emu.frontends.gdbstub import serve_once
-from gdb_client import RawClient, Stub
 
 GDB = shutil.which("gdb")
 

@@ -11,11 +11,10 @@ import shutil
 import subprocess
 
 import pytest
-
 from cli_helpers import cli
 from gdb_client import GDB, UPROBE_EMU, gdbserver_session
-from emu import Machine
 
+from emu import Machine
 
 
 def probes(exe: str) -> list[str]:

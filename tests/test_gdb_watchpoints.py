@@ -11,10 +11,10 @@ import shutil
 import subprocess
 
 import pytest
+from gdb_client import RawClient, Stub
 
 from emu import Machine
 from emu.frontends.stepper import Stepper, StepperShell
-from gdb_client import RawClient, Stub
 
 GDB = shutil.which("gdb")
 

@@ -9,10 +9,10 @@ import subprocess
 import threading
 
 import pytest
+from gdb_client import GUEST  # exits 42 after three calls; its `spin` is not reached here
 
 from emu import Machine
 from emu.frontends.gdbstub import REGISTERS, serve_once, target_xml
-from gdb_client import GUEST  # exits 42 after three calls; its `spin` is not reached here
 from guest_programs import write_guest
 
 GDB = shutil.which("gdb")

@@ -10,11 +10,11 @@ import struct
 import xml.dom.minidom
 
 import pytest
+from gdb_client import RawClient, Stub, guest_machine
+from test_gdbstub import gdb_session
 
 from emu import Machine
 from emu.frontends.gdbstub import unescape_binary
-from gdb_client import RawClient, Stub, guest_machine
-from test_gdbstub import gdb_session
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 INTERP = "/lib64/ld-linux-x86-64.so.2"

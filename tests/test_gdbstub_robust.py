@@ -11,9 +11,9 @@ import threading
 import time
 
 import pytest
+from gdb_client import RawClient, Stub, guest_machine
 
 from emu.frontends.gdbstub import PACKET_SIZE, FrameParser, checksum
-from gdb_client import RawClient, Stub, guest_machine
 
 E = b"E01"
 
@@ -218,8 +218,9 @@ def _proc_cpu_and_hwm(pid: int) -> tuple[float, int]:
 
 
 def test_128_mb_without_a_hash_costs_little_cpu_and_memory(tmp_path):
-    from emu.asm import asm_to_elf
     from gdb_client import GUEST
+
+    from emu.asm import asm_to_elf
     exe = tmp_path / "g"
     exe.write_bytes(asm_to_elf(GUEST)[0])
     srv = subprocess.Popen([shutil.which("uprobe-emu"), "gdbserver", str(exe), "--port", "0"],

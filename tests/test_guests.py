@@ -6,8 +6,8 @@ import pytest
 from capstone import CS_ARCH_X86, CS_MODE_64, Cs
 
 from emu import Machine
-from kernel_model.fs.elf import parse_elf
 from guest_programs import GUESTS, build_guest
+from kernel_model.fs.elf import parse_elf
 
 
 @pytest.mark.parametrize("name", sorted(GUESTS))

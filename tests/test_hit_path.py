@@ -5,13 +5,12 @@ int3 trap the guest and the model see (byte, registers, counters, signals)."""
 from __future__ import annotations
 
 import pytest
+from uprobe_helpers import guest, guest_regs
 
 from emu import Machine
-from kernel_model.arch.x86.ptrace import GPR_NAMES, TF, TF_ONLY, PtRegs
 from kernel_model.arch.x86.kernel import uprobes as arch_x86
 from kernel_model.arch.x86.lib import insn as insn_x86
-
-from uprobe_helpers import guest, guest_regs
+from kernel_model.arch.x86.ptrace import GPR_NAMES, TF, TF_ONLY, PtRegs
 
 LOOP = guest("""
     mov r12d, 3

@@ -13,11 +13,11 @@ import subprocess
 import time
 
 import pytest
-
 from cli_helpers import cli, one_line_error
+from test_hostdiff import diff, needs_tracefs, our_probes_left
+
 from emu.frontends import hostdiff
 from emu.frontends.hostdiff import Event, RunRecord
-from test_hostdiff import diff, needs_tracefs, our_probes_left
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 

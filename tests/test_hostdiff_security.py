@@ -12,11 +12,11 @@ import subprocess
 import time
 
 import pytest
-
 from cli_helpers import cli, one_line_error
+from test_hostdiff import needs_tracefs
+
 from emu.frontends import hostdiff
 from emu.frontends.host_tracefs import Tracefs, run_tag
-from test_hostdiff import needs_tracefs
 
 # these tests look at the host's own tracefs mount (diff's private ones come and go)
 pytestmark = pytest.mark.usefixtures("host_tracefs")

@@ -13,13 +13,13 @@ from __future__ import annotations
 import io
 
 import pytest
-
 from cli_helpers import cli
+from test_hostdiff import needs_tracefs, our_probes_left
+
 from emu import Machine
 from emu.frontends import hostdiff
 from emu.frontends.hostdiff import Event, RunRecord
 from emu.frontends.trace import Tracer
-from test_hostdiff import needs_tracefs, our_probes_left
 
 # the strings takes() gets, as the kernel prints them after "s="
 VALUES = ['"a\nb"', '"tab\there\x01\x7f\u00e9 end"', '""', '"quote"back\\slash"', '"\\xff\n"']

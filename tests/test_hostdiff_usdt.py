@@ -13,12 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from kernel_model.fs.elf import load_elf_file
-from kernel_model.errors import InputError
-from emu.frontends import hostdiff
 from test_hostdiff import needs_tracefs, our_probes_left
 from test_library_probes import usdt_lib  # noqa: F401 (fixture)
+
+from emu.frontends import hostdiff
+from kernel_model.errors import InputError
+from kernel_model.fs.elf import load_elf_file
 
 USDT_H_DIR = Path(__file__).resolve().parent.parent / "guest_programs" / "c"
 

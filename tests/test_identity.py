@@ -10,10 +10,10 @@ import os
 import subprocess
 
 import pytest
-
 from cli_helpers import cli, one_line_error
-from kernel_model.errors import InputError
+
 from emu.machine import Machine
+from kernel_model.errors import InputError
 
 
 @pytest.fixture(scope="module")

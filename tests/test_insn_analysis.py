@@ -12,17 +12,26 @@ import itertools
 
 import capstone
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from unicorn import UC_ARCH_X86, UC_HOOK_MEM_READ, UC_HOOK_MEM_WRITE, UC_MODE_64, Uc
-from unicorn import x86_const as X
+from hypothesis import given, settings, strategies as st
+from unicorn import UC_ARCH_X86, UC_HOOK_MEM_READ, UC_HOOK_MEM_WRITE, UC_MODE_64, Uc, x86_const as X
 
-from kernel_model.errors import RegistrationError
 from kernel_model.arch.x86.lib.insn import (
-    FIX_CALL, FIX_IP, FIX_RIP_BX, FIX_RIP_DI, FIX_RIP_SI, FIX_SETF, MAX_UINSN_BYTES, NOP5,
-    NOP10, ArchUprobe, analyze_insn, is_nop, jcc_taken, page_crossing,
+    FIX_CALL,
+    FIX_IP,
+    FIX_RIP_BX,
+    FIX_RIP_DI,
+    FIX_RIP_SI,
+    FIX_SETF,
+    MAX_UINSN_BYTES,
+    NOP5,
+    NOP10,
+    ArchUprobe,
+    analyze_insn,
+    is_nop,
+    jcc_taken,
+    page_crossing,
 )
-
+from kernel_model.errors import RegistrationError
 
 # --- helpers -------------------------------------------------------------------------------
 

@@ -4,11 +4,11 @@ write going through ``Memory``, and the cost profiles held without module state.
 from __future__ import annotations
 
 import pytest
+from uprobe_helpers import guest
 
 from emu import Machine
-from kernel_model.trace.events import RefCtrUpdate
 from emu.frontends.bench import costmodel
-from uprobe_helpers import guest
+from kernel_model.trace.events import RefCtrUpdate
 
 SEMA_LOOP = guest("""
     mov r12d, 3

@@ -8,13 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from kernel_model.kernel.counters import Counters
-from kernel_model.trace.events import EventBus
-from kernel_model.mm.mm_types import PROT_EXEC, PROT_READ, GuestFault, MappedFile, Vma
-from kernel_model.arch.x86.ptrace import GPR_NAMES, PtRegs
-from kernel_model.kernel.signals import SIGNALS
 from kernel_model.arch.x86.kernel import uprobes as arch
+from kernel_model.arch.x86.ptrace import GPR_NAMES, PtRegs
+from kernel_model.kernel.counters import Counters
 from kernel_model.kernel.kernel import Kernel
+from kernel_model.kernel.signals import SIGNALS
+from kernel_model.mm.mm_types import PROT_EXEC, PROT_READ, GuestFault, MappedFile, Vma
+from kernel_model.trace.events import EventBus
 
 SIGILL, SIGTRAP = SIGNALS["SIGILL"], SIGNALS["SIGTRAP"]
 STACK = 0x7FFF_0000

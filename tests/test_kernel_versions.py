@@ -24,8 +24,8 @@ from __future__ import annotations
 import pytest
 
 from emu import Machine
-from kernel_model.profiles import KernelProfile
 from kernel_model.kernel.events.uprobes import UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE
+from kernel_model.profiles import KernelProfile
 
 PROFILES = KernelProfile.names()
 BEFORE_6_12 = {"6.9", "6.10", "6.11"}      # no filter re-check on REMOVE

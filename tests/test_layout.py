@@ -6,9 +6,9 @@ STACK_TOP_MAX - so every pointer the program sees equals a ``setarch -R`` native
 from __future__ import annotations
 
 import pytest
+from layout_helpers import run_native_norandom
 
 from emu import Machine
-from layout_helpers import run_native_norandom
 
 ENV = ["A=1", "LANG=C"]
 # The emulated CPU is not the host's: CPUID-derived auxv entries differ by design.

@@ -11,11 +11,11 @@ import struct
 import subprocess
 
 import pytest
+from cli_helpers import cli, one_line_error
 
 from emu import Machine
-from kernel_model.errors import SymbolError
 from emu.probes.ldcache import parse_ld_cache, short_name_candidates
-from cli_helpers import cli, one_line_error
+from kernel_model.errors import SymbolError
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 

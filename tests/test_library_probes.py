@@ -15,14 +15,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from emu import Machine
-from emu.frontends.hostdiff import ResolvedProbe
-from emu.frontends.host_tracefs import HostProbes, Tracefs
 from cli_helpers import cli
 from conftest import C_DIR
 from layout_helpers import _no_randomize
 from test_hostdiff import needs_tracefs
+
+from emu import Machine
+from emu.frontends.host_tracefs import HostProbes, Tracefs
+from emu.frontends.hostdiff import ResolvedProbe
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 LIBM = "/lib/x86_64-linux-gnu/libm.so.6"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from emu import Machine
-from kernel_model.mm.mm_types import PROT_EXEC, PROT_READ
 from kernel_model.arch.x86.ptrace import PT_REGS_ORDER, PtRegs
 from kernel_model.kernel.signals import SIGNALS
+from kernel_model.mm.mm_types import PROT_EXEC, PROT_READ
 
 
 def run_asm(source: str, **kw):

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from emu import Machine
-from kernel_model.mm.mm_types import GuestFault
-from kernel_model.mm.mm_types import PROT_EXEC, PROT_READ, PROT_WRITE
+from kernel_model.mm.mm_types import PROT_EXEC, PROT_READ, PROT_WRITE, GuestFault
 
 BASE = 0x5000_0000
 

@@ -8,9 +8,9 @@ import errno
 import pytest
 
 from emu import Machine, RegistrationError
-from kernel_model.trace.events import TextPoke
 from kernel_model.arch.x86.kernel.uprobes_optimize import UPROBE_TRAMPOLINE_NOP5, UPROBE_TRAMPOLINE_NOP10
 from kernel_model.kernel.events.uprobes import UPROBE_HANDLER_REMOVE
+from kernel_model.trace.events import TextPoke
 
 NOP5 = ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00"
 NOP10 = ".byte 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00"

@@ -12,16 +12,28 @@ import dataclasses
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from emu.probes.probe_spec import UserProbeSpec as ProbeSpec, parse_probe_spec
 from kernel_model.errors import InputError, ProbeSpecError
 from kernel_model.trace.trace_probe import (
-    MAX_TRACE_ARGS, default_event_name, format_listing, format_profile_line,
-    format_trace_line, parse_fetch_arg,
+    MAX_TRACE_ARGS,
+    default_event_name,
+    format_listing,
+    format_profile_line,
+    format_trace_line,
+    parse_fetch_arg,
 )
 from kernel_model.trace.trace_probe_tmpl import (
-    Comm, Deref, FetchArg, FileOffset, Imm, ImmString, Reg, Retval, Stack, StackPointer,
+    Comm,
+    Deref,
+    FetchArg,
+    FileOffset,
+    Imm,
+    ImmString,
+    Reg,
+    Retval,
+    Stack,
+    StackPointer,
 )
-from emu.probes.probe_spec import UserProbeSpec as ProbeSpec, parse_probe_spec
-
 
 # --------------------------------------------------------------------------------------
 # A fake probe-hit context: registers, a few mapped regions, a comm, a load base.

@@ -9,7 +9,6 @@ starts in its parent's group).  The working directory is granted to the guest.""
 from __future__ import annotations
 
 import pytest
-
 from guest_compare import fresh_dir, model, model_machine, native
 
 SECTIONS = ["pipeline", "redirect", "statuses", "masks", "groups"]

@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 
 from emu import Machine
-from kernel_model.trace.events import XolWait
 from kernel_model.kernel.events.uprobes import UPROBE_HANDLER_REMOVE
+from kernel_model.trace.events import XolWait
 
 PROFILES = ["6.10", "6.18", "latest"]
 

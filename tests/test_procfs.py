@@ -4,13 +4,13 @@ modes, inode attributes and errnos."""
 from __future__ import annotations
 
 import errno as E
+import os
 import re
 import stat as S
 import struct
 
 import pytest
 
-import os
 from emu.machine import Machine
 from kernel_model.fs.pipe import Pipe, PipeEnd
 from kernel_model.fs.proc.procfs import PROC_DEV, TOP_INOS, ProcFs, max_fds

@@ -33,7 +33,8 @@ def test_console_script_is_installed():
 
 
 def test_guest_sources_ship_as_package_data():
-    import guest_programs
     from importlib import resources
+
+    import guest_programs
     for g in guest_programs.GUESTS.values():
         assert resources.files("guest_programs").joinpath("asm", g.source_file).is_file()

@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from test_gdbstub import gdb_session as _gdb_session
 
 from emu import Machine
 from emu.frontends.gdbstub import GdbStub
-from test_gdbstub import gdb_session as _gdb_session
 
 EXPECTED_STDOUT = b"start 10\nthreads 77\nchild 15\nparent saw 7, 6\n"
 WORK_CALLS = 39                          # work() entries of one run of the guest

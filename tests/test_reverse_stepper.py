@@ -8,11 +8,11 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from cli_helpers import cli
+
 from emu import Machine
-from emu.frontends.stepper import Stepper
 from emu.debug.reverse import HISTORY_START, ReverseStepper
+from emu.frontends.stepper import Stepper
 
 EXPECTED_STDOUT = "start 10\nthreads 77\nchild 15\nparent saw 7, 6\n"
 

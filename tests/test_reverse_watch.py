@@ -6,12 +6,12 @@ gdb's ``bc`` answers ``T05watch:ADDR``."""
 from __future__ import annotations
 
 import pytest
-
-from emu import Machine
-from emu.frontends.stepper import Stepper
-from emu.debug.reverse import HISTORY_START, ReverseStepper
 from gdb_client import RawClient, Stub
 from test_gdb_watchpoints import WATCH_GUEST
+
+from emu import Machine
+from emu.debug.reverse import HISTORY_START, ReverseStepper
+from emu.frontends.stepper import Stepper
 
 
 def state(m) -> tuple:

@@ -5,12 +5,12 @@ Structural measures only (emu_start calls, spins, instruction counts), never tim
 from __future__ import annotations
 
 import pytest
+from cli_helpers import cli, one_line_error
 
 from emu import Machine
-from kernel_model.errors import InputError
 from emu.engine.quantum import BlockQuantum
+from kernel_model.errors import InputError
 from kernel_model.kernel.sched import ALONE_SLICE, MIN_SLICE
-from cli_helpers import cli, one_line_error
 
 WORK_ROUNDS = 200_000
 

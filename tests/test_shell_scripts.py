@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from guest_compare import BASH, BUSYBOX, fresh_dir, model, native, require
 
 FILES = {

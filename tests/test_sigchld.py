@@ -8,9 +8,9 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from native_helpers import assert_native_then_model
 
 from emu import Machine
-from native_helpers import assert_native_then_model
 
 BUSYBOX = "/bin/busybox"
 

@@ -13,11 +13,11 @@ import struct
 import subprocess
 
 import pytest
+from native_helpers import assert_native_then_model
 
 from emu import Machine
-from kernel_model.trace import events as ev
 from kernel_model.arch.x86.kernel import signal as sf
-from native_helpers import assert_native_then_model
+from kernel_model.trace import events as ev
 
 PATTERN = b"".join(struct.pack("<Q", q) for q in (0x1122334455667788, 0x99AABBCCDDEEFF00))
 AFTER = b"after xmm3=99aabbccddeeff001122334455667788 mxcsr=3f80 fcw=27f\n"

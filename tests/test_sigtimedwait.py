@@ -6,9 +6,9 @@ SIGCHLD (blocked, at its default action), ends the wait.  Compared with native r
 from __future__ import annotations
 
 import pytest
+from native_helpers import assert_native_then_model
 
 from emu import Machine
-from native_helpers import assert_native_then_model
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,10 @@ import termios
 import threading
 
 import pytest
-
 from cli_helpers import cli
-from emu.machine import Machine
 from test_hostdiff import needs_tracefs
+
+from emu.machine import Machine
 
 BUSYBOX = "/bin/busybox"
 # glibc's __libc_write in the Debian busybox-static build: cmpb $0,single_threaded(%rip);

@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import cli
+
 from emu import Machine
 from emu.asm import asm_to_elf
 from emu.debug.disasm import Disassembler, format_objdump_line

@@ -11,12 +11,12 @@ import re
 import subprocess
 
 import pytest
+from test_stepper_unwind import _tool, backtraces, shell_lines, unwind_guest  # noqa: F401 (fixture)
 
 from emu import Machine
 from emu.debug.disasm import Disassembler
-from kernel_model.fs.elf import image_of
 from emu.frontends.stepper import Stepper
-from test_stepper_unwind import _tool, backtraces, shell_lines, unwind_guest  # noqa: F401 (fixture)
+from kernel_model.fs.elf import image_of
 
 NOTE = re.compile(r"^process (\d+) is executing new program: (.*)$")
 

@@ -17,11 +17,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import cli
+
 from emu import Machine
-from kernel_model.fs.elf import image_of
 from emu.frontends.stepper import Stepper, StepperShell
+from kernel_model.fs.elf import image_of
 
 C_SOURCE = Path(__file__).parent / "c" / "unwind.c"
 GDB_PREAMBLE = ["set debuginfod enabled off", "set debug-file-directory /nonexistent",

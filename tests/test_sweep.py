@@ -6,9 +6,10 @@ site)."""
 from __future__ import annotations
 
 import pytest
+from sweep_helpers import GUEST_ARGS, findings, guest_program, sweep, unclassified
 
 from emu.frontends.sweep.bisect import bisect
-from emu.frontends.sweep.case import CaseRunner, Case
+from emu.frontends.sweep.case import Case, CaseRunner, Program
 from emu.frontends.sweep.runners import PoolRunner, SerialRunner
 from emu.frontends.sweep.sites import enumerate_sites
 from emu.machine import Machine
@@ -16,9 +17,6 @@ from guest_programs import GUESTS
 from kernel_model.arch.x86.kernel import uprobes as arch_x86
 from kernel_model.arch.x86.kernel.uprobes import arch_uprobe_analyze_insn
 from kernel_model.errors import RegistrationError
-from emu.frontends.sweep.case import Program
-from sweep_helpers import GUEST_ARGS, findings, guest_program, sweep, unclassified
-
 
 # ----------------------------------------------------------------------------- bisection
 

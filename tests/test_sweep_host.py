@@ -5,13 +5,13 @@ when tracefs cannot be used)."""
 from __future__ import annotations
 
 import pytest
+from sweep_helpers import guest_program, sweep
+from test_hostdiff import needs_tracefs, our_probes_left
 
 from emu.frontends.cli import main
+from emu.frontends.hostdiff import host_profile_name
 from emu.frontends.sweep.case import Program
 from emu.frontends.sweep.host import host_sweep
-from emu.frontends.hostdiff import host_profile_name
-from test_hostdiff import needs_tracefs, our_probes_left
-from sweep_helpers import guest_program, sweep
 
 pytestmark = needs_tracefs
 HOST = host_profile_name()

@@ -15,20 +15,28 @@ import sys
 import time
 
 import pytest
+from sweep_helpers import sweep
+from test_hostdiff import needs_tracefs, our_probes_left
 
-from kernel_model.fs.elf import load_elf_file
 from emu.frontends import hostdiff
-from emu.frontends.hostdiff import RunRecord, parse_syscalls, run_native
 from emu.frontends.host_tracefs import HostKernelError
+from emu.frontends.hostdiff import RunRecord, parse_syscalls, run_native
 from emu.frontends.sweep.case import Program
 from emu.frontends.sweep.compare import Divergence, RunDigest, host_view
 from emu.frontends.sweep.driver import SiteDivergence
-from emu.frontends.sweep.host import (NativeNoise, compare_native, host_sweep, kernel_refusal,
-                                      native_digest, native_noise, native_reference, native_run)
+from emu.frontends.sweep.host import (
+    NativeNoise,
+    compare_native,
+    host_sweep,
+    kernel_refusal,
+    native_digest,
+    native_noise,
+    native_reference,
+    native_run,
+)
 from emu.frontends.sweep.sites import Site, insn_sites
+from kernel_model.fs.elf import load_elf_file
 from kernel_model.profiles import KernelProfile
-from sweep_helpers import sweep
-from test_hostdiff import needs_tracefs, our_probes_left
 
 # these tests look at the host's own tracefs mount (diff's private ones come and go)
 pytestmark = pytest.mark.usefixtures("host_tracefs")

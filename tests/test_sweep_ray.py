@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import ray  # Ray is a test dependency (.ci/run installs '.[test,ray]')
+from sweep_helpers import findings, guest_program, sweep
 
 from emu.frontends.sweep.runners import PoolRunner, RayRunner
-from sweep_helpers import findings, guest_program, sweep
 
 
 @pytest.fixture(scope="module")

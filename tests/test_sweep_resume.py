@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from sweep_helpers import findings, guest_program, sweep
 
 from emu.frontends.cli import main
 from emu.frontends.sweep.report import CaseStore
 from emu.frontends.sweep.runners import SerialRunner
 from kernel_model.arch.x86.kernel import uprobes as arch_x86
-from sweep_helpers import findings, guest_program, sweep
 
 
 class Interrupted(SerialRunner):

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from sweep_helpers import findings, guest_program, sweep
+from test_hostdiff import needs_tracefs
 
-from kernel_model.fs.elf import load_elf_file
 from emu.frontends.cli import main
 from emu.frontends.hostdiff import host_profile_name
 from emu.frontends.sweep.case import Case, CaseRunner, Program
@@ -21,8 +22,7 @@ from emu.frontends.sweep.report import CaseStore
 from emu.frontends.sweep.runners import SerialRunner
 from emu.frontends.sweep.sites import insn_sites
 from guest_programs import write_guest
-from sweep_helpers import findings, guest_program, sweep
-from test_hostdiff import needs_tracefs
+from kernel_model.fs.elf import load_elf_file
 
 
 @pytest.fixture

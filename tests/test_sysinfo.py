@@ -8,10 +8,10 @@ import struct
 import subprocess
 
 import pytest
-
 from cli_helpers import cli, one_line_error
-from kernel_model.errors import InputError
+
 from emu.machine import Machine
+from kernel_model.errors import InputError
 from kernel_model.kernel.syscalls import DEFAULT_MEM_TOTAL
 
 

@@ -18,8 +18,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import cli, one_line_error
+
 from emu import Machine
 from emu.asm import asm_to_elf
 from emu.frontends.trace import FORMATS, Tracer

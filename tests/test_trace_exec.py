@@ -18,8 +18,8 @@ import re
 import shutil
 
 import pytest
-
 from cli_helpers import cli
+
 from emu import Machine
 from emu.frontends.trace import Tracer
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from cli_helpers import cli, one_line_error
+
 from emu import Machine
-from kernel_model.errors import InputError
 from emu.frontends.trace.seek import TraceSeek
+from kernel_model.errors import InputError
 
 # positions: 0 mov rax,1; 1 mov rbx,2; 2 add rbx,3; 3 mov rax,7; 4 mov ecx,0;
 # 5..3004 the loop (inc, cmp, jne) x1000; 3005 mov rax,7 again; 3006..3010 read(0, buf, 4);

@@ -40,17 +40,27 @@ import functools
 import itertools
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 from keystone import KS_ARCH_X86, KS_MODE_64, Ks
+from probe_all import (
+    Reference,
+    boundaries,
+    compare,
+    func_symbols,
+    hit_mismatches,
+    plain_run,
+    probe_all,
+    ranges_of,
+    reference_run,
+    report,
+    syscall_shadows,
+    xol_area_vaddr,
+)
 
 from emu import Machine
-from kernel_model.arch.x86.ptrace import TF
 from guest_programs import GUESTS
+from kernel_model.arch.x86.ptrace import TF
 from kernel_model.profiles import KernelProfile
-from probe_all import (Reference, boundaries, compare, func_symbols, hit_mismatches, plain_run,
-                       probe_all, ranges_of, reference_run, report, syscall_shadows,
-                       xol_area_vaddr)
 
 PROFILES = ["6.10", "6.18", "latest"]
 BUDGET = 5_000_000               # instructions: every guest here needs far fewer
@@ -925,10 +935,11 @@ def _classes(insns, analyzed) -> set:
 def test_generated_programs_cover_every_emulated_and_xol_class():
     """Over the same number of derandomized examples as the main property, the
     vocabulary reaches every class the kernel distinguishes (analysis only, no runs)."""
-    from emu.asm import TEXT_VADDR, assemble
-    from kernel_model.errors import RegistrationError
-    from kernel_model.arch.x86.lib.insn import analyze_insn
     from probe_all import _sweep
+
+    from emu.asm import TEXT_VADDR, assemble
+    from kernel_model.arch.x86.lib.insn import analyze_insn
+    from kernel_model.errors import RegistrationError
 
     seen: set = set()
 

@@ -5,8 +5,8 @@ budget with a result that names it (the run's message, and the CLI's line)."""
 from __future__ import annotations
 
 import pytest
-
 from cli_helpers import cli
+
 from emu import Machine
 from emu.asm import asm_to_elf
 

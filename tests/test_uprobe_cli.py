@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from cli_helpers import cli, one_line_error
+
 from emu import Machine
 
 GUEST = "guest:uprobe_targets"

@@ -9,13 +9,20 @@ the guest runs are seen at once.
 from __future__ import annotations
 
 import pytest
+from uprobe_helpers import (
+    assert_same_state,
+    expected_counters,
+    final_state,
+    guest,
+    guest_regs,
+    probe_counters,
+    run_guest,
+)
 
 from emu import Machine
 from kernel_model.errors import RegistrationError
-from kernel_model.mm.mm_types import PROT_EXEC, PROT_READ, PROT_WRITE
 from kernel_model.kernel.events.uprobes import UPROBE_HANDLER_REMOVE
-from uprobe_helpers import (assert_same_state, expected_counters, final_state, guest, guest_regs,
-                            probe_counters, run_guest)
+from kernel_model.mm.mm_types import PROT_EXEC, PROT_READ, PROT_WRITE
 
 LOOP = guest("""
     mov r12d, 5

@@ -18,13 +18,20 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
+from uprobe_helpers import (
+    assert_same_state,
+    expected_counters,
+    final_state,
+    guest,
+    guest_regs,
+    probe_counters,
+    run_guest,
+)
 
 from emu import Machine
-from kernel_model.trace.events import XolStep
-from kernel_model.mm.mm_types import PROT_READ, PROT_WRITE
 from kernel_model.arch.x86.ptrace import TF
-from uprobe_helpers import (assert_same_state, expected_counters, final_state, guest, guest_regs,
-                            probe_counters, run_guest)
+from kernel_model.mm.mm_types import PROT_READ, PROT_WRITE
+from kernel_model.trace.events import XolStep
 
 # 6-byte `mov r8d, 0xdead`: a marker a taken branch jumps over.
 MARKER = ".byte 0x41, 0xb8, 0xad, 0xde, 0x00, 0x00"

@@ -13,13 +13,12 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from test_hostdiff import needs_tracefs
 
 from emu import Machine
-from kernel_model.fs.elf import load_elf_file
-from emu.frontends.hostdiff import ResolvedProbe
 from emu.frontends.host_tracefs import HostProbes, Tracefs
-
-from test_hostdiff import needs_tracefs
+from emu.frontends.hostdiff import ResolvedProbe
+from kernel_model.fs.elf import load_elf_file
 
 # what 6.18 prints (the trampoline's syscall check address is base + 13)
 EXPECTED = {

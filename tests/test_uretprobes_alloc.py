@@ -10,11 +10,20 @@ from __future__ import annotations
 import ctypes
 
 import pytest
+from test_uretprobes_support import (
+    ALLOCS,
+    MAX_DEPTH,
+    REC_GUEST,
+    TAIL_GUEST,
+    TRAMPOLINE_PROFILES,
+    assert_ri_balanced,
+    call_loop_guest,
+    deep_guest,
+    machine,
+)
 
 from kernel_model.kernel.events import uretprobes
 from kernel_model.profiles import KernelProfile
-from test_uretprobes_support import (ALLOCS, MAX_DEPTH, REC_GUEST, TAIL_GUEST, TRAMPOLINE_PROFILES,
-                                     assert_ri_balanced, call_loop_guest, deep_guest, machine)
 
 RI = uretprobes.RI_SIZEOF
 

@@ -8,11 +8,19 @@ Kernel semantics sections 1.5, 1.6, 3.2, 4.4, 4.7; checklist 21 and 25.
 from __future__ import annotations
 
 import pytest
+from test_uretprobes_support import (
+    NR_URETPROBE,
+    REC_GUEST,
+    SESSION_PROFILES,
+    TRAMPOLINE_PROFILES,
+    assert_ri_balanced,
+    call_loop_guest,
+    is_int3,
+    leaked,
+    machine,
+)
 
 from kernel_model.kernel.events.uprobes import UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE
-from test_uretprobes_support import (NR_URETPROBE, REC_GUEST, SESSION_PROFILES,
-                                     TRAMPOLINE_PROFILES, assert_ri_balanced, call_loop_guest,
-                                     is_int3, leaked, machine)
 
 # outer(x) calls g(x) then returns g's result + 1; g(x) = x * 3.  _start: outer(4) = 13.
 NESTED_GUEST = """

@@ -7,10 +7,16 @@ Kernel semantics sections 4.1, 4.2, 5.1, 5.2.
 from __future__ import annotations
 
 import pytest
-
-from test_uretprobes_support import (ALLOCS, SESSION_PROFILES, TRAMPOLINE_PROFILES,
-                                     assert_ri_balanced, call_loop_guest, leaked, machine,
-                                     trampoline_vaddr)
+from test_uretprobes_support import (
+    ALLOCS,
+    SESSION_PROFILES,
+    TRAMPOLINE_PROFILES,
+    assert_ri_balanced,
+    call_loop_guest,
+    leaked,
+    machine,
+    trampoline_vaddr,
+)
 
 # section 5.1: push rax; push rcx; push r11; mov $335,%rax; syscall; pop r11; pop rcx; ret
 SYSCALL_TRAMPOLINE = bytes.fromhex("50 51 41 53 48 c7 c0 4f 01 00 00 0f 05 41 5b 59 c3")

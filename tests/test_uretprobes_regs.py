@@ -8,15 +8,32 @@ Kernel semantics sections 4.6, 5.1-5.3; selftests.md sections 1.2, 1.5, 2.
 from __future__ import annotations
 
 import pytest
+from test_uretprobes_support import (
+    ALL_FLAGS,
+    ALL_VALUES,
+    ALLOCS,
+    FAKE_TRAMPOLINE_GUEST,
+    GPRS,
+    KEEP_RAX,
+    LEAK_THEN_CALL_TRAMPOLINE,
+    LEAK_THEN_FAKE_CHAIN,
+    NR_URETPROBE,
+    PLAIN_URETPROBE_SYSCALL,
+    TRAMPOLINE_PROFILES,
+    USER_SLOTS,
+    assert_ri_balanced,
+    call_loop_guest,
+    diff_regs,
+    fmt_diff,
+    is_int3,
+    leaked,
+    machine,
+    run_regs_guest,
+    trampoline_vaddr,
+)
 
-from kernel_model.kernel.signals import SIGNALS
 from kernel_model.arch.x86.kernel import uprobes as arch_x86
-from test_uretprobes_support import (ALL_FLAGS, ALL_VALUES, ALLOCS, FAKE_TRAMPOLINE_GUEST, GPRS,
-                                     KEEP_RAX, LEAK_THEN_CALL_TRAMPOLINE, LEAK_THEN_FAKE_CHAIN,
-                                     NR_URETPROBE, PLAIN_URETPROBE_SYSCALL, TRAMPOLINE_PROFILES,
-                                     USER_SLOTS, assert_ri_balanced, call_loop_guest, diff_regs,
-                                     fmt_diff, is_int3, leaked, machine, run_regs_guest,
-                                     trampoline_vaddr)
+from kernel_model.kernel.signals import SIGNALS
 
 SIGILL = SIGNALS["SIGILL"]
 U64 = 0xFFFFFFFFFFFFFFFF

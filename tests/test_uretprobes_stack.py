@@ -7,12 +7,21 @@ Kernel semantics sections 4.1, 4.5, 4.6; checklist 13-17.
 from __future__ import annotations
 
 import pytest
+from test_uretprobes_support import (
+    ALLOCS,
+    NR_URETPROBE,
+    REC_GUEST,
+    TAIL_GUEST,
+    TRAMPOLINE_PROFILES,
+    assert_ri_balanced,
+    deep_guest,
+    is_int3,
+    machine,
+    rec_expected,
+)
 
 from emu import Machine
 from kernel_model.trace.events import RiDiscarded, UretprobeHijack, UretprobeReturn
-from test_uretprobes_support import (ALLOCS, NR_URETPROBE, REC_GUEST, TAIL_GUEST,
-                                     TRAMPOLINE_PROFILES, assert_ri_balanced, deep_guest,
-                                     is_int3, machine, rec_expected)
 
 
 def record_events(m, symbols):

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from emu import Machine
-from kernel_model.arch.x86.ptrace import PT_REGS_ORDER
 from kernel_model.arch.x86.kernel import uprobes as arch_x86
+from kernel_model.arch.x86.ptrace import PT_REGS_ORDER
 
 # ----------------------------------------------------------------------------- matrix
 

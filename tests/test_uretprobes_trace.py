@@ -9,12 +9,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from cli_helpers import cli
+from test_uretprobes_support import NR_URETPROBE, TAIL_GUEST, TRAMPOLINE_PROFILES, call_loop_guest, is_int3, machine
 
 from emu import Machine
 from emu.asm import asm_to_elf
-from cli_helpers import cli
-from test_uretprobes_support import (NR_URETPROBE, TAIL_GUEST, TRAMPOLINE_PROFILES,
-                                     call_loop_guest, is_int3, machine)
 
 N = 3
 # f(i) = 2i + 1 for i = 0..2

@@ -10,11 +10,11 @@ from collections import Counter
 
 import pytest
 from elftools.elf.elffile import ELFFile
+from test_memory_limits import run_syscall
 
 from emu import Machine
-from kernel_model.trace import events as ev
 from kernel_model.arch.x86.entry.vdso import VDSO_SIZE, linux_version_code, vdso_image
-from test_memory_limits import run_syscall
+from kernel_model.trace import events as ev
 
 CLOCK_CALLS = {228: "clock_gettime", 96: "gettimeofday", 201: "time", 229: "clock_getres"}
 

@@ -6,7 +6,6 @@ of the same layout: they cannot be produced here without mounting, so they are p
 from __future__ import annotations
 
 import pytest
-
 from fs_helpers import model_ops
 
 OCREAT, OEXCL, OTRUNC = 0o100, 0o200, 0o1000

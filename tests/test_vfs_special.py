@@ -12,7 +12,7 @@ import pytest
 
 from emu import Machine
 from kernel_model.fs.file import PipeInput, SeqFile
-from kernel_model.fs.fs_types import Attrs, DT_DIR, DT_LNK, DT_REG, SpecialNode
+from kernel_model.fs.fs_types import DT_DIR, DT_LNK, DT_REG, Attrs, SpecialNode
 
 FAKE_DEV = 0x2A
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from cli_helpers import cli, one_line_error
+
 from emu import Machine
 from kernel_model.errors import EmuError
 

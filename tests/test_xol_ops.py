@@ -7,14 +7,21 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_model.mm.mm_types import GuestFault
-from kernel_model.arch.x86.ptrace import TF, PtRegs
 from kernel_model.arch.x86.kernel import uprobes as arch
-from kernel_model.arch.x86.kernel.uprobes import (ERESTART, arch_uprobe_abort_xol, arch_uprobe_analyze_insn,
-                                   arch_uprobe_post_xol, arch_uprobe_pre_xol,
-                                   arch_uprobe_skip_sstep, branch_xol_ops, default_xol_ops,
-                                   push_xol_ops)
+from kernel_model.arch.x86.kernel.uprobes import (
+    ERESTART,
+    arch_uprobe_abort_xol,
+    arch_uprobe_analyze_insn,
+    arch_uprobe_post_xol,
+    arch_uprobe_pre_xol,
+    arch_uprobe_skip_sstep,
+    branch_xol_ops,
+    default_xol_ops,
+    push_xol_ops,
+)
+from kernel_model.arch.x86.ptrace import TF, PtRegs
 from kernel_model.kernel.events.uprobes_types import UprobeTask
+from kernel_model.mm.mm_types import GuestFault
 
 VADDR = 0x401000
 XOL = 0x7FFFFFFFE080          # slot 1 of the [uprobes] page

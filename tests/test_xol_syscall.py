@@ -26,11 +26,11 @@ import struct
 import subprocess
 
 import pytest
-
 from cli_helpers import cli
+from test_hostdiff import needs_tracefs, our_probes_left
+
 from emu import Machine
 from kernel_model.profiles import KernelProfile
-from test_hostdiff import needs_tracefs, our_probes_left
 
 PROFILES = KernelProfile.names()
 SLOT1 = 0x80                 # the first single-step slot's offset in the XOL page

@@ -11,8 +11,8 @@ instruction under test.
 from __future__ import annotations
 
 from emu import Machine
-from kernel_model.mm.mm_types import PROT_WRITE
 from kernel_model.arch.x86.ptrace import GPR_NAMES
+from kernel_model.mm.mm_types import PROT_WRITE
 
 PROLOGUE = """
 _start:

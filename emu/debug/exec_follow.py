@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import time
 
-from kernel_model.trace import events as ev
-from kernel_model.mm.mm_types import GuestFault
-from kernel_model.kernel.signals import RunResult
-
 from emu.debug.disasm import Disassembler
 from emu.debug.program import ProgramDisassembler
 from emu.debug.stops import Breakpoint, StepperError
 from emu.debug.unwind import Unwinder
+from kernel_model.kernel.signals import RunResult
+from kernel_model.mm.mm_types import GuestFault
+from kernel_model.trace import events as ev
 
 _EXECVE, _EXECVEAT = 59, 322
 EXEC_STOP = "exec of the followed process"

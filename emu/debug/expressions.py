@@ -3,10 +3,9 @@ numbers and symbols joined by ``+`` and ``-``, typed the way gdb types them."""
 
 from __future__ import annotations
 
-from kernel_model.errors import SymbolError
-
 from emu.debug.format import register_value
 from emu.debug.stops import StepperError
+from kernel_model.errors import SymbolError
 
 _MASK = 0xFFFFFFFFFFFFFFFF
 

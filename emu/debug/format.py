@@ -10,7 +10,6 @@ from __future__ import annotations
 from emu.probes.symbols import image_of, link_vaddr
 from kernel_model.arch.x86.ptrace import GPR_NAMES, format_eflags
 
-
 # gdb's amd64 `info registers` set (general group) in order; fs_base/gs_base print when
 # named (gdb 13.1 on Linux keeps them out of the default list), k0-k7 exist only on
 # AVX-512 targets and the emulated CPU has none.

@@ -8,11 +8,10 @@ instances to see through hijacked return addresses.
 
 from __future__ import annotations
 
-from kernel_model.mm.mm_types import PROT_EXEC, GuestFault
-
 from emu.debug.disasm import symbol_of
-from emu.inspect import pending_returns, trampoline_vaddr
 from emu.debug.stops import Frame
+from emu.inspect import pending_returns, trampoline_vaddr
+from kernel_model.mm.mm_types import PROT_EXEC, GuestFault
 
 
 class FrameWalker:

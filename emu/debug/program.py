@@ -8,11 +8,10 @@ debugger write may not change what is shadowed (:meth:`ProgramView.write_program
 
 from __future__ import annotations
 
-from kernel_model.mm.mm_types import GuestFault
-
 from emu.debug.disasm import MAX_INSN_BYTES, Disassembler, Insn, symbol_of
 from emu.debug.stops import StepperError
 from emu.inspect import optimized_call_size, pending_returns, trampoline_vaddr
+from kernel_model.mm.mm_types import GuestFault
 
 _MASK = 0xFFFFFFFFFFFFFFFF
 

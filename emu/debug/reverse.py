@@ -19,8 +19,8 @@ recorded history, and the stop says so (gdb's "No more reverse-execution history
 
 from __future__ import annotations
 
-from emu.replay.checkpoint import DEFAULT_MAX_CHECKPOINTS, CheckpointError, Recorder
 from emu.debug.stepper import Stepper, StepperError, StopEvent
+from emu.replay.checkpoint import DEFAULT_MAX_CHECKPOINTS, CheckpointError, Recorder
 from kernel_model.mm.mm_types import GuestFault
 
 # Stepping back replays up to one interval per stop: keep it short for a debugger.

@@ -55,20 +55,18 @@ out is in :mod:`emu.debug.stops`.
 
 from __future__ import annotations
 
-from kernel_model.errors import EmuError, SymbolError
-from kernel_model.mm.mm_types import PROT_EXEC, GuestFault
-from kernel_model.arch.x86.ptrace import PtRegs
-from kernel_model.kernel.signals import RunResult
-
 from emu.debug.disasm import Disassembler
 from emu.debug.exec_follow import ExecFollower
 from emu.debug.expressions import evaluate
-from emu.debug.format import (ALIASES, INFO_REGISTERS, SEGMENTS, format_register, gdb_label, register_value,
-                              subreg)
+from emu.debug.format import ALIASES, INFO_REGISTERS, SEGMENTS, format_register, gdb_label, register_value, subreg
 from emu.debug.frames import FrameWalker
 from emu.debug.program import ProgramDisassembler, ProgramView
 from emu.debug.stops import WATCH_KINDS, Breakpoint, Frame, StepperError, StopEvent, Watchpoint
 from emu.inspect import in_single_step
+from kernel_model.arch.x86.ptrace import PtRegs
+from kernel_model.errors import EmuError, SymbolError
+from kernel_model.kernel.signals import RunResult
+from kernel_model.mm.mm_types import PROT_EXEC, GuestFault
 
 _MASK = 0xFFFFFFFFFFFFFFFF
 _TRANSITIONAL_VMAS = ("[uprobes]", "[uprobes-trampoline]")

@@ -41,8 +41,8 @@ from elftools.elf.elffile import ELFFile
 
 from emu.debug.disasm import symbol_of
 from emu.probes.symbols import image_of, link_vaddr
-from kernel_model.mm.mm_types import PROT_EXEC, GuestFault
 from kernel_model.arch.x86.kernel.signal import SIGCONTEXT_OFFSET, SIGCONTEXT_REGS
+from kernel_model.mm.mm_types import PROT_EXEC, GuestFault
 
 _MASK = 0xFFFFFFFFFFFFFFFF
 # the x86-64 psABI's DWARF register numbers: 0-15 the general registers, 16 the return address

@@ -13,16 +13,24 @@ import time
 from types import MappingProxyType
 
 import unicorn
-from unicorn import (UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_INSN, UC_HOOK_INTR, UC_MODE_64, UC_PROT_EXEC,
-                     UC_PROT_READ, UC_PROT_WRITE, Uc)
-from unicorn import x86_const as X
+from unicorn import (
+    UC_ARCH_X86,
+    UC_HOOK_CODE,
+    UC_HOOK_INSN,
+    UC_HOOK_INTR,
+    UC_MODE_64,
+    UC_PROT_EXEC,
+    UC_PROT_READ,
+    UC_PROT_WRITE,
+    Uc,
+    x86_const as X,
+)
 from unicorn.unicorn_py3.unicorn import uclib
 
-from kernel_model.arch.x86.kernel.uprobes import URETPROBE_SYSCALL_CHECK, URETPROBE_TRAMPOLINE
-
-from kernel_model.errors import EmuError
 from emu.engine.regfile import W_EFLAGS, W_RIP, WINDOW_SLOT, RegisterFile, cpu_window_layout
+from kernel_model.arch.x86.kernel.uprobes import URETPROBE_SYSCALL_CHECK, URETPROBE_TRAMPOLINE
 from kernel_model.arch.x86.ptrace import GPR_NAMES, TF
+from kernel_model.errors import EmuError
 
 STACK_TOP = 0x7FF000010000
 STACK_SIZE = 0x10000

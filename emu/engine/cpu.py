@@ -24,10 +24,21 @@ from __future__ import annotations
 import ctypes
 
 from capstone import CS_ARCH_X86, CS_MODE_64, Cs
-from unicorn import (UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_INSN, UC_HOOK_INSN_INVALID, UC_HOOK_INTR,
-                     UC_HOOK_MEM_INVALID, UC_HOOK_MEM_READ, UC_HOOK_MEM_WRITE, UC_MODE_64, Uc, UcError)
-from unicorn import unicorn_const as UCC
-from unicorn import x86_const as X
+from unicorn import (
+    UC_ARCH_X86,
+    UC_HOOK_CODE,
+    UC_HOOK_INSN,
+    UC_HOOK_INSN_INVALID,
+    UC_HOOK_INTR,
+    UC_HOOK_MEM_INVALID,
+    UC_HOOK_MEM_READ,
+    UC_HOOK_MEM_WRITE,
+    UC_MODE_64,
+    Uc,
+    UcError,
+    unicorn_const as UCC,
+    x86_const as X,
+)
 from unicorn.unicorn_py3.unicorn import uclib
 
 from emu.engine.fpu import FpuUnit

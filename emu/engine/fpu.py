@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import ctypes
 
-from unicorn import UC_ARCH_X86, UC_MODE_64, Uc, UcError
-from unicorn import x86_const as X
+from unicorn import UC_ARCH_X86, UC_MODE_64, Uc, UcError, x86_const as X
 from unicorn.unicorn_py3.unicorn import uclib
 
 from kernel_model.arch.x86.kernel import fpu

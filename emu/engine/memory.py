@@ -32,9 +32,24 @@ from dataclasses import dataclass
 from unicorn import UC_CTL_IO_WRITE, UC_CTL_TB_REMOVE_CACHE, UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, UcError
 from unicorn.unicorn_py3.unicorn import uclib
 
-from kernel_model.mm.mm_types import (MAX_MAP_COUNT, MMAP_BASE, MMAP_MIN_ADDR, PAGE_SIZE, PROT_ALL, PROT_EXEC, PROT_READ, PROT_WRITE, TASK_SIZE,
-                       GuestFault, MappedFile, MemoryLimit, MemoryLimitExceeded, Vma, page_down,
-                       page_up)
+from kernel_model.mm.mm_types import (
+    MAX_MAP_COUNT,
+    MMAP_BASE,
+    MMAP_MIN_ADDR,
+    PAGE_SIZE,
+    PROT_ALL,
+    PROT_EXEC,
+    PROT_READ,
+    PROT_WRITE,
+    TASK_SIZE,
+    GuestFault,
+    MappedFile,
+    MemoryLimit,
+    MemoryLimitExceeded,
+    Vma,
+    page_down,
+    page_up,
+)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 

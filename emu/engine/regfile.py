@@ -25,9 +25,7 @@ import functools
 import os
 import struct
 
-from unicorn import UC_ARCH_X86, UC_MODE_64, Uc, UcError
-from unicorn import unicorn_const as UCC
-from unicorn import x86_const as X
+from unicorn import UC_ARCH_X86, UC_MODE_64, Uc, UcError, unicorn_const as UCC, x86_const as X
 from unicorn.unicorn_py3.unicorn import uclib
 
 from kernel_model.arch.x86.ptrace import EFLAGS, GPR_NAMES, RF, RIP, TF, TF_ONLY, PtRegs

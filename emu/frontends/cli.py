@@ -14,10 +14,10 @@ import math
 import os
 import sys
 
-from kernel_model.errors import EmuError, InputError, printable
-from emu.machine import Machine
 from emu.inspect import MAX_SLICE, MIN_SLICE, parse_slice
+from emu.machine import Machine
 from guest_programs import GUESTS, write_guest
+from kernel_model.errors import EmuError, InputError, printable
 from kernel_model.profiles import KernelProfile
 
 EXIT_USAGE = 2

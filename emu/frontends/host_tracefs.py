@@ -14,8 +14,8 @@ import subprocess
 import tempfile
 import threading
 
-from kernel_model.errors import EmuError, InputError
 from emu.probes.probe_spec import is_good_name, is_good_system_name
+from kernel_model.errors import EmuError, InputError
 
 FORK_EVENT = "events/sched/sched_process_fork/enable"
 EXEC_EVENT = "events/sched/sched_process_exec/enable"

@@ -42,19 +42,26 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
-from emu.probes.symbols import load_elf_file
-from kernel_model.errors import InputError, RegistrationError, printable
 from emu.frontends.cli import count, read_stdin_file, seconds
+from emu.frontends.host_tracefs import (
+    HostKernelError,
+    HostProbes,
+    Tracefs,
+    check_field,
+    deferred_signals,
+    fatal_signals_clean_up,
+    find_tracefs,  # noqa: F401 - diff's tracefs, as its callers name it
+    probe_command,
+    run_tag,
+)
 from emu.inspect import DEFAULT_ENV
 from emu.machine import Machine
-from guest_programs import write_guest
-from kernel_model.profiles import KernelProfile
 from emu.probes.probe_spec import parse_user_spec
+from emu.probes.symbols import load_elf_file
 from emu.probes.usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
-from emu.frontends.host_tracefs import (HostKernelError, HostProbes, Tracefs, check_field,
-                                        deferred_signals, fatal_signals_clean_up, probe_command,
-                                        run_tag)
-from emu.frontends.host_tracefs import find_tracefs  # noqa: F401 - diff's tracefs, as its callers name it
+from guest_programs import write_guest
+from kernel_model.errors import InputError, RegistrationError, printable
+from kernel_model.profiles import KernelProfile
 
 FORK_LINE = re.compile(
     r"^\s*.+?-\d+\s+\[\d+\].*?: sched_process_fork: comm=.* pid=(?P<parent>\d+) "

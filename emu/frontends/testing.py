@@ -171,7 +171,7 @@ def pytest_assertrepr_compare(config, op, left, right):
 @pytest.fixture
 def emu_machine():
     """Factory: ``emu_machine(guest=NAME | asm=SOURCE | elf=PATH, **machine_kwargs)``."""
-    from emu.machine import Machine     # lazy, as in Regs.gdb_line
+    from emu.machine import Machine  # lazy, as in Regs.gdb_line
 
     def make(*, guest: str | None = None, asm: str | None = None, elf: str | None = None, **kw):
         given = [x for x in (guest, asm, elf) if x is not None]

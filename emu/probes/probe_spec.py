@@ -21,9 +21,16 @@ import re
 from dataclasses import dataclass
 
 from kernel_model.errors import ProbeSpecError
-from kernel_model.trace.trace_probe import (DEFAULT_GROUP, MAX_EVENT_NAME_LEN, ProbeSpec,
-                                            TraceProbeParser, is_good_name, is_good_system_name,
-                                            isdigit, kstrtoul)
+from kernel_model.trace.trace_probe import (
+    DEFAULT_GROUP,
+    MAX_EVENT_NAME_LEN,
+    ProbeSpec,
+    TraceProbeParser,
+    is_good_name,
+    is_good_system_name,
+    isdigit,
+    kstrtoul,
+)
 
 __all__ = ["UserProbeSpec", "ProbeSpec", "parse_probe_spec", "parse_user_spec", "perf_event_name",
            "is_good_name", "is_good_system_name"]

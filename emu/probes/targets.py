@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import os
 
+from emu.probes.ldcache import MAX_CACHE_BYTES, short_name_candidates
 from kernel_model.errors import ProbeSpecError, SymbolError
 from kernel_model.fs.elf import image_of
 from kernel_model.fs.file import HostFile
 from kernel_model.mm.mm_types import MappedFile
-
-from emu.probes.ldcache import MAX_CACHE_BYTES, short_name_candidates
 
 
 class ProbeTargets:

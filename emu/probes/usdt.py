@@ -11,9 +11,8 @@ has the syscall (ENXIO for nop5-era kernels, EPROTO for nop10-era ones).  Semaph
 
 from __future__ import annotations
 
-from kernel_model.errors import ProbeSpecError, SymbolError
-
 from kernel_model.arch.x86.lib.insn import NOP5, NOP10
+from kernel_model.errors import ProbeSpecError, SymbolError
 
 COMBO_NOP5 = b"\x90" + NOP5
 COMBO_NOP10 = b"\x90" + NOP10

@@ -14,11 +14,10 @@ does not define reads or sets the core's.
 
 from __future__ import annotations
 
-from kernel_model.kernel.events.uprobes_types import UprobeConsumer
-
 from emu.probes.probe_spec import parse_user_spec, perf_event_name
 from emu.probes.targets import ProbeTargets
 from emu.probes.usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
+from kernel_model.kernel.events.uprobes_types import UprobeConsumer
 
 _OWN = frozenset({"core", "targets"})
 

@@ -56,10 +56,10 @@ import weakref
 from collections import deque
 from dataclasses import dataclass, field
 
-from kernel_model.errors import EmuError, GuestSignalError
 from emu.engine.memory import Memory
 from emu.engine.quantum import instruction_counter_available
 from emu.engine.regfile import RegisterFile
+from kernel_model.errors import EmuError, GuestSignalError
 from kernel_model.fs.file import OwnsHostFd
 from kernel_model.mm.mm_types import PAGE_SIZE
 

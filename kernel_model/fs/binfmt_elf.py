@@ -19,11 +19,20 @@ import os
 import stat
 import struct
 
-from kernel_model.fs.elf import MAX_ELF_FILE_SIZE, PF_R, PF_W, PF_X, parse_elf
-from kernel_model.errors import ElfError, InputError
-from kernel_model.mm.mm_types import PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE, MappedFile, MemoryLimitExceeded, page_down, page_up
-from kernel_model.arch.x86.kernel.signal import MAX_FRAME_SIZE
 from kernel_model.arch.x86.entry.vdso import map_vdso
+from kernel_model.arch.x86.kernel.signal import MAX_FRAME_SIZE
+from kernel_model.errors import ElfError, InputError
+from kernel_model.fs.elf import MAX_ELF_FILE_SIZE, PF_R, PF_W, PF_X, parse_elf
+from kernel_model.mm.mm_types import (
+    PAGE_SIZE,
+    PROT_EXEC,
+    PROT_READ,
+    PROT_WRITE,
+    MappedFile,
+    MemoryLimitExceeded,
+    page_down,
+    page_up,
+)
 
 STACK_TOP = 0x7FFFFFFDE000           # static guests: leaves the XOL hint page (0x7fffffffe000) free
 STACK_TOP_MAX = 0x7FFFFFFFF000       # the kernel's stack top without randomization

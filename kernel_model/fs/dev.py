@@ -30,10 +30,9 @@ import select
 import stat as S
 from types import MappingProxyType
 
-from kernel_model.fs.file import (READ_CHUNK, HostInput, OpenFile, OutputSink, OwnsHostFd, attrs_stat_bytes,
-                                  tty_ioctl)
-from kernel_model.fs.libfs import DirNode, LinkNode, access_mode, keep_open_flags, may_open
+from kernel_model.fs.file import READ_CHUNK, HostInput, OpenFile, OutputSink, OwnsHostFd, attrs_stat_bytes, tty_ioctl
 from kernel_model.fs.fs_types import Attrs, SpecialNode
+from kernel_model.fs.libfs import DirNode, LinkNode, access_mode, keep_open_flags, may_open
 
 DEVTMPFS_DEV = os.makedev(0, 6)          # st_dev of the host's devtmpfs (0:6)
 DEVPTS_DEV = os.makedev(0, 24)           # and of its devpts (0:24), when no terminal tells

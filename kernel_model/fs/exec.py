@@ -29,17 +29,17 @@ import stat as S
 from array import array
 from dataclasses import dataclass
 
-from kernel_model.fs.elf import MAX_ELF_FILE_SIZE, parse_elf
-from kernel_model.errors import EmuError
-from kernel_model.trace.events import Exec
-from kernel_model.fs.binfmt_elf import load_image
-from kernel_model.mm.mm_types import PAGE_SIZE, GuestFault, MappedFile
 from kernel_model.arch.x86.kernel.signal import SIG_IGN, parse_sigaction
-from kernel_model.kernel.signals import RunResult
+from kernel_model.errors import EmuError
+from kernel_model.fs.binfmt_elf import load_image
+from kernel_model.fs.elf import MAX_ELF_FILE_SIZE, parse_elf
 from kernel_model.fs.namei import MAY_EXEC
 from kernel_model.include.linux.errno import neg
 from kernel_model.include.linux.syscalls import syscall
 from kernel_model.include.uapi.linux.fcntl import AT_EMPTY_PATH, AT_FDCWD, AT_SYMLINK_NOFOLLOW
+from kernel_model.kernel.signals import RunResult
+from kernel_model.mm.mm_types import PAGE_SIZE, GuestFault, MappedFile
+from kernel_model.trace.events import Exec
 
 MAX_ARG_STRLEN = 32 * PAGE_SIZE          # include/uapi/linux/binfmts.h
 MAX_ARG_STRINGS = 0x7FFFFFFF

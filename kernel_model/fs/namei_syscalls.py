@@ -13,15 +13,15 @@ Every bad argument is an errno; nothing here raises for a guest's mistake.
 
 from __future__ import annotations
 
-from dataclasses import replace
 import ctypes
 import errno as E
 import os
 import stat as S
+from dataclasses import replace
 
 from kernel_model.fs.file import HostFile, SpecialDir, fdget, host_syscall
 from kernel_model.fs.fs_types import Attrs
-from kernel_model.fs.namei import Loc, MAY_EXEC, MAY_READ, MAY_WRITE, PATH_MAX, fs_capable
+from kernel_model.fs.namei import MAY_EXEC, MAY_READ, MAY_WRITE, PATH_MAX, Loc, fs_capable
 from kernel_model.include.linux.errno import neg
 from kernel_model.include.linux.syscalls import fd_arg, syscall
 from kernel_model.include.uapi.linux.fcntl import AT_EMPTY_PATH, AT_FDCWD, AT_REMOVEDIR, AT_SYMLINK_FOLLOW

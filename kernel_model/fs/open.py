@@ -12,16 +12,45 @@ import os
 import stat as S
 import struct
 
-from kernel_model.fs.file import HostFile, O_LARGEFILE, OpenFile, SpecialDir, fdget, host_syscall
-from kernel_model.fs.namei import (Loc, MAY_EXEC, MAY_READ, MAY_WRITE, RESOLVE_BENEATH, RESOLVE_CACHED,
-                                   RESOLVE_IN_ROOT, RESOLVE_NO_SYMLINKS, fs_capable, in_group)
+from kernel_model.fs.file import O_LARGEFILE, HostFile, OpenFile, SpecialDir, fdget, host_syscall
+from kernel_model.fs.namei import (
+    MAY_EXEC,
+    MAY_READ,
+    MAY_WRITE,
+    RESOLVE_BENEATH,
+    RESOLVE_CACHED,
+    RESOLVE_IN_ROOT,
+    RESOLVE_NO_SYMLINKS,
+    Loc,
+    fs_capable,
+    in_group,
+)
 from kernel_model.fs.namei_syscalls import host_call, proc_fd
 from kernel_model.include.linux.errno import neg
 from kernel_model.include.linux.syscalls import fd_arg, int_arg, loff_t, syscall
-from kernel_model.include.uapi.linux.fcntl import (AT_EACCESS, AT_EMPTY_PATH, AT_FDCWD, AT_SYMLINK_NOFOLLOW,
-                                                   FASYNC, O_ACCMODE, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECT,
-                                                   O_DIRECTORY, O_DSYNC, O_EXCL, O_NOATIME, O_NOCTTY,
-                                                   O_NOFOLLOW, O_NONBLOCK, O_PATH, O_SYNC, O_TMPFILE, O_TRUNC)
+from kernel_model.include.uapi.linux.fcntl import (
+    AT_EACCESS,
+    AT_EMPTY_PATH,
+    AT_FDCWD,
+    AT_SYMLINK_NOFOLLOW,
+    FASYNC,
+    O_ACCMODE,
+    O_APPEND,
+    O_CLOEXEC,
+    O_CREAT,
+    O_DIRECT,
+    O_DIRECTORY,
+    O_DSYNC,
+    O_EXCL,
+    O_NOATIME,
+    O_NOCTTY,
+    O_NOFOLLOW,
+    O_NONBLOCK,
+    O_PATH,
+    O_SYNC,
+    O_TMPFILE,
+    O_TRUNC,
+)
 
 VALID_OPEN_FLAGS = (O_ACCMODE | O_CREAT | O_EXCL | O_NOCTTY | O_TRUNC | O_APPEND | O_NONBLOCK | O_DSYNC |
                     FASYNC | O_DIRECT | O_LARGEFILE | O_DIRECTORY | O_NOFOLLOW | O_NOATIME | O_CLOEXEC |

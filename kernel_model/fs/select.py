@@ -11,9 +11,19 @@ from __future__ import annotations
 import errno as E
 import struct
 
-from kernel_model.fs.pipe import (POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT, POLLPRI, POLLRDBAND,
-                                  POLLRDNORM, POLLWRBAND, POLLWRNORM)
-from kernel_model.include.linux.errno import ERESTARTNOHAND, ERESTART_RESTARTBLOCK, neg
+from kernel_model.fs.pipe import (
+    POLLERR,
+    POLLHUP,
+    POLLIN,
+    POLLNVAL,
+    POLLOUT,
+    POLLPRI,
+    POLLRDBAND,
+    POLLRDNORM,
+    POLLWRBAND,
+    POLLWRNORM,
+)
+from kernel_model.include.linux.errno import ERESTART_RESTARTBLOCK, ERESTARTNOHAND, neg
 from kernel_model.include.linux.syscalls import int_arg, syscall
 from kernel_model.kernel.wait import sleep_on, still_asleep
 from kernel_model.mm.mm_types import GuestFault

@@ -13,8 +13,13 @@ from kernel_model.fs.file import attrs_stat_bytes, fdget, host_statx
 from kernel_model.fs.namei import Loc
 from kernel_model.include.linux.errno import neg
 from kernel_model.include.linux.syscalls import fd_arg, int_arg, syscall
-from kernel_model.include.uapi.linux.fcntl import (AT_EMPTY_PATH, AT_FDCWD, AT_NO_AUTOMOUNT,
-                                                   AT_STATX_SYNC_TYPE, AT_SYMLINK_NOFOLLOW)
+from kernel_model.include.uapi.linux.fcntl import (
+    AT_EMPTY_PATH,
+    AT_FDCWD,
+    AT_NO_AUTOMOUNT,
+    AT_STATX_SYNC_TYPE,
+    AT_SYMLINK_NOFOLLOW,
+)
 
 STATX_BASIC_STATS, STATX_MNT_ID, STATX__RESERVED = 0x7FF, 0x1000, 0x80000000
 

@@ -9,11 +9,10 @@ the traditional root model: a task whose effective uid is 0 has CAP_SETUID/CAP_S
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from dataclasses import replace
 import errno as E
 import os
 import struct
+from dataclasses import dataclass, replace
 
 from kernel_model.errors import InputError
 from kernel_model.include.linux.errno import neg

@@ -7,7 +7,7 @@ from __future__ import annotations
 import errno as E
 import struct
 
-from kernel_model.include.linux.errno import ERESTARTSYS, ERESTART_RESTARTBLOCK, neg
+from kernel_model.include.linux.errno import ERESTART_RESTARTBLOCK, ERESTARTSYS, neg
 from kernel_model.include.linux.syscalls import syscall
 from kernel_model.kernel.time.timekeeping import CLOCK_EPOCH_NS, NSEC
 from kernel_model.kernel.wait import sleep_on, still_asleep

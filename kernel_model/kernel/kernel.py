@@ -24,22 +24,21 @@ from emu.engine.interface import TrapHandler
 from kernel_model.arch.x86.entry.common import UserEntry
 from kernel_model.arch.x86.kernel.signal import SignalDelivery
 from kernel_model.arch.x86.kernel.traps import Traps
+from kernel_model.arch.x86.kernel.uprobes_optimize import Optimizer
 from kernel_model.arch.x86.ptrace import PtRegs
 from kernel_model.fs.elf import image_of, link_vaddr
 from kernel_model.fs.exec import ExecMm
+from kernel_model.kernel.events.uprobes import Uprobes
+from kernel_model.kernel.events.uprobes_fork import copy_process, dup_mmap, uprobe_free_utask, uprobe_mmap, vma_dontcopy
 from kernel_model.kernel.exit import TaskExit
 from kernel_model.kernel.fork import TaskCreation
 from kernel_model.kernel.sched import RunQueue, Scheduler
 from kernel_model.kernel.signal import SignalSending
-from kernel_model.trace.events import RefCtrUpdate
-from kernel_model.mm.mm_types import GuestFault, PROT_WRITE
 from kernel_model.kernel.signals import SIGNALS
-
-from kernel_model.kernel.events.uprobes_fork import copy_process, dup_mmap, uprobe_free_utask, uprobe_mmap, vma_dontcopy
-from kernel_model.arch.x86.kernel.uprobes_optimize import Optimizer
+from kernel_model.mm.mm_types import PROT_WRITE, GuestFault
 from kernel_model.profiles import KernelProfile
+from kernel_model.trace.events import RefCtrUpdate
 from kernel_model.trace.trace_uprobe import TraceEvents
-from kernel_model.kernel.events.uprobes import Uprobes
 
 SIGTRAP = SIGNALS["SIGTRAP"]
 

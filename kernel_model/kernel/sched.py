@@ -30,9 +30,9 @@ import time
 from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
 from kernel_model.arch.x86.entry.syscall_table import enosys_detail
 from kernel_model.errors import InputError
-from kernel_model.mm.mm_types import GuestFault
-from kernel_model.kernel.time.timekeeping import INSN_NS
 from kernel_model.kernel.signals import SIGNALS, RunResult
+from kernel_model.kernel.time.timekeeping import INSN_NS
+from kernel_model.mm.mm_types import GuestFault
 
 SIGSEGV = SIGNALS["SIGSEGV"]
 

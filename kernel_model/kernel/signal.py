@@ -17,10 +17,23 @@ import functools
 import struct
 
 from kernel_model.arch.x86.kernel.fpu import USER_XFEATURES
-from kernel_model.arch.x86.kernel.signal import (IGNORED_BY_DEFAULT, MINSIGSTKSZ, SIG_DFL, SIG_IGN, SI_TKILL,
-                                                 SS_AUTODISARM, SS_DISABLE, SS_ONSTACK, on_sig_stack,
-                                                 pack_stack_t, parse_sigaction, read_sigframe_fpstate,
-                                                 restore_frame, saved_altstack, siginfo)
+from kernel_model.arch.x86.kernel.signal import (
+    IGNORED_BY_DEFAULT,
+    MINSIGSTKSZ,
+    SI_TKILL,
+    SIG_DFL,
+    SIG_IGN,
+    SS_AUTODISARM,
+    SS_DISABLE,
+    SS_ONSTACK,
+    on_sig_stack,
+    pack_stack_t,
+    parse_sigaction,
+    read_sigframe_fpstate,
+    restore_frame,
+    saved_altstack,
+    siginfo,
+)
 from kernel_model.include.linux.errno import ERESTARTNOHAND, neg
 from kernel_model.include.linux.syscalls import pid_t, syscall
 from kernel_model.kernel.signals import RunResult, signal_name

@@ -10,8 +10,16 @@ import os
 from kernel_model.fs.file import HostFile
 from kernel_model.include.linux.errno import neg
 from kernel_model.include.linux.syscalls import fd_arg, syscall
-from kernel_model.mm.mm_types import (MMAP_MIN_ADDR, MemoryLimitExceeded, PAGE_SIZE, PROT_EXEC, PROT_READ,
-                                      PROT_WRITE, TASK_SIZE, page_up)
+from kernel_model.mm.mm_types import (
+    MMAP_MIN_ADDR,
+    PAGE_SIZE,
+    PROT_EXEC,
+    PROT_READ,
+    PROT_WRITE,
+    TASK_SIZE,
+    MemoryLimitExceeded,
+    page_up,
+)
 
 MAP_SHARED, MAP_PRIVATE, MAP_SHARED_VALIDATE, MAP_TYPE = 0x01, 0x02, 0x03, 0x0F
 MAP_FIXED, MAP_ANONYMOUS, MAP_FIXED_NOREPLACE = 0x10, 0x20, 0x100000

@@ -7,7 +7,7 @@ import errno as E
 
 from kernel_model.include.linux.errno import neg
 from kernel_model.include.linux.syscalls import syscall
-from kernel_model.mm.mm_types import MemoryLimitExceeded, PAGE_SIZE, TASK_SIZE, page_up
+from kernel_model.mm.mm_types import PAGE_SIZE, TASK_SIZE, MemoryLimitExceeded, page_up
 
 MREMAP_MAYMOVE, MREMAP_FIXED, MREMAP_DONTUNMAP = 1, 2, 4
 

@@ -44,9 +44,22 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from kernel_model.errors import ProbeSpecError
-from kernel_model.trace.trace_probe_tmpl import (BASIC_TYPES, STRING_TYPES, TASK_COMM_LEN,
-                                                 Comm, Deref, FetchArg, FetchNode, FileOffset,
-                                                 Imm, ImmString, Reg, Retval, Stack, StackPointer)
+from kernel_model.trace.trace_probe_tmpl import (
+    BASIC_TYPES,
+    STRING_TYPES,
+    TASK_COMM_LEN,
+    Comm,
+    Deref,
+    FetchArg,
+    FetchNode,
+    FileOffset,
+    Imm,
+    ImmString,
+    Reg,
+    Retval,
+    Stack,
+    StackPointer,
+)
 
 __all__ = [
     "ProbeSpec", "TraceProbeParser", "parse_probe_spec", "parse_fetch_arg", "default_event_name",

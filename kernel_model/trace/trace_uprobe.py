@@ -18,10 +18,14 @@ import functools
 from dataclasses import dataclass, field
 
 from kernel_model.errors import ProbeSpecError
-
-from kernel_model.trace.trace_probe import ProbeSpec, default_event_name, format_listing, format_profile_line, \
-    format_trace_line
 from kernel_model.kernel.events.uprobes_types import UPROBE_HANDLER_REMOVE, UprobeConsumer
+from kernel_model.trace.trace_probe import (
+    ProbeSpec,
+    default_event_name,
+    format_listing,
+    format_profile_line,
+    format_trace_line,
+)
 
 
 class _FetchCtx:

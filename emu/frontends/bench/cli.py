@@ -9,18 +9,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from emu.frontends.bench import costmodel
-from kernel_model.profiles import KernelProfile
-
-from kernel_model.errors import EmuError, InputError
-from emu.frontends.cli import count, seconds
-from emu.frontends.host_tracefs import HostKernelError
-
 from emu.frontends.bench.host import run_host
 from emu.frontends.bench.programs import run_programs
 from emu.frontends.bench.render import render, render_programs
 from emu.frontends.bench.report import Config, JsonReport, programs_report, run_bench
 from emu.frontends.bench.scenarios import SCENARIOS, parse_column
 from emu.frontends.bench.threads import cmd_threads
+from emu.frontends.cli import count, seconds
+from emu.frontends.host_tracefs import HostKernelError
+from kernel_model.errors import EmuError, InputError
+from kernel_model.profiles import KernelProfile
 
 
 def add_cli(sub, add_machine_options) -> None:

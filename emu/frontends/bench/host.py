@@ -10,14 +10,12 @@ import tempfile
 import time
 from typing import TYPE_CHECKING
 
-from guest_programs import write_guest
 from emu.frontends.bench import costmodel
-
-from emu.frontends.hostdiff import ResolvedProbe, host_profile_name
-from emu.frontends.host_tracefs import HostKernelError, HostProbes, Tracefs, run_tag
-
 from emu.frontends.bench.measure import count_events, measure_scenario, mops_stats, round_iterations
 from emu.frontends.bench.scenarios import GUEST, SCENARIOS, ColumnSpec, guest_file, site_offset
+from emu.frontends.host_tracefs import HostKernelError, HostProbes, Tracefs, run_tag
+from emu.frontends.hostdiff import ResolvedProbe, host_profile_name
+from guest_programs import write_guest
 
 if TYPE_CHECKING:
     from emu.frontends.bench.report import Config

@@ -26,12 +26,21 @@ import time
 from types import MappingProxyType
 
 from emu.engine import baseline
+from emu.frontends.bench.scenarios import (
+    EXIT_NR,
+    LOOP_NAMES,
+    MARKER_NR,
+    SCENARIOS,
+    SLED_SIZE,
+    ColumnSpec,
+    Scenario,
+    attach,
+    guest_file,
+    new_machine,
+)
+from emu.inspect import registered_uprobes
 from kernel_model.errors import EmuError, RegistrationError
 from kernel_model.trace.events import Syscall
-from emu.inspect import registered_uprobes
-
-from emu.frontends.bench.scenarios import (EXIT_NR, LOOP_NAMES, MARKER_NR, SCENARIOS, SLED_SIZE, ColumnSpec, Scenario,
-                        attach, guest_file, new_machine)
 
 COUNT_WARMUP, COUNT_N1, COUNT_N2 = 3, 2, 5
 # the hand-inlined hit timed next to each run of a scenario with a hit-cost target

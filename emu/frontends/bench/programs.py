@@ -21,8 +21,8 @@ import subprocess
 import tempfile
 import time
 
-from kernel_model.errors import EmuError
 from emu.machine import Machine
+from kernel_model.errors import EmuError
 
 MALLOC_LOOP_C = r"""
 #include <stdlib.h>

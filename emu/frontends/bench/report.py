@@ -12,14 +12,18 @@ import os
 import sys
 from dataclasses import dataclass
 
-from emu.frontends.bench import costmodel
-
 from emu.engine import baseline
-from kernel_model.errors import EmuError
-
-from emu.frontends.bench.measure import (count_events, growth_attach, growth_probe_counts, growth_ri, measure_baseline,
-                      measure_scenario)
+from emu.frontends.bench import costmodel
+from emu.frontends.bench.measure import (
+    count_events,
+    growth_attach,
+    growth_probe_counts,
+    growth_ri,
+    measure_baseline,
+    measure_scenario,
+)
 from emu.frontends.bench.scenarios import LOOP_NAMES, SCENARIOS, SLED_SIZE, column_from_costmodel
+from kernel_model.errors import EmuError
 
 SCHEMA = "uprobe-emu.bench/1"
 # Hit-path targets: model M/s over the bare int3 + empty-hook loop, timed in the same run.

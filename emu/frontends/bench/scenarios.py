@@ -20,14 +20,13 @@ import functools
 from dataclasses import dataclass
 from types import MappingProxyType, SimpleNamespace
 
-from guest_programs import build_guest, guest_source
-from kernel_model.profiles import KernelProfile
+from emu.asm import asm_to_elf
+from emu.machine import Machine
 from emu.probes.symbols import probe_file
 from emu.probes.usdt import usdt_attach_offsets
-
-from emu.asm import asm_to_elf
+from guest_programs import build_guest, guest_source
 from kernel_model.errors import InputError
-from emu.machine import Machine
+from kernel_model.profiles import KernelProfile
 
 GUEST = "bench_trigger"
 GUEST_PATH = "/guest/bench_trigger"

@@ -16,10 +16,9 @@ import time
 from rich.table import Table
 
 from emu.asm import asm_to_elf
-from kernel_model.errors import InputError
-from emu.machine import Machine
-
 from emu.frontends.bench.report import JsonReport
+from emu.machine import Machine
+from kernel_model.errors import InputError
 
 GUEST_PATH = "/bench/threads"
 THREADS = (0, 1, 4)            # 0: the main thread does the work

@@ -7,8 +7,14 @@ attach to a guest running under the uprobes model.
 """
 
 from emu.frontends.gdbstub.cli import add_cli, cmd_gdbserver
-from emu.frontends.gdbstub.packets import (PACKET_SIZE, FrameParser, GdbConnection, checksum, escape_binary,
-                                           unescape_binary)
+from emu.frontends.gdbstub.packets import (
+                                           PACKET_SIZE,
+                                           FrameParser,
+                                           GdbConnection,
+                                           checksum,
+                                           escape_binary,
+                                           unescape_binary,
+)
 from emu.frontends.gdbstub.registers import REGISTERS, target_xml
 from emu.frontends.gdbstub.stub import GdbStub, serve_once
 from emu.frontends.gdbstub.svr4 import Svr4Libraries

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from kernel_model.errors import InputError
 from emu.debug import reverse
-from emu.frontends.cli import (add_cli_events, add_events_option, events_output, make_machine,
-                               port_number, report_result)
+from emu.frontends.cli import add_cli_events, add_events_option, events_output, make_machine, port_number, report_result
 from emu.frontends.gdbstub.stub import serve_once
+from kernel_model.errors import InputError
+
 
 def add_cli(sub, add_machine_options) -> None:
     p = sub.add_parser("gdbserver", help="serve a guest to gdb (target remote :PORT)",

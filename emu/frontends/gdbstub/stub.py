@@ -27,15 +27,27 @@ import os
 import socket
 import threading
 
-from kernel_model.errors import EmuError, InputError
 from emu.debug import reverse
 from emu.debug.stepper import Stepper, StepperError
-from emu.inspect import GuestFault, is_runnable, process_auxv, process_exe_link, registered_uprobes
-from emu.frontends.gdbstub.packets import (INTERRUPT, MASK64, PACKET_SIZE, Disconnected, GdbConnection, Malformed,
-                                           address_length, hex_bytes, hex_int, hex_pair, thread_id,
-                                           unescape_binary, xfer_reply)
+from emu.frontends.gdbstub.packets import (
+    INTERRUPT,
+    MASK64,
+    PACKET_SIZE,
+    Disconnected,
+    GdbConnection,
+    Malformed,
+    address_length,
+    hex_bytes,
+    hex_int,
+    hex_pair,
+    thread_id,
+    unescape_binary,
+    xfer_reply,
+)
 from emu.frontends.gdbstub.registers import CPU_REGISTERS, GENERAL_REGISTERS, REGISTERS, USER_SEGMENTS, target_xml
 from emu.frontends.gdbstub.svr4 import Svr4Libraries, svr4_annex
+from emu.inspect import GuestFault, is_runnable, process_auxv, process_exe_link, registered_uprobes
+from kernel_model.errors import EmuError, InputError
 
 SIGTRAP, SIGINT = 5, 2
 _WATCH_KINDS = {"2": "write", "3": "read", "4": "access"}     # Z2 / Z3 / Z4

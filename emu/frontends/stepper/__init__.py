@@ -8,8 +8,8 @@
 The CLI imports this package for its ``add_cli``.
 """
 
-from emu.debug.stepper import Breakpoint, Frame, Stepper, StepperError, StopEvent, Watchpoint
 from emu.debug.format import INFO_REGISTERS, format_register, natural, register_line
+from emu.debug.stepper import Breakpoint, Frame, Stepper, StepperError, StopEvent, Watchpoint
 from emu.frontends.stepper.shell import HELP, StepperShell, add_cli, cmd_step
 
 __all__ = ["Stepper", "StepperShell", "StopEvent", "Breakpoint", "Watchpoint", "Frame", "StepperError",

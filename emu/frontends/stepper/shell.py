@@ -16,13 +16,13 @@ from __future__ import annotations
 import functools
 import sys
 
-from emu.debug.disasm import annotation, symbol_of
-from kernel_model.errors import EmuError
-from emu.frontends.cli import add_cli_events, add_events_option, events_output, make_machine
 from emu.debug import reverse
-from emu.debug.stepper import Stepper, StepperError, StopEvent
+from emu.debug.disasm import annotation, symbol_of
 from emu.debug.format import gdb_label, natural, signed
+from emu.debug.stepper import Stepper, StepperError, StopEvent
+from emu.frontends.cli import add_cli_events, add_events_option, events_output, make_machine
 from emu.inspect import GuestFault, registered_uprobes, signal_name
+from kernel_model.errors import EmuError
 
 _SIGNAL_TEXT = {"SIGSEGV": "Segmentation fault", "SIGILL": "Illegal instruction",
                 "SIGTRAP": "Trace/breakpoint trap", "SIGFPE": "Arithmetic exception",

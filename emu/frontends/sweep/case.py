@@ -17,11 +17,11 @@ import hashlib
 import time
 from dataclasses import dataclass, field
 
-from emu.probes.symbols import load_elf_file
-from kernel_model.errors import InputError, RegistrationError
 from emu.frontends.sweep.compare import RunDigest, SyscallRecorder, digest
 from emu.machine import Machine
+from emu.probes.symbols import load_elf_file
 from guest_programs import build_guest
+from kernel_model.errors import InputError, RegistrationError
 
 
 @dataclass(frozen=True)

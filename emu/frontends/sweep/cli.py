@@ -6,13 +6,12 @@ import os
 import shlex
 import sys
 
-from kernel_model.errors import InputError
 from emu.frontends.cli import count, read_stdin_file, seconds
 from emu.frontends.sweep.case import Program
 from emu.frontends.sweep.driver import Sweeper
-from emu.frontends.sweep.report import (CaseStore, ProgressBar, exit_status, print_report,
-                                        write_json)
+from emu.frontends.sweep.report import CaseStore, ProgressBar, exit_status, print_report, write_json
 from emu.frontends.sweep.runners import make_runner
+from kernel_model.errors import InputError
 from kernel_model.profiles import KernelProfile
 
 

@@ -16,8 +16,8 @@ import base64
 import hashlib
 from dataclasses import dataclass, field
 
-from kernel_model.trace.events import Syscall, SyscallReturn
 from emu.inspect import GPR_NAMES, is_writable, syscall_name
+from kernel_model.trace.events import Syscall, SyscallReturn
 
 KERNEL_PAGES = ("[uprobes]", "[uprobes-trampoline]")
 KERNEL_SYSCALLS = (335, 336)          # sys_uretprobe, sys_uprobe

@@ -39,16 +39,15 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 
-from kernel_model.errors import InputError
-from emu.inspect import MAX_UINSN_BYTES, uprobe_refusal
-from emu.probes.symbols import load_elf_file
-from emu.frontends.hostdiff import ResolvedProbe, run_native
 from emu.frontends.host_tracefs import HostKernelError, Tracefs
+from emu.frontends.hostdiff import ResolvedProbe, run_native
 from emu.frontends.sweep.bisect import bisect
 from emu.frontends.sweep.classify import FAITHFUL, classify
-from emu.frontends.sweep.compare import (KERNEL_SYSCALLS, MASKED, Divergence, Noise, RunDigest,
-                                         compare, host_view)
+from emu.frontends.sweep.compare import KERNEL_SYSCALLS, MASKED, Divergence, Noise, RunDigest, compare, host_view
+from emu.inspect import MAX_UINSN_BYTES, uprobe_refusal
+from emu.probes.symbols import load_elf_file
 from guest_programs import write_guest
+from kernel_model.errors import InputError
 from kernel_model.profiles import KernelProfile
 
 RET = "ret"                   # the return value's position in NativeNoise.fields

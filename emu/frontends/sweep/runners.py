@@ -15,8 +15,8 @@ import concurrent.futures as cf
 import logging
 import multiprocessing
 
-from kernel_model.errors import EmuError, InputError
 from emu.frontends.sweep.case import CaseRunner, run_cases
+from kernel_model.errors import EmuError, InputError
 
 
 class SerialRunner:

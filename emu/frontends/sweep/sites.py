@@ -16,9 +16,9 @@ import os
 from dataclasses import asdict, dataclass
 
 import capstone
+from elftools.common.exceptions import ELFError
 from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
-from elftools.common.exceptions import ELFError
 
 from kernel_model.errors import InputError
 

@@ -9,13 +9,12 @@ import sys
 import tempfile
 import time
 
-from kernel_model.errors import InputError
 from emu.frontends.cli import add_cli_events, make_machine, print_error, report_result
-from emu.machine import Machine
-
 from emu.frontends.trace import seek
 from emu.frontends.trace.formats import FORMATS
 from emu.frontends.trace.tracer import Tracer
+from emu.machine import Machine
+from kernel_model.errors import InputError
 
 
 def add_cli(sub, add_machine_options) -> None:

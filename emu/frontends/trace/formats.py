@@ -29,9 +29,8 @@ from __future__ import annotations
 import json
 
 from emu.debug.disasm import symbol_of
-from emu.inspect import GPR_NAMES
-
 from emu.frontends.trace.describe import instant_name, jsonable
+from emu.inspect import GPR_NAMES
 
 RIP = GPR_NAMES.index("rip")
 RSP = GPR_NAMES.index("rsp")

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 from capstone import CS_ARCH_X86, CS_MODE_64, Cs, CsError
 
-from emu.replay.checkpoint import DEFAULT_INTERVAL, CheckpointError
 from emu.debug.disasm import symbol_of
-from kernel_model.errors import InputError
 from emu.debug.format import subreg
 from emu.inspect import GuestFault
+from emu.replay.checkpoint import DEFAULT_INTERVAL, CheckpointError
+from kernel_model.errors import InputError
 
 _MAX_SIZE = 64
 

@@ -12,11 +12,10 @@ import os
 import sys
 
 from emu.debug.disasm import Disassembler, format_objdump_line, symbol_of
-from kernel_model.errors import EmuError, InputError, SymbolError, printable
-from emu.inspect import GuestFault, is_writable_code, optimized_call_size, signal_name, xol_fixups
-
 from emu.frontends.trace.describe import describe, generic
 from emu.frontends.trace.formats import CALL, FORMAT_CLASSES, FORMATS, RET, RSP, dumps, reg
+from emu.inspect import GuestFault, is_writable_code, optimized_call_size, signal_name, xol_fixups
+from kernel_model.errors import EmuError, InputError, SymbolError, printable
 
 _XOL_SLOT_BYTES = 128
 _END_SYSCALLS = (60, 231)  # exit, exit_group: the single task ends

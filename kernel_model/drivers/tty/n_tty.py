@@ -10,7 +10,7 @@ import errno as E
 import select
 import time
 
-from kernel_model.fs.file import HostInput, POLL_SLICE_MS, copy_out
+from kernel_model.fs.file import POLL_SLICE_MS, HostInput, copy_out
 from kernel_model.include.linux.errno import ERESTARTSYS, neg
 from kernel_model.include.uapi.linux.fcntl import O_NONBLOCK
 from kernel_model.kernel.wait import sleep_on, still_asleep

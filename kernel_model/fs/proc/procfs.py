@@ -52,11 +52,11 @@ import struct
 from types import MappingProxyType
 
 from kernel_model.fs.file import HostInput, OutputSink, PipeInput, SeqFile, attrs_stat_bytes
+from kernel_model.fs.fs_types import Attrs, SpecialNode
+from kernel_model.fs.libfs import DirNode, LinkNode, access_mode, keep_open_flags, may_open
+from kernel_model.fs.pipe import PipeEnd
 from kernel_model.kernel.resource import RLIMIT_SIGPENDING
 from kernel_model.mm.mm_types import GuestFault
-from kernel_model.fs.pipe import PipeEnd
-from kernel_model.fs.libfs import DirNode, LinkNode, access_mode, keep_open_flags, may_open
-from kernel_model.fs.fs_types import Attrs, SpecialNode
 
 PAGE_SIZE = 4096
 PROC_DEV = os.makedev(0, 21)              # st_dev of this machine's procfs (0:21, as `stat /proc`)

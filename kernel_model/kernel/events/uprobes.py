@@ -16,16 +16,25 @@ from __future__ import annotations
 
 import itertools
 
-from kernel_model.trace import events as ev
-from kernel_model.errors import RegistrationError
-from kernel_model.mm.mm_types import PAGE_SIZE, PROT_EXEC, PROT_WRITE, TASK_SIZE, GuestFault, MappedFile
-from kernel_model.kernel.signals import SIGNALS
-
 from kernel_model.arch.x86.kernel import uprobes as arch
+from kernel_model.errors import RegistrationError
+from kernel_model.kernel.events.uprobes_types import (
+    UINSNS_PER_PAGE,
+    UPROBE_HANDLER_IGNORE,
+    UPROBE_HANDLER_REMOVE,
+    UTASK_RUNNING,
+    UTASK_SSTEP,
+    MmUprobes,
+    Uprobe,
+    UprobeConsumer,
+    UprobeContext,
+    UprobeTask,
+    XolArea,
+)
 from kernel_model.kernel.events.uretprobes import Uretprobes
-from kernel_model.kernel.events.uprobes_types import (UINSNS_PER_PAGE, UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE,
-                            UTASK_RUNNING, UTASK_SSTEP, MmUprobes, Uprobe,
-                            UprobeConsumer, UprobeContext, UprobeTask, XolArea)
+from kernel_model.kernel.signals import SIGNALS
+from kernel_model.mm.mm_types import PAGE_SIZE, PROT_EXEC, PROT_WRITE, TASK_SIZE, GuestFault, MappedFile
+from kernel_model.trace import events as ev
 
 SIGTRAP, SIGILL = SIGNALS["SIGTRAP"], SIGNALS["SIGILL"]
 

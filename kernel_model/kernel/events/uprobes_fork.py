@@ -16,12 +16,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kernel_model.errors import RegistrationError
-from kernel_model.mm.mm_types import PAGE_SIZE, PROT_EXEC, PROT_WRITE
-
 from kernel_model.arch.x86.kernel import uprobes as arch
+from kernel_model.errors import RegistrationError
 from kernel_model.kernel.events.uprobes_types import MmUprobes, XolArea
 from kernel_model.kernel.events.uretprobes import RI_SIZEOF
+from kernel_model.mm.mm_types import PAGE_SIZE, PROT_EXEC, PROT_WRITE
 
 
 def vma_dontcopy(profile, vma) -> bool:

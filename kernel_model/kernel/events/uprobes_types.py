@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kernel_model.mm.mm_types import PAGE_SIZE, MappedFile
-
 from kernel_model.arch.x86.kernel.uprobes import UPROBE_XOL_SLOT_BYTES
 from kernel_model.arch.x86.lib.insn import ArchUprobe
+from kernel_model.mm.mm_types import PAGE_SIZE, MappedFile
 
 UPROBE_HANDLER_REMOVE = 1
 UPROBE_HANDLER_IGNORE = 2

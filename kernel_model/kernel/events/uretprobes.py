@@ -32,12 +32,11 @@ from __future__ import annotations
 
 import struct
 
-from kernel_model.trace import events as ev
-from kernel_model.mm.mm_types import GuestFault
-from kernel_model.kernel.signals import SIGNALS
-
 from kernel_model.arch.x86.kernel import uprobes as arch
-from kernel_model.kernel.events.uprobes_types import MAX_URETPROBE_DEPTH, UprobeContext, ReturnInstance
+from kernel_model.kernel.events.uprobes_types import MAX_URETPROBE_DEPTH, ReturnInstance, UprobeContext
+from kernel_model.kernel.signals import SIGNALS
+from kernel_model.mm.mm_types import GuestFault
+from kernel_model.trace import events as ev
 
 _SYSCALL_ARGS = struct.Struct("<3Q")      # struct uretprobe_syscall_args: r11, cx, ax
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno as E
 import struct
 
-from kernel_model.include.linux.errno import ERESTARTNOHAND, ERESTART_RESTARTBLOCK, neg
+from kernel_model.include.linux.errno import ERESTART_RESTARTBLOCK, ERESTARTNOHAND, neg
 from kernel_model.include.linux.syscalls import syscall
 from kernel_model.kernel.time.timekeeping import NSEC
 from kernel_model.kernel.wait import sleep_on, still_asleep

@@ -22,10 +22,9 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from kernel_model.mm.mm_types import GuestFault
-from kernel_model.arch.x86.ptrace import TF
-
 from kernel_model.arch.x86.lib.insn import FIX_CALL, FIX_IP, FIX_SETF, ArchUprobe, analysis_key, analyze_insn, jcc_taken
+from kernel_model.arch.x86.ptrace import TF
+from kernel_model.mm.mm_types import GuestFault
 
 UPROBE_SWBP_INSN = b"\xcc"
 UPROBE_SWBP_OPCODE = UPROBE_SWBP_INSN[0]

@@ -14,11 +14,10 @@ from __future__ import annotations
 import errno
 import struct
 
-from kernel_model.trace import events as ev
-from kernel_model.mm.mm_types import PAGE_SIZE, PROT_EXEC, PROT_READ, TASK_SIZE, GuestFault
-from kernel_model.kernel.signals import SIGNALS
-
 from kernel_model.arch.x86.lib.insn import NOP5, NOP10
+from kernel_model.kernel.signals import SIGNALS
+from kernel_model.mm.mm_types import PAGE_SIZE, PROT_EXEC, PROT_READ, TASK_SIZE, GuestFault
+from kernel_model.trace import events as ev
 
 SIGILL = SIGNALS["SIGILL"]
 TRAMPOLINE_NAME = "[uprobes-trampoline]"
