@@ -93,7 +93,7 @@ class FakeMachine:
         self.syscalls = SimpleNamespace(register=lambda nr, fn: None)
         self.sent: list = []
         self.mem = FakeMem()
-        proc = SimpleNamespace(pid=1000, mem=self.mem, mm_uprobes=None, files=[], tasks=[],
+        proc = SimpleNamespace(pid=1000, mem=self.mem, mm_uprobes=None, mapped_files=[], tasks=[],
                                exit_result=None, mm_owner=None)
         self.task = SimpleNamespace(tid=1000, process=proc, utask=None, state="running")
         self.main_process = proc
