@@ -22,7 +22,7 @@ import threading
 
 from emu.asm import asm_to_elf
 from emu.engine.cpu import Cpu, Hook
-from emu.engine.memory import Memory, PageCache
+from emu.engine.memory import Memory
 from emu.engine.quantum import instruction_counter_available
 from emu.engine.regfile import SnapshotReader
 from emu.probes.user_api import UserUprobes
@@ -47,6 +47,7 @@ from kernel_model.kernel.sched import MAX_SLICE, MIN_SLICE, check_slice
 from kernel_model.kernel.signals import RunResult
 from kernel_model.kernel.syscalls import Syscalls
 from kernel_model.kernel.task import Process, Task
+from kernel_model.mm.filemap import PageCache
 from kernel_model.mm.mm_types import DEFAULT_MAX_MEMORY, MappedFile, MemoryLimit
 from kernel_model.trace import events as ev
 

@@ -12,7 +12,7 @@ import pytest
 from test_memory_limits import run_syscall
 
 from emu import Machine
-from emu.engine.memory import PageCache
+from kernel_model.mm.filemap import PageCache
 from kernel_model.trace import events as ev
 
 
