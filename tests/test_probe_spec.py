@@ -1,8 +1,7 @@
 """Specification tests for kernel_model.trace.trace_probe: the uprobe_events language.
 
 Expected values come from the kernel sources (kernel/trace/trace_uprobe.c, trace_probe.c,
-trace_probe_tmpl.h, trace_output.c) and the sample lines in the project's reference notes
-(kernel-semantics.md section 9, ecosystem.md section 4.1).
+trace_probe_tmpl.h, trace_output.c) and sample trace lines of real kernels.
 """
 
 from __future__ import annotations
@@ -535,8 +534,8 @@ def test_listing_refuses_delete_requests_and_unknown_offsets():
         format_listing(parse_probe_spec("p /bin/ls:main"))
 
 
-# The prefix is ecosystem.md 4.1's sample (current kernels: "%16s-%-7d [%03d] flags
-# %5lu.%06lu: "); the payload is kernel-semantics.md 9.2's (current kernels print
+# The prefix is a real trace line's (current kernels: "%16s-%-7d [%03d] flags
+# %5lu.%06lu: "); the payload as print_uprobe_event() writes it (current kernels print
 # x64 values with 0x).
 ENTRY_LINE = ("             zsh-24842   [006] d..1. 258544.995456: "
               "zfree_entry: (0x446420) arg1=0x446420 arg2=0x79")

@@ -1,6 +1,6 @@
 """Registering and unregistering entry probes on a running guest.
 
-kernel-semantics.md sections 1-2 and the checklist: a uprobe is (file, offset); install
+As kernel/events/uprobes.c has it: a uprobe is (file, offset); install
 writes one 0xCC into the process (never the file); analysis reads the FILE; errors carry
 the kernel's errno; UPROBE_HANDLER_REMOVE and filters decide removal; changes made while
 the guest runs are seen at once.
@@ -162,7 +162,7 @@ bad:
 """)
 
 REFUSED = {
-    # name: (.byte list, errno) -- kernel-semantics.md 1.3, 2.4, 3.3 and 3.4
+    # name: (.byte list, errno) -- uprobe_register() and arch_uprobe_analyze_insn()
     "file-byte-already-int3": ("0xcc", "ENOTSUPP"),
     "lock-prefix": ("0xf0, 0x48, 0x83, 0x00, 0x01", "ENOTSUPP"),
     "cs-prefix": ("0x2e, 0x48, 0x8b, 0x00", "ENOTSUPP"),
@@ -273,7 +273,7 @@ after_load:
 
 
 def test_unregister_writes_back_the_analyzed_rex_byte():
-    """Section 3.5 REX note: riprel_analyze() clears REX.B in auprobe->insn, which is
+    """The REX quirk: riprel_analyze() clears REX.B in auprobe->insn, which is
     also what set_orig_insn() writes back, so ``49 8b 05`` comes back as ``48 8b 05``
     (same semantics: REX.B is ignored with rip-relative addressing)."""
     m = Machine.from_asm(REX_B_RIPREL)

@@ -1,7 +1,7 @@
 """Entry probes on real guest code: int3, emulation and out-of-line single-step.
 
-Every instruction class the kernel distinguishes (kernel-semantics.md sections 3.4 and
-3.5) is probed in a small keystone guest.  Two things are pinned for each:
+Every instruction class the kernel distinguishes (arch/x86/kernel/uprobes.c: emulated
+and single-stepped) is probed in a small keystone guest.  Two things are pinned for each:
 
 * transparency - the probed run ends with exactly the registers (eflags included) and
   writable memory of the unprobed run;
@@ -95,7 +95,7 @@ def _marker_run(m, r):
 
 
 CASES = {
-    # -- emulated: nop, push, call rel32, jmp, jcc (section 3.4) -------------------------
+    # -- emulated: nop, push, call rel32, jmp, jcc (branch_setup_xol_ops, push_setup_xol_ops)
     "nop-90": Case("probe:\n    .byte 0x90", "emulated"),
     "push-rbp": Case("probe:\n    push rbp\n    pop r9", "emulated",
                      check=_r9_eq(0x0B0B0B0B0B0B0B0B)),
@@ -122,7 +122,7 @@ CASES = {
     "jcc-rel8-backward-loop": Case(
         "    mov ecx, 3\n    xor r9d, r9d\ntop:\n    add r9, 1\n    dec ecx\nprobe:\n    .byte 0x75, 0xf8",
         "emulated", hits=3, check=_r9_eq(3)),
-    # -- single-stepped out of line (section 3.5) ------------------------------------------
+    # -- single-stepped out of line (default_xol_ops) --------------------------------------
     "push-rax-48-50-not-emulated": Case("probe:\n    .byte 0x48, 0x50\n    pop r9", "xol",
                                         check=_r9_eq(0x0A0A0A0A0A0A0A0A)),
     "mov-reg-reg": Case("probe:\n    mov rax, rbx", "xol"),
@@ -210,7 +210,7 @@ def test_probed_instruction_is_transparent_and_takes_the_kernels_path(name):
 
 # ------------------------------------------------------------------- NOPs per kernel profile
 
-# (encoding, {profile: how}) -- kernel-semantics.md 3.4 and insn_x86.is_nop's docstring:
+# (encoding, {profile: how}) -- kernel_model.arch.x86.lib.insn.is_nop's docstring:
 # <= 6.17 "case 0x90" (any prefix), 6.18 x86_nops[len] or 0x90, 6.19+ insn_is_nop().
 NOP_POLICY_CASES = {
     "66-90": ("0x66, 0x90", {"6.17": "emulated", "6.18": "emulated", "latest": "emulated"}),
@@ -631,7 +631,7 @@ def test_xol_area_falls_back_below_when_the_hint_is_taken():
 def test_no_room_for_the_xol_area_restarts_the_probe_and_reruns_the_handlers():
     """xol_get_insn_slot() failing (no [uprobes] page can be mapped) makes pre_ssout()
     fail: handle_swbp leaves ip at the probe, the task traps again and the handlers run
-    again; the insn is single-stepped once the area can be created (checklist 31)."""
+    again; the insn is single-stepped once the area can be created."""
     m = Machine.from_asm(guest("probe:\n    mov rax, rbx"))
     real = m.mem.get_unmapped_area
     hits = []

@@ -2,7 +2,7 @@
 array of 64 per task, and the 6.14+ per-task ri_pool.  Same guest-visible behaviour,
 different counters and memory footprints.
 
-Kernel semantics section 4.3; checklist 45; selftests.md section 5.10.
+The kernel side: alloc_return_instance() and ri_pool in kernel/events/uprobes.c.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 pending, UPROBE_HANDLER_IGNORE / REMOVE at entry, and consumers registered after the
 entry hit.
 
-Kernel semantics sections 1.5, 1.6, 3.2, 4.4, 4.7; checklist 21 and 25.
+The kernel side: handler_chain(), handle_uretprobe_chain() and the consumer list in
+kernel/events/uprobes.c.
 """
 
 from __future__ import annotations
@@ -180,7 +181,7 @@ def test_ignoring_session_consumer_is_skipped_while_another_consumer_returns(ker
 
 @pytest.mark.parametrize("kernel,overrides", SESSION_PROFILES)
 def test_non_session_ret_handler_registered_after_the_entry_hit_is_called(kernel, overrides):
-    """Kernel semantics 1.6: a return-only consumer added between the entry hit and the
+    """handle_uretprobe_chain(): a return-only consumer added between the entry hit and the
     return is called (data NULL); a session consumer added then is not (its id was not
     recorded at entry)."""
     calls = []

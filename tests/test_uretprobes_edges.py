@@ -1,7 +1,8 @@
 """uretprobe edge cases: the trampoline bytes, hijack failures, a return handler that
 redirects ip, an entry handler that changes ip, a probe that is not at a function entry.
 
-Kernel semantics sections 4.1, 4.2, 5.1, 5.2.
+The kernel side: prepare_uretprobe(), uprobe_handle_trampoline() and the x86
+trampolines (arch/x86/kernel/uprobes.c).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from test_uretprobes_support import (
     trampoline_vaddr,
 )
 
-# section 5.1: push rax; push rcx; push r11; mov $335,%rax; syscall; pop r11; pop rcx; ret
+# uretprobe_trampoline (6.11+): push rax; push rcx; push r11; mov $335,%rax; syscall; pop r11; pop rcx; ret
 SYSCALL_TRAMPOLINE = bytes.fromhex("50 51 41 53 48 c7 c0 4f 01 00 00 0f 05 41 5b 59 c3")
 
 

@@ -2,7 +2,8 @@
 (uretprobe_regs_equal, regs_change, uretprobe_syscall_call) for both trampolines, the
 return handler's view, sys_uretprobe's full-register return, and the SIGILL cases.
 
-Kernel semantics sections 4.6, 5.1-5.3; selftests.md sections 1.2, 1.5, 2.
+The kernel side: sys_uretprobe() and uprobe_handle_trampoline(); the selftests are
+tools/testing/selftests/bpf/prog_tests/uprobe_syscall.c.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The return_instance stack: recursion with entry and return probes, tail calls
 (chained instances), the depth limit of 64, and frames abandoned by longjmp.
 
-Kernel semantics sections 4.1, 4.5, 4.6; checklist 13-17.
+The kernel side: prepare_uretprobe() (chained instances, MAX_URETPROBE_DEPTH) and
+cleanup_return_instances() in kernel/events/uprobes.c.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def test_recursion_depth_rises_and_falls_with_the_calls(kernel):
 
 @pytest.mark.parametrize("kernel", TRAMPOLINE_PROFILES)
 def test_consumers_on_one_probe_run_newest_first_at_entry_and_at_return(kernel):
-    """Kernel semantics 1.6: entry handlers run newest-registered first, and return
+    """handler_chain() and handle_uretprobe_chain(): entry handlers run newest-registered first, and return
     handlers walk the same list - also newest first, not the reverse of entry order."""
     order = []
     m = machine(REC_GUEST, kernel)

@@ -2,7 +2,7 @@
 baseline checks that every guest behaves as described when nothing is probed.
 
 The guests are our own keystone programs that reproduce what the kernel's
-``uprobe_syscall`` selftests observe (reference/selftests.md section 2): a register
+``uprobe_syscall`` selftests observe (prog_tests/uprobe_syscall.c): a register
 snapshot harness around a trigger function, a fake copy of the uretprobe trampoline,
 recursion, tail calls, and a trampoline-address leak.
 """

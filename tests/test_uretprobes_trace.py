@@ -1,7 +1,7 @@
 """Return probes through the tracefs interface: ``r:`` events, ``$retval``, the
 ``PATH:SYMBOL%return`` and ``uretprobe:PATH:SYMBOL`` forms, from Python and from the CLI.
 
-Kernel semantics sections 9.1, 9.2; checklist 41, 43.
+The kernel side: trace_uprobe.c's uretprobe_dispatcher() and print_uprobe_event().
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-# bench_trigger: the trigger loops of the kernel's benchs/bench_trigger.c (selftests.md 4.1),
+# bench_trigger: the trigger loops of the kernel's benchs/bench_trigger.c (BPF selftests),
 # written for uprobe-emu.  Usage: bench_trigger LOOP N [WARMUP [N2]]
 #
 #   LOOP   0 usermode-count  call uprobe_target_nop, bump a user counter

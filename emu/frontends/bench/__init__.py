@@ -1,4 +1,4 @@
-"""``uprobe-emu bench``: the kernel's trigger benchmarks (selftests.md 4.1) in the model.
+"""``uprobe-emu bench``: the kernel's trigger benchmarks (tools/testing/selftests/bpf/benchs/bench_trigger.c) in the model.
 
 Each scenario runs the built-in guest ``bench_trigger`` (the kernel's trigger bodies in
 keystone assembly) under a kernel profile with one consumer that counts hits, and reports

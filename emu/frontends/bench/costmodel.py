@@ -28,7 +28,7 @@ Features (:data:`FEATURES`) and what they stand for in the kernel:
 
 Calibration.  One published table is fitted by weighted least squares (relative
 errors: weights 1/observed, so the 6.6 ns loop and the 900 ns single-step count
-alike), with non-negative coefficients: section 5.11(f) of ``selftests.md`` - Jiri
+alike), with non-negative coefficients: :data:`CALIBRATION_TABLE` - Jiri
 Olsa's PATCHv6 10/22 (2025-07-20), Intel, 10 scenarios x 2 kernels.  It is the widest
 single-machine table: it has every event class a modern kernel produces in one run
 (loop only, plain syscall, int3 + emulation, int3 + single-step - its "current" nop5
@@ -74,9 +74,9 @@ FEATURE_DOC = {
 # Coefficients the calibration table cannot identify (ns), with where they come from.
 PRIORS = {
     "emulate": (5.0, "a few kernel instructions (nop/push emulation); always paired with int3 "
-                     "in 5.11(f), so not separable there"),
+                     "in table 5.11f, so not separable there"),
     "ri_alloc": (83.0, "5.10 ri_pool, 1 thread: uretprobe-nop 1.898 -> 2.253 M/s = 83 ns per hit"),
-    "ri_reuse": (0.0, "folded into 'uretprobe' (always paired in 5.11(f))"),
+    "ri_reuse": (0.0, "folded into 'uretprobe' (always paired in table 5.11f)"),
     "args_fill": (10.0, "5.1 lazy args buffer: uprobe-nop 2.657 -> 2.732 M/s = 10.3 ns per hit"),
     "text_write": (1000.0, "not in steady state; order of a text_poke"),
 }
@@ -382,7 +382,7 @@ def machines() -> Mapping[str, CostProfile]:
     being kept in a module-level dict that callers could change."""
     return MappingProxyType({
         "intel-2025": fit_profile(
-            "intel-2025", "the calibration machine: Intel of selftests.md 5.11(f), Jul 2025",
+            "intel-2025", "the calibration machine: Intel of table 5.11f, Jul 2025",
             TABLES[CALIBRATION_TABLE], CALIBRATION_EVENTS),
         "host-6.18": fit_profile(
             "host-6.18", "this project's VM (2 cores), Linux 6.18, tracefs consumer, tracing off",

@@ -1,5 +1,5 @@
 """The bench's scenarios and its guest: the scenario table (the kernel's ``bench_trigger``
-bodies, selftests.md 4.1), kernel columns (a profile plus switch overrides), the guest
+bodies), kernel columns (a profile plus switch overrides), the guest
 ELFs, and how a scenario's counting consumer is attached to a machine.
 
 USDT scenarios: the keystone guest has no ``.note.stapsdt``, so the bench probes the site

@@ -1,4 +1,4 @@
-"""``uprobe-emu bench --threads``: the cost of guest threads (issue 19, item 3).
+"""``uprobe-emu bench --threads``: the cost of guest threads.
 
 The same work W (rounds of a counting loop with no syscalls) runs on the main thread,
 on one thread created with a raw ``clone`` (main waits in ``futex``, as

@@ -321,7 +321,7 @@ class Uprobes:
             self.update_ref_ctr(proc, uprobe, -1)
 
     def set_orig_insn(self, proc, uprobe: Uprobe, vaddr: int) -> bool:
-        """Restore the first byte (after analysis edits: the REX quirk of section 3.5).
+        """Restore the first byte (after analysis edits: riprel_analyze()'s REX.B quirk).
         False when the byte is no int3 (verify_opcode: nothing to do - e.g. removed
         already by UPROBE_HANDLER_REMOVE), and then the semaphore is left alone.
         An optimized site (6.18+) is restored by ``swbp_unoptimize`` instead, as the x86

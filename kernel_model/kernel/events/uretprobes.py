@@ -269,7 +269,7 @@ class Uretprobes:
 
     # -- sys_uretprobe (x86_64 syscall 335, 6.11+) ------------------------------------
     def sys_uretprobe(self, task, regs, *_args):
-        """x86 ``sys_uretprobe`` (section 5.2), entered from the trampoline's syscall.
+        """x86 ``sys_uretprobe`` (arch/x86/kernel/uprobes.c), entered from the trampoline's syscall.
 
         Its ``sigill:`` exit forces SIGILL and returns -1.  With no return instance,
         uprobe_handle_trampoline only queues its SIGILL: the syscall goes on and

@@ -34,7 +34,7 @@ NR_URETPROBE, NR_UPROBE = 335, 336
 ERESTART = 512                    # include/linux/errno.h: restart the probed instruction
 _MASK64 = 0xFFFFFFFFFFFFFFFF
 
-# The 6.11+ uretprobe trampoline (section 5.1): push rax; push rcx; push r11;
+# The 6.11+ uretprobe trampoline (uretprobe_trampoline in arch/x86/kernel/uprobes.c): push rax; push rcx; push r11;
 # mov $335,%rax; syscall; pop r11; pop rcx; ret; (6.18+: int3 as SLS barrier)
 URETPROBE_TRAMPOLINE = bytes.fromhex("50 51 4153 48c7c04f010000 0f05 415b 59 c3".replace(" ", ""))
 URETPROBE_SYSCALL_CHECK = 13      # offset of `pop %r11`, the only valid sys_uretprobe caller
