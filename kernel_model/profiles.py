@@ -18,16 +18,16 @@ class KernelProfile:
     release: str                      # uname -r
     uretprobe_trampoline: str         # "int3" (<=6.10) | "syscall" (6.11+)
     nop_emulation: str                # "nop1" | "x86_nops" (6.18) | "insn_is_nop" (6.19+)
-    optimize: str | None              # None | "nop5" (6.18-7.1) | "nop10" (7.2+)
+    optimize: str | None              # None | "nop5" (6.18-7.2) | "nop10" (7.3+)
     ri_alloc: str                     # "kmalloc" | "array64" | "pool" (6.14+)
     args_buffer: str                  # "always" | "lazy" (6.10+)
     ip_change_skips_insn: bool        # 6.18+
-    uprobe_syscall_outside: str       # "ENXIO" (6.18-7.1) | "EPROTO" (7.2) | "SIGILL" (unmerged revision)
+    uprobe_syscall_outside: str       # "ENXIO" (6.18-7.2) | "EPROTO" (7.3+) | "SIGILL" (unmerged revision)
     trampoline_sls_int3: bool         # 6.18+: int3 after the trampolines' ret
     has_uprobe_syscall: bool          # syscall 336 exists (6.18+)
     has_uretprobe_syscall: bool       # syscall 335 exists (6.11+)
     session_consumers: bool           # 6.13+
-    trampolines_copied_on_fork: bool  # 7.2+: [uprobes-trampoline] no longer VM_DONTCOPY
+    trampolines_copied_on_fork: bool  # 7.3+: [uprobes-trampoline] no longer VM_DONTCOPY
     # handler_chain: how the handlers' return values are read.  "bitmask" (<= 6.12):
     # ``remove &= rc`` keeps bit 0 of every rc (3 is a REMOVE too), and one return probe
     # serves every ret_handler when any consumer has one and not every handler removed
@@ -85,28 +85,41 @@ _BASE = dict(uretprobe_trampoline="int3", nop_emulation="nop1", optimize=None, r
 
 
 def _build() -> dict[str, KernelProfile]:
+    """One profile per release that changed a switch, and the releases between that
+    users ask for; each change names the kernel commit that made it."""
     b = dict(_BASE)
     out = {}
     out["6.9"] = _p("6.9", "6.9.0", **b)
-    b.update(args_buffer="lazy")
+    b.update(args_buffer="lazy")                    # "uprobes: prepare uprobe args buffer lazily"
     out["6.10"] = _p("6.10", "6.10.0", **b)
-    b.update(uretprobe_trampoline="syscall", has_uretprobe_syscall=True)
+    b.update(uretprobe_trampoline="syscall", has_uretprobe_syscall=True)    # ff474a78cef5
     out["6.11"] = _p("6.11", "6.11.0", **b)
-    # 6.12 (no profile of its own): remove_rechecks_filter; 6.13: the session rework
-    b.update(session_consumers=True, handler_chain_rc="exact", remove_rechecks_filter=True)
+    b.update(remove_rechecks_filter=True)                                   # cc01bd044e6a
+    out["6.12"] = _p("6.12", "6.12.0", **b)
+    b.update(session_consumers=True, handler_chain_rc="exact")              # 4d756095d399
     out["6.13"] = _p("6.13", "6.13.0", **b)
-    b.update(ri_alloc="pool")
+    b.update(ri_alloc="pool")                                               # 8622e45b5da1
     out["6.14"] = _p("6.14", "6.14.0", **b)
+    # 6.15 dropped siglock from the single-step path (83179cd67846, eae8a56ae0c7): a lock,
+    # nothing a single task observes
+    out["6.15"] = _p("6.15", "6.15.0", **b)
     out["6.17"] = _p("6.17", "6.17.0", **b)
+    # the nop5 optimization and the uprobe syscall (ba2bfc97b462, d3aeb6d97b22,
+    # f349ec80865d) with the x86_nops emulation; a handler's ip change skips the instruction
+    # (4363264111e1)
     b.update(nop_emulation="x86_nops", optimize="nop5", ip_change_skips_insn=True,
              uprobe_syscall_outside="ENXIO", trampoline_sls_int3=True, has_uprobe_syscall=True)
     out["6.18"] = _p("6.18", "6.18.0", **b)
-    b.update(nop_emulation="insn_is_nop")
+    b.update(nop_emulation="insn_is_nop")                                   # 8a5c6cbfe4a3
     out["6.19"] = _p("6.19", "6.19.0", **b)
     out["7.1"] = _p("7.1", "7.1.0", **b)
-    b.update(optimize="nop10", uprobe_syscall_outside="EPROTO", trampolines_copied_on_fork=True)
+    # 7.2's uprobes changes were fixes: __in_uprobe_trampoline on the right mm
+    # (169328645663), the shadow stack of emulated calls (abf08854d224)
     out["7.2"] = _p("7.2", "7.2.0", **b)
-    out["latest"] = _p("latest", "7.2.0", **b)
+    # the nop10 site and -EPROTO (554ba38456da), trampolines copied on fork (d9a48e77f6fe)
+    b.update(optimize="nop10", uprobe_syscall_outside="EPROTO", trampolines_copied_on_fork=True)
+    out["7.3"] = _p("7.3", "7.3.0", **b)
+    out["latest"] = _p("latest", "7.3.0", **b)
     return out
 
 

@@ -178,7 +178,7 @@ def test_usdt_sites_follow_the_nop_combo_rule():
     assert bench.site_offset(f, SCENARIOS["usdt-nop5"], KernelProfile.get("6.18")) == site5 + 1
     assert bench.site_offset(f, SCENARIOS["usdt-nop5"], KernelProfile.get("6.17")) == site5
     assert bench.site_offset(f, SCENARIOS["usdt-nop10"], KernelProfile.get("6.18")) == site10
-    assert bench.site_offset(f, SCENARIOS["usdt-nop10"], KernelProfile.get("7.2")) == site10 + 1
+    assert bench.site_offset(f, SCENARIOS["usdt-nop10"], KernelProfile.get("7.3")) == site10 + 1
 
 
 def test_bare_unicorn_baselines_complete_their_loops():

@@ -29,7 +29,7 @@ from kernel_model.profiles import KernelProfile
 
 PROFILES = KernelProfile.names()
 BEFORE_6_12 = {"6.9", "6.10", "6.11"}      # no filter re-check on REMOVE
-BEFORE_6_13 = {"6.9", "6.10", "6.11"}      # rc as a bitmask, need_prep
+BEFORE_6_13 = {"6.9", "6.10", "6.11", "6.12"}      # rc as a bitmask, need_prep
 ROUNDS = 5
 
 # ROUNDS calls of f(i) = 2i + 1 (i = 0..ROUNDS-1); exits with their sum, 25.
@@ -231,3 +231,25 @@ def test_bad_switch_value_is_a_clear_error():
     from kernel_model.errors import InputError
     with pytest.raises(InputError, match="handler_chain_rc"):
         KernelProfile.get("6.18", handler_chain_rc="mask")
+
+
+def test_latest_is_7_3():
+    """``latest`` is the newest modeled release, 7.3 (nop10, -EPROTO, trampolines
+    copied on fork: 554ba38456da, d9a48e77f6fe), with its ``uname -r``."""
+    latest, v73 = KernelProfile.get("latest"), KernelProfile.get("7.3")
+    assert ({s: getattr(latest, s) for s in KernelProfile.SWITCHES}, latest.release) == \
+        ({s: getattr(v73, s) for s in KernelProfile.SWITCHES}, "7.3.0")
+
+
+@pytest.mark.parametrize("switch,before,after", [
+    ("remove_rechecks_filter", "6.11", "6.12"),
+    ("handler_chain_rc", "6.12", "6.13"),
+    ("optimize", "7.2", "7.3"),
+    ("uprobe_syscall_outside", "7.2", "7.3"),
+    ("trampolines_copied_on_fork", "7.2", "7.3"),
+])
+def test_a_switch_changes_in_the_release_that_landed_it(switch, before, after):
+    """The release a change landed in differs from the one before it in that switch
+    (6.12 and 7.2 have profiles of their own for this)."""
+    a, b = getattr(KernelProfile.get(before), switch), getattr(KernelProfile.get(after), switch)
+    assert a != b, f"{switch}: {before} has {a!r}, {after} has {b!r}"

@@ -1,4 +1,4 @@
-"""Optimized uprobes: nop5 (6.18-7.1) and nop10 (7.2+) sites become calls into the
+"""Optimized uprobes: nop5 (6.18-7.2) and nop10 (7.3+) sites become calls into the
 [uprobes-trampoline] page and enter the kernel through the uprobe syscall (336)."""
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ NOP10 = ".byte 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00"
 DESIGNS = {
     "nop5@6.18": ("6.18", NOP5, b"\xe8", UPROBE_TRAMPOLINE_NOP5, 0, 5),
     "nop5@7.1": ("7.1", NOP5, b"\xe8", UPROBE_TRAMPOLINE_NOP5, 0, 5),
-    "nop10@7.2": ("7.2", NOP10, bytes.fromhex("488d642480e8"), UPROBE_TRAMPOLINE_NOP10, 5, 10),
+    "nop5@7.2": ("7.2", NOP5, b"\xe8", UPROBE_TRAMPOLINE_NOP5, 0, 5),
+    "nop10@7.3": ("7.3", NOP10, bytes.fromhex("488d642480e8"), UPROBE_TRAMPOLINE_NOP10, 5, 10),
 }
 
 
@@ -121,7 +122,7 @@ def test_detach_restores_a_nop_and_keeps_the_trampoline(design):
 
 def test_unoptimized_nop10_still_decodes_as_one_10_byte_nop():
     from capstone import CS_ARCH_X86, CS_MODE_64, Cs
-    m = machine("nop10@7.2")
+    m = machine("nop10@7.3")
     p = m.uprobes.register("site", handler=lambda c: None)
     m.run()
     m.uprobes.unregister(p)
@@ -327,7 +328,7 @@ _start:
 
 
 @pytest.mark.parametrize("kernel,expected", [
-    ("6.17", errno.ENOSYS), ("6.18", errno.ENXIO), ("7.1", errno.ENXIO), ("7.2", errno.EPROTO),
+    ("6.17", errno.ENOSYS), ("6.18", errno.ENXIO), ("7.1", errno.ENXIO), ("7.2", errno.ENXIO), ("7.3", errno.EPROTO),
     ("latest", errno.EPROTO)])
 def test_uprobe_syscall_from_ordinary_code_returns_an_errno(kernel, expected):
     r = Machine.from_asm(SYS_UPROBE_FROM_CODE, kernel=kernel).run()
@@ -386,15 +387,15 @@ site:
     assert m.counters.optimized == 0 and m.counters.bp_traps == 3 and m.counters.emulated == 3
 
 
-def test_nop10_is_refused_before_7_2_for_its_cs_prefix():
+def test_nop10_is_refused_before_7_3_for_its_cs_prefix():
     m = Machine.from_asm(loop_guest(NOP10), kernel="6.18")
     with pytest.raises(RegistrationError) as e:
         m.uprobes.register("site", handler=lambda c: None)
     assert e.value.errno_name == "ENOTSUPP"
 
 
-def test_nop5_is_not_optimized_on_7_2():
-    m = Machine.from_asm(loop_guest(NOP5), kernel="7.2")
+def test_nop5_is_not_optimized_on_7_3():
+    m = Machine.from_asm(loop_guest(NOP5), kernel="7.3")
     m.uprobes.register("site", handler=lambda c: None)
     m.run()
     assert m.counters.optimized == 0 and m.counters.bp_traps == 4 and m.counters.emulated == 4
@@ -469,7 +470,7 @@ site:
 """
 
 
-@pytest.mark.parametrize("design,clobbered", [("nop5@6.18", 1), ("nop5@7.1", 1), ("nop10@7.2", 0)])
+@pytest.mark.parametrize("design,clobbered", [("nop5@6.18", 1), ("nop5@7.1", 1), ("nop5@7.2", 1), ("nop10@7.3", 0)])
 def test_red_zone_clobbering_per_design(design, clobbered):
     """The nop5 call pushes its return address into the 128-byte red zone (the reason
     for nop10); the nop10's lea skips it.  Only the optimized (second) call can clobber."""
@@ -493,7 +494,7 @@ def usdt_guest(build_c):
     return build_c("usdt_sites.c", "-static", f"-I{inc}", name="usdt_sites")
 
 
-@pytest.mark.parametrize("kernel,optimized", [("6.17", 0), ("6.18", 1), ("7.2", 1)])
+@pytest.mark.parametrize("kernel,optimized", [("6.17", 0), ("6.18", 1), ("7.2", 1), ("7.3", 1)])
 @pytest.mark.parametrize("name", ["plain", "combo5", "combo10", "guarded"])
 def test_usdt_sites_attach_like_libbpf(usdt_guest, kernel, optimized, name):
     m = Machine.from_elf(usdt_guest, kernel=kernel)
@@ -502,7 +503,7 @@ def test_usdt_sites_attach_like_libbpf(usdt_guest, kernel, optimized, name):
     r = m.run()
     assert r.exit_code == 0 and len(hits) == 3
     note = next(n for n in m.process.exe.elf.usdt if n.name == name)
-    combo = {"combo5": ("6.18",), "combo10": ("7.2",)}.get(name, ())
+    combo = {"combo5": ("6.18", "7.2"), "combo10": ("7.3",)}.get(name, ())
     expected_site = note.pc + (1 if kernel in combo else 0)
     assert set(hits) == {expected_site}
     assert m.counters.optimized == (1 if kernel in combo else 0)

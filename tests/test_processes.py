@@ -171,10 +171,11 @@ def test_filter_clone_vm_keeps_the_shared_breakpoint(guests):
     assert sum(hits.values()) == 150, "threads share the mm that the filter still wants"
 
 
-@pytest.mark.parametrize("kernel,child", [("6.18", "signal 11"), ("7.1", "signal 11"), ("7.2", "exit 3")])
+@pytest.mark.parametrize("kernel,child", [("6.18", "signal 11"), ("7.1", "signal 11"), ("7.2", "signal 11"),
+                                          ("7.3", "exit 3")])
 def test_optimized_site_after_fork_per_profile(tmp_path, kernel, child):
     """Measured on a real 6.18: the child inherits `call` into a [uprobes-trampoline]
-    that fork did not copy (VM_DONTCOPY) and dies of SIGSEGV; 7.2 copies trampolines."""
+    that fork did not copy (VM_DONTCOPY) and dies of SIGSEGV; 7.3 copies trampolines."""
     from guest_programs import build_corpus_guest
     exe = build_corpus_guest("forkopt", str(tmp_path))
     m = Machine.from_elf(exe, kernel=kernel)

@@ -89,13 +89,13 @@ def test_builtin_guest_sweep_finds_only_kernel_faithful_divergences(guest, kerne
     assert not unclassified(res), f"unclassified divergences: {unclassified(res)}"
 
 
-def test_the_nop5_red_zone_clobber_is_found_and_classified_on_6_18_only():
+def test_the_nop5_red_zone_clobber_is_found_on_6_18_and_gone_with_nop10():
     on_618 = findings(sweep(guest_program("uprobe_targets"), "6.18"))
-    on_72 = findings(sweep(guest_program("uprobe_targets"), "7.2"))
+    on_73 = findings(sweep(guest_program("uprobe_targets"), "7.3"))
     nop5 = "guest:uprobe_targets:0x1083"
     assert [f[:2] for f in on_618 if f[0] == "nop5-redzone"] == [("nop5-redzone", (nop5,))]
     assert "[stack]" in [f for f in on_618 if f[0] == "nop5-redzone"][0][2]
-    assert not [f for f in on_72 if f[0] == "nop5-redzone"], on_72
+    assert not [f for f in on_73 if f[0] == "nop5-redzone"], on_73
 
 
 def test_a_probed_exit_syscall_is_classified_with_the_slot_rip_it_leaves():

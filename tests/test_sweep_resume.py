@@ -83,14 +83,14 @@ def test_a_truncated_last_jsonl_line_is_run_again(tmp_path):
 
 def test_cli_clean_sweep_exits_0_with_a_summary_and_json(tmp_path, capsys):
     out_json = tmp_path / "sweep.json"
-    rc = main(["sweep", "guest:uprobe_targets", "4", "--kernel", "6.18,7.2", "--no-progress",
+    rc = main(["sweep", "guest:uprobe_targets", "4", "--kernel", "6.18,7.3", "--no-progress",
                "--json", str(out_json)])
     text = capsys.readouterr().out
     assert rc == 0, text
     assert "nop5-redzone (kernel-faithful): guest:uprobe_targets:0x1083" in text
     assert "repro: uprobe-emu sweep guest:uprobe_targets --kernel 6.18 --site guest:uprobe_targets:0x1083 -- 4" in text
     doc = json.loads(out_json.read_text())
-    assert [k["kernel"] for k in doc["kernels"]] == ["6.18", "7.2"]
+    assert [k["kernel"] for k in doc["kernels"]] == ["6.18", "7.3"]
     assert doc["kernels"][0]["by_class"] == {"nop5-redzone": 1, "syscall-xol": 1}
     assert doc["kernels"][1]["by_class"] == {"syscall-xol": 1}
 

@@ -115,7 +115,7 @@ def _rep_sites(insns) -> set[int]:
 
 def _padding_nop(insn, err) -> bool:
     """CS-prefixed long NOPs, refused (``is_prefix_bad``): the assembler's alignment
-    padding (never executed), and the nop10 of a USDT site before the 7.2 optimizer
+    padding (never executed), and the nop10 of a USDT site before the 7.3 optimizer
     admits it (executed, so simply unprobed there - faithful)."""
     return "bad prefix 0x2e" in str(err) and insn.text.startswith("nop")
 
@@ -526,7 +526,7 @@ NOPS = [bytes.fromhex(h) for h in (
     "90", "6690", "0f1f00", "0f1f4000", "0f1f440000", "660f1f440000", "0f1f8000000000",
     "0f1f840000000000", "4889c0", "4889db", "4d89c0", "488d4000", "488d6d00", "eb00",
     "e900000000", "f390", "89c0")]
-NOP10 = bytes.fromhex("662e0f1f840000000000")     # refused before 7.2 (CS prefix)
+NOP10 = bytes.fromhex("662e0f1f840000000000")     # refused before 7.3 (CS prefix)
 # xchg %r8,%rax / xchg %r8d,%eax: NOPs to kernels before insn_is_nop() (a kernel bug)
 REX_B_XCHG = [bytes.fromhex("4990"), bytes.fromhex("4190")]
 
@@ -856,7 +856,7 @@ def programs(draw, nop_policy="insn_is_nop"):
 
 def _gen_refusal_ok(profile):
     """Refusals a generated program may meet: the assembler's padding, and the nop10
-    (CS-prefixed) before the 7.2 optimizer admits it."""
+    (CS-prefixed) before the 7.3 optimizer admits it."""
     nop10_refused = KernelProfile.get(profile).optimize != "nop10"
 
     def ok(insn, err):

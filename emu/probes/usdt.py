@@ -2,7 +2,7 @@
 
 libbpf (``usdt.c``, ``has_nop_combo``) attaches at the note address, except when the
 kernel supports the uprobe syscall and the site is the ``nop; nop5`` (6.18-7.1) or
-``nop; nop10`` (7.2+) combo: then it attaches one byte further, on the optimizable nop,
+``nop; nop10`` (7.3+) combo: then it attaches one byte further, on the optimizable nop,
 so the site becomes a ``call`` into the uprobe trampoline after the first hit.  The
 feature probe is ``syscall(336)`` from ordinary code returning the errno of a kernel that
 has the syscall (ENXIO for nop5-era kernels, EPROTO for nop10-era ones).  Semaphores

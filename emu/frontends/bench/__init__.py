@@ -26,7 +26,7 @@ keystone assembly) under a kernel profile with one consumer that counts hits, an
   against a Qiling-style one-address code hook calling an empty Python function;
 * ``--programs``: real workloads (:mod:`.programs`) in the model beside their native time.
 
-Scenarios whose machinery a profile lacks (nop10 before 7.2: the kernel and the model
+Scenarios whose machinery a profile lacks (nop10 before 7.3: the kernel and the model
 refuse the probe with ENOTSUPP) are listed as ``n/a (reason)``.
 
 USDT scenarios: the keystone guest has no ``.note.stapsdt``, so the bench probes the site

@@ -8,7 +8,7 @@ arch/x86 trampoline VM_DONTCOPY history).
   address, created only when it inherited return instances (dup_xol_work).
 - [uprobes-trampoline] pages were VM_DONTCOPY on 6.18-7.1, so a forked child inherits
   ``call``s into an unmapped page (measured on a real 6.18: the child dies of SIGSEGV at
-  the site); 7.2 copies them.
+  the site); 7.3 copies them.
 - Pending return instances are copied for fork and vfork, never for threads.
 """
 

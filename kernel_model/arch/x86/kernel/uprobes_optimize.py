@@ -1,4 +1,4 @@
-"""Optimized uprobes: a probed 5-byte nop (6.18-7.1) or 10-byte nop (7.2+) is rewritten
+"""Optimized uprobes: a probed 5-byte nop (6.18-7.2) or 10-byte nop (7.3+) is rewritten
 into a ``call`` into a ``[uprobes-trampoline]`` page that enters the kernel through the
 ``uprobe`` syscall (336) instead of an int3 trap.
 

@@ -51,11 +51,11 @@ PAGE_SIZE = 4096
 UPROBE_SWBP_INSN = 0xCC
 
 NOP_POLICIES = ("nop1", "x86_nops", "insn_is_nop")   # <=6.17 / 6.18 / 6.19+
-OPTIMIZE_POLICIES = (None, "nop5", "nop10")           # none / 6.18-7.1 / 7.2+
+OPTIMIZE_POLICIES = (None, "nop5", "nop10")           # none / 6.18-7.2 / 7.3+
 
 NOP5 = bytes.fromhex("0f1f440000")
 NOP10 = bytes.fromhex("662e0f1f840000000000")
-# The 7.2 optimizer only takes a nop10 that starts like this (the last five bytes are the
+# The 7.3 optimizer only takes a nop10 that starts like this (the last five bytes are the
 # SIB + disp32 operand the unoptimize sequence relies on).
 NOP10_HEAD = NOP10[:5]
 
@@ -435,7 +435,7 @@ def _fits_in_page(vaddr: int | None, length: int) -> bool:
 
 
 def _can_optimize_nop10(dec: _Insn, vaddr: int | None) -> bool:
-    """7.2 ``can_optimize()``: a 10-byte ``insn_is_nop()`` starting ``66 2e 0f 1f 84``."""
+    """7.3 ``can_optimize()``: a 10-byte ``insn_is_nop()`` starting ``66 2e 0f 1f 84``."""
     return (dec.length == 10 and dec.raw[:5] == NOP10_HEAD and _insn_is_nop(dec)
             and _fits_in_page(vaddr, 10))
 
@@ -629,7 +629,7 @@ def _analyze_insn(insn: bytes, *, nop_policy: str = "insn_is_nop", optimize: str
     ``insn`` is up to 16 bytes from the file (zero-padded, longer input truncated).
     ``nop_policy`` picks the NOP rules (see :func:`is_nop`); ``optimize`` the
     optimized-uprobe generation: ``"nop5"`` (6.18-7.1) runs ``can_optimize()`` after
-    the refusals, ``"nop10"`` (7.2+) runs it first and skips the refusals for an
+    the refusals, ``"nop10"`` (7.3+) runs it first and skips the refusals for an
     eligible nop10 (it carries a CS prefix).  ``vaddr``, when given, adds the kernel's
     page-crossing test to ``can_optimize()``; with ``vaddr=None`` the caller decides
     page crossing later (then a page-crossing nop10 is the caller's to refuse).
