@@ -38,6 +38,7 @@ from emu.replay.checkpoint import (
 from guest_programs import build_guest
 from kernel_model.arch.x86.ptrace import PtRegs
 from kernel_model.errors import GuestSignalError, InputError, SymbolError
+from kernel_model.kernel.locking.access_log import AccessLog
 from kernel_model.fs.binfmt_elf import file_identity, load_image
 from kernel_model.fs.elf import load_elf_file, parse_elf
 from kernel_model.kernel.counters import Counters
@@ -412,6 +413,15 @@ class Machine:
         and can be replayed (``recorder.seek(n)``).  Returns the recorder."""
         return Recorder(self, interval=interval or DEFAULT_INTERVAL,
                         max_checkpoints=max_checkpoints or DEFAULT_MAX_CHECKPOINTS)
+
+    def record_accesses(self, on: bool = True) -> AccessLog | None:
+        """Record the kernel's shared-memory accesses on the probe paths from now on
+        (:mod:`kernel_model.kernel.locking.access_log`: one record per lock, refcount,
+        RCU read side and shared counter access, per CPU), for a contention model to
+        price; ``on=False`` stops.  Returns the log (``.streams[cpu]``, ``.counts()``)."""
+        sync = self.kernel.uprobes.sync
+        sync.log = (sync.log or AccessLog()) if on else None
+        return sync.log
 
     def checkpoint(self) -> Checkpoint:
         """A checkpoint of the whole machine now (see :mod:`emu.replay.checkpoint`); with a

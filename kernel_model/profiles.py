@@ -42,11 +42,40 @@ class KernelProfile:
     # locklessly under SRCU protection"); before, the breakpoint was removed from the mm
     # whenever there were consumers and all of them answered REMOVE.
     remove_rechecks_filter: bool
+    # -- the synchronization on the hot paths (kernel_model.kernel.events.uprobes_sync) --
+    # uprobes_treelock taken by find_uprobe: "spinlock" (<= 6.9) | "rwlock" (6.10,
+    # 0dc715295d41) | "seqcount" (6.12, cd7bdd9d46a9: lockless RB lookup under RCU)
+    # | "percpu_rwsem" (a design that never shipped: per-CPU RW semaphore)
+    treelock: str
+    # what keeps an entry uprobe alive while it is hit: "refcount" (get_uprobe/put_uprobe,
+    # <= 6.11) | "srcu" (6.12, 8617408f7a01) | "rcu_tasks_trace" (6.13, 87195a1ee332)
+    # | "srcu_lite" (the published SRCU-lite comparison; never shipped for uprobes)
+    uprobe_lifetime: str
+    # handler_chain walks the consumers under "register_rwsem" (<= 6.11) or "lockless"
+    # under the lifetime's RCU flavor (6.12, cc01bd044e6a)
+    consumers_lock: str
+    # a pending return_instance holds its uprobe by "refcount" (<= 6.12) | "srcu"
+    # (uretprobes_srcu + the 100 ms hprobe timer, 6.13, dd1a7567784e) |
+    # "srcu_fast_updown" (7.3, 36c8b02c3fe9)
+    uretprobe_lifetime: str
+    # find_active_uprobe resolves the VMA under "mmap_lock" (<= 6.13) or "speculative"
+    # (mm_lock_seq, no mmap_lock, 6.14, e0925f2dc4de)
+    vma_lookup: str
+    # trace_uprobe->nhit: "shared" (<= 6.11) | "percpu" (6.12, 10cdb82aa77f)
+    nhit: str
+    # uprobe_perf_filter on every hit: "rwlock" (read_lock(&filter->rwlock), <= 6.9) |
+    # "lockless" (nr_systemwide checked first, 6.10, cdf355cc60e3)
+    perf_filter: str
+    # handle_singlestep takes sighand->siglock to recalc_sigpending (<= 6.14; removed
+    # in 6.15, 83179cd67846)
+    sstep_siglock: bool
 
     SWITCHES = ("uretprobe_trampoline", "nop_emulation", "optimize", "ri_alloc", "args_buffer",
                 "ip_change_skips_insn", "uprobe_syscall_outside", "trampoline_sls_int3",
                 "has_uprobe_syscall", "has_uretprobe_syscall", "session_consumers",
-                "trampolines_copied_on_fork", "handler_chain_rc", "remove_rechecks_filter")
+                "trampolines_copied_on_fork", "handler_chain_rc", "remove_rechecks_filter",
+                "treelock", "uprobe_lifetime", "consumers_lock", "uretprobe_lifetime", "vma_lookup", "nhit",
+                "perf_filter", "sstep_siglock")
 
     @staticmethod
     def names() -> list[str]:
@@ -70,7 +99,13 @@ class KernelProfile:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-_CHOICES = {"handler_chain_rc": ("bitmask", "exact"), "remove_rechecks_filter": (False, True)}
+_CHOICES = {"handler_chain_rc": ("bitmask", "exact"), "remove_rechecks_filter": (False, True),
+            "treelock": ("spinlock", "rwlock", "seqcount", "percpu_rwsem"),
+            "uprobe_lifetime": ("refcount", "srcu", "rcu_tasks_trace", "srcu_lite"),
+            "consumers_lock": ("register_rwsem", "lockless"),
+            "uretprobe_lifetime": ("refcount", "srcu", "srcu_fast_updown"),
+            "vma_lookup": ("mmap_lock", "speculative"), "nhit": ("shared", "percpu"),
+            "perf_filter": ("rwlock", "lockless"), "sstep_siglock": (True, False)}
 
 
 def _p(name, release, **kw) -> KernelProfile:
@@ -81,7 +116,10 @@ _BASE = dict(uretprobe_trampoline="int3", nop_emulation="nop1", optimize=None, r
              args_buffer="always", ip_change_skips_insn=False, uprobe_syscall_outside="ENOSYS",
              trampoline_sls_int3=False, has_uprobe_syscall=False, has_uretprobe_syscall=False,
              session_consumers=False, trampolines_copied_on_fork=False,
-             handler_chain_rc="bitmask", remove_rechecks_filter=False)
+             handler_chain_rc="bitmask", remove_rechecks_filter=False,
+             treelock="spinlock", uprobe_lifetime="refcount", consumers_lock="register_rwsem",
+             uretprobe_lifetime="refcount", vma_lookup="mmap_lock", nhit="shared", perf_filter="rwlock",
+             sstep_siglock=True)
 
 
 def _build() -> dict[str, KernelProfile]:
@@ -90,18 +128,26 @@ def _build() -> dict[str, KernelProfile]:
     b = dict(_BASE)
     out = {}
     out["6.9"] = _p("6.9", "6.9.0", **b)
-    b.update(args_buffer="lazy")                    # "uprobes: prepare uprobe args buffer lazily"
+    b.update(args_buffer="lazy")                    # 1b8f85defbc8 "uprobes: prepare uprobe args buffer lazily"
+    b.update(treelock="rwlock")                     # 0dc715295d41 "uprobes: reduce contention on uprobes_tree access"
+    b.update(perf_filter="lockless")                # cdf355cc60e3 "uprobes: add speculative lockless system-wide
+                                                    # uprobe filter check"
     out["6.10"] = _p("6.10", "6.10.0", **b)
     b.update(uretprobe_trampoline="syscall", has_uretprobe_syscall=True)    # ff474a78cef5
     out["6.11"] = _p("6.11", "6.11.0", **b)
-    b.update(remove_rechecks_filter=True)                                   # cc01bd044e6a
+    b.update(remove_rechecks_filter=True, consumers_lock="lockless")        # cc01bd044e6a
+    b.update(treelock="seqcount")                                           # cd7bdd9d46a9
+    b.update(uprobe_lifetime="srcu")                                        # 8617408f7a01
+    b.update(nhit="percpu")                                                 # 10cdb82aa77f
     out["6.12"] = _p("6.12", "6.12.0", **b)
     b.update(session_consumers=True, handler_chain_rc="exact")              # 4d756095d399
+    b.update(uprobe_lifetime="rcu_tasks_trace")                             # 87195a1ee332
+    b.update(uretprobe_lifetime="srcu")                                     # dd1a7567784e
     out["6.13"] = _p("6.13", "6.13.0", **b)
     b.update(ri_alloc="pool")                                               # 8622e45b5da1
+    b.update(vma_lookup="speculative")                                      # e0925f2dc4de
     out["6.14"] = _p("6.14", "6.14.0", **b)
-    # 6.15 dropped siglock from the single-step path (83179cd67846, eae8a56ae0c7): a lock,
-    # nothing a single task observes
+    b.update(sstep_siglock=False)           # 83179cd67846 (and eae8a56ae0c7 for uprobe_deny_signal)
     out["6.15"] = _p("6.15", "6.15.0", **b)
     out["6.17"] = _p("6.17", "6.17.0", **b)
     # the nop5 optimization and the uprobe syscall (ba2bfc97b462, d3aeb6d97b22,
@@ -118,6 +164,7 @@ def _build() -> dict[str, KernelProfile]:
     out["7.2"] = _p("7.2", "7.2.0", **b)
     # the nop10 site and -EPROTO (554ba38456da), trampolines copied on fork (d9a48e77f6fe)
     b.update(optimize="nop10", uprobe_syscall_outside="EPROTO", trampolines_copied_on_fork=True)
+    b.update(uretprobe_lifetime="srcu_fast_updown")                         # 36c8b02c3fe9
     out["7.3"] = _p("7.3", "7.3.0", **b)
     out["latest"] = _p("latest", "7.3.0", **b)
     return out

@@ -125,6 +125,7 @@ class Task:
     sleep_interrupt: object = None    # the sleeping syscall's result if a signal wakes it (Kernel.block)
     restart_block: object = None      # restart_syscall's continuation of an interrupted sleep, or None
     last_enosys: int | None = None    # the number of its last syscall if the model lacks it
+    cpu: int = 0                      # the CPU it runs on (task_cpu())
 
     def __post_init__(self):
         if not self.comm:

@@ -147,7 +147,11 @@ class TraceEvents:
         ev.hits += 1
         for prog in ev.programs:
             prog(ctx)
-        if not ev.ftrace and not self._always_buffer:
+        fills = ev.ftrace or self._always_buffer
+        sync = self.uprobes.sync
+        if sync.log is not None and not ctx.is_return:
+            sync.uprobe_dispatcher(ctx.task, ev, fills)
+        if not fills:
             return 0                    # no ftrace consumer and a lazy buffer: not filled
         counters = self.machine.counters
         counters.args_buffer_fills += 1

@@ -31,6 +31,7 @@ from kernel_model.kernel.events.uprobes_types import (
     UprobeTask,
     XolArea,
 )
+from kernel_model.kernel.events.uprobes_sync import UprobesSync
 from kernel_model.kernel.events.uretprobes import Uretprobes
 from kernel_model.kernel.signals import SIGNALS
 from kernel_model.mm.mm_types import PAGE_SIZE, PROT_EXEC, PROT_WRITE, TASK_SIZE, GuestFault, MappedFile
@@ -56,6 +57,9 @@ class Uprobes:
         self.uret = Uretprobes(self)
         self.xol_slots = UINSNS_PER_PAGE     # slots per XOL page (tests may shrink it)
         self.delayed: list = []              # delayed_uprobe_list: [(uprobe, process)]
+        # the hot paths' locks, refcounts and RCU read sides; ``sync.log`` is the
+        # machine's access log when it records (many CPUs, or asked to), else None
+        self.sync = UprobesSync(self.profile)
 
     # -- helpers -----------------------------------------------------------------
     @property
@@ -214,6 +218,7 @@ class Uprobes:
             uprobe = Uprobe(file, offset, ref_ctr_offset)
             self.tree[(file, offset)] = uprobe
             self.tree_gen += 1
+            self.sync.tree_changed()                    # insert_uprobe
         elif ref_ctr_offset and uprobe.ref_ctr_offset != ref_ctr_offset:
             raise RegistrationError("EINVAL", "ref_ctr_offset mismatch with the existing uprobe")
         uc.id = next(self._ids)
@@ -235,6 +240,7 @@ class Uprobes:
             raise RegistrationError("ENOENT", "consumer is not registered")
         self._consumer_del(uprobe, uc)
         self.register_for_each_vma(uprobe, None)
+        self.sync.uprobe_unregister_sync()
 
     def _consumer_del(self, uprobe: Uprobe, uc: UprobeConsumer) -> None:
         if uc in uprobe.consumers:
@@ -242,6 +248,7 @@ class Uprobes:
         if not uprobe.consumers and self.tree.get(uprobe.key) is uprobe:
             del self.tree[uprobe.key]
             self.tree_gen += 1
+            self.sync.tree_changed()                    # delete_uprobe
             self.delayed_uprobe_remove(uprobe, None)        # uprobe_free_deferred
 
     def register_for_each_vma(self, uprobe: Uprobe, new: UprobeConsumer | None) -> None:
@@ -361,19 +368,23 @@ class Uprobes:
             return False
         return self.handle_swbp(task, regs, (regs.rip - 1) & 0xFFFFFFFFFFFFFFFF)
 
-    def handle_swbp(self, task, regs, bp_vaddr: int) -> bool:
+    def handle_swbp(self, task, regs, bp_vaddr: int, sync: UprobesSync | None = None) -> bool:
         """``handle_swbp``: the int3 uretprobe trampoline, else the probe at bp_vaddr.
 
         The hot path of every probe hit: what a hit does is decided when the uprobe is
         analysed (``uprobe.arch.ops``) and when consumers come and go (the consumer
         list), so a hit only looks things up.  ``arch_uprobe_skip_sstep`` (the class's
-        emulation, then the SIGTRAP a TF-set task gets) is inline here."""
+        emulation, then the SIGTRAP a TF-set task gets) is inline here.  A machine that
+        records its shared-memory accesses goes through :meth:`_handle_swbp_sync`,
+        which comes back here with ``sync``."""
         proc = task.process
         mm = proc.mm_uprobes
         area = mm.xol_area
         if area is not None and bp_vaddr == area.vaddr:
             self.uret.uprobe_handle_trampoline(task, regs)
             return True
+        if sync is None and self.sync.log is not None:
+            return self._handle_swbp_sync(self.sync, task, regs, bp_vaddr)
         mem = proc.mem                                     # find_active_uprobe, its
         if mm.hit_vma_gen != mem.vma_gen or mm.hit_tree_gen != self.tree_gen:   # answers kept per mm
             mm.hit_cache.clear()
@@ -404,7 +415,12 @@ class Uprobes:
         bus = self.events
         if bus.active:
             bus.publish(ev.UprobeHit(task, uprobe, bp_vaddr))
-        self.handler_chain(uprobe, task, regs, bp_vaddr)
+        if sync is None:
+            self.handler_chain(uprobe, task, regs, bp_vaddr)
+        else:
+            sync.handler_chain_enter(task, uprobe)
+            self.handler_chain(uprobe, task, regs, bp_vaddr)
+            sync.handler_chain_exit(task, uprobe)
         if au.can_optimize:                                # ARCH_UPROBE_FLAG_CAN_OPTIMIZE
             self.kernel.optimizer.arch_uprobe_optimize(task, uprobe, bp_vaddr)
         if regs.rip != bp_vaddr and self.profile.ip_change_skips_insn:
@@ -421,6 +437,19 @@ class Uprobes:
             return True
         self.pre_ssout(task, task.utask, uprobe, regs, bp_vaddr)
         return True
+
+    def _handle_swbp_sync(self, sync: UprobesSync, task, regs, bp_vaddr: int) -> bool:
+        """``handle_swbp`` with the version's synchronization recorded around it."""
+        idx = sync.handle_swbp_enter(task)
+        proc = task.process
+        uprobe = self.find_active_uprobe(proc, bp_vaddr)
+        sync.find_active_uprobe(task, proc, uprobe)
+        result = self.handle_swbp(task, regs, bp_vaddr, sync)
+        utask = task.utask
+        stepping = utask is not None and utask.state == UTASK_SSTEP and utask.active_uprobe is uprobe
+        # a single-stepped probe keeps (<= 6.11) or takes (pre_ssout) its own reference
+        sync.handle_swbp_exit(task, None if stepping else uprobe, idx)
+        return result
 
     def handler_chain(self, uprobe: Uprobe, task, regs, vaddr: int) -> None:
         """Run entry handlers newest first; set up the return probe; REMOVE.
@@ -526,6 +555,9 @@ class Uprobes:
             task.process.mem.text_poke(xol_vaddr, ixol, count=False)
             area.slot_bytes[slot] = ixol
         utask.xol_slot, utask.xol_vaddr, utask.vaddr = slot, xol_vaddr, bp_vaddr
+        sync = self.sync
+        if sync.log is not None:
+            sync.pre_ssout(task, task.process, uprobe)
         arch.arch_uprobe_pre_xol(uprobe.arch, regs, utask)
         utask.active_uprobe = uprobe
         utask.state = UTASK_SSTEP
@@ -550,6 +582,9 @@ class Uprobes:
         uprobe = utask.active_uprobe
         err, sigtrap = arch.arch_uprobe_post_xol(uprobe.arch, regs, task.process.mem, utask)
         self._end_sstep(task, utask)
+        sync = self.sync
+        if sync.log is not None:
+            sync.handle_singlestep(task, task.process, uprobe)
         if self.events.active:
             self.events.publish(ev.XolDone(task, uprobe, regs.rip))
         if sigtrap:

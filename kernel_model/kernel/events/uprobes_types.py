@@ -175,7 +175,8 @@ class ReturnInstance:
     consumers: list = field(default_factory=list)      # [(consumer id, cookie)]
     extra_bytes: int = 0        # size of the extra_consumers array currently allocated
     scratch: bool = False       # a stand-in holding no allocator memory (see alloc_return_instance)
+    lease: int | None = None    # its hold on the uprobe when recorded: -1 a reference, else the SRCU index
 
     def reset(self) -> None:
         """``ri_pool_push``: forget the consumers (``cons_cnt = 0``), keep the memory."""
-        self.uprobe, self.consumers = None, []
+        self.uprobe, self.consumers, self.lease = None, [], None

@@ -166,6 +166,10 @@ class Uretprobes:
         ri.orig_ret_vaddr, ri.chained = orig, chained
         utask.depth += 1
         utask.return_instances.append(ri)
+        sync = self.uprobes.sync
+        if sync.log is not None:
+            lease = sync.prepare_uretprobe(task, uprobe)
+            ri.lease = -1 if lease is None else lease
         if self.events.active:
             self.events.publish(ev.UretprobeHijack(task, uprobe, ri.stack, orig, chained, tramp))
 
@@ -181,6 +185,8 @@ class Uretprobes:
             utask.depth -= 1
             if self.events.active:
                 self.events.publish(ev.RiDiscarded(task, ri))
+            if ri.lease is not None and self.uprobes.sync.log is not None:
+                self.uprobes.sync.free_ret_instance(task, ri.uprobe, None if ri.lease == -1 else ri.lease)
             self.free_ret_instance(task, ri)
 
     # -- return side ----------------------------------------------------------------
@@ -192,6 +198,16 @@ class Uretprobes:
             self.machine.send_sig(task, SIGILL, detail="uretprobe trampoline without a "
                                   "return instance")
             return
+        sync = self.uprobes.sync
+        if sync.log is not None:
+            idx = sync.handle_trampoline_enter(task)
+            self._handle_trampoline(task, regs, utask, sync)
+            sync.handle_trampoline_exit(task, idx)
+            return
+        self._handle_trampoline(task, regs, utask, None)
+
+    def _handle_trampoline(self, task, regs, utask, sync) -> None:
+        """``handle_trampoline``: the chain of instances this return completes."""
         stack = utask.return_instances
         if len(stack) == 1 or not stack[-1].chained and arch.arch_uretprobe_is_alive(stack[-2], arch.RP_CHECK_RET,
                                                                                        regs):
@@ -201,6 +217,8 @@ class Uretprobes:
             regs.rip = ri.orig_ret_vaddr
             self.machine.counters.uretprobe_hits += 1
             self.handle_uretprobe_chain(task, ri, regs)
+            if sync is not None:
+                self._sync_return(sync, task, ri)
             self.free_ret_instance(task, ri)
             if self.events.active:
                 self.events.publish(ev.UretprobeReturn(task, regs.rip))
@@ -225,11 +243,22 @@ class Uretprobes:
                 else:
                     if self.events.active:
                         self.events.publish(ev.RiDiscarded(task, ri))
+                if sync is not None:
+                    self._sync_return(sync, task, ri)
                 self.free_ret_instance(task, ri)
             if valid or not stack:
                 break
         if self.events.active:
             self.events.publish(ev.UretprobeReturn(task, regs.rip))
+
+    @staticmethod
+    def _sync_return(sync, task, ri: ReturnInstance) -> None:
+        """The recorded return side of one instance: the consumer walk's lock, then the
+        instance's hold on the uprobe released (``put_uprobe`` / ``hprobe_finalize``)."""
+        if ri.uprobe is None or ri.lease is None:
+            return
+        sync.handle_uretprobe_chain(task, ri.uprobe)
+        sync.free_ret_instance(task, ri.uprobe, None if ri.lease == -1 else ri.lease)
 
     def handle_uretprobe_chain(self, task, ri: ReturnInstance, regs) -> None:
         """``handle_uretprobe_chain``: the live consumers' return handlers, list order;

@@ -236,8 +236,21 @@ class Optimizer:
         return 0
 
     def handle_syscall_uprobe(self, task, regs, vaddr: int) -> None:
+        """``handle_syscall_uprobe``: the hit of an optimized site, under the entry
+        lifetime's read side (recorded when the machine records its accesses)."""
         up = self.kernel.uprobes
-        uprobe = up.find_active_uprobe(task.process, vaddr)
+        sync = up.sync
+        if sync.log is not None:
+            idx = sync.handle_swbp_enter(task)
+            uprobe = up.find_active_uprobe(task.process, vaddr)
+            sync.find_active_uprobe(task, task.process, uprobe)
+            self._handle_syscall_uprobe(task, regs, vaddr, uprobe, sync)
+            sync.handle_swbp_exit(task, uprobe, idx)
+            return
+        self._handle_syscall_uprobe(task, regs, vaddr, up.find_active_uprobe(task.process, vaddr), None)
+
+    def _handle_syscall_uprobe(self, task, regs, vaddr: int, uprobe, sync) -> None:
+        up = self.kernel.uprobes
         if uprobe is None:
             return
         up.utask(task)
@@ -245,4 +258,8 @@ class Optimizer:
         uprobe.hits += 1
         if self.events:
             self.events.publish(ev.UprobeHit(task, uprobe, vaddr))
+        if sync is not None:
+            sync.handler_chain_enter(task, uprobe)
         up.handler_chain(uprobe, task, regs, vaddr)
+        if sync is not None:
+            sync.handler_chain_exit(task, uprobe)
