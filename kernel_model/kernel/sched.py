@@ -31,6 +31,7 @@ from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
 from kernel_model.arch.x86.entry.syscall_table import enosys_detail
 from kernel_model.errors import InputError
 from kernel_model.include.linux.cpumask import check_nr_cpus, cpu_all_mask
+from kernel_model.kernel.rseq import rseq_update_cpu_node_id
 from kernel_model.kernel.signals import SIGNALS, RunResult
 from kernel_model.kernel.time.timekeeping import INSN_NS
 from kernel_model.mm.mm_types import GuestFault
@@ -416,6 +417,8 @@ class RunQueue:
             if task.context is not None:
                 engine.context_restore(task.process.cpu, task.context)
                 task.context = None
+        if task.rseq and task.rseq_cpu != task.cpu:
+            rseq_update_cpu_node_id(task.process.mem, task)    # it moved: rseq_migrate
         if task.pending_rax is not None:
             engine.reg_write(task.process.cpu, "rax", task.pending_rax)
             task.pending_rax = None

@@ -116,7 +116,7 @@ class Syscalls:
             SyncSyscalls(), DPathSyscalls(self), UtimesSyscalls(self), FcntlSyscalls(), IoctlSyscalls(self),
             SelectSyscalls(self), FileSyscalls(), self.pipes, ExecSyscalls(self),
             ProcessSyscalls(self), self.exit, self.futex, SchedSyscalls(self), self.signal, CredSyscalls(self),
-            SysSyscalls(self), PersonalitySyscalls(), self.rlimits, RseqSyscalls(), self.time, self.hrtimer,
+            SysSyscalls(self), PersonalitySyscalls(), self.rlimits, RseqSyscalls(self), self.time, self.hrtimer,
             self.itimers, MmapSyscalls(self), MremapSyscalls(self), MprotectSyscalls(self), MadviseSyscalls(self),
             SocketSyscalls(),
         )

@@ -127,6 +127,7 @@ class Task:
     last_enosys: int | None = None    # the number of its last syscall if the model lacks it
     cpu: int = 0                      # the CPU it runs or last ran on (task_cpu())
     cpus_mask: int = 1                # the CPUs it may run on (p->cpus_mask), bit i for CPU i
+    rseq_cpu: int = -1                # the CPU its registered rseq area says (kernel.rseq)
 
     @property
     def cpus_allowed(self) -> int:
