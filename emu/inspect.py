@@ -18,6 +18,7 @@ from kernel_model.arch.x86.ptrace import GPR_NAMES, format_eflags
 from kernel_model.errors import RegistrationError
 from kernel_model.fs.binfmt_elf import DEFAULT_ENV
 from kernel_model.fs.proc.procfs import auxv_bytes, exe_link
+from kernel_model.include.linux.cpumask import NR_CPUS, parse_nr_cpus
 from kernel_model.kernel.events.uprobes_types import UTASK_SSTEP
 from kernel_model.kernel.sched import MAX_SLICE, MIN_SLICE, parse_slice
 from kernel_model.kernel.signals import signal_name
@@ -25,7 +26,7 @@ from kernel_model.mm.mm_types import PROT_EXEC, PROT_WRITE, GuestFault
 
 __all__ = [
     "DEFAULT_ENV", "GPR_NAMES", "GuestFault", "MAX_SLICE", "MIN_SLICE", "MAX_UINSN_BYTES",
-    "format_eflags", "parse_slice", "signal_name", "syscall_name",
+    "NR_CPUS", "format_eflags", "parse_nr_cpus", "parse_slice", "signal_name", "syscall_name",
     "registered_uprobes", "optimized_call_size",
     "is_runnable", "in_single_step", "trampoline_vaddr", "pending_returns", "xol_fixups",
     "is_writable", "is_writable_code", "uprobe_refusal", "process_auxv", "process_exe_link",

@@ -41,6 +41,7 @@ from kernel_model.errors import GuestSignalError, InputError, SymbolError
 from kernel_model.kernel.locking.access_log import AccessLog
 from kernel_model.fs.binfmt_elf import file_identity, load_image
 from kernel_model.fs.elf import load_elf_file, parse_elf
+from kernel_model.include.linux.cpumask import check_nr_cpus
 from kernel_model.kernel.counters import Counters
 from kernel_model.kernel.cred import Cred
 from kernel_model.kernel.kernel import Kernel
@@ -139,7 +140,8 @@ class Machine:
                  max_memory: int | None = DEFAULT_MAX_MEMORY, capture_output: bool | None = None,
                  output_limit: int | None = DEFAULT_OUTPUT_LIMIT, uid: int | None = None,
                  gid: int | None = None, groups: list[int] | None = None,
-                 sched_slice: tuple[int, int] = (MIN_SLICE, MAX_SLICE), **kernel_overrides):
+                 sched_slice: tuple[int, int] = (MIN_SLICE, MAX_SLICE), cpus: int = 1,
+                 **kernel_overrides):
         """``max_memory``: bytes of guest mappings over all its processes (None: no
         limit); past it mmap/brk/fork get ENOMEM and loading fails.  ``capture_output``:
         keep the guest's stdout/stderr in ``stdout``/``stderr`` (default: only when not
@@ -151,10 +153,12 @@ class Machine:
         working directory (default the invoking process's when visible, else ``/``);
         see :mod:`kernel_model.fs.namei`.  ``sched_slice``: (MIN, MAX) translated blocks of a time
         slice while several tasks are runnable (see :mod:`kernel_model.kernel.sched`; short slices such
-        as (1, 40) shake out races, long ones cost less)."""
+        as (1, 40) shake out races, long ones cost less).  ``cpus``: the machine's CPU count (1-256),
+        each task on one of them at a time, as its affinity allows."""
         if not isinstance(sched_slice, (tuple, list)) or len(sched_slice) != 2:
             raise InputError(f"sched_slice must be (MIN, MAX) in blocks, not {sched_slice!r}")
         sched_slice = check_slice(*sched_slice)
+        cpus = check_nr_cpus(cpus)
         if max_memory is not None and max_memory <= 0:
             raise InputError(f"max_memory must be positive, not {max_memory}")
         self.counters = Counters()
@@ -164,7 +168,7 @@ class Machine:
         self.engine = Cpu()
         self.kernel = Kernel(self, kernel, **kernel_overrides)
         self.kernel.start_kernel(self.engine, mem_limit=self.mem_limit, seed=seed, sched_slice=sched_slice,
-                                 comm=comm, cred=Cred.initial(uid, gid, groups))
+                                 comm=comm, cred=Cred.initial(uid, gid, groups), cpus=cpus)
         self.passthrough = passthrough
         self.capture_output = (not passthrough) if capture_output is None else capture_output
         self.stdout = OutputBuffer(output_limit)
@@ -231,6 +235,7 @@ class Machine:
     processes = _kernel("processes")
     main_process = _kernel("main_process")
     scheduler = _kernel("scheduler")
+    current_cpu = _kernel("current_cpu")
     exited = _kernel("exited")
     last_result = _kernel("last_result")
     _retired_mms = _kernel("_retired_mms")

@@ -14,7 +14,7 @@ import math
 import os
 import sys
 
-from emu.inspect import MAX_SLICE, MIN_SLICE, parse_slice
+from emu.inspect import MAX_SLICE, MIN_SLICE, NR_CPUS, parse_nr_cpus, parse_slice
 from emu.machine import Machine
 from guest_programs import GUESTS, write_guest
 from kernel_model.errors import EmuError, InputError, printable
@@ -46,6 +46,13 @@ def _int(text: str) -> int:
 def _sched_slice(text: str) -> tuple[int, int]:
     try:
         return parse_slice(text)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _cpus(text: str) -> int:
+    try:
+        return parse_nr_cpus(text)
     except InputError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
@@ -136,6 +143,9 @@ def _add_machine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sched-slice", type=_sched_slice, default=None, metavar="MIN:MAX",
                    help="time slice of a task while several can run, in translated blocks "
                         f"(default {MIN_SLICE}:{MAX_SLICE}; short slices such as 1:40 shake out races)")
+    p.add_argument("--cpus", type=_cpus, default=None, metavar="N",
+                   help=f"CPUs of the machine, 1-{NR_CPUS} (default 1): up to N tasks run at once "
+                        "in virtual time, each where its affinity allows")
     p.add_argument("-e", "--event", action="append", default=[], metavar="SPEC",
                    help="probe spec: tracefs 'p:[GRP/]EV PATH:OFF [ARGS]', 'r:...', "
                         "'PATH:SYMBOL[+OFF][%%return]', 'uprobe:PATH:SYM', 'uretprobe:PATH:SYM'"
@@ -326,8 +336,8 @@ def make_machine(args, passthrough: bool = True, own_stdin: bool = True):
 
 
 def _sched_option(args) -> dict:
-    bounds = getattr(args, "sched_slice", None)
-    return {} if bounds is None else {"sched_slice": bounds}
+    bounds, cpus = getattr(args, "sched_slice", None), getattr(args, "cpus", None)
+    return ({} if bounds is None else {"sched_slice": bounds}) | ({} if cpus is None else {"cpus": cpus})
 
 
 def _memory_option(args) -> dict:

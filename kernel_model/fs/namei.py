@@ -7,9 +7,9 @@ The namespace the guest sees (see README, "What a guest can read and write"):
 * each granted host directory is mounted writable where the guest sees it: at its
   path in the sysroot when it lies there, else at its own absolute host path;
 * ``/proc`` and ``/dev`` are modeled filesystems (:class:`kernel_model.fs.fs_types.SpecialNode`
-  trees) mounted over the sysroot's; ``/sys`` is an empty read-only directory (the
-  host's sysfs describes the host's hardware and kernel, not the modeled machine, so
-  none of it is shown).
+  trees) mounted over the sysroot's; ``/sys`` is a read-only sysfs holding only the
+  modeled machine's CPU list (:mod:`kernel_model.fs.sysfs`: the host's sysfs
+  describes the host's hardware and kernel, not the modeled machine).
 
 :class:`Nameidata` walks a path as ``link_path_walk``/``path_lookupat`` do: one component
 at a time, each host inode opened ``O_PATH|O_NOFOLLOW`` from its parent's descriptor
@@ -138,7 +138,7 @@ def generic_permission(cred, attrs: Attrs, mask: int) -> int:
 
 
 class EmptyDir(SpecialNode):
-    """An empty read-only directory: what the guest sees at ``/sys``."""
+    """An empty read-only directory."""
 
     def __init__(self, ino: int = 1, dev: int = 0x15):
         self._attrs = Attrs(mode=S.S_IFDIR | 0o555, ino=ino, dev=dev, nlink=2)

@@ -75,6 +75,8 @@ class ProcessSyscalls:
             child_proc.exit_signal = flags & 0xFF      # CSIGNAL: SIGCHLD for fork/vfork
         child = m.new_task(child_proc, comm=task.comm, cred=task.cred)   # dup_task_struct, copy_creds
         child.sigmask = task.sigmask                # copy_process: the blocked mask is inherited
+        child.cpus_mask = task.cpus_mask            # dup_task_struct: the affinity is inherited,
+        child.cpu = task.cpu                        # and sched_fork starts it on the parent's CPU
         if not flags & CLONE_VM or flags & CLONE_VFORK:
             child.sigaltstack = task.sigaltstack    # a new thread starts without one
         # the child resumes after the syscall with rax = 0 (the parent's regs otherwise)
@@ -186,6 +188,7 @@ class TaskCreation:
         task = Task(tid=tid if tid is not None else (process.pid if not process.tasks else self.alloc_pid()),
                     process=process, comm=comm, cred=cred)
         task.counters = Counters()
+        task.cpus_mask = self.scheduler.online_mask     # init_task's: every CPU
         clock = self.syscalls                   # None while the first task is made
         task.start_time_ns = clock.boot_clock_ns() if clock is not None else 0
         process.tasks.append(task)

@@ -60,7 +60,7 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         self.syscalls = None
 
     def start_kernel(self, engine, *, mem_limit, seed: int, sched_slice: tuple[int, int], comm: str,
-                     cred) -> None:
+                     cred, cpus: int = 1) -> None:
         """Boot on ``engine``: the first process and its task (pid 1000), on the CPU.
         The engine reports its traps here from now on."""
         self.engine = engine
@@ -68,7 +68,7 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         self.counters = self.machine.counters
         self.events = self.machine.events
         self.mem_limit = mem_limit
-        self.scheduler = Scheduler(seed, *sched_slice)
+        self.scheduler = Scheduler(seed, *sched_slice, cpus=cpus)
         self.processes: list = []        # live processes (and zombies until reaped)
         self.tasks: list = []            # live tasks
         self.all_tasks: list = []
@@ -77,6 +77,7 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         self._retired_mms: list = []     # address spaces an execve left
         self.task = self.new_task(self.new_process(comm=comm), cred=cred)
         self.main_process = self.task.process
+        self.scheduler.curr[0] = self.task     # the first task starts on CPU 0
         self._acct = self.counters.snapshot()
         self.exited = False
         self.last_result = None
@@ -91,6 +92,7 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
     def attach_syscalls(self, syscalls) -> None:
         """The syscall table the entry dispatches to; the uprobes syscalls join it."""
         self.syscalls = syscalls
+        self.scheduler.clock = [syscalls.clock_ns] * self.scheduler.nr_cpu_ids    # every CPU boots now
         if self.profile.has_uretprobe_syscall:
             syscalls.register(335, self.uprobes.uret.sys_uretprobe)
         if self.profile.has_uprobe_syscall:

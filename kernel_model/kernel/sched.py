@@ -30,6 +30,8 @@ import time
 from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
 from kernel_model.arch.x86.entry.syscall_table import enosys_detail
 from kernel_model.errors import InputError
+from kernel_model.include.linux.cpumask import check_nr_cpus, cpu_all_mask
+from kernel_model.kernel.rseq import rseq_update_cpu_node_id
 from kernel_model.kernel.signals import SIGNALS, RunResult
 from kernel_model.kernel.time.timekeeping import INSN_NS
 from kernel_model.mm.mm_types import GuestFault
@@ -68,13 +70,31 @@ def parse_slice(text: str) -> tuple[int, int]:
 
 
 class Scheduler:
-    """The seeded choices: who runs next, and for how many blocks."""
+    """The seeded choices: who runs next, on which CPU, and for how many blocks.
 
-    def __init__(self, seed: int = 0, min_slice: int = MIN_SLICE, max_slice: int = MAX_SLICE):
+    A machine of ``cpus`` CPUs runs them on the one engine CPU in turn: each virtual
+    CPU has its task (``curr``: rq->curr, None when idle) and its own virtual clock
+    (``clock``, ns on CLOCK_REALTIME's scale), and the busy CPU whose clock is
+    smallest runs the next slice, so up to ``cpus`` tasks make progress in the same
+    stretch of virtual time.  The machine's clock (what every task reads) is the
+    furthest a CPU has got, so it never goes back.  With one CPU the choices are
+    exactly :meth:`pick`'s."""
+
+    def __init__(self, seed: int = 0, min_slice: int = MIN_SLICE, max_slice: int = MAX_SLICE,
+                 cpus: int = 1):
         self.seed = seed
         self.rng = random.Random(seed)
         self.min_slice, self.max_slice = check_slice(min_slice, max_slice)
         self.history: list[int] = []
+        self.nr_cpu_ids = check_nr_cpus(cpus)
+        self.curr: list = [None] * self.nr_cpu_ids
+        self.clock: list[int] = [0] * self.nr_cpu_ids
+        self.this_cpu = 0                # the CPU of the slice being run (smp_processor_id())
+
+    @property
+    def online_mask(self) -> int:
+        """cpu_online_mask (every CPU is possible, present, online and active)."""
+        return cpu_all_mask(self.nr_cpu_ids)
 
     def slice(self) -> int:
         return self.rng.randint(self.min_slice, self.max_slice)
@@ -87,6 +107,55 @@ class Scheduler:
 
     def record(self, task) -> None:
         self.history.append(task.tid)
+
+    def pick_smp(self, tasks, now: int):
+        """The next task to run on a machine of several CPUs (``__schedule`` on each
+        CPU, ``select_task_rq`` for a task that waits): the CPU that ran the last slice
+        chooses again among its task and the waiting ones it may run (seeded, as
+        :meth:`pick`), each idle CPU takes a waiting task its affinity allows (its
+        clock brought to ``now``: an idle CPU's time passed), and the busy CPU with the
+        smallest clock (the lowest-numbered on a tie) runs.  None when no task can
+        run.  Sets ``this_cpu`` and the chosen task's ``cpu``."""
+        curr, this = self.curr, self.this_cpu
+        runnable = sorted((t for t in tasks if t.state == "running"), key=lambda t: t.tid)
+        live = {id(t) for t in runnable}
+        for i, t in enumerate(curr):
+            if t is not None and (i == this or id(t) not in live or not t.cpus_mask >> i & 1):
+                curr[i] = None
+        on_cpu = {id(t) for t in curr if t is not None}
+        waiting = [t for t in runnable if id(t) not in on_cpu]
+        curr[this] = self._take(waiting, this)
+        for i in range(self.nr_cpu_ids):
+            if not waiting:
+                break
+            if curr[i] is None and i != this:
+                curr[i] = self._take(waiting, i)
+                if curr[i] is not None:
+                    self.clock[i] = max(self.clock[i], now)
+        busy = [i for i, t in enumerate(curr) if t is not None]
+        if not busy:
+            return None
+        cpu = min(busy, key=lambda i: (self.clock[i], i))
+        self.this_cpu = cpu
+        task = curr[cpu]
+        task.cpu = cpu
+        return task
+
+    def _take(self, waiting: list, cpu: int):
+        """A seeded choice among the ``waiting`` tasks allowed on ``cpu``, taken out
+        of ``waiting``; None when none is."""
+        cands = [t for t in waiting if t.cpus_mask >> cpu & 1]
+        if not cands:
+            return None
+        task = cands[0] if len(cands) == 1 else self.rng.choice(cands)
+        waiting.remove(task)
+        return task
+
+    def set_curr(self, task) -> None:
+        """``task`` runs now on its CPU (a debugger chose it): it leaves any other."""
+        self.curr = [None if t is task else t for t in self.curr]
+        self.curr[task.cpu] = task
+        self.this_cpu = task.cpu
 
 
 class RunQueue:
@@ -172,7 +241,7 @@ class RunQueue:
                         insns == remaining and (full is None or full > insns):
                     self._slice_carry = (task, None if full is None else full - insns, done + insns, multi)
                 elif multi:                  # the others' sleeps and timers see the time pass
-                    self.syscalls.cpu_time_passes((done or 0) + self._cpu_time(blocks, insns))
+                    self._time_passes((done or 0) + self._cpu_time(blocks, insns))
             if remaining is not None:
                 remaining -= insns or 0
             engine.raise_hook_error()
@@ -213,9 +282,9 @@ class RunQueue:
                                    detail=self._enosys_loop_detail(), insns=int(max_insns))
                 break
             self.syscalls.poll_host_waits()         # a host stdin reader whose input came
-            nxt = self.scheduler.pick(self.tasks)
+            nxt = self._pick_next()
             if nxt is None and self.syscalls.idle():
-                nxt = self.scheduler.pick(self.tasks)   # idle: the clock jumped to a deadline
+                nxt = self._pick_next()      # idle: the clock jumped to a deadline
             if nxt is None and (self._stop_requested or (deadline and time.perf_counter() >= deadline)):
                 continue                     # waiting for the host ended by a stop or the timeout
             if nxt is None:
@@ -224,6 +293,33 @@ class RunQueue:
             self.context_switch(nxt)
             self.release_task_mms()
         return result
+
+    def _pick_next(self):
+        """The task to switch to: the seeded pick of the one CPU, or with several the
+        task of the CPU to run next (:meth:`Scheduler.pick_smp`)."""
+        s = self.scheduler
+        if s.nr_cpu_ids == 1:
+            return s.pick(self.tasks)
+        return s.pick_smp(self.tasks, self.syscalls.clock_ns)
+
+    def _time_passes(self, insns: int) -> None:
+        """A slice of ``insns`` instructions' time ran (``update_curr``): on one CPU
+        the machine's clock moves that far; with several, the CPU that ran it does,
+        and the machine's clock follows the CPU that got furthest (never back), with
+        the timers due by then expiring."""
+        s, sc = self.scheduler, self.syscalls
+        if s.nr_cpu_ids == 1:
+            sc.cpu_time_passes(insns)
+            return
+        cpu = s.this_cpu
+        s.clock[cpu] += insns * INSN_NS
+        if s.clock[cpu] > sc.clock_ns:
+            sc.clock_ns = s.clock[cpu]
+        sc.run_expired_timers()
+
+    def current_cpu(self) -> int:
+        """The CPU the current task runs on (``smp_processor_id()``, ``task_cpu(current)``)."""
+        return self.task.cpu
 
     def _slice_limits(self, multi: bool, remaining: int | None) -> tuple[int, int | None, bool]:
         """(count, blocks, short) of the next start: the engine's instruction counter
@@ -252,7 +348,9 @@ class RunQueue:
         due = [t for t in (sc.next_poll_deadline_ns(), sc.next_timer_ns()) if t is not None]
         if due:
             per = INSN_NS * (BLOCK_INSNS if native else 1)
-            n = max(1, min(n, -(-(min(due) - sc.clock_ns) // per)))
+            s = self.scheduler
+            now = sc.clock_ns if s.nr_cpu_ids == 1 else s.clock[s.this_cpu]
+            n = max(1, min(n, -(-(min(due) - now) // per)))
         return n
 
     def _cpu_time(self, blocks: int | None, insns: int | None) -> int:
@@ -319,6 +417,8 @@ class RunQueue:
             if task.context is not None:
                 engine.context_restore(task.process.cpu, task.context)
                 task.context = None
+        if task.rseq and task.rseq_cpu != task.cpu:
+            rseq_update_cpu_node_id(task.process.mem, task)    # it moved: rseq_migrate
         if task.pending_rax is not None:
             engine.reg_write(task.process.cpu, "rax", task.pending_rax)
             task.pending_rax = None
@@ -366,6 +466,8 @@ class RunQueue:
         runs; a task that sleeps or is gone raises InputError."""
         if self.engine.running or task not in self.tasks or task.state != "running":
             raise InputError(f"thread {task.tid} cannot be scheduled now")
+        if self.scheduler.nr_cpu_ids > 1:
+            self.scheduler.set_curr(task)
         self.context_switch(task)
 
     def _finish_sleep(self, task) -> bool:

@@ -1,5 +1,5 @@
 """The small syscalls of kernel/sys.c: uname, umask, prctl's task name, getrusage,
-times, sysinfo, getcpu, the pid getters, and process groups and sessions
+times, sysinfo, getcpu (the task's CPU), the pid getters, and process groups and sessions
 (setpgid/getpgid/getpgrp/getsid/setsid).
 
 Sessions: ``Process.sid`` holds the session id as a guest pid; the first process's
@@ -109,10 +109,11 @@ class SysSyscalls:
 
     @syscall(309, "getcpu")
     def sys_getcpu(self, task, regs, cpu, node, *_):
-        """getcpu(): the machine has one CPU in one NUMA node."""
-        for ptr in (cpu, node):
+        """getcpu(): the CPU the task runs on (``raw_smp_processor_id()``), in NUMA
+        node 0, the machine's one node."""
+        for ptr, value in ((cpu, task.cpu), (node, 0)):
             if ptr:
-                self.m.mem.write_user(ptr, struct.pack("<I", 0))
+                self.m.mem.write_user(ptr, struct.pack("<I", value))
         return 0
 
     @syscall(39, "getpid")

@@ -36,7 +36,7 @@ from kernel_model.fs.exec import ExecSyscalls
 from kernel_model.fs.fcntl import FcntlSyscalls
 from kernel_model.fs.file import FdTable, FileSyscalls, HostInput, OutputSink, PipeInput
 from kernel_model.fs.ioctl import IoctlSyscalls
-from kernel_model.fs.namei import EmptyDir, Vfs
+from kernel_model.fs.namei import Vfs
 from kernel_model.fs.namei_syscalls import NameiSyscalls
 from kernel_model.fs.open import OpenSyscalls
 from kernel_model.fs.pipe import PipeSyscalls
@@ -46,6 +46,7 @@ from kernel_model.fs.readdir import ReaddirSyscalls
 from kernel_model.fs.select import SelectSyscalls
 from kernel_model.fs.stat import StatSyscalls
 from kernel_model.fs.sync import SyncSyscalls
+from kernel_model.fs.sysfs import sysfs_root
 from kernel_model.fs.utimes import UtimesSyscalls
 from kernel_model.include.linux.errno import neg
 from kernel_model.kernel.cred import CredSyscalls
@@ -86,7 +87,7 @@ class Syscalls:
         machine.main_process.files = self._stdio_table(stdin, stdio)   # before /dev: its terminal
         self.procfs, self.devfs = ProcFs(machine), DevFs(machine)
         self.vfs = Vfs(sysroot, grant_dirs, {"/proc": self.procfs.root, "/dev": self.devfs.root,
-                                             "/sys": EmptyDir()})
+                                             "/sys": sysfs_root(machine)})
         machine.main_process.fs.pwd = self._initial_cwd(cwd)
         self.mem_total = mem_total
         self.rng = random.Random(seed)
@@ -115,7 +116,7 @@ class Syscalls:
             SyncSyscalls(), DPathSyscalls(self), UtimesSyscalls(self), FcntlSyscalls(), IoctlSyscalls(self),
             SelectSyscalls(self), FileSyscalls(), self.pipes, ExecSyscalls(self),
             ProcessSyscalls(self), self.exit, self.futex, SchedSyscalls(self), self.signal, CredSyscalls(self),
-            SysSyscalls(self), PersonalitySyscalls(), self.rlimits, RseqSyscalls(), self.time, self.hrtimer,
+            SysSyscalls(self), PersonalitySyscalls(), self.rlimits, RseqSyscalls(self), self.time, self.hrtimer,
             self.itimers, MmapSyscalls(self), MremapSyscalls(self), MprotectSyscalls(self), MadviseSyscalls(self),
             SocketSyscalls(),
         )
@@ -190,6 +191,11 @@ class Syscalls:
         if not insns:
             return
         self.clock.ns += insns * INSN_NS
+        self.run_expired_timers()
+
+    def run_expired_timers(self) -> None:
+        """The sleeps, rt_sigtimedwait timeouts and ITIMER_REAL timers due on the
+        clock as it is now expire (the timer interrupt's work)."""
         self.timeouts.expire_due()
         self.signal.expire_sigwaits()
         self.itimers.run_timers()

@@ -125,7 +125,14 @@ class Task:
     sleep_interrupt: object = None    # the sleeping syscall's result if a signal wakes it (Kernel.block)
     restart_block: object = None      # restart_syscall's continuation of an interrupted sleep, or None
     last_enosys: int | None = None    # the number of its last syscall if the model lacks it
-    cpu: int = 0                      # the CPU it runs on (task_cpu())
+    cpu: int = 0                      # the CPU it runs or last ran on (task_cpu())
+    cpus_mask: int = 1                # the CPUs it may run on (p->cpus_mask), bit i for CPU i
+    rseq_cpu: int = -1                # the CPU its registered rseq area says (kernel.rseq)
+
+    @property
+    def cpus_allowed(self) -> int:
+        """The affinity mask under its older name (``cpus_allowed``)."""
+        return self.cpus_mask
 
     def __post_init__(self):
         if not self.comm:

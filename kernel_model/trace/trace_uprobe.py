@@ -164,7 +164,7 @@ class TraceEvents:
             ip, func = ctx.regs.rip, ctx.func
         else:
             ip, func = ctx.vaddr, None
-        line = format_trace_line(comm=ctx.task.comm, pid=ctx.task.tid, cpu=0, timestamp=ts,
+        line = format_trace_line(comm=ctx.task.comm, pid=ctx.task.tid, cpu=ctx.task.cpu, timestamp=ts,
                                  event=ev.event, ip=ip, func=func, args=values)
         if self.output is None:
             self._log.append((ev, line))

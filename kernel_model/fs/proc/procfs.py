@@ -33,9 +33,8 @@ out, because the model has nothing honest to say there:
   cache or swap), ``mounts`` (-> self/mounts), ``filesystems`` (filesystems_proc_show:
   the types this kernel has - those its mount table shows: proc, devtmpfs and the host
   filesystems of the sysroot and granted directories - with the host's ``nodev``
-  marks and in its registration order; libselinux and systemd read it).  ``cpuinfo``
-  is not modeled (ENOENT): the emulated CPU has no honest model name, flags or
-  frequency.
+  marks and in its registration order; libselinux and systemd read it), ``cpuinfo``
+  (one entry per CPU: :mod:`kernel_model.arch.x86.kernel.cpu.proc`).
 
 Opening for writing: EACCES for an unprivileged guest (mode 0444), as the kernel's
 permission check says; a root guest's open succeeds and write() is EINVAL for a
@@ -51,6 +50,7 @@ import stat as S
 import struct
 from types import MappingProxyType
 
+from kernel_model.arch.x86.kernel.cpu.proc import cpuinfo_text
 from kernel_model.fs.file import HostInput, OutputSink, PipeInput, SeqFile, attrs_stat_bytes
 from kernel_model.fs.fs_types import Attrs, SpecialNode
 from kernel_model.fs.libfs import DirNode, LinkNode, access_mode, keep_open_flags, may_open
@@ -66,7 +66,7 @@ SELF_INO, THREAD_SELF_INO, MOUNTS_LINK_INO = 0xF0000000, 0xF0000001, 0xF0000002
 # depend on what a build registers before them (6.18 hosts differ by one here); these
 # are one 6.18 build's, in the order every build creates them
 TOP_INOS = MappingProxyType({"uptime": 0xF0000031, "loadavg": 0xF000002E, "meminfo": 0xF000002F,
-                             "filesystems": 0xF000005C})
+                             "filesystems": 0xF000005C, "cpuinfo": 0xF0000025})
 PROC_BLKSIZE = 1024
 FD_LINK_SIZE = 64                         # proc_fd_instantiate: i_size of an fd link
 NR_OPEN_DEFAULT = 64                      # BITS_PER_LONG: the fd table embedded in files_struct
@@ -697,6 +697,8 @@ class ProcRoot(DirNode):
             "mounts": ProcLink(fs, MOUNTS_LINK_INO, lambda t: "self/mounts", size=11),
             "uptime": ProcFileNode(fs, "/proc/uptime", TOP_INOS["uptime"], lambda t: uptime_text(m),
                                    no_write_errno=E.EIO),
+            "cpuinfo": ProcFileNode(fs, "/proc/cpuinfo", TOP_INOS["cpuinfo"],
+                                    lambda t: cpuinfo_text(m.scheduler.nr_cpu_ids), no_write_errno=E.EIO),
             "loadavg": ProcFileNode(fs, "/proc/loadavg", TOP_INOS["loadavg"],
                                     lambda t: loadavg_text(m), no_write_errno=E.EIO),
             "meminfo": ProcFileNode(fs, "/proc/meminfo", TOP_INOS["meminfo"],

@@ -1,0 +1,93 @@
+"""What the guest sees at ``/sys``: a read-only sysfs holding only the CPU list of the
+modeled machine (drivers/base/cpu.c's ``/sys/devices/system/cpu``).
+
+The host's sysfs describes the host's hardware and kernel, not the modeled machine, so
+none of it is shown.  What is shown is what C libraries and tools read to count CPUs:
+``online``, ``possible`` and ``present`` (``%*pbl`` lists: "0", "0-3"), read by glibc's
+``get_nprocs()`` / ``sysconf(_SC_NPROCESSORS_ONLN)``, and one ``cpuN`` directory per CPU,
+which ``get_nprocs_conf()`` counts.  Every CPU is possible, present and online (no
+hotplug); ``kernel_max`` is NR_CPUS - 1.  Opening an attribute for writing is
+EACCES, as kernfs refuses an attribute without a store method.
+"""
+
+from __future__ import annotations
+
+import errno as E
+import stat as S
+
+from kernel_model.fs.file import SeqFile, attrs_stat_bytes
+from kernel_model.fs.fs_types import Attrs, SpecialNode
+from kernel_model.fs.libfs import DirNode, access_mode, keep_open_flags, may_open
+from kernel_model.include.linux.cpumask import NR_CPUS, cpulist
+
+SYSFS_DEV = 0x15
+SYSFS_ATTR_SIZE = 4096                 # a sysfs attribute's st_size: one page
+
+
+class SysfsFile(SeqFile):
+    """An open sysfs attribute: the text ``show`` made at open (sysfs_kf_seq_show)."""
+
+    def __init__(self, text: bytes, attrs: Attrs):
+        super().__init__(text, attrs.ino)
+        self._attrs = attrs
+
+    def fstat(self):
+        return attrs_stat_bytes(self._attrs)
+
+
+class SysfsAttr(SpecialNode):
+    """One read-only attribute file (``DEVICE_ATTR_RO``): ``show()`` gives its text."""
+
+    def __init__(self, ino: int, show):
+        self.ino, self.show = ino, show
+
+    def attrs(self, task):
+        return Attrs(mode=S.S_IFREG | 0o444, ino=self.ino, dev=SYSFS_DEV, size=SYSFS_ATTR_SIZE)
+
+    def open(self, task, flags):
+        a = self.attrs(task)
+        err = may_open(a.mode, flags, getattr(task, "cred", None), a.uid, a.gid)
+        if err:
+            return err
+        _, writable = access_mode(flags)
+        if writable:
+            return -E.EACCES           # kernfs_fop_open: no store() (root's override too)
+        return keep_open_flags(SysfsFile(self.show().encode(), a), flags)
+
+
+class SysfsDir(DirNode):
+    """A sysfs directory (a kobject's): fixed entries, or ``entries`` computed."""
+
+    def __init__(self, path: str, ino: int, entries, parent_ino: int = 0):
+        self.path, self.ino, self._entries, self.parent_ino = path, ino, entries, parent_ino
+
+    def entries(self, task):
+        return self._entries() if callable(self._entries) else self._entries
+
+    def attrs(self, task):
+        return Attrs(mode=S.S_IFDIR | 0o755, ino=self.ino, dev=SYSFS_DEV, nlink=2, size=0)
+
+
+def sysfs_root(machine) -> SysfsDir:
+    """The /sys tree of ``machine``: devices/system/cpu with the machine's CPUs."""
+    def nr_cpus() -> int:
+        return machine.scheduler.nr_cpu_ids
+
+    def cpu_list() -> str:
+        return cpulist((1 << nr_cpus()) - 1) + "\n"
+
+    base = 0x1000                       # CPU directories: base + cpu
+    cpu_path = "/sys/devices/system/cpu"
+
+    def cpu_entries():
+        out = [(name, SysfsAttr(ino, cpu_list))
+               for name, ino in (("online", 20), ("possible", 21), ("present", 22))]
+        out.append(("kernel_max", SysfsAttr(23, lambda: f"{NR_CPUS - 1}\n")))
+        out += [(f"cpu{i}", SysfsDir(f"{cpu_path}/cpu{i}", base + i, [], parent_ino=13))
+                for i in range(nr_cpus())]
+        return out
+
+    cpu = SysfsDir(cpu_path, 13, cpu_entries, parent_ino=12)
+    system = SysfsDir("/sys/devices/system", 12, [("cpu", cpu)], parent_ino=11)
+    devices = SysfsDir("/sys/devices", 11, [("system", system)], parent_ino=1)
+    return SysfsDir("/sys", 1, [("devices", devices)])
