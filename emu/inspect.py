@@ -27,7 +27,7 @@ from kernel_model.mm.mm_types import PROT_EXEC, PROT_WRITE, GuestFault
 __all__ = [
     "DEFAULT_ENV", "GPR_NAMES", "GuestFault", "MAX_SLICE", "MIN_SLICE", "MAX_UINSN_BYTES",
     "NR_CPUS", "format_eflags", "parse_nr_cpus", "parse_slice", "signal_name", "syscall_name",
-    "registered_uprobes", "optimized_call_size",
+    "registered_uprobes", "optimized_call_size", "grace_periods",
     "is_runnable", "in_single_step", "trampoline_vaddr", "pending_returns", "xol_fixups",
     "is_writable", "is_writable_code", "uprobe_refusal", "process_auxv", "process_exe_link",
 ]
@@ -41,6 +41,13 @@ def registered_uprobes(machine) -> list:
     """Every uprobe registered on the machine (the ``uprobes_tree``), each with its
     ``file``, ``offset``, ``consumers``, ``hits`` and analysis (``arch``)."""
     return list(machine.kernel.uprobes.tree.values())
+
+
+def grace_periods(machine) -> dict:
+    """The grace periods unregistrations have waited for so far, by RCU flavor
+    (``synchronize_srcu(&uprobes_srcu)``, ``synchronize_rcu_tasks_trace()``,
+    ``synchronize_srcu(&uretprobes_srcu)``: ``uprobe_unregister_sync``)."""
+    return machine.kernel.uprobes.sync.grace_periods()
 
 
 def optimized_call_size(machine, uprobe, vaddr: int) -> int | None:

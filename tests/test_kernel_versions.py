@@ -247,6 +247,17 @@ def test_latest_is_7_3():
     ("optimize", "7.2", "7.3"),
     ("uprobe_syscall_outside", "7.2", "7.3"),
     ("trampolines_copied_on_fork", "7.2", "7.3"),
+    ("treelock", "6.9", "6.10"),
+    ("perf_filter", "6.9", "6.10"),
+    ("treelock", "6.11", "6.12"),
+    ("uprobe_lifetime", "6.11", "6.12"),
+    ("consumers_lock", "6.11", "6.12"),
+    ("nhit", "6.11", "6.12"),
+    ("uprobe_lifetime", "6.12", "6.13"),
+    ("uretprobe_lifetime", "6.12", "6.13"),
+    ("vma_lookup", "6.13", "6.14"),
+    ("sstep_siglock", "6.14", "6.15"),
+    ("uretprobe_lifetime", "7.2", "7.3"),
 ])
 def test_a_switch_changes_in_the_release_that_landed_it(switch, before, after):
     """The release a change landed in differs from the one before it in that switch

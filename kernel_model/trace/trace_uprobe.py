@@ -149,8 +149,8 @@ class TraceEvents:
             prog(ctx)
         fills = ev.ftrace or self._always_buffer
         sync = self.uprobes.sync
-        if sync.log is not None and not ctx.is_return:
-            sync.uprobe_dispatcher(ctx.task, ev, fills)
+        if sync.log is not None:
+            sync.uprobe_dispatcher(ctx.task, ev, fills, ctx.is_return)
         if not fills:
             return 0                    # no ftrace consumer and a lazy buffer: not filled
         counters = self.machine.counters

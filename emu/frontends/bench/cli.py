@@ -8,7 +8,7 @@ import sys
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from emu.frontends.bench import costmodel
+from emu.frontends.bench import costmodel, detach, scaling, scaling_report
 from emu.frontends.bench.host import run_host
 from emu.frontends.bench.programs import run_programs
 from emu.frontends.bench.render import render, render_programs
@@ -59,6 +59,15 @@ def add_cli(sub, add_machine_options) -> None:
     p.add_argument("--programs", action="store_true",
                    help="time real workloads (glibc start-up, a malloc loop with libc malloc/free "
                         "probed, a shell pipeline) in the model and natively; alone, only these")
+    p.add_argument("--cpus", metavar="LIST",
+                   help="project M/s on the published tables' machine (2 sockets x 20 cores x 2 "
+                        "threads) for each CPU count: 1,2,4,8 or 1-8, 'quick' (1,2,4,...,64) or 'all' "
+                        "(the published 1-80 columns); with the fit and the published checks")
+    p.add_argument("--plot", metavar="FILE", help="with --cpus: draw M/s against CPUs (.png or .svg)")
+    p.add_argument("--fit", action="store_true",
+                   help="with --cpus: fit the machine's prices on the fitted table again first (scipy)")
+    p.add_argument("--detach", type=count, metavar="N",
+                   help="project attaching and detaching N probes per kernel column (grace periods)")
     p.set_defaults(func=cmd_bench)
 
 
@@ -117,6 +126,12 @@ def _consoles():
 def cmd_bench(args) -> int:
     if args.threads:
         return cmd_threads(args, _consoles()[0])
+    if getattr(args, "detach", None):
+        return cmd_detach(args)
+    if getattr(args, "cpus", None):
+        return cmd_scaling(args)
+    if getattr(args, "plot", None) or getattr(args, "fit", False):
+        raise InputError("--plot and --fit go with --cpus")
     cfg = config_from_args(args)
     programs_only = getattr(args, "programs", False) and not args.scenarios
     out, err = _consoles()
@@ -135,5 +150,47 @@ def cmd_bench(args) -> int:
             render_programs(report["programs"], out)
         else:
             render(report, out)
+        json_out.write(report)
+    return 0
+
+
+def _columns(args) -> list[str]:
+    cols = [args.kernel] + list(args.vs)
+    for c in cols:
+        parse_column(c)
+    if len(set(cols)) != len(cols):
+        raise InputError("the same kernel column is given twice")
+    return cols
+
+
+def cmd_scaling(args) -> int:
+    cpus = scaling.parse_cpus(args.cpus)
+    scenarios = args.scenarios or ["uprobe-nop", "uretprobe-nop"]
+    cols = _columns(args)
+    if args.plot:
+        scaling_report.check_plot_path(args.plot)
+    out, err = _consoles()
+    with JsonReport(args.json) as json_out:
+        with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err, transient=err.is_terminal) as progress:
+            prices = scaling.FITTED
+            if args.fit:
+                task = progress.add_task(f"fitting on {scaling.FIT_TABLE}", total=None)
+                prices, _ = scaling.fit_prices(progress=lambda: progress.advance(task))
+            report = scaling_report.run_scaling(cols, scenarios, cpus, prices=prices,
+                                                with_checks=not args.no_checks, progress=progress)
+        scaling_report.render_scaling(report, out)
+        if args.plot:
+            scaling_report.plot_scaling(report, args.plot)
+            out.print(f"plot: {args.plot}")
+        json_out.write(report)
+    return 0
+
+
+def cmd_detach(args) -> int:
+    out, _ = _consoles()
+    report = detach.run_detach(_columns(args), args.detach)
+    detach.render_detach(report, out)
+    with JsonReport(args.json) as json_out:
         json_out.write(report)
     return 0

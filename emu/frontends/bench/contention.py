@@ -15,6 +15,10 @@ does not cross the interconnect):
   and the core joins its sharers;
 * a store or an atomic needs the line exclusive: a transfer unless the core is the
   only holder, and an atomic pays ``atomic`` on top;
+* the hardware threads of one core share its requests: a thread asking for a line its
+  core is already waiting for rides on that transfer (both threads' locked operations
+  complete while the line is in the core), which is why contended throughput *rises*
+  again once producers land on sibling threads;
 * one line moves one transfer at a time: requests queue in arrival order, and a
   transfer takes longer the more requests wait behind it (``contend`` per waiter:
   the snoop and retry traffic of a hot line), which is what makes throughput *fall*
@@ -88,7 +92,7 @@ class Prices:
 
 
 class _Line:
-    __slots__ = ("owner", "sharers", "free_at", "pending", "holder", "waiters")
+    __slots__ = ("owner", "sharers", "free_at", "pending", "holder", "waiters", "arrival")
 
     def __init__(self):
         self.owner = -1                 # core holding it exclusive (-1: none)
@@ -97,6 +101,7 @@ class _Line:
         self.pending: deque = deque()   # completion times of queued transfers
         self.holder = -1                # spinlock: CPU holding it
         self.waiters: deque = deque()   # spinlock: CPUs waiting, in order
+        self.arrival: dict = {}         # core -> when its latest transfer of the line completes
 
 
 def simulate(programs: list[tuple[float, tuple]], topo: Topology, prices: Prices, *,
@@ -146,6 +151,11 @@ def simulate(programs: list[tuple[float, tuple]], topo: Topology, prices: Prices
                 cost = x_sock if any(socket_of_core.get(h, -1) != sock for h in holders) else x_core
             else:
                 cost = x_core if near else x_sock
+        riding = line.arrival.get(core, -1.0)
+        if riding >= t:                                    # the core's transfer is on its way
+            done = riding + local
+            line.arrival[core] = done
+            return done
         pending = line.pending
         while pending and pending[0] <= t:
             pending.popleft()
@@ -154,6 +164,7 @@ def simulate(programs: list[tuple[float, tuple]], topo: Topology, prices: Prices
         done = start + cost
         line.free_at = done
         pending.append(done)
+        line.arrival[core] = done
         if exclusive:
             line.owner = core
             line.sharers = {core}

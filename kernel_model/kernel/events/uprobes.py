@@ -238,9 +238,26 @@ class Uprobes:
         uprobe = uc.uprobe
         if uprobe is None or uc not in uprobe.consumers:
             raise RegistrationError("ENOENT", "consumer is not registered")
+        self.uprobe_unregister_nosync(uc)
+        self.sync.uprobe_unregister_sync()
+
+    def unregister_batch(self, ucs) -> None:
+        """Many consumers at once, as a ``uprobe_multi`` link's release does: each
+        ``uprobe_unregister_nosync``, then one ``uprobe_unregister_sync`` (one set of
+        grace periods for the whole batch)."""
+        ucs = list(ucs)
+        for uc in ucs:
+            if uc.uprobe is None or uc not in uc.uprobe.consumers:
+                raise RegistrationError("ENOENT", "consumer is not registered")
+        for uc in ucs:
+            self.uprobe_unregister_nosync(uc)
+        if ucs:
+            self.sync.uprobe_unregister_sync()
+
+    def uprobe_unregister_nosync(self, uc: UprobeConsumer) -> None:
+        uprobe = uc.uprobe
         self._consumer_del(uprobe, uc)
         self.register_for_each_vma(uprobe, None)
-        self.sync.uprobe_unregister_sync()
 
     def _consumer_del(self, uprobe: Uprobe, uc: UprobeConsumer) -> None:
         if uc in uprobe.consumers:

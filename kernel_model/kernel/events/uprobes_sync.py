@@ -198,17 +198,22 @@ class UprobesSync:
             self.uprobes_srcu.read_unlock(log, cpu, idx)
 
     # -- the consumer: trace_uprobe ------------------------------------------------------
-    def uprobe_dispatcher(self, task, event, fills_buffer: bool) -> None:
-        """``uprobe_dispatcher``: ``nhit``, the perf filter, the per-CPU args buffer."""
+    def uprobe_dispatcher(self, task, event, fills_buffer: bool, is_return: bool = False) -> None:
+        """``uprobe_dispatcher``: ``nhit``, ``uprobe_perf_filter``, the per-CPU args
+        buffer's mutex (``uprobe_buffer_get``/``put``) when it is filled.  A return
+        probe's trace_uprobe has this entry handler too (it bumps ``nhit`` and checks
+        the filter at the entry), then ``uretprobe_dispatcher`` fills the buffer again
+        at the return; the model's return event runs once, at the return, so both
+        sides are recorded there."""
         log, cpu = self.log, task.cpu
         _, nhit, filter_lock = self._trace_uprobe(event)
         nhit.inc(log, cpu)
-        if self.profile.perf_filter == "rwlock":                    # uprobe_perf_filter
+        if self.profile.perf_filter == "rwlock":
             filter_lock.read_lock(log, cpu)
             filter_lock.read_unlock(log, cpu)
-        if fills_buffer:                                            # uprobe_buffer_get/put
-            log.add(cpu, "uprobe_cpu_buffer.mutex", cpu, ATOMIC)
-            log.add(cpu, "uprobe_cpu_buffer.mutex", cpu, ATOMIC)
+        for _ in range(2 if is_return and fills_buffer else 1 if fills_buffer else 0):
+            log.add(cpu, "uprobe_cpu_buffer.mutex", cpu, ATOMIC)        # mutex_lock
+            log.add(cpu, "uprobe_cpu_buffer.mutex", cpu, ATOMIC)        # mutex_unlock
 
     # -- return probes ---------------------------------------------------------------------
     def prepare_uretprobe(self, task, uprobe) -> int | None:
