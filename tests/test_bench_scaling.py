@@ -4,8 +4,8 @@ tables beside it, the checks, the plot; ``--detach``."""
 import json
 
 import pytest
-
 from cli_helpers import cli, one_line_error
+
 from emu.frontends.bench import scaling
 from emu.frontends.bench.scaling_report import published_for
 from emu.frontends.bench.scaling_tables import CHECK_TABLES, FIT_TABLE, TABLES

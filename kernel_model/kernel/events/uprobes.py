@@ -18,6 +18,7 @@ import itertools
 
 from kernel_model.arch.x86.kernel import uprobes as arch
 from kernel_model.errors import RegistrationError
+from kernel_model.kernel.events.uprobes_sync import UprobesSync
 from kernel_model.kernel.events.uprobes_types import (
     UINSNS_PER_PAGE,
     UPROBE_HANDLER_IGNORE,
@@ -31,7 +32,6 @@ from kernel_model.kernel.events.uprobes_types import (
     UprobeTask,
     XolArea,
 )
-from kernel_model.kernel.events.uprobes_sync import UprobesSync
 from kernel_model.kernel.events.uretprobes import Uretprobes
 from kernel_model.kernel.signals import SIGNALS
 from kernel_model.mm.mm_types import PAGE_SIZE, PROT_EXEC, PROT_WRITE, TASK_SIZE, GuestFault, MappedFile

@@ -190,24 +190,22 @@ class Uretprobes:
             self.free_ret_instance(task, ri)
 
     # -- return side ----------------------------------------------------------------
-    def uprobe_handle_trampoline(self, task, regs) -> None:
+    def uprobe_handle_trampoline(self, task, regs, sync=None) -> None:
         """``uprobe_handle_trampoline``: ip <- original return address, then the return
-        handlers of the whole chain, newest first; stale chains dropped silently."""
+        handlers of the whole chain, newest first; stale chains dropped silently.  A
+        machine that records its shared-memory accesses comes back here with ``sync``
+        inside the read side of the consumers' walk (``handle_trampoline``)."""
         utask = task.utask
         if utask is None or not utask.return_instances:
             self.machine.send_sig(task, SIGILL, detail="uretprobe trampoline without a "
                                   "return instance")
             return
-        sync = self.uprobes.sync
-        if sync.log is not None:
+        if sync is None and self.uprobes.sync.log is not None:
+            sync = self.uprobes.sync
             idx = sync.handle_trampoline_enter(task)
-            self._handle_trampoline(task, regs, utask, sync)
+            self.uprobe_handle_trampoline(task, regs, sync)
             sync.handle_trampoline_exit(task, idx)
             return
-        self._handle_trampoline(task, regs, utask, None)
-
-    def _handle_trampoline(self, task, regs, utask, sync) -> None:
-        """``handle_trampoline``: the chain of instances this return completes."""
         stack = utask.return_instances
         if len(stack) == 1 or not stack[-1].chained and arch.arch_uretprobe_is_alive(stack[-2], arch.RP_CHECK_RET,
                                                                                        regs):
