@@ -68,8 +68,15 @@ class TraceEvent:
     consumer: object = None
     ftrace: bool = True                  # write lines to the trace output
     programs: list = field(default_factory=list)   # BPF-like callables(ctx)
-    hits: int = 0
+    # trace_uprobe->nhit: hits per CPU (``nhits[cpu]``), summed when read; one shared
+    # counter kept in slot 0 before 6.12 (10cdb82aa77f made it per-CPU)
+    nhits: dict = field(default_factory=dict)
     owner: "TraceEvents | None" = field(default=None, repr=False)
+
+    @property
+    def hits(self) -> int:
+        """``nhit`` as ``uprobe_profile`` shows it: the sum over CPUs."""
+        return sum(self.nhits.values())
 
     @property
     def name(self) -> str:
@@ -92,6 +99,7 @@ class TraceEvents:
         self._log: list[tuple[TraceEvent, str]] = []
         # the lazy args buffer seed: "always" fills it for every hit (profiles are frozen)
         self._always_buffer = uprobes.profile.args_buffer == "always"
+        self._percpu_nhit = uprobes.profile.nhit == "percpu"
 
     @property
     def lines(self) -> list[str]:
@@ -144,7 +152,9 @@ class TraceEvents:
             # uprobe_perf_func: a hit in an mm the event does not want (a forked child's
             # inherited int3) is not recorded and asks for the breakpoint's removal
             return UPROBE_HANDLER_REMOVE
-        ev.hits += 1
+        cpu = ctx.task.cpu if self._percpu_nhit else 0
+        nhits = ev.nhits
+        nhits[cpu] = nhits.get(cpu, 0) + 1
         for prog in ev.programs:
             prog(ctx)
         fills = ev.ftrace or self._always_buffer
