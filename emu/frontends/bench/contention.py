@@ -14,7 +14,8 @@ does not cross the interconnect):
   from the nearest holder (``xfer_core`` inside a socket, ``xfer_socket`` across)
   and the core joins its sharers;
 * a store or an atomic needs the line exclusive: a transfer unless the core is the
-  only holder, and an atomic pays ``atomic`` on top;
+  only holder, and an atomic pays ``atomic`` on top, keeping the line that long (a
+  locked operation does not let the line go before it completes);
 * the hardware threads of one core share its requests: a thread asking for a line its
   core is already waiting for rides on that transfer (both threads' locked operations
   complete while the line is in the core), which is why contended throughput *rises*
@@ -43,6 +44,8 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass
+
+INF = float("inf")
 
 # operation codes of a trigger program
 READ, WRITE, ATOMIC, MB, LOCK, UNLOCK = range(6)
@@ -92,16 +95,16 @@ class Prices:
 
 
 class _Line:
-    __slots__ = ("owner", "sharers", "free_at", "pending", "holder", "waiters", "arrival")
+    __slots__ = ("free_at", "pending", "holder", "waiters", "visits")
 
     def __init__(self):
-        self.owner = -1                 # core holding it exclusive (-1: none)
-        self.sharers: set = set()       # cores holding it (owner included)
         self.free_at = 0.0              # when its last queued transfer completes
         self.pending: deque = deque()   # completion times of queued transfers
         self.holder = -1                # spinlock: CPU holding it
         self.waiters: deque = deque()   # spinlock: CPUs waiting, in order
-        self.arrival: dict = {}         # core -> when its latest transfer of the line completes
+        # core -> [when its copy arrives, when it is taken away (INF: still there),
+        # exclusive]: the directory, in the order the transfers were queued
+        self.visits: dict = {}
 
 
 def simulate(programs: list[tuple[float, tuple]], topo: Topology, prices: Prices, *,
@@ -133,43 +136,43 @@ def simulate(programs: list[tuple[float, tuple]], topo: Topology, prices: Prices
     local = prices.local
     x_core, x_sock, contend = prices.xfer_core, prices.xfer_socket, prices.contend
 
-    def xfer(line: _Line, core: int, t: float, exclusive: bool) -> float:
-        """Bring ``line`` to ``core`` (shared or exclusive) asking at ``t``; returns
-        when it is there."""
-        holders = line.sharers
-        if exclusive:
-            if holders and holders <= {core}:
-                return t + local
-        elif core in holders:
-            return t + local
-        if not holders:
-            cost = x_core                                  # from memory / LLC
+    def xfer(line: _Line, core: int, t: float, exclusive: bool, hold: float = 0.0) -> float:
+        """Bring ``line`` to ``core`` (shared or exclusive) asking at ``t`` and keep it
+        there ``hold`` ns (a locked operation's own time: the line cannot leave during
+        it); returns when the access is done.  A core whose copy is still there at
+        ``t``, or on its way, uses it: this is how a hardware thread rides on its
+        sibling's transfer."""
+        visit = line.visits.get(core)
+        if visit is not None and t <= visit[1] and (visit[2] or not exclusive):
+            done = (visit[0] if visit[0] > t else t) + local + hold
+            if exclusive and done > line.free_at:
+                line.free_at = done
+            return done
+        others = [h for h, v in line.visits.items() if v[1] == INF and h != core]
+        if not others:
+            cost = local if visit is not None and visit[1] == INF else x_core    # an upgrade / from the LLC
         else:
             sock = socket_of_core[core]
-            near = any(socket_of_core.get(h, -1) == sock for h in holders if h != core)
-            if exclusive:
-                cost = x_sock if any(socket_of_core.get(h, -1) != sock for h in holders) else x_core
-            else:
-                cost = x_core if near else x_sock
-        riding = line.arrival.get(core, -1.0)
-        if riding >= t:                                    # the core's transfer is on its way
-            done = riding + local
-            line.arrival[core] = done
-            return done
+            far = [socket_of_core[h] != sock for h in others]
+            # a store invalidates every copy (the farthest answers last); a load is
+            # served by the nearest one
+            cost = x_sock if (any(far) if exclusive else all(far)) else x_core
         pending = line.pending
         while pending and pending[0] <= t:
             pending.popleft()
         cost *= 1.0 + contend * len(pending)
         start = line.free_at if line.free_at > t else t
-        done = start + cost
-        line.free_at = done
-        pending.append(done)
-        line.arrival[core] = done
-        if exclusive:
-            line.owner = core
-            line.sharers = {core}
-        else:
-            line.sharers = holders | {core}
+        arrive = start + cost
+        done = arrive + hold
+        line.free_at = done if exclusive else arrive
+        pending.append(line.free_at)
+        for h in others:
+            v = line.visits[h]
+            if exclusive:
+                v[1] = start                               # its copy is invalidated
+            else:
+                v[2] = False                               # an owner's copy becomes shared
+        line.visits[core] = [arrive, INF, exclusive]
         return done
 
     pos = [0] * n                       # next op index (len = trigger done)
@@ -210,20 +213,20 @@ def simulate(programs: list[tuple[float, tuple]], topo: Topology, prices: Prices
         elif op == WRITE:
             t = xfer(line, core, t, True)
         elif op == ATOMIC:
-            t = xfer(line, core, t, True) + atomic_of[c]
+            t = xfer(line, core, t, True, atomic_of[c])
         elif op == LOCK:
             if line.holder >= 0:
                 line.waiters.append(c)          # parked until the release
                 continue
             line.holder = c
-            t = xfer(line, core, t, True) + atomic_of[c]
+            t = xfer(line, core, t, True, atomic_of[c])
         elif op == UNLOCK:
             line.holder = -1
             t = xfer(line, core, t, True)
             if line.waiters:
                 w = line.waiters.popleft()
                 line.holder = w
-                tw = xfer(line, place[w][1], t, True) + atomic_of[w]
+                tw = xfer(line, place[w][1], t, True, atomic_of[w])
                 heapq.heappush(heap, (tw, w))
         heapq.heappush(heap, (t, c))
     if t_lo is None or t_hi is None or t_hi <= t_lo:
