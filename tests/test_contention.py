@@ -84,3 +84,15 @@ def test_cpu_placement_fills_cores_then_sibling_threads():
     t = Topology(2, 20, 2)
     assert (t.place(0), t.place(19), t.place(20), t.place(40), t.place(79)) == \
         ((0, 0, 0), (0, 19, 0), (1, 20, 0), (0, 0, 1), (1, 39, 1))
+
+
+def test_jitter_is_seeded():
+    progs = _same(4, 400.0, ((ATOMIC, "a"), (READ, "b"), (ATOMIC, "a")))
+    p = PLAIN.replace(jitter=0.1)
+    assert simulate(progs, ONE_SOCKET, p, seed=1) == simulate(progs, ONE_SOCKET, p, seed=1)
+    assert simulate(progs, ONE_SOCKET, p, seed=1) != simulate(progs, ONE_SOCKET, p, seed=2)
+
+
+def test_jitter_keeps_the_average_private_cost():
+    got = simulate([(100.0, ())], ONE_SOCKET, PLAIN.replace(jitter=0.2), measure=2000)
+    assert got == pytest.approx(10.0, rel=0.02)

@@ -34,7 +34,11 @@ does not cross the interconnect):
   number of busy cores), which slows the core-bound prices (work, ``atomic``, ``mb``,
   ``local``), not the line transfers.
 
-Everything is deterministic: ties go to the lower CPU number.  Throughput is measured
+Real CPUs never run in lockstep: interrupts, misses on private data and branch
+mispredictions make each trigger's private work vary (``jitter``), which keeps
+identical simulated CPUs from settling into a collision-free rhythm no machine keeps.
+Everything is deterministic: the variation comes from a seeded generator and ties go
+to the lower CPU number.  Throughput is measured
 between the moments all CPUs together completed ``warmup`` and ``warmup + measure``
 triggers per CPU.
 """
@@ -42,6 +46,7 @@ triggers per CPU.
 from __future__ import annotations
 
 import heapq
+import random
 from collections import deque
 from dataclasses import dataclass
 
@@ -86,6 +91,7 @@ class Prices:
     contend: float = 0.1
     ht: float = 1.5
     turbo: float = 0.0
+    jitter: float = 0.0         # each trigger's private work varies uniformly by +-this fraction
     scale: float = 1.0          # private work: the cost model's ns times this
 
     def replace(self, **kw) -> "Prices":
@@ -108,7 +114,7 @@ class _Line:
 
 
 def simulate(programs: list[tuple[float, tuple]], topo: Topology, prices: Prices, *,
-             warmup: int = 20, measure: int = 100) -> float:
+             warmup: int = 20, measure: int = 100, seed: int = 0) -> float:
     """Total triggers per microsecond (= M/s) of ``len(programs)`` CPUs, CPU i running
     ``programs[i] = (work_ns, ((op, line), ...))`` in a loop.  ``line`` is any hashable
     naming a cache line (None for ``MB``)."""
@@ -180,8 +186,15 @@ def simulate(programs: list[tuple[float, tuple]], topo: Topology, prices: Prices
     target_lo, target_hi = n * warmup, n * (warmup + measure)
     total = 0
     t_lo = t_hi = None
-    # each CPU starts its first trigger with its private work
-    heap = [(work[c], c) for c in range(n)]
+    # each CPU starts its first trigger with its private work; ``jitter`` varies each
+    # trigger's (a seeded generator: the same seed, the same result)
+    rng = random.Random(seed)
+    jit = prices.jitter
+
+    def private(c: int) -> float:
+        return work[c] * (1.0 + jit * (2.0 * rng.random() - 1.0)) if jit else work[c]
+
+    heap = [(private(c), c) for c in range(n)]
     heapq.heapify(heap)
     while heap:
         t, c = heapq.heappop(heap)
@@ -201,7 +214,7 @@ def simulate(programs: list[tuple[float, tuple]], topo: Topology, prices: Prices
                 t_hi = t
                 break
             pos[c] = 0
-            heapq.heappush(heap, (t + work[c], c))
+            heapq.heappush(heap, (t + private(c), c))
             continue
         op, key = prog[i]
         line = lines.get(key)

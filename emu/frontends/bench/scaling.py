@@ -37,12 +37,14 @@ PRIORS = MappingProxyType({
                 "(Intel's 'up to 30%' more throughput per core from Hyper-Threading)"),
     "turbo": (0.37, "Xeon Gold 6138: 3.7 GHz single-core turbo, 2.7 GHz all-core turbo "
                     "(Intel's specification)"),
+    "jitter": (0.1, "a trigger's private work varies +-10% (interrupts, private cache misses); "
+                    "enough to keep identical CPUs out of lockstep"),
 })
 FIT_PRICES = ("scale", "atomic", "mb", "xfer_core", "xfer_socket", "contend")
 
 # fit_prices() on S1 (see the README for the command); the priors are PRIORS'
-FITTED = Prices(local=0.5, ht=1.5, turbo=0.37, scale=0.830, atomic=4.41, mb=6.01, xfer_core=54.3,
-                xfer_socket=103.5, contend=0.017)
+FITTED = Prices(local=0.5, ht=1.5, turbo=0.37, jitter=0.1, scale=0.922, atomic=4.73, mb=6.33,
+                xfer_core=52.6, xfer_socket=92.8, contend=0.0162)
 
 QUICK_CPUS = (1, 2, 4, 8, 16, 32, 64)
 FULL_CPUS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 24, 32, 40, 48, 56, 64, 72, 80)
