@@ -10,6 +10,7 @@ import errno as E
 import os
 import shutil
 import struct
+from types import SimpleNamespace
 
 import pytest
 from cli_helpers import cli, one_line_error
@@ -20,6 +21,7 @@ from kernel_model.errors import InputError
 from kernel_model.fs.proc.procfs import ProcFs
 from kernel_model.fs.sysfs import sysfs_root
 from kernel_model.include.linux.cpumask import cpulist
+from kernel_model.kernel.sched import Scheduler
 
 BUF = 0x700000
 O_RDONLY, O_WRONLY = 0, 1
@@ -147,6 +149,33 @@ def test_pinned_task_stays_on_its_cpu(threads_guest):
     r = m.run(timeout=120)
     assert r.reason == "exit", r.describe()
     assert {t.cpu for t in m.all_tasks} == {2}, [(t.tid, t.cpu) for t in m.all_tasks]
+
+
+def fake_task(tid, mask=0b11, cpu=0, state="running"):
+    return SimpleNamespace(tid=tid, cpus_mask=mask, cpu=cpu, state=state)
+
+
+def test_the_busy_cpu_with_the_smallest_clock_runs_next():
+    s = Scheduler(cpus=2)
+    a, b = fake_task(1000, cpu=0), fake_task(1001, cpu=1)
+    s.curr, s.clock, s.this_cpu = [a, b], [300, 200], 0
+    assert s.pick_smp([a, b], now=300) is b and s.this_cpu == 1, (s.curr, s.this_cpu)
+
+
+def test_a_cpu_idle_while_every_task_slept_starts_at_the_machines_clock():
+    s = Scheduler(cpus=2)
+    a = fake_task(1000)
+    s.curr, s.clock, s.this_cpu = [None, None], [100, 50], 0
+    assert s.pick_smp([a], now=1000) is a
+    assert s.clock[s.this_cpu] == 1000, s.clock
+
+
+def test_a_waiting_task_goes_only_to_a_cpu_its_mask_allows():
+    s = Scheduler(cpus=3)
+    a, b = fake_task(1000, mask=0b111), fake_task(1001, mask=0b100)
+    s.curr, s.clock, s.this_cpu = [a, None, None], [10, 0, 0], 0
+    s.pick_smp([a, b], now=10)
+    assert (s.curr[1], s.curr[2], b.cpu) == (None, b, 2), (s.curr, b.cpu)
 
 
 # ------------------------------------------------------------------ syscalls
@@ -292,3 +321,18 @@ def test_busybox_nproc(args):
 
 def test_uprobe_emu_is_installed():
     assert shutil.which("uprobe-emu"), "the CLI tests need the uprobe-emu command"
+
+
+def test_checkpoint_restores_the_cpus_and_their_clocks(threads_guest):
+    """A restored checkpoint runs on as the first run did: same switches, same CPUs."""
+    m = Machine.from_elf(threads_guest, argv=["t", "work", "4", "100000"], cpus=4, seed=2)
+    m.run(max_insns=500_000)
+    cp = m.checkpoint()
+    at = len(m.scheduler.history)
+    first = m.run(timeout=120)
+    tail, cpus = m.scheduler.history[at:], [t.cpu for t in m.all_tasks]
+    assert len(set(tail)) > 1, f"no switches after the checkpoint: {tail}"
+    m.restore(cp)
+    again = m.run(timeout=120)
+    assert (again.exit_code, again.stdout) == (first.exit_code, first.stdout), again.describe()
+    assert (m.scheduler.history[at:], [t.cpu for t in m.all_tasks]) == (tail, cpus)

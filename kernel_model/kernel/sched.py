@@ -115,8 +115,9 @@ class Scheduler:
         :meth:`pick`), each idle CPU takes a waiting task its affinity allows (its
         clock brought to ``now``: an idle CPU's time passed), and the busy CPU with the
         smallest clock (the lowest-numbered on a tie) runs.  None when no task can
-        run.  Sets ``this_cpu`` and the chosen task's ``cpu``."""
+        run.  Sets ``this_cpu`` and each placed task's ``cpu``."""
         curr, this = self.curr, self.this_cpu
+        this_idle = curr[this] is None           # no task since the last pick (all slept)
         runnable = sorted((t for t in tasks if t.state == "running"), key=lambda t: t.tid)
         live = {id(t) for t in runnable}
         for i, t in enumerate(curr):
@@ -125,6 +126,8 @@ class Scheduler:
         on_cpu = {id(t) for t in curr if t is not None}
         waiting = [t for t in runnable if id(t) not in on_cpu]
         curr[this] = self._take(waiting, this)
+        if this_idle and curr[this] is not None:
+            self.clock[this] = max(self.clock[this], now)
         for i in range(self.nr_cpu_ids):
             if not waiting:
                 break
@@ -137,18 +140,17 @@ class Scheduler:
             return None
         cpu = min(busy, key=lambda i: (self.clock[i], i))
         self.this_cpu = cpu
-        task = curr[cpu]
-        task.cpu = cpu
-        return task
+        return curr[cpu]
 
     def _take(self, waiting: list, cpu: int):
         """A seeded choice among the ``waiting`` tasks allowed on ``cpu``, taken out
-        of ``waiting``; None when none is."""
+        of ``waiting`` and put on ``cpu``; None when none is."""
         cands = [t for t in waiting if t.cpus_mask >> cpu & 1]
         if not cands:
             return None
         task = cands[0] if len(cands) == 1 else self.rng.choice(cands)
         waiting.remove(task)
+        task.cpu = cpu                   # set_task_cpu: it is on this CPU's run queue now
         return task
 
     def set_curr(self, task) -> None:
