@@ -336,3 +336,20 @@ def test_checkpoint_restores_the_cpus_and_their_clocks(threads_guest):
     again = m.run(timeout=120)
     assert (again.exit_code, again.stdout) == (first.exit_code, first.stdout), again.describe()
     assert (m.scheduler.history[at:], [t.cpu for t in m.all_tasks]) == (tail, cpus)
+
+
+@pytest.mark.parametrize("cpus,mask,hexmask,listed", [(1, 0b1, "1", "0"), (4, 0b1010, "a", "1,3"),
+                                                      (70, (1 << 70) - 1, "3f,ffffffff,ffffffff", "0-69")])
+def test_proc_status_shows_the_affinity(cpus, mask, hexmask, listed):
+    m = asm_machine(cpus)
+    m.task.cpus_mask = mask
+    status = read_node(ProcFs(m).root, f"{m.task.tid}/status", m.task)
+    want = f"Cpus_allowed:\t{hexmask}\nCpus_allowed_list:\t{listed}\n"
+    assert status.endswith(want), f"expected {want!r} at the end of:\n{status}"
+
+
+def test_proc_stat_processor_field_is_the_tasks_cpu():
+    m = asm_machine(4)
+    m.task.cpu = 3
+    fields = read_node(ProcFs(m).root, f"{m.task.tid}/stat", m.task).rpartition(")")[2].split()
+    assert fields[39 - 3] == "3", f"field 39 (processor): {fields[39 - 3]!r}"
