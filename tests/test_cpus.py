@@ -16,6 +16,7 @@ import pytest
 from cli_helpers import cli, one_line_error
 
 from emu import Machine
+from emu.frontends.sweep.case import Case, CaseRunner, Program
 from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NUMBERS
 from kernel_model.errors import InputError
 from kernel_model.fs.proc.procfs import ProcFs
@@ -92,7 +93,7 @@ def test_cli_refuses_a_bad_cpu_count_in_one_line(bad):
     assert "--cpus" in line and "1-256" in line, line
 
 
-@pytest.mark.parametrize("command", ["run", "trace", "step", "gdbserver"])
+@pytest.mark.parametrize("command", ["run", "trace", "step", "gdbserver", "sweep"])
 def test_every_machine_command_takes_cpus(command):
     proc = cli(command, "--help")
     assert b"--cpus" in proc.stdout, f"{command} --help has no --cpus:\n{proc.stdout.decode()}"
@@ -102,6 +103,13 @@ def test_cli_run_passes_cpus_to_the_machine(cpus_static):
     proc = cli("run", "--cpus", "3", cpus_static)
     assert proc.returncode == 0, proc.stderr.decode()
     assert lines(proc.stdout)["get_nprocs"] == "3", proc.stdout.decode()
+
+
+def test_sweep_cases_run_on_the_programs_cpus():
+    one, two = (Case(Program.of("guest:hello", ["hello"], cpus=n), "latest") for n in (1, 2))
+    m = CaseRunner().machine(two)
+    assert m.scheduler.nr_cpu_ids == 2, m.scheduler.nr_cpu_ids
+    assert one.id != two.id, "a case on two CPUs is not the one-CPU case"
 
 
 def test_default_is_one_cpu_with_the_one_cpu_mask():
