@@ -419,7 +419,7 @@ class RunQueue:
             if task.context is not None:
                 engine.context_restore(task.process.cpu, task.context)
                 task.context = None
-        if task.rseq and task.rseq_cpu != task.cpu:
+        if task.rseq and task.rseq_cpu != task.cpu and self.scheduler.nr_cpu_ids > 1:
             rseq_update_cpu_node_id(task.process.mem, task)    # it moved: rseq_migrate
         if task.pending_rax is not None:
             engine.reg_write(task.process.cpu, "rax", task.pending_rax)
