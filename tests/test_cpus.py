@@ -293,6 +293,14 @@ def test_ftrace_lines_show_the_cpu_of_the_hitting_task(cpus_static):
     assert got == [(1001, "[000]"), (1002, "[001]"), (1003, "[002]")], ev.lines
 
 
+def test_cli_event_lines_show_the_cpu_column(cpus_static):
+    proc = cli("run", "--cpus", "3", "-e", f"{cpus_static}:report", cpus_static, "threads", "3")
+    assert proc.returncode == 0, proc.stderr.decode()
+    hits = [l.split()[:2] for l in proc.stderr.decode().splitlines() if ": report:" in l]
+    assert sorted(hits) == [["cpus_static-1001", "[000]"], ["cpus_static-1002", "[001]"],
+                            ["cpus_static-1003", "[002]"]], proc.stderr.decode()
+
+
 # ------------------------------------------------------------------ real binaries
 
 @pytest.mark.parametrize("cpus", [1, 4])

@@ -2,7 +2,10 @@
 
 Tasks run on one Unicorn CPU in time slices whose lengths a seeded generator draws, so a
 failing interleaving replays exactly with the same seed; ``history`` records every switch
-(tid sequence) for comparison.
+(tid sequence) for comparison.  A machine of several virtual CPUs (``Machine(cpus=N)``)
+still executes one slice at a time: each CPU has its task and its virtual clock, and the
+busy CPU furthest behind in time runs next (:meth:`Scheduler.pick_smp`), so its tasks
+make progress side by side in virtual time, each on a CPU its affinity allows.
 
 A slice is counted in *translated blocks* (QEMU TBs: straight-line runs of guest code
 ending at a branch), not in instructions.  Why: Unicorn's own instruction counter
