@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno as E
 import os
-import shutil
 import struct
 from types import SimpleNamespace
 
@@ -334,9 +333,6 @@ def test_busybox_nproc(args):
     r = m.run(timeout=120)
     assert (r.exit_code, r.stdout) == (0, b"3\n"), (r.describe(), r.stdout, r.stderr)
 
-
-def test_uprobe_emu_is_installed():
-    assert shutil.which("uprobe-emu"), "the CLI tests need the uprobe-emu command"
 
 
 def test_checkpoint_restores_the_cpus_and_their_clocks(threads_guest):
