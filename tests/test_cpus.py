@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import errno as E
 import os
-import shutil
 import struct
+from types import SimpleNamespace
 
 import pytest
 from cli_helpers import cli, one_line_error
 
 from emu import Machine
+from emu.frontends.sweep.case import Case, CaseRunner, Program
 from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NUMBERS
 from kernel_model.errors import InputError
 from kernel_model.fs.proc.procfs import ProcFs
 from kernel_model.fs.sysfs import sysfs_root
 from kernel_model.include.linux.cpumask import cpulist
+from kernel_model.kernel.sched import Scheduler
 
 BUF = 0x700000
 O_RDONLY, O_WRONLY = 0, 1
@@ -90,7 +92,7 @@ def test_cli_refuses_a_bad_cpu_count_in_one_line(bad):
     assert "--cpus" in line and "1-256" in line, line
 
 
-@pytest.mark.parametrize("command", ["run", "trace", "step", "gdbserver"])
+@pytest.mark.parametrize("command", ["run", "trace", "step", "gdbserver", "sweep"])
 def test_every_machine_command_takes_cpus(command):
     proc = cli(command, "--help")
     assert b"--cpus" in proc.stdout, f"{command} --help has no --cpus:\n{proc.stdout.decode()}"
@@ -100,6 +102,13 @@ def test_cli_run_passes_cpus_to_the_machine(cpus_static):
     proc = cli("run", "--cpus", "3", cpus_static)
     assert proc.returncode == 0, proc.stderr.decode()
     assert lines(proc.stdout)["get_nprocs"] == "3", proc.stdout.decode()
+
+
+def test_sweep_cases_run_on_the_programs_cpus():
+    one, two = (Case(Program.of("guest:hello", ["hello"], cpus=n), "latest") for n in (1, 2))
+    m = CaseRunner().machine(two)
+    assert m.scheduler.nr_cpu_ids == 2, m.scheduler.nr_cpu_ids
+    assert one.id != two.id, "a case on two CPUs is not the one-CPU case"
 
 
 def test_default_is_one_cpu_with_the_one_cpu_mask():
@@ -147,6 +156,33 @@ def test_pinned_task_stays_on_its_cpu(threads_guest):
     r = m.run(timeout=120)
     assert r.reason == "exit", r.describe()
     assert {t.cpu for t in m.all_tasks} == {2}, [(t.tid, t.cpu) for t in m.all_tasks]
+
+
+def fake_task(tid, mask=0b11, cpu=0, state="running"):
+    return SimpleNamespace(tid=tid, cpus_mask=mask, cpu=cpu, state=state)
+
+
+def test_the_busy_cpu_with_the_smallest_clock_runs_next():
+    s = Scheduler(cpus=2)
+    a, b = fake_task(1000, cpu=0), fake_task(1001, cpu=1)
+    s.curr, s.clock, s.this_cpu = [a, b], [300, 200], 0
+    assert s.pick_smp([a, b], now=300) is b and s.this_cpu == 1, (s.curr, s.this_cpu)
+
+
+def test_a_cpu_idle_while_every_task_slept_starts_at_the_machines_clock():
+    s = Scheduler(cpus=2)
+    a = fake_task(1000)
+    s.curr, s.clock, s.this_cpu = [None, None], [100, 50], 0
+    assert s.pick_smp([a], now=1000) is a
+    assert s.clock[s.this_cpu] == 1000, s.clock
+
+
+def test_a_waiting_task_goes_only_to_a_cpu_its_mask_allows():
+    s = Scheduler(cpus=3)
+    a, b = fake_task(1000, mask=0b111), fake_task(1001, mask=0b100)
+    s.curr, s.clock, s.this_cpu = [a, None, None], [10, 0, 0], 0
+    s.pick_smp([a, b], now=10)
+    assert (s.curr[1], s.curr[2], b.cpu) == (None, b, 2), (s.curr, b.cpu)
 
 
 # ------------------------------------------------------------------ syscalls
@@ -256,6 +292,14 @@ def test_ftrace_lines_show_the_cpu_of_the_hitting_task(cpus_static):
     assert got == [(1001, "[000]"), (1002, "[001]"), (1003, "[002]")], ev.lines
 
 
+def test_cli_event_lines_show_the_cpu_column(cpus_static):
+    proc = cli("run", "--cpus", "3", "-e", f"{cpus_static}:report", cpus_static, "threads", "3")
+    assert proc.returncode == 0, proc.stderr.decode()
+    hits = [l.split()[:2] for l in proc.stderr.decode().splitlines() if ": report:" in l]
+    assert sorted(hits) == [["cpus_static-1001", "[000]"], ["cpus_static-1002", "[001]"],
+                            ["cpus_static-1003", "[002]"]], proc.stderr.decode()
+
+
 # ------------------------------------------------------------------ real binaries
 
 @pytest.mark.parametrize("cpus", [1, 4])
@@ -290,5 +334,34 @@ def test_busybox_nproc(args):
     assert (r.exit_code, r.stdout) == (0, b"3\n"), (r.describe(), r.stdout, r.stderr)
 
 
-def test_uprobe_emu_is_installed():
-    assert shutil.which("uprobe-emu"), "the CLI tests need the uprobe-emu command"
+
+def test_checkpoint_restores_the_cpus_and_their_clocks(threads_guest):
+    """A restored checkpoint runs on as the first run did: same switches, same CPUs."""
+    m = Machine.from_elf(threads_guest, argv=["t", "work", "4", "100000"], cpus=4, seed=2)
+    m.run(max_insns=500_000)
+    cp = m.checkpoint()
+    at = len(m.scheduler.history)
+    first = m.run(timeout=120)
+    tail, cpus = m.scheduler.history[at:], [t.cpu for t in m.all_tasks]
+    assert len(set(tail)) > 1, f"no switches after the checkpoint: {tail}"
+    m.restore(cp)
+    again = m.run(timeout=120)
+    assert (again.exit_code, again.stdout) == (first.exit_code, first.stdout), again.describe()
+    assert (m.scheduler.history[at:], [t.cpu for t in m.all_tasks]) == (tail, cpus)
+
+
+@pytest.mark.parametrize("cpus,mask,hexmask,listed", [(1, 0b1, "1", "0"), (4, 0b1010, "a", "1,3"),
+                                                      (70, (1 << 70) - 1, "3f,ffffffff,ffffffff", "0-69")])
+def test_proc_status_shows_the_affinity(cpus, mask, hexmask, listed):
+    m = asm_machine(cpus)
+    m.task.cpus_mask = mask
+    status = read_node(ProcFs(m).root, f"{m.task.tid}/status", m.task)
+    want = f"Cpus_allowed:\t{hexmask}\nCpus_allowed_list:\t{listed}\n"
+    assert status.endswith(want), f"expected {want!r} at the end of:\n{status}"
+
+
+def test_proc_stat_processor_field_is_the_tasks_cpu():
+    m = asm_machine(4)
+    m.task.cpu = 3
+    fields = read_node(ProcFs(m).root, f"{m.task.tid}/stat", m.task).rpartition(")")[2].split()
+    assert fields[39 - 3] == "3", f"field 39 (processor): {fields[39 - 3]!r}"

@@ -50,7 +50,8 @@ def _sched_slice(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _cpus(text: str) -> int:
+def cpus_count(text: str) -> int:
+    """A CPU count, 1..NR_CPUS (``--cpus``)."""
     try:
         return parse_nr_cpus(text)
     except InputError as e:
@@ -143,7 +144,7 @@ def _add_machine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sched-slice", type=_sched_slice, default=None, metavar="MIN:MAX",
                    help="time slice of a task while several can run, in translated blocks "
                         f"(default {MIN_SLICE}:{MAX_SLICE}; short slices such as 1:40 shake out races)")
-    p.add_argument("--cpus", type=_cpus, default=None, metavar="N",
+    p.add_argument("--cpus", type=cpus_count, default=None, metavar="N",
                    help=f"CPUs of the machine, 1-{NR_CPUS} (default 1): up to N tasks run at once "
                         "in virtual time, each where its affinity allows")
     p.add_argument("-e", "--event", action="append", default=[], metavar="SPEC",

@@ -56,16 +56,19 @@ class SysfsAttr(SpecialNode):
 
 
 class SysfsDir(DirNode):
-    """A sysfs directory (a kobject's): fixed entries, or ``entries`` computed."""
+    """A sysfs directory (a kobject's): fixed entries, or ``entries`` computed; its
+    link count is kernfs's, 2 plus its subdirectories."""
 
-    def __init__(self, path: str, ino: int, entries, parent_ino: int = 0):
+    def __init__(self, path: str, ino: int, entries, parent_ino: int = 0, mode: int = 0o755):
         self.path, self.ino, self._entries, self.parent_ino = path, ino, entries, parent_ino
+        self.mode = mode
 
     def entries(self, task):
         return self._entries() if callable(self._entries) else self._entries
 
     def attrs(self, task):
-        return Attrs(mode=S.S_IFDIR | 0o755, ino=self.ino, dev=SYSFS_DEV, nlink=2, size=0)
+        subdirs = sum(1 for _, node in self.entries(task) if isinstance(node, SysfsDir))
+        return Attrs(mode=S.S_IFDIR | self.mode, ino=self.ino, dev=SYSFS_DEV, nlink=2 + subdirs, size=0)
 
 
 def sysfs_root(machine) -> SysfsDir:
@@ -90,4 +93,4 @@ def sysfs_root(machine) -> SysfsDir:
     cpu = SysfsDir(cpu_path, 13, cpu_entries, parent_ino=12)
     system = SysfsDir("/sys/devices/system", 12, [("cpu", cpu)], parent_ino=11)
     devices = SysfsDir("/sys/devices", 11, [("system", system)], parent_ino=1)
-    return SysfsDir("/sys", 1, [("devices", devices)])
+    return SysfsDir("/sys", 1, [("devices", devices)], mode=0o555)     # /sys is r-x for all

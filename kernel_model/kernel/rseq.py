@@ -2,10 +2,12 @@
 to date in the registered ``struct rseq`` (``rseq_update_cpu_node_id``).
 
 glibc registers every thread's area and its ``sched_getcpu()`` reads ``cpu_id`` there
-without a syscall, so the fields must follow the task's CPU: they are written at
-registration and whenever the task is switched in on a CPU other than the one they
-hold (``rseq_migrate``/``rseq_preempt`` then ``rseq_handle_notify_resume`` on the way
-back to user mode).
+without a syscall, so on a machine of several CPUs the fields follow the task's CPU:
+they are written at registration and whenever the task is switched in on a CPU other
+than the one they hold (``rseq_migrate``/``rseq_preempt`` then
+``rseq_handle_notify_resume`` on the way back to user mode).  On one CPU the area is
+left as glibc initialised it, as the model always did: glibc then asks ``getcpu``,
+which says CPU 0, so the answer is the same and the syscalls a guest makes are too.
 """
 
 from __future__ import annotations
@@ -50,6 +52,6 @@ class RseqSyscalls:
         if task.rseq:
             return neg(E.EBUSY)
         task.rseq = rseq
-        if self.m is not None and rseq:
+        if self.m is not None and rseq and self.m.scheduler.nr_cpu_ids > 1:
             rseq_update_cpu_node_id(self.m.mem, task)
         return 0

@@ -2,7 +2,10 @@
 
 Tasks run on one Unicorn CPU in time slices whose lengths a seeded generator draws, so a
 failing interleaving replays exactly with the same seed; ``history`` records every switch
-(tid sequence) for comparison.
+(tid sequence) for comparison.  A machine of several virtual CPUs (``Machine(cpus=N)``)
+still executes one slice at a time: each CPU has its task and its virtual clock, and the
+busy CPU furthest behind in time runs next (:meth:`Scheduler.pick_smp`), so its tasks
+make progress side by side in virtual time, each on a CPU its affinity allows.
 
 A slice is counted in *translated blocks* (QEMU TBs: straight-line runs of guest code
 ending at a branch), not in instructions.  Why: Unicorn's own instruction counter
@@ -115,8 +118,9 @@ class Scheduler:
         :meth:`pick`), each idle CPU takes a waiting task its affinity allows (its
         clock brought to ``now``: an idle CPU's time passed), and the busy CPU with the
         smallest clock (the lowest-numbered on a tie) runs.  None when no task can
-        run.  Sets ``this_cpu`` and the chosen task's ``cpu``."""
+        run.  Sets ``this_cpu`` and each placed task's ``cpu``."""
         curr, this = self.curr, self.this_cpu
+        this_idle = curr[this] is None           # no task since the last pick (all slept)
         runnable = sorted((t for t in tasks if t.state == "running"), key=lambda t: t.tid)
         live = {id(t) for t in runnable}
         for i, t in enumerate(curr):
@@ -125,6 +129,8 @@ class Scheduler:
         on_cpu = {id(t) for t in curr if t is not None}
         waiting = [t for t in runnable if id(t) not in on_cpu]
         curr[this] = self._take(waiting, this)
+        if this_idle and curr[this] is not None:
+            self.clock[this] = max(self.clock[this], now)
         for i in range(self.nr_cpu_ids):
             if not waiting:
                 break
@@ -137,18 +143,17 @@ class Scheduler:
             return None
         cpu = min(busy, key=lambda i: (self.clock[i], i))
         self.this_cpu = cpu
-        task = curr[cpu]
-        task.cpu = cpu
-        return task
+        return curr[cpu]
 
     def _take(self, waiting: list, cpu: int):
         """A seeded choice among the ``waiting`` tasks allowed on ``cpu``, taken out
-        of ``waiting``; None when none is."""
+        of ``waiting`` and put on ``cpu``; None when none is."""
         cands = [t for t in waiting if t.cpus_mask >> cpu & 1]
         if not cands:
             return None
         task = cands[0] if len(cands) == 1 else self.rng.choice(cands)
         waiting.remove(task)
+        task.cpu = cpu                   # set_task_cpu: it is on this CPU's run queue now
         return task
 
     def set_curr(self, task) -> None:
@@ -417,7 +422,7 @@ class RunQueue:
             if task.context is not None:
                 engine.context_restore(task.process.cpu, task.context)
                 task.context = None
-        if task.rseq and task.rseq_cpu != task.cpu:
+        if task.rseq and task.rseq_cpu != task.cpu and self.scheduler.nr_cpu_ids > 1:
             rseq_update_cpu_node_id(task.process.mem, task)    # it moved: rseq_migrate
         if task.pending_rax is not None:
             engine.reg_write(task.process.cpu, "rax", task.pending_rax)

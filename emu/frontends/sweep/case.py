@@ -33,6 +33,7 @@ class Program:
     sysroot: str = "/"
     seed: int = 0
     max_insns: int | None = None
+    cpus: int = 1                # the machine's CPUs (Machine(cpus=N))
     timeout: float | None = 120.0
 
     @staticmethod
@@ -65,7 +66,8 @@ class Case:
     def id(self) -> str:
         p = self.program
         text = repr((p.path, p.sha256, p.argv, hashlib.sha256(p.stdin).hexdigest(), p.sysroot,
-                     p.seed, p.max_insns, self.kernel, self.overrides, self.sites))
+                     p.seed, p.max_insns, self.kernel, self.overrides, self.sites) +
+                    ((p.cpus,) if p.cpus != 1 else ()))         # one CPU: the ids sweeps always had
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
@@ -104,7 +106,7 @@ class CaseRunner:
 
     def machine(self, case: Case) -> Machine:
         p = case.program
-        kw = dict(kernel=case.kernel, stdin=p.stdin, sysroot=p.sysroot, seed=p.seed,
+        kw = dict(kernel=case.kernel, stdin=p.stdin, sysroot=p.sysroot, seed=p.seed, cpus=p.cpus,
                   **dict(case.overrides))
         image = self.image(p)
         if image is None:

@@ -6,7 +6,7 @@ import os
 import shlex
 import sys
 
-from emu.frontends.cli import count, read_stdin_file, seconds
+from emu.frontends.cli import count, cpus_count, read_stdin_file, seconds
 from emu.frontends.sweep.case import Program
 from emu.frontends.sweep.driver import Sweeper
 from emu.frontends.sweep.report import CaseStore, ProgressBar, exit_status, print_report, write_json
@@ -54,6 +54,8 @@ def add_cli(sub, _add_machine_options) -> None:
     p.add_argument("--stdin", metavar="FILE")
     p.add_argument("--sysroot", metavar="DIR", default="/")
     p.add_argument("--seed", type=int, default=0, metavar="N")
+    p.add_argument("--cpus", type=cpus_count, default=1, metavar="N",
+                   help="CPUs of each run's machine (default 1)")
     p.add_argument("--timeout", type=seconds, default=120.0, metavar="S",
                    help="wall-clock limit of each run (default 120; 0 = none)")
     p.add_argument("--max-insns", type=count, default=0, metavar="N",
@@ -82,13 +84,14 @@ def program_of(args) -> Program:
     argv = [prog[len("guest:"):] if prog.startswith("guest:") else prog, *args.args,
             *getattr(args, "guest_tail", [])]
     return Program.of(prog, argv, read_stdin_file(args.stdin), sysroot=args.sysroot,
-                      seed=args.seed, max_insns=args.max_insns or None,
+                      seed=args.seed, cpus=args.cpus, max_insns=args.max_insns or None,
                       timeout=args.timeout or None)
 
 
 def repro_for(args):
     extra = (["--stdin", args.stdin] if args.stdin else []) + \
-        (["--sysroot", args.sysroot] if args.sysroot != "/" else [])
+        (["--sysroot", args.sysroot] if args.sysroot != "/" else []) + \
+        (["--cpus", str(args.cpus)] if args.cpus != 1 else [])
 
     def repro(program, kernel, sites) -> str:
         words = ["uprobe-emu", "sweep", args.program, "--kernel", kernel, *extra]

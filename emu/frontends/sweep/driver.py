@@ -81,7 +81,8 @@ class KernelSweep:
 
 
 def default_repro(program, kernel: str, sites) -> str:
-    words = ["uprobe-emu", "sweep", program.path, "--kernel", kernel]
+    words = ["uprobe-emu", "sweep", program.path, "--kernel", kernel] + \
+        (["--cpus", str(program.cpus)] if program.cpus != 1 else [])
     for s in sites:
         words += ["--site", s.key]
     args = list(program.argv[1:])
@@ -101,6 +102,8 @@ def reference_description(program, kernel: str, overrides: tuple, mode: str, lib
          "overrides": [[k, v] for k, v in overrides], "mode": mode,
          "sites_file": _file_sha256(mode) if mode not in SITE_MODES else None,
          "libraries": libraries, "site_specs": list(site_specs or [])}
+    if program.cpus != 1:
+        d["cpus"] = program.cpus          # one CPU: the description (and key) sweeps always had
     return json.loads(json.dumps(d, default=repr))      # as the JSONL gives it back
 
 

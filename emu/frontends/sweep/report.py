@@ -24,7 +24,7 @@ DESCRIPTION_NAMES = {"program": "program path", "sha256": "binary (SHA-256 diffe
                      "max_insns": "instruction budget", "kernel": "kernel profile",
                      "overrides": "profile overrides", "mode": "--sites",
                      "sites_file": "--sites file content", "libraries": "--libraries",
-                     "site_specs": "--site list"}
+                     "site_specs": "--site list", "cpus": "--cpus"}
 
 
 class CaseStore:

@@ -55,6 +55,7 @@ from kernel_model.fs.file import HostInput, OutputSink, PipeInput, SeqFile, attr
 from kernel_model.fs.fs_types import Attrs, SpecialNode
 from kernel_model.fs.libfs import DirNode, LinkNode, access_mode, keep_open_flags, may_open
 from kernel_model.fs.pipe import PipeEnd
+from kernel_model.include.linux.cpumask import cpulist, cpumask_hex
 from kernel_model.kernel.resource import RLIMIT_SIGPENDING
 from kernel_model.mm.mm_types import GuestFault
 
@@ -253,13 +254,16 @@ def status_text(machine, proc, task) -> str:
                   _kb("HugetlbPages:\t", 0), "CoreDumping:\t0\n",
                   "untag_mask:\t0xffffffffffffffff\n"]
     ign, catch = ign_catch(proc)
+    nbits = machine.scheduler.nr_cpu_ids
+    cpus = task.cpus_mask & ((1 << nbits) - 1)
     queued = sum(len(t.pending_signals) for t in machine.tasks) + \
         sum(len(p.signal.shared_pending) for p in machine.processes)
     lines += [f"Threads:\t{nr_threads(proc)}\n", f"SigQ:\t{queued}/{machine.syscalls.rlimits_of(proc)[RLIMIT_SIGPENDING][0]}\n",
               f"SigPnd:\t{sigset(_sigbits(task.pending_signals))}\n",
               f"ShdPnd:\t{sigset(_sigbits(proc.signal.shared_pending))}\n",
               f"SigBlk:\t{sigset(task.sigmask)}\n", f"SigIgn:\t{sigset(ign)}\n",
-              f"SigCgt:\t{sigset(catch)}\n", "Cpus_allowed:\t1\n", "Cpus_allowed_list:\t0\n"]
+              f"SigCgt:\t{sigset(catch)}\n", f"Cpus_allowed:\t{cpumask_hex(cpus, nbits)}\n",
+              f"Cpus_allowed_list:\t{cpulist(cpus)}\n"]
     return "".join(lines)
 
 
@@ -287,7 +291,7 @@ def stat_text(machine, proc, task, whole: bool) -> str:
               mm.start_code if mm else 0, mm.end_code if mm else 0,
               proc.start_stack if mm else 0, 0, 0,
               _sigbits(task.pending_signals) & 0x7FFFFFFF, task.sigmask & 0x7FFFFFFF,
-              ign & 0x7FFFFFFF, catch & 0x7FFFFFFF, not_running, 0, 0, exit_signal, 0, 0, 0, 0, 0, 0]
+              ign & 0x7FFFFFFF, catch & 0x7FFFFFFF, not_running, 0, 0, exit_signal, task.cpu, 0, 0, 0, 0, 0]
     if mm:
         fields += [mm.start_data, mm.end_data, proc.brk_start, proc.arg_start, proc.arg_end,
                    proc.env_start, proc.env_end]

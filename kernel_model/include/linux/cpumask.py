@@ -59,3 +59,13 @@ def cpulist(mask: int) -> str:
         out.append(str(cpu) if end == cpu else f"{cpu}-{end}")
         cpu = end + 1
     return ",".join(out)
+
+
+def cpumask_hex(mask: int, nbits: int) -> str:
+    """``%*pb``: the mask in hex, 32-bit words separated by commas, the first word
+    as many digits wide as its bits need ("1", "f", "3f,ffffffff")."""
+    words = []
+    for k in reversed(range(-(-nbits // 32))):
+        width = -(-min(32, nbits - 32 * k) // 4)
+        words.append(f"{mask >> 32 * k & 0xFFFFFFFF:0{width}x}")
+    return ",".join(words)
