@@ -152,7 +152,7 @@ def test_unregister_waits_for_grace_periods(column, single, batch):
             {k: g2[k] - g1[k] for k in g0 if g2[k] != g1[k]}) == (single, batch)
 
 
-@pytest.mark.parametrize("column,nhits", [("6.11", {0: 12}), ("6.12", {0: 6, 1: 6})])
+@pytest.mark.parametrize("column,nhits", [("6.11", (12, [])), ("6.12", (0, [6, 6]))])
 def test_trace_event_nhit_is_per_cpu_from_6_12(column, nhits):
     """trace_uprobe->nhit: one shared counter, then one per CPU (summed in uprobe_profile)."""
     col = parse_column(column)
@@ -161,4 +161,4 @@ def test_trace_event_nhit_is_per_cpu_from_6_12(column, nhits):
                            kernel=col.kernel, cpus=2)
     ev = attach(m, SCENARIOS["uprobe-nop"], "program", [0])
     m.run(max_insns=None, timeout=60)
-    assert (ev.nhits, ev.hits, m.kernel.trace.uprobe_profile().split()[-1]) == (nhits, 12, "12")
+    assert ((ev.nhit, ev.nhits), ev.hits, m.kernel.trace.uprobe_profile().split()[-1]) == (nhits, 12, "12")

@@ -69,6 +69,7 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         self.events = self.machine.events
         self.mem_limit = mem_limit
         self.scheduler = Scheduler(seed, *sched_slice, cpus=cpus)
+        self.trace.set_nr_cpu_ids(cpus)
         self.processes: list = []        # live processes (and zombies until reaped)
         self.tasks: list = []            # live tasks
         self.all_tasks: list = []

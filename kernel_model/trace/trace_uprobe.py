@@ -68,15 +68,16 @@ class TraceEvent:
     consumer: object = None
     ftrace: bool = True                  # write lines to the trace output
     programs: list = field(default_factory=list)   # BPF-like callables(ctx)
-    # trace_uprobe->nhit: hits per CPU (``nhits[cpu]``), summed when read; one shared
-    # counter kept in slot 0 before 6.12 (10cdb82aa77f made it per-CPU)
-    nhits: dict = field(default_factory=dict)
+    # trace_uprobe->nhit: one shared counter (``nhit``) before 6.12, one per CPU
+    # (``nhits[cpu]``) from 6.12 (10cdb82aa77f) on a machine of several CPUs
+    nhit: int = 0
+    nhits: list = field(default_factory=list)
     owner: "TraceEvents | None" = field(default=None, repr=False)
 
     @property
     def hits(self) -> int:
         """``nhit`` as ``uprobe_profile`` shows it: the sum over CPUs."""
-        return sum(self.nhits.values())
+        return self.nhit + sum(self.nhits)
 
     @property
     def name(self) -> str:
@@ -99,7 +100,9 @@ class TraceEvents:
         self._log: list[tuple[TraceEvent, str]] = []
         # the lazy args buffer seed: "always" fills it for every hit (profiles are frozen)
         self._always_buffer = uprobes.profile.args_buffer == "always"
-        self._percpu_nhit = uprobes.profile.nhit == "percpu"
+        self._nr_cpu_ids = 1
+        self._percpu_nhit = False           # per-CPU nhit counters (set_nr_cpu_ids)
+        self._sync = uprobes.sync
 
     @property
     def lines(self) -> list[str]:
@@ -145,6 +148,12 @@ class TraceEvents:
                 return
         raise ProbeSpecError(f"no event named {event!r}", event, 0)
 
+    def set_nr_cpu_ids(self, n: int) -> None:
+        """The machine's CPUs: a profile with per-CPU ``nhits`` keeps one counter per
+        CPU when there is more than one (one CPU's counter is the shared one)."""
+        self._nr_cpu_ids = n
+        self._percpu_nhit = self.uprobes.profile.nhit == "percpu" and n > 1
+
     # -- the dispatcher ---------------------------------------------------------
     def _dispatch(self, ev: TraceEvent, ctx) -> int:
         flt = ev.consumer.filter if ev.consumer is not None else None
@@ -152,16 +161,18 @@ class TraceEvents:
             # uprobe_perf_func: a hit in an mm the event does not want (a forked child's
             # inherited int3) is not recorded and asks for the breakpoint's removal
             return UPROBE_HANDLER_REMOVE
-        cpu = ctx.task.cpu if self._percpu_nhit else 0
-        nhits = ev.nhits
-        nhits[cpu] = nhits.get(cpu, 0) + 1
+        if self._percpu_nhit:
+            nhits = ev.nhits
+            if not nhits:
+                nhits.extend([0] * self._nr_cpu_ids)
+            nhits[ctx.task.cpu] += 1
+        else:
+            ev.nhit += 1
         for prog in ev.programs:
             prog(ctx)
-        fills = ev.ftrace or self._always_buffer
-        sync = self.uprobes.sync
-        if sync.log is not None:
-            sync.uprobe_dispatcher(ctx.task, ev, fills, ctx.is_return)
-        if not fills:
+        if self._sync.log is not None:
+            self._sync.uprobe_dispatcher(ctx.task, ev, ev.ftrace or self._always_buffer, ctx.is_return)
+        if not ev.ftrace and not self._always_buffer:
             return 0                    # no ftrace consumer and a lazy buffer: not filled
         counters = self.machine.counters
         counters.args_buffer_fills += 1
