@@ -58,7 +58,7 @@ class Uprobes:
         self.xol_slots = UINSNS_PER_PAGE     # slots per XOL page (tests may shrink it)
         self.delayed: list = []              # delayed_uprobe_list: [(uprobe, process)]
         # the hot paths' locks, refcounts and RCU read sides; ``sync.log`` is the
-        # machine's access log when it records (many CPUs, or asked to), else None
+        # machine's access log while it records (``Machine.record_accesses``), else None
         self.sync = UprobesSync(self.profile)
 
     # -- helpers -----------------------------------------------------------------
