@@ -60,6 +60,7 @@ def run_scaling(columns: list[str], scenarios: list[str], cpus: tuple, *, prices
                 t = TABLES[tid]
                 pub.append({"table": tid, "row": row.label,
                             "values": {n: row.values[t.cpus.index(n)] for n in cpus if n in t.cpus}})
+            pub.sort(key=lambda p: -len(p["values"]))        # the row covering most of the CPUs asked
             curves.append({"column": col, "scenario": scen, "values": dict(zip(cpus, values)),
                            "work_ns": scaling.work_ns(col, scen), "published": pub})
     report = {"cpus": list(cpus), "curves": curves, "topology": scaling.TOPOLOGY.__dict__,
