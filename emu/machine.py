@@ -38,13 +38,13 @@ from emu.replay.checkpoint import (
 from guest_programs import build_guest
 from kernel_model.arch.x86.ptrace import PtRegs
 from kernel_model.errors import GuestSignalError, InputError, SymbolError
-from kernel_model.kernel.locking.access_log import AccessLog
 from kernel_model.fs.binfmt_elf import file_identity, load_image
 from kernel_model.fs.elf import load_elf_file, parse_elf
 from kernel_model.include.linux.cpumask import check_nr_cpus
 from kernel_model.kernel.counters import Counters
 from kernel_model.kernel.cred import Cred
 from kernel_model.kernel.kernel import Kernel
+from kernel_model.kernel.locking.access_log import AccessLog
 from kernel_model.kernel.sched import MAX_SLICE, MIN_SLICE, check_slice
 from kernel_model.kernel.signals import RunResult
 from kernel_model.kernel.syscalls import Syscalls

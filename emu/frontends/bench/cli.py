@@ -127,6 +127,8 @@ def cmd_bench(args) -> int:
     if args.threads:
         return cmd_threads(args, _consoles()[0])
     if getattr(args, "detach", None):
+        if getattr(args, "cpus", None) or getattr(args, "plot", None):
+            raise InputError("--detach runs alone (not with --cpus or --plot)")
         return cmd_detach(args)
     if getattr(args, "cpus", None):
         return cmd_scaling(args)
