@@ -10,7 +10,7 @@ for the trigger's exact events) is that CPU's program for the contention model
 
 The machine is the one of the published tables (:data:`TOPOLOGY`).  Its prices are
 fitted on ONE table (:data:`~emu.frontends.bench.scaling_tables.FIT_TABLE`, S1) by
-:func:`fit_prices`; three are priors with a source (:data:`PRIORS`).  Every other
+:func:`fit_prices`; four are priors with a source (:data:`PRIORS`).  Every other
 table is a check: the projected speed-up over one CPU at each N, the after/before ratio
 at each N, and the CPU count of each curve's peak, printed with their errors.
 """
