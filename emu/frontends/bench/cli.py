@@ -8,10 +8,10 @@ import sys
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from emu.frontends.bench import costmodel, detach, scaling, scaling_report
+from emu.frontends.bench import costmodel, detach, engine_costs, scaling, scaling_report
 from emu.frontends.bench.host import run_host
-from emu.frontends.bench.programs import run_programs
-from emu.frontends.bench.render import render, render_programs
+from emu.frontends.bench.programs import program_targets, run_programs
+from emu.frontends.bench.render import render, render_programs, render_targets
 from emu.frontends.bench.report import Config, JsonReport, programs_report, run_bench
 from emu.frontends.bench.scenarios import SCENARIOS, parse_column
 from emu.frontends.bench.threads import cmd_threads
@@ -66,6 +66,9 @@ def add_cli(sub, add_machine_options) -> None:
     p.add_argument("--plot", metavar="FILE", help="with --cpus: draw M/s against CPUs (.png or .svg)")
     p.add_argument("--fit", action="store_true",
                    help="with --cpus: fit the machine's prices on the fitted table again first (scipy)")
+    p.add_argument("--engine", action="store_true",
+                   help="only the engine's costs: guest stores against loads, 3,000 mmaps and exit, "
+                        "with their targets")
     p.add_argument("--detach", type=count, metavar="N",
                    help="project attaching and detaching N probes per kernel column (grace periods)")
     p.set_defaults(func=cmd_bench)
@@ -126,6 +129,8 @@ def _consoles():
 def cmd_bench(args) -> int:
     if args.threads:
         return cmd_threads(args, _consoles()[0])
+    if getattr(args, "engine", False):
+        return cmd_engine(args)
     if getattr(args, "detach", None):
         if getattr(args, "cpus", None) or getattr(args, "plot", None):
             raise InputError("--detach runs alone (not with --cpus or --plot)")
@@ -143,13 +148,14 @@ def cmd_bench(args) -> int:
             report = programs_report(cfg) if programs_only else run_bench(cfg, progress)
             if getattr(args, "programs", False):
                 report["programs"] = run_programs(cfg.columns[0].kernel, cfg.repeat, progress)
+                report["program_targets"] = program_targets(report["programs"])
             if args.host_kernel and not programs_only:
                 try:
                     report["host_kernel"] = run_host(cfg, progress)
                 except HostKernelError as e:
                     raise EmuError(f"--host-kernel: {e}") from None
         if programs_only:
-            render_programs(report["programs"], out)
+            render_programs(report["programs"], out, report["program_targets"])
         else:
             render(report, out)
         json_out.write(report)
@@ -194,5 +200,19 @@ def cmd_detach(args) -> int:
     report = detach.run_detach(_columns(args), args.detach)
     detach.render_detach(report, out)
     with JsonReport(args.json) as json_out:
+        json_out.write(report)
+    return 0
+
+
+def cmd_engine(args) -> int:
+    out, err = _consoles()
+    repeat = args.repeat if args.repeat is not None else (1 if args.quick else 3)
+    if repeat < 1:
+        raise InputError("--repeat must be at least 1")
+    with JsonReport(args.json) as json_out:
+        with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err, transient=err.is_terminal) as progress:
+            report = engine_costs.run_engine(repeat, progress)
+        render_targets(report["targets"], out)
         json_out.write(report)
     return 0

@@ -141,13 +141,14 @@ def render(report: dict, console) -> None:
     if report.get("host_kernel"):
         render_host(report["host_kernel"], console)
     if report.get("programs"):
-        render_programs(report["programs"], console)
+        render_programs(report["programs"], console, report.get("program_targets"))
     if report.get("targets"):
-        _render_targets(report["targets"], console)
+        render_targets(report["targets"], console)
 
 
-def render_programs(rows: list, console) -> None:
-    """``--programs``: each real workload in the model beside its native time."""
+def render_programs(rows: list, console, targets: list | None = None) -> None:
+    """``--programs``: each real workload in the model beside its native time, then the
+    real-program targets."""
     t = Table(title="programs: real workloads, best of the runs in the model and natively; events = "
                     "syscalls + probe hits", title_justify="left")
     for h in ("program", "probes", "model s", "native s", "x native", "syscalls", "probe hits", "events/s"):
@@ -161,9 +162,11 @@ def render_programs(rows: list, console) -> None:
                   f"{r['slowdown']:.0f}" if r.get("slowdown") else "-", f"{r['syscalls']:,}",
                   f"{r['probe_hits']:,}", f"{r['events_per_second']:,.0f}" if r.get("events_per_second") else "-")
     console.print(t)
+    if targets:
+        render_targets(targets, console)
 
 
-def _render_targets(rows: list, console) -> None:
+def render_targets(rows: list, console) -> None:
     t = Table(title="targets", title_justify="left")
     for h in ("target", "measured", "limit", "", "note"):
         t.add_column(h, justify="right" if h in ("measured", "limit") else "left")
