@@ -11,6 +11,7 @@ environment a program starts with).
 
 from __future__ import annotations
 
+from emu.engine.capabilities import describe as describe_engine, engine_capabilities
 from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
 from kernel_model.arch.x86.kernel.uprobes import MAX_UINSN_BYTES, arch_uprobe_analyze_insn
 from kernel_model.arch.x86.lib.insn import FIX_CALL, FIX_IP, FIX_SETF
@@ -27,7 +28,7 @@ from kernel_model.mm.mm_types import PROT_EXEC, PROT_WRITE, GuestFault
 __all__ = [
     "DEFAULT_ENV", "GPR_NAMES", "GuestFault", "MAX_SLICE", "MIN_SLICE", "MAX_UINSN_BYTES",
     "NR_CPUS", "format_eflags", "parse_nr_cpus", "parse_slice", "signal_name", "syscall_name",
-    "registered_uprobes", "optimized_call_size", "grace_periods",
+    "registered_uprobes", "optimized_call_size", "grace_periods", "engine_capabilities", "describe_engine",
     "is_runnable", "in_single_step", "trampoline_vaddr", "pending_returns", "xol_fixups",
     "is_writable", "is_writable_code", "uprobe_refusal", "process_auxv", "process_exe_link",
 ]

@@ -177,3 +177,5 @@ def test_engine_costs_print_the_store_and_mapping_targets(tmp_path):
     assert [t["limit"] for t in rep["targets"]] == [2.0, 1.0], rep["targets"]
     text = proc.stdout.decode()
     assert "guest stores / loads" in text and "3,000 one-page mmaps" in text, text
+    assert [c["name"] for c in rep["engine"]] == ["register window", "native block quantum", "instruction counter"]
+    assert "engine: register window in use" in text, text

@@ -14,7 +14,7 @@ import math
 import os
 import sys
 
-from emu.inspect import MAX_SLICE, MIN_SLICE, NR_CPUS, parse_nr_cpus, parse_slice
+from emu.inspect import MAX_SLICE, MIN_SLICE, NR_CPUS, describe_engine, engine_capabilities, parse_nr_cpus, parse_slice
 from emu.machine import Machine
 from guest_programs import GUESTS, write_guest
 from kernel_model.errors import EmuError, InputError, printable
@@ -144,6 +144,9 @@ def _add_machine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sched-slice", type=_sched_slice, default=None, metavar="MIN:MAX",
                    help="time slice of a task while several can run, in translated blocks "
                         f"(default {MIN_SLICE}:{MAX_SLICE}; short slices such as 1:40 shake out races)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="say on stderr which of the engine's speed tricks work on this host "
+                        "(register window, native block quantum, instruction counter) and what runs instead")
     p.add_argument("--cpus", type=cpus_count, default=None, metavar="N",
                    help=f"CPUs of the machine, 1-{NR_CPUS} (default 1): up to N tasks run at once "
                         "in virtual time, each where its affinity allows")
@@ -319,6 +322,8 @@ def make_machine(args, passthrough: bool = True, own_stdin: bool = True):
     extra = list(getattr(args, "args", []) or []) + list(getattr(args, "guest_tail", []))
     prog = args.program
     guest_argv = [prog[len("guest:"):] if prog.startswith("guest:") else prog] + extra
+    if getattr(args, "verbose", False):
+        print(f"uprobe-emu: {describe_engine(engine_capabilities())}", file=sys.stderr)
     stdin = _open_stdin(args, own_stdin and passthrough)
     try:
         return Machine.from_program(args.program, argv=guest_argv, kernel=args.kernel, stdin=stdin,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from emu.frontends.bench import costmodel, detach, engine_costs, scaling, scaling_report
@@ -17,6 +18,7 @@ from emu.frontends.bench.scenarios import SCENARIOS, parse_column
 from emu.frontends.bench.threads import cmd_threads
 from emu.frontends.cli import count, seconds
 from emu.frontends.host_tracefs import HostKernelError
+from emu.inspect import describe_engine, engine_capabilities
 from kernel_model.errors import EmuError, InputError
 from kernel_model.profiles import KernelProfile
 
@@ -146,6 +148,7 @@ def cmd_bench(args) -> int:
         with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, transient=err.is_terminal) as progress:
             report = programs_report(cfg) if programs_only else run_bench(cfg, progress)
+            report["engine"] = engine_capabilities()
             if getattr(args, "programs", False):
                 report["programs"] = run_programs(cfg.columns[0].kernel, cfg.repeat, progress)
                 report["program_targets"] = program_targets(report["programs"])
@@ -154,6 +157,7 @@ def cmd_bench(args) -> int:
                     report["host_kernel"] = run_host(cfg, progress)
                 except HostKernelError as e:
                     raise EmuError(f"--host-kernel: {e}") from None
+        out.print(escape(describe_engine(report["engine"])), highlight=False)
         if programs_only:
             render_programs(report["programs"], out, report["program_targets"])
         else:
@@ -213,6 +217,8 @@ def cmd_engine(args) -> int:
         with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, transient=err.is_terminal) as progress:
             report = engine_costs.run_engine(repeat, progress)
+        report["engine"] = engine_capabilities()
+        out.print(escape(describe_engine(report["engine"])), highlight=False)
         render_targets(report["targets"], out)
         json_out.write(report)
     return 0
