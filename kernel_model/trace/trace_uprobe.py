@@ -136,6 +136,8 @@ class TraceEvents:
         handler = None if spec.is_return else dispatch
         ret_handler = dispatch if spec.is_return else None
         uc = UprobeConsumer(handler, ret_handler, filter, name=ev.name, is_trace=True)
+        if handler is not None and filter is None and not ftrace and not self._always_buffer:
+            uc.fast_handler = self._program_dispatcher(ev, dispatch)
         ev.consumer = self.uprobes.uprobe_register(file, offset, uc, spec.ref_ctr_offset or 0)
         self.events.append(ev)
         return ev
@@ -155,6 +157,24 @@ class TraceEvents:
         self._percpu_nhit = self.uprobes.profile.nhit == "percpu" and n > 1
 
     # -- the dispatcher ---------------------------------------------------------
+    def _program_dispatcher(self, ev: TraceEvent, general):
+        """``uprobe_dispatcher`` for an entry event whose consumers are programs only
+        (no ftrace lines, no filter) on a kernel with the lazy args buffer: ``nhit``
+        and the programs, which is all :meth:`_dispatch` does for it unless ``nhit``
+        is per CPU on a machine of several or the machine records its accesses - then
+        it hands over to ``general``."""
+        sync = self._sync
+
+        def dispatch_programs(ctx) -> int:
+            if self._percpu_nhit or sync.log is not None:
+                return general(ctx)
+            ev.nhit += 1
+            for prog in ev.programs:
+                prog(ctx)
+            return 0
+
+        return dispatch_programs
+
     def _dispatch(self, ev: TraceEvent, ctx) -> int:
         flt = ev.consumer.filter if ev.consumer is not None else None
         if flt is not None and not flt(ctx.task.process.mm_owner or ctx.task.process):

@@ -224,6 +224,7 @@ class Uprobes:
         uc.id = next(self._ids)
         uc.uprobe = uprobe
         uprobe.consumers.insert(0, uc)                  # consumer_add: list head
+        uprobe.chain = None
         try:
             self.register_for_each_vma(uprobe, uc)
         except RegistrationError:
@@ -262,6 +263,7 @@ class Uprobes:
     def _consumer_del(self, uprobe: Uprobe, uc: UprobeConsumer) -> None:
         if uc in uprobe.consumers:
             uprobe.consumers.remove(uc)
+            uprobe.chain = None
         if not uprobe.consumers and self.tree.get(uprobe.key) is uprobe:
             del self.tree[uprobe.key]
             self.tree_gen += 1
@@ -433,7 +435,10 @@ class Uprobes:
         if bus.active:
             bus.publish(ev.UprobeHit(task, uprobe, bp_vaddr))
         if sync is None:
-            self.handler_chain(uprobe, task, regs, bp_vaddr)
+            chain = uprobe.chain
+            if chain is None:
+                chain = uprobe.chain = self.specialize_chain(uprobe)
+            chain(uprobe, task, regs, bp_vaddr)
         else:
             sync.handler_chain_enter(task, uprobe)
             self.handler_chain(uprobe, task, regs, bp_vaddr)
@@ -519,9 +524,47 @@ class Uprobes:
         if ri is not None:
             self.uret.prepare_uretprobe(uprobe, task, regs, ri)
         if remove:
-            # 6.12+: re-check under register_rwsem that no consumer wants this mm
-            if not self.profile.remove_rechecks_filter or not self.filter_chain(uprobe, task.process):
-                self.unapply_uprobe(task.process, uprobe)
+            self._remove_unwanted(uprobe, task)
+
+    def _remove_unwanted(self, uprobe: Uprobe, task) -> None:
+        """Every handler answered REMOVE: unapply, and from 6.12 only after re-checking
+        under register_rwsem that no consumer wants this mm."""
+        if not self.profile.remove_rechecks_filter or not self.filter_chain(uprobe, task.process):
+            self.unapply_uprobe(task.process, uprobe)
+
+    def specialize_chain(self, uprobe: Uprobe):
+        """``handler_chain`` as this uprobe's consumers make it, decided once per change
+        of the consumer list (``uprobe.chain`` is cleared when a consumer comes or
+        goes): one entry consumer with no ret_handler - a perf or BPF probe - gets a
+        chain with no loop, no return-instance logic, and its owner's specialised
+        handler when it has one (``fast_handler``); any other list gets the general
+        :meth:`handler_chain`.  Both have the same effects, counts and events."""
+        consumers = uprobe.consumers
+        if len(consumers) != 1:
+            return self.handler_chain
+        uc = consumers[0]
+        if uc.handler is None or uc.ret_handler is not None:
+            return self.handler_chain
+        handler = uc.fast_handler or uc.handler
+        exact, bus, machine = self._rc_exact, self.events, self.machine
+
+        def handler_chain_one(uprobe, task, regs, vaddr):
+            ctx = uc.ctx
+            if ctx is None:
+                ctx = uc.ctx = UprobeContext(machine, task, regs, uprobe, uc, vaddr)
+            else:
+                ctx.task, ctx.regs, ctx.uprobe, ctx.vaddr, ctx.cookie = task, regs, uprobe, vaddr, 0
+            if not uc.enabled:
+                return
+            uc.hits += 1
+            rc = handler(ctx) or 0
+            if bus.active:
+                bus.publish(ev.HandlerRan(task, uc, rc, vaddr))
+            if rc and (rc == UPROBE_HANDLER_REMOVE if exact else
+                       isinstance(rc, int) and rc & UPROBE_HANDLER_REMOVE):
+                self._remove_unwanted(uprobe, task)
+
+        return handler_chain_one
 
     def unapply_uprobe(self, proc, uprobe: Uprobe) -> None:
         for vaddr in self.vaddr_of(proc, uprobe.file, uprobe.offset):

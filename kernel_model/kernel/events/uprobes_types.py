@@ -48,6 +48,9 @@ class UprobeConsumer:
     # reused after (valid during a callback only)
     ctx: object = field(default=None, compare=False, repr=False)
     ret_ctx: object = field(default=None, compare=False, repr=False)   # handle_uretprobe_chain's
+    # a handler with the same effect, specialised by its owner for the common case (a
+    # trace event's dispatcher for a program-only event); None: ``handler`` itself
+    fast_handler: object = field(default=None, compare=False, repr=False)
 
     @property
     def is_session(self) -> bool:
@@ -65,6 +68,9 @@ class Uprobe:
     arch: ArchUprobe | None = None                       # set once: UPROBE_COPY_INSN
     optimize_fail: bool = False                          # ARCH_UPROBE_FLAG_OPTIMIZE_FAIL
     hits: int = 0
+    # handler_chain specialised for the consumers as they are (Uprobes.specialize_chain);
+    # None: made again at the next hit (the consumers changed)
+    chain: object = field(default=None, compare=False, repr=False)
 
     @property
     def can_optimize(self) -> bool:
