@@ -16,6 +16,7 @@ import functools
 
 from emu.asm import asm_to_elf
 from emu.frontends.bench.scenarios import attach
+from emu.frontends.bench.threads import CLONE_THREAD, JOIN_THREADS
 from emu.machine import Machine
 from guest_programs import guest_source
 from kernel_model.errors import InputError
@@ -51,19 +52,7 @@ _start:
 clone_next:
     cmp rbx, r13
     jae run_main
-    mov qword ptr [rsp + rbx*8], 0
-    lea rsi, [rbx + 1]
-    shl rsi, 16
-    add rsi, rbp
-    lea rdx, [rsp + rbx*8]
-    mov r10, rdx
-    xor r8d, r8d
-    mov edi, 0x350f00
-    mov eax, 56
-    syscall
-    test rax, rax
-    jz thread_start
-    inc rbx
+""" + CLONE_THREAD.format(child="thread_start") + """    inc rbx
     jmp clone_next
 thread_start:
     call producer
@@ -74,23 +63,7 @@ run_main:
     xor ebx, ebx
     call producer
     mov ebx, 1
-wait_next:
-    cmp rbx, r13
-    jae bench_done
-wait_again:
-    mov edx, dword ptr [rsp + rbx*8]
-    test edx, edx
-    jz wait_done
-    lea rdi, [rsp + rbx*8]
-    xor esi, esi
-    xor r10d, r10d
-    mov eax, 202
-    syscall
-    jmp wait_again
-wait_done:
-    inc rbx
-    jmp wait_next
-bench_done:
+""" + JOIN_THREADS.format(done="bench_done") + """bench_done:
     mov eax, 231
     xor edi, edi
     syscall

@@ -26,6 +26,42 @@ TARGET = 2.0                   # W on 4 threads / W on 1 thread
 INSNS_PER_ROUND = 6            # the loop body below
 DEFAULT_ROUNDS, QUICK_ROUNDS = 20_000_000, 2_000_000
 
+# Thread rbx of a group: cloned on the (rbx + 1)th 64 KiB stack of the area at rbp, its tid
+# word at [rsp + rbx*8] (cleared by the kernel at its exit: CLONE_CHILD_CLEARTID); the
+# child goes on at ``child``.
+CLONE_THREAD = """    mov qword ptr [rsp + rbx*8], 0
+    lea rsi, [rbx + 1]
+    shl rsi, 16
+    add rsi, rbp
+    lea rdx, [rsp + rbx*8]
+    mov r10, rdx
+    xor r8d, r8d
+    mov edi, 0x350f00
+    mov eax, 56
+    syscall
+    test rax, rax
+    jz {child}
+"""
+# Wait, FUTEX_WAIT on each tid word in turn, until threads rbx..r13-1 have exited (the
+# kernel zeroes the word and wakes it); then go on at ``done``.
+JOIN_THREADS = """wait_next:
+    cmp rbx, r13
+    jae {done}
+wait_again:
+    mov edx, dword ptr [rsp + rbx*8]
+    test edx, edx
+    jz wait_done
+    lea rdi, [rsp + rbx*8]
+    xor esi, esi
+    xor r10d, r10d
+    mov eax, 202
+    syscall
+    jmp wait_again
+wait_done:
+    inc rbx
+    jmp wait_next
+"""
+
 # threads N W: W rounds split over N threads (N = 0: the main thread does them all).
 # Threads: clone(CLONE_VM|FS|FILES|SIGHAND|THREAD|SYSVSEM|PARENT_SETTID|CHILD_CLEARTID)
 # on 64 KiB mmap'd stacks; main waits on each tid word with FUTEX_WAIT until the
@@ -71,19 +107,7 @@ spawn:
 clone_next:
     cmp rbx, r13
     jae wait_all
-    mov qword ptr [rsp + rbx*8], 0
-    lea rsi, [rbx + 1]
-    shl rsi, 16
-    add rsi, rbp
-    lea rdx, [rsp + rbx*8]
-    mov r10, rdx
-    xor r8d, r8d
-    mov edi, 0x350f00
-    mov eax, 56
-    syscall
-    test rax, rax
-    jz thread
-    inc rbx
+""" + CLONE_THREAD.format(child="thread") + """    inc rbx
     jmp clone_next
 thread:
     mov rcx, r15
@@ -93,23 +117,7 @@ thread:
     syscall
 wait_all:
     xor ebx, ebx
-wait_next:
-    cmp rbx, r13
-    jae done
-wait_again:
-    mov edx, dword ptr [rsp + rbx*8]
-    test edx, edx
-    jz waited
-    lea rdi, [rsp + rbx*8]
-    xor esi, esi
-    xor r10d, r10d
-    mov eax, 202
-    syscall
-    jmp wait_again
-waited:
-    inc rbx
-    jmp wait_next
-done:
+""" + JOIN_THREADS.format(done="done") + """done:
     xor edi, edi
     mov eax, 231
     syscall

@@ -434,7 +434,7 @@ class Uprobes:
         bus = self.events
         if bus.active:
             bus.publish(ev.UprobeHit(task, uprobe, bp_vaddr))
-        if sync is None:
+        if sync is None:                                 # run_chain, inlined: the int3 hot path
             chain = uprobe.chain
             if chain is None:
                 chain = uprobe.chain = self.specialize_chain(uprobe)
@@ -525,6 +525,20 @@ class Uprobes:
             self.uret.prepare_uretprobe(uprobe, task, regs, ri)
         if remove:
             self._remove_unwanted(uprobe, task)
+
+    def run_chain(self, uprobe: Uprobe, task, regs, vaddr: int, sync: UprobesSync | None) -> None:
+        """The consumers of a hit: the uprobe's specialised chain, or the general one
+        inside ``register_rwsem`` (where the profile takes it) while the machine
+        records its accesses."""
+        if sync is None:
+            chain = uprobe.chain
+            if chain is None:
+                chain = uprobe.chain = self.specialize_chain(uprobe)
+            chain(uprobe, task, regs, vaddr)
+        else:
+            sync.handler_chain_enter(task, uprobe)
+            self.handler_chain(uprobe, task, regs, vaddr)
+            sync.handler_chain_exit(task, uprobe)
 
     def _remove_unwanted(self, uprobe: Uprobe, task) -> None:
         """Every handler answered REMOVE: unapply, and from 6.12 only after re-checking

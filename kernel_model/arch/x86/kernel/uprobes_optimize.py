@@ -258,12 +258,4 @@ class Optimizer:
         uprobe.hits += 1
         if self.events:
             self.events.publish(ev.UprobeHit(task, uprobe, vaddr))
-        if sync is None:
-            chain = uprobe.chain
-            if chain is None:
-                chain = uprobe.chain = up.specialize_chain(uprobe)
-            chain(uprobe, task, regs, vaddr)
-        else:
-            sync.handler_chain_enter(task, uprobe)
-            up.handler_chain(uprobe, task, regs, vaddr)
-            sync.handler_chain_exit(task, uprobe)
+        up.run_chain(uprobe, task, regs, vaddr, sync)
