@@ -5,8 +5,8 @@
   when the image has at most one function.
 * :func:`probe_all` registers a do-nothing consumer (address form) on each boundary and
   keeps what the modeled kernel refused.
-* :func:`reference_run` runs an unprobed guest with a Unicorn ``UC_HOOK_CODE`` counting
-  hook (the only place such a hook is used) and a ``syscall`` recorder: the true
+* :func:`reference_run` runs an unprobed guest with an engine code hook counting
+  executions and a ``syscall`` recorder: the true
   execution count of every instruction in the given ranges (a rep string instruction
   counts its iterations), and the syscalls that returned to user mode, in order.
 * :func:`snapshot` takes the observable end state: registers, the writable mappings and
@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import capstone
-from unicorn import UC_HOOK_CODE, UC_HOOK_INSN, x86_const as X
+from unicorn import UC_HOOK_INSN, x86_const as X
 
 from kernel_model.arch.x86.ptrace import GPR_NAMES, TF
 from kernel_model.errors import RegistrationError
@@ -247,7 +247,7 @@ def snapshot(m, result) -> Snapshot:
         name = v.file.path if v.file is not None else v.name
         maps.append((v.start, v.end, v.perms(), name))
         if v.prot & PROT_WRITE:
-            writable[(v.start, v.end, v.prot, name)] = bytes(m.uc.mem_read(v.start, v.end - v.start))
+            writable[(v.start, v.end, v.prot, name)] = m.mem.read(v.start, v.end - v.start)
     return Snapshot(result, regs, writable, maps, bytes(result.stdout), bytes(result.stderr))
 
 
@@ -277,8 +277,8 @@ def reference_run(m, ranges=(), rep_sites=frozenset(), **run_kw) -> Reference:
     last = [None]
     rcx_id = X.UC_X86_REG_RCX
 
-    def on_code(uc, addr, size, _data):
-        if not (addr == last[0] and addr in rep_sites and uc.reg_read(rcx_id) == 0):
+    def on_code(addr, size):
+        if not (addr == last[0] and addr in rep_sites and m.uc.reg_read(rcx_id) == 0):
             counts[addr] += 1
         last[0] = addr
 
@@ -291,7 +291,8 @@ def reference_run(m, ranges=(), rep_sites=frozenset(), **run_kw) -> Reference:
             syscalls.append((rip, uc.reg_read(X.UC_X86_REG_R11)))
 
     for start, end in ranges:
-        m.uc.hook_add(UC_HOOK_CODE, on_code, None, start, end - 1)
+        # through the engine: an instruction a handled page fault re-runs is one execution
+        m.add_code_hook(on_code, start, end - 1)
     m.uc.hook_add(UC_HOOK_INSN, on_syscall, None, 1, 0, X.UC_X86_INS_SYSCALL)
     result = m.run(**run_kw)
     return Reference(snapshot(m, result), counts, syscalls)

@@ -106,7 +106,8 @@ again:
 
 def test_a_brk_loop_stops_at_the_timeout_and_keeps_few_unicorn_regions():
     """Was: one Unicorn region per brk() call, each map (and the final teardown)
-    slower than the last; a --timeout 45 run overran by 14 s."""
+    slower than the last; a --timeout 45 run overran by 14 s.  Now guest memory is
+    paged: the only Unicorn regions are the zones of the machine's RAM."""
     import gc
     t = time.perf_counter()
     m = Machine.from_asm(BRK_ONE_PAGE_AT_A_TIME)
@@ -118,4 +119,4 @@ def test_a_brk_loop_stops_at_the_timeout_and_keeps_few_unicorn_regions():
     took = time.perf_counter() - t
     assert r.reason == "timeout", r.describe()
     assert took < 3.5, f"run + teardown took {took:.1f} s for a 1.5 s timeout"
-    assert regions <= 3 + heap // (16 << 20) + 1, f"{regions} Unicorn regions for a {heap >> 20} MiB heap"
+    assert regions <= 1 + heap // (64 << 20) + 1, f"{regions} Unicorn regions for a {heap >> 20} MiB heap"

@@ -70,8 +70,8 @@ def test_status_text_of_a_fresh_guest(m):
         "Name:\tprog\nUmask:\t0022\nState:\tR (running)\nTgid:\t1000\nNgid:\t0\nPid:\t1000\n"
         "PPid:\t1\nTracerPid:\t0\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\n"
         "FDSize:\t64\nGroups:\t4 27 \nNStgid:\t1000\nNSpid:\t1000\nNSpgid:\t1000\nKthread:\t0\n"
-        "VmSize:\t    8200 kB\nVmLck:\t       0 kB\nVmPin:\t       0 kB\nVmData:\t       0 kB\n"
-        "VmStk:\t    8192 kB\nVmExe:\t       8 kB\nVmLib:\t       0 kB\nVmSwap:\t       0 kB\n"
+        "VmSize:\t     140 kB\nVmLck:\t       0 kB\nVmPin:\t       0 kB\nVmData:\t       0 kB\n"
+        "VmStk:\t     132 kB\nVmExe:\t       8 kB\nVmLib:\t       0 kB\nVmSwap:\t       0 kB\n"
         "HugetlbPages:\t       0 kB\nCoreDumping:\t0\nuntag_mask:\t0xffffffffffffffff\n"
         "Threads:\t1\nSigQ:\t0/16384\nSigPnd:\t0000000000000000\n"
         "ShdPnd:\t0000000000000000\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n"
@@ -129,7 +129,7 @@ def test_status_vm_lines_count_the_mappings(m):
     m.mem.map(0x20000000, 3 * 4096, 5, "")                # r-x anonymous: exec, not the program's
     status = text(m, "self/status")
     got = [field(status, n) for n in ("VmSize", "VmData", "VmExe", "VmLib", "VmStk")]
-    assert got == ["    8232 kB", "      20 kB", "       8 kB", "      12 kB", "    8192 kB"], got
+    assert got == ["     172 kB", "      20 kB", "       8 kB", "      12 kB", "     132 kB"], got
 
 
 def test_thread_counts_and_pids_of_a_second_thread(m):
@@ -151,7 +151,7 @@ def test_state_of_a_sleeping_task(m, reason, want):
 
 def test_stat_line_of_a_fresh_guest(m):
     p = m.process
-    want = (f"1000 (prog) R 1 1000 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 0 {8200 * 1024} 0 "
+    want = (f"1000 (prog) R 1 1000 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 0 {140 * 1024} 0 "
             f"18446744073709551615 4194304 4198401 {p.start_stack} 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 "
             f"4194304 4198401 {p.brk_start} {p.arg_start} {p.arg_end} {p.env_start} {p.env_end} 0\n")
     got = text(m, "self/stat")

@@ -11,8 +11,10 @@ ctypes callbacks; a trap reads rip and TF, the other registers only when asked f
 the general ones in the CPU state itself, see ``emu.engine.regfile`` - and writes back
 only what changed).
 
-Hooks installed: interrupts, invalid memory, invalid instructions, and the ``syscall``,
-``in`` and ``out`` instructions - none of them runs per instruction; once several tasks
+Hooks installed: interrupts (page faults included: guest memory is paged, see
+:mod:`emu.engine.mmu`; no memory hook, which would keep every store on Unicorn's slow
+path), invalid instructions, and the ``syscall``, ``in`` and ``out`` instructions - none
+of them runs per instruction; once several tasks
 share the CPU, a native block hook counts their time slices
 (:class:`emu.engine.quantum.BlockQuantum`, no Python per block).  Traps go to the one
 :class:`emu.engine.interface.TrapHandler` and execution continues in the same
@@ -22,6 +24,7 @@ share the CPU, a native block hook counts their time slices
 from __future__ import annotations
 
 import ctypes
+import weakref
 
 from capstone import CS_ARCH_X86, CS_MODE_64, Cs
 from unicorn import (
@@ -30,7 +33,6 @@ from unicorn import (
     UC_HOOK_INSN,
     UC_HOOK_INSN_INVALID,
     UC_HOOK_INTR,
-    UC_HOOK_MEM_INVALID,
     UC_HOOK_MEM_READ,
     UC_HOOK_MEM_WRITE,
     UC_MODE_64,
@@ -43,10 +45,13 @@ from unicorn.unicorn_py3.unicorn import uclib
 
 from emu.engine.fpu import FpuUnit
 from emu.engine.interface import INVALID_OPCODE, Engine, TrapHandler
+from emu.engine import mmu
+from emu.engine.memhook import PagedMemHook
 from emu.engine.memory import Memory
-from emu.engine.quantum import BlockQuantum, emu_counter
+from emu.engine.quantum import BlockQuantum, emu_counter, refund_instruction
 from emu.engine.regfile import RegisterFile, SnapshotReader
 from kernel_model.errors import InputError
+from kernel_model.mm.page_alloc import PhysicalMemory
 from kernel_model.mm.mm_types import GuestFault
 
 _LEGACY_PREFIXES = frozenset((0x26, 0x2E, 0x36, 0x3E, 0x64, 0x65, 0x66, 0x67, 0xF0, 0xF2, 0xF3))
@@ -54,11 +59,6 @@ _LEGACY_PREFIXES = frozenset((0x26, 0x2E, 0x36, 0x3E, 0x64, 0x65, 0x66, 0x67, 0x
 # emu_start's "until": a non-canonical address no guest can reach.
 _NEVER = 0xDEAD_BEEF_0000_0000
 
-_MEM_ACCESS = {
-    UCC.UC_MEM_READ_UNMAPPED: "read", UCC.UC_MEM_WRITE_UNMAPPED: "write",
-    UCC.UC_MEM_FETCH_UNMAPPED: "fetch", UCC.UC_MEM_READ_PROT: "read",
-    UCC.UC_MEM_WRITE_PROT: "write", UCC.UC_MEM_FETCH_PROT: "fetch",
-}
 
 _CODE_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_void_p)
 # uc_cb_hookintr_t / uc_cb_insn_syscall_t: the trap hooks, registered natively (the
@@ -77,12 +77,13 @@ def _uc_reg_id(name: str) -> int:
 class Hook:
     """A handle of a front end's code or memory hook (see :meth:`Cpu.add_code_hook`)."""
 
-    __slots__ = ("uc", "handle", "fptr", "begin", "end", "binding")
+    __slots__ = ("uc", "handle", "fptr", "begin", "end", "binding", "thunk")
     checkpoint_by_reference = True
 
     def __init__(self, uc, handle, fptr, begin: int, end: int, binding: bool = False):
         self.uc, self.handle, self.fptr = uc, handle, fptr
         self.begin, self.end, self.binding = begin, end, binding
+        self.thunk = None
 
 
 class Cpu(Engine):
@@ -92,10 +93,14 @@ class Cpu(Engine):
     and steps; inside a counted ``emu_start`` (``emu_count`` > 0) the instructions so
     far are read from Unicorn's own counter (:meth:`insn_clock`)."""
 
-    checkpoint_keep = ("fpu", "_live_hooks", "_retired_thunks", "tb_mode")
+    checkpoint_keep = ("fpu", "_live_hooks", "_retired_thunks", "tb_mode", "ram", "_ucs", "fault_retry")
 
     def __init__(self):
         self.fpu = FpuUnit()                # XSAVE images of the tasks' FPU state
+        self.ram = PhysicalMemory()         # the machine's RAM, physical memory of every instance
+        self._ucs = weakref.WeakSet()       # the live instances (each maps every zone of it)
+        self.ram.zone_listeners.append(self._map_zone)
+        self.ram.on_recycle = self._drop_all_translations
         self.quantum = BlockQuantum()       # the time slice, counted natively in blocks
         self.handler: TrapHandler | None = None
         self.running = False                # inside emu_start
@@ -112,6 +117,9 @@ class Cpu(Engine):
         self.in_code_hook = False           # a front end's code or memory hook is running
         self.stop_precounted = False        # it stopped the CPU before its instruction ran
         self.emu_uc = None                  # the Unicorn instance of the last emu_start
+        # (rip, code hook thunks) after a handled page fault: the faulting instruction runs
+        # again, and each hook that saw it once must not see it twice
+        self.fault_retry: tuple | None = None
 
     def set_trap_handler(self, handler: TrapHandler) -> None:
         self.handler = handler
@@ -121,12 +129,38 @@ class Cpu(Engine):
         """An empty address space: its own Unicorn instance with the trap hooks and the
         FPU in its initial state (fpstate_init: FCW 0x37f, MXCSR 0x1f80)."""
         uc = Uc(UC_ARCH_X86, UC_MODE_64)
-        mem = Memory(uc, counters, limit)
+        for zone in self.ram.zones:
+            mmu.map_ram(uc, zone)
+        uc.uemu_ram = self.ram              # the RAM outlives every instance that maps it
+        self._ucs.add(uc)
+        mem = Memory(uc, counters, limit, self.ram)
+        uc.uemu_mem = weakref.ref(mem)      # the address space whose tables this CPU walks
         regfile = RegisterFile(uc)
         mem.release_listeners.append(regfile.release)     # no register access into a closed CPU
         self._install_hooks(uc)
         self.fpu.init(uc)
         return uc, mem, regfile
+
+    def _code_hooks_retry(self, uc) -> None:
+        """The instruction a handled fault interrupted runs again: the front ends'
+        code hooks that cover it have seen it already (Unicorn calls them again)."""
+        if not self._live_hooks:
+            return
+        rip = uc.reg_read(X.UC_X86_REG_RIP)
+        thunks = {h.thunk for h in self._live_hooks if h.thunk is not None and h.uc is uc
+                  and (h.begin > h.end or h.begin <= rip <= h.end)}
+        self.fault_retry = (rip, thunks) if thunks else None
+
+    def _map_zone(self, zone) -> None:
+        for uc in list(self._ucs):
+            if uc._uch is not None:
+                mmu.map_ram(uc, zone)
+
+    def _drop_all_translations(self) -> None:
+        """Freed frames that held code are about to be reused: no instance may keep
+        translations of them (the translation cache is indexed by frame)."""
+        for uc in list(self._ucs):
+            mmu.flush_tb(uc)
 
     def closed(self, uc) -> bool:
         """Is ``uc`` closed (its address space released)?"""
@@ -135,8 +169,10 @@ class Cpu(Engine):
     def adopt_space(self, mem: Memory) -> tuple[Uc, RegisterFile]:
         """A released address space comes back (a checkpoint restored): a new
         Unicorn instance, with the trap hooks, behind the same Memory."""
-        uc, _, regfile = self.new_space(mem.counters, mem.limit)     # its empty Memory is not used
+        uc, unused, regfile = self.new_space(mem.counters, mem.limit)
+        unused.pt.release()                 # its empty Memory is not used
         mem.adopt(uc)
+        uc.uemu_mem = weakref.ref(mem)
         mem.release_listeners.append(regfile.release)
         return uc, regfile
 
@@ -146,6 +182,9 @@ class Cpu(Engine):
         trap handler's methods bound once here."""
         h = self.handler
         int3, debug, interrupt, syscall = h.exc_int3, h.exc_debug, h.exc_interrupt, h.do_syscall_64
+        page_fault, cr2, quantum = h.exc_page_fault, mmu.fault_address, self.quantum
+        pf_error, delivered, is_int = mmu.error_code, mmu.exception_delivered, mmu.exception_is_int
+        general_protection = h.exc_general_protection
         access_fault = h.trap_access_fault
         failed = self.trap_failed
 
@@ -153,10 +192,20 @@ class Cpu(Engine):
             try:                            # vectors as plain ints: Vector.BP, Vector.DB
                 if intno == 3:
                     int3(uc)
+                elif intno == 14:
+                    delivered(uc)
+                    if page_fault(uc, cr2(uc), pf_error(uc)):
+                        refund_instruction(uc)
+                        quantum.refund()
+                        self._code_hooks_retry(uc)
                 elif intno == 1:
                     debug(uc)
                 else:
-                    interrupt(uc, intno)
+                    delivered(uc)           # #DE, #GP: no double fault for the next one
+                    if intno == 13 and not is_int(uc):
+                        general_protection(uc)
+                    else:
+                        interrupt(uc, intno)
             except GuestFault as e:
                 access_fault(e, intno == 3)
             except BaseException as e:  # noqa: BLE001 - re-raised in run()
@@ -179,14 +228,9 @@ class Cpu(Engine):
             if status:
                 raise UcError(status)
         uc.uemu_native_hooks = native
-        uc.hook_add(UC_HOOK_MEM_INVALID, self._on_mem_invalid)
         uc.hook_add(UC_HOOK_INSN_INVALID, self._on_insn_invalid)
         uc.hook_add(UC_HOOK_INSN, self._on_port_io, None, 1, 0, X.UC_X86_INS_IN)
         uc.hook_add(UC_HOOK_INSN, self._on_port_io, None, 1, 0, X.UC_X86_INS_OUT)
-
-    def _on_mem_invalid(self, uc, access, addr, size, value, _data):
-        self.pending_fault = (_MEM_ACCESS.get(access, "access"), addr)
-        return False
 
     def _on_insn_invalid(self, uc, _data):
         self.pending_fault = (INVALID_OPCODE, 0)
@@ -217,6 +261,8 @@ class Cpu(Engine):
         self.quantum.arm(blocks)
         self.emu_uc = uc
         self.running = True
+        mmu.exception_delivered(uc)         # see there: the last emu_start's end left one
+        self.fault_retry = None
         try:
             uc.emu_start(rip, _NEVER, timeout=int(timeout * 1_000_000) if timeout else 0, count=count)
         except UcError:
@@ -302,7 +348,14 @@ class Cpu(Engine):
         return uc.context_save()
 
     def context_restore(self, uc, context) -> None:
+        """Put a saved CPU state back; CR3 stays that of the address space ``uc`` walks
+        now (a context saved before that space was released and revived names page
+        tables that are gone)."""
         uc.context_restore(context)
+        ref = getattr(uc, "uemu_mem", None)
+        mem = ref() if ref is not None else None
+        if mem is not None and mem.pt is not None and uc.reg_read(X.UC_X86_REG_CR3) != mem.pt.pgd:
+            mmu.set_cr3(uc, mem.pt.pgd)
 
     def context_reg_read(self, context, name: str) -> int:
         return context.reg_read(_uc_reg_id(name))
@@ -383,6 +436,10 @@ class Cpu(Engine):
             thunk = fn
         else:
             def thunk(_handle, address, size, _user_data):
+                retry = self.fault_retry
+                if retry is not None and address == retry[0] and thunk in retry[1]:
+                    retry[1].discard(thunk)      # the instruction a handled fault re-runs
+                    return
                 self.in_code_hook = True
                 try:
                     fn(address, size)
@@ -398,6 +455,7 @@ class Cpu(Engine):
         if status:
             raise UcError(status)
         hook = Hook(uc, handle.value, fptr, begin, end)
+        hook.thunk = thunk
         self._live_hooks.add(hook)       # the native thunk lives as long as the hook
         self._flush_range(uc, begin, end)
         return hook
@@ -409,7 +467,7 @@ class Cpu(Engine):
         if kind is None:
             raise InputError(f"memory hook access must be 'read' or 'write', not {access!r}")
 
-        def cb(_uc, acc, address, size, value, _data):
+        def cb(address, size, value):
             # a stop asked for here leaves the instruction to run again (Unicorn
             # restarts it on resume): like a code hook's, it has not run
             self.in_code_hook = True
@@ -417,9 +475,9 @@ class Cpu(Engine):
                 fn(access, address, size, value)
             finally:
                 self.in_code_hook = False
-        hook = Hook(uc, uc.hook_add(kind, cb, None, begin, end), None, begin, end, binding=True)
+        hook = PagedMemHook(uc, uc.uemu_mem(), kind, begin, end, cb)
         self._live_hooks.add(hook)
-        self._flush_range(uc, begin, end)
+        self._flush_range(uc, 1, 0)         # translations made without a memory hook skip it
         return hook
 
     def remove_hook(self, hook: Hook) -> None:
@@ -430,7 +488,9 @@ class Cpu(Engine):
             self._live_hooks.discard(hook)
             hook.handle = None
             return
-        if hook.binding:
+        if isinstance(hook, PagedMemHook):
+            hook.remove()
+        elif hook.binding:
             hook.uc.hook_del(hook.handle)
         else:
             uclib.uc_hook_del(hook.uc._uch, ctypes.c_size_t(hook.handle))
@@ -439,7 +499,7 @@ class Cpu(Engine):
             del self._retired_thunks[:-64]
         # a flush inside a callback leaves the running block chained to stale code: stop
         # the emu_start too (the run resumes at once), as adding a hook does
-        self._flush_range(hook.uc, hook.begin, hook.end)
+        self._flush_range(hook.uc, *((1, 0) if isinstance(hook, PagedMemHook) else (hook.begin, hook.end)))
         self._live_hooks.discard(hook)
         hook.handle = None
 
@@ -448,10 +508,12 @@ class Cpu(Engine):
         return any(h.uc is mem.uc for h in self._live_hooks)
 
     def _flush_range(self, uc, begin: int, end: int) -> None:
-        if begin > end:
+        ref = getattr(uc, "uemu_mem", None)
+        mem = ref() if ref is not None and begin <= end else None
+        if mem is None or mem.uc is not uc:
             uc.ctl_flush_tb()
         else:
-            uc.ctl_remove_cache(begin, end + 1)
+            mem.drop_translations(begin, end + 1)
         if self.running and not self.in_step and uc is self.emu_uc:
             # blocks already chained in this emu_start would not see the change
             self.stop(uc)

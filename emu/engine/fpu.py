@@ -12,6 +12,12 @@ from kernel_model.arch.x86.kernel import fpu
 from kernel_model.arch.x86.ptrace import TF
 
 _FPU_CODE, _FPU_BUF = 0x10000, 0x11000
+# the scratch instance's own page tables (the borrowed state has paging on): PML4, PDPT,
+# PD and PT, mapping the code and buffer pages one to one
+_FPU_PML4 = 0x12000
+_FPU_TABLES = {_FPU_PML4: 0x13000 | 0x67, 0x13000: 0x14000 | 0x67, 0x14000: 0x15000 | 0x67,
+               0x15000 + (_FPU_CODE >> 12) * 8: _FPU_CODE | 0x67,
+               0x15000 + (_FPU_BUF >> 12) * 8: _FPU_BUF | 0x67}
 # the instructions, each at its own address (written once: no retranslation per use)
 _XSAVE, _XRSTOR, _FXRSTOR = _FPU_CODE, _FPU_CODE + 16, _FPU_CODE + 32
 _FPU_TEXT = {_XSAVE: b"\x48\x0f\xae\x27",     # xsave64 (%rdi)
@@ -43,9 +49,12 @@ class FpuUnit:
     def _scratch(self) -> Uc:
         if self._uc is None:
             uc = Uc(UC_ARCH_X86, UC_MODE_64)
-            uc.mem_map(_FPU_CODE, 0x2000)
+            uc.ctl_set_tcg_buffer_size(4 << 20)     # three instructions: not the default 1 GiB
+            uc.mem_map(_FPU_CODE, 0x6000)
             for at, insn in _FPU_TEXT.items():
                 uc.mem_write(at, insn)
+            for at, entry in _FPU_TABLES.items():
+                uc.mem_write(at, entry.to_bytes(8, "little"))
             self._uc = uc
         return self._uc
 
@@ -60,6 +69,10 @@ class FpuUnit:
         afterwards becomes ``uc``'s, the registers used put back.  Returns the buffer."""
         s = self._scratch()
         s.context_restore(uc.context_save())
+        cr3 = s.reg_read(X.UC_X86_REG_CR3)
+        paged = s.reg_read(X.UC_X86_REG_CR0) >> 31
+        if paged:
+            s.reg_write(X.UC_X86_REG_CR3, _FPU_PML4)        # the scratch's own tables
         self._batch(uclib.uc_reg_read_batch, self._saved_ptrs)
         if image is not None:
             s.mem_write(_FPU_BUF, image)
@@ -69,6 +82,8 @@ class FpuUnit:
         out = bytes(s.mem_read(_FPU_BUF, fpu.USER_XSTATE_SIZE))
         if image is not None:
             self._batch(uclib.uc_reg_write_batch, self._saved_ptrs)
+            if paged:
+                s.reg_write(X.UC_X86_REG_CR3, cr3)
             uc.context_restore(s.context_save())
         return out
 

@@ -30,6 +30,8 @@ class Vector(IntEnum):
     DE = 0          # divide error
     DB = 1          # debug: single-step (TF)
     BP = 3          # breakpoint: int3
+    GP = 13         # general protection fault (a non-canonical address, a privileged instruction)
+    PF = 14         # page fault (CR2: the address)
 
 
 # The ``kind`` of :meth:`TrapHandler.exc_fault`: an invalid instruction, or an access
@@ -52,6 +54,17 @@ class TrapHandler(ABC):
     @abstractmethod
     def exc_interrupt(self, cpu, vector: int) -> None:
         """Any other vector: #DE, ``int $n``."""
+
+    @abstractmethod
+    def exc_page_fault(self, cpu, address: int, error_code: int | None) -> bool:
+        """#PF on ``cpu`` at ``address`` (CR2) with the CPU's ``error_code`` (None where
+        the engine cannot read it); rip is at the faulting instruction, which
+        runs again unless the handler moved it.  True when the fault was a data access
+        that was handled: the instruction had started (it was counted) and runs again."""
+
+    @abstractmethod
+    def exc_general_protection(self, cpu) -> None:
+        """#GP raised by an instruction (not ``int $13``); rip is at it."""
 
     @abstractmethod
     def do_syscall_64(self) -> None:

@@ -1,36 +1,41 @@
-"""The process address space: named mappings over Unicorn memory, and text patching.
+"""The process address space: named mappings (VMAs) over page tables the kernel model
+owns, and text patching.
 
 A mapping (VMA) records what the kernel's ``vm_area_struct`` would: start, end,
 permissions, a name as /proc/PID/maps shows it, and for file-backed mappings the file and
 the file offset of ``start`` (``vm_pgoff``).  uprobes are keyed by (file, offset), so the
 mapping is what turns a probe into an address: ``vaddr = start + offset - pgoff``.
 
-All kernel-side writes to guest text go through :meth:`Memory.text_poke`, which also
-drops Unicorn's translated blocks for the range (Unicorn does not notice ``mem_write``
-to code it already translated) - the model's ``text_poke`` + ``sync_core``.
+Memory is paged as on x86-64: each address space has its own 4-level page tables
+(:class:`kernel_model.arch.x86.mm.pgtable.PageTable`) over frames of the machine's RAM
+(:class:`kernel_model.mm.page_alloc.PhysicalMemory`); the CPU walks them
+(:mod:`emu.engine.mmu`).  Anonymous memory is allocated on the first fault
+(``do_anonymous_page``); a file mapping's pages are read in when it is mapped (the file
+as it is then); fork shares every page copy-on-write (``copy_pte_range``, ``do_wp_page``);
+``uprobe_write_opcode`` writes into a private copy of a page the file or another process
+shares.  Every mapping is charged to a :class:`MemoryLimit` shared by the machine's
+address spaces (``may_expand_vm`` with ``RLIMIT_AS``), so a guest gets ENOMEM instead of
+pushing the host into its OOM killer.
 
-Guest memory lives in host anonymous mappings made with ``MAP_NORESERVE`` and handed to
-Unicorn with ``mem_map_ptr``: an untouched page costs the host nothing (a 3 GB guest
-mapping is free until written), Unicorn splits such regions on mprotect/munmap without
-copying them (it copies only memory it allocated itself), and unmapping returns the
-pages to the host at once.  Every mapping is charged to a :class:`MemoryLimit` shared
-by the machine's address spaces (the model's ``may_expand_vm`` with ``RLIMIT_AS``), so
-a guest gets ENOMEM instead of pushing the host into its OOM killer.
+All kernel-side writes to guest text go through :meth:`Memory.text_poke`, which also
+drops the CPU's translated blocks of the range - the model's ``text_poke`` + ``sync_core``.
 """
 
 from __future__ import annotations
 
 import bisect
 import ctypes
-import functools
-import mmap as _mmap
 import struct
-import weakref
-from dataclasses import dataclass
 
-from unicorn import UC_CTL_IO_WRITE, UC_CTL_TB_REMOVE_CACHE, UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, UcError
-from unicorn.unicorn_py3.unicorn import uclib
-
+from emu.engine import mmu
+from kernel_model.arch.x86.mm.pgtable import (
+    PAGE_NX,
+    PAGE_PRESENT,
+    PAGE_RW,
+    PTE_PFN_MASK,
+    PageTable,
+    vm_get_page_prot,
+)
 from kernel_model.mm.mm_types import (
     MAX_MAP_COUNT,
     MMAP_BASE,
@@ -40,6 +45,8 @@ from kernel_model.mm.mm_types import (
     PROT_EXEC,
     PROT_READ,
     PROT_WRITE,
+    STACK_GUARD_GAP,
+    STACK_LIMIT,
     TASK_SIZE,
     GuestFault,
     MappedFile,
@@ -51,134 +58,44 @@ from kernel_model.mm.mm_types import (
 )
 
 _libc = ctypes.CDLL(None, use_errno=True)
-
-
-@functools.cache
-def _uc_mem_calls() -> tuple:
-    """uc_mem_read / uc_mem_write as unprototyped functions (arguments converted by
-    the caller, once): a small guest access at half the binding's cost."""
-    lib = ctypes.CDLL(uclib._name)
-    out = []
-    for fn in (lib.uc_mem_read, lib.uc_mem_write):
-        fn.argtypes = None
-        fn.restype = ctypes.c_int
-        out.append(fn)
-    return tuple(out)
-
-
-# uc_ctl(UC_CTL_TB_REMOVE_CACHE) as the binding's ctl_remove_cache encodes it (write, two
-# arguments), called directly: the binding's layers cost more than the call itself
-_CTL_TB_REMOVE_CACHE = (UC_CTL_IO_WRITE << 30) | (2 << 26) | UC_CTL_TB_REMOVE_CACHE
-_SMALL_READ = 64       # reads up to this size go through one reused buffer
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_long)
-_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
-_libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _libc.pread.restype = ctypes.c_ssize_t
 _libc.pread.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long)
-_libc.mremap.restype = ctypes.c_void_p
-_libc.mremap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int)
-_MREMAP_MAYMOVE = 1
-_GROW_REGION_MAX = 16 << 20         # a growing mapping is one Unicorn region per 16 MiB
-_MAP_FAILED = ctypes.c_void_p(-1).value
-_HOST_FLAGS = _mmap.MAP_PRIVATE | _mmap.MAP_ANONYMOUS | getattr(_mmap, "MAP_NORESERVE", 0x4000)
-_MADV_DONTNEED = 4
-
-
-def _host_alloc(size: int) -> int:
-    """A lazily backed host anonymous mapping (pages cost nothing until touched)."""
-    addr = _libc.mmap(None, size, _mmap.PROT_READ | _mmap.PROT_WRITE, _HOST_FLAGS, -1, 0)
-    if addr in (None, _MAP_FAILED):
-        raise MemoryLimitExceeded(f"the host refused a mapping of {size:#x} bytes")
-    return addr
-
-
-def _host_touched_pages(host: int, size: int) -> list[bool]:
-    """Which pages of a host range were ever touched: present or swapped out in
-    /proc/self/pagemap (bits 63, 62).  A private anonymous page never touched reads as
-    zeros, so it need not be copied.  If pagemap cannot be read, every page counts."""
-    n = size // PAGE_SIZE
-    try:
-        with open("/proc/self/pagemap", "rb") as f:
-            f.seek(host // PAGE_SIZE * 8)
-            raw = f.read(n * 8)
-    except OSError:
-        return [True] * n
-    if len(raw) != n * 8:
-        return [True] * n
-    return [bool(e >> 62) for e in struct.unpack(f"<{n}Q", raw)]
-
-
-def _host_free_all(backing: list) -> None:
-    """Return every host range of an address space (when its Unicorn instance goes)."""
-    for b in backing:
-        _libc.munmap(b.host, b.end - b.start)
-    backing.clear()
-
-
-@dataclass
-class _Backing:
-    """Host memory behind the guest range [start, end): guest ``a`` is host ``host + a - start``."""
-
-    start: int
-    end: int
-    host: int
-
-    @functools.cached_property
-    def view(self) -> memoryview:
-        """The block as bytes, for 8-byte loads and stores without a native call (a
-        _Backing is replaced, never shrunk, when part of its range is unmapped)."""
-        return memoryview((ctypes.c_char * (self.end - self.start)).from_address(self.host)).cast("B")
-
 
 _U64 = struct.Struct("<Q")
 _NO_VMAS: tuple = ()
-# (mapping, start, end, host view, guest address of the view): no span
-_NO_SPAN = (None, 1, 0, None, 0)
+_NO_PAGE = (1, 0, None, 0)          # (lo, hi, view, base): an empty window
 _PROT_RW, _PROT_RWX = PROT_READ | PROT_WRITE, PROT_READ | PROT_WRITE | PROT_EXEC
-
-
-def _uc_prot(prot: int) -> int:
-    p = 0
-    if prot & PROT_READ:
-        p |= UC_PROT_READ
-    if prot & PROT_WRITE:
-        p |= UC_PROT_WRITE
-    if prot & PROT_EXEC:
-        p |= UC_PROT_EXEC
-    return p
+FAULT_AROUND_PAGES = 16             # do_fault_around's window (fault_around_bytes = 64 KiB)
 
 
 class Memory:
-    """One address space on one Unicorn instance."""
+    """One address space (an mm) on one CPU instance (a Unicorn engine)."""
 
-    checkpoint_keep = ("uc", "_backing", "_last_backing", "_span", "_free_host", "text_write_listeners")
+    checkpoint_keep = ("uc", "ram", "pt", "_rpage", "_wpage", "text_write_listeners")
 
-    def __init__(self, uc, counters, limit: MemoryLimit | None = None):
+    def __init__(self, uc, counters, limit: MemoryLimit | None = None, ram=None):
         self.uc = uc
         self.counters = counters
         self.limit = limit if limit is not None else MemoryLimit(None)
+        self.ram = ram
+        self.pt = PageTable(ram) if ram is not None else None
         self.vmas: list[Vma] = []
         self._starts: list[int] = []
         self.vma_gen = 0                       # bumped by every change of the VMA list
         self._by_file: tuple = (-1, {})        # (vma_gen, {file: [Vma]}): see file_vmas
-        self._last: Vma | None = None               # last mapping a user access checked
-        self._rbuf = ctypes.create_string_buffer(_SMALL_READ)   # small reads (read())
-        self._last_backing: _Backing | None = None    # the host block read() found last
-        self._span = _NO_SPAN                   # see _rw_span
-        self._backing: list[_Backing] = []     # changed in place: the finalizer holds it
-        # The host pages live exactly as long as the Unicorn instance that maps them.
-        self._free_host = weakref.finalize(uc, _host_free_all, self._backing) if uc is not None else None
+        self._last: Vma | None = None          # last mapping a user access checked
+        self._rpage = _NO_PAGE                 # a page user reads may read straight from
+        self._wpage = _NO_PAGE                 # a page user writes may write straight into
         self.text_write_listeners: list = []   # callables (start, end) -> None
         self.release_listeners: list = []      # callables () -> None, run as the engine closes
+        if uc is not None and self.pt is not None:
+            mmu.enable_paging(uc, self.pt.pgd)
 
     # -- lookup -------------------------------------------------------------
     def _reindex(self) -> None:
         self.vma_gen += 1                # what was looked up by address may have moved
         self._last = None
-        self._last_backing = None
-        self._span = _NO_SPAN
+        self._rpage = self._wpage = _NO_PAGE
         self.vmas.sort(key=lambda v: v.start)
         self._starts = [v.start for v in self.vmas]
 
@@ -224,6 +141,11 @@ class Memory:
         """Bytes mapped in this address space (what it charges to the limit)."""
         return sum(v.size for v in self.vmas)
 
+    @property
+    def resident_pages(self) -> int:
+        """Pages that have a frame (what /proc/PID/statm calls resident)."""
+        return len(self.pt.ptes) if self.pt is not None else 0
+
     def get_unmapped_area(self, length: int, hint: int | None = None,
                           low: int = MMAP_MIN_ADDR, high: int = MMAP_BASE) -> int | None:
         """The kernel's top-down search: the hint if free, else the highest free gap
@@ -244,6 +166,152 @@ class Memory:
             end = v.start
         return end - length if end - length >= low else None
 
+    # -- page tables ----------------------------------------------------------
+    def _tables_changed(self) -> None:
+        """A leaf entry changed: the CPU's TLB and the kernel's own page windows go
+        (flush_tlb_mm_range)."""
+        self._rpage = self._wpage = _NO_PAGE
+        mmu.flush_tlb(self.uc)
+
+    def _new_frame(self, vma: Vma) -> int:
+        frame = self.ram.alloc_page()
+        if vma.prot & PROT_EXEC:
+            self.ram.exec_frames.add(frame)
+        return frame
+
+    def _pte_flags(self, vma: Vma, exclusive: bool) -> int:
+        """The leaf flags for a page of ``vma``: writable only while the frame is this
+        mm's alone (a private page shared by fork or the page cache is mapped
+        read-only: copy-on-write)."""
+        return vm_get_page_prot(vma.prot, exclusive)
+
+    def _populate(self, vma: Vma, vpn: int) -> int:
+        """do_anonymous_page (and a file mapping past its end of file): a zeroed frame
+        for page ``vpn``, plus its not yet populated neighbours within the mapping's
+        part of the aligned FAULT_AROUND_PAGES window (do_fault_around; anonymous
+        memory too here: one fault per 64 KiB instead of per page).  Returns the
+        entry of ``vpn``."""
+        pt = self.pt
+        ptes = pt.ptes
+        flags = self._pte_flags(vma, True)
+        lo = max(vpn & ~(FAULT_AROUND_PAGES - 1), vma.start >> 12)
+        hi = min((vpn | (FAULT_AROUND_PAGES - 1)) + 1, vma.end >> 12)
+        out = 0
+        for v in range(lo, hi):
+            if v in ptes:
+                continue
+            pte = self._new_frame(vma) | flags
+            pt.set_pte(v, pte)
+            if v == vpn:
+                out = pte
+        return out
+
+    def _wp_page(self, vma: Vma | None, vpn: int, pte: int, force: bool = False) -> int:
+        """do_wp_page: a write to a present read-only page of a writable mapping (or a
+        FOLL_FORCE write: ``force``).  A frame this mm holds alone is reused; a shared
+        one (fork, the file's page) is copied (wp_page_copy).  Returns the new entry."""
+        ram = self.ram
+        frame = pte & PTE_PFN_MASK
+        writable = vma is not None and vma.prot & PROT_WRITE and not vma.shared
+        if ram.page_count(frame) == 1 and frame not in ram.file_frames:
+            new = pte | PAGE_RW if writable else pte
+        else:
+            copy = ram.alloc_page()
+            ram.copy_page(copy, frame)
+            if frame in ram.exec_frames or (vma is not None and vma.prot & PROT_EXEC):
+                ram.exec_frames.add(copy)
+            ram.put_page(frame)
+            new = (pte & ~PTE_PFN_MASK) | copy
+            if writable:
+                new |= PAGE_RW
+        if new != pte:
+            self.pt.set_pte(vpn, new)
+            self._tables_changed()
+        return new
+
+    def handle_mm_fault(self, addr: int, write: bool) -> bool:
+        """The page of ``addr`` made present (and, for ``write``, writable), inside a
+        mapping that allows the access: True if anything changed."""
+        vma = self.find_vma(addr)
+        if vma is None:
+            return False
+        vpn = addr >> 12
+        pte = self.pt.ptes.get(vpn)
+        if pte is None:
+            self._populate(vma, vpn)
+            self._tables_changed()
+            return True
+        if write and not pte & PAGE_RW and pte & PAGE_PRESENT and vma.prot & PROT_WRITE:
+            return self._wp_page(vma, vpn, pte) != pte
+        return False
+
+    def _page(self, addr: int) -> int:
+        """The entry of the page of ``addr`` for a kernel read (FOLL_FORCE): populated
+        if absent."""
+        vpn = addr >> 12
+        pte = self.pt.ptes.get(vpn) if self.pt is not None else None
+        if pte is None:
+            vma = self.find_vma(addr) if self.uc is not None else None
+            if vma is None:
+                raise GuestFault(addr, "read")
+            pte = self._populate(vma, vpn)
+            self._tables_changed()
+        return pte
+
+    def _page_for_write(self, addr: int) -> int:
+        """The entry of the page of ``addr`` for a kernel write: populated, and a frame
+        shared with another mm or the file copied first (FOLL_WRITE | FOLL_FORCE)."""
+        vpn = addr >> 12
+        pte = self.pt.ptes.get(vpn) if self.pt is not None else None
+        vma = self.find_vma(addr) if self.uc is not None else None
+        if vma is None:
+            raise GuestFault(addr, "write")
+        if pte is None:
+            pte = self._populate(vma, vpn)
+            self._tables_changed()
+        frame = pte & PTE_PFN_MASK
+        if not pte & PAGE_RW and (self.ram.page_count(frame) > 1 or frame in self.ram.file_frames):
+            pte = self._wp_page(vma, vpn, pte, force=True)
+        return pte
+
+    def _zap(self, start: int, end: int) -> None:
+        """zap_pte_range: the pages of [start, end) lose their frames."""
+        pt, ram = self.pt, self.ram
+        if pt is None:
+            return
+        vpns = pt.vpns_in(start, end)
+        for vpn in vpns:
+            ram.put_page(pt.ptes[vpn] & PTE_PFN_MASK)
+            pt.set_pte(vpn, 0)
+        if vpns:
+            self._tables_changed()
+
+    def _fill(self, start: int, end: int, file: MappedFile, offset: int, host_fd: int | None = None) -> None:
+        """Read the file's pages into fresh frames for [start, end) (filemap_fault;
+        the whole range at once, the file as it is now).  Pages wholly past the end of
+        the file stay unpopulated: they fault in as zeros."""
+        vma = self.find_vma(start)
+        pt, ram = self.pt, self.ram
+        size = file.size
+        flags = self._pte_flags(vma, False)
+        for va in range(start, end, PAGE_SIZE):
+            off = offset + va - start
+            if off >= size:
+                break
+            frame = self._new_frame(vma)
+            ram.file_frames.add(frame)
+            host = ram.host(frame)
+            if host_fd is not None:
+                _libc.pread(host_fd, host, PAGE_SIZE, off)
+            else:
+                chunk = file.read(off, PAGE_SIZE)
+                ctypes.memmove(host, chunk, PAGE_SIZE)
+            old = pt.ptes.get(va >> 12)
+            if old is not None:
+                ram.put_page(old & PTE_PFN_MASK)
+            pt.set_pte(va >> 12, frame | flags)
+        self._tables_changed()
+
     # -- mapping --------------------------------------------------------------
     def map(self, start: int, size: int, prot: int, name: str = "", *,
             file: MappedFile | None = None, pgoff: int = 0, data: bytes = b"",
@@ -262,55 +330,45 @@ class Memory:
         if overlap:
             self.unmap(start, end - start)           # uncharges the replaced bytes,
             self.limit.used += overlap               # which the new mapping now holds
-        elif not data and file is None and not special:
-            grown = self._grow_anon(start, end, prot, name, mayprot)
-            if grown is not None:
-                return grown
-        host = _host_alloc(end - start)
-        try:
-            self.uc.mem_map_ptr(start, end - start, _uc_prot(prot), host)
-        except UcError:
-            _libc.munmap(host, end - start)
-            self.limit.uncharge(end - start)
-            raise MemoryLimitExceeded(f"cannot map {start:#x}-{end:#x}") from None
-        self._backing.append(_Backing(start, end, host))
-        self._backing.sort(key=lambda b: b.start)          # in place
-        if data:
-            self.uc.mem_write(start, bytes(data[:end - start]))
         vma = Vma(start, end, prot, name, file, pgoff, special,
                   mayprot=prot if special and mayprot is None else PROT_ALL if mayprot is None else mayprot)
         self.vmas.append(vma)
         self._reindex()
+        if data:
+            self._raw_write(start, bytes(data[:end - start]))
+            if file is not None:
+                self._as_file_pages(start, end)
         return self._merge_anon(vma)
+
+    def _as_file_pages(self, start: int, end: int) -> None:
+        """The frames of [start, end), just filled with a file's bytes, are that file's
+        pages (the page cache's): mapped read-only, copied on the first write."""
+        pt, ram = self.pt, self.ram
+        for vpn in pt.vpns_in(start, end):
+            pte = pt.ptes[vpn]
+            ram.file_frames.add(pte & PTE_PFN_MASK)
+            if pte & PAGE_RW:
+                pt.set_pte(vpn, pte & ~PAGE_RW)
+        self._tables_changed()
 
     def map_file(self, start: int, size: int, prot: int, file: MappedFile, pgoff: int, host_fd: int,
                  *, shared: bool = False, name: str = "") -> Vma:
         """A file mapping (mmap_region with a file): [start, start+size) shows the file
         from offset ``pgoff``.  The file's pages are read from ``host_fd`` straight into
-        the mapping's host memory (no Python copy); the part of the last page past EOF,
-        and whole pages past it, read as zeros.  Private and shared read-only mappings
-        look alike to the guest: a write to either is the guest's own copy (MAP_SHARED
-        writable mappings are refused by the caller)."""
+        fresh frames (no Python copy); the part of the last page past EOF, and whole
+        pages past it, read as zeros.  Private and shared read-only mappings look alike
+        to the guest: a write to either is the guest's own copy (MAP_SHARED writable
+        mappings are refused by the caller)."""
         vma = self.map(start, size, prot, name, file=file, pgoff=pgoff)
         vma.shared = shared
-        for lo, host, n in self._host_ranges(vma.start, vma.end):
-            off = pgoff + lo - vma.start
-            while n > 0:
-                got = _libc.pread(host_fd, host, n, off)
-                if got <= 0:
-                    break                      # EOF (or a read error): the rest stays zero
-                host, n, off = host + got, n - got, off + got
-        self.uc.ctl_remove_cache(vma.start, vma.end)
+        self._fill(vma.start, vma.end, file, pgoff, host_fd)
         return vma
 
     def fill_from_file(self, start: int, end: int, file: MappedFile, offset: int) -> None:
         """Read file bytes from ``offset`` into [start, end) (a file mapping that grew or
         faults in afresh); past EOF the pages read as zeros."""
-        chunk = 1 << 20
-        for lo in range(start, end, chunk):
-            n = min(chunk, end - lo)
-            self._raw_write(lo, file.read(offset + lo - start, n))
-        self.uc.ctl_remove_cache(start, end)
+        self._zap(start, end)
+        self._fill(start, end, file, offset)
 
     def join(self, lo: Vma, hi: Vma) -> Vma:
         """Two adjacent VMAs become ``lo`` (vma_expand after an in-place mremap)."""
@@ -320,36 +378,16 @@ class Memory:
         return lo
 
     def copy_within(self, src: int, dst: int, n: int) -> None:
-        """Copy ``n`` bytes of host memory from guest ``src`` to guest ``dst`` (move_page_tables:
-        the pages move with the mapping, nothing goes through Python)."""
-        for lo, host, length in list(self._host_ranges(src, src + n)):
-            for dlo, dhost, dn in list(self._host_ranges(dst + lo - src, dst + lo - src + length)):
-                ctypes.memmove(dhost, host + dlo - (dst + lo - src), dn)
-        self.uc.ctl_remove_cache(dst, dst + n)
-
-    def _grow_anon(self, start: int, end: int, prot: int, name: str, mayprot: int | None) -> Vma | None:
-        """Extend the anonymous mapping that ends at ``start`` (a growing [heap]) as one
-        Unicorn region: its host pages are mremap()ed larger (moved, never copied) and
-        the region re-registered.  Thousands of one-page brk() calls would otherwise
-        leave thousands of Unicorn regions, each map slower than the last."""
-        prev = self.find_vma(start - 1) if start else None
-        if prev is None or prev.end != start or prev.file is not None or prev.special or \
-                prev.prot != prot or prev.name != name or prev.mayprot != (PROT_ALL if mayprot is None else mayprot):
-            return None
-        b = next((b for b in self._backing if b.end == start and b.start >= prev.start), None)
-        if b is None or b.end - b.start >= _GROW_REGION_MAX:
-            return None          # Unicorn's unmap flushes per page: keep regions moderate
-        old, new = b.end - b.start, end - b.start
-        host = _libc.mremap(b.host, old, new, _MREMAP_MAYMOVE)
-        if host in (None, _MAP_FAILED):
-            return None
-        self.uc.mem_unmap(b.start, old)
-        self.uc.mem_map_ptr(b.start, new, _uc_prot(prot), host)
-        b.end, b.host = end, host
-        b.__dict__.pop("view", None)         # the old view: the old size, perhaps the old place
-        prev.end = end
-        self._reindex()
-        return prev
+        """move_page_tables: the pages of [src, src+n) move to [dst, dst+n) with their
+        frames (nothing is copied); the source range is left without pages."""
+        pt = self.pt
+        delta = (dst - src) >> 12
+        self._zap(dst, dst + n)
+        for vpn in pt.vpns_in(src, src + n):
+            pte = pt.ptes[vpn]
+            pt.set_pte(vpn, 0)
+            pt.set_pte(vpn + delta, pte)
+        self._tables_changed()
 
     def _merge_anon(self, vma: Vma) -> Vma:
         """Adjacent anonymous mappings with the same protection and name are one VMA,
@@ -384,7 +422,6 @@ class Memory:
                 keep.append(v)
                 continue
             lo, hi = max(v.start, start), min(v.end, end)
-            self.uc.mem_unmap(lo, hi - lo)
             self.limit.uncharge(hi - lo)
             if v.start < lo:
                 keep.append(self._piece(v, v.start, lo, v.prot))
@@ -392,7 +429,7 @@ class Memory:
                 keep.append(self._piece(v, hi, v.end, v.prot))
         self.vmas = keep
         self._reindex()
-        self._free_backing(start, end)
+        self._zap(start, end)
         self._notify(start, end)
 
     @staticmethod
@@ -401,31 +438,9 @@ class Memory:
         return Vma(lo, hi, prot, v.name, v.file, v.pgoff + (lo - v.start) if v.file else 0,
                    v.special, set(v.flags), v.mayprot, v.shared)
 
-    def _free_backing(self, start: int, end: int) -> None:
-        """Give the host pages of [start, end) back (munmap of the host range)."""
-        keep = []
-        for b in self._backing:
-            lo, hi = max(b.start, start), min(b.end, end)
-            if lo >= hi:
-                keep.append(b)
-                continue
-            _libc.munmap(b.host + lo - b.start, hi - lo)
-            if b.start < lo:
-                keep.append(_Backing(b.start, lo, b.host))
-            if hi < b.end:
-                keep.append(_Backing(hi, b.end, b.host + hi - b.start))
-        self._backing[:] = keep
-        self._last_backing = None
-        self._span = _NO_SPAN
-
-    def _host_ranges(self, start: int, end: int):
-        """(guest start, host address, length) pieces of the host memory of [start, end)."""
-        for b in self._backing:
-            lo, hi = max(b.start, start), min(b.end, end)
-            if lo < hi:
-                yield lo, b.host + lo - b.start, hi - lo
-
     def protect(self, start: int, size: int, prot: int) -> bool:
+        """mprotect_fixup + change_pte_range: the VMAs split and the present pages of
+        the range get the new protection (a frame still shared stays read-only)."""
         start, end = page_down(start), page_up(start + size)
         covered = self.mapped_bytes(start, end)
         if covered != end - start:
@@ -441,14 +456,24 @@ class Memory:
             new.append(self._piece(v, lo, hi, prot))
             if hi < v.end:
                 new.append(self._piece(v, hi, v.end, v.prot))
-        self.uc.mem_protect(start, end - start, _uc_prot(prot))
-        if prot & PROT_EXEC:
-            # user writes to non-executable pages go straight to host memory (write_user),
-            # which Unicorn's translations do not see: pages that become executable
-            # again start without any
-            self.uc.ctl_remove_cache(start, end)
         self.vmas = new
         self._reindex()
+        pt, ram = self.pt, self.ram
+        vpns = pt.vpns_in(start, end)
+        for vpn in vpns:
+            frame = pt.ptes[vpn] & PTE_PFN_MASK
+            vma = self.find_vma(vpn << 12)
+            exclusive = ram.page_count(frame) == 1 and frame not in ram.file_frames and not vma.shared
+            pt.set_pte(vpn, frame | self._pte_flags(vma, exclusive))
+            if prot & PROT_EXEC:
+                ram.exec_frames.add(frame)
+        if vpns:
+            self._tables_changed()
+            if prot & PROT_EXEC:
+                # user writes to non-executable pages go straight to the frames, which
+                # the CPU's translations do not see: pages that become executable again
+                # start without any
+                self._drop_code(start, end)
         return True
 
     def may_protect(self, start: int, size: int, prot: int) -> bool:
@@ -459,85 +484,80 @@ class Memory:
 
     def discard(self, start: int, size: int) -> None:
         """MADV_DONTNEED on private anonymous memory: the pages read as zeros again and
-        their host memory is freed."""
+        their frames are freed."""
         start, end = page_down(start), page_up(start + size)
-        for lo, host, n in self._host_ranges(start, end):
-            v = self.find_vma(lo)
-            if v is not None and v.file is None:
-                _libc.madvise(host, n, _MADV_DONTNEED)
-        self.uc.ctl_remove_cache(start, end)
+        for v in self._overlapping(start, end):
+            if v.file is None:
+                self._zap(max(v.start, start), min(v.end, end))
 
     def copy_pages_from(self, other: "Memory", start: int, end: int) -> None:
-        """dup_mmap's copy of [start, end): only pages the parent ever touched are
-        copied; the others read as zeros in both."""
-        for lo, host, n in other._host_ranges(start, end):
-            touched = _host_touched_pages(host, n)
-            for dst_lo, dst_host, dn in self._host_ranges(lo, lo + n):
-                base = (dst_lo - lo) // PAGE_SIZE
-                for i in range(dn // PAGE_SIZE):
-                    if touched[base + i]:
-                        off = (base + i) * PAGE_SIZE
-                        ctypes.memmove(dst_host + i * PAGE_SIZE, host + off, PAGE_SIZE)
+        """dup_mmap -> copy_page_range for [start, end): the child maps the parent's
+        frames, and a private writable page becomes read-only in both
+        (copy-on-write: the first write of either copies it, do_wp_page)."""
+        opt, pt, ram = other.pt, self.pt, self.ram
+        changed = False
+        for vpn in opt.vpns_in(start, end):
+            pte = opt.ptes[vpn]
+            ram.get_page(pte & PTE_PFN_MASK)
+            if pte & PAGE_RW:
+                pte &= ~PAGE_RW
+                opt.set_pte(vpn, pte)
+                changed = True
+            pt.set_pte(vpn, pte)
+        if changed:
+            other._tables_changed()
+        self._tables_changed()
 
     # -- checkpoints (emu.replay.checkpoint) ---------------------------------------------
-    def page_image(self) -> tuple[tuple, tuple, dict]:
-        """``(regions, backing, pages)``: the Unicorn regions ``(start, end, perms)``,
-        the host backing ranges ``(start, end)`` and the bytes of every page the host
-        ever touched (``{page address: bytes}``; the others read as zeros)."""
-        pages = {}
-        for b in self._backing:
-            for i, touched in enumerate(_host_touched_pages(b.host, b.end - b.start)):
-                if touched:
-                    pages[b.start + i * PAGE_SIZE] = ctypes.string_at(b.host + i * PAGE_SIZE, PAGE_SIZE)
-        regions = tuple((lo, hi + 1, perms) for lo, hi, perms in self.uc.mem_regions())
-        return regions, tuple((b.start, b.end) for b in self._backing), pages
+    def page_image(self) -> tuple[dict, tuple, dict]:
+        """``(ptes, (), pages)``: the leaf flags of every page with a frame
+        (``{page address: flags}``) and its bytes (``{page address: bytes}``)."""
+        pt = self.pt
+        ptes, pages = {}, {}
+        if pt is None:
+            return ptes, (), pages
+        for vpn, pte in pt.ptes.items():
+            va = vpn << 12
+            ptes[va] = pte & ~PTE_PFN_MASK
+            pages[va] = self.ram.read(pte & PTE_PFN_MASK, 0, PAGE_SIZE)
+        return ptes, (), pages
 
-    def restore_image(self, regions: tuple, backing: tuple, pages: dict) -> None:
-        """Put a :meth:`page_image` back: the same regions and host ranges (rebuilt
-        when they differ), then only the pages whose bytes differ are written; a page
-        absent from ``pages`` reads as zeros again."""
-        self._span = _NO_SPAN                # the mappings are about to be those of then
-        now_regions = tuple((lo, hi + 1, perms) for lo, hi, perms in self.uc.mem_regions())
-        same = now_regions == regions and tuple((b.start, b.end) for b in self._backing) == backing
-        current = self.page_image()[2] if same else {}
-        if not same:
-            self._rebuild(regions, backing)
-        for b in self._backing:
-            for addr in range(b.start, b.end, PAGE_SIZE):
-                want = pages.get(addr)
-                host = b.host + addr - b.start
-                if want is not None:
-                    if current.get(addr) != want:
-                        ctypes.memmove(host, want, PAGE_SIZE)
-                elif addr in current:
-                    _libc.madvise(host, PAGE_SIZE, _MADV_DONTNEED)
-        self.uc.ctl_flush_tb()
-
-    def _rebuild(self, regions: tuple, backing: tuple) -> None:
-        self._last_backing = None            # its host block is about to go
-        self._span = _NO_SPAN
-        for lo, hi, _ in list(self.uc.mem_regions()):
-            self.uc.mem_unmap(lo, hi + 1 - lo)
-        for b in self._backing:
-            _libc.munmap(b.host, b.end - b.start)
-        self._backing.clear()
-        for start, end in backing:
-            self._backing.append(_Backing(start, end, _host_alloc(end - start)))
-        for lo, hi, perms in regions:
-            b = next(b for b in self._backing if b.start <= lo and hi <= b.end)
-            self.uc.mem_map_ptr(lo, hi - lo, perms, b.host + lo - b.start)
+    def restore_image(self, ptes: dict, backing: tuple, pages: dict) -> None:
+        """Put a :meth:`page_image` back: pages absent from it lose their frames, the
+        others get their bytes (written only where they differ; a frame shared with
+        another mm is replaced by a private one) and their flags."""
+        pt, ram = self.pt, self.ram
+        for vpn in [v for v in pt.ptes if (v << 12) not in pages]:
+            ram.put_page(pt.ptes[vpn] & PTE_PFN_MASK)
+            pt.set_pte(vpn, 0)
+        for va, data in pages.items():
+            vpn = va >> 12
+            old = pt.ptes.get(vpn)
+            flags = ptes[va]
+            if old is not None and ram.page_count(old & PTE_PFN_MASK) == 1 and \
+                    old & PTE_PFN_MASK not in ram.file_frames:
+                frame = old & PTE_PFN_MASK
+                if ram.read(frame, 0, PAGE_SIZE) != data:
+                    ram.write(frame, 0, data)
+            else:
+                frame = ram.alloc_page()
+                ram.write(frame, 0, data)
+                if old is not None:
+                    ram.put_page(old & PTE_PFN_MASK)
+            if not flags & PAGE_NX:
+                ram.exec_frames.add(frame)
+            pt.set_pte(vpn, frame | flags)
+        self._tables_changed()
+        mmu.flush_tb(self.uc)
 
     def adopt(self, uc) -> None:
-        """A released address space comes back on a new, empty Unicorn instance (a
-        checkpoint from before the exit is restored); its host pages live as long as
-        ``uc``."""
-        for lo, hi, _ in list(uc.mem_regions()):
-            uc.mem_unmap(lo, hi + 1 - lo)
+        """A released address space comes back on a new, empty CPU instance (a
+        checkpoint from before the exit is restored): new page tables, filled by the
+        restore that follows."""
         self.uc = uc
-        self._backing = []
-        self._last_backing = None
-        self._span = _NO_SPAN
-        self._free_host = weakref.finalize(uc, _host_free_all, self._backing)
+        self.pt = PageTable(self.ram)
+        self._rpage = self._wpage = _NO_PAGE
+        mmu.enable_paging(uc, self.pt.pgd)
 
     @property
     def released(self) -> bool:
@@ -545,9 +565,9 @@ class Memory:
         return self.uc is None
 
     def release(self) -> None:
-        """exit_mmap: the address space is gone (its process exited).  The Unicorn
-        instance is closed and every host page returned; the Memory stays as an empty
-        address space so late lookups find nothing."""
+        """exit_mmap: the address space is gone (its process exited).  The CPU instance
+        is closed and every frame returned; the Memory stays as an empty address space
+        so late lookups find nothing."""
         uc, self.uc = self.uc, None
         for fn in self.release_listeners:
             fn()
@@ -558,54 +578,39 @@ class Memory:
                 finalizer()                       # uc_close now, not at garbage collection
             uc._callbacks.clear()
             uc._uch = None
-        self._last_backing = None
-        self._span = _NO_SPAN
-        if self._free_host is not None:
-            self._free_host()
+        self._rpage = self._wpage = _NO_PAGE
+        pt = self.pt
+        if pt is not None:
+            for pte in pt.ptes.values():
+                self.ram.put_page(pte & PTE_PFN_MASK)
+            pt.release()
         self.limit.uncharge(self.total)
         self.vmas = []
         self._reindex()
 
     # -- access ---------------------------------------------------------------
-    def _host_of(self, addr: int, n: int) -> int | None:
-        """The host address of guest [addr, addr+n) when one host block holds it all
-        (the guest's pages are host memory mapped into Unicorn: ``mem_map_ptr``)."""
-        b = self._last_backing
-        if b is None or not (b.start <= addr and addr + n <= b.end):
-            for b in self._backing:
-                if b.start <= addr and addr + n <= b.end:
-                    break
-            else:
-                return None
-            self._last_backing = b
-        return b.host + addr - b.start
-
     def read_byte(self, addr: int) -> int:
-        """One byte, raw as :meth:`read`; from the host block behind it without a
-        native call when there is one."""
-        b = self._last_backing
-        if b is not None and b.start <= addr < b.end:
-            return b.view[addr - b.start]
-        if self._host_of(addr, 1) is not None:
-            b = self._last_backing
-            return b.view[addr - b.start]
+        """One byte, raw as :meth:`read`."""
+        lo, hi, view, base = self._rpage
+        if lo <= addr < hi:
+            return view[addr - base]
         return self.read(addr, 1)[0]
 
     def read(self, addr: int, n: int) -> bytes:
-        """Raw read (the kernel's FOLL_FORCE view): ignores permissions.  Read from
-        the host memory behind the pages when one block holds them (the CPU writes
-        there too), else through Unicorn."""
-        uc = self.uc
-        if uc is None or n < 0:
+        """Raw read (the kernel's FOLL_FORCE view): ignores permissions; a page not
+        yet populated is, as access_remote_vm would fault it in."""
+        if self.uc is None or n < 0 or addr < 0:
             raise GuestFault(addr, "read")
-        host = self._host_of(addr, n) if n else None
-        if host is not None:
-            return ctypes.string_at(host, n)
-        small = n <= _SMALL_READ
-        buf = self._rbuf if small else ctypes.create_string_buffer(n)
-        if _uc_mem_calls()[0](uc._uch, ctypes.c_uint64(addr & 0xFFFFFFFFFFFFFFFF), buf, ctypes.c_size_t(n)):
-            raise GuestFault(addr, "read")
-        return buf.raw[:n] if small else buf.raw
+        out = []
+        ram = self.ram
+        while n > 0:
+            off = addr & 0xFFF
+            k = min(n, PAGE_SIZE - off)
+            view, base = ram.page_view(self._page(addr) & PTE_PFN_MASK)
+            out.append(bytes(view[base + off:base + off + k]))
+            addr += k
+            n -= k
+        return out[0] if len(out) == 1 else b"".join(out)
 
     def write(self, addr: int, data: bytes) -> None:
         """Raw write (the kernel's FOLL_FORCE view, as exec fills a new image):
@@ -613,10 +618,43 @@ class Memory:
         self._raw_write(addr, bytes(data))
 
     def _raw_write(self, addr: int, data: bytes) -> None:
-        uc = self.uc
-        if uc is None or _uc_mem_calls()[1](uc._uch, ctypes.c_uint64(addr & 0xFFFFFFFFFFFFFFFF), data,
-                                            ctypes.c_size_t(len(data))):
+        if self.uc is None or addr < 0:
             raise GuestFault(addr, "write")
+        ram, pos, n = self.ram, 0, len(data)
+        while pos < n:
+            off = addr & 0xFFF
+            k = min(n - pos, PAGE_SIZE - off)
+            pte = self._page_for_write(addr)
+            view, base = ram.page_view(pte & PTE_PFN_MASK)
+            view[base + off:base + off + k] = data[pos:pos + k]
+            if not pte & PAGE_NX and pte & PAGE_PRESENT:
+                mmu.drop_code(self.uc, addr, k)
+            addr += k
+            pos += k
+
+    def expand_stack(self, addr: int, limit: int = STACK_LIMIT) -> Vma | None:
+        """expand_downwards: the ``VM_GROWSDOWN`` mapping just above ``addr`` grows down
+        to its page, if it stays within ``limit`` bytes (RLIMIT_STACK) and
+        STACK_GUARD_GAP clear of the mapping below; None if it may not."""
+        i = bisect.bisect_right(self._starts, addr)
+        if i >= len(self.vmas) or addr < 0:
+            return None
+        v = self.vmas[i]
+        if "growsdown" not in v.flags or addr >= v.start:
+            return None
+        new_start = page_down(addr)
+        if v.end - new_start > limit:
+            return None
+        prev = self.vmas[i - 1] if i else None
+        if prev is not None and prev.end > new_start - STACK_GUARD_GAP and prev.prot:
+            return None
+        try:
+            self.limit.charge(v.start - new_start)
+        except MemoryLimitExceeded:
+            return None
+        v.start = new_start
+        self._reindex()
+        return v
 
     def _check(self, addr: int, n: int, need: int, access: str) -> None:
         v = self._last
@@ -625,6 +663,8 @@ class Memory:
         a, end = addr, addr + n
         while a < end:
             v = self.find_vma(a)
+            if v is None and self.uc is not None:
+                v = self.expand_stack(a)             # a signal frame below the stack
             if v is None or not (v.prot & need):
                 raise GuestFault(a, access)
             a = v.end
@@ -636,76 +676,68 @@ class Memory:
         return self.read(addr, n)
 
     def write_user(self, addr: int, data: bytes) -> None:
-        """copy_to_user: needs writable mappings.  Into a non-executable mapping the
-        bytes go straight to the host memory behind it (no translation of the CPU can
-        hold them: see :meth:`protect`), elsewhere through Unicorn."""
+        """copy_to_user: needs writable mappings."""
         data = bytes(data)
         self._check(addr, len(data), PROT_WRITE, "write")
-        v = self._last
-        if v is not None and not v.prot & PROT_EXEC and data:
-            host = self._host_of(addr, len(data))
-            if host is not None:
-                ctypes.memmove(host, data, len(data))
-                return
         self._raw_write(addr, data)
 
-    def _rw_span(self, addr: int, n: int) -> None:
-        """After a checked access of [addr, addr+n): remember where user reads and
-        writes may go straight to host memory - the mapping checked (readable,
-        writable, not executable: a stack, a heap) within its host block - as one
-        tuple, valid while that mapping is the one last checked (``_last``: dropped by
-        every change of the VMAs, and by a checkpoint's restore)."""
-        v, b = self._last, self._last_backing
-        if v is not None and b is not None and v.prot & _PROT_RWX == _PROT_RW and v.start <= addr \
-                and addr + n <= v.end and b.start <= addr and addr + n <= b.end:
-            self._span = (v, max(v.start, b.start), min(v.end, b.end), b.view, b.start)
+    def _window(self, addr: int, write: bool) -> None:
+        """After a checked access at ``addr``: remember its page as one where user reads
+        (or writes) may go straight to the frame - a readable (writable, not
+        executable, exclusive) page of the mapping last checked.  Dropped by every
+        change of the VMAs or the page tables."""
+        v = self._last
+        if v is None or self.pt is None:
+            return
+        pte = self.pt.ptes.get(addr >> 12)
+        if pte is None or not pte & PAGE_PRESENT:
+            return
+        lo = addr & ~0xFFF
+        view, base = self.ram.page_view(pte & PTE_PFN_MASK)
+        win = (max(lo, v.start), min(lo + PAGE_SIZE, v.end), view, lo - base)
+        if v.prot & PROT_READ:
+            self._rpage = win
+        if write and v.prot & _PROT_RWX == _PROT_RW and pte & PAGE_RW:
+            self._wpage = win
 
     def read_user_struct(self, st: struct.Struct, addr: int) -> tuple:
-        """copy_from_user of ``st.size`` bytes unpacked with ``st``: one unpack from
-        host memory inside the span of :meth:`_rw_span` (the uretprobe trampoline's
-        saved registers on the stack), else through :meth:`read_user`."""
+        """copy_from_user of ``st.size`` bytes unpacked with ``st``: one unpack from the
+        frame when the read page window holds them, else through :meth:`read_user`."""
         n = st.size
-        v, lo, end, view, base = self._span
-        if lo <= addr and addr + n <= end and v is self._last:
+        lo, hi, view, base = self._rpage
+        if lo <= addr and addr + n <= hi:
             return st.unpack_from(view, addr - base)
         out = st.unpack(self.read_user(addr, n))
-        self._rw_span(addr, n)
+        self._window(addr, False)
         return out
 
     def write_user_struct(self, st: struct.Struct, addr: int, *values) -> None:
         """copy_to_user of ``st.pack(*values)``, as :meth:`write_u64`."""
         n = st.size
-        v, lo, end, view, base = self._span
-        if lo <= addr and addr + n <= end and v is self._last:
+        lo, hi, view, base = self._wpage
+        if lo <= addr and addr + n <= hi:
             st.pack_into(view, addr - base, *values)
             return
         self.write_user(addr, st.pack(*values))
-        self._rw_span(addr, n)
+        self._window(addr, True)
 
     def read_u64(self, addr: int) -> int:
-        """get_user of 8 bytes (a stack word, a return address): from host memory inside
-        the span of :meth:`_rw_span`, else from the host block of the mapping last
-        checked when it holds them, else through :meth:`read_user`."""
-        v, lo, end, view, base = self._span
-        if lo <= addr and addr + 8 <= end and v is self._last:
+        """get_user of 8 bytes (a stack word, a return address)."""
+        lo, hi, view, base = self._rpage
+        if lo <= addr and addr + 8 <= hi:
             return _U64.unpack_from(view, addr - base)[0]
-        v, b = self._last, self._last_backing
-        if v is not None and b is not None and v.start <= addr and addr + 8 <= v.end and v.prot & PROT_READ \
-                and b.start <= addr and addr + 8 <= b.end:
-            return _U64.unpack_from(b.view, addr - b.start)[0]
         out = int.from_bytes(self.read_user(addr, 8), "little")
-        self._rw_span(addr, 8)
+        self._window(addr, False)
         return out
 
     def write_u64(self, addr: int, value: int) -> None:
-        """put_user of 8 bytes: into host memory inside the span of :meth:`_rw_span`,
-        else through :meth:`write_user` (which sets the span up)."""
-        v, lo, end, view, base = self._span
-        if lo <= addr and addr + 8 <= end and v is self._last:
+        """put_user of 8 bytes."""
+        lo, hi, view, base = self._wpage
+        if lo <= addr and addr + 8 <= hi:
             _U64.pack_into(view, addr - base, value & 0xFFFFFFFFFFFFFFFF)
             return
         self.write_user(addr, (value & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little"))
-        self._rw_span(addr, 8)
+        self._window(addr, True)
 
     def read_cstring(self, addr: int, limit: int = 4096) -> bytes:
         out = bytearray()
@@ -718,25 +750,49 @@ class Memory:
             out += chunk
         return bytes(out[:limit])
 
+    def drop_translations(self, start: int, end: int) -> None:
+        """Drop the CPU's translated blocks of [start, end), page by page (only pages
+        it can fetch from can have any)."""
+        if self.uc is not None and self.pt is not None:
+            self._drop_code(start, end)
+
+    def _drop_code(self, start: int, end: int) -> None:
+        ptes = self.pt.ptes
+        for vpn in self.pt.vpns_in(start, end):
+            pte = ptes[vpn]
+            if pte & PAGE_PRESENT and not pte & PAGE_NX:
+                lo = max(start, vpn << 12)
+                mmu.drop_code(self.uc, lo, min(end, (vpn + 1) << 12) - lo)
+
     def text_poke(self, addr: int, data: bytes, *, count: bool = True) -> None:
-        """Kernel write to text (uprobe_write / text_poke): ignores protections, is
-        seen by the CPU at once (translation cache dropped), counted in ``text_writes``
-        unless ``count`` is False (XOL slot and trampoline page fills)."""
+        """Kernel write to text (uprobe_write_opcode / text_poke): ignores protections,
+        is seen by the CPU at once (translations dropped), counted in ``text_writes``
+        unless ``count`` is False (XOL slot and trampoline page fills, written in place
+        as copy_to_page does).  A counted write goes into a private copy of a page that
+        is the file's or shared with another process (__replace_page; an exclusive
+        anonymous page is written in place, as __uprobe_write does since 6.16)."""
         data = bytes(data)
         if self.uc is None:
             raise GuestFault(addr, "write")
-        host = self._host_of(addr, len(data)) if data else None
-        if host is not None:
-            ctypes.memmove(host, data, len(data))   # the same bytes uc_mem_write would store
-        else:
-            self._raw_write(addr, data)
-        status = uclib.uc_ctl(self.uc._uch, _CTL_TB_REMOVE_CACHE, ctypes.c_uint64(addr),
-                              ctypes.c_uint64(addr + len(data)))
-        if status:
-            raise UcError(status)
         if count:
+            self._raw_write(addr, data)
             self.counters.text_writes += 1
+        else:
+            self._poke_in_place(addr, data)
         self._notify(addr, addr + len(data))
+
+    def _poke_in_place(self, addr: int, data: bytes) -> None:
+        ram, pos, n = self.ram, 0, len(data)
+        while pos < n:
+            off = addr & 0xFFF
+            k = min(n - pos, PAGE_SIZE - off)
+            pte = self._page(addr)
+            view, base = ram.page_view(pte & PTE_PFN_MASK)
+            view[base + off:base + off + k] = data[pos:pos + k]
+            if pte & PAGE_PRESENT and not pte & PAGE_NX:
+                mmu.drop_code(self.uc, addr, k)
+            addr += k
+            pos += k
 
     def _notify(self, start: int, end: int) -> None:
         for fn in self.text_write_listeners:

@@ -26,6 +26,7 @@ def emu_counter_offset() -> int | None:
     dumps = []
     for n in counts:
         uc = Uc(UC_ARCH_X86, UC_MODE_64)
+        uc.ctl_set_tcg_buffer_size(4 << 20)      # a scratch: not the default 1 GiB of address space
         uc.mem_map(0x1000, 0x1000)
         uc.mem_write(0x1000, b"\x90" * 0x1000)
         uc.emu_start(0x1000, 0x2000, count=n)
@@ -39,6 +40,18 @@ def emu_counter_offset() -> int | None:
 def instruction_counter_available() -> bool:
     """Can runs be counted exactly (reverse execution needs it)?"""
     return emu_counter_offset() is not None
+
+
+def refund_instruction(uc: Uc) -> None:
+    """The instruction a handled fault interrupted runs again: Unicorn's count hook
+    counts it once more, so the count of the current ``emu_start`` gives one back."""
+    off = emu_counter_offset()
+    if off is None:
+        return
+    at = ctypes.cast(uc._uch, ctypes.c_void_p).value + off
+    counter = ctypes.c_uint64.from_address(at)
+    if counter.value:
+        counter.value -= 1
 
 
 def emu_counter(uc: Uc) -> int | None:
@@ -125,6 +138,11 @@ class BlockQuantum:
         if self.armed and self._left.value > blocks + 1:
             self._armed -= self._left.value - (blocks + 1)
             self._left.value = blocks + 1
+
+    def refund(self) -> None:
+        """The block a handled fault interrupted starts again: that start is not a block
+        of the slice."""
+        self._left.value += 1
 
     def expired(self) -> bool:
         """Did the last emu_start end because its slice was used up?"""

@@ -80,6 +80,7 @@ def cpu_window_layout() -> tuple[int, int] | None:
 
 def _scratch_uc() -> Uc:
     uc = Uc(UC_ARCH_X86, UC_MODE_64)
+    uc.ctl_set_tcg_buffer_size(4 << 20)      # a scratch: not the default 1 GiB of address space
     uc.mem_map(0x1000, 0x1000)
     uc.mem_write(0x1000, b"\x90" * 16)
     uc.emu_start(0x1000, 0x1004)          # the CPU exists and has run

@@ -276,9 +276,10 @@ def restore_state(blob: bytes, objects: list, refs: list, remap: dict) -> None:
 
 @dataclass
 class SpaceImage:
-    """One address space at a checkpoint: Unicorn regions ``(start, end, perms)``,
-    host backing ranges ``(start, end)`` and ``pages`` (guest page address -> bytes,
-    only pages the host ever touched; the others read as zeros)."""
+    """One address space at a checkpoint: ``regions``, the leaf page-table flags of
+    every page that has a frame (guest page address -> flags), ``backing`` (unused
+    since memory is paged: empty) and ``pages`` (guest page address -> bytes of those
+    pages; the others have no frame and fault in afresh)."""
 
     regions: tuple
     backing: tuple

@@ -36,7 +36,7 @@ from kernel_model.mm.mm_types import (
 
 STACK_TOP = 0x7FFFFFFDE000           # static guests: leaves the XOL hint page (0x7fffffffe000) free
 STACK_TOP_MAX = 0x7FFFFFFFF000       # the kernel's stack top without randomization
-STACK_SIZE = 8 << 20
+STACK_EXPAND = 128 << 10          # setup_arg_pages' stack_expand
 ET_DYN_BASE = 0x555555554000         # ELF_ET_DYN_BASE (DEFAULT_MAP_WINDOW / 3 * 2), page aligned
 DEFAULT_ENV = ["PATH=/usr/bin:/bin", "HOME=/root", "LANG=C"]
 HWCAP, HWCAP2 = 0x178BFBFF, 2         # the emulated CPU's CPUID.1:EDX, HWCAP2_FSGSBASE
@@ -239,7 +239,6 @@ def _auxv(machine, image, at: dict, random_at: int, execfn: int, platform: int) 
 def _setup_stack(machine, argv, env, image, at: dict) -> int:
     mem = machine.mem
     stack_top = at["top"]
-    mem.map(stack_top - STACK_SIZE, STACK_SIZE, PROT_READ | PROT_WRITE, "[stack]")
     rng = machine.syscalls.rng
     strings = bytearray()
     top = stack_top - 8          # the kernel leaves a NULL word at the very top
@@ -252,6 +251,7 @@ def _setup_stack(machine, argv, env, image, at: dict) -> int:
     execfn = put(os.fsencode(at["execfn"]) + b"\0")
     env_ptrs = [put(os.fsencode(e) + b"\0") for e in reversed(env)][::-1]
     arg_ptrs = [put(os.fsencode(a) + b"\0") for a in reversed(argv)][::-1]
+    p = top - len(strings)                          # bprm->p after copy_strings
     put(b"\0" * ((top - len(strings)) & 0xF))       # create_elf_tables: arch_align_stack(p)
     platform = put(b"x86_64\0")
     random_at = put(rng.randbytes(16))
@@ -262,6 +262,11 @@ def _setup_stack(machine, argv, env, image, at: dict) -> int:
         words += [k, v]
     table = struct.pack(f"<{len(words)}Q", *words)
     sp = (strings_start - len(table)) & ~0xF
+    # setup_arg_pages: the pages of the strings, expanded by stack_expand (128 KiB)
+    # below them; a VM_GROWSDOWN mapping that faults grow further (expand_stack)
+    low = min(page_down(p) - STACK_EXPAND, page_down(sp))
+    stack = mem.map(low, stack_top - low, PROT_READ | PROT_WRITE, "[stack]")
+    stack.flags.add("growsdown")
     mem.write(sp, table)
     mem.write(strings_start, bytes(strings))
     machine.auxv = dict(auxv)

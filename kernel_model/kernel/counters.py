@@ -26,6 +26,7 @@ class Counters:
     optimize_failed: int = 0
     uprobe_syscalls: int = 0     # sys_uprobe (336) entries from a trampoline
     text_writes: int = 0
+    page_faults: int = 0          # user #PF the kernel handled or turned into SIGSEGV
     args_buffer_fills: int = 0
     signals: Counter = field(default_factory=Counter)
 

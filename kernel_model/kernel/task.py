@@ -117,6 +117,7 @@ class Task:
     on_resume: object = None          # kernel work to finish when next switched in
     pending_signals: list = field(default_factory=list)   # PendingSignals: see Kernel.send_sig (kernel.signal)
     comm: str = ""                    # the thread's name (task->comm): prctl(PR_SET_NAME)
+    thread_fault: tuple | None = None  # (trap_nr, error_code, cr2) of its last page fault (thread_struct)
     cred: object = None               # kernel_model.kernel.sys.Cred (task->cred)
     saved_sigmask: int | None = None  # rt_sigsuspend's mask to restore after delivery
     sigaltstack: tuple | None = None  # (ss_sp, ss_size, SS_AUTODISARM bit) or None (disabled)

@@ -16,6 +16,8 @@ MMAP_MIN_ADDR = 0x10000             # vm.mmap_min_addr (CONFIG_DEFAULT_MMAP_MIN_
 MAX_MAP_COUNT = 65530               # vm.max_map_count (DEFAULT_MAX_MAP_COUNT)
 DEFAULT_MAX_MEMORY = 4 << 30        # bytes of guest mappings over all address spaces
 PROT_ALL = 7
+STACK_LIMIT = 8 << 20               # RLIMIT_STACK's default (_STK_LIM)
+STACK_GUARD_GAP = 256 << 12         # stack_guard_gap: kept free below a growing stack
 
 
 def page_down(x: int) -> int:

@@ -145,12 +145,15 @@ def _within(altstack, sp: int) -> bool:
 
 
 def build_frame(regs, sp_top: int, signo: int, info: bytes, old_mask: int,
-                restorer: int, fp_image: bytes, *, altstack=None, onstack: bool = False) -> SigFrame:
+                restorer: int, fp_image: bytes, *, altstack=None, onstack: bool = False,
+                fault: tuple | None = None) -> SigFrame:
     """The rt_sigframe below ``sp_top`` (or at the top of the alternate stack for an
     SA_ONSTACK handler when the task is not already on it - there the red zone is not
     skipped), under the 64-byte aligned XSAVE area holding ``fp_image`` (get_sigframe,
     fpu__alloc_mathframe).  FrameOverflow when the frame does not fit on the
-    alternate stack the task runs on or switches to."""
+    alternate stack the task runs on or switches to.  ``fault``: the task's last page
+    fault (trap_nr, error_code, cr2), which the sigcontext reports (setup_sigcontext
+    copies current->thread's)."""
     nested = on_sig_stack(altstack, sp_top)
     sp = sp_top - 128                                   # skip the red zone
     entering = onstack and sas_ss_flags(altstack, sp) == 0
@@ -163,7 +166,8 @@ def build_frame(regs, sp_top: int, signo: int, info: bytes, old_mask: int,
     gregs = [getattr(regs, n) & 0xFFFFFFFFFFFFFFFF for n in SIGCONTEXT_REGS]
     sigctx = struct.pack("<18Q", *gregs)
     sigctx += struct.pack("<HHHH", regs.cs, 0, 0, regs.ss)   # cs, gs, fs, ss
-    sigctx += struct.pack("<QQQQ", 0, 14 if signo == 11 else 0, old_mask, 0)  # err trapno oldmask cr2
+    trapno, err, cr2 = fault if fault is not None else (14 if signo == 11 else 0, 0, 0)
+    sigctx += struct.pack("<QQQQ", err, trapno, old_mask, cr2)             # err trapno oldmask cr2
     sigctx += struct.pack("<Q", fp_at) + b"\0" * 64                         # fpstate, reserved
     flags = UC_FP_XSTATE | UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS
     uc = struct.pack("<QQ", flags, 0) + pack_stack_t(altstack, regs.rsp)    # flags, link, uc_stack
@@ -340,7 +344,8 @@ class SignalDelivery:
         fpu, cpu, mem = self.engine.fpu, self.cpu, self.mem
         try:
             frame = build_frame(regs, regs.rsp, signo, info, old_mask, restorer, fpu.xsave(cpu),
-                                altstack=task.sigaltstack, onstack=bool(flags & SA_ONSTACK))
+                                altstack=task.sigaltstack, onstack=bool(flags & SA_ONSTACK),
+                               fault=task.thread_fault)
             mem.write_user(frame.fpstate_at, frame.fpstate)
             mem.write_user(frame.at, frame.frame)
         except (GuestFault, FrameOverflow) as e:

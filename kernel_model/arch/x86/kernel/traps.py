@@ -1,15 +1,21 @@
 """The trap handlers (arch/x86/kernel/traps.c): #BP (``exc_int3`` ->
-``do_int3_user``), #DB (``exc_debug_user``), #DE, #GP of a privileged instruction,
-page faults and invalid opcodes - each becomes the uprobes notifier's work or a signal,
-delivered at the exit to user mode."""
+``do_int3_user``), #DB (``exc_debug_user``), #DE, #GP (``exc_general_protection``), #PF
+(``exc_page_fault`` -> ``do_user_addr_fault``) and invalid opcodes - each becomes the
+uprobes notifier's work, a handled fault or a signal, delivered at the exit to user mode."""
 
 from __future__ import annotations
 
 from emu.engine.interface import INVALID_OPCODE, Vector
+from kernel_model.arch.x86.kernel.signal import SI_KERNEL
+from kernel_model.arch.x86.mm.fault import SEGV_ACCERR, BadArea, do_user_addr_fault
+from kernel_model.arch.x86.mm.pgtable import X86_PF_INSTR
+from kernel_model.kernel.resource import RLIMIT_STACK
 from kernel_model.kernel.signals import SIGNALS
+from kernel_model.mm.mm_types import STACK_LIMIT
 from kernel_model.trace import events as ev
 
 SIGILL, SIGFPE, SIGSEGV = (SIGNALS[n] for n in ("SIGILL", "SIGFPE", "SIGSEGV"))
+_FAULT_RETRIES = 3      # the same fault handled this often without progress: SIGSEGV
 
 
 class Traps:
@@ -110,6 +116,66 @@ class Traps:
         if self.exit_to_user_mode_loop(task, regs):
             return
         self.write_regs(regs)
+
+    def exc_page_fault(self, cpu, address: int, error_code: int | None = None) -> bool:
+        """#PF (exc_page_fault -> do_user_addr_fault): handled faults return to the
+        instruction, which runs again; the others become SIGSEGV with the address and
+        SEGV_MAPERR or SEGV_ACCERR, reported at the instruction.  True for a handled
+        data fault (see :meth:`emu.engine.interface.TrapHandler.exc_page_fault`)."""
+        task = self.task
+        if task.process.cpu is not cpu:
+            return False
+        self._db_after_syscall = None
+        if task.state == "dead" or self._result is not None:
+            return False
+        mem = task.process.mem
+        rip = self.engine.pc(cpu)
+        self.counters.page_faults += 1
+        bad, error_code = do_user_addr_fault(mem, address, rip, self.stack_limit(task), error_code)
+        if bad is None:
+            key = (address, rip)
+            if key != self._last_fault[0]:
+                self._last_fault[:] = [key, 1]
+                return not error_code & X86_PF_INSTR
+            self._last_fault[1] += 1
+            if self._last_fault[1] <= _FAULT_RETRIES:
+                return not error_code & X86_PF_INSTR
+            bad = BadArea(address, SEGV_ACCERR, error_code)      # a fault nothing fixes
+        self._last_fault[:] = [None, 0]
+        regs = self.read_regs()
+        self.fixup_fault(task, regs)
+        self.write_regs(regs)
+        task.thread_fault = (Vector.PF, bad.error_code, address)
+        self.send_sig(task, SIGSEGV, addr=address, code=bad.si_code,
+                      detail=("read", "write")[bool(bad.error_code & 2)] + " fault"
+                      if not bad.error_code & 0x10 else "fetch fault")
+        if not self.exit_to_user_mode_loop(task, regs):
+            self.write_regs(regs)
+        return False
+
+    def exc_general_protection(self, cpu) -> None:
+        """#GP from user mode (exc_general_protection -> gp_user_force_sig_segv): a
+        non-canonical address, for one.  SIGSEGV with SI_KERNEL and no address; the
+        sigcontext reports trap 13, error code 0 and the last fault's cr2."""
+        task = self.task
+        if task.process.cpu is not cpu or task.state == "dead" or self._result is not None:
+            return
+        self._db_after_syscall = None
+        regs = self.read_regs()
+        self.fixup_fault(task, regs)
+        self.write_regs(regs)
+        cr2 = task.thread_fault[2] if task.thread_fault else 0
+        task.thread_fault = (Vector.GP, 0, cr2)
+        self.send_sig(task, SIGSEGV, addr=0, code=SI_KERNEL, detail="general protection")
+        if not self.exit_to_user_mode_loop(task, regs):
+            self.write_regs(regs)
+
+    def stack_limit(self, task) -> int:
+        """RLIMIT_STACK's soft limit of ``task``'s process (what the stack may grow to)."""
+        try:
+            return self.syscalls.rlimits_of(task.process)[RLIMIT_STACK][0]
+        except (AttributeError, IndexError, TypeError):
+            return STACK_LIMIT
 
     def exc_port_io(self) -> None:
         """``in`` / ``out`` in user mode without I/O permission: #GP."""

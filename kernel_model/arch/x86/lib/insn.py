@@ -282,6 +282,13 @@ def _decode(raw: bytes) -> _Insn:
     return _layout(raw, found.size, scan, modrm_off, text)
 
 
+def insn_length(raw: bytes) -> int:
+    """The length of the instruction at the start of ``raw`` (15, the architectural
+    maximum, if it does not decode)."""
+    found = next(_decoder().disasm(raw, 0, 1), None)
+    return found.size if found is not None else 15
+
+
 def _decode_kernel_only(raw: bytes, scan: _Scan) -> _Insn:
     """Opcodes invalid in 64-bit mode that the kernel's decoder still accepts.
 
