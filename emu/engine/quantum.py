@@ -82,7 +82,12 @@ class BlockQuantum:
     ``UC_HOOK_BLOCK`` per Unicorn instance (added when several tasks share the CPU,
     removed again once one is left: :meth:`detach`) and one counter for all of them
     (one CPU).  ``arm(n)`` lets exactly n blocks run: the hook stops the CPU at the
-    start of block n + 1, before it executes, so the task resumes there."""
+    start of block n + 1, before it executes, so the task resumes there.
+
+    Which instances carry the hook is the state of the live Unicorn instances, which a
+    checkpoint's restore keeps (``Memory.uc``): it is kept with them, not rolled back."""
+
+    checkpoint_keep = ("_hooked",)
 
     def __init__(self):
         stub = _block_stub()
