@@ -245,7 +245,8 @@ def test_cli_quick_prints_the_tables(quick_run):
     assert proc.returncode == 0, proc.stderr.decode()
     text = proc.stdout.decode()
     for needle in ("uprobe-nop", "events per iteration", "bp 1 emu 1 hit 1", "bare Unicorn",
-                   "projected vs published", "5.11f (calibration)", "growth"):
+                   "projected vs published", "5.11f (calibration)", "growth", "per translated block",
+                   "per syscall"):
         assert needle in text, needle
     assert "Traceback" not in proc.stderr.decode()
 
@@ -254,7 +255,8 @@ def test_json_schema(quick_run):
     _, rep = quick_run
     assert rep["schema"] == "uprobe-emu.bench/1"
     assert set(rep) >= {"host", "config", "columns", "baselines", "scenarios", "ratios", "cost_profile",
-                        "projection_checks", "growth", "host_kernel", "targets"}
+                        "projection_checks", "growth", "host_kernel", "targets", "unit_costs"}
+    assert rep["unit_costs"]["per_block_ns"] > 0 and rep["unit_costs"]["per_syscall_ns"] > 0, rep["unit_costs"]
     assert rep["columns"] == [{"label": "latest", "kernel": "latest", "overrides": {}}]
     (scen,) = rep["scenarios"]
     res = scen["results"]["latest"]

@@ -10,7 +10,7 @@ import pytest
 from cli_helpers import cli
 
 from emu.engine import baseline
-from emu.frontends.bench import TARGET_INT3_RATIOS, guest_file, targets
+from emu.frontends.bench import TARGET_INT3_RATIOS, engine_costs, guest_file, targets
 from kernel_model.errors import EmuError
 
 HIT_TARGETS = {"uprobe-nop": 0.20, "uprobe-push": 0.15, "uprobe-ret": 0.08, "uretprobe-nop": 0.08}
@@ -179,3 +179,30 @@ def test_engine_costs_print_the_store_and_mapping_targets(tmp_path):
     assert "guest stores / loads" in text and "3,000 one-page mmaps" in text, text
     assert [c["name"] for c in rep["engine"]] == ["register window", "native block quantum", "instruction counter"]
     assert "engine: register window in use" in text, text
+    _assert_unit_costs(rep, text)
+
+
+def _assert_unit_costs(rep: dict, text: str) -> None:
+    """The two per-unit costs: in the JSON as positive numbers, and printed."""
+    u = rep["unit_costs"]
+    for key in ("per_block_ns", "per_syscall_ns", "syscall_floor_ns", "model_syscall_ns"):
+        assert isinstance(u[key], float) and u[key] > 0, (key, u)
+    assert u["model_syscall_ns"] > u["syscall_floor_ns"], u
+    assert "engine per-unit costs" in text and "per translated block" in text and "per syscall" in text, text
+    assert f"{u['per_block_ns']:.3g}" in text and f"{u['per_syscall_ns']:.4g}" in text, text
+
+
+def test_every_bench_report_prints_the_engine_unit_costs(quick):
+    proc, rep = quick
+    _assert_unit_costs(rep, proc.stdout.decode())
+
+
+def test_the_unit_cost_loops_measure_what_they_say():
+    """The chained loop runs 64 blocks per iteration where the straight one runs one,
+    with the same instructions: it is the slower (unit_costs also checks that the
+    model's getpid loop made exactly its syscalls)."""
+    chained, straight = baseline.block_loops(20_000)
+    assert chained > straight > 0, (chained, straight)
+    costs = engine_costs.unit_costs(1)
+    assert costs["blocks"] == engine_costs.BLOCK_ITERATIONS * baseline.BLOCKS_PER_ITERATION
+    assert costs["per_block_ns"] > 0 and costs["per_syscall_ns"] > 0, costs

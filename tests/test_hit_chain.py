@@ -79,7 +79,10 @@ def test_one_entry_consumer_gets_a_specialised_chain_others_the_general_one():
     m.uprobes.unregister(b)
     m.uprobes.unregister(a)
     r = m.uprobes.register("target", ret_handler=lambda ctx: 0)
-    assert core.specialize_chain(r.uprobe) == core.handler_chain, "a return consumer takes the general chain"
+    assert core.specialize_chain(r.uprobe).__name__ == "handler_chain_ret", "a return-only consumer: its own chain"
+    m.uprobes.unregister(r)
+    s = m.uprobes.register("target", handler=lambda ctx: 0, ret_handler=lambda ctx: 0)
+    assert core.specialize_chain(s.uprobe) == core.handler_chain, "a session consumer takes the general chain"
 
 
 def test_a_consumer_added_between_hits_is_called_from_the_next_hit():

@@ -10,7 +10,8 @@ from cli_helpers import cli, one_line_error
 from emu import Machine
 from emu.engine.quantum import BlockQuantum
 from kernel_model.errors import InputError
-from kernel_model.kernel.sched import ALONE_SLICE, MIN_SLICE
+from kernel_model.kernel.sched import ALONE_SLICE, MIN_SLICE, SHORT_SLICE_INSNS
+from kernel_model.trace.events import Syscall
 
 WORK_ROUNDS = 200_000
 
@@ -184,3 +185,89 @@ def test_bench_threads_prints_the_ratio_against_its_target():
     for row in ("main thread", "1 thread", "4 threads"):
         assert row in out, out
     assert "W on 4 threads / W on 1 thread" in out and ("met" in out or "MISSED" in out), out
+
+
+# ------------------------------------------------------------------ no needless engine cost
+
+def _record_starts(m):
+    """(timeout, count, blocks, block hook attached) of every engine start of ``m``."""
+    engine, starts = m.engine, []
+    real = engine.start
+
+    def start(cpu, rip, timeout, count, blocks=None):
+        starts.append((timeout, count, blocks, engine.quantum.attached(cpu)))
+        return real(cpu, rip, timeout, count, blocks)
+    engine.start = start
+    return starts
+
+
+def test_the_block_hook_is_detached_once_the_threads_have_exited(guest):
+    """While the threads run, the slices are counted by the native block hook; once
+    they have exited and main is alone, the hook is removed from its Unicorn instance
+    (nothing runs per block) before main's next start, and main's printf runs with
+    no hook attached."""
+    m = machine(guest, "work", "3", "20000", seed=1)
+    starts = _record_starts(m)
+    attached_at_write = []
+    m.events.subscribe(lambda e: attached_at_write.append(m.engine.quantum.attached(m.uc))
+                       if e.nr == 1 else None, Syscall)
+    r = m.run(timeout=120)
+    assert (r.reason, r.stdout) == ("exit", expected_sums(3, 20000)), r.describe()
+    sliced = [s for s in starts if s[2] is not None]
+    assert sliced and all(s[3] for s in sliced), "the threaded slices ran without the block hook"
+    last_sliced = max(i for i, s in enumerate(starts) if s[2] is not None)
+    after = starts[last_sliced + 1:]
+    assert after and not any(s[3] for s in after), f"the hook stayed after the threads exited: {after}"
+    assert attached_at_write == [False], attached_at_write
+    assert not m.engine.quantum.attached(m.uc)
+
+
+def test_a_single_task_never_gets_the_block_hook():
+    m = Machine.from_asm(_SPIN_THEN_EXIT)
+    starts = _record_starts(m)
+    r = m.run(timeout=30)
+    assert r.reason == "exit", r.describe()
+    assert starts and not any(s[3] for s in starts) and all(s[2] is None for s in starts), starts
+
+
+def test_only_a_start_nothing_bounds_gets_a_unicorn_timer(guest):
+    """Unicorn's timeout costs a timer thread per emu_start: threaded slices and
+    budget-bounded starts run without it (the deadline is checked between starts);
+    a lone task with no budget keeps it, so a guest spinning forever still ends."""
+    m = machine(guest, "work", "3", "20000", seed=1)
+    starts = _record_starts(m)
+    assert m.run(timeout=120).reason == "exit"
+    assert all(not s[0] for s in starts if s[2] is not None), "a threaded slice asked for a Unicorn timer"
+    assert any(s[0] for s in starts if s[2] is None), "the lone task's unbounded start had no timer"
+    m = Machine.from_asm(_SPIN_FOREVER)
+    starts = _record_starts(m)
+    r = m.run(max_insns=SHORT_SLICE_INSNS, timeout=60)
+    assert r.reason == "budget" and all(not s[0] for s in starts), starts
+    m = Machine.from_asm(_SPIN_FOREVER)
+    starts = _record_starts(m)
+    r = m.run(timeout=0.3)
+    assert r.reason == "timeout" and starts and starts[0][0], (r.describe(), starts)
+
+
+def test_threads_spinning_forever_end_at_the_timeout_with_a_large_budget(guest):
+    m = machine(guest, "spin", "3")
+    r = m.run(max_insns=10**12, timeout=0.5)
+    assert r.reason == "timeout", r.describe()
+
+
+_SPIN_FOREVER = """
+_start:
+spin:
+    jmp spin
+"""
+
+_SPIN_THEN_EXIT = """
+_start:
+    mov ecx, 100000
+again:
+    dec ecx
+    jnz again
+    mov eax, 60
+    xor edi, edi
+    syscall
+"""

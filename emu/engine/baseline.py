@@ -222,3 +222,60 @@ def bare_run(file, loop: int, n: int, mode: str = "none") -> float:
     if uc.reg_read(X.UC_X86_REG_RBP) != _RBP_MARK:
         raise EmuError(f"{mode}: rbp not preserved across the loop (a push or pop went wrong)")
     return dt
+
+
+# ----------------------------------------------------------------------------- per-unit engine costs
+
+_CODE_PAGE = 0x400000
+_ADD_RAX_1 = b"\x48\x83\xc0\x01"             # add rax, 1
+_JMP_NEXT = b"\xeb\x00"                      # jmp to the next instruction: ends the block
+_NOP2 = b"\x66\x90"                          # a two-byte nop: the same count, one block
+_LOOP_TAIL = b"\x48\xff\xc9"                 # dec rcx (jnz back appended)
+BLOCKS_PER_ITERATION = 64
+
+
+def _loop_code(body: bytes) -> bytes:
+    """``top: body; dec rcx; jnz top`` at _CODE_PAGE, then the stop address."""
+    code = body + _LOOP_TAIL
+    rel = -(len(code) + 6)
+    return code + b"\x0f\x85" + struct.pack("<i", rel)
+
+
+def _timed_loop(code: bytes, n: int, hook=None) -> float:
+    """Seconds of ``n`` iterations of ``code`` (:func:`_loop_code`) on a bare Uc with no
+    hook but ``hook`` (a native syscall callback)."""
+    uc = Uc(UC_ARCH_X86, UC_MODE_64)
+    uc.mem_map(_CODE_PAGE, 0x1000, UC_PROT_READ | UC_PROT_EXEC)
+    uc.mem_write(_CODE_PAGE, code)
+    keep = None
+    if hook is not None:
+        keep = _SYSCALL_CB(hook)
+        _add_native_hook(uc, UC_HOOK_INSN, keep, ctypes.c_int(X.UC_X86_INS_SYSCALL))
+    uc.reg_write(X.UC_X86_REG_RCX, 1)              # translate once, untimed
+    uc.emu_start(_CODE_PAGE, _CODE_PAGE + len(code))
+    uc.reg_write(X.UC_X86_REG_RCX, n)
+    t0 = time.perf_counter()
+    uc.emu_start(_CODE_PAGE, _CODE_PAGE + len(code))
+    dt = time.perf_counter() - t0
+    del keep
+    if uc.reg_read(X.UC_X86_REG_RCX) != 0:
+        raise EmuError("bare Unicorn unit-cost loop did not complete")
+    return dt
+
+
+def block_loops(n: int) -> tuple[float, float]:
+    """(seconds, seconds) of ``n`` iterations of two hook-free loops with the same
+    instructions: BLOCKS_PER_ITERATION ``add; jmp next`` blocks, and the same adds with
+    a two-byte nop for each jmp in one block.  Their difference over
+    ``n * BLOCKS_PER_ITERATION`` is what the engine pays per translated block
+    executed (the block's entry and exit through Unicorn's loop, not the instructions)."""
+    chained = _loop_code((_ADD_RAX_1 + _JMP_NEXT) * BLOCKS_PER_ITERATION)
+    straight = _loop_code((_ADD_RAX_1 + _NOP2) * BLOCKS_PER_ITERATION)
+    return _timed_loop(chained, n), _timed_loop(straight, n)
+
+
+def syscall_hook_loop(n: int) -> float:
+    """Seconds of ``n`` iterations of ``mov eax, 39; syscall`` on a bare Uc whose
+    syscall hook is an empty callback registered natively, as the machine registers its
+    own: the floor of a syscall round trip through any Python model."""
+    return _timed_loop(_loop_code(b"\xb8\x27\x00\x00\x00\x0f\x05"), n, _empty_hook)

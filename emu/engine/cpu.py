@@ -255,7 +255,10 @@ class Cpu(Engine):
     def start(self, uc, rip: int, timeout: float | None, count: int, blocks: int | None = None) -> bool:
         """One emu_start for at most ``count`` instructions (0: no limit) and ``blocks``
         translated blocks (None: no limit); True when a fault or a hook's
-        :meth:`stop` ended it (a fault goes to the trap handler's ``exc_fault``)."""
+        :meth:`stop` ended it (a fault goes to the trap handler's ``exc_fault``).
+        ``timeout`` (seconds; None or 0: none) becomes Unicorn's timeout, which starts
+        a timer thread for the call (~0.1 ms): the scheduler passes one only for a
+        start nothing else bounds, and checks its deadline between the others."""
         self.stopped_by_hook = False
         self.stop_precounted = False
         self.quantum.arm(blocks)

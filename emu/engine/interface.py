@@ -148,6 +148,10 @@ class Quantum(ABC):
         """Count blocks on ``cpu``."""
 
     @abstractmethod
+    def detach(self, cpu) -> None:
+        """Stop counting blocks on ``cpu`` (nothing runs per block afterwards)."""
+
+    @abstractmethod
     def shorten(self, blocks: int) -> None:
         """Let at most ``blocks`` more blocks of the running slice run."""
 

@@ -92,17 +92,22 @@ def _block_stub() -> tuple[mmap.mmap, int] | None:
 
 class BlockQuantum:
     """The time slice of the task on the CPU, in translated blocks: one native
-    ``UC_HOOK_BLOCK`` per Unicorn instance (added the first time a slice runs on it)
-    and one counter for all of them (one CPU).  ``arm(n)`` lets exactly n blocks run:
-    the hook stops the CPU at the start of block n + 1, before it executes, so the
-    task resumes there."""
+    ``UC_HOOK_BLOCK`` per Unicorn instance (added when several tasks share the CPU,
+    removed again once one is left: :meth:`detach`) and one counter for all of them
+    (one CPU).  ``arm(n)`` lets exactly n blocks run: the hook stops the CPU at the
+    start of block n + 1, before it executes, so the task resumes there.
+
+    Which instances carry the hook is the state of the live Unicorn instances, which a
+    checkpoint's restore keeps (``Memory.uc``): it is kept with them, not rolled back."""
+
+    checkpoint_keep = ("_hooked",)
 
     def __init__(self):
         stub = _block_stub()
         self._stub = stub[1] if stub else None
         self._left = ctypes.c_int64(_DISARMED)
         self._armed = _DISARMED
-        self._hooked = weakref.WeakSet()
+        self._hooked = weakref.WeakKeyDictionary()     # Unicorn instance -> its hook's handle
 
     @property
     def native(self) -> bool:
@@ -121,7 +126,23 @@ class BlockQuantum:
         if status:
             raise UcError(status)
         uc.ctl_flush_tb()
-        self._hooked.add(uc)
+        self._hooked[uc] = handle.value
+
+    def detach(self, uc) -> None:
+        """Stop counting blocks on ``uc`` (one task is left: no slices).  The blocks
+        translated with the hook would still call into Unicorn's hook dispatch at each
+        block, so they are dropped too; nothing runs per block afterwards."""
+        handle = self._hooked.pop(uc, None)
+        if handle is None or uc._uch is None:
+            return
+        status = uclib.uc_hook_del(uc._uch, ctypes.c_size_t(handle))
+        if status:
+            raise UcError(status)
+        uc.ctl_flush_tb()
+
+    def attached(self, uc) -> bool:
+        """Is the block hook on ``uc``?"""
+        return uc in self._hooked
 
     def arm(self, blocks: int | None) -> None:
         """The next emu_start may run ``blocks`` blocks (None: no limit)."""

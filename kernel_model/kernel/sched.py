@@ -48,6 +48,10 @@ MIN_SLICE, MAX_SLICE = 10_000, 100_000
 ALONE_SLICE = 1 << 18
 # Virtual time a block takes: it counts as this many instructions of INSN_NS each.
 BLOCK_INSNS = 4
+# A start bounded by at most this many instructions (a budget, a counted slice) ends soon
+# enough for the run's timeout to be checked after it: no Unicorn timer for it (a timer
+# thread per emu_start); as long as an ALONE_SLICE of blocks.
+SHORT_SLICE_INSNS = ALONE_SLICE * BLOCK_INSNS
 MAX_SLICE_LIMIT = 1 << 40
 
 
@@ -216,7 +220,7 @@ class RunQueue:
                     full, done = (self.scheduler.slice() if multi else None), 0
                 count = (remaining or 0) if full is None else \
                     (full if remaining is None else min(full, remaining))
-                blocks, short = None, False
+                blocks, short = None, 0 < count <= SHORT_SLICE_INSNS
             else:
                 full = done = None
                 count, blocks, short = self._slice_limits(multi, remaining)
@@ -237,7 +241,8 @@ class RunQueue:
             else:
                 engine.emu_base, engine.emu_count = engine.icount, count
                 # the deadline of short slices is checked between them, with no Unicorn
-                # timer (a thread per emu_start: ~0.15 ms each)
+                # timer (a thread per emu_start: ~0.1 ms each); only a slice nothing
+                # bounds (one task, no budget or a large one) runs with the timer
                 stopped_early = self._emulate(rip, None if short else left, count, blocks)
                 engine.emu_count = 0
                 insns = engine.insns_run(count, stopped_early, self.cpu) if count else None
@@ -332,11 +337,13 @@ class RunQueue:
         task, no slice; where the quantum is not native the slice is an instruction
         count); ``short``: the slice ends soon enough for the timeout to wait for it."""
         count = remaining or 0
-        if not multi:
-            return count, None, False
-        n = self._slice_length()
-        short = n <= ALONE_SLICE
         quantum = self.engine.quantum
+        if not multi:
+            if quantum.native:
+                quantum.detach(self.cpu)     # one task left: nothing counts its blocks
+            return count, None, 0 < count <= SHORT_SLICE_INSNS
+        n = self._slice_length()
+        short = n <= ALONE_SLICE or 0 < count <= SHORT_SLICE_INSNS
         if quantum.native:
             quantum.attach(self.cpu)
             return count, n, short

@@ -136,8 +136,11 @@ class TraceEvents:
         handler = None if spec.is_return else dispatch
         ret_handler = dispatch if spec.is_return else None
         uc = UprobeConsumer(handler, ret_handler, filter, name=ev.name, is_trace=True)
-        if handler is not None and filter is None and not ftrace and not self._always_buffer:
-            uc.fast_handler = self._program_dispatcher(ev, dispatch)
+        if filter is None and not ftrace and not self._always_buffer:
+            if handler is not None:
+                uc.fast_handler = self._program_dispatcher(ev, dispatch)
+            else:
+                uc.fast_ret_handler = self._program_dispatcher(ev, dispatch)
         ev.consumer = self.uprobes.uprobe_register(file, offset, uc, spec.ref_ctr_offset or 0)
         self.events.append(ev)
         return ev
@@ -158,7 +161,8 @@ class TraceEvents:
 
     # -- the dispatcher ---------------------------------------------------------
     def _program_dispatcher(self, ev: TraceEvent, general):
-        """``uprobe_dispatcher`` for an entry event whose consumers are programs only
+        """``uprobe_dispatcher`` (``uretprobe_dispatcher`` for a return event: the same
+        work) for an event whose consumers are programs only
         (no ftrace lines, no filter) on a kernel with the lazy args buffer: ``nhit``
         and the programs, which is all :meth:`_dispatch` does for it unless ``nhit``
         is per CPU on a machine of several or the machine records its accesses - then

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from emu.frontends.bench import costmodel, detach, engine_costs, scaling, scaling_report
 from emu.frontends.bench.host import run_host
 from emu.frontends.bench.programs import program_targets, run_programs
-from emu.frontends.bench.render import render, render_programs, render_targets
+from emu.frontends.bench.render import render, render_programs, render_targets, render_unit_costs
 from emu.frontends.bench.report import Config, JsonReport, programs_report, run_bench
 from emu.frontends.bench.scenarios import SCENARIOS, parse_column
 from emu.frontends.bench.threads import cmd_threads
@@ -149,6 +149,7 @@ def cmd_bench(args) -> int:
                       TimeElapsedColumn(), console=err, transient=err.is_terminal) as progress:
             report = programs_report(cfg) if programs_only else run_bench(cfg, progress)
             report["engine"] = engine_capabilities()
+            report["unit_costs"] = engine_costs.unit_costs(cfg.repeat)
             if getattr(args, "programs", False):
                 report["programs"] = run_programs(cfg.columns[0].kernel, cfg.repeat, progress)
                 report["program_targets"] = program_targets(report["programs"])
@@ -158,6 +159,7 @@ def cmd_bench(args) -> int:
                 except HostKernelError as e:
                     raise EmuError(f"--host-kernel: {e}") from None
         out.print(escape(describe_engine(report["engine"])), highlight=False)
+        render_unit_costs(report["unit_costs"], out)
         if programs_only:
             render_programs(report["programs"], out, report["program_targets"])
         else:
@@ -217,8 +219,10 @@ def cmd_engine(args) -> int:
         with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, transient=err.is_terminal) as progress:
             report = engine_costs.run_engine(repeat, progress)
+            report["unit_costs"] = engine_costs.unit_costs(repeat)
         report["engine"] = engine_capabilities()
         out.print(escape(describe_engine(report["engine"])), highlight=False)
+        render_unit_costs(report["unit_costs"], out)
         render_targets(report["targets"], out)
         json_out.write(report)
     return 0

@@ -52,6 +52,22 @@ def _cell_mops(res: dict) -> str:
     return f"{_fmt_mops(m['median'])} [{_fmt_mops(m['min'])}-{_fmt_mops(m['max'])}]"
 
 
+def render_unit_costs(costs: dict, console) -> None:
+    """The engine's per-unit costs (``engine_costs.unit_costs``), under the engine line."""
+    t = Table(title=escape(f"engine per-unit costs (best of {costs['repeat']}; bare Unicorn and the model, "
+                           f"this process)"), title_justify="left")
+    t.add_column("unit")
+    t.add_column("ns", justify="right")
+    t.add_column("measured as")
+    t.add_row("per translated block", f"{costs['per_block_ns']:.3g}",
+              escape(f"{costs['blocks']:,} blocks of add+jmp against the same instructions in one block, "
+                     "no hooks"))
+    t.add_row("per syscall", f"{costs['per_syscall_ns']:.4g}",
+              escape(f"{costs['syscalls']:,} getpid through the model ({costs['model_syscall_ns']:.4g} ns each) "
+                     f"above bare Unicorn with an empty native syscall hook ({costs['syscall_floor_ns']:.3g} ns)"))
+    console.print(t)
+
+
 def render(report: dict, console) -> None:
     cols = [c["label"] for c in report["columns"]]
     cp = report["cost_profile"]["name"]

@@ -60,6 +60,10 @@ class Uprobes:
         # the hot paths' locks, refcounts and RCU read sides; ``sync.log`` is the
         # machine's access log while it records (``Machine.record_accesses``), else None
         self.sync = UprobesSync(self.profile)
+        # hits take the chains and the trampoline specialised for the common case
+        # (specialize_chain, Uretprobes.handle_trampoline); False: always the general
+        # ones (the transparency tests compare the two)
+        self.specialized = True
 
     # -- helpers -----------------------------------------------------------------
     @property
@@ -224,7 +228,7 @@ class Uprobes:
         uc.id = next(self._ids)
         uc.uprobe = uprobe
         uprobe.consumers.insert(0, uc)                  # consumer_add: list head
-        uprobe.chain = None
+        uprobe.chain = uprobe.ret_chain = None
         try:
             self.register_for_each_vma(uprobe, uc)
         except RegistrationError:
@@ -263,7 +267,7 @@ class Uprobes:
     def _consumer_del(self, uprobe: Uprobe, uc: UprobeConsumer) -> None:
         if uc in uprobe.consumers:
             uprobe.consumers.remove(uc)
-            uprobe.chain = None
+            uprobe.chain = uprobe.ret_chain = None
         if not uprobe.consumers and self.tree.get(uprobe.key) is uprobe:
             del self.tree[uprobe.key]
             self.tree_gen += 1
@@ -399,8 +403,10 @@ class Uprobes:
         proc = task.process
         mm = proc.mm_uprobes
         area = mm.xol_area
-        if area is not None and bp_vaddr == area.vaddr:
-            self.uret.uprobe_handle_trampoline(task, regs)
+        if area is not None and bp_vaddr == area.vaddr:            # the int3 trampoline (< 6.11)
+            uret = self.uret
+            if self.events.active or not uret.handle_trampoline(task, regs):
+                uret.uprobe_handle_trampoline(task, regs)
             return True
         if sync is None and self.sync.log is not None:
             return self._handle_swbp_sync(self.sync, task, regs, bp_vaddr)
@@ -554,9 +560,11 @@ class Uprobes:
         handler when it has one (``fast_handler``); any other list gets the general
         :meth:`handler_chain`.  Both have the same effects, counts and events."""
         consumers = uprobe.consumers
-        if len(consumers) != 1:
+        if not self.specialized or len(consumers) != 1:
             return self.handler_chain
         uc = consumers[0]
+        if uc.handler is None and uc.ret_handler is not None:
+            return self._ret_only_chain(uc)
         if uc.handler is None or uc.ret_handler is not None:
             return self.handler_chain
         handler = uc.fast_handler or uc.handler
@@ -579,6 +587,25 @@ class Uprobes:
                 self._remove_unwanted(uprobe, task)
 
         return handler_chain_one
+
+    def _ret_only_chain(self, uc: UprobeConsumer):
+        """``handler_chain`` for one consumer with only a ret_handler (a uretprobe):
+        nothing runs at entry, and its rc is 0 under either ``handler_chain_rc`` - the
+        kernel asks for a return instance (``alloc_return_instance``, or ``need_prep``
+        before 6.13) and ``prepare_uretprobe`` hijacks the return; no REMOVE.  As in
+        :meth:`handler_chain` the consumer's context is refreshed (its cookie 0)."""
+        machine, uret = self.machine, self.uret
+        alloc, prepare = uret.alloc_return_instance, uret.prepare_uretprobe
+
+        def handler_chain_ret(uprobe, task, regs, vaddr):
+            ctx = uc.ctx
+            if ctx is None:
+                ctx = uc.ctx = UprobeContext(machine, task, regs, uprobe, uc, vaddr)
+            else:
+                ctx.task, ctx.regs, ctx.uprobe, ctx.vaddr, ctx.cookie = task, regs, uprobe, vaddr, 0
+            prepare(uprobe, task, regs, alloc(task))
+
+        return handler_chain_ret
 
     def unapply_uprobe(self, proc, uprobe: Uprobe) -> None:
         for vaddr in self.vaddr_of(proc, uprobe.file, uprobe.offset):

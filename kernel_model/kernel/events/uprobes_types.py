@@ -51,6 +51,7 @@ class UprobeConsumer:
     # a handler with the same effect, specialised by its owner for the common case (a
     # trace event's dispatcher for a program-only event); None: ``handler`` itself
     fast_handler: object = field(default=None, compare=False, repr=False)
+    fast_ret_handler: object = field(default=None, compare=False, repr=False)    # the same for ret_handler
 
     @property
     def is_session(self) -> bool:
@@ -71,6 +72,9 @@ class Uprobe:
     # handler_chain specialised for the consumers as they are (Uprobes.specialize_chain);
     # None: made again at the next hit (the consumers changed)
     chain: object = field(default=None, compare=False, repr=False)
+    # handle_uretprobe_chain specialised the same way (Uretprobes.specialize_ret_chain),
+    # cleared with ``chain``
+    ret_chain: object = field(default=None, compare=False, repr=False)
 
     @property
     def can_optimize(self) -> bool:

@@ -249,6 +249,75 @@ class Uretprobes:
         if self.events.active:
             self.events.publish(ev.UretprobeReturn(task, regs.rip))
 
+    def handle_trampoline(self, task, regs) -> bool:
+        """``uprobe_handle_trampoline`` in its common case, the one a return probe takes
+        almost always: the newest instance is not chained (no tail call) and either
+        alone or with its caller's frame still alive, so the kernel's loop pops exactly
+        that one, sets ip to its return address and runs its consumers
+        (``handle_uretprobe_chain``, specialised per uprobe: :meth:`specialize_ret_chain`)
+        before ``free_ret_instance``.  Taken only with no events bus listening and no
+        recorded accesses (the general path publishes and records); False when this is
+        not the common case - nothing was done, the general path runs."""
+        utask = task.utask
+        if utask is None or not self.uprobes.specialized or self.uprobes.sync.log is not None:
+            return False
+        stack = utask.return_instances
+        n = len(stack)
+        if n != 1 and (not n or stack[-1].chained or
+                       not arch.arch_uretprobe_is_alive(stack[-2], arch.RP_CHECK_RET, regs)):
+            return False
+        ri = stack.pop()
+        utask.depth -= 1
+        regs.rip = ri.orig_ret_vaddr
+        self.machine.counters.uretprobe_hits += 1
+        uprobe = ri.uprobe
+        if uprobe is not None:
+            chain = uprobe.ret_chain
+            if chain is None:
+                chain = uprobe.ret_chain = self.specialize_ret_chain(uprobe)
+            chain(task, ri, regs)
+        if self._pool and not ri.scratch:               # free_ret_instance: ri_pool_push, inline
+            ri.uprobe, ri.consumers, ri.lease = None, [], None
+            utask.ri_pool.append(ri)
+        else:
+            self.free_ret_instance(task, ri)
+        return True
+
+    def specialize_ret_chain(self, uprobe):
+        """``handle_uretprobe_chain`` as this uprobe's consumers make it, decided once per
+        change of the consumer list (cleared with ``uprobe.chain``), as
+        ``Uprobes.specialize_chain`` does for the entry: one return-only consumer - a
+        uretprobe, a perf or BPF return probe - is called without the loop, the
+        membership checks and the session lookup, through its owner's specialised
+        handler when it has one (``fast_ret_handler``: a program-only trace event);
+        any other list gets the general :meth:`handle_uretprobe_chain`.  Same effects,
+        counts and events."""
+        consumers = uprobe.consumers
+        if not self.uprobes.specialized or len(consumers) != 1:
+            return self.handle_uretprobe_chain
+        uc = consumers[0]
+        if uc.ret_handler is None or uc.handler is not None:
+            return self.handle_uretprobe_chain      # no return work, or a session consumer
+        handler = uc.fast_ret_handler or uc.ret_handler
+        machine, bus = self.machine, self.events
+
+        def handle_uretprobe_chain_one(task, ri, regs):
+            if not uc.enabled:
+                return
+            ctx = uc.ret_ctx
+            if ctx is None:
+                ctx = uc.ret_ctx = UprobeContext(machine, task, regs, ri.uprobe, uc, ri.func, func=ri.func,
+                                                 cookie=None, is_return=True)
+            else:
+                ctx.machine, ctx.task, ctx.regs, ctx.uprobe = machine, task, regs, ri.uprobe
+                ctx.vaddr = ctx.func = ri.func
+                ctx.cookie = None
+            handler(ctx)
+            if bus.active:
+                bus.publish(ev.RetHandlerRan(task, uc, ri.func, regs.rip))
+
+        return handle_uretprobe_chain_one
+
     @staticmethod
     def _sync_return(sync, task, ri: ReturnInstance) -> None:
         """The recorded return side of one instance: the consumer walk's lock, then the
@@ -318,7 +387,9 @@ class Uretprobes:
         ip = regs.rip
         if self.events.active:
             self.events.publish(ev.SysUretprobe(task))
-        self.uprobe_handle_trampoline(task, regs)
+            self.uprobe_handle_trampoline(task, regs)
+        elif not self.handle_trampoline(task, regs):
+            self.uprobe_handle_trampoline(task, regs)
         # (the syscall returns regs->ax: None leaves rax as the handlers left it)
         if regs.rsp != sp:
             return None                  # a consumer moved sp: full pt_regs (IRET) return
