@@ -13,7 +13,7 @@ from emu.engine import baseline
 from emu.frontends.bench import TARGET_INT3_RATIOS, engine_costs, guest_file, targets
 from kernel_model.errors import EmuError
 
-HIT_TARGETS = {"uprobe-nop": 0.20, "uprobe-push": 0.15, "uprobe-ret": 0.08, "uretprobe-nop": 0.08}
+HIT_TARGETS = {"uprobe-nop": 0.20, "uprobe-push": 0.15, "uprobe-ret": 0.15, "uretprobe-nop": 0.15}
 QILING = "full semantics vs no semantics: uprobe-nop / Qiling-style code hook"
 
 
@@ -177,7 +177,8 @@ def test_engine_costs_print_the_store_and_mapping_targets(tmp_path):
     assert [t["limit"] for t in rep["targets"]] == [2.0, 1.0], rep["targets"]
     text = proc.stdout.decode()
     assert "guest stores / loads" in text and "3,000 one-page mmaps" in text, text
-    assert [c["name"] for c in rep["engine"]] == ["register window", "native block quantum", "instruction counter"]
+    assert [c["name"] for c in rep["engine"]] == ["register window", "native block quantum", "instruction counter",
+                                                 "exception state"]
     assert "engine: register window in use" in text, text
     _assert_unit_costs(rep, text)
 

@@ -173,3 +173,20 @@ def test_the_initial_stack_mapping_is_the_arguments_plus_128_kib():
     above = stack.end - stack.start - (128 << 10)
     assert "growsdown" in stack.flags
     assert 0 < above <= 2 * PAGE_SIZE and above % PAGE_SIZE == 0, f"{above:#x} bytes above the 128 KiB"
+
+
+def _without_err(text: str) -> str:
+    return "\n".join(" ".join(w for w in line.split() if not w.startswith("err=")) for line in text.splitlines())
+
+
+@pytest.mark.parametrize("case", ["write-readonly", "read-unmapped", "read-protnone", "exec-data", "write-text",
+                                  "cow", "stack-grows", "smc"])
+def test_without_the_cpus_error_code_the_rebuilt_one_ends_the_same(paging_guest, case, monkeypatch):
+    """The fallback when the engine cannot read env->error_code: the code is rebuilt
+    from the page tables and the instruction; the signal (si_code, si_addr, trapno) is
+    the same, only the sigcontext's err may differ (a write to a page not yet present
+    faults twice: as a read, then as a write to a present page)."""
+    monkeypatch.setattr(mmu, "error_code", lambda uc: None)
+    native = subprocess.run([paging_guest, case], capture_output=True, timeout=60)
+    model, _ = _model(paging_guest, case)
+    assert _without_err(model) == _without_err(native.stdout.decode()), model

@@ -10,23 +10,31 @@ run time and each with a slower, exact fallback:
   counted by Unicorn's per-instruction counter (15-20x slower guest code while several
   tasks run);
 * the **instruction counter**: Unicorn's ``emu_counter`` found in its ``uc_struct``;
-  else exact budgets and reverse execution are unavailable.
+  else exact budgets and reverse execution are unavailable;
+* the **exception state**: ``env->error_code`` and ``env->old_exception`` found in the
+  CPU state (:func:`emu.engine.mmu.exception_state_known`).  Guest memory is paged and
+  every page fault is handled in an interrupt hook that Unicorn never marks delivered:
+  without it the #PF error code is rebuilt from the page tables, and a guest's second
+  page fault in a row becomes a double fault.
 
 :func:`engine_capabilities` says which are in use, so a slow run can say why.
 """
 
 from __future__ import annotations
 
+from emu.engine.mmu import exception_state_known
 from emu.engine.quantum import BlockQuantum, instruction_counter_available
 from emu.engine.regfile import cpu_window_layout
 
 
 def engine_capabilities() -> list[dict]:
     """``[{"name", "ok", "detail"}]`` for the register window, the native block
-    quantum and the instruction counter on this host and Unicorn build."""
+    quantum, the instruction counter and the exception state on this host and Unicorn
+    build."""
     window = cpu_window_layout() is not None
     quantum = BlockQuantum().native
     counter = instruction_counter_available()
+    excp = exception_state_known()
     return [
         {"name": "register window", "ok": window,
          "detail": "registers read and written in Unicorn's CPU state in place" if window else
@@ -37,6 +45,9 @@ def engine_capabilities() -> list[dict]:
         {"name": "instruction counter", "ok": counter,
          "detail": "exact instruction budgets and reverse execution" if counter else
          "Unicorn's emu_counter not found: no exact budgets, no reverse execution"},
+        {"name": "exception state", "ok": excp,
+         "detail": "page faults read their error code and end their delivery in place" if excp else
+         "CPU exception fields not found: error codes rebuilt, repeated page faults become double faults"},
     ]
 
 

@@ -71,7 +71,7 @@ FAULT_AROUND_PAGES = 16             # do_fault_around's window (fault_around_byt
 class Memory:
     """One address space (an mm) on one CPU instance (a Unicorn engine)."""
 
-    checkpoint_keep = ("uc", "ram", "pt", "_rpage", "_wpage", "text_write_listeners")
+    checkpoint_keep = ("uc", "ram", "pt", "_rpage", "_wpage", "_kpage", "text_write_listeners")
 
     def __init__(self, uc, counters, limit: MemoryLimit | None = None, ram=None):
         self.uc = uc
@@ -86,6 +86,7 @@ class Memory:
         self._last: Vma | None = None          # last mapping a user access checked
         self._rpage = _NO_PAGE                 # a page user reads may read straight from
         self._wpage = _NO_PAGE                 # a page user writes may write straight into
+        self._kpage = _NO_PAGE                 # the page the last raw read read from
         self.text_write_listeners: list = []   # callables (start, end) -> None
         self.release_listeners: list = []      # callables () -> None, run as the engine closes
         if uc is not None and self.pt is not None:
@@ -95,7 +96,7 @@ class Memory:
     def _reindex(self) -> None:
         self.vma_gen += 1                # what was looked up by address may have moved
         self._last = None
-        self._rpage = self._wpage = _NO_PAGE
+        self._rpage = self._wpage = self._kpage = _NO_PAGE
         self.vmas.sort(key=lambda v: v.start)
         self._starts = [v.start for v in self.vmas]
 
@@ -170,7 +171,7 @@ class Memory:
     def _tables_changed(self) -> None:
         """A leaf entry changed: the CPU's TLB and the kernel's own page windows go
         (flush_tlb_mm_range)."""
-        self._rpage = self._wpage = _NO_PAGE
+        self._rpage = self._wpage = self._kpage = _NO_PAGE
         mmu.flush_tlb(self.uc)
 
     def _new_frame(self, vma: Vma) -> int:
@@ -280,9 +281,10 @@ class Memory:
         if pt is None:
             return
         vpns = pt.vpns_in(start, end)
+        frames = [pt.ptes[vpn] & PTE_PFN_MASK for vpn in vpns]
         for vpn in vpns:
-            ram.put_page(pt.ptes[vpn] & PTE_PFN_MASK)
             pt.set_pte(vpn, 0)
+        ram.put_pages(frames)
         if vpns:
             self._tables_changed()
 
@@ -292,24 +294,34 @@ class Memory:
         the file stay unpopulated: they fault in as zeros."""
         vma = self.find_vma(start)
         pt, ram = self.pt, self.ram
-        size = file.size
+        n = max(0, min((end - start) >> 12, (file.size - offset + PAGE_SIZE - 1) >> 12))
+        frames = ram.alloc_run(n)
+        ram.file_frames.update(frames)
+        if vma.prot & PROT_EXEC:
+            ram.exec_frames.update(frames)
+        consecutive = n and frames[-1] - frames[0] == (n - 1) * PAGE_SIZE and \
+            ram.zone_of(frames[0]) is ram.zone_of(frames[-1])
+        if host_fd is not None and consecutive:
+            host, want, off = ram.host(frames[0]), n * PAGE_SIZE, offset
+            while want > 0:
+                got = _libc.pread(host_fd, host, want, off)
+                if got <= 0:
+                    break                      # EOF (or a read error): the rest stays zero
+                host, want, off = host + got, want - got, off + got
+        else:
+            for i, frame in enumerate(frames):
+                chunk = file.read(offset + i * PAGE_SIZE, PAGE_SIZE)
+                ctypes.memmove(ram.host(frame), chunk, PAGE_SIZE)
         flags = self._pte_flags(vma, False)
-        for va in range(start, end, PAGE_SIZE):
-            off = offset + va - start
-            if off >= size:
-                break
-            frame = self._new_frame(vma)
-            ram.file_frames.add(frame)
-            host = ram.host(frame)
-            if host_fd is not None:
-                _libc.pread(host_fd, host, PAGE_SIZE, off)
-            else:
-                chunk = file.read(off, PAGE_SIZE)
-                ctypes.memmove(host, chunk, PAGE_SIZE)
-            old = pt.ptes.get(va >> 12)
-            if old is not None:
-                ram.put_page(old & PTE_PFN_MASK)
-            pt.set_pte(va >> 12, frame | flags)
+        old = []
+        ptes = pt.ptes
+        for i, frame in enumerate(frames):
+            vpn = (start >> 12) + i
+            was = ptes.get(vpn)
+            if was is not None:
+                old.append(was & PTE_PFN_MASK)
+            pt.set_pte(vpn, frame | flags)
+        ram.put_pages(old)
         self._tables_changed()
 
     # -- mapping --------------------------------------------------------------
@@ -556,7 +568,7 @@ class Memory:
         restore that follows."""
         self.uc = uc
         self.pt = PageTable(self.ram)
-        self._rpage = self._wpage = _NO_PAGE
+        self._rpage = self._wpage = self._kpage = _NO_PAGE
         mmu.enable_paging(uc, self.pt.pgd)
 
     @property
@@ -578,11 +590,10 @@ class Memory:
                 finalizer()                       # uc_close now, not at garbage collection
             uc._callbacks.clear()
             uc._uch = None
-        self._rpage = self._wpage = _NO_PAGE
+        self._rpage = self._wpage = self._kpage = _NO_PAGE
         pt = self.pt
         if pt is not None:
-            for pte in pt.ptes.values():
-                self.ram.put_page(pte & PTE_PFN_MASK)
+            self.ram.put_pages([pte & PTE_PFN_MASK for pte in pt.ptes.values()])
             pt.release()
         self.limit.uncharge(self.total)
         self.vmas = []
@@ -591,18 +602,28 @@ class Memory:
     # -- access ---------------------------------------------------------------
     def read_byte(self, addr: int) -> int:
         """One byte, raw as :meth:`read`."""
-        lo, hi, view, base = self._rpage
+        lo, hi, view, base = self._kpage
         if lo <= addr < hi:
             return view[addr - base]
         return self.read(addr, 1)[0]
 
     def read(self, addr: int, n: int) -> bytes:
         """Raw read (the kernel's FOLL_FORCE view): ignores permissions; a page not
-        yet populated is, as access_remote_vm would fault it in."""
+        yet populated is, as access_remote_vm would fault it in.  The page of a read
+        within one page is remembered (``_kpage``, dropped with the other windows)."""
+        lo, hi, view, base = self._kpage
+        if lo <= addr and addr + n <= hi and n >= 0:
+            return bytes(view[addr - base:addr - base + n])
         if self.uc is None or n < 0 or addr < 0:
             raise GuestFault(addr, "read")
-        out = []
         ram = self.ram
+        off = addr & 0xFFF
+        if off + n <= PAGE_SIZE:
+            view, base = ram.page_view(self._page(addr) & PTE_PFN_MASK)
+            page = addr - off
+            self._kpage = (page, page + PAGE_SIZE, view, page - base)
+            return bytes(view[base + off:base + off + n])
+        out = []
         while n > 0:
             off = addr & 0xFFF
             k = min(n, PAGE_SIZE - off)

@@ -109,6 +109,18 @@ class PhysicalMemory:
         self.refcount[frame] = 1
         return frame
 
+    def alloc_run(self, n: int) -> list[int]:
+        """``n`` zeroed frames, consecutive when the never-used part of the zones has
+        them (a file's pages then read in with one call)."""
+        if n > 0 and self._next + n * PAGE_SIZE <= self._end:
+            first = self._next
+            self._next += n * PAGE_SIZE
+            frames = list(range(first, first + n * PAGE_SIZE, PAGE_SIZE))
+            for f in frames:
+                self.refcount[f] = 1
+            return frames
+        return [self.alloc_page() for _ in range(n)]
+
     def get_page(self, frame: int) -> None:
         self.refcount[frame] += 1
 
@@ -126,6 +138,37 @@ class PhysicalMemory:
             self._dirty_code.append(frame)
         else:
             self._free.append(frame)
+
+    def put_pages(self, frames) -> None:
+        """put_page for many frames: the freed ones go back to the host in runs of
+        consecutive frames (one madvise per run, not per page)."""
+        refcount, freed = self.refcount, []
+        for frame in frames:
+            n = refcount[frame] - 1
+            if n:
+                refcount[frame] = n
+            else:
+                del refcount[frame]
+                freed.append(frame)
+        if not freed:
+            return
+        freed.sort()
+        start = prev = freed[0]
+        for frame in freed[1:] + [None]:
+            if frame is not None and frame == prev + PAGE_SIZE and \
+                    (frame - ZONE_BASE) // self.zone_size == (start - ZONE_BASE) // self.zone_size:
+                prev = frame
+                continue
+            _libc.madvise(self.host(start), prev + PAGE_SIZE - start, _MADV_DONTNEED)
+            if frame is not None:
+                start = prev = frame
+        self.file_frames.difference_update(freed)
+        for frame in freed:
+            if frame in self.exec_frames:
+                self.exec_frames.discard(frame)
+                self._dirty_code.append(frame)
+            else:
+                self._free.append(frame)
 
     def page_count(self, frame: int) -> int:
         return self.refcount.get(frame, 0)

@@ -27,8 +27,8 @@ from kernel_model.errors import EmuError
 
 SCHEMA = "uprobe-emu.bench/1"
 # Hit-path targets: model M/s over the bare int3 + empty-hook loop, timed in the same run.
-TARGET_INT3_RATIOS = (("uprobe-nop", 0.20), ("uprobe-push", 0.15), ("uprobe-ret", 0.08),
-                      ("uretprobe-nop", 0.08))
+TARGET_INT3_RATIOS = (("uprobe-nop", 0.20), ("uprobe-push", 0.15), ("uprobe-ret", 0.15),
+                      ("uretprobe-nop", 0.15))
 
 
 @dataclass

@@ -137,8 +137,7 @@ class PageTable:
 
     def release(self) -> None:
         """free_pgtables at exit_mmap: the table frames go back (the caller frees the pages)."""
-        for t in self._tables:
-            self.ram.put_page(t)
+        self.ram.put_pages(self._tables)
         self._tables = []
         self._leaf = {}
         self.ptes = {}
