@@ -16,8 +16,8 @@ from emu.engine import mmu
 from kernel_model.arch.x86.mm.pgtable import PAGE_NX, PAGE_PRESENT, PAGE_RW, PTE_PFN_MASK
 from kernel_model.mm.mm_types import PAGE_SIZE
 
-CASES = ["write-readonly", "read-unmapped", "read-protnone", "exec-data", "write-text", "noncanonical", "cow",
-         "stack-grows", "stack-limit", "smc", "dontneed", "mremap"]
+CASES = ["write-readonly", "read-unmapped", "read-protnone", "exec-data", "write-text", "noncanonical", "int-gate",
+         "cow", "stack-grows", "stack-limit", "smc", "dontneed", "mremap"]
 
 
 @pytest.fixture(scope="module")

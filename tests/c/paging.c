@@ -107,6 +107,10 @@ int main(int argc, char **argv)
             printf("%d\n", *(volatile char *)0x8000000000000010UL);
         printf("noncanonical: si_code=%d si_addr=%#lx trapno=%d\n", fault_code, (long)fault_addr,
                fault_trapno);
+    } else if (!strcmp(c, "int-gate")) {
+        if (!sigsetjmp(back, 1))
+            __asm__ volatile("int $0x81");
+        printf("int-gate: si_code=%d si_addr=%#lx trapno=%d\n", fault_code, (long)fault_addr, fault_trapno);
     } else if (!strcmp(c, "cow")) {
         char *p = map(PROT_READ | PROT_WRITE);
         int status;

@@ -112,7 +112,9 @@ class Traps:
             regs.rip -= 2
             self.fixup_fault(task, regs)
             self.write_regs(regs)
-            self.send_sig(task, SIGSEGV, addr=0, detail=f"general protection (int ${intno:#x})")
+            cr2 = task.thread_fault[2] if task.thread_fault else 0
+            task.thread_fault = (Vector.GP, (intno << 3) | 2, cr2)     # the error code names the IDT entry
+            self.send_sig(task, SIGSEGV, addr=0, code=SI_KERNEL, detail=f"general protection (int ${intno:#x})")
         if self.exit_to_user_mode_loop(task, regs):
             return
         self.write_regs(regs)
