@@ -64,23 +64,31 @@ def test_fork_shares_frames_read_only_and_the_first_write_copies():
     child.release()
 
 
-def test_page_faults_are_counted_and_anonymous_memory_is_populated_on_demand():
-    m = Machine.from_asm("""
+def _after_anon_mmap(size: int, body: str) -> str:
+    """A guest that mmaps ``size`` bytes of anonymous memory (rbx: its address), runs
+    ``body`` and exits 0: nine instructions before the body, three after."""
+    return f"""
 _start:
     mov eax, 9
     xor edi, edi
-    mov esi, 0x100000
+    mov esi, {size:#x}
     mov edx, 3
     mov r10d, 0x22
     mov r8, -1
     xor r9d, r9d
     syscall
     mov rbx, rax
-    mov byte ptr [rbx + 0x80000], 1
+{body}
     mov eax, 60
     xor edi, edi
     syscall
-""")
+"""
+
+
+def test_page_faults_are_counted_and_anonymous_memory_is_populated_on_demand():
+    m = Machine.from_asm(_after_anon_mmap(0x100000, """
+    mov byte ptr [rbx + 0x80000], 1
+"""))
     r = m.run()
     assert r.exit_code == 0, r.describe()
     assert m.counters.page_faults == 1, f"expected 1 page fault, got {m.counters.page_faults}"
@@ -130,32 +138,19 @@ def test_the_engine_can_read_the_cpu_exception_state():
 
 def test_a_guest_touching_many_pages_keeps_its_instruction_count_exact():
     """A handled fault re-runs its instruction: the count must not see it twice."""
-    src = """
-_start:
-    mov eax, 9
-    xor edi, edi
-    mov esi, 0x400000
-    mov edx, 3
-    mov r10d, 0x22
-    mov r8, -1
-    xor r9d, r9d
-    syscall
-    mov rbx, rax
+    src = _after_anon_mmap(0x400000, """
     mov ecx, 64
 again:
     mov qword ptr [rbx], rcx
     add rbx, 0x10000
     dec ecx
     jnz again
-    mov eax, 60
-    xor edi, edi
-    syscall
-"""
+""")
     m = Machine.from_asm(src)
     r = m.run(max_insns=100_000)                    # a counted run
     assert r.exit_code == 0, r.describe()
     assert m.counters.page_faults == 64, m.counters.page_faults
-    assert m.icount == 10 + 64 * 4 + 3, f"icount {m.icount}"
+    assert m.icount == 9 + 1 + 64 * 4 + 3, f"icount {m.icount}"
     steps = Machine.from_asm(src)
     n = 0
     while steps.process is not None and n < 1000:
@@ -163,7 +158,7 @@ again:
         n += 1
         if res.reason == "exit":
             break
-    assert n == 10 + 64 * 4 + 3, f"{n} single steps"
+    assert n == 9 + 1 + 64 * 4 + 3, f"{n} single steps"
 
 
 def test_the_initial_stack_mapping_is_the_arguments_plus_128_kib():

@@ -641,14 +641,19 @@ class Memory:
     def _raw_write(self, addr: int, data: bytes) -> None:
         if self.uc is None or addr < 0:
             raise GuestFault(addr, "write")
+        self._write_pages(addr, data, self._page_for_write)
+
+    def _write_pages(self, addr: int, data: bytes, entry_of) -> None:
+        """``data`` into the frames ``entry_of(address)`` names, page by page; the CPU's
+        translations of what was written into an executable page are dropped."""
         ram, pos, n = self.ram, 0, len(data)
         while pos < n:
             off = addr & 0xFFF
             k = min(n - pos, PAGE_SIZE - off)
-            pte = self._page_for_write(addr)
+            pte = entry_of(addr)
             view, base = ram.page_view(pte & PTE_PFN_MASK)
             view[base + off:base + off + k] = data[pos:pos + k]
-            if not pte & PAGE_NX and pte & PAGE_PRESENT:
+            if pte & PAGE_PRESENT and not pte & PAGE_NX:
                 mmu.drop_code(self.uc, addr, k)
             addr += k
             pos += k
@@ -799,21 +804,8 @@ class Memory:
             self._raw_write(addr, data)
             self.counters.text_writes += 1
         else:
-            self._poke_in_place(addr, data)
+            self._write_pages(addr, data, self._page)      # in place
         self._notify(addr, addr + len(data))
-
-    def _poke_in_place(self, addr: int, data: bytes) -> None:
-        ram, pos, n = self.ram, 0, len(data)
-        while pos < n:
-            off = addr & 0xFFF
-            k = min(n - pos, PAGE_SIZE - off)
-            pte = self._page(addr)
-            view, base = ram.page_view(pte & PTE_PFN_MASK)
-            view[base + off:base + off + k] = data[pos:pos + k]
-            if pte & PAGE_PRESENT and not pte & PAGE_NX:
-                mmu.drop_code(self.uc, addr, k)
-            addr += k
-            pos += k
 
     def _notify(self, start: int, end: int) -> None:
         for fn in self.text_write_listeners:
