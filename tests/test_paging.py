@@ -185,3 +185,23 @@ def test_without_the_cpus_error_code_the_rebuilt_one_ends_the_same(paging_guest,
     native = subprocess.run([paging_guest, case], capture_output=True, timeout=60)
     model, _ = _model(paging_guest, case)
     assert _without_err(model) == _without_err(native.stdout.decode()), model
+
+
+def test_a_page_zapped_and_touched_again_in_a_loop_faults_every_time_and_runs_on():
+    """The same instruction faulting on the same address again and again is progress
+    when each fault populates the page (MADV_DONTNEED between the touches)."""
+    m = Machine.from_asm(_after_anon_mmap(0x1000, """
+    mov r12d, 10
+again:
+    mov byte ptr [rbx], 1
+    mov rdi, rbx
+    mov esi, 0x1000
+    mov edx, 4
+    mov eax, 28
+    syscall
+    dec r12d
+    jnz again
+"""))
+    r = m.run()
+    assert r.exit_code == 0, r.describe()
+    assert m.counters.page_faults == 10, m.counters.page_faults

@@ -14,8 +14,8 @@ only what changed).
 Hooks installed: interrupts (page faults included: guest memory is paged, see
 :mod:`emu.engine.mmu`; no memory hook, which would keep every store on Unicorn's slow
 path), invalid instructions, and the ``syscall``, ``in`` and ``out`` instructions - none
-of them runs per instruction; once several tasks
-share the CPU, a native block hook counts their time slices
+of them runs per instruction; once several tasks share the CPU, a native block hook
+counts their time slices
 (:class:`emu.engine.quantum.BlockQuantum`, no Python per block).  Traps go to the one
 :class:`emu.engine.interface.TrapHandler` and execution continues in the same
 ``emu_start``; only the end of the run (exit, fatal signal, stop request) leaves it.
@@ -43,16 +43,16 @@ from unicorn import (
 )
 from unicorn.unicorn_py3.unicorn import uclib
 
+from emu.engine import mmu
 from emu.engine.fpu import FpuUnit
 from emu.engine.interface import INVALID_OPCODE, Engine, TrapHandler
-from emu.engine import mmu
 from emu.engine.memhook import PagedMemHook
 from emu.engine.memory import Memory
 from emu.engine.quantum import BlockQuantum, emu_counter, refund_instruction
 from emu.engine.regfile import RegisterFile, SnapshotReader
 from kernel_model.errors import InputError
-from kernel_model.mm.page_alloc import PhysicalMemory
 from kernel_model.mm.mm_types import GuestFault
+from kernel_model.mm.page_alloc import PhysicalMemory
 
 _LEGACY_PREFIXES = frozenset((0x26, 0x2E, 0x36, 0x3E, 0x64, 0x65, 0x66, 0x67, 0xF0, 0xF2, 0xF3))
 

@@ -174,6 +174,10 @@ class Memory:
         self._rpage = self._wpage = self._kpage = _NO_PAGE
         mmu.flush_tlb(self.uc)
 
+    def flush_tlb_mm(self) -> None:
+        """flush_tlb_mm: every translation of this address space the CPU holds goes."""
+        self._tables_changed()
+
     def _new_frame(self, vma: Vma) -> int:
         frame = self.ram.alloc_page()
         if vma.prot & PROT_EXEC:
@@ -207,10 +211,11 @@ class Memory:
                 out = pte
         return out
 
-    def _wp_page(self, vma: Vma | None, vpn: int, pte: int, force: bool = False) -> int:
-        """do_wp_page: a write to a present read-only page of a writable mapping (or a
-        FOLL_FORCE write: ``force``).  A frame this mm holds alone is reused; a shared
-        one (fork, the file's page) is copied (wp_page_copy).  Returns the new entry."""
+    def _wp_page(self, vma: Vma | None, vpn: int, pte: int) -> int:
+        """do_wp_page: a write to a present read-only page of a writable mapping, or a
+        FOLL_FORCE write to one of a read-only mapping (which stays read-only).  A frame
+        this mm holds alone is reused; a shared one (fork, the file's page) is copied
+        (wp_page_copy).  Returns the new entry."""
         ram = self.ram
         frame = pte & PTE_PFN_MASK
         writable = vma is not None and vma.prot & PROT_WRITE and not vma.shared
@@ -272,7 +277,7 @@ class Memory:
             self._tables_changed()
         frame = pte & PTE_PFN_MASK
         if not pte & PAGE_RW and (self.ram.page_count(frame) > 1 or frame in self.ram.file_frames):
-            pte = self._wp_page(vma, vpn, pte, force=True)
+            pte = self._wp_page(vma, vpn, pte)
         return pte
 
     def _zap(self, start: int, end: int) -> None:

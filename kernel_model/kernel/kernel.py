@@ -83,7 +83,7 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         self.exited = False
         self.last_result = None
         self._result = None              # the run's end, once decided
-        self._last_fault = [None, 0]     # (address, rip) of the last page fault handled, repeats
+        self._last_fault = [None, 0]     # (address, rip) of the last page fault, spurious repeats of it
         self._stop_requested: str | None = None
         self._switch_requested = False
         self._in_syscall = False

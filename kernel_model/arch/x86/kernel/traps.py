@@ -15,7 +15,7 @@ from kernel_model.mm.mm_types import STACK_LIMIT
 from kernel_model.trace import events as ev
 
 SIGILL, SIGFPE, SIGSEGV = (SIGNALS[n] for n in ("SIGILL", "SIGFPE", "SIGSEGV"))
-_FAULT_RETRIES = 3      # the same fault handled this often without progress: SIGSEGV
+_FAULT_RETRIES = 3      # the same fault, the tables unchanged, this often in a row: SIGSEGV
 
 
 class Traps:
@@ -133,13 +133,13 @@ class Traps:
         mem = task.process.mem
         rip = self.engine.pc(cpu)
         self.counters.page_faults += 1
-        bad, error_code = do_user_addr_fault(mem, address, rip, self.stack_limit(task), error_code)
+        bad, error_code, progressed = do_user_addr_fault(mem, address, rip, self.stack_limit(task), error_code)
         if bad is None:
             key = (address, rip)
-            if key != self._last_fault[0]:
-                self._last_fault[:] = [key, 1]
+            if progressed or key != self._last_fault[0]:
+                self._last_fault[:] = [key, 0]
                 return not error_code & X86_PF_INSTR
-            self._last_fault[1] += 1
+            self._last_fault[1] += 1                 # the tables allowed it already
             if self._last_fault[1] <= _FAULT_RETRIES:
                 return not error_code & X86_PF_INSTR
             bad = BadArea(address, SEGV_ACCERR, error_code)      # a fault nothing fixes

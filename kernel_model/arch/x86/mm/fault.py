@@ -83,10 +83,11 @@ def access_error(error_code: int, vma) -> bool:
 
 
 def do_user_addr_fault(mem, address: int, rip: int, stack_limit: int,
-                       error_code: int | None = None) -> tuple[BadArea | None, int]:
+                       error_code: int | None = None) -> tuple[BadArea | None, int, bool]:
     """Handle a user page fault at ``address`` (see the module docstring) with the
-    CPU's ``error_code`` (rebuilt when None): ``(None, error code)`` when handled, else
-    the bad area.  The guest runs in user mode: X86_PF_USER is always set."""
+    CPU's ``error_code`` (rebuilt when None): ``(bad area or None, error code,
+    whether the tables changed)``.  The guest runs in user mode: X86_PF_USER is always
+    set."""
     if error_code is None:
         error_code = fault_error_code(mem, address, rip)
     error_code |= X86_PF_USER
@@ -94,10 +95,10 @@ def do_user_addr_fault(mem, address: int, rip: int, stack_limit: int,
     if vma is None:
         vma = mem.expand_stack(address, stack_limit)      # lock_mm_and_find_vma -> expand_stack
         if vma is None:
-            return BadArea(address, SEGV_MAPERR, error_code), error_code
+            return BadArea(address, SEGV_MAPERR, error_code), error_code, False
     if access_error(error_code, vma):
-        return BadArea(address, SEGV_ACCERR, error_code), error_code
-    mem.handle_mm_fault(address, bool(error_code & X86_PF_WRITE))
-    # handled, or a fault the tables already allow (a stale translation: flushed by
-    # then); the caller stops retrying a fault that keeps coming back
-    return None, error_code
+        return BadArea(address, SEGV_ACCERR, error_code), error_code, False
+    if mem.handle_mm_fault(address, bool(error_code & X86_PF_WRITE)):
+        return None, error_code, True
+    mem.flush_tlb_mm()          # the tables already allow it: a stale translation
+    return None, error_code, False
