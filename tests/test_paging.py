@@ -205,3 +205,16 @@ again:
     r = m.run()
     assert r.exit_code == 0, r.describe()
     assert m.counters.page_faults == 10, m.counters.page_faults
+
+
+def test_the_machines_ram_goes_back_to_the_host_with_its_last_address_space():
+    """Zones are freed with the last address space (exit_mmap of every process), not
+    when the machine is collected.  The main process's stays after its exit, for
+    inspection, until it is released."""
+    m = Machine.from_asm(_after_anon_mmap(0x10000, "    mov byte ptr [rbx], 1\n"))
+    ram = m.engine.ram
+    assert ram.zones and ram.users == 1
+    assert m.run().exit_code == 0
+    assert ram.zones and ram.frames_in_use > 0, "the exited main process's memory is still inspectable"
+    m.process.mem.release()
+    assert (ram.zones, ram.users, ram.frames_in_use) == ([], 0, 0)

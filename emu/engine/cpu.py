@@ -170,9 +170,9 @@ class Cpu(Engine):
         """A released address space comes back (a checkpoint restored): a new
         Unicorn instance, with the trap hooks, behind the same Memory."""
         uc, unused, regfile = self.new_space(mem.counters, mem.limit)
-        unused.pt.release()                 # its empty Memory is not used
         mem.adopt(uc)
-        uc.uemu_mem = weakref.ref(mem)
+        unused.pt.release()                 # its empty Memory is not used (after the adopt:
+        uc.uemu_mem = weakref.ref(mem)      # the RAM has a user throughout)
         mem.release_listeners.append(regfile.release)
         return uc, regfile
 

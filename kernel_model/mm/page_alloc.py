@@ -78,6 +78,7 @@ class PhysicalMemory:
         self.exec_frames: set[int] = set()   # frames some page table maps executable
         self.file_frames: set[int] = set()   # frames holding a file's page (the page cache's)
         self.zone_listeners: list = []   # callables (Zone) -> None: a CPU instance maps it
+        self.users = 0                   # live page tables (address spaces) over this RAM
         self.on_recycle = None           # () -> None: every CPU instance drops its translations
         self._finalizer = weakref.finalize(self, _free_zones, self.zones)
 
@@ -200,6 +201,19 @@ class PhysicalMemory:
     def copy_page(self, dst: int, src: int) -> None:
         """copy_user_highpage."""
         ctypes.memmove(self.host(dst), self.host(src), PAGE_SIZE)
+
+    def release_zones(self) -> None:
+        """The last address space is gone and no frame is in use: the zones go back to
+        the host now, not when the machine is collected (a process that builds many
+        machines keeps only the RAM of the live ones).  The next allocation adds a zone
+        again."""
+        if self.users or self.refcount or not self.zones:
+            return
+        _free_zones(self.zones)
+        self._free, self._dirty_code = [], []
+        self.exec_frames.clear()
+        self.file_frames.clear()
+        self._next = self._end = ZONE_BASE
 
     def close(self) -> None:
         self._finalizer()

@@ -73,6 +73,7 @@ class PageTable:
 
     def __init__(self, ram):
         self.ram = ram
+        ram.users += 1
         self.pgd = ram.alloc_page()
         self.ptes: dict[int, int] = {}          # virtual page number -> leaf entry
         self._tables: list[int] = [self.pgd]    # every table frame (freed with the mm)
@@ -138,6 +139,9 @@ class PageTable:
     def release(self) -> None:
         """free_pgtables at exit_mmap: the table frames go back (the caller frees the pages)."""
         self.ram.put_pages(self._tables)
+        if self._tables:
+            self.ram.users -= 1
+            self.ram.release_zones()
         self._tables = []
         self._leaf = {}
         self.ptes = {}
