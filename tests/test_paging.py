@@ -112,22 +112,28 @@ def test_leaf_entries_carry_the_mapping_protection():
 
 
 def test_a_counted_text_write_goes_into_a_private_copy_of_the_files_page(build_c):
-    """uprobe_write_opcode: the file's page is replaced by a copy holding the int3; the
-    frame read from the file is left as it was (another mapping of the file sees it)."""
+    """uprobe_write_opcode: the file's page is replaced by a copy holding the int3; a
+    process sharing the frame (a fork child) keeps the file's bytes."""
     path = build_c("hello.c", "-static")
     m = Machine.from_elf(path)
     text = next(v for v in m.mem.vmas if v.file is not None and v.prot & 4)
     addr = text.start + 0x10
+    _, child, _ = m.engine.new_space(m.counters, m.mem.limit)
+    child.map(text.start, text.size, text.prot, text.name, file=text.file, pgoff=text.pgoff)
+    child.copy_pages_from(m.mem, text.start, text.end)
     frame_before = _pte(m, addr) & PTE_PFN_MASK
-    original = m.engine.ram.read(frame_before, addr & 0xFFF, 1)
+    original = m.mem.read(addr, 1)
+    assert original != b"\xcc"
     m.mem.text_poke(addr, b"\xcc")
     frame_after = _pte(m, addr) & PTE_PFN_MASK
     assert frame_after != frame_before, "the page was written in place"
     assert m.mem.read(addr, 1) == b"\xcc"
-    assert m.engine.ram.page_count(frame_before) == 0 or \
-        m.engine.ram.read(frame_before, addr & 0xFFF, 1) == original
+    assert child.pt.ptes[addr >> 12] & PTE_PFN_MASK == frame_before
+    assert child.read(addr, 1) == original, "the other process sees the int3"
+    assert m.engine.ram.page_count(frame_before) == 1
     m.mem.text_poke(addr + 1, b"\xcc")
     assert _pte(m, addr) & PTE_PFN_MASK == frame_after, "an exclusive copy is written in place"
+    child.release()
 
 
 def test_the_engine_can_read_the_cpu_exception_state():

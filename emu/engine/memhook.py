@@ -23,8 +23,6 @@ class PagedMemHook:
         self.begin, self.end = begin, end
         self.call = call                   # (virtual address, size, value) -> None
         self.handle = self                 # not None while installed (see Cpu.remove_hook)
-        self.binding = True
-        self.fptr = None
         self.thunk = None                  # not a code hook
         self._runs: list = []              # Unicorn handles, one per run of frames
         self._everywhere = None

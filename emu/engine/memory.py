@@ -526,23 +526,24 @@ class Memory:
         self._tables_changed()
 
     # -- checkpoints (emu.replay.checkpoint) ---------------------------------------------
-    def page_image(self) -> tuple[dict, tuple, dict]:
-        """``(ptes, (), pages)``: the leaf flags of every page with a frame
+    def page_image(self) -> tuple[dict, dict]:
+        """``(ptes, pages)``: the leaf flags of every page with a frame
         (``{page address: flags}``) and its bytes (``{page address: bytes}``)."""
         pt = self.pt
         ptes, pages = {}, {}
         if pt is None:
-            return ptes, (), pages
+            return ptes, pages
         for vpn, pte in pt.ptes.items():
             va = vpn << 12
             ptes[va] = pte & ~PTE_PFN_MASK
             pages[va] = self.ram.read(pte & PTE_PFN_MASK, 0, PAGE_SIZE)
-        return ptes, (), pages
+        return ptes, pages
 
-    def restore_image(self, ptes: dict, backing: tuple, pages: dict) -> None:
+    def restore_image(self, ptes: dict, pages: dict) -> None:
         """Put a :meth:`page_image` back: pages absent from it lose their frames, the
         others get their bytes (written only where they differ; a frame shared with
-        another mm is replaced by a private one) and their flags."""
+        another mm is replaced by a private one) and their flags.  The caller drops
+        the CPU's translations (the checkpoint's restore flushes every instance)."""
         pt, ram = self.pt, self.ram
         for vpn in [v for v in pt.ptes if (v << 12) not in pages]:
             ram.put_page(pt.ptes[vpn] & PTE_PFN_MASK)
@@ -565,7 +566,6 @@ class Memory:
                 ram.exec_frames.add(frame)
             pt.set_pte(vpn, frame | flags)
         self._tables_changed()
-        mmu.flush_tb(self.uc)
 
     def adopt(self, uc) -> None:
         """A released address space comes back on a new, empty CPU instance (a

@@ -138,23 +138,38 @@ def exception_state_known() -> bool:
     return _debug_registers_offset() is not None
 
 
+class _ExceptionFields:
+    """``env->error_code``, ``env->exception_is_int`` and ``env->old_exception`` of one
+    instance, in place (found once per instance: the CPU state does not move)."""
+
+    __slots__ = ("error_code", "is_int", "old_exception")
+
+    def __init__(self, at: int):
+        self.error_code = ctypes.c_int32.from_address(at + _DR_TO_ERROR_CODE)
+        self.is_int = ctypes.c_int32.from_address(at + _DR_TO_IS_INT)
+        self.old_exception = ctypes.c_int32.from_address(at + _DR_TO_OLD_EXCEPTION)
+
+
+def _fields(uc) -> _ExceptionFields | None:
+    fields = getattr(uc, "uemu_exception_fields", False)
+    if fields is False:
+        off = _debug_registers_offset()
+        env = _env(uc) if off is not None else None
+        fields = uc.uemu_exception_fields = _ExceptionFields(env + off) if env is not None else None
+    return fields
+
+
 def error_code(uc) -> int | None:
     """``env->error_code`` of the exception being reported (None where unknown)."""
-    off = _debug_registers_offset()
-    env = _env(uc) if off is not None else None
-    if env is None:
-        return None
-    return ctypes.c_int32.from_address(env + off + _DR_TO_ERROR_CODE).value & 0xFFFF_FFFF
+    fields = _fields(uc)
+    return None if fields is None else fields.error_code.value & 0xFFFF_FFFF
 
 
 def exception_is_int(uc) -> bool:
     """Was the exception being reported raised by an ``int $n`` instruction
     (``env->exception_is_int``), not by a fault?  True where unknown."""
-    off = _debug_registers_offset()
-    env = _env(uc) if off is not None else None
-    if env is None:
-        return True
-    return bool(ctypes.c_int32.from_address(env + off + _DR_TO_IS_INT).value)
+    fields = _fields(uc)
+    return fields is None or bool(fields.is_int.value)
 
 
 def exception_delivered(uc) -> None:
@@ -165,7 +180,6 @@ def exception_delivered(uc) -> None:
     ``emu_start``: the one before ended by dropping the translations at its ``until``
     address, which Unicorn looks up through the MMU - a non-canonical or unmapped
     address raises an exception nobody delivers."""
-    off = _debug_registers_offset()
-    env = _env(uc) if off is not None else None
-    if env is not None:
-        ctypes.c_int32.from_address(env + off + _DR_TO_OLD_EXCEPTION).value = -1
+    fields = _fields(uc)
+    if fields is not None:
+        fields.old_exception.value = -1

@@ -21,11 +21,10 @@ A :class:`Checkpoint` holds
   what is not its rolled-back state: ``checkpoint_by_reference = True`` (referenced,
   never copied) and ``checkpoint_keep`` (attributes of the front ends or the host,
   left as they are by a restore);
-* each address space's memory: its Unicorn regions, host backing ranges and the
-  contents of every page the host ever touched, compared page by page with the
-  previous checkpoint so that an unchanged page is shared, not stored again (the
-  page-table "dirty" information is what ``/proc/self/pagemap`` gives about the host
-  backing; no per-instruction hook is ever installed);
+* each address space's memory: the leaf page-table flags and the bytes of every
+  page that has a frame, compared page by page with the previous checkpoint so that
+  an unchanged page is shared, not stored again (no per-instruction hook is ever
+  installed);
 * the CPU: off-CPU tasks keep their Unicorn context objects (immutable), the task on
   the CPU gets a fresh ``context_save``.
 
@@ -276,13 +275,12 @@ def restore_state(blob: bytes, objects: list, refs: list, remap: dict) -> None:
 
 @dataclass
 class SpaceImage:
-    """One address space at a checkpoint: ``regions``, the leaf page-table flags of
-    every page that has a frame (guest page address -> flags), ``backing`` (unused
-    since memory is paged: empty) and ``pages`` (guest page address -> bytes of those
-    pages; the others have no frame and fault in afresh)."""
+    """One address space at a checkpoint: ``ptes``, the leaf page-table flags of
+    every page that has a frame (guest page address -> flags), and ``pages`` (guest
+    page address -> bytes of those pages; the others have no frame and fault in
+    afresh)."""
 
-    regions: tuple
-    backing: tuple
+    ptes: dict
     pages: dict
     new_bytes: int = 0                # bytes of pages not shared with the previous image
     uc: object = None                 # the Unicorn instance it was on
@@ -291,7 +289,7 @@ class SpaceImage:
 def snapshot_space(mem: Memory, previous: SpaceImage | None) -> SpaceImage:
     """The address space now; pages equal to ``previous``'s share its bytes objects
     (what is stored anew is what changed since the previous checkpoint)."""
-    regions, backing, pages = mem.page_image()
+    ptes, pages = mem.page_image()
     new = 0
     old = previous.pages if previous is not None else {}
     for addr, data in pages.items():
@@ -300,12 +298,12 @@ def snapshot_space(mem: Memory, previous: SpaceImage | None) -> SpaceImage:
             pages[addr] = before
         else:
             new += PAGE_SIZE
-    return SpaceImage(regions, backing, pages, new, mem.uc)
+    return SpaceImage(ptes, pages, new, mem.uc)
 
 
 def restore_space(mem: Memory, image: SpaceImage) -> None:
     """Put the image's layout and bytes back (see ``Memory.restore_image``)."""
-    mem.restore_image(image.regions, image.backing, image.pages)
+    mem.restore_image(image.ptes, image.pages)
 
 
 # =============================================================================== checkpoints

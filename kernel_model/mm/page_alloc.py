@@ -127,18 +127,7 @@ class PhysicalMemory:
 
     def put_page(self, frame: int) -> None:
         """Drop a reference; the last one frees the frame (its bytes go back to the host)."""
-        n = self.refcount[frame] - 1
-        if n:
-            self.refcount[frame] = n
-            return
-        del self.refcount[frame]
-        self.file_frames.discard(frame)
-        _libc.madvise(self.host(frame), PAGE_SIZE, _MADV_DONTNEED)
-        if frame in self.exec_frames:
-            self.exec_frames.discard(frame)
-            self._dirty_code.append(frame)
-        else:
-            self._free.append(frame)
+        self.put_pages((frame,))
 
     def put_pages(self, frames) -> None:
         """put_page for many frames: the freed ones go back to the host in runs of
@@ -155,7 +144,7 @@ class PhysicalMemory:
             return
         freed.sort()
         start = prev = freed[0]
-        for frame in freed[1:] + [None]:
+        for frame in [*freed[1:], None]:
             if frame is not None and frame == prev + PAGE_SIZE and \
                     (frame - ZONE_BASE) // self.zone_size == (start - ZONE_BASE) // self.zone_size:
                 prev = frame
@@ -215,5 +204,3 @@ class PhysicalMemory:
         self.file_frames.clear()
         self._next = self._end = ZONE_BASE
 
-    def close(self) -> None:
-        self._finalizer()

@@ -405,7 +405,7 @@ class Uprobes:
         area = mm.xol_area
         if area is not None and bp_vaddr == area.vaddr:            # the int3 trampoline (< 6.11)
             uret = self.uret
-            if self.events.active or not uret.handle_trampoline(task, regs):
+            if not uret.handle_trampoline(task, regs):
                 uret.uprobe_handle_trampoline(task, regs)
             return True
         if sync is None and self.sync.log is not None:

@@ -259,7 +259,8 @@ class Uretprobes:
         recorded accesses (the general path publishes and records); False when this is
         not the common case - nothing was done, the general path runs."""
         utask = task.utask
-        if utask is None or not self.uprobes.specialized or self.uprobes.sync.log is not None:
+        if utask is None or self.events.active or not self.uprobes.specialized or \
+                self.uprobes.sync.log is not None:
             return False
         stack = utask.return_instances
         n = len(stack)
@@ -387,8 +388,7 @@ class Uretprobes:
         ip = regs.rip
         if self.events.active:
             self.events.publish(ev.SysUretprobe(task))
-            self.uprobe_handle_trampoline(task, regs)
-        elif not self.handle_trampoline(task, regs):
+        if not self.handle_trampoline(task, regs):
             self.uprobe_handle_trampoline(task, regs)
         # (the syscall returns regs->ax: None leaves rax as the handlers left it)
         if regs.rsp != sp:

@@ -50,22 +50,6 @@ def vm_get_page_prot(prot: int, writable: bool = True) -> int:
     return flags
 
 
-def pte_frame(pte: int) -> int:
-    return pte & PTE_PFN_MASK
-
-
-def pte_present(pte: int) -> bool:
-    return bool(pte & PAGE_PRESENT)
-
-
-def pte_write(pte: int) -> bool:
-    return bool(pte & PAGE_RW)
-
-
-def pte_exec(pte: int) -> bool:
-    return bool(pte & PAGE_PRESENT) and not pte & PAGE_NX
-
-
 class PageTable:
     """One mm's page tables (``mm->pgd``) in guest RAM, with the leaf mirror."""
 
