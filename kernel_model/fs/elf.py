@@ -36,7 +36,7 @@ from typing import Iterator
 from elftools.common.exceptions import ELFError as _PyElftoolsError
 from elftools.construct.core import ConstructError as _ConstructError
 from elftools.elf.elffile import ELFFile
-from elftools.elf.enums import ENUM_E_MACHINE
+from elftools.elf.enums import ENUM_E_MACHINE, ENUM_ST_INFO_BIND, ENUM_ST_INFO_TYPE
 
 from kernel_model.errors import ElfError, InputError, SymbolError
 
@@ -156,8 +156,9 @@ class ElfImage:
     """A parsed, validated executable: everything the loader and probes need.
 
     Addresses are link-time ones (add the load bias for ``DYN``).  ``symbolize`` uses
-    an index of ``all_symbols`` built once at construction, so treat the symbol lists
-    as read-only.
+    an index of ``all_symbols`` built at its first call (most images are never asked:
+    a run without probes or traces maps dozens of files), so treat the symbol lists as
+    read-only.
     """
 
     checkpoint_by_reference = True     # immutable once parsed
@@ -175,10 +176,6 @@ class ElfImage:
     usdt: list[UsdtNote]
     tls: Segment | None
     interp: str | None = None  # PT_INTERP: the program interpreter the loader maps
-    _code_index: _CodeSymbolIndex = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        self._code_index = _CodeSymbolIndex.build(self.all_symbols, self.segments)
 
     def vaddr_to_offset(self, vaddr: int) -> int:
         """File offset of the byte at link-time ``vaddr``.
@@ -214,7 +211,10 @@ class ElfImage:
         nearest candidate before ``vaddr`` has size 0 (hand-written assembly), it is
         used, as long as it lies in the same segment.
         """
-        return self._code_index.lookup(vaddr)
+        index = self.__dict__.get("_code_index")
+        if index is None:
+            index = self.__dict__["_code_index"] = _CodeSymbolIndex.build(self.all_symbols, self.segments)
+        return index.lookup(vaddr)
 
     def resolve(self, name: str) -> Symbol:
         """The symbol called ``name``; a miss suggests close spellings.
@@ -727,21 +727,32 @@ def _read_symbols(data: bytes, sections: list, path: str) -> list[Symbol]:
         if not 0 < table["sh_link"] < len(sections):
             raise ElfError(f"{path}: symbol table {table.name} has no string table")
         _check_section_in_file(data, sections[table["sh_link"]], path)
-        symbols.extend(_symbols_of(table))
+        symbols.extend(_symbols_of(data, table, sections[table["sh_link"]]))
     return symbols
 
 
-def _symbols_of(table) -> Iterator[Symbol]:
-    for raw in table.iter_symbols():
-        sym = Symbol(
-            name=raw.name,
-            value=raw["st_value"],
-            size=raw["st_size"],
-            type=_symbol_type(raw["st_info"]["type"]),
-            bind=_symbol_bind(raw["st_info"]["bind"]),
-        )
-        if sym.name and sym.value and sym.type in _ADDRESS_SYMBOL_TYPES and raw["st_shndx"] != "SHN_UNDEF":
-            yield sym
+def _symbols_of(data: bytes, table, strtab) -> Iterator[Symbol]:
+    """The table's address symbols, decoded from the file's bytes with one
+    ``struct.iter_unpack`` (Elf64_Sym) instead of a pyelftools object per entry (a
+    large program's ``.symtab`` has tens of thousands, and every exec and library
+    mapping reads them).  Names, types and binds as pyelftools gives them: the
+    string at ``st_name`` read up to its NUL (empty when none), decoded as UTF-8 with
+    replacement; unnamed enum values as their numbers."""
+    start, count = table["sh_offset"], table["sh_size"] // ELF64_SYM.size
+    names = strtab["sh_offset"]
+    for st_name, st_info, _other, st_shndx, value, size in \
+            ELF64_SYM.iter_unpack(data[start:start + count * ELF64_SYM.size]):
+        if not value or not st_shndx:                   # no address, or SHN_UNDEF
+            continue
+        kind = _SYMBOL_TYPES.get(st_info & 0xF)
+        if kind is None:
+            continue
+        at = names + st_name
+        end = data.find(b"\0", at)
+        if end <= at:
+            continue                                    # empty, or no NUL (pyelftools: None)
+        yield Symbol(name=data[at:end].decode("utf-8", errors="replace"), value=value, size=size,
+                     type=kind, bind=_SYMBOL_BINDS.get(st_info >> 4) or str(st_info >> 4))
 
 
 def _symbol_type(name) -> str:
@@ -754,6 +765,13 @@ def _symbol_bind(name) -> str:
     """Likewise STB_GNU_UNIQUE (10) is "STB_LOOS" to pyelftools."""
     name = str(name)
     return "GNU_UNIQUE" if name == "STB_LOOS" else name.removeprefix("STB_")
+
+
+# st_info's type (low nibble) and bind (high nibble) values by their names above;
+# only the address types are kept.
+_SYMBOL_TYPES = MappingProxyType({v: _symbol_type(k) for k, v in ENUM_ST_INFO_TYPE.items()
+                                  if not k.startswith("_") and _symbol_type(k) in _ADDRESS_SYMBOL_TYPES})
+_SYMBOL_BINDS = MappingProxyType({v: _symbol_bind(k) for k, v in ENUM_ST_INFO_BIND.items() if not k.startswith("_")})
 
 
 def _symbol_dict(symbols: list[Symbol]) -> dict[str, Symbol]:
