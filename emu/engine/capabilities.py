@@ -4,7 +4,9 @@ The engine reaches into Unicorn in three places a binding does not offer, each f
 run time and each with a slower, exact fallback:
 
 * the **register window**: the CPU state read and written in place
-  (:func:`emu.engine.regfile.cpu_window_layout`); else one native batch call per trap;
+  (:func:`emu.engine.regfile.cpu_window_layout`), which the breakpoint fast paths
+  (``Cpu.set_breakpoint_fast_path``) need; else one native batch call per trap and
+  every probe hit through the general int3 path;
 * the **native block quantum**: an 18-byte x86-64 callback in an executable page that
   counts a time slice in translated blocks (:mod:`emu.engine.quantum`); else slices are
   counted by Unicorn's per-instruction counter (15-20x slower guest code while several
@@ -37,8 +39,10 @@ def engine_capabilities() -> list[dict]:
     excp = exception_state_known()
     return [
         {"name": "register window", "ok": window,
-         "detail": "registers read and written in Unicorn's CPU state in place" if window else
-         "CPU state layout not recognised: one native batch call per trap instead"},
+         "detail": "registers read and written in Unicorn's CPU state in place; breakpoint fast paths "
+                   "for probed nops and jmps" if window else
+         "CPU state layout not recognised: one native batch call per trap instead, and every probe hit "
+         "through the general int3 path"},
         {"name": "native block quantum", "ok": quantum,
          "detail": "time slices counted by a native block hook" if quantum else
          "no executable page or not x86-64 Linux: slices counted per instruction (slower with threads)"},

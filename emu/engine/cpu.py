@@ -45,11 +45,12 @@ from unicorn.unicorn_py3.unicorn import uclib
 
 from emu.engine import mmu
 from emu.engine.fpu import FpuUnit
-from emu.engine.interface import INVALID_OPCODE, Engine, TrapHandler
+from emu.engine.interface import INVALID_OPCODE, REGISTERS_STORED, Engine, TrapHandler
 from emu.engine.memhook import PagedMemHook
 from emu.engine.memory import Memory
 from emu.engine.quantum import BlockQuantum, emu_counter, refund_instruction
-from emu.engine.regfile import RegisterFile, SnapshotReader
+from emu.engine.regfile import W_EFLAGS, W_RIP, RegisterFile, SnapshotReader
+from kernel_model.arch.x86.ptrace import TF
 from kernel_model.errors import InputError
 from kernel_model.mm.mm_types import GuestFault
 from kernel_model.mm.page_alloc import PhysicalMemory
@@ -137,7 +138,7 @@ class Cpu(Engine):
         uc.uemu_mem = weakref.ref(mem)      # the address space whose tables this CPU walks
         regfile = RegisterFile(uc)
         mem.release_listeners.append(regfile.release)     # no register access into a closed CPU
-        self._install_hooks(uc)
+        self._install_hooks(uc, regfile)
         self.fpu.init(uc)
         return uc, mem, regfile
 
@@ -176,10 +177,13 @@ class Cpu(Engine):
         mem.release_listeners.append(regfile.release)
         return uc, regfile
 
-    def _install_hooks(self, uc) -> None:
+    def _install_hooks(self, uc, regfile: RegisterFile) -> None:
         """The trap hooks.  Interrupts and ``syscall`` are registered natively, once per
         Unicorn instance, with the callbacks kept alive on the instance; they call the
-        trap handler's methods bound once here."""
+        trap handler's methods bound once here.  An int3 with TF clear at an address
+        the kernel gave a fast path (:meth:`set_breakpoint_fast_path`) goes to that
+        first: rip and eflags are read from the CPU state in place, and the resume
+        address it returns is stored there."""
         h = self.handler
         int3, debug, interrupt, syscall = h.exc_int3, h.exc_debug, h.exc_interrupt, h.do_syscall_64
         page_fault, cr2, quantum = h.exc_page_fault, mmu.fault_address, self.quantum
@@ -187,10 +191,22 @@ class Cpu(Engine):
         general_protection = h.exc_general_protection
         access_fault = h.trap_access_fault
         failed = self.trap_failed
+        fast: dict = {}                     # breakpoint address -> fast path (see set_breakpoint_fast_path)
+        uc.uemu_fast_int3 = fast
+        win = regfile.window
+        uc.uemu_fast_ok = win is not None   # the fast paths read and store rip in place
 
         def on_interrupt(_uch, intno, _data):
             try:                            # vectors as plain ints: Vector.BP, Vector.DB
                 if intno == 3:
+                    if fast:
+                        site = fast.get(win[W_RIP] - 1)
+                        if site is not None and not win[W_EFLAGS] & TF:
+                            ip = site()
+                            if ip is not None:
+                                if ip != REGISTERS_STORED:
+                                    win[W_RIP] = ip
+                                return
                     int3(uc)
                 elif intno == 14:
                     delivered(uc)
@@ -323,6 +339,19 @@ class Cpu(Engine):
 
     def flush(self, uc) -> None:
         uc.ctl_flush_tb()
+        uc.uemu_fast_int3.clear()
+
+    def set_breakpoint_fast_path(self, uc, vaddr: int, handler) -> bool:
+        if self.closed(uc) or not uc.uemu_fast_ok:
+            return False
+        uc.uemu_fast_int3[vaddr] = handler
+        return True
+
+    def breakpoint_fast_path(self, uc, vaddr: int):
+        return uc.uemu_fast_int3.get(vaddr)
+
+    def clear_breakpoint_fast_path(self, uc, vaddr: int) -> None:
+        uc.uemu_fast_int3.pop(vaddr, None)
 
     def translation_mode(self, uc, mode: str) -> None:
         """Unicorn counts instructions (``count=``) with a hook that a translated block

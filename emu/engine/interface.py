@@ -34,6 +34,10 @@ class Vector(IntEnum):
     PF = 14         # page fault (CR2: the address)
 
 
+# What a breakpoint fast path returns when the registers were stored by the trap's
+# general end (see :meth:`Engine.set_breakpoint_fast_path`): nothing for the engine to store.
+REGISTERS_STORED = -1
+
 # The ``kind`` of :meth:`TrapHandler.exc_fault`: an invalid instruction, or an access
 # to memory that is not mapped or not allowed.
 INVALID_OPCODE = "ill"
@@ -237,7 +241,26 @@ class Engine(ABC):
 
     @abstractmethod
     def flush(self, cpu) -> None:
-        """Drop ``cpu``'s translated blocks."""
+        """Drop ``cpu``'s translated blocks (and its breakpoint fast paths: a restored
+        checkpoint or rewritten code makes them stale)."""
+
+    @abstractmethod
+    def set_breakpoint_fast_path(self, cpu, vaddr: int, handler) -> bool:
+        """Send the int3 at ``vaddr`` on ``cpu`` to ``handler()`` before
+        :meth:`TrapHandler.exc_int3`, when TF is clear.  ``handler`` returns the
+        address to resume at (the engine stores it in rip), :data:`REGISTERS_STORED`
+        (the trap ended the general way, the registers are stored) or None: it did
+        nothing, and ``exc_int3`` runs.
+        False when the engine cannot (no CPU state in place): every trap goes to
+        ``exc_int3``."""
+
+    @abstractmethod
+    def breakpoint_fast_path(self, cpu, vaddr: int):
+        """The handler set for ``vaddr`` on ``cpu``, or None."""
+
+    @abstractmethod
+    def clear_breakpoint_fast_path(self, cpu, vaddr: int) -> None:
+        """Forget the fast path of ``vaddr`` (if any)."""
 
     # -- registers and CPU state ---------------------------------------------------------
     @abstractmethod

@@ -490,6 +490,11 @@ class TrapRegs(PtRegs):
         self._rip0, self.tf, self._tf0 = 0, 0, 0
         return self
 
+    def stores_nothing(self, rip: int) -> bool:
+        """Would ending the trap with rip at ``rip`` store nothing?  TF as at the trap,
+        eflags and the bases not written (rax..r15 are the CPU state already)."""
+        return self.rip == rip and not self._dirty and self.tf == self._tf0
+
     def values(self) -> list[int]:
         if self._loadx is not None:
             self._fillx()

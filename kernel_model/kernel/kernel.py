@@ -58,6 +58,7 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         self.trace = TraceEvents(self.uprobes)
         self.uprobes.trace = self.trace
         self.syscalls = None
+        self.engine = None               # the CPU it runs on, from start_kernel
 
     def start_kernel(self, engine, *, mem_limit, seed: int, sched_slice: tuple[int, int], comm: str,
                      cred, cpus: int = 1) -> None:

@@ -18,6 +18,7 @@ import itertools
 
 from kernel_model.arch.x86.kernel import uprobes as arch
 from kernel_model.errors import RegistrationError
+from kernel_model.kernel.events.uprobes_fast import install_swbp_fast_path, swbp_fast_path_qualifies
 from kernel_model.kernel.events.uprobes_sync import UprobesSync
 from kernel_model.kernel.events.uprobes_types import (
     UINSNS_PER_PAGE,
@@ -444,6 +445,7 @@ class Uprobes:
             chain = uprobe.chain
             if chain is None:
                 chain = uprobe.chain = self.specialize_chain(uprobe)
+                uprobe.fast_ok = self.specialized and swbp_fast_path_qualifies(uprobe)
             chain(uprobe, task, regs, bp_vaddr)
         else:
             sync.handler_chain_enter(task, uprobe)
@@ -451,20 +453,31 @@ class Uprobes:
             sync.handler_chain_exit(task, uprobe)
         if au.can_optimize:                                # ARCH_UPROBE_FLAG_CAN_OPTIMIZE
             self.kernel.optimizer.arch_uprobe_optimize(task, uprobe, bp_vaddr)
+        self.skip_sstep_or_pre_ssout(task, uprobe, regs, bp_vaddr)
+        if uprobe.fast_ok and sync is None and self.specialized:
+            install_swbp_fast_path(self, task, uprobe, bp_vaddr)
+        return True
+
+    def skip_sstep_or_pre_ssout(self, task, uprobe: Uprobe, regs, bp_vaddr: int) -> None:
+        """The end of ``handle_swbp`` once the handlers ran: an ip a consumer moved is
+        not stepped over (on kernels that skip it), else ``arch_uprobe_skip_sstep``
+        (the class's emulation, then the SIGTRAP a TF-set task gets), else the
+        out-of-line step (``pre_ssout``)."""
+        bus = self.events
         if regs.rip != bp_vaddr and self.profile.ip_change_skips_insn:
             if bus.active:
                 bus.publish(ev.IpChanged(task, bp_vaddr, regs.rip))
-            return True
+            return
+        au = uprobe.arch
         emulate = au.ops.emulate
-        if emulate is not None and emulate(au, regs, proc.mem):
-            counters.emulated += 1
+        if emulate is not None and emulate(au, regs, task.process.mem):
+            self.machine.counters.emulated += 1
             if bus.active:
                 bus.publish(ev.Emulated(task, uprobe, regs.rip))
             if regs.tf:
                 self.machine.send_sig(task, SIGTRAP, detail="single-step over an emulated probe")
-            return True
+            return
         self.pre_ssout(task, task.utask, uprobe, regs, bp_vaddr)
-        return True
 
     def _handle_swbp_sync(self, sync: UprobesSync, task, regs, bp_vaddr: int) -> bool:
         """``handle_swbp`` with the version's synchronization recorded around it."""

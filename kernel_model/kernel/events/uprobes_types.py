@@ -75,6 +75,9 @@ class Uprobe:
     # handle_uretprobe_chain specialised the same way (Uretprobes.specialize_ret_chain),
     # cleared with ``chain``
     ret_chain: object = field(default=None, compare=False, repr=False)
+    # may a hit take a breakpoint fast path (uprobes_fast.swbp_fast_path_qualifies)?
+    # decided with ``chain``
+    fast_ok: bool = field(default=False, compare=False, repr=False)
 
     @property
     def can_optimize(self) -> bool:
@@ -157,16 +160,31 @@ class MmUprobes:
 
 class UprobeContext:
     """What a consumer callback sees: the task's registers (mutable: changes reach the
-    guest), the address, the machine, and the session cookie."""
+    guest), the address, the machine, and the session cookie.
 
-    __slots__ = ("machine", "task", "regs", "uprobe", "consumer", "vaddr", "func", "cookie",
+    ``regs`` may be fetched at the first access (``regs_loader``): a hit taken by a
+    breakpoint fast path reads no register unless a consumer asks."""
+
+    __slots__ = ("machine", "task", "_regs", "regs_loader", "uprobe", "consumer", "vaddr", "func", "cookie",
                  "is_return")
 
     def __init__(self, machine, task, regs, uprobe, consumer, vaddr, func=None, cookie=0,
                  is_return=False):
-        self.machine, self.task, self.regs, self.uprobe = machine, task, regs, uprobe
+        self.machine, self.task, self._regs, self.uprobe = machine, task, regs, uprobe
         self.consumer, self.vaddr, self.func, self.cookie = consumer, vaddr, func, cookie
         self.is_return = is_return
+        self.regs_loader = None
+
+    @property
+    def regs(self):
+        regs = self._regs
+        if regs is None:
+            regs = self._regs = self.regs_loader()
+        return regs
+
+    @regs.setter
+    def regs(self, value) -> None:
+        self._regs = value
 
     @property
     def mem(self):

@@ -5,7 +5,7 @@ uprobes notifier's work, a handled fault or a signal, delivered at the exit to u
 
 from __future__ import annotations
 
-from emu.engine.interface import INVALID_OPCODE, Vector
+from emu.engine.interface import INVALID_OPCODE, REGISTERS_STORED, Vector
 from kernel_model.arch.x86.kernel.signal import SI_KERNEL
 from kernel_model.arch.x86.mm.fault import SEGV_ACCERR, BadArea, do_user_addr_fault
 from kernel_model.arch.x86.mm.pgtable import X86_PF_INSTR
@@ -21,6 +21,13 @@ _FAULT_RETRIES = 3      # the same fault, the tables unchanged, this often in a 
 class Traps:
     """The trap handler the engine reports to (:class:`emu.engine.interface.TrapHandler`):
     part of :class:`kernel_model.kernel.kernel.Kernel`."""
+
+    @property
+    def int3_needs_exc_int3(self) -> bool:
+        """Must the next #BP go through :meth:`exc_int3`, whatever its site (a
+        breakpoint fast path asks)?  When the run has ended, or a syscall returned with
+        TF and its #DB is still owed."""
+        return self._result is not None or self._db_after_syscall is not None
 
     def exc_int3(self, cpu) -> None:
         """#BP (exc_int3 -> do_int3_user): the hit path of every int3 probe.  The
@@ -38,22 +45,30 @@ class Traps:
         regs = rf.trap_regs(task.orig_rax)
         self.counters.bp_traps += 1
         self.do_int3(task, regs)
+        self.exc_int3_exit(task, regs, cpu, rf)
+
+    def exc_int3_exit(self, task, regs, cpu, rf) -> int:
+        """The end of a #BP: the exit to user mode (a queued signal, a syscall to
+        restart), a single step over an instruction that raises no #DB, a task that
+        went to sleep, then the registers the handlers changed into the CPU.  Returns
+        REGISTERS_STORED (what a breakpoint fast path that ends here tells the engine)."""
         orig_rax = regs.orig_rax
         if (task.pending_signals or task.process.signal.shared_pending or
                 (orig_rax is not None and orig_rax >= 0 and self.restart_code(regs) is not None)) \
                 and self.exit_to_user_mode_loop(task, regs):
-            return
+            return REGISTERS_STORED
         if regs.tf and self.engine.skips_tf_trap(task.process.mem, regs.rip):
             self._single_step_pause(task, regs)
             if self.exit_to_user_mode_loop(task, regs):
-                return
+                return REGISTERS_STORED
         if task.state != "running":
             self.write_regs(regs)
             self.engine.stop(cpu)            # the task sleeps (e.g. for an XOL slot)
-            return
+            return REGISTERS_STORED
         if regs._dirty or regs.rip != regs._rip0 or regs.tf != regs._tf0:
             rf.write_back(regs)
         task.orig_rax = regs.orig_rax
+        return REGISTERS_STORED
 
     def exc_debug(self, cpu) -> None:
         """#DB (exc_debug_user): the end of an out-of-line single-step, else SIGTRAP;

@@ -152,6 +152,16 @@ branch_xol_ops = UprobeXolOps("branch_xol_ops", emulate=branch_emulate_op,
                               post_xol=branch_post_xol_op)
 
 
+def branch_emulated_target(au: ArchUprobe, vaddr: int) -> int | None:
+    """Where :func:`branch_emulate_op` sends a probed nop or jmp at ``vaddr``: a
+    constant, since neither reads the flags nor touches the stack (a call pushes, a
+    jcc reads the flags: None for them, and for any instruction not emulated so)."""
+    if au.ops is not branch_xol_ops or au.kind not in ("nop", "jmp") or au.opc1 == 0xE8 or \
+            0x70 <= au.opc1 <= 0x7F:
+        return None
+    return (vaddr + au.ilen + au.offs) & _MASK64
+
+
 # -- push_xol_ops: push %reg, emulated -------------------------------------------------------
 
 def push_emulate_op(au: ArchUprobe, regs, mem) -> bool:
