@@ -207,3 +207,25 @@ def test_the_unit_cost_loops_measure_what_they_say():
     costs = engine_costs.unit_costs(1)
     assert costs["blocks"] == engine_costs.BLOCK_ITERATIONS * baseline.BLOCKS_PER_ITERATION
     assert costs["per_block_ns"] > 0 and costs["per_syscall_ns"] > 0, costs
+
+
+def test_the_sweep_target_times_a_whole_sweep_with_its_libraries(tmp_path, monkeypatch):
+    """``bench --sweep`` on a three-instruction static program (the real one, /bin/true
+    with ld.so and libc, takes minutes): every instruction is a site, the runs and the
+    time are reported, and the target row is judged against five minutes."""
+    from keystone import KS_ARCH_X86, KS_MODE_64, Ks
+
+    from emu.elf_writer import build_elf
+    from emu.frontends.bench import sweep_target
+    code = bytes(Ks(KS_ARCH_X86, KS_MODE_64).asm("mov eax, 60; xor edi, edi; syscall", 0x401000)[0])
+    path = tmp_path / "exit0"
+    path.write_bytes(build_elf(text=code, text_vaddr=0x401000, entry=0x401000,
+                               symbols=[("_start", 0x401000, len(code), "FUNC")]))
+    path.chmod(0o755)
+    monkeypatch.setattr(sweep_target, "SWEEP_PROGRAM", str(path))
+    rep = sweep_target.run_sweep_target(1)
+    assert rep["sites"] == 3, rep
+    assert rep["runs"] >= 1 + rep["divergences"], rep
+    (row,) = rep["targets"]
+    assert row["op"] == "<=" and row["limit"] == 5.0 and row["ok"] == (rep["seconds"] / 60 <= 5.0), row
+    assert "3 sites" in row["note"] and f"{rep['runs']} runs" in row["note"], row["note"]

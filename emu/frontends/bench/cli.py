@@ -15,6 +15,7 @@ from emu.frontends.bench.programs import program_targets, run_programs
 from emu.frontends.bench.render import render, render_programs, render_targets, render_unit_costs
 from emu.frontends.bench.report import Config, JsonReport, programs_report, run_bench
 from emu.frontends.bench.scenarios import SCENARIOS, parse_column
+from emu.frontends.bench.sweep_target import run_sweep_target
 from emu.frontends.bench.threads import cmd_threads
 from emu.frontends.cli import count, seconds
 from emu.frontends.host_tracefs import HostKernelError
@@ -71,6 +72,9 @@ def add_cli(sub, add_machine_options) -> None:
     p.add_argument("--engine", action="store_true",
                    help="only the engine's costs: guest stores against loads, 3,000 mmaps and exit, "
                         "with their targets")
+    p.add_argument("--sweep", action="store_true",
+                   help="only the sweep target: sweep --libraries --sites insn of /bin/true on a pool of "
+                        "--workers processes (several minutes), timed against its target")
     p.add_argument("--detach", type=count, metavar="N",
                    help="project attaching and detaching N probes per kernel column (grace periods)")
     p.set_defaults(func=cmd_bench)
@@ -133,6 +137,8 @@ def cmd_bench(args) -> int:
         return cmd_threads(args, _consoles()[0])
     if getattr(args, "engine", False):
         return cmd_engine(args)
+    if getattr(args, "sweep", False):
+        return cmd_sweep_target(args)
     if getattr(args, "detach", None):
         if getattr(args, "cpus", None) or getattr(args, "plot", None):
             raise InputError("--detach runs alone (not with --cpus or --plot)")
@@ -206,6 +212,19 @@ def cmd_detach(args) -> int:
     report = detach.run_detach(_columns(args), args.detach)
     detach.render_detach(report, out)
     with JsonReport(args.json) as json_out:
+        json_out.write(report)
+    return 0
+
+
+def cmd_sweep_target(args) -> int:
+    out, err = _consoles()
+    with JsonReport(args.json) as json_out:
+        with Progress(TextColumn("{task.description:<40}"), BarColumn(), TimeElapsedColumn(), console=err,
+                      transient=err.is_terminal) as progress:
+            report = run_sweep_target(args.workers, args.kernel, progress)
+        report["engine"] = engine_capabilities()
+        out.print(escape(describe_engine(report["engine"])), highlight=False)
+        render_targets(report["targets"], out)
         json_out.write(report)
     return 0
 
