@@ -1,4 +1,4 @@
-"""The breakpoint fast path of a probed nop or jmp (``kernel_model.kernel.events.uprobes_fast``):
+"""The breakpoint fast path of a probed emulated instruction (``kernel_model.kernel.events.uprobes_fast``):
 after one hit through ``exc_int3``, the engine hands the site's int3 to a specialised
 ``handle_swbp`` that must be transparent - the same guest with the fast paths and
 with the general path only (``Uprobes.specialized`` off) ends with the same registers
@@ -14,7 +14,6 @@ import pytest
 from uprobe_helpers import final_state, guest
 
 from emu import Machine
-from kernel_model.arch.x86.kernel import uprobes as arch
 from kernel_model.arch.x86.kernel.traps import Traps
 from kernel_model.kernel.events.uprobes_types import UPROBE_HANDLER_REMOVE
 from kernel_model.kernel.signals import SIGNALS
@@ -60,7 +59,7 @@ KERNELS = ("6.9", "6.17", "latest")     # the three NOP policies; int3 and sysca
 
 def _qualifies(m, uprobe, vaddr) -> bool:
     au = uprobe.arch
-    return arch.branch_emulated_target(au, vaddr) is not None and not au.can_optimize
+    return au.ops.emulate is not None and not au.can_optimize
 
 
 def _run(monkeypatch, specialized: bool, *, kernel="latest", site="site_nop", consumer="handler",
@@ -129,8 +128,8 @@ def test_every_site_kind_and_consumer_gives_what_the_general_path_gives(monkeypa
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
-@pytest.mark.parametrize("site", ["site_nop", "site_jmp"])
-def test_nops_and_jmps_qualify_under_every_nop_policy(monkeypatch, kernel, site):
+@pytest.mark.parametrize("site", ["site_nop", "site_jmp", "site_push", "site_call", "site_jcc"])
+def test_every_emulated_class_qualifies_under_every_nop_policy(monkeypatch, kernel, site):
     fast = _run(monkeypatch, True, kernel=kernel, site=site)
     assert fast["general"] == 1, f"{site} under {kernel}: {fast['general']} hits took exc_int3"
 
@@ -232,7 +231,7 @@ HANDLERS = [_reads, _writes_rbx, _sets_rip, _sets_tf, _removes, _signals, _signa
 
 
 @pytest.mark.parametrize("kernel", ["6.9", "latest"])
-@pytest.mark.parametrize("site", ["site_nop", "site_jmp"])
+@pytest.mark.parametrize("site", ["site_nop", "site_jmp", "site_push", "site_jcc"])
 @pytest.mark.parametrize("handler", HANDLERS, ids=lambda h: h.__name__.strip("_"))
 def test_whatever_a_handler_does_the_paths_agree(monkeypatch, kernel, site, handler):
     runs = []
@@ -297,3 +296,44 @@ def test_a_restored_checkpoint_drops_the_fast_paths_and_counts_again(monkeypatch
     second = m.run(max_insns=200_000)
     assert (first.reason, first.exit_code) == (second.reason, second.exit_code) == ("exit", 0)
     assert (m.counters.snapshot(), calls) == counted
+
+
+BAD_STACK_SRC = guest("""
+    mov r12d, 3
+again:
+    cmp r12d, 1
+    jne good
+    mov rsp, 0x10000
+good:
+site_push:
+    push rbx
+    pop rbx
+    dec r12d
+    jnz again
+""")
+
+
+@pytest.mark.parametrize("kernel", ["6.9", "latest"])
+def test_a_push_whose_emulation_faults_steps_out_of_line_on_both_paths(monkeypatch, kernel):
+    """The third hit's push cannot be emulated (rsp points nowhere): the fast path hands
+    it to the general end, which single-steps the push out of line, where it faults -
+    SIGSEGV at the probed address, as through the general path."""
+    runs = []
+    real = Traps.exc_int3
+    for specialized in (True, False):
+        general = [0]
+
+        def counted(self, cpu, general=general):
+            general[0] += 1
+            return real(self, cpu)
+        monkeypatch.setattr(Traps, "exc_int3", counted)
+        m = Machine.from_asm(BAD_STACK_SRC, kernel=kernel)
+        m.kernel.uprobes.specialized = specialized
+        c = m.uprobes.register("site_push", handler=lambda ctx: 0)
+        r = m.run(max_insns=10_000)
+        runs.append(((r.reason, r.signal, r.describe()), m.counters.snapshot(), c.hits, general[0]))
+    (fast_end, fast_counters, fast_hits, fast_general), (end, counters, hits, general_traps) = runs
+    assert (fast_end, fast_counters, fast_hits) == (end, counters, hits)
+    assert "SIGSEGV" in end[2] and hits == 3, end
+    assert counters["xol_singlesteps"] == 1 and counters["emulated"] == 2, counters   # the step began
+    assert (fast_general, general_traps) == (1, 3), (fast_general, general_traps)

@@ -522,7 +522,7 @@ class Uprobes:
             if ctx is None:
                 ctx = uc.ctx = UprobeContext(self.machine, task, regs, uprobe, uc, vaddr)
             else:
-                ctx.task, ctx.regs, ctx.uprobe, ctx.vaddr, ctx.cookie = task, regs, uprobe, vaddr, 0
+                ctx.task, ctx._regs, ctx.uprobe, ctx.vaddr, ctx.cookie = task, regs, uprobe, vaddr, 0
             if uc.handler is not None and uc.enabled:
                 uc.hits += 1
                 rc = uc.handler(ctx) or 0
@@ -588,7 +588,7 @@ class Uprobes:
             if ctx is None:
                 ctx = uc.ctx = UprobeContext(machine, task, regs, uprobe, uc, vaddr)
             else:
-                ctx.task, ctx.regs, ctx.uprobe, ctx.vaddr, ctx.cookie = task, regs, uprobe, vaddr, 0
+                ctx.task, ctx._regs, ctx.uprobe, ctx.vaddr, ctx.cookie = task, regs, uprobe, vaddr, 0
             if not uc.enabled:
                 return
             uc.hits += 1
@@ -615,7 +615,7 @@ class Uprobes:
             if ctx is None:
                 ctx = uc.ctx = UprobeContext(machine, task, regs, uprobe, uc, vaddr)
             else:
-                ctx.task, ctx.regs, ctx.uprobe, ctx.vaddr, ctx.cookie = task, regs, uprobe, vaddr, 0
+                ctx.task, ctx._regs, ctx.uprobe, ctx.vaddr, ctx.cookie = task, regs, uprobe, vaddr, 0
             prepare(uprobe, task, regs, alloc(task))
 
         return handler_chain_ret

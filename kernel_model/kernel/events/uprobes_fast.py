@@ -1,9 +1,11 @@
 """The breakpoint fast path of one probed site: ``exc_int3`` -> ``handle_swbp`` ->
 ``handler_chain`` -> ``arch_uprobe_skip_sstep`` specialised, in one frame, for the
-hit that is by far the most common - a probe on a nop or a jmp (a function's
-``endbr64`` or padding, a USDT site; their emulation only moves rip, to a constant)
-with one consumer: an entry handler alone, or a return handler alone (a uretprobe,
-whose entry work is ``prepare_uretprobe``).
+hit that is by far the most common - a probe on an instruction the kernel emulates (a
+function's ``push %rbp`` or ``endbr64``, padding nops, a USDT site's nop, a jmp, call or
+jcc) with one consumer: an entry handler alone, or a return handler alone (a
+uretprobe, whose entry work is ``prepare_uretprobe``).  A nop or jmp needs no register
+at all (its emulation moves rip to a constant); the others read the registers they
+emulate on.
 
 ``handle_swbp`` installs it in the engine (``Engine.set_breakpoint_fast_path``) after a
 hit that went the general way, when the site qualifies; the engine calls it before
@@ -24,7 +26,7 @@ what the general path would do differently, and hands the trap back untouched
 Then it counts what the general path counts (``bp_traps``, ``uprobe_hits``, the
 uprobe's and the consumer's hits, ``emulated``), runs the handler with the consumer's
 context (its ``regs`` read only if the handler asks for them) and returns the
-emulated instruction's target.  When the exit to user mode has work after all (a
+emulated instruction's resume address.  When the exit to user mode has work after all (a
 signal queued before the hit or by the handler, a task the handler stopped) or a
 handler changed registers, the trap takes its general end instead
 (``Uprobes.skip_sstep_or_pre_ssout``, ``Traps.exc_int3_exit``) on the registers as
@@ -40,13 +42,13 @@ from kernel_model.trace import events as ev
 
 
 def swbp_fast_path_qualifies(uprobe) -> bool:
-    """May the uprobe's hits take a fast path?  An instruction whose emulation moves
-    rip to a constant (:func:`~kernel_model.arch.x86.kernel.uprobes.branch_emulated_target`)
-    that is not optimized away, one consumer with an entry handler alone or a return
-    handler alone.  Decided when ``handle_swbp`` specialises the uprobe's chain."""
+    """May the uprobe's hits take a fast path?  An instruction that is emulated (its
+    class has ``emulate``: nop, jmp, call, jcc, push) and not optimized away, one
+    consumer with an entry handler alone or a return handler alone.  Decided when
+    ``handle_swbp`` specialises the uprobe's chain."""
     au = uprobe.arch
     consumers = uprobe.consumers
-    if au is None or au.can_optimize or arch.branch_emulated_target(au, 0) is None or len(consumers) != 1:
+    if au is None or au.can_optimize or au.ops.emulate is None or len(consumers) != 1:
         return False
     uc = consumers[0]
     return (uc.handler is None) != (uc.ret_handler is None)
@@ -82,6 +84,8 @@ def _swbp_fast_path(uprobes, proc, uprobe, uc, bp_vaddr: int, target: int, key: 
     vma_gen, chain = key
     ret_only = uc.handler is None
     handler = uc.fast_handler or uc.handler
+    au = uprobe.arch
+    emulate = au.ops.emulate
     alloc, prepare = uprobes.uret.alloc_return_instance, uprobes.uret.prepare_uretprobe
     exact = uprobes._rc_exact
 
@@ -119,10 +123,15 @@ def _swbp_fast_path(uprobes, proc, uprobe, uc, bp_vaddr: int, target: int, key: 
             if rc and (rc == UPROBE_HANDLER_REMOVE if exact else isinstance(rc, int) and rc & UPROBE_HANDLER_REMOVE):
                 uprobes._remove_unwanted(uprobe, task)
             regs = ctx._regs
-        if (regs is None or regs.stores_nothing(bp_vaddr) and regs.orig_rax == orig_rax) and not bus.active and \
-                not task.pending_signals and not signal.shared_pending and task.state == "running":
-            counters.emulated += 1                                 # arch_uprobe_skip_sstep
-            return target
+        if not bus.active and not task.pending_signals and not signal.shared_pending and task.state == "running":
+            if regs is None:
+                if target is not None:                             # a nop or jmp: no register needed
+                    counters.emulated += 1                         # arch_uprobe_skip_sstep
+                    return target
+                regs = ctx._regs = load_regs()
+            if regs.stores_nothing(bp_vaddr) and regs.orig_rax == orig_rax and emulate(au, regs, mem):
+                counters.emulated += 1                             # (a failed push: the general end)
+                return regs.rip
         if regs is None:
             regs = ctx._regs = load_regs()
         uprobes.skip_sstep_or_pre_ssout(task, uprobe, regs, bp_vaddr)

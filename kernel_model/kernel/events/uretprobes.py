@@ -310,7 +310,7 @@ class Uretprobes:
                 ctx = uc.ret_ctx = UprobeContext(machine, task, regs, ri.uprobe, uc, ri.func, func=ri.func,
                                                  cookie=None, is_return=True)
             else:
-                ctx.machine, ctx.task, ctx.regs, ctx.uprobe = machine, task, regs, ri.uprobe
+                ctx.machine, ctx.task, ctx._regs, ctx.uprobe = machine, task, regs, ri.uprobe
                 ctx.vaddr = ctx.func = ri.func
                 ctx.cookie = None
             handler(ctx)
@@ -357,7 +357,7 @@ class Uretprobes:
                 ctx = uc.ret_ctx = UprobeContext(self.machine, task, regs, uprobe, uc, ri.func, func=ri.func,
                                                  cookie=cookie, is_return=True)
             else:
-                ctx.machine, ctx.task, ctx.regs, ctx.uprobe = self.machine, task, regs, uprobe
+                ctx.machine, ctx.task, ctx._regs, ctx.uprobe = self.machine, task, regs, uprobe
                 ctx.vaddr = ctx.func = ri.func
                 ctx.cookie = cookie
             uc.ret_handler(ctx)
