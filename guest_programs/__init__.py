@@ -27,7 +27,7 @@ class Guest:
 GUESTS = {g.name: g for g in (
     Guest("hello", "writes 'hello, world' and exits 0", "hello.s"),
     Guest("exit42", "exits with status 42", "exit42.s"),
-    Guest("fib", "compute-bound: iterative fibonacci mod 2^64 in a loop, exits 0", "fib.s"),
+    Guest("fib", "compute-bound: iterative fibonacci mod 2^64 in a loop, exits with its low byte", "fib.s"),
     Guest("echo", "copies stdin to stdout", "echo.s"),
     Guest("segv", "writes to an unmapped address (SIGSEGV)", "segv.s"),
     Guest("bench_trigger", "the kernel's bench_trigger loops: bench_trigger LOOP N [WARMUP]",

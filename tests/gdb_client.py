@@ -42,7 +42,7 @@ def gdbserver_session(exe: str, extra: list[str], commands: list[str]) -> tuple[
     """``uprobe-emu gdbserver exe *extra`` on a free port with a real ``gdb -batch``
     running ``commands``: (the server's exit code, its stdout, its stderr, gdb's transcript)."""
     assert GDB and UPROBE_EMU, "gdb and the uprobe-emu command are required"
-    srv = subprocess.Popen([UPROBE_EMU, "gdbserver", exe, *extra, "--port", "0"],
+    srv = subprocess.Popen([UPROBE_EMU, "gdbserver", *extra, "--port", "0", exe],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = srv.stderr.readline()

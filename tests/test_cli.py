@@ -28,7 +28,7 @@ def test_run_passes_guest_arguments():
 def test_run_stdin_file(tmp_path):
     f = tmp_path / "in.txt"
     f.write_bytes(b"from a file\n")
-    p = cli("run", "guest:echo", "--stdin", str(f))
+    p = cli("run", "--stdin", str(f), "guest:echo")
     assert p.stdout == b"from a file\n"
 
 
@@ -41,17 +41,17 @@ def test_signal_death_is_128_plus_signal_with_one_report_line():
 
 
 def test_budget_exhaustion_exit_code(tmp_path):
-    p = cli("run", "guest:fib", "100000000", "--max-insns", "1000")
+    p = cli("run", "--max-insns", "1000", "guest:fib", "100000000")
     assert p.returncode == 124 and b"instruction budget" in p.stderr
 
 
 @pytest.mark.parametrize("args,fragment", [
     (("run", "/nonexistent/prog"), "no such file"),
     (("run", "guest:nope"), "unknown built-in guest 'nope'"),
-    (("run",), "required"),
+    (("run",), "PROGRAM is missing"),
     (("frobnicate",), "invalid choice"),
-    (("run", "guest:hello", "--kernel", "9.99"), "unknown kernel profile '9.99'"),
-    (("run", "guest:hello", "--max-insns", "lots"), "not a number"),
+    (("run", "--kernel", "9.99", "guest:hello"), "unknown kernel profile '9.99'"),
+    (("run", "--max-insns", "lots", "guest:hello"), "not a number"),
 ], ids=["missing-file", "unknown-guest", "no-program", "bad-command", "bad-kernel", "bad-number"])
 def test_bad_input_is_one_line_and_exit_2(args, fragment):
     assert fragment in one_line_error(cli(*args))
@@ -102,8 +102,7 @@ def test_written_guest_symbols_are_read_by_gdb(tmp_path):
 
 def test_ctrl_c_stops_a_running_guest_cleanly():
     exe = shutil.which("uprobe-emu")
-    proc = subprocess.Popen([exe, "run", "guest:fib", "100000000000", "--max-insns", "0",
-                             "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([exe, "run", "--max-insns", "0", "--timeout", "60", "guest:fib", "100000000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(1.5)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=20)

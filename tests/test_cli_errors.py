@@ -26,7 +26,7 @@ def hello(tmp_path_factory):
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "1e999", "soon"])
 @pytest.mark.parametrize("command", ["run", "trace", "step", "gdbserver"])
 def test_timeout_must_be_finite_and_not_negative(command, value):
-    line = one_line_error(cli(command, "guest:hello", f"--timeout={value}"))
+    line = one_line_error(cli(command, f"--timeout={value}", "guest:hello"))
     assert "--timeout" in line and value in line, line
 
 
@@ -36,13 +36,13 @@ def test_diff_timeout_must_be_finite(hello):
 
 
 def test_instruction_budget_is_not_negative():
-    line = one_line_error(cli("run", "guest:hello", "--max-insns=-5"))
+    line = one_line_error(cli("run", "--max-insns=-5", "guest:hello"))
     assert "--max-insns" in line, line
 
 
 @pytest.mark.parametrize("value", ["99999", "65536", "-1", "http"])
 def test_gdbserver_port_is_0_to_65535(value):
-    line = one_line_error(cli("gdbserver", "guest:hello", f"--port={value}"))
+    line = one_line_error(cli("gdbserver", f"--port={value}", "guest:hello"))
     assert "--port" in line and value in line, line
 
 
@@ -145,12 +145,12 @@ def test_an_elf_string_with_escape_sequences(build_c, tmp_path):
 
 
 def test_a_probe_spec_with_control_bytes():
-    line = _no_raw_controls(cli("run", "guest:hello", "-e", "p:g/e\x1b[1m guest:hello:0x1000"))
+    line = _no_raw_controls(cli("run", "-e", "p:g/e\x1b[1m guest:hello:0x1000", "guest:hello"))
     assert "\\x1b" in line, line
 
 
 def test_an_argparse_error_quoting_a_control_byte():
-    line = _no_raw_controls(cli("run", "guest:hello", "--kernel", "6.1\x1b[5m"))
+    line = _no_raw_controls(cli("run", "--kernel", "6.1\x1b[5m", "guest:hello"))
     assert "\\x1b[5m" in line, line
 
 
@@ -169,7 +169,7 @@ def test_ctrl_c_while_the_tool_starts_or_runs_is_one_line_and_130(delay):
     import signal
     import subprocess
     import time
-    proc = subprocess.Popen([shutil.which("uprobe-emu"), "run", "/bin/busybox", "--", "cat"],
+    proc = subprocess.Popen([shutil.which("uprobe-emu"), "run", "/bin/busybox", "cat"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)

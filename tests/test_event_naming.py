@@ -123,29 +123,29 @@ def test_streamed_lines_are_not_kept():
 # ------------------------------------------------------------------ CLI
 
 def test_cli_entry_and_return_on_one_symbol(exe):
-    p = cli("run", exe, "-e", f"{exe}:f", "-e", f"{exe}:f%return")
+    p = cli("run", "-e", f"{exe}:f", "-e", f"{exe}:f%return", exe)
     assert p.returncode == STATUS, p.stderr.decode()
     assert events_of(p.stderr) == ["f", "f__return"] * N
 
 
 @pytest.mark.parametrize("flag", ["-e", "--event"])
 def test_cli_accepts_a_delete_request(exe, flag):
-    p = cli("run", exe, "-e", f"p:grp/ev {exe}:f", flag, "-:grp/ev")
+    p = cli("run", "-e", f"p:grp/ev {exe}:f", flag, "-:grp/ev", exe)
     assert p.returncode == STATUS, p.stderr.decode()
     assert events_of(p.stderr) == [], "the deleted event still printed"
 
 
 def test_cli_delete_without_group_deletes_from_any_group(exe):
-    p = cli("run", exe, "-e", f"{exe}:f", "-e", f"{exe}:f%return", "-e", "-:f")
+    p = cli("run", "-e", f"{exe}:f", "-e", f"{exe}:f%return", "-e", "-:f", exe)
     assert p.returncode == STATUS, p.stderr.decode()
     assert events_of(p.stderr) == ["f__return"] * N
 
 
 def test_cli_delete_of_an_unknown_event_is_one_line(exe):
-    line = one_line_error(cli("run", exe, "-e", "-:grp/nosuch"))
+    line = one_line_error(cli("run", "-e", "-:grp/nosuch", exe))
     assert "nosuch" in line, line
 
 
 def test_cli_clash_is_one_line(exe):
-    line = one_line_error(cli("run", exe, "-e", f"{exe}:f", "-e", f"uprobe:{exe}:f"))
+    line = one_line_error(cli("run", "-e", f"{exe}:f", "-e", f"uprobe:{exe}:f", exe))
     assert "uprobes/f already exists" in line, line

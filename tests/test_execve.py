@@ -114,6 +114,6 @@ def test_trace_of_a_guest_that_execs_runs_the_new_program(tmp_path):
     """The traced address space goes at exec; the trace follows the task into the new
     image (tests/test_trace_exec.py) and the new program's output is the native one."""
     from cli_helpers import cli
-    p = cli("trace", require(BUSYBOX), "--", "sh", "-c", "exec /bin/busybox echo hi")
+    p = cli("trace", require(BUSYBOX), "sh", "-c", "exec /bin/busybox echo hi")
     assert p.returncode == 0, f"exit {p.returncode}: {p.stderr[-300:]!r}"
     assert p.stdout.endswith(b"hi\n") or b"\nhi\n" in p.stdout, p.stdout[-300:]

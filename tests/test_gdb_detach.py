@@ -19,7 +19,7 @@ def guest(build_c):
 def test_detach_runs_the_guest_to_its_end_with_its_events_and_status(guest, tmp_path):
     spec = ["-e", f"uprobe:{guest}:work", "-e", f"uretprobe:{guest}:work"]
     native_ev, ev = tmp_path / "native.events", tmp_path / "gdb.events"
-    run = cli("run", guest, *spec, "--events", str(native_ev))
+    run = cli("run", *spec, "--events", str(native_ev), guest)
     rc, out, err, transcript = gdbserver_session(guest, spec + ["--events", str(ev)],
                                                  ["break work", "continue", "detach"])
     assert "Breakpoint 1, work" in transcript, transcript

@@ -26,7 +26,7 @@ def probes(exe: str) -> list[str]:
 
 def native(exe: str, tmp_path, kernel: str):
     ev = tmp_path / "native.events"
-    p = cli("run", exe, "--kernel", kernel, *probes(exe), "--events", str(ev))
+    p = cli("run", "--kernel", kernel, *probes(exe), "--events", str(ev), exe)
     return p.returncode, p.stdout.decode(), ev.read_text()
 
 
@@ -108,7 +108,7 @@ STEPPER_SCRIPT = "b *outer\nb *work\nc\nx/2xb outer\nsi\nc\nx/2xb work\nsi\nsi\n
 def test_stepper_session_has_the_events_and_exit_of_a_plain_run(guest, tmp_path, kernel):
     rc, out, events = native(guest, tmp_path, kernel)
     ev = tmp_path / "step.events"
-    p = cli("step", guest, "--kernel", kernel, *probes(guest), "--events", str(ev),
+    p = cli("step", "--kernel", kernel, *probes(guest), "--events", str(ev), guest,
             input=STEPPER_SCRIPT.encode())
     text = p.stdout.decode()
     assert p.returncode == 0 and p.stderr == b"", p.stderr
@@ -118,7 +118,7 @@ def test_stepper_session_has_the_events_and_exit_of_a_plain_run(guest, tmp_path,
 
 
 def test_stepper_x_and_disas_show_the_program_bytes(guest, tmp_path):
-    p = cli("step", guest, "--kernel", "6.18", *probes(guest), input=STEPPER_SCRIPT.encode())
+    p = cli("step", "--kernel", "6.18", *probes(guest), guest, input=STEPPER_SCRIPT.encode())
     text = p.stdout.decode()
     m = Machine.from_elf(guest)
     outer, work = m.resolve("outer"), m.resolve("work")
@@ -214,7 +214,7 @@ def test_gdb_without_a_file_learns_the_program_from_the_stub(guest, tmp_path):
     """qXfer:exec-file names the program (gdb reads its symbols), qXfer:auxv gives its
     entry, qXfer:features the registers; the probed entry shows the program's byte."""
     assert GDB and UPROBE_EMU
-    srv = subprocess.Popen([UPROBE_EMU, "gdbserver", guest, *probes(guest), "--port", "0"],
+    srv = subprocess.Popen([UPROBE_EMU, "gdbserver", *probes(guest), "--port", "0", guest],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         port = srv.stderr.readline().rsplit(":", 1)[1].strip()
@@ -249,5 +249,5 @@ def test_a_gdb_breakpoint_on_a_probed_instruction_stops_before_the_probe_fires(g
 def test_an_unwritable_events_file_is_one_line_and_exit_2(guest, tmp_path, command, extra):
     from cli_helpers import one_line_error
     bad = tmp_path / "no" / "such"
-    p = cli(command, guest, "--events", str(bad), *extra, input=b"q\n")
+    p = cli(command, "--events", str(bad), *extra, guest, input=b"q\n")
     assert one_line_error(p) == f"uprobe-emu: error: cannot write '{bad}': No such file or directory"

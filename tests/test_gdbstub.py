@@ -157,7 +157,7 @@ def test_threads_appear_as_gdb_threads(build_c, tmp_path):
 def test_gdbserver_cli_serves_and_exits(tmp_path):
     assert GDB
     exe = write_elf(tmp_path)
-    srv = subprocess.Popen([shutil.which("uprobe-emu"), "gdbserver", exe, "--port", "0"],
+    srv = subprocess.Popen([shutil.which("uprobe-emu"), "gdbserver", "--port", "0", exe],
                            stderr=subprocess.PIPE, text=True)
     try:
         line = srv.stderr.readline()

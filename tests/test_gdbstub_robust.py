@@ -223,7 +223,7 @@ def test_128_mb_without_a_hash_costs_little_cpu_and_memory(tmp_path):
     from emu.asm import asm_to_elf
     exe = tmp_path / "g"
     exe.write_bytes(asm_to_elf(GUEST)[0])
-    srv = subprocess.Popen([shutil.which("uprobe-emu"), "gdbserver", str(exe), "--port", "0"],
+    srv = subprocess.Popen([shutil.which("uprobe-emu"), "gdbserver", "--port", "0", str(exe)],
                            stderr=subprocess.PIPE, text=True)
     try:
         port = int(srv.stderr.readline().rsplit(":", 1)[1])

@@ -118,7 +118,7 @@ def test_probes_are_removed_after_an_interrupted_run(corpus_dir):
 def test_diff_cli_reports_agreement_and_exit_0(corpus_dir):
     from cli_helpers import cli
     exe = build_corpus_guest("longjmp", corpus_dir)
-    p = cli("diff", exe, "-e", f"p {exe}:outer %di", "-e", f"r {exe}:outer $retval")
+    p = cli("diff", "-e", f"p {exe}:outer %di", "-e", f"r {exe}:outer $retval", exe)
     assert p.returncode == 0, p.stdout.decode() + p.stderr.decode()
     assert p.stdout.decode().startswith("agree: host ")
 
@@ -128,7 +128,7 @@ def test_diff_cli_shows_the_first_divergence(corpus_dir):
     """A stack-pointer fetcharg differs between the host (random stack) and the model."""
     from cli_helpers import cli
     exe = build_corpus_guest("deep", corpus_dir)
-    p = cli("diff", exe, "-e", f"p {exe}:rec %sp")
+    p = cli("diff", "-e", f"p {exe}:rec %sp", exe)
     out = p.stdout.decode()
     assert p.returncode == 1 and "DIVERGE" in out and "event stream differs at event #1" in out
     assert our_probes_left() == []
@@ -137,6 +137,6 @@ def test_diff_cli_shows_the_first_divergence(corpus_dir):
 def test_non_root_gets_one_line_and_exit_2(monkeypatch, capsys):
     from emu.frontends.cli import main
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    assert main(["diff", "guest:hello", "-e", "guest:hello:_start"]) == 2
+    assert main(["diff", "-e", "guest:hello:_start", "guest:hello"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["uprobe-emu: error: the host kernel's uprobes need root (tracefs uprobe_events)"]

@@ -122,12 +122,12 @@ def test_a_probe_on_the_program_names_the_program(malloc_exe):
 
 
 def test_an_unknown_library_is_one_line_and_exit_2(malloc_exe):
-    line = one_line_error(cli("diff", malloc_exe, "-e", "uprobe:libnosuchlib:f"))
+    line = one_line_error(cli("diff", "-e", "uprobe:libnosuchlib:f", malloc_exe))
     assert "libnosuchlib" in line and "ld.so cache" in line, line
 
 
 def test_a_usdt_spec_naming_no_site_is_one_line(malloc_exe):
-    line = one_line_error(cli("diff", malloc_exe, "-e", "usdt:libc:p:n"))
+    line = one_line_error(cli("diff", "-e", "usdt:libc:p:n", malloc_exe))
     assert line.startswith(f"uprobe-emu: error: no USDT probe p:n in {LIBC} (has: "), line
 
 
@@ -155,7 +155,7 @@ def test_the_native_side_runs_without_aslr(malloc_exe):
 
 @needs_tracefs
 def test_diff_cli_agrees_on_libc_malloc_entry_and_return(malloc_exe):
-    p = cli("diff", malloc_exe, "-e", "uprobe:libc:malloc", "-e", "uretprobe:libc:malloc", "4")
+    p = cli("diff", "-e", "uprobe:libc:malloc", "-e", "uretprobe:libc:malloc", malloc_exe, "4")
     out = p.stdout.decode()
     assert p.returncode == 0 and out.startswith("agree: host "), out + p.stderr.decode()
     assert our_probes_left() == []

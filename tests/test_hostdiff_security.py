@@ -105,7 +105,7 @@ def test_a_path_tracefs_would_interpret_never_reaches_uprobe_events(tmp_path, bu
 
     before = ours()
     try:
-        p = cli("diff", path, "-e", "p /x:main", timeout=60)
+        p = cli("diff", "-e", "p /x:main", path, timeout=60)
         after = ours()
     finally:
         for line in uprobe_events().splitlines():      # never leave an injected probe
@@ -143,8 +143,8 @@ def _start_diff(exe: str, *, private_mount: bool) -> subprocess.Popen:
     a second diff (whose sweep removes a SIGKILLed run's leftovers) and prints the mounts
     again.  With ``private_mount`` in a mount namespace without tracefs: diff mounts one."""
     mounts = "awk '$3==\"tracefs\"{print \"mount\", $2}' /proc/mounts; echo end"
-    script = (f"sh -c 'echo $$; exec {UEMU} diff {exe} -e \"p {exe}:main\"'; echo rc=$?; {mounts}; "
-              f"read _; {UEMU} diff guest:hello -e guest:hello:_start >/dev/null; {mounts}")
+    script = (f"sh -c 'echo $$; exec {UEMU} diff -e \"p {exe}:main\" {exe}'; echo rc=$?; {mounts}; "
+              f"read _; {UEMU} diff -e guest:hello:_start guest:hello >/dev/null; {mounts}")
     argv = ["sh", "-c", script]
     if private_mount:
         script = "for m in $(awk '$3==\"tracefs\"{print $2}' /proc/mounts); do umount $m; done; " + script

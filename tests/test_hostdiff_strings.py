@@ -88,6 +88,6 @@ def test_diff_compares_strings_with_newlines_whole(exe):
 
 @needs_tracefs
 def test_cli_diff_agrees_on_strings_with_newlines(exe):
-    p = cli("diff", exe, "-e", spec(exe))
+    p = cli("diff", "-e", spec(exe), exe)
     assert p.returncode == 0 and p.stdout.decode().startswith("agree: "), p.stdout + p.stderr
     assert ", 5 events" in p.stdout.decode(), p.stdout

@@ -96,6 +96,6 @@ def test_a_library_semaphore_is_raised_on_both_sides(usdt_lib):
 def test_cli_diff_with_a_usdt_spec(usdt_lib):
     from cli_helpers import cli
     exe, lib = usdt_lib
-    p = cli("diff", exe, "2", "-e", f"usdt:{lib}:libdemo:tick", "-e", "uprobe:libc:malloc")
+    p = cli("diff", "-e", f"usdt:{lib}:libdemo:tick", "-e", "uprobe:libc:malloc", exe, "2")
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.decode().startswith("agree: ") and ", 18 bytes of stdout, " in p.stdout.decode(), p.stdout

@@ -104,7 +104,7 @@ def test_configured_ids_alone_mean_no_supplementary_groups(ids_exe):
 
 
 def test_cli_uid_gid_groups_options(ids_exe):
-    p = cli("run", ids_exe, "--uid", "7", "--gid", "8", "--groups", "2,1")
+    p = cli("run", "--uid", "7", "--gid", "8", "--groups", "2,1", ids_exe)
     assert p.returncode == 0, p.stderr
     out = p.stdout.decode().splitlines()
     assert out[0] == "uid=7 euid=7 gid=8 egid=8", out[0]
@@ -116,7 +116,7 @@ def test_cli_uid_gid_groups_options(ids_exe):
                                            ("--uid", "root", "not a number"),
                                            ("--groups", "1,x", "not a number")])
 def test_cli_rejects_bad_ids(opt, value, why):
-    err = one_line_error(cli("run", "guest:hello", opt, value))
+    err = one_line_error(cli("run", opt, value, "guest:hello"))
     assert f"argument {opt}: {why}" in err, err
 
 

@@ -345,8 +345,8 @@ def test_cli_max_memory_option(tmp_path):
     from emu.frontends.cli import main
     elf = tmp_path / "g"
     elf.write_bytes(_elf_with_memsz(0x10000000))       # 256 MiB segment
-    assert main(["run", str(elf), "--max-memory", "128M"]) == 2
-    assert main(["run", str(elf), "--max-memory", "1G"]) == 0
+    assert main(["run", "--max-memory", "128M", str(elf)]) == 2
+    assert main(["run", "--max-memory", "1G", str(elf)]) == 0
 
 
 def test_passthrough_output_is_not_kept(capfd):

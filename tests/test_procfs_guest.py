@@ -133,6 +133,6 @@ def test_cli_guest_reads_its_piped_stdin_through_dev_stdin():
     """`echo hello | uprobe-emu run busybox sh -c 'read x </dev/stdin ...'` as natively."""
     script = "read x </dev/stdin; echo got $x; exec 3</proc/self/fd/0; echo rc=$?"
     nat = subprocess.run([BUSYBOX, "sh", "-c", script], input=b"hello\n", capture_output=True, timeout=60)
-    emu = subprocess.run([shutil.which("uprobe-emu"), "run", BUSYBOX, "--", "sh", "-c", script], input=b"hello\n",
+    emu = subprocess.run([shutil.which("uprobe-emu"), "run", BUSYBOX, "sh", "-c", script], input=b"hello\n",
                          capture_output=True, timeout=120)
     assert (emu.returncode, emu.stdout) == (nat.returncode, nat.stdout) == (0, b"got hello\nrc=0\n"), emu.stderr

@@ -44,7 +44,7 @@ def probes(path: str) -> list[str]:
 
 
 def step_session(path: str, commands: str, *extra: str) -> tuple[str, str]:
-    proc = cli("step", path, *extra, input=commands.encode())
+    proc = cli("step", *extra, path, input=commands.encode())
     assert proc.returncode == 0, proc.stderr.decode()
     return proc.stdout.decode(), proc.stderr.decode()
 
@@ -138,5 +138,5 @@ def test_bad_reverse_commands_are_one_line_errors(guest, command, message):
 
 
 def test_a_negative_checkpoint_interval_is_a_usage_error(guest):
-    proc = cli("step", guest, "--checkpoint-interval", "-1", input=b"q\n")
+    proc = cli("step", "--checkpoint-interval", "-1", guest, input=b"q\n")
     assert proc.returncode == 2 and "checkpoint-interval" in proc.stderr.decode(), proc.stderr

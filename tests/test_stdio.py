@@ -142,7 +142,7 @@ def test_cli_on_a_terminal_agrees_with_the_native_run(build_c):
 @needs_tracefs
 def test_diff_busybox_seq_with_a_probe_on_write_agrees():
     spec = f"p:wr {BUSYBOX}:{busybox_write_offset():#x} fd=%di:s32 n=%dx:u64"
-    p = cli("diff", BUSYBOX, "seq", "1", "3", "-e", spec)
+    p = cli("diff", "-e", spec, BUSYBOX, "seq", "1", "3")
     assert p.returncode == 0, p.stdout.decode() + p.stderr.decode()
     line = p.stdout.decode().splitlines()[0]
     assert line.startswith("agree:") and line.endswith("exit 0, 6 bytes of stdout, 1 events"), line
@@ -182,7 +182,7 @@ def _fifo(tmp_path):
 
 
 def test_cli_stdin_fifo_without_a_writer_times_out(tmp_path):
-    p = cli("run", BUSYBOX, "--stdin", _fifo(tmp_path), "--timeout", "1", "--", "cat", timeout=30)
+    p = cli("run", "--stdin", _fifo(tmp_path), "--timeout", "1", BUSYBOX, "cat", timeout=30)
     assert p.returncode == 124, p.stderr
     assert b"timeout" in p.stderr
 
@@ -195,7 +195,7 @@ def test_cli_stdin_fifo_is_read_once_a_writer_comes(tmp_path):
             f.write(b"through the fifo\n")
     t = threading.Thread(target=writer, daemon=True)
     t.start()
-    p = cli("run", BUSYBOX, "--stdin", fifo, "--timeout", "30", "--", "cat", timeout=60)
+    p = cli("run", "--stdin", fifo, "--timeout", "30", BUSYBOX, "cat", timeout=60)
     t.join(5)
     assert p.returncode == 0 and p.stdout == b"through the fifo\n", (p.returncode, p.stdout, p.stderr)
 
@@ -204,7 +204,7 @@ def test_cli_ctrl_c_interrupts_a_waiting_read():
     """The guest waits on the command's stdin, a pipe kept open with nothing in it."""
     import signal
     import time
-    proc = subprocess.Popen([shutil.which("uprobe-emu"), "run", BUSYBOX, "--timeout", "60", "--", "cat"],
+    proc = subprocess.Popen([shutil.which("uprobe-emu"), "run", "--timeout", "60", BUSYBOX, "cat"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(2.0)
     assert proc.poll() is None, "the guest did not wait for its stdin"
@@ -220,11 +220,10 @@ def test_cli_stdin_dev_zero_stays_small():
 
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
-    p = subprocess.run([shutil.which("uprobe-emu"), "run", BUSYBOX, "--stdin", "/dev/zero", "--",
-                        "head", "-c", "2000000"], capture_output=True, preexec_fn=limit, timeout=120)
+    p = subprocess.run([shutil.which("uprobe-emu"), "run", "--stdin", "/dev/zero", BUSYBOX, "head", "-c", "2000000"], capture_output=True, preexec_fn=limit, timeout=120)
     assert p.returncode == 0 and p.stdout == bytes(2000000), (p.returncode, len(p.stdout), p.stderr[-300:])
 
 
 def test_cli_default_stdin_is_the_commands_own():
-    p = cli("run", BUSYBOX, "--", "cat", input=b"piped into the command\n")
+    p = cli("run", BUSYBOX, "cat", input=b"piped into the command\n")
     assert p.returncode == 0 and p.stdout == b"piped into the command\n", p.stderr

@@ -687,8 +687,7 @@ def test_cli_step_script_file_events_and_probe_toggling(tmp_path):
     prog = write_asm(tmp_path, "kinds", KINDS_GUEST)
     script = tmp_path / "cmds"
     script.write_text("b func\nc\nprobe list\nprobe disable 1\nc\nprobe enable 1\nc\nprobe list\n")
-    p = cli("step", str(prog), "-x", str(script), "--kernel", "6.18",
-            "-e", f"p:grp/fentry {prog}:site_mov", input=b"")
+    p = cli("step", "-x", str(script), "--kernel", "6.18", "-e", f"p:grp/fentry {prog}:site_mov", str(prog), input=b"")
     assert p.returncode == 0, p.stderr
     lines = p.stdout.decode().splitlines()
     events = [line for line in lines if ": fentry:" in line]
@@ -703,7 +702,7 @@ def test_cli_step_script_file_events_and_probe_toggling(tmp_path):
 def test_cli_step_bad_input_is_one_line_and_exit_2():
     p = cli("step", "guest:nope", input=b"")
     assert p.returncode == 2 and len(p.stderr.decode().strip().splitlines()) == 1
-    p = cli("step", "guest:hello", "-x", "/nonexistent/cmds", input=b"")
+    p = cli("step", "-x", "/nonexistent/cmds", "guest:hello", input=b"")
     assert p.returncode == 2 and "cannot read command file" in p.stderr.decode()
 
 

@@ -271,13 +271,13 @@ def test_bt_in_the_plt_follows_its_cfa_expression(unwind_guest, opt):
 
 @pytest.mark.parametrize("link", ["static", "dynamic"])
 def test_uprobe_emu_step_from_stdin_shows_gdbs_frames_with_a_return_probe(unwind_guest, link):
-    """`uprobe-emu step PROG -e 'r:...'` fed through stdin: with return probes pending on
+    """`uprobe-emu step -e 'r:...' PROG` fed through stdin: with return probes pending on
     big_frame and main, the frames in leaf are gdb's (no probes natively), past main too."""
     prog = unwind_guest(link, "-O2")
     commands = ["break *leaf", "run", "stepi", "bt", "finish", "bt"]
     theirs = backtraces(gdb_lines(prog, gdb_commands(commands)))
     script = "\n".join(stepper_commands(commands, link)) + "\n"
-    p = cli("step", prog, "-e", "r:t/rb big_frame", "-e", "r:t/rm main", input=script.encode())
+    p = cli("step", "-e", "r:t/rb big_frame", "-e", "r:t/rm main", prog, input=script.encode())
     assert p.returncode == 0 and p.stderr == b"", (p.returncode, p.stderr)
     m = Machine.from_elf(prog)
     Stepper(m).run_until("leaf")

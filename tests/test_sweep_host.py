@@ -51,7 +51,7 @@ def test_host_sweep_of_a_gcc_guest_agrees_with_the_model(build_c, flavour):
 
 
 def test_cli_host_sweep_prints_the_host_line(capsys):
-    rc = main(["sweep", "guest:fib", "30", "--host", "--no-progress"])
+    rc = main(["sweep", "--host", "--no-progress", "guest:fib", "30"])
     out = capsys.readouterr().out
     assert rc == 0, out
     assert f"vs model {HOST}: native reference exit 40," in out and "0 disagreements" in out

@@ -83,12 +83,11 @@ def test_a_truncated_last_jsonl_line_is_run_again(tmp_path):
 
 def test_cli_clean_sweep_exits_0_with_a_summary_and_json(tmp_path, capsys):
     out_json = tmp_path / "sweep.json"
-    rc = main(["sweep", "guest:uprobe_targets", "4", "--kernel", "6.18,7.3", "--no-progress",
-               "--json", str(out_json)])
+    rc = main(["sweep", "--kernel", "6.18,7.3", "--no-progress", "--json", str(out_json), "guest:uprobe_targets", "4"])
     text = capsys.readouterr().out
     assert rc == 0, text
     assert "nop5-redzone (kernel-faithful): guest:uprobe_targets:0x1083" in text
-    assert "repro: uprobe-emu sweep guest:uprobe_targets --kernel 6.18 --site guest:uprobe_targets:0x1083 -- 4" in text
+    assert "repro: uprobe-emu sweep --kernel 6.18 --site guest:uprobe_targets:0x1083 guest:uprobe_targets 4" in text
     doc = json.loads(out_json.read_text())
     assert [k["kernel"] for k in doc["kernels"]] == ["6.18", "7.3"]
     assert doc["kernels"][0]["by_class"] == {"nop5-redzone": 1, "syscall-xol": 1}
@@ -98,8 +97,7 @@ def test_cli_clean_sweep_exits_0_with_a_summary_and_json(tmp_path, capsys):
 def test_cli_unclassified_divergence_exits_1_and_streams_jsonl(tmp_path, capsys, monkeypatch):
     _wrong_push(monkeypatch)
     jsonl = tmp_path / "c.jsonl"
-    rc = main(["sweep", "guest:uprobe_targets", "4", "--kernel", "6.18", "--no-progress",
-               "--jsonl", str(jsonl)])
+    rc = main(["sweep", "--kernel", "6.18", "--no-progress", "--jsonl", str(jsonl), "guest:uprobe_targets", "4"])
     text = capsys.readouterr().out
     assert rc == 1, text
     assert "unclassified (UNCLASSIFIED): guest:uprobe_targets:0x108d 0x40108d <target_push> 55  push rbp" in text
@@ -112,19 +110,18 @@ def test_cli_unclassified_divergence_exits_1_and_streams_jsonl(tmp_path, capsys,
 
 def test_the_repro_command_reproduces_the_divergence(capsys, monkeypatch):
     _wrong_push(monkeypatch)
-    rc = main(["sweep", "guest:uprobe_targets", "--kernel", "6.18", "--site",
-               "guest:uprobe_targets:0x108d", "--no-progress", "--", "4"])
+    rc = main(["sweep", "--kernel", "6.18", "--site", "guest:uprobe_targets:0x108d", "--no-progress", "guest:uprobe_targets", "4"])
     text = capsys.readouterr().out
     assert rc == 1 and "first: registers: rbp reference 0x0 probed 0x4" in text, text
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["sweep", "guest:fib", "--kernel", "6.18,nope"], "unknown kernel profile 'nope'"),
-    (["sweep", "guest:fib", "--resume"], "--resume needs --jsonl FILE"),
+    (["sweep", "--kernel", "6.18,nope", "guest:fib"], "unknown kernel profile 'nope'"),
+    (["sweep", "--resume", "guest:fib"], "--resume needs --jsonl FILE"),
     (["sweep", "/nonexistent/prog"], "/nonexistent/prog: no such file"),
-    (["sweep", "guest:fib", "--sites", "/nonexistent/list"], "is neither insn, func, ret nor a file"),
-    (["sweep", "guest:fib", "--site", "no_such_symbol"], "no_such_symbol"),
-    (["sweep", "guest:fib", "--jobs", "2", "--ray", "auto"], "give --jobs or --ray, not both"),
+    (["sweep", "--sites", "/nonexistent/list", "guest:fib"], "is neither insn, func, ret nor a file"),
+    (["sweep", "--site", "no_such_symbol", "guest:fib"], "no_such_symbol"),
+    (["sweep", "--jobs", "2", "--ray", "auto", "guest:fib"], "give --jobs or --ray, not both"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     rc = main(argv)

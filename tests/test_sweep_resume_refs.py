@@ -124,15 +124,13 @@ def test_a_reference_digest_survives_the_jsonl(tmp_path):
 
 def test_cli_says_the_reference_runs_were_reused(tmp_path, capsys):
     jsonl = str(tmp_path / "c.jsonl")
-    assert main(["sweep", "guest:fib", "30", "--kernel", "6.18", "--no-progress", "--jsonl", jsonl]) == 0
+    assert main(["sweep", "--kernel", "6.18", "--no-progress", "--jsonl", jsonl, "guest:fib", "30"]) == 0
     first = capsys.readouterr().out
     assert "reference runs:" not in first, first
-    assert main(["sweep", "guest:fib", "30", "--kernel", "6.18", "--no-progress", "--jsonl", jsonl,
-                 "--resume"]) == 0
+    assert main(["sweep", "--kernel", "6.18", "--no-progress", "--jsonl", jsonl, "--resume", "guest:fib", "30"]) == 0
     out = capsys.readouterr().out
     assert f"[6.18] reference runs: reused from {jsonl}" in out, out
-    assert main(["sweep", "guest:fib", "31", "--kernel", "6.18", "--no-progress", "--jsonl", jsonl,
-                 "--resume"]) == 0
+    assert main(["sweep", "--kernel", "6.18", "--no-progress", "--jsonl", jsonl, "--resume", "guest:fib", "31"]) == 0
     out = capsys.readouterr().out
     assert f"[6.18] reference runs: run again: the ones in {jsonl} were for another argv" in out, out
 

@@ -90,14 +90,14 @@ def test_qsort_makes_the_native_number_of_comparisons(build_c):
 
 
 def test_cli_mem_total_option(sysinfo_exe):
-    p = cli("run", sysinfo_exe, "--mem-total", "512M")
+    p = cli("run", "--mem-total", "512M", sysinfo_exe)
     assert p.returncode == 0, p.stderr
     assert fields(p.stdout.decode())["phys_pages"] == str((512 << 20) // 4096)
 
 
 @pytest.mark.parametrize("bad", ["lots", "12"])
 def test_cli_mem_total_rejects_bad_sizes(bad):
-    assert "--mem-total" in one_line_error(cli("run", "guest:hello", "--mem-total", bad))
+    assert "--mem-total" in one_line_error(cli("run", "--mem-total", bad, "guest:hello"))
 
 
 def test_api_mem_total_rejects_bad_sizes():

@@ -606,7 +606,7 @@ def test_cli_text_trace_to_stdout_keeps_guest_output_in_place():
 @pytest.mark.parametrize("fmt", ["jsonl", "chrome", "tenet"])
 def test_cli_formats_to_a_file(fmt, tmp_path):
     path = tmp_path / f"trace.{fmt}"
-    p = cli("trace", "guest:fib", "10", "--format", fmt, "-o", str(path), "--kernel", "6.18")
+    p = cli("trace", "--format", fmt, "-o", str(path), "--kernel", "6.18", "guest:fib", "10")
     assert p.returncode == 55, p.stderr.decode()
     data = path.read_text()
     if fmt == "jsonl":
@@ -618,7 +618,7 @@ def test_cli_formats_to_a_file(fmt, tmp_path):
 
 
 def test_cli_machine_readable_trace_on_stdout_moves_guest_output_to_stderr():
-    p = cli("trace", "guest:hello", "--format", "jsonl")
+    p = cli("trace", "--format", "jsonl", "guest:hello")
     assert p.returncode == 0
     assert [json.loads(ln) for ln in p.stdout.decode().splitlines()][-1]["type"] == "end"
     assert p.stderr == b"hello, world\n"
@@ -626,8 +626,7 @@ def test_cli_machine_readable_trace_on_stdout_moves_guest_output_to_stderr():
 
 def test_cli_from_count_and_probe_events(tmp_path):
     path = tmp_path / "t.txt"
-    p = cli("trace", "guest:fib", "5", "--from", "fib_loop", "--count", "12", "-o", str(path),
-            "-e", "p:f/loop guest:fib:fib_loop %ax")
+    p = cli("trace", "--from", "fib_loop", "--count", "12", "-o", str(path), "-e", "p:f/loop guest:fib:fib_loop %ax", "guest:fib", "5")
     assert p.returncode == 5, p.stderr.decode()
     text = path.read_text()
     assert len(listing(text)) == 12
@@ -640,10 +639,10 @@ def test_cli_from_count_and_probe_events(tmp_path):
 
 
 @pytest.mark.parametrize("args,fragment", [
-    (("trace", "guest:hello", "--from", "nosuch"), "unknown symbol 'nosuch'"),
-    (("trace", "guest:hello", "--format", "xml"), "invalid choice"),
-    (("trace", "guest:hello", "--count", "-3"), "must not be negative"),
-    (("trace", "guest:hello", "-o", "/nonexistent/dir/t.txt"), "cannot write the trace"),
+    (("trace", "--from", "nosuch", "guest:hello"), "unknown symbol 'nosuch'"),
+    (("trace", "--format", "xml", "guest:hello"), "invalid choice"),
+    (("trace", "--count", "-3", "guest:hello"), "must not be negative"),
+    (("trace", "-o", "/nonexistent/dir/t.txt", "guest:hello"), "cannot write the trace"),
 ], ids=["unknown-symbol", "bad-format", "negative-count", "bad-output"])
 def test_cli_bad_input_is_one_line(args, fragment):
     assert fragment in one_line_error(cli(*args))

@@ -155,7 +155,7 @@ def test_args_buffer_is_filled_per_profile(kernel, ftrace, fills):
 def test_cli_events_file(tmp_path):
     from cli_helpers import cli
     out = tmp_path / "events.txt"
-    p = cli("run", "guest:fib", "4", "-e", "p:f/loop guest:fib:fib_loop %ax %bx", "--events", str(out))
+    p = cli("run", "-e", "p:f/loop guest:fib:fib_loop %ax %bx", "--events", str(out), "guest:fib", "4")
     assert p.returncode == 3 and p.stderr == b""
     lines = out.read_text().splitlines()
     assert [payload(l) for l in lines] == [
@@ -168,5 +168,5 @@ def test_cli_events_file(tmp_path):
 
 def test_cli_bad_spec_is_one_line():
     from cli_helpers import cli, one_line_error
-    line = one_line_error(cli("run", "guest:fib", "-e", "p:f/loop guest:fib:fib_loop %zz"))
+    line = one_line_error(cli("run", "-e", "p:f/loop guest:fib:fib_loop %zz", "guest:fib"))
     assert "zz" in line

@@ -135,8 +135,7 @@ def test_cli_seek_starts_the_trace_at_instruction_n_and_answers_last_write(tmp_p
     elf, _ = asm_to_elf(GUEST)
     exe = tmp_path / "g"
     exe.write_bytes(elf)
-    proc = cli("trace", str(exe), "--seek", "3005", "--last-write", "rbx", "--format", "jsonl",
-               "--count", "1", "--checkpoint-interval", "500")
+    proc = cli("trace", "--seek", "3005", "--last-write", "rbx", "--format", "jsonl", "--count", "1", "--checkpoint-interval", "500", str(exe))
     assert proc.returncode == 0, proc.stderr.decode()
     err = proc.stderr.decode()
     assert "last write to rbx before instruction 3005: instruction 2 at 0x40100e <_start+0xe>: " \
@@ -155,4 +154,4 @@ def test_cli_bad_seek_requests_are_one_line_errors(tmp_path, args, message):
     elf, _ = asm_to_elf(GUEST)
     exe = tmp_path / "g"
     exe.write_bytes(elf)
-    assert message in one_line_error(cli("trace", str(exe), *args))
+    assert message in one_line_error(cli("trace", *args, str(exe)))

@@ -51,7 +51,7 @@ def test_the_cli_names_it(tmp_path):
     exe = tmp_path / "spin"
     exe.write_bytes(asm_to_elf(spin(442))[0])
     exe.chmod(0o755)
-    p = cli("run", str(exe), "--timeout", "1", timeout=60)
+    p = cli("run", "--timeout", "1", str(exe), timeout=60)
     err = p.stderr.decode()
     assert p.returncode == 124, (p.returncode, err)
     assert "wall-clock timeout" in err and "last syscall 442 (mount_setattr) is not modeled: ENOSYS" in err, err

@@ -1,4 +1,4 @@
-"""Entry probes from the shell: ``uprobe-emu run PROGRAM -e SPEC``.
+"""Entry probes from the shell: ``uprobe-emu run -e SPEC PROGRAM``.
 
 One ftrace line per hit (stderr, or ``--events FILE``); the guest's output and status
 are those of the unprobed run; a spec the kernel or the parser refuses is one line and
@@ -54,7 +54,7 @@ def every_class_run():
     args = []
     for t in CLASS_TARGETS:
         args += ["-e", f"p:cls/ev_{t} {GUEST}:{t}"]
-    return cli("run", GUEST, str(ROUNDS), *args)
+    return cli("run", *args, GUEST, str(ROUNDS))
 
 
 @pytest.mark.parametrize("target", CLASS_TARGETS)
@@ -79,7 +79,7 @@ def test_lines_come_in_hit_order(every_class_run):
 
 def test_fetchargs_print_the_registers_at_the_probe(symbols):
     """r13 (the running sum) is 21 per round when target_riprel is called."""
-    p = cli("run", GUEST, "2", "-e", f"p:a/rr {GUEST}:target_riprel sum=%r13 ip=%ip")
+    p = cli("run", "-e", f"p:a/rr {GUEST}:target_riprel sum=%r13 ip=%ip", GUEST, "2")
     lines = hit_lines(p.stderr.decode())
     args = [ln["args"].strip() for ln in lines]
     ip = symbols["target_riprel"]
@@ -96,7 +96,7 @@ def test_spec_forms_name_the_probes_they_say(symbols):
         "target_jmp": f"p {GUEST}:{symbols['target_jmp'] - 0x400000:#x}",
     }
     args = [a for spec in forms.values() for a in ("-e", spec)]
-    p = cli("run", GUEST, str(ROUNDS), *args)
+    p = cli("run", *args, GUEST, str(ROUNDS))
     ips = [int(ln["ip"], 16) for ln in hit_lines(p.stderr.decode())]
     for target in forms:
         assert ips.count(symbols[target]) == ROUNDS, f"{forms[target]!r}: {p.stderr.decode()}"
@@ -105,8 +105,7 @@ def test_spec_forms_name_the_probes_they_say(symbols):
 
 def test_events_file_gets_the_lines_and_stderr_stays_clean(tmp_path, symbols, plain_status):
     out = tmp_path / "events.txt"
-    p = cli("run", GUEST, str(ROUNDS), "-e", f"p:a/push {GUEST}:target_push", "--events", str(out),
-            "--counters")
+    p = cli("run", "-e", f"p:a/push {GUEST}:target_push", "--events", str(out), "--counters", GUEST, str(ROUNDS))
     assert p.returncode == plain_status
     lines = hit_lines(out.read_text())
     assert [int(ln["ip"], 16) for ln in lines] == [symbols["target_push"]] * ROUNDS
@@ -129,7 +128,7 @@ BAD_SPECS = {
 @pytest.mark.parametrize("name", list(BAD_SPECS), ids=list(BAD_SPECS))
 def test_bad_spec_is_one_line_and_exit_2(name):
     spec, fragment = BAD_SPECS[name]
-    p = cli("run", GUEST, str(ROUNDS), "-e", spec)
+    p = cli("run", "-e", spec, GUEST, str(ROUNDS))
     line = one_line_error(p)
     assert fragment in line, line
     assert p.stdout == b""
@@ -137,5 +136,5 @@ def test_bad_spec_is_one_line_and_exit_2(name):
 
 def test_duplicate_event_name_is_one_line_and_exit_2():
     spec = f"p:a/dup {GUEST}:target_nop"
-    line = one_line_error(cli("run", GUEST, "1", "-e", spec, "-e", spec))
+    line = one_line_error(cli("run", "-e", spec, "-e", spec, GUEST, "1"))
     assert "a/dup" in line and "exists" in line, line

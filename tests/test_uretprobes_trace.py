@@ -107,7 +107,7 @@ def loop_elf(tmp_path_factory):
 @pytest.mark.parametrize("kernel", ["6.10", "6.18"])
 @pytest.mark.parametrize("spec", ["r:grp/fret {p}:f $retval", "{p}:f%return", "uretprobe:{p}:f"])
 def test_cli_return_probe_prints_one_line_per_return(loop_elf, spec, kernel):
-    proc = cli("run", loop_elf, "-e", spec.format(p=loop_elf), "--kernel", kernel, "--counters")
+    proc = cli("run", "-e", spec.format(p=loop_elf), "--kernel", kernel, "--counters", loop_elf)
     err = proc.stderr.decode()
     assert proc.returncode == N * N, err
     lines = [line for line in err.splitlines() if "<-" in line]
@@ -128,8 +128,7 @@ def test_cli_return_probes_on_a_gcc_guest_with_longjmp(build_c, tmp_path):
     abandoned by longjmp print nothing."""
     exe = build_c("uretprobe_longjmp.c", "-static")
     out = tmp_path / "events.txt"
-    proc = cli("run", exe, "-e", f"r:lj/leaf {exe}:leaf $retval:s32", "-e", f"{exe}:outer%return",
-               "-e", f"r:lj/inner {exe}:inner", "--events-file", str(out))
+    proc = cli("run", "-e", f"r:lj/leaf {exe}:leaf $retval:s32", "-e", f"{exe}:outer%return", "-e", f"r:lj/inner {exe}:inner", "--events-file", str(out), exe)
     assert proc.returncode == 0, proc.stderr.decode()
     assert proc.stdout == b"total=1008\n"
     events = [(e, a) for e, _, _, a in parse(out.read_text().splitlines())]
@@ -142,12 +141,12 @@ def test_cli_return_probes_on_a_gcc_guest_with_longjmp(build_c, tmp_path):
                                   "guest:uprobe_targets:target_push%return",
                                   "uretprobe:guest:uprobe_targets:target_push"])
 def test_cli_return_probe_on_a_builtin_guest(spec, kernel):
-    """`uprobe-emu run guest:NAME -e SPEC`: one return line per call (one call per round),
+    """`uprobe-emu run -e SPEC guest:NAME`: one return line per call (one call per round),
     each naming the function and its real return address; the guest's status is the
     unprobed one."""
     rounds = 3
     plain = Machine.from_guest("uprobe_targets", argv=["uprobe_targets", str(rounds)]).run()
-    proc = cli("run", "guest:uprobe_targets", str(rounds), "-e", spec, "--kernel", kernel)
+    proc = cli("run", "-e", spec, "--kernel", kernel, "guest:uprobe_targets", str(rounds))
     err = proc.stderr.decode()
     assert proc.returncode == plain.exit_code, err
     m = Machine.from_guest("uprobe_targets")

@@ -166,7 +166,6 @@ def test_cli_grant_dir_repeats(build_c, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
-    p = cli("run", "--grant-dir", str(a), "--grant-dir", str(b), exe, "--",
-            f"open,{a}/x,0x41,0644", f"open,{b}/y,0x41,0644", f"open,{tmp_path}/z,0x41,0644")
+    p = cli("run", "--grant-dir", str(a), "--grant-dir", str(b), exe, f"open,{a}/x,0x41,0644", f"open,{b}/y,0x41,0644", f"open,{tmp_path}/z,0x41,0644")
     assert p.stdout.decode().splitlines() == [f"open,{a}/x,0x41,0644 -> 3", f"open,{b}/y,0x41,0644 -> 4",
                                               f"open,{tmp_path}/z,0x41,0644 -> EROFS"], p.stderr

@@ -419,7 +419,7 @@ def test_busybox_write_wrapper_follower_is_not_hit():
 # ============================================================================ the host
 
 def _diff(path, specs, *argv):
-    p = cli("diff", path, *argv, *[a for s in specs for a in ("-e", s)], timeout=300)
+    p = cli("diff", *[a for s in specs for a in ("-e", s)], path, *argv, timeout=300)
     out = p.stdout.decode()
     assert p.returncode == 0, out + p.stderr.decode()
     m = re.search(r"(\d+) events$", out.strip())

@@ -403,7 +403,7 @@ def census(busybox: str, emu_cmd: list, applets: list, base: Path):
         native = run_one(argv, work, c.stdin, NATIVE_TIMEOUT, DEFAULT_ENV)
         fresh(template, work)
         emu = run_one([*emu_cmd, "run", "--timeout", str(EMU_TIMEOUT), "--grant-dir", str(work),
-                       busybox, "--", *argv[1:]], work, c.stdin, EMU_TIMEOUT + 10, None)
+                       busybox, *argv[1:]], work, c.stdin, EMU_TIMEOUT + 10, None)
         diff = first_difference(native, emu)
         codes = f"(exit native {native.code}, emu {emu.code})"
         note = f" [by design: {BY_DESIGN[applet]}]" if applet in BY_DESIGN else ""

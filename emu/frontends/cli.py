@@ -15,6 +15,7 @@ import os
 import sys
 
 from emu.inspect import MAX_SLICE, MIN_SLICE, NR_CPUS, describe_engine, engine_capabilities, parse_nr_cpus, parse_slice
+from emu import __version__
 from emu.machine import Machine
 from guest_programs import GUESTS, write_guest
 from kernel_model.errors import EmuError, InputError, printable
@@ -162,13 +163,15 @@ def _add_machine_options(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="uprobe-emu",
-                     description="Run x86_64 guests on Unicorn under a model of Linux uprobes.")
+                     description="Run x86_64 guests on Unicorn under a model of Linux uprobes.",
+                     epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
 
     run = sub.add_parser("run", help="run a guest (PROGRAM: an ELF path or guest:NAME)",
-                         description="Run PROGRAM [ARGS...]; arguments for the guest that start "
-                                     "with '-' go after '--'.")
+                         usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
+                         description="Run PROGRAM with ARGS: options come before PROGRAM, every "
+                                     "word after it goes to the program unchanged.")
     run.add_argument("program", metavar="PROGRAM")
     run.add_argument("args", nargs="*", metavar="ARGS")
     _add_machine_options(run)
@@ -196,16 +199,30 @@ CLI_MODULES = ("emu.frontends.trace", "emu.frontends.stepper", "emu.frontends.be
                "emu.frontends.hostdiff", "emu.frontends.gdbstub", "emu.frontends.sweep")
 
 
+EXAMPLES = """\
+examples:
+  uprobe-emu run /usr/bin/python3 -c 'print(6 * 7)'
+  uprobe-emu run -e uprobe:libc:malloc -e 'r:libc/malloc_ret libc:malloc ret=$retval' /bin/echo hi
+  uprobe-emu run --kernel 6.9 -e 'p:grp/ev guest:hello:_start sp=%sp' guest:hello
+  uprobe-emu trace --count 20 guest:hello
+  uprobe-emu step -e uprobe:libc:malloc /bin/echo hi   (then: c, info registers, bt, rsi)
+  uprobe-emu gdbserver --port 1234 guest:fib 5        (then: gdb -ex 'target remote :1234')
+  uprobe-emu bench --quick uprobe-nop uretprobe-nop --kernel 6.12 --vs 6.13
+  sudo uprobe-emu diff -e uprobe:libc:malloc /bin/echo hi  (the host kernel and the model)
+  uprobe-emu guests                                    (the built-in guests)
+
+'uprobe-emu COMMAND --help' describes a command."""
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    guest_tail: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, guest_tail = argv[:i], argv[i + 1:]
     parser = build_parser()
+    if not argv:
+        parser.print_usage()
+        print(EXAMPLES)
+        return 0
     try:
         args = _parse(parser, _attach_delete_events(argv))
-        args.guest_tail = guest_tail
         return _dispatch(args)
     except UsageError as e:
         print_error(str(e))
@@ -245,14 +262,52 @@ def _attach_delete_events(argv: list[str]) -> list[str]:
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
-    """Options may come before or after PROGRAM (argparse's intermixed parsing, which
-    only works on the subcommand's own parser)."""
+    """A command that runs a PROGRAM takes its options before it and gives the program
+    every word after it, unchanged (a ``--`` or ``-x`` among them included), as strace,
+    valgrind, perf record and ``gdb --args`` do; a ``--`` before PROGRAM ends the
+    options.  Other commands parse as argparse does."""
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     if not argv or argv[0].startswith("-") or argv[0] not in subparsers.choices:
-        return parser.parse_args(argv)          # --help, or a usage error
-    args = subparsers.choices[argv[0]].parse_intermixed_args(argv[1:])
+        return parser.parse_args(argv)          # --help, --version, or a usage error
+    sub = subparsers.choices[argv[0]]
+    if not _takes_program(sub):
+        args = sub.parse_intermixed_args(argv[1:])
+    else:
+        options, program, guest_args = split_program_words(sub, argv[1:])
+        if program is None:
+            sub.parse_args([*options, "--", "PROGRAM"])     # --help, or the error of a bad option
+            raise UsageError(f"{sub.prog}: PROGRAM is missing (usage: {sub.prog} [OPTIONS] [--] PROGRAM [ARGS...])")
+        args = sub.parse_args([*options, "--", program])
+        args.args = guest_args
     args.command = argv[0]
     return args
+
+
+def _takes_program(sub: argparse.ArgumentParser) -> bool:
+    return any(a.dest == "program" for a in sub._actions)
+
+
+def split_program_words(sub: argparse.ArgumentParser, words: list[str]) -> tuple[list, str | None, list]:
+    """``(options, PROGRAM, its arguments)``: the options are the words up to the first
+    that is not an option or an option's value (an option's value is the next word
+    unless given as ``--opt=V`` or ``-eV``), or up to ``--``."""
+    takes_value = {s: a.nargs != 0 for a in sub._actions for s in a.option_strings}
+    longs = [s for s in takes_value if s.startswith("--")]
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "--":
+            return words[:i], (words[i + 1] if i + 1 < len(words) else None), words[i + 2:]
+        if not word.startswith("-") or word == "-":
+            return words[:i], word, words[i + 1:]
+        if word.startswith("--"):
+            name = word.split("=", 1)[0]
+            matches = [name] if name in takes_value else [s for s in longs if s.startswith(name)]
+            value_next = "=" not in word and len(matches) == 1 and takes_value[matches[0]]
+        else:
+            value_next = len(word) == 2 and takes_value.get(word, False)
+        i += 2 if value_next else 1
+    return words, None, []
 
 
 def _dispatch(args) -> int:
@@ -319,7 +374,7 @@ def make_machine(args, passthrough: bool = True, own_stdin: bool = True):
             [("--grant-dir", d) for d in getattr(args, "grant_dir", None) or []]:
         if not os.path.isdir(value):
             raise EmuError(f"{opt} {value!r} is not a directory")
-    extra = list(getattr(args, "args", []) or []) + list(getattr(args, "guest_tail", []))
+    extra = list(getattr(args, "args", []) or [])
     prog = args.program
     guest_argv = [prog[len("guest:"):] if prog.startswith("guest:") else prog] + extra
     if getattr(args, "verbose", False):

@@ -473,7 +473,7 @@ def compare(native: RunRecord, model: RunRecord, context: int = 3) -> list[str]:
 # ----------------------------------------------------------------------------- CLI
 
 def add_cli(sub, add_machine_options) -> None:
-    p = sub.add_parser("diff", help="run a guest under the host kernel's uprobes and the model; compare",
+    p = sub.add_parser("diff", usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]", help="run a guest under the host kernel's uprobes and the model; compare",
                        description="Run PROGRAM natively with the probes created through tracefs "
                                    "and in the model under the matching kernel profile, then "
                                    "compare exit status, stdout and the ordered event stream. "
@@ -499,7 +499,7 @@ def cmd_diff(args) -> int:
     stdin = read_stdin_file(args.stdin)
     path, tmpdir = _program_path(args.program)
     try:
-        argv = [path, *args.args, *getattr(args, "guest_tail", [])]
+        argv = [path, *args.args]
         kernel = host_profile_name() if args.kernel == "auto" else args.kernel
         probes, _ = resolve_specs(path, args.event, (args.program,), kernel)
         native = run_native(path, argv, probes, stdin, args.timeout)

@@ -17,7 +17,7 @@ from kernel_model.profiles import KernelProfile
 
 def add_cli(sub, _add_machine_options) -> None:
     p = sub.add_parser(
-        "sweep", help="probe every instruction (function, return) and report where probing "
+        "sweep", usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]", help="probe every instruction (function, return) and report where probing "
                       "changes what the program does",
         description="Run PROGRAM unprobed, then with do-nothing probes on every site, many "
                     "per run, bisecting only the batches whose run differs (exit status or "
@@ -81,8 +81,7 @@ def program_of(args) -> Program:
         prog = os.path.abspath(prog)
     if not os.path.isdir(args.sysroot):
         raise InputError(f"--sysroot {args.sysroot!r} is not a directory")
-    argv = [prog[len("guest:"):] if prog.startswith("guest:") else prog, *args.args,
-            *getattr(args, "guest_tail", [])]
+    argv = [prog[len("guest:"):] if prog.startswith("guest:") else prog, *args.args]
     return Program.of(prog, argv, read_stdin_file(args.stdin), sysroot=args.sysroot,
                       seed=args.seed, cpus=args.cpus, max_insns=args.max_insns or None,
                       timeout=args.timeout or None)
@@ -94,12 +93,11 @@ def repro_for(args):
         (["--cpus", str(args.cpus)] if args.cpus != 1 else [])
 
     def repro(program, kernel, sites) -> str:
-        words = ["uprobe-emu", "sweep", args.program, "--kernel", kernel, *extra]
+        words = ["uprobe-emu", "sweep", "--kernel", kernel, *extra]
         for s in sites:
             words += ["--site", s.key if s.path != program.path else s.key.replace(
                 s.path, args.program, 1)]
-        tail = list(program.argv[1:])
-        return shlex.join(words + (["--", *tail] if tail else []))
+        return shlex.join([*words, args.program, *program.argv[1:]])
     return repro
 
 

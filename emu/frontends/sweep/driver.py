@@ -81,14 +81,11 @@ class KernelSweep:
 
 
 def default_repro(program, kernel: str, sites) -> str:
-    words = ["uprobe-emu", "sweep", program.path, "--kernel", kernel] + \
+    words = ["uprobe-emu", "sweep", "--kernel", kernel] + \
         (["--cpus", str(program.cpus)] if program.cpus != 1 else [])
     for s in sites:
         words += ["--site", s.key]
-    args = list(program.argv[1:])
-    if args:
-        words += ["--", *args]
-    return shlex.join(words)
+    return shlex.join([*words, program.path, *program.argv[1:]])
 
 
 def reference_description(program, kernel: str, overrides: tuple, mode: str, libraries: bool,

@@ -77,8 +77,7 @@ class HostSweep:
         return [f for f in self.found if f[1] not in FAITHFUL] + self.disagreements
 
     def repro(self, site) -> str:
-        return shlex.join(["uprobe-emu", "sweep", *self.command[:1], "--host", "--site", site.key,
-                           *(["--", *self.command[1:]] if self.command[1:] else [])])
+        return shlex.join(["uprobe-emu", "sweep", "--host", "--site", site.key, *self.command])
 
     def lines(self) -> list[str]:
         out = [f"host {self.release} vs model {self.kernel}: native reference {self.reference}, "
@@ -105,9 +104,9 @@ class HostSweep:
             out.append(f"  DISAGREE {site.describe()}")
             out.append(f"      host : {h.first if h else 'transparent'}")
             out.append(f"      model: {m.first if m else 'transparent'}")
-            out.append("      repro: " + shlex.join(["uprobe-emu", "diff", *self.command[:1], "-e",
+            out.append("      repro: " + shlex.join(["uprobe-emu", "diff", "-e",
                                                      f"p:sweep/site {site.path}:{site.offset:#x}",
-                                                     "--", *self.command[1:]]))
+                                                     *self.command]))
         return out
 
     def to_json(self) -> dict:

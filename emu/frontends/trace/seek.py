@@ -13,7 +13,7 @@ a read() into a buffer, a signal frame), or when it is a store to the address
 (a memory-write hook) or lists the register among its written operands (capstone) -
 a write of the same value.
 
-``uprobe-emu trace PROGRAM --seek N [--last-write rax|ADDR[:SIZE]]...`` runs to
+``uprobe-emu trace --seek N [--last-write rax|ADDR[:SIZE]]... PROGRAM`` runs to
 instruction N, answers the queries on stderr and traces from there on.
 """
 
