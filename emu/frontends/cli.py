@@ -14,8 +14,8 @@ import math
 import os
 import sys
 
-from emu.inspect import MAX_SLICE, MIN_SLICE, NR_CPUS, describe_engine, engine_capabilities, parse_nr_cpus, parse_slice
 from emu import __version__
+from emu.inspect import MAX_SLICE, MIN_SLICE, NR_CPUS, describe_engine, engine_capabilities, parse_nr_cpus, parse_slice
 from emu.machine import Machine
 from guest_programs import GUESTS, write_guest
 from kernel_model.errors import EmuError, InputError, printable

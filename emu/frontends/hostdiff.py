@@ -473,7 +473,8 @@ def compare(native: RunRecord, model: RunRecord, context: int = 3) -> list[str]:
 # ----------------------------------------------------------------------------- CLI
 
 def add_cli(sub, add_machine_options) -> None:
-    p = sub.add_parser("diff", usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]", help="run a guest under the host kernel's uprobes and the model; compare",
+    p = sub.add_parser("diff", usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
+                       help="run a guest under the host kernel's uprobes and the model; compare",
                        description="Run PROGRAM natively with the probes created through tracefs "
                                    "and in the model under the matching kernel profile, then "
                                    "compare exit status, stdout and the ordered event stream. "

@@ -11,7 +11,8 @@ from kernel_model.errors import InputError
 
 
 def add_cli(sub, add_machine_options) -> None:
-    p = sub.add_parser("gdbserver", usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]", help="serve a guest to gdb (target remote :PORT)",
+    p = sub.add_parser("gdbserver", usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
+                       help="serve a guest to gdb (target remote :PORT)",
                        description="Load PROGRAM under the uprobes model and wait for gdb on "
                                    "127.0.0.1:PORT; gdb's breakpoints are kept apart from uprobes. "
                                    "After gdb detaches the guest runs to its end and the exit "

@@ -586,7 +586,8 @@ def _parse_x_format(fmt: str, last: tuple[str, int]) -> tuple[int, str, int]:
 
 def add_cli(sub, add_machine_options) -> None:
     p = sub.add_parser(
-        "step", usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]", help="step through a guest with gdb-like commands",
+        "step", usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
+        help="step through a guest with gdb-like commands",
         description="Interactive instruction stepper (PROGRAM: an ELF path or guest:NAME). "
                     "Commands come from -x FILE, then from stdin (prompt only on a terminal); "
                     "'help' lists them.  Stepping executes through the uprobes kernel model's "

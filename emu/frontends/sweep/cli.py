@@ -17,8 +17,9 @@ from kernel_model.profiles import KernelProfile
 
 def add_cli(sub, _add_machine_options) -> None:
     p = sub.add_parser(
-        "sweep", usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]", help="probe every instruction (function, return) and report where probing "
-                      "changes what the program does",
+        "sweep", usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
+        help="probe every instruction (function, return) and report where probing "
+             "changes what the program does",
         description="Run PROGRAM unprobed, then with do-nothing probes on every site, many "
                     "per run, bisecting only the batches whose run differs (exit status or "
                     "signal, stdout/stderr, syscalls with arguments, final registers, "

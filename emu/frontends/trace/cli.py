@@ -19,7 +19,8 @@ from kernel_model.errors import InputError
 
 def add_cli(sub, add_machine_options) -> None:
     p = sub.add_parser(
-        "trace", usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]", help="trace every instruction, with the uprobes model's work interleaved",
+        "trace", usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
+        help="trace every instruction, with the uprobes model's work interleaved",
         description="Run PROGRAM [ARGS...] and write an instruction trace: objdump-style "
                     "lines with the registers each instruction changed and the kernel "
                     "model's events (text), JSON lines, Tenet deltas, or Chrome trace "
