@@ -40,7 +40,7 @@ def engine_capabilities() -> list[dict]:
     return [
         {"name": "register window", "ok": window,
          "detail": "registers read and written in Unicorn's CPU state in place; breakpoint fast paths "
-                   "for probed nops and jmps" if window else
+                   "for probed emulated instructions" if window else
          "CPU state layout not recognised: one native batch call per trap instead, and every probe hit "
          "through the general int3 path"},
         {"name": "native block quantum", "ok": quantum,

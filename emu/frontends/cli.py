@@ -268,7 +268,10 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     options.  Other commands parse as argparse does."""
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     if not argv or argv[0].startswith("-") or argv[0] not in subparsers.choices:
-        return parser.parse_args(argv)          # --help, --version, or a usage error
+        args = parser.parse_args(argv)          # --help, --version, or a usage error
+        if args.command is None:
+            raise UsageError("uprobe-emu: a COMMAND is required ('uprobe-emu' alone shows examples)")
+        return args
     sub = subparsers.choices[argv[0]]
     if not _takes_program(sub):
         args = sub.parse_intermixed_args(argv[1:])

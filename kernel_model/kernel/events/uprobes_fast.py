@@ -74,7 +74,7 @@ def install_swbp_fast_path(uprobes, task, uprobe, bp_vaddr: int) -> None:
     engine.set_breakpoint_fast_path(cpu, bp_vaddr, _swbp_fast_path(uprobes, proc, uprobe, uc, bp_vaddr, target, key))
 
 
-def _swbp_fast_path(uprobes, proc, uprobe, uc, bp_vaddr: int, target: int, key: tuple):
+def _swbp_fast_path(uprobes, proc, uprobe, uc, bp_vaddr: int, target: int | None, key: tuple):
     """The site's fast path: ``uc`` is the one consumer, with an entry handler only or
     (a uretprobe) a return handler only - then the entry work is
     ``alloc_return_instance`` + ``prepare_uretprobe``, as ``Uprobes._ret_only_chain``."""
