@@ -43,13 +43,14 @@ def test_the_wheel_installs_in_a_fresh_venv_and_runs_a_guest(wheel, tmp_path):
     py = venv / "bin" / "python"
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
-    # the dependencies come from this environment (no download): their directories go
-    # after the fresh venv's own site-packages, which holds the wheel's copy of the project
-    dirs = sorted({os.path.dirname(os.path.dirname(importlib.util.find_spec(d).origin)) for d in DEPENDENCIES})
-    Path(site, "uprobe_emu_test_deps.pth").write_text("\n".join(dirs) + "\n")
     p = subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
+    # then the dependencies, from this environment (no download): their directories go
+    # after the fresh venv's own site-packages, which holds the wheel's copy of the project
+    # (added after the install, so pip does not take this environment's copy for it)
+    dirs = sorted({os.path.dirname(os.path.dirname(importlib.util.find_spec(d).origin)) for d in DEPENDENCIES})
+    Path(site, "uprobe_emu_test_deps.pth").write_text("\n".join(dirs) + "\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     where = subprocess.run([str(py), "-c", "import emu, kernel_model; print(emu.__file__, kernel_model.__file__)"],
                            capture_output=True, text=True, check=True, cwd=tmp_path, env=env).stdout.split()
