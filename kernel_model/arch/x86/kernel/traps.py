@@ -45,22 +45,7 @@ class Traps:
         regs = rf.trap_regs(task.orig_rax)
         self.counters.bp_traps += 1
         self.do_int3(task, regs)
-        orig_rax = regs.orig_rax                # exc_int3_exit, inline: the general hit path
-        if (task.pending_signals or task.process.signal.shared_pending or
-                (orig_rax is not None and orig_rax >= 0 and self.restart_code(regs) is not None)) \
-                and self.exit_to_user_mode_loop(task, regs):
-            return
-        if regs.tf and self.engine.skips_tf_trap(task.process.mem, regs.rip):
-            self._single_step_pause(task, regs)
-            if self.exit_to_user_mode_loop(task, regs):
-                return
-        if task.state != "running":
-            self.write_regs(regs)
-            self.engine.stop(cpu)            # the task sleeps (e.g. for an XOL slot)
-            return
-        if regs._dirty or regs.rip != regs._rip0 or regs.tf != regs._tf0:
-            rf.write_back(regs)
-        task.orig_rax = regs.orig_rax
+        self.exc_int3_exit(task, regs, cpu, rf)
 
     def exc_int3_exit(self, task, regs, cpu, rf) -> int:
         """The end of a #BP: the exit to user mode (a queued signal, a syscall to
