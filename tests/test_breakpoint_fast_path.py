@@ -149,7 +149,8 @@ def test_a_return_probe_entry_on_a_nop_gives_what_the_general_path_gives(monkeyp
 
 
 def _reads(ctx, n, m):
-    ctx.task.last_seen_rax = ctx.regs.rax
+    r = ctx.regs                # fetched at this first access on the fast path: what the general path had
+    m.seen.append(("regs", r.rip, r.rsp, r.rax, r.rbx, r.r12, r.eflags, r.tf, r.orig_rax))
     return 0
 
 
