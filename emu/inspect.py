@@ -11,19 +11,20 @@ environment a program starts with).
 
 from __future__ import annotations
 
-from emu.engine.capabilities import describe as describe_engine, engine_capabilities
+from typing import TYPE_CHECKING
+
+from emu.lazy_exports import lazy_exports
 from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
-from kernel_model.arch.x86.kernel.uprobes import MAX_UINSN_BYTES, arch_uprobe_analyze_insn
-from kernel_model.arch.x86.lib.insn import FIX_CALL, FIX_IP, FIX_SETF
 from kernel_model.arch.x86.ptrace import GPR_NAMES, format_eflags
 from kernel_model.errors import RegistrationError
-from kernel_model.fs.binfmt_elf import DEFAULT_ENV
-from kernel_model.fs.proc.procfs import auxv_bytes, exe_link
 from kernel_model.include.linux.cpumask import NR_CPUS, parse_nr_cpus
-from kernel_model.kernel.events.uprobes_types import UTASK_SSTEP
-from kernel_model.kernel.sched import MAX_SLICE, MIN_SLICE, parse_slice
+from kernel_model.kernel.sched_slice import MAX_SLICE, MIN_SLICE, parse_slice
 from kernel_model.kernel.signals import signal_name
 from kernel_model.mm.mm_types import PROT_EXEC, PROT_WRITE, GuestFault
+
+if TYPE_CHECKING:
+    from kernel_model.arch.x86.kernel.uprobes import MAX_UINSN_BYTES
+    from kernel_model.fs.binfmt_elf import DEFAULT_ENV
 
 __all__ = [
     "DEFAULT_ENV", "GPR_NAMES", "GuestFault", "MAX_SLICE", "MIN_SLICE", "MAX_UINSN_BYTES",
@@ -33,7 +34,34 @@ __all__ = [
     "is_writable", "is_writable_code", "uprobe_refusal", "process_auxv", "process_exe_link",
 ]
 
-_FIXUP_NAMES = ((FIX_IP, "ip"), (FIX_CALL, "call"), (FIX_SETF, "setf"))
+# Names whose modules load Unicorn, Capstone or the loader: imported when first used, so
+# a command line that only parses its arguments (``--help``) does not load them.  The
+# functions below that read kernel structures import their modules where they run: by
+# then a machine exists and has loaded them.
+__getattr__, _dir = lazy_exports(__name__, {
+    "MAX_UINSN_BYTES": "kernel_model.arch.x86.kernel.uprobes",
+    "DEFAULT_ENV": "kernel_model.fs.binfmt_elf",
+})
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_dir()))
+
+
+# -- the engine ---------------------------------------------------------------------------
+
+def engine_capabilities() -> list[dict]:
+    """``[{"name", "ok", "detail"}]``: which of the engine's speed tricks work on this host
+    and Unicorn build (the register window, the native block quantum, the instruction
+    counter, the exception state)."""
+    from emu.engine.capabilities import engine_capabilities as capabilities
+    return capabilities()
+
+
+def describe_engine(caps: list[dict]) -> str:
+    """One line: ``engine: register window in place, ...`` with each fallback named."""
+    from emu.engine.capabilities import describe
+    return describe(caps)
 
 
 # -- uprobes ---------------------------------------------------------------------------
@@ -66,6 +94,7 @@ def is_runnable(task) -> bool:
 def in_single_step(task) -> bool:
     """The task is single-stepping a probed instruction out of line: between
     ``pre_ssout`` and the #DB that ends it (``utask->state == UTASK_SSTEP``)."""
+    from kernel_model.kernel.events.uprobes_types import UTASK_SSTEP
     utask = task.utask
     return utask is not None and utask.state == UTASK_SSTEP
 
@@ -90,14 +119,16 @@ def xol_fixups(arch_uprobe) -> tuple[str, ...]:
     """The fixups ``arch_uprobe_post_xol`` applies after an out-of-line step of the
     analysed instruction: ``"ip"``, ``"call"`` (a return address pushed) and
     ``"setf"``, in that order."""
+    from kernel_model.arch.x86.lib.insn import FIX_CALL, FIX_IP, FIX_SETF
     fixups = arch_uprobe.fixups
-    return tuple(name for bit, name in _FIXUP_NAMES if fixups & bit)
+    return tuple(name for bit, name in ((FIX_IP, "ip"), (FIX_CALL, "call"), (FIX_SETF, "setf")) if fixups & bit)
 
 
 def uprobe_refusal(insn: bytes, profile, vaddr: int) -> str | None:
     """Why the kernel would refuse a probe on ``insn`` (the bytes ``prepare_uprobe()``
     copies from the file: :data:`MAX_UINSN_BYTES`) at ``vaddr`` under ``profile``
     (``arch_uprobe_analyze_insn()``), or None when it accepts it."""
+    from kernel_model.arch.x86.kernel.uprobes import arch_uprobe_analyze_insn
     try:
         arch_uprobe_analyze_insn(insn, nop_policy=profile.nop_emulation,
                                  optimize=profile.optimize, vaddr=vaddr)
@@ -124,12 +155,14 @@ def is_writable_code(vma) -> bool:
 def process_auxv(machine, process, task) -> bytes:
     """``/proc/PID/auxv`` of ``process``: the (type, value) pairs exec put on its stack
     (``proc_pid_auxv``)."""
+    from kernel_model.fs.proc.procfs import auxv_bytes
     return auxv_bytes(machine, process, task)
 
 
 def process_exe_link(machine, process, task) -> str | int:
     """``/proc/PID/exe`` of ``process``: the executable's path in the guest's view
     (``proc_exe_link``), or a negative errno."""
+    from kernel_model.fs.proc.procfs import exe_link
     return exe_link(machine, process, task)
 
 

@@ -19,12 +19,13 @@ import math
 import os
 import signal as host_signal
 import threading
+from typing import TYPE_CHECKING, Any, Literal
 
-from emu.asm import asm_to_elf
-from emu.engine.cpu import Cpu, Hook
+from emu.engine.cpu import Cpu, Hook, HookHandle
 from emu.engine.memory import Memory
 from emu.engine.quantum import instruction_counter_available
 from emu.engine.regfile import SnapshotReader
+from emu.kernel_view import kernel_method, kernel_state
 from emu.probes.user_api import UserUprobes
 from emu.replay.checkpoint import (
     DEFAULT_INTERVAL,
@@ -45,13 +46,26 @@ from kernel_model.kernel.counters import Counters
 from kernel_model.kernel.cred import Cred
 from kernel_model.kernel.kernel import Kernel
 from kernel_model.kernel.locking.access_log import AccessLog
-from kernel_model.kernel.sched import MAX_SLICE, MIN_SLICE, check_slice
+from kernel_model.kernel.sched_slice import MAX_SLICE, MIN_SLICE, check_slice
 from kernel_model.kernel.signals import RunResult
 from kernel_model.kernel.syscalls import Syscalls
 from kernel_model.kernel.task import Process, Task
 from kernel_model.mm.filemap import PageCache
 from kernel_model.mm.mm_types import DEFAULT_MAX_MEMORY, MappedFile, MemoryLimit
 from kernel_model.trace import events as ev
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from unicorn.unicorn_py3.unicorn import Uc
+
+    from emu.engine.memhook import PagedMemHook
+    from emu.engine.interface import RegisterAccess
+    from emu.engine.regfile import RegisterFile
+    from kernel_model.fs.file import OpenFile
+    from kernel_model.fs.elf import ElfImage
+    from kernel_model.kernel.sched import Scheduler
+    from kernel_model.profiles import KernelProfile, SwitchValue
 
 # No instruction budget by default: Unicorn's native counter is a per-instruction hook
 # inside Unicorn that slows the tightest loops up to about 20-fold; the wall-clock
@@ -64,7 +78,7 @@ DEFAULT_OUTPUT_LIMIT = 16 << 20
 __all__ = ["Machine", "Hook", "RunResult", "instruction_counter_available", "DEFAULT_TIMEOUT"]
 
 
-def _check_limits(max_insns, timeout) -> None:
+def _check_limits(max_insns: object, timeout: object) -> None:
     """run()'s limits: a budget is a count >= 0, a timeout a finite number >= 0 (None
     or 0: none).  Unicorn would take nan/inf as a conversion error mid-run."""
     if max_insns is not None and (isinstance(max_insns, bool) or not isinstance(max_insns, int)
@@ -75,18 +89,11 @@ def _check_limits(max_insns, timeout) -> None:
         raise InputError(f"timeout must be a finite number of seconds >= 0 or None, not {timeout!r}")
 
 
-def _kernel(name: str) -> property:
-    """The kernel's attribute ``name``, read through the machine (its state, or its
-    bound method: no call in between)."""
-    doc = getattr(getattr(Kernel, name, None), "__doc__", None)
-    return property(lambda self: getattr(self.kernel, name), doc=doc)
-
-
 class OutputBuffer(bytearray):
     """A guest stream the machine keeps: at most ``limit`` bytes (later bytes are
     counted in ``dropped``, not kept)."""
 
-    def __init__(self, limit: int | None):
+    def __init__(self, limit: int | None) -> None:
         super().__init__()
         self.limit = limit
         self.dropped = 0
@@ -100,13 +107,16 @@ class OutputBuffer(bytearray):
 class RegsView:
     """``machine.regs``: live attribute access to the current task's registers."""
 
-    def __init__(self, machine: "Machine"):
+    _m: Machine
+
+    def __init__(self, machine: Machine) -> None:
         object.__setattr__(self, "_m", machine)
 
-    def __getattr__(self, name):
-        return getattr(self._m.read_regs(), name)
+    def __getattr__(self, name: str) -> int:
+        value: int = getattr(self._m.read_regs(), name)
+        return value
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: int) -> None:
         regs = self._m.read_regs()
         setattr(regs, name, value)
         self._m.write_regs(regs)
@@ -114,7 +124,7 @@ class RegsView:
     def snapshot(self) -> PtRegs:
         return self._m.read_regs()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return repr(self._m.read_regs())
 
 
@@ -134,14 +144,14 @@ class Machine:
     checkpoint_keep = ("events", "recorder", "passthrough", "capture_output", "page_cache", "_sigint")
 
     def __init__(self, *, kernel: str = "latest", stdin: bytes | int = b"", passthrough: bool = False,
-                 sysroot: str = "/", grant_dirs: list[str] | tuple = (), grant_dir: str | None = None,
+                 sysroot: str = "/", grant_dirs: list[str] | tuple[str, ...] = (), grant_dir: str | None = None,
                  cwd: str | None = None, seed: int = 0, comm: str = "guest",
                  stdio: str = "pipe", mem_total: int | None = None,
                  max_memory: int | None = DEFAULT_MAX_MEMORY, capture_output: bool | None = None,
                  output_limit: int | None = DEFAULT_OUTPUT_LIMIT, uid: int | None = None,
                  gid: int | None = None, groups: list[int] | None = None,
                  sched_slice: tuple[int, int] = (MIN_SLICE, MAX_SLICE), cpus: int = 1,
-                 **kernel_overrides):
+                 **kernel_overrides: SwitchValue) -> None:
         """``max_memory``: bytes of guest mappings over all its processes (None: no
         limit); past it mmap/brk/fork get ENOMEM and loading fails.  ``capture_output``:
         keep the guest's stdout/stderr in ``stdout``/``stderr`` (default: only when not
@@ -186,12 +196,12 @@ class Machine:
                                  seed=seed, stdio=stdio, mem_total=mem_total)
         self.kernel.attach_syscalls(self.syscalls)
         self._sigint: str | None = None          # set by interruptible() on Ctrl-C
-        self.recorder = None             # an emu.replay.checkpoint.Recorder drives run()/step()
+        self.recorder: Recorder | None = None      # drives run()/step() while attached
 
     # ------------------------------------------------------------------ builders
     @classmethod
     def from_elf(cls, path: str, argv: list[str] | None = None, env: list[str] | None = None,
-                 *, image=None, **kw) -> "Machine":
+                 *, image: ElfImage | None = None, **kw: Any) -> Machine:
         """``image``: the program's ELF as :func:`emu.probes.symbols.load_elf_file` read it
         before (a sweep loads each binary once for its many machines)."""
         image = image if image is not None else load_elf_file(path)
@@ -203,7 +213,7 @@ class Machine:
 
     @classmethod
     def from_bytes(cls, data: bytes, path: str, argv: list[str] | None = None,
-                   env: list[str] | None = None, **kw) -> "Machine":
+                   env: list[str] | None = None, **kw: Any) -> Machine:
         image = parse_elf(data, path)
         m = cls(comm=os.path.basename(path)[:15], **kw)
         load_image(m, image, MappedFile(path, image.data, image), argv or [path], env)
@@ -211,17 +221,18 @@ class Machine:
 
     @classmethod
     def from_asm(cls, source: str, *, path: str = "asm-guest", argv: list[str] | None = None,
-                 **kw) -> "Machine":
+                 **kw: Any) -> Machine:
+        from emu.asm import asm_to_elf       # Keystone is loaded by the guests that need it
         elf, _ = asm_to_elf(source)
         return cls.from_bytes(elf, path, argv=argv, **kw)
 
     @classmethod
-    def from_guest(cls, name: str, argv: list[str] | None = None, **kw) -> "Machine":
+    def from_guest(cls, name: str, argv: list[str] | None = None, **kw: Any) -> Machine:
         elf, path = build_guest(name)
         return cls.from_bytes(elf, path, argv=argv or [path], **kw)
 
     @classmethod
-    def from_program(cls, program: str, argv: list[str] | None = None, **kw) -> "Machine":
+    def from_program(cls, program: str, argv: list[str] | None = None, **kw: Any) -> Machine:
         """A CLI PROGRAM: ``guest:NAME`` or a path to an ELF (static, or dynamic with its
         interpreter in the sysroot)."""
         if program.startswith("guest:"):
@@ -229,42 +240,42 @@ class Machine:
         return cls.from_elf(program, argv=argv, **kw)
 
     # ------------------------------------------------------------------ the kernel's, through the machine
-    task = _kernel("task")
-    tasks = _kernel("tasks")
-    all_tasks = _kernel("all_tasks")
-    processes = _kernel("processes")
-    main_process = _kernel("main_process")
-    scheduler = _kernel("scheduler")
-    current_cpu = _kernel("current_cpu")
-    exited = _kernel("exited")
-    last_result = _kernel("last_result")
-    _retired_mms = _kernel("_retired_mms")
-    read_regs = _kernel("read_regs")
-    write_regs = _kernel("write_regs")
-    fpu_init = _kernel("fpu_init")
-    fpu_restore = _kernel("fpu_restore")
-    symbolize = _kernel("symbolize")
-    send_sig = _kernel("send_sig")
-    send_process_sig = _kernel("send_process_sig")
-    signal_wake_up = _kernel("signal_wake_up")
-    signal_pending = _kernel("signal_pending")
-    pending_set = _kernel("pending_set")
-    dequeue_signal = _kernel("dequeue_signal")
-    block = _kernel("block")
-    wake = _kernel("wake")
-    yield_cpu = _kernel("yield_cpu")
-    interrupted = _kernel("interrupted")
-    select_task = _kernel("select_task")
-    new_process = _kernel("new_process")
-    new_task = _kernel("new_task")
-    new_mm = _kernel("mm_alloc")
-    discard_process = _kernel("discard_process")
-    init_task_context = _kernel("copy_thread")
-    de_thread = _kernel("de_thread")
-    exec_mmap = _kernel("exec_mmap")
-    exit_group = _kernel("exit_group")
-    process_exit = _kernel("do_group_exit")
-    task_exit = _kernel("do_exit")
+    task: Task = kernel_state("task")
+    tasks: list[Task] = kernel_state("tasks")
+    all_tasks: list[Task] = kernel_state("all_tasks")
+    processes: list[Process] = kernel_state("processes")
+    main_process: Process = kernel_state("main_process")
+    scheduler: Scheduler = kernel_state("scheduler")
+    exited: bool = kernel_state("exited")
+    last_result: RunResult | None = kernel_state("last_result")
+    _retired_mms: list[Memory] = kernel_state("_retired_mms")
+    current_cpu = kernel_method(Kernel.current_cpu)
+    read_regs = kernel_method(Kernel.read_regs)
+    write_regs = kernel_method(Kernel.write_regs)
+    fpu_init = kernel_method(Kernel.fpu_init)
+    fpu_restore = kernel_method(Kernel.fpu_restore)
+    symbolize = kernel_method(Kernel.symbolize)
+    send_sig = kernel_method(Kernel.send_sig)
+    send_process_sig = kernel_method(Kernel.send_process_sig)
+    signal_wake_up = kernel_method(Kernel.signal_wake_up)
+    signal_pending = kernel_method(Kernel.signal_pending)
+    pending_set = kernel_method(Kernel.pending_set)
+    dequeue_signal = kernel_method(Kernel.dequeue_signal)
+    block = kernel_method(Kernel.block)
+    wake = kernel_method(Kernel.wake)
+    yield_cpu = kernel_method(Kernel.yield_cpu)
+    interrupted = kernel_method(Kernel.interrupted)
+    select_task = kernel_method(Kernel.select_task)
+    new_process = kernel_method(Kernel.new_process)
+    new_task = kernel_method(Kernel.new_task)
+    new_mm = kernel_method(Kernel.mm_alloc)
+    discard_process = kernel_method(Kernel.discard_process)
+    init_task_context = kernel_method(Kernel.copy_thread)
+    de_thread = kernel_method(Kernel.de_thread)
+    exec_mmap = kernel_method(Kernel.exec_mmap)
+    exit_group = kernel_method(Kernel.exit_group)
+    process_exit = kernel_method(Kernel.do_group_exit)
+    task_exit = kernel_method(Kernel.do_exit)
 
     # the current task's address space: one property call, as handlers read memory often
     @property
@@ -277,12 +288,13 @@ class Machine:
         return self.kernel.task.process.mem
 
     @property
-    def uc(self):
+    def uc(self) -> Uc:
         """The engine CPU of the current address space (a Unicorn instance)."""
-        return self.kernel.task.process.cpu
+        uc: Uc = self.kernel.task.process.cpu      # (opaque to the kernel)
+        return uc
 
     @property
-    def regfile(self):
+    def regfile(self) -> RegisterAccess:
         return self.kernel.task.process.cpu_regs
 
     @property
@@ -299,7 +311,7 @@ class Machine:
         return RegsView(self)
 
     @property
-    def profile(self):
+    def profile(self) -> KernelProfile:
         return self.kernel.profile
 
     @property
@@ -425,8 +437,9 @@ class Machine:
         RCU read side and shared counter access, per CPU), for a contention model to
         price; ``on=False`` stops.  Returns the log (``.streams[cpu]``, ``.counts()``)."""
         sync = self.kernel.uprobes.sync
-        sync.log = (sync.log or AccessLog()) if on else None
-        return sync.log
+        log: AccessLog | None = (sync.log or AccessLog()) if on else None
+        sync.log = log
+        return log
 
     def checkpoint(self) -> Checkpoint:
         """A checkpoint of the whole machine now (see :mod:`emu.replay.checkpoint`); with a
@@ -450,7 +463,7 @@ class Machine:
                 self.engine.flush(proc.uc)
         self.engine.tb_mode = None
 
-    def revive_space(self, mem: Memory) -> tuple:
+    def revive_space(self, mem: Memory) -> tuple[Uc, RegisterFile]:
         """A released address space comes back (a checkpoint restored): ``(cpu,
         regfile)``, a new engine CPU with the trap hooks behind the same Memory."""
         return self.engine.adopt_space(mem)
@@ -463,7 +476,8 @@ class Machine:
         return self.engine.insn_clock(self.uc)
 
     # ------------------------------------------------------------------ hooks (front ends)
-    def add_code_hook(self, fn, begin: int = 1, end: int = 0, *, process: Process | None = None) -> Hook:
+    def add_code_hook(self, fn: Callable[..., object], begin: int = 1, end: int = 0, *,
+                      process: Process | None = None) -> Hook:
         """Call ``fn(address, size)`` before each instruction in [begin, end] (begin >
         end: everywhere) of ``process`` (default: the current one).  Unicorn decides at
         translation time which instructions call a hook, so the translations of the
@@ -476,13 +490,13 @@ class Machine:
         and report them with :meth:`hook_failed`."""
         return self.engine.add_code_hook((process or self.process).uc, fn, begin, end)
 
-    def add_mem_hook(self, fn, begin: int = 1, end: int = 0, *, access: str = "write",
-                     process: Process | None = None) -> Hook:
+    def add_mem_hook(self, fn: Callable[[str, int, int, int], object], begin: int = 1, end: int = 0, *,
+                     access: str = "write", process: Process | None = None) -> PagedMemHook:
         """Call ``fn(access, address, size, value)`` for each guest data access of kind
         ``access`` ("write" or "read") in [begin, end] (begin > end: everywhere)."""
         return self.engine.add_mem_hook((process or self.process).uc, fn, begin, end, access)
 
-    def remove_hook(self, hook: Hook) -> None:
+    def remove_hook(self, hook: HookHandle) -> None:
         """Remove a hook of :meth:`add_code_hook` / :meth:`add_mem_hook` (idempotent)."""
         self.engine.remove_hook(hook)
 
@@ -513,13 +527,20 @@ class Machine:
         return self.engine.snapshot_reader(self.uc)
 
     # ------------------------------------------------------------------ Ctrl-C
-    def interruptible(self):
+    def interruptible(self) -> _Interruptible:
         """Context manager: SIGINT stops the guest cleanly instead of killing the tool.
 
         Unicorn runs with the GIL released, so a helper thread waiting on Python's signal
         wakeup fd calls ``emu_stop`` the moment Ctrl-C arrives.
         """
         return _Interruptible(self)
+
+    def open_guest_file(self, path: str, flags: int = os.O_RDONLY) -> OpenFile | int:
+        """A guest path opened as the current task would open it (filp_open through the
+        guest's view: sysroot, mounts, permissions): an open file description with
+        ``pread``/``fstat``/``put`` (the caller owns one reference), or a negative errno."""
+        f = self.syscalls.open_guest_path(self.task, path, flags)
+        return f if isinstance(f, int) else f.get()
 
 
 class _Interruptible:
@@ -532,14 +553,14 @@ class _Interruptible:
 
     SIGINT_DETAIL = "interrupted (SIGINT)"
 
-    def __init__(self, machine: Machine):
+    def __init__(self, machine: Machine) -> None:
         self.m = machine
 
-    def _fire(self, *_):
+    def _fire(self, *_: object) -> None:
         self.m._sigint = self.SIGINT_DETAIL
         self.m.stop(self.SIGINT_DETAIL)
 
-    def __enter__(self):
+    def __enter__(self) -> _Interruptible:
         if threading.current_thread() is not threading.main_thread():
             self.active = False
             return self
@@ -553,7 +574,7 @@ class _Interruptible:
         self.thread.start()
         return self
 
-    def _watch(self):
+    def _watch(self) -> None:
         while True:
             data = os.read(self.r, 64)
             if not data or b"\xff" in data:
@@ -561,7 +582,7 @@ class _Interruptible:
             if host_signal.SIGINT in data:
                 self._fire()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         if not self.active:
             return False
         host_signal.set_wakeup_fd(self.old_fd)

@@ -112,8 +112,8 @@ def test_cli_plot(tmp_path, suffix):
 
 @pytest.mark.parametrize("args,msg", [
     (["--cpus", "0"], "outside 1..80"),
-    (["--cpus", "1", "--plot", "x.pdf"], ".png or .svg"),
-    (["--plot", "x.svg"], "go with --cpus"),
+    (["--cpus", "1", "--plot", "x.gif"], ".png, .svg or .pdf"),
+    (["--fit"], "goes with --cpus"),
     (["--cpus", "1", "usermode-count"], "probe scenarios"),
     (["--cpus", "1", "--kernel", "6.12:treelock=mutex"], "treelock is one of"),
 ])

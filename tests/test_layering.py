@@ -10,7 +10,7 @@ The rules (docs/architecture.md draws them):
   uprobes*``) imports no filesystem, symbol or ELF code: it sees (file, offset) only.
 - Front ends (``emu/frontends/``) import only the public emu layer - the ``emu``
   package, the machine facade, the read-only inspection API (``emu.inspect``), the
-  debugger core, the replay, the probe tooling - and the kernel model's read-only
+  debugger core, the replay, the probe tooling, the lazy re-exports - and the kernel model's read-only
   vocabulary (errors, events, profiles); they compare no internal state to a string.
 - The checkpoint saves what each class declares: ``emu/replay/`` names no attribute as a
   string.
@@ -46,7 +46,7 @@ UPROBES_CORE_MAY_USE = ("kernel_model.trace.events",)
 FRONTENDS = "emu.frontends"
 # the public emu layer and the kernel model's read-only vocabulary
 FRONTEND_ALLOWED = ("emu", "emu.machine", "emu.inspect", "emu.debug", "emu.replay", "emu.probes",
-                    "emu.asm", "emu.frontends", "kernel_model.errors", "kernel_model.trace.events",
+                    "emu.asm", "emu.frontends", "emu.lazy_exports", "kernel_model.errors", "kernel_model.trace.events",
                     "kernel_model.profiles", "guest_programs",
                     "emu.engine.baseline")     # the bench's bare-engine loops, timed beside the model
 FACADE = "emu.machine"
@@ -241,7 +241,7 @@ def checkpoint_naming_attributes(tree: Tree, mod: str) -> list:
 
 def engine_or_kernel_importing_front_ends(tree: Tree, mod: str) -> list:
     """Only the front ends themselves, the console script and the public import paths
-    the README's examples use (``emu.stepper``, ``emu.trace``, ``emu.testing``) name
+    the documentation's examples use (``emu.stepper``, ``emu.trace``, ``emu.testing``) name
     ``emu.frontends``."""
     if _within(mod, FRONTENDS) or mod in PUBLIC_FRONTEND_PATHS:
         return []

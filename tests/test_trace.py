@@ -641,7 +641,7 @@ def test_cli_from_count_and_probe_events(tmp_path):
 @pytest.mark.parametrize("args,fragment", [
     (("trace", "--from", "nosuch", "guest:hello"), "unknown symbol 'nosuch'"),
     (("trace", "--format", "xml", "guest:hello"), "invalid choice"),
-    (("trace", "--count", "-3", "guest:hello"), "must not be negative"),
+    (("trace", "--count", "-3", "guest:hello"), "must be 0 or more"),
     (("trace", "-o", "/nonexistent/dir/t.txt", "guest:hello"), "cannot write the trace"),
 ], ids=["unknown-symbol", "bad-format", "negative-count", "bad-output"])
 def test_cli_bad_input_is_one_line(args, fragment):

@@ -19,12 +19,12 @@ recorded history, and the stop says so (gdb's "No more reverse-execution history
 
 from __future__ import annotations
 
+from emu.debug import DEFAULT_STEPPER_INTERVAL
 from emu.debug.stepper import Stepper, StepperError, StopEvent
 from emu.replay.checkpoint import DEFAULT_MAX_CHECKPOINTS, CheckpointError, Recorder
 from kernel_model.mm.mm_types import GuestFault
 
 # Stepping back replays up to one interval per stop: keep it short for a debugger.
-DEFAULT_STEPPER_INTERVAL = 200_000
 HISTORY_START = "history-start"          # StopEvent.reason at the start of the recording
 _CALL_SIZES = (5, 2, 3, 6, 7, 4)
 

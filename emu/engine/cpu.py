@@ -26,7 +26,6 @@ from __future__ import annotations
 import ctypes
 import weakref
 
-from capstone import CS_ARCH_X86, CS_MODE_64, Cs
 from unicorn import (
     UC_ARCH_X86,
     UC_HOOK_CODE,
@@ -36,12 +35,11 @@ from unicorn import (
     UC_HOOK_MEM_READ,
     UC_HOOK_MEM_WRITE,
     UC_MODE_64,
-    Uc,
     UcError,
     unicorn_const as UCC,
     x86_const as X,
 )
-from unicorn.unicorn_py3.unicorn import uclib
+from unicorn.unicorn_py3.unicorn import Uc, uclib     # Uc: see emu.engine.regfile
 
 from emu.engine import mmu
 from emu.engine.fpu import FpuUnit
@@ -87,6 +85,10 @@ class Hook:
         self.thunk = None
 
 
+# what add_code_hook / add_mem_hook return and remove_hook takes
+HookHandle = Hook | PagedMemHook
+
+
 class Cpu(Engine):
     """The one CPU of a machine, on Unicorn (see the module docstring).
 
@@ -96,14 +98,17 @@ class Cpu(Engine):
 
     checkpoint_keep = ("fpu", "_live_hooks", "_retired_thunks", "tb_mode", "ram", "_ucs", "fault_retry")
 
-    def __init__(self):
+    quantum: BlockQuantum
+    handler: TrapHandler          # set_trap_handler, before the first address space
+
+    def __init__(self) -> None:
         self.fpu = FpuUnit()                # XSAVE images of the tasks' FPU state
         self.ram = PhysicalMemory()         # the machine's RAM, physical memory of every instance
         self._ucs = weakref.WeakSet()       # the live instances (each maps every zone of it)
         self.ram.zone_listeners.append(self._map_zone)
         self.ram.on_recycle = self._drop_all_translations
         self.quantum = BlockQuantum()       # the time slice, counted natively in blocks
-        self.handler: TrapHandler | None = None
+        self.handler = None                 # type: ignore[assignment]  # until set_trap_handler
         self.running = False                # inside emu_start
         self.in_step = False                # a single step: a hook added then does not restart
         self.stopped_by_hook = False
@@ -132,10 +137,12 @@ class Cpu(Engine):
         uc = Uc(UC_ARCH_X86, UC_MODE_64)
         for zone in self.ram.zones:
             mmu.map_ram(uc, zone)
-        uc.uemu_ram = self.ram              # the RAM outlives every instance that maps it
+        # The machine's state of an instance rides on it as uemu_* attributes (a Uc has a
+        # __dict__): what its hooks and the checkpoint find from the instance alone.
+        uc.uemu_ram = self.ram              # type: ignore[attr-defined]  # the RAM outlives every instance
         self._ucs.add(uc)
         mem = Memory(uc, counters, limit, self.ram)
-        uc.uemu_mem = weakref.ref(mem)      # the address space whose tables this CPU walks
+        uc.uemu_mem = weakref.ref(mem)      # type: ignore[attr-defined]  # the mm whose tables it walks
         regfile = RegisterFile(uc)
         mem.release_listeners.append(regfile.release)     # no register access into a closed CPU
         self._install_hooks(uc, regfile)
@@ -173,7 +180,7 @@ class Cpu(Engine):
         uc, unused, regfile = self.new_space(mem.counters, mem.limit)
         mem.adopt(uc)
         unused.pt.release()                 # its empty Memory is not used (after the adopt:
-        uc.uemu_mem = weakref.ref(mem)      # the RAM has a user throughout)
+        uc.uemu_mem = weakref.ref(mem)      # type: ignore[attr-defined]  # (the RAM has a user throughout)
         mem.release_listeners.append(regfile.release)
         return uc, regfile
 
@@ -442,6 +449,7 @@ class Cpu(Engine):
             return False
         if not count:
             return True
+        from capstone import CS_ARCH_X86, CS_MODE_64, Cs     # only here: a run does not load it
         cs = Cs(CS_ARCH_X86, CS_MODE_64)
         for k in range(2, 16):
             try:
@@ -492,7 +500,7 @@ class Cpu(Engine):
         self._flush_range(uc, begin, end)
         return hook
 
-    def add_mem_hook(self, uc, fn, begin: int, end: int, access: str) -> Hook:
+    def add_mem_hook(self, uc, fn, begin: int, end: int, access: str) -> PagedMemHook:
         """Call ``fn(access, address, size, value)`` for each guest data access of kind
         ``access`` ("write" or "read") in [begin, end] (begin > end: everywhere)."""
         kind = {"write": UC_HOOK_MEM_WRITE, "read": UC_HOOK_MEM_READ}.get(access)
@@ -512,7 +520,7 @@ class Cpu(Engine):
         self._flush_range(uc, 1, 0)         # translations made without a memory hook skip it
         return hook
 
-    def remove_hook(self, hook: Hook) -> None:
+    def remove_hook(self, hook: HookHandle) -> None:
         """Remove a hook of :meth:`add_code_hook` / :meth:`add_mem_hook` (idempotent)."""
         if hook.handle is None or hook.uc is None:
             return
@@ -525,7 +533,7 @@ class Cpu(Engine):
         elif hook.binding:
             hook.uc.hook_del(hook.handle)
         else:
-            uclib.uc_hook_del(hook.uc._uch, ctypes.c_size_t(hook.handle))
+            uclib.uc_hook_del(hook.uc._uch, ctypes.c_size_t(hook.handle))   # type: ignore[arg-type]  # a Hook here
             # keep the ctypes thunk alive: Unicorn may still be inside this very callback
             self._retired_thunks.append(hook.fptr)
             del self._retired_thunks[:-64]

@@ -42,7 +42,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
-from emu.frontends.cli import count, read_stdin_file, seconds
+from emu.frontends.launch import read_stdin_file
 from emu.frontends.host_tracefs import (
     HostKernelError,
     HostProbes,
@@ -471,30 +471,6 @@ def compare(native: RunRecord, model: RunRecord, context: int = 3) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- CLI
-
-def add_cli(sub, add_machine_options) -> None:
-    p = sub.add_parser("diff", usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
-                       help="run a guest under the host kernel's uprobes and the model; compare",
-                       description="Run PROGRAM natively with the probes created through tracefs "
-                                   "and in the model under the matching kernel profile, then "
-                                   "compare exit status, stdout and the ordered event stream. "
-                                   "The native side needs root and runs PROGRAM UNSANDBOXED AS "
-                                   "ROOT: diff only programs you trust. Host probes, the trace "
-                                   "instance and any tracefs mount of ours are removed on exit, "
-                                   "error, Ctrl-C and fatal signals; after a SIGKILL the next "
-                                   "run removes them.")
-    p.add_argument("program", metavar="PROGRAM")
-    p.add_argument("args", nargs="*", metavar="ARGS")
-    p.add_argument("-e", "--event", action="append", default=[], metavar="SPEC", required=True,
-                   help="probe spec (tracefs p:/r: with fetchargs, PATH:SYMBOL[%%return], ...)")
-    p.add_argument("--kernel", default="auto", metavar="auto|V",
-                   help="model profile; auto = the host's release")
-    p.add_argument("--stdin", metavar="FILE")
-    p.add_argument("--timeout", type=seconds, default=60.0, metavar="S")
-    p.add_argument("--max-insns", type=count, default=0, metavar="N",
-                   help="exact instruction budget of the model run (0 = none)")
-    p.set_defaults(func=cmd_diff)
-
 
 def cmd_diff(args) -> int:
     stdin = read_stdin_file(args.stdin)

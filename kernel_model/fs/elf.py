@@ -31,12 +31,7 @@ import stat
 import struct
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Iterator
-
-from elftools.common.exceptions import ELFError as _PyElftoolsError
-from elftools.construct.core import ConstructError as _ConstructError
-from elftools.elf.elffile import ELFFile
-from elftools.elf.enums import ENUM_E_MACHINE, ENUM_ST_INFO_BIND, ENUM_ST_INFO_TYPE
+from typing import Iterator, NamedTuple
 
 from kernel_model.errors import ElfError, InputError, SymbolError
 
@@ -66,6 +61,8 @@ ELF64_SHDR = struct.Struct("<IIQQQQIIQQ")
 ELF64_SYM = struct.Struct("<IBBHQQ")
 _DYN = struct.Struct("<qQ")
 _NOTE_HEADER = struct.Struct("<III")
+_SHT_SYMTAB, _SHT_NOTE, _SHT_NOBITS, _SHT_DYNSYM = 2, 7, 8, 11
+_SHN_XINDEX = 0xFFFF
 
 # Types that name code or data at an address; FILE/SECTION/TLS symbols do not.
 _ADDRESS_SYMBOL_TYPES = frozenset({"FUNC", "OBJECT", "NOTYPE", "GNU_IFUNC"})
@@ -73,10 +70,10 @@ _ADDRESS_SYMBOL_TYPES = frozenset({"FUNC", "OBJECT", "NOTYPE", "GNU_IFUNC"})
 _CODE_SYMBOL_TYPES = frozenset({"FUNC", "GNU_IFUNC"})
 _BIND_PREFERENCE = MappingProxyType({"GLOBAL": 0, "WEAK": 1, "GNU_UNIQUE": 2, "LOCAL": 3})
 
-# Everything pyelftools (or struct underneath it) raises for a malformed file.
+# Everything struct, or pyelftools underneath the symbol-version reader, raises for a
+# malformed file (pyelftools' own exceptions are recognised by their module: importing
+# pyelftools to name them would load it at every start).
 _PARSE_ERRORS = (
-    _PyElftoolsError,
-    _ConstructError,
     struct.error,
     ValueError,
     IndexError,
@@ -271,6 +268,7 @@ class ElfImage:
         if cached is None:
             cached = frozenset()
             if self._versions():
+                from elftools.elf.elffile import ELFFile     # only versioned lookups read with it
                 with _converted_errors(self.path, "symbol table"):
                     elf = ELFFile(io.BytesIO(self.data))
                     tab = elf.get_section_by_name(".symtab")
@@ -284,7 +282,9 @@ _VERSYM_HIDDEN = 0x8000
 
 
 def _read_versions(data: bytes) -> dict:
-    """.dynsym symbols with their .gnu.version / .gnu.version_d names."""
+    """.dynsym symbols with their .gnu.version / .gnu.version_d names (read with
+    pyelftools, imported here: only a versioned symbol's lookup needs it)."""
+    from elftools.elf.elffile import ELFFile
     elf = ELFFile(io.BytesIO(data))
     versym = elf.get_section_by_name(".gnu.version")
     verdef = elf.get_section_by_name(".gnu.version_d")
@@ -412,6 +412,7 @@ class _Header:
     phnum: int
     shentsize: int
     shnum: int
+    shstrndx: int
 
 
 @dataclass(frozen=True)
@@ -553,15 +554,16 @@ def _parse_header(data: bytes, path: str) -> _Header:
             f"{path}: truncated ELF (file is {len(data)} bytes, the ELF header needs {ELF64_EHDR.size})"
         )
     fields = ELF64_EHDR.unpack_from(data)
-    (_, etype, machine, _, entry, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _) = fields
+    (_, etype, machine, _, entry, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, shstrndx) = fields
     if machine != EM_X86_64:
         raise ElfError(f"{path}: not an x86_64 ELF (machine {_machine_name(machine)})")
     _check_type(etype, path)
-    return _Header(etype, machine, entry, phoff, shoff, phentsize, phnum, shentsize, shnum)
+    return _Header(etype, machine, entry, phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx)
 
 
 def _machine_name(machine: int) -> str:
     """``EM_AARCH64`` for 183, or the number for machines pyelftools does not know."""
+    from elftools.elf.enums import ENUM_E_MACHINE     # an error message's name: not worth a start-up import
     for name, value in ENUM_E_MACHINE.items():
         if value == machine and name.startswith("EM_"):
             return name
@@ -681,7 +683,9 @@ def _converted_errors(path: str, what: str) -> Iterator[None]:
     """Turn anything pyelftools raises on a malformed file into one ElfError line."""
     try:
         yield
-    except _PARSE_ERRORS as exc:
+    except Exception as exc:
+        if not isinstance(exc, _PARSE_ERRORS) and not type(exc).__module__.startswith("elftools."):
+            raise
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ElfError(f"{path}: malformed ELF ({what}: {detail})") from exc
 
@@ -692,13 +696,52 @@ def _parse_sections(data: bytes, header: _Header, path: str) -> tuple[list[Symbo
         return [], []
     _check_section_table(data, header, path)
     with _converted_errors(path, "section headers"):
-        elf = ELFFile(io.BytesIO(data))
-        sections = list(elf.iter_sections())
+        sections = _section_headers(data, header, path)
     with _converted_errors(path, "symbol table"):
         symbols = _read_symbols(data, sections, path)
     with _converted_errors(path, ".note.stapsdt"):
         usdt = _read_usdt(data, sections, path)
     return symbols, usdt
+
+
+class _Section(NamedTuple):
+    """The ``Elf64_Shdr`` fields this module uses, with the section's name."""
+
+    name: str
+    type: int
+    addr: int
+    offset: int
+    size: int
+    link: int
+    entsize: int
+
+
+def _section_headers(data: bytes, header: _Header, path: str) -> list[_Section]:
+    """The section header table, named from the section-name string table.  Past
+    0xff00 sections the count is section 0's ``sh_size``, and an ``e_shstrndx`` of
+    SHN_XINDEX means the index is section 0's ``sh_link`` (the gABI's extended
+    numbering, as readelf and pyelftools read it)."""
+    first = ELF64_SHDR.unpack_from(data, header.shoff)
+    shnum = header.shnum or first[5]
+    shstrndx = first[6] if header.shstrndx == _SHN_XINDEX else header.shstrndx
+    if header.shoff + shnum * ELF64_SHDR.size > len(data):
+        raise ElfError(f"{path}: truncated ELF (section header table past end of file)")
+    raw = [ELF64_SHDR.unpack_from(data, header.shoff + i * ELF64_SHDR.size) for i in range(shnum)]
+    if shstrndx >= shnum:
+        raise ElfError(f"{path}: malformed ELF (section headers: section name table index {shstrndx} "
+                       f"of {shnum} sections)")
+    names_at = raw[shstrndx][4] if shstrndx else None
+    sections = []
+    for sh_name, sh_type, _flags, sh_addr, sh_offset, sh_size, sh_link, _info, _align, sh_entsize in raw:
+        name = ""
+        if names_at is not None:
+            at = names_at + sh_name
+            end = data.find(b"\0", at)
+            if at > len(data) or end < 0:
+                raise ElfError(f"{path}: malformed ELF (section headers: a section name past end of file)")
+            name = data[at:end].decode("utf-8", errors="replace")
+        sections.append(_Section(name, sh_type, sh_addr, sh_offset, sh_size, sh_link, sh_entsize))
+    return sections
 
 
 def _check_section_table(data: bytes, header: _Header, path: str) -> None:
@@ -708,38 +751,38 @@ def _check_section_table(data: bytes, header: _Header, path: str) -> None:
         raise ElfError(f"{path}: truncated ELF (section header table past end of file)")
 
 
-def _check_section_in_file(data: bytes, section, path: str) -> None:
-    if section["sh_type"] != "SHT_NOBITS" and section["sh_offset"] + section["sh_size"] > len(data):
+def _check_section_in_file(data: bytes, section: _Section, path: str) -> None:
+    if section.type != _SHT_NOBITS and section.offset + section.size > len(data):
         name = section.name if section.name.isprintable() else ""
         raise ElfError(f"{path}: truncated ELF (section {name or '?'} past end of file)")
 
 
-def _read_symbols(data: bytes, sections: list, path: str) -> list[Symbol]:
+def _read_symbols(data: bytes, sections: list[_Section], path: str) -> list[Symbol]:
     """Named address symbols from .symtab first, then .dynsym (so the full table wins
     ties), in table order."""
-    tables = [s for s in sections if s["sh_type"] == "SHT_SYMTAB"]
-    tables += [s for s in sections if s["sh_type"] == "SHT_DYNSYM"]
+    tables = [s for s in sections if s.type == _SHT_SYMTAB]
+    tables += [s for s in sections if s.type == _SHT_DYNSYM]
     symbols: list[Symbol] = []
     for table in tables:
-        if table["sh_entsize"] != ELF64_SYM.size:
-            raise ElfError(f"{path}: bad symbol table entry size {table['sh_entsize']} in {table.name}")
+        if table.entsize != ELF64_SYM.size:
+            raise ElfError(f"{path}: bad symbol table entry size {table.entsize} in {table.name}")
         _check_section_in_file(data, table, path)
-        if not 0 < table["sh_link"] < len(sections):
+        if not 0 < table.link < len(sections):
             raise ElfError(f"{path}: symbol table {table.name} has no string table")
-        _check_section_in_file(data, sections[table["sh_link"]], path)
-        symbols.extend(_symbols_of(data, table, sections[table["sh_link"]]))
+        _check_section_in_file(data, sections[table.link], path)
+        symbols.extend(_symbols_of(data, table, sections[table.link]))
     return symbols
 
 
-def _symbols_of(data: bytes, table, strtab) -> Iterator[Symbol]:
+def _symbols_of(data: bytes, table: _Section, strtab: _Section) -> Iterator[Symbol]:
     """The table's address symbols, decoded from the file's bytes with one
     ``struct.iter_unpack`` (Elf64_Sym) instead of a pyelftools object per entry (a
     large program's ``.symtab`` has tens of thousands, and every exec and library
     mapping reads them).  Names, types and binds as pyelftools gives them: the
     string at ``st_name`` read up to its NUL (empty when none), decoded as UTF-8 with
     replacement; unnamed enum values as their numbers."""
-    start, count = table["sh_offset"], table["sh_size"] // ELF64_SYM.size
-    names = strtab["sh_offset"]
+    start, count = table.offset, table.size // ELF64_SYM.size
+    names = strtab.offset
     for st_name, st_info, _other, st_shndx, value, size in \
             ELF64_SYM.iter_unpack(data[start:start + count * ELF64_SYM.size]):
         if not value or not st_shndx:                   # no address, or SHN_UNDEF
@@ -767,11 +810,12 @@ def _symbol_bind(name) -> str:
     return "GNU_UNIQUE" if name == "STB_LOOS" else name.removeprefix("STB_")
 
 
-# st_info's type (low nibble) and bind (high nibble) values by their names above;
-# only the address types are kept.
-_SYMBOL_TYPES = MappingProxyType({v: _symbol_type(k) for k, v in ENUM_ST_INFO_TYPE.items()
-                                  if not k.startswith("_") and _symbol_type(k) in _ADDRESS_SYMBOL_TYPES})
-_SYMBOL_BINDS = MappingProxyType({v: _symbol_bind(k) for k, v in ENUM_ST_INFO_BIND.items() if not k.startswith("_")})
+# st_info's type (low nibble) and bind (high nibble) values, named as readelf names them
+# (pyelftools calls type 10 and bind 10 "LOOS"); only the address types are kept.  Other
+# binds are named by pyelftools' names, numbers it has none for by their number.
+_SYMBOL_TYPES = MappingProxyType({0: "NOTYPE", 1: "OBJECT", 2: "FUNC", 10: "GNU_IFUNC"})
+_SYMBOL_BINDS = MappingProxyType({0: "LOCAL", 1: "GLOBAL", 2: "WEAK", 3: "NUM", 10: "GNU_UNIQUE", 12: "HIOS",
+                                  13: "LOPROC", 15: "HIPROC"})
 
 
 def _symbol_dict(symbols: list[Symbol]) -> dict[str, Symbol]:
@@ -784,15 +828,15 @@ def _symbol_dict(symbols: list[Symbol]) -> dict[str, Symbol]:
     return by_name
 
 
-def _read_usdt(data: bytes, sections: list, path: str) -> list[UsdtNote]:
+def _read_usdt(data: bytes, sections: list[_Section], path: str) -> list[UsdtNote]:
     """Every stapsdt note in every ``.note.stapsdt`` section."""
     base_section = next((s for s in sections if s.name == ".stapsdt.base"), None)
-    actual_base = base_section["sh_addr"] if base_section is not None else None
+    actual_base = base_section.addr if base_section is not None else None
     notes: list[UsdtNote] = []
     for section in sections:
-        if section.name == ".note.stapsdt" and section["sh_type"] == "SHT_NOTE":
+        if section.name == ".note.stapsdt" and section.type == _SHT_NOTE:
             _check_section_in_file(data, section, path)
-            blob = data[section["sh_offset"] : section["sh_offset"] + section["sh_size"]]
+            blob = data[section.offset : section.offset + section.size]
             notes.extend(_parse_stapsdt_notes(blob, actual_base, path))
     return notes
 

@@ -34,15 +34,15 @@ from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
 from kernel_model.arch.x86.entry.syscall_table import enosys_detail
 from kernel_model.errors import InputError
 from kernel_model.include.linux.cpumask import check_nr_cpus, cpu_all_mask
+from kernel_model.kernel.kernel_base import KernelBase
 from kernel_model.kernel.rseq import rseq_update_cpu_node_id
+from kernel_model.kernel.sched_slice import MAX_SLICE, MIN_SLICE, check_slice
 from kernel_model.kernel.signals import SIGNALS, RunResult
 from kernel_model.kernel.time.timekeeping import INSN_NS
 from kernel_model.mm.mm_types import GuestFault
 
 SIGSEGV = SIGNALS["SIGSEGV"]
 
-# Default slice lengths in translated blocks (a block of compiled code is 3.5-6 instructions).
-MIN_SLICE, MAX_SLICE = 10_000, 100_000
 # The slice of a task that is alone runnable: long (~1M instructions), as nobody waits;
 # a wake-up cuts it to a seeded slice (the engine's ``quantum.shorten``).
 ALONE_SLICE = 1 << 18
@@ -52,28 +52,6 @@ BLOCK_INSNS = 4
 # enough for the run's timeout to be checked after it: no Unicorn timer for it (a timer
 # thread per emu_start); as long as an ALONE_SLICE of blocks.
 SHORT_SLICE_INSNS = ALONE_SLICE * BLOCK_INSNS
-MAX_SLICE_LIMIT = 1 << 40
-
-
-def check_slice(min_slice, max_slice) -> tuple[int, int]:
-    """Slice bounds: integers with 1 <= min <= max <= 2**40 (a zero-length slice would
-    never let a task make progress; the counter is 64 bits)."""
-    for v in (min_slice, max_slice):
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise InputError(f"slice lengths are block counts, not {v!r}")
-    if not 1 <= min_slice <= max_slice <= MAX_SLICE_LIMIT:
-        raise InputError(f"slice lengths must satisfy 1 <= MIN <= MAX <= 2**40, not {min_slice}:{max_slice}")
-    return min_slice, max_slice
-
-
-def parse_slice(text: str) -> tuple[int, int]:
-    """``MIN:MAX`` (or one number N for N:N), in translated blocks."""
-    lo, sep, hi = text.partition(":")
-    try:
-        bounds = (int(lo, 0), int(hi if sep else lo, 0))
-    except ValueError:
-        raise InputError(f"a slice is MIN:MAX in blocks, e.g. 1:40, not {text!r}") from None
-    return check_slice(*bounds)
 
 
 class Scheduler:
@@ -167,7 +145,7 @@ class Scheduler:
         self.this_cpu = task.cpu
 
 
-class RunQueue:
+class RunQueue(KernelBase):
     """The CPU's run loop (``schedule`` and the time slices): part of
     :class:`kernel_model.kernel.kernel.Kernel`, which holds the tasks, the
     :class:`Scheduler` and the engine (:class:`emu.engine.interface.Engine`).

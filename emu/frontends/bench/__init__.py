@@ -64,37 +64,19 @@ JSON (``--json FILE``), schema ``uprobe-emu.bench/1``::
      "targets": [{"target", "value", "op", "limit", "ok", "note"}]}
 """
 
+from typing import TYPE_CHECKING
 
-from emu.frontends.bench.cli import add_cli, cmd_bench, config_from_args
-from emu.frontends.bench.host import host_native, run_host
-from emu.frontends.bench.measure import (
-                      EVENT_KEYS,
-                      bare_run,
-                      count_events,
-                      growth_attach,
-                      growth_probe_counts,
-                      growth_ri,
-                      measure_baseline,
-                      measure_scenario,
-                      time_model,
-)
-from emu.frontends.bench.programs import PROGRAMS, run_programs
-from emu.frontends.bench.render import events_str, render, render_host, render_programs
-from emu.frontends.bench.report import SCHEMA, TARGET_INT3_RATIOS, Config, programs_report, run_bench, targets
-from emu.frontends.bench.scenarios import (
-                      GUEST,
-                      GUEST_PATH,
-                      LOOP_NAMES,
-                      SCENARIOS,
-                      ColumnSpec,
-                      Scenario,
-                      attach,
-                      growth_elf,
-                      guest_elf,
-                      guest_file,
-                      parse_column,
-                      site_offset,
-)
+from emu.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from emu.frontends.bench.args import add_cli
+    from emu.frontends.bench.cli import cmd_bench, config_from_args
+    from emu.frontends.bench.host import host_native, run_host
+    from emu.frontends.bench.measure import EVENT_KEYS, bare_run, count_events, growth_attach, growth_probe_counts, growth_ri, measure_baseline, measure_scenario, time_model
+    from emu.frontends.bench.programs import PROGRAMS, run_programs
+    from emu.frontends.bench.render import events_str, render, render_host, render_programs
+    from emu.frontends.bench.report import SCHEMA, TARGET_INT3_RATIOS, Config, programs_report, run_bench, targets
+    from emu.frontends.bench.scenarios import GUEST, GUEST_PATH, LOOP_NAMES, SCENARIOS, ColumnSpec, Scenario, attach, growth_elf, guest_elf, guest_file, parse_column, site_offset
 
 __all__ = ["EVENT_KEYS", "GUEST", "GUEST_PATH", "LOOP_NAMES", "PROGRAMS", "SCENARIOS", "SCHEMA",
            "TARGET_INT3_RATIOS", "ColumnSpec", "Config", "programs_report", "render_programs", "run_programs",
@@ -102,3 +84,46 @@ __all__ = ["EVENT_KEYS", "GUEST", "GUEST_PATH", "LOOP_NAMES", "PROGRAMS", "SCENA
            "events_str", "growth_attach", "growth_elf", "growth_probe_counts", "growth_ri", "guest_elf",
            "guest_file", "host_native", "measure_baseline", "measure_scenario", "parse_column", "render",
            "render_host", "run_bench", "run_host", "site_offset", "targets", "time_model"]
+
+# Imported when first asked for (PEP 562): the command line imports this package's
+# argument definitions without loading the command itself.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "add_cli": ".args",
+    "cmd_bench": ".cli",
+    "config_from_args": ".cli",
+    "host_native": ".host",
+    "run_host": ".host",
+    "EVENT_KEYS": ".measure",
+    "bare_run": ".measure",
+    "count_events": ".measure",
+    "growth_attach": ".measure",
+    "growth_probe_counts": ".measure",
+    "growth_ri": ".measure",
+    "measure_baseline": ".measure",
+    "measure_scenario": ".measure",
+    "time_model": ".measure",
+    "PROGRAMS": ".programs",
+    "run_programs": ".programs",
+    "events_str": ".render",
+    "render": ".render",
+    "render_host": ".render",
+    "render_programs": ".render",
+    "SCHEMA": ".report",
+    "TARGET_INT3_RATIOS": ".report",
+    "Config": ".report",
+    "programs_report": ".report",
+    "run_bench": ".report",
+    "targets": ".report",
+    "GUEST": ".scenarios",
+    "GUEST_PATH": ".scenarios",
+    "LOOP_NAMES": ".scenarios",
+    "SCENARIOS": ".scenarios",
+    "ColumnSpec": ".scenarios",
+    "Scenario": ".scenarios",
+    "attach": ".scenarios",
+    "growth_elf": ".scenarios",
+    "guest_elf": ".scenarios",
+    "guest_file": ".scenarios",
+    "parse_column": ".scenarios",
+    "site_offset": ".scenarios",
+})

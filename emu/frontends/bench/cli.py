@@ -17,67 +17,10 @@ from emu.frontends.bench.report import Config, JsonReport, programs_report, run_
 from emu.frontends.bench.scenarios import SCENARIOS, parse_column
 from emu.frontends.bench.sweep_target import run_sweep_target
 from emu.frontends.bench.threads import cmd_threads
-from emu.frontends.cli import count, seconds
 from emu.frontends.host_tracefs import HostKernelError
 from emu.inspect import describe_engine, engine_capabilities
 from kernel_model.errors import EmuError, InputError
 from kernel_model.profiles import KernelProfile
-
-
-def add_cli(sub, add_machine_options) -> None:
-    p = sub.add_parser(
-        "bench", help="the kernel's trigger benchmarks in the model (and on the host kernel)",
-        description="Run the kernel's bench_trigger scenarios under kernel profiles: emulated "
-                    "M/s, exact events per iteration, bare-Unicorn baselines, projected kernel "
-                    "cost, growth scenarios.  Scenarios: " + ", ".join(SCENARIOS) + ".")
-    p.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="default: all")
-    p.add_argument("--kernel", default="latest", metavar="V",
-                   help=f"kernel profile ({', '.join(KernelProfile.names())}), optionally with "
-                        "switches: 6.17:nop_emulation=x86_nops; default latest")
-    p.add_argument("--vs", metavar="V2", action="append", default=[],
-                   help="a second profile to compare with (side by side, with ratios)")
-    p.add_argument("--policy", metavar="P,P", help="compare return_instance allocation policies "
-                                                    "(kmalloc, array64, pool)")
-    p.add_argument("--consumer", default="program", choices=("program", "handler", "ftrace"),
-                   help="hit counter: program-only trace event (default), Python handler, ftrace event")
-    p.add_argument("--iterations", type=count, metavar="N", help="timed iterations (default: sized to --seconds)")
-    p.add_argument("--seconds", type=seconds, default=None, metavar="S",
-                   help="target duration of one timed run when --iterations is not given (default 0.5)")
-    p.add_argument("--warmup", type=count, default=None, metavar="W", help="warm-up iterations (default 10)")
-    p.add_argument("--repeat", type=count, default=None, metavar="R", help="timed runs per scenario (default 3)")
-    p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
-    p.add_argument("--quick", action="store_true", help="small iteration counts (seconds)")
-    p.add_argument("--workers", type=count, default=1, metavar="N",
-                   help="run scenarios in N processes (timings compete for cores)")
-    p.add_argument("--cost-profile", default="intel-2025", metavar="NAME",
-                   help="machine profile for projected kernel cost (intel-2025, host-6.18)")
-    p.add_argument("--no-growth", action="store_true", help="skip the growth scenarios")
-    p.add_argument("--no-checks", action="store_true", help="skip the published-ratio checks")
-    p.add_argument("--ri-iterations", type=count, metavar="N",
-                   help="loop iterations of the return-instance growth scenario (2 uretprobe hits each)")
-    p.add_argument("--host-kernel", action="store_true",
-                   help="also measure the same scenarios natively on this host's kernel (root, tracefs)")
-    p.add_argument("--threads", action="store_true",
-                   help="only the threads benchmark: the same work on the main thread, 1 and 4 threads")
-    p.add_argument("--programs", action="store_true",
-                   help="time real workloads (glibc start-up, a malloc loop with libc malloc/free "
-                        "probed, a shell pipeline) in the model and natively; alone, only these")
-    p.add_argument("--cpus", metavar="LIST",
-                   help="project M/s on the published tables' machine (2 sockets x 20 cores x 2 "
-                        "threads) for each CPU count: 1,2,4,8 or 1-8, 'quick' (1,2,4,...,64) or 'all' "
-                        "(the published 1-80 columns); with the fit and the published checks")
-    p.add_argument("--plot", metavar="FILE", help="with --cpus: draw M/s against CPUs (.png or .svg)")
-    p.add_argument("--fit", action="store_true",
-                   help="with --cpus: fit the machine's prices on the fitted table again first (scipy)")
-    p.add_argument("--engine", action="store_true",
-                   help="only the engine's costs: guest stores against loads, 3,000 mmaps and exit, "
-                        "with their targets")
-    p.add_argument("--sweep", action="store_true",
-                   help="only the sweep target: sweep --libraries --sites insn of /bin/true on a pool of "
-                        "--workers processes (several minutes), timed against its target")
-    p.add_argument("--detach", type=count, metavar="N",
-                   help="project attaching and detaching N probes per kernel column (grace periods)")
-    p.set_defaults(func=cmd_bench)
 
 
 def config_from_args(args) -> Config:
@@ -133,6 +76,9 @@ def _consoles():
 
 
 def cmd_bench(args) -> int:
+    if getattr(args, "plot", None) and (args.threads or getattr(args, "engine", False)
+                                        or getattr(args, "sweep", False)):
+        raise InputError("--plot draws the scenarios or --cpus, not --threads, --engine or --sweep")
     if args.threads:
         return cmd_threads(args, _consoles()[0])
     if getattr(args, "engine", False):
@@ -145,10 +91,15 @@ def cmd_bench(args) -> int:
         return cmd_detach(args)
     if getattr(args, "cpus", None):
         return cmd_scaling(args)
-    if getattr(args, "plot", None) or getattr(args, "fit", False):
-        raise InputError("--plot and --fit go with --cpus")
+    if getattr(args, "fit", False):
+        raise InputError("--fit goes with --cpus")
     cfg = config_from_args(args)
     programs_only = getattr(args, "programs", False) and not args.scenarios
+    if getattr(args, "plot", None):
+        if programs_only:
+            raise InputError("--plot draws the scenarios or --cpus, not --programs alone")
+        from emu.frontends.bench.plot import check_plot_path
+        check_plot_path(args.plot)
     out, err = _consoles()
     with JsonReport(args.json) as json_out:
         with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
@@ -171,6 +122,10 @@ def cmd_bench(args) -> int:
         else:
             render(report, out)
         json_out.write(report)
+    if getattr(args, "plot", None):
+        from emu.frontends.bench.plot import plot_bench
+        plot_bench(report, args.plot)
+        out.print(f"plot: {args.plot}", markup=False, highlight=False)
     return 0
 
 
@@ -188,7 +143,8 @@ def cmd_scaling(args) -> int:
     scenarios = args.scenarios or ["uprobe-nop", "uretprobe-nop"]
     cols = _columns(args)
     if args.plot:
-        scaling_report.check_plot_path(args.plot)
+        from emu.frontends.bench.plot import check_plot_path
+        check_plot_path(args.plot)
     out, err = _consoles()
     with JsonReport(args.json) as json_out:
         with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
@@ -200,10 +156,11 @@ def cmd_scaling(args) -> int:
             report = scaling_report.run_scaling(cols, scenarios, cpus, prices=prices,
                                                 with_checks=not args.no_checks, progress=progress)
         scaling_report.render_scaling(report, out)
-        if args.plot:
-            scaling_report.plot_scaling(report, args.plot)
-            out.print(f"plot: {args.plot}")
         json_out.write(report)
+    if args.plot:
+        from emu.frontends.bench.plot import plot_bench
+        plot_bench(report, args.plot)
+        out.print(f"plot: {args.plot}", markup=False, highlight=False)
     return 0
 
 

@@ -14,14 +14,16 @@ has no AVX-512); errors never abort a command file.
 from __future__ import annotations
 
 import functools
+import re
 import sys
 
 from emu.debug import reverse
-from emu.debug.disasm import annotation, symbol_of
-from emu.debug.format import gdb_label, natural, signed
+from emu.debug.disasm import annotation
+from emu.debug.format import natural, signed
 from emu.debug.stepper import Stepper, StepperError, StopEvent
-from emu.frontends.cli import add_cli_events, add_events_option, events_output, make_machine
-from emu.inspect import GuestFault, registered_uprobes, signal_name
+from emu.frontends.launch import add_cli_events, events_output, make_machine
+from emu.frontends.gdbstub.svr4 import Svr4Libraries
+from emu.inspect import GuestFault, process_auxv, registered_uprobes, signal_name
 from kernel_model.errors import EmuError
 
 _SIGNAL_TEXT = {"SIGSEGV": "Segmentation fault", "SIGILL": "Illegal instruction",
@@ -46,7 +48,9 @@ Commands (gdb-like):
   run, starti               gdb compatibility: the guest waits at its entry already
   finish                    run until the current function returns
   until LOCATION            run until LOCATION (also: advance)
-  b, break SYMBOL|*ADDR     breakpoint (never a uprobe; memory is not changed)
+  b, break SYMBOL|*ADDR     breakpoint (never a uprobe; memory is not changed); a symbol
+                            of a library not loaded yet is a pending breakpoint
+  catch exec                stop when the program execs, in the new image
   watch|rwatch|awatch EXPR  stop after a write / read / access of the 8 bytes at EXPR
                             (a sized data symbol: its size)
   delete [N...]             delete breakpoints (all without N)
@@ -57,6 +61,7 @@ Commands (gdb-like):
   bt, backtrace             frames by .eh_frame CFI (a pending uretprobe shows the real
                             return address)
   set backtrace past-main on|off   frames beyond main (and finish out of main)
+  set breakpoint pending on|off    break on a symbol of a library not loaded yet (on)
   p[/x] EXPR                print ($reg, numbers, symbols, + and -)
   set $REG = EXPR           write a register
   probe list|enable N|disable N    the uprobe consumers (-e events)
@@ -81,6 +86,7 @@ class StepperShell:
         self._watch_values: dict[int, int] = {}   # watchpoint number -> value last shown
         self.errors = 0
         self.interactive = False
+        self.pending = True                  # gdb's `set breakpoint pending on`
         self._commands = {
             "si": self.cmd_stepi, "stepi": self.cmd_stepi,
             "ni": self.cmd_nexti, "nexti": self.cmd_nexti,
@@ -89,6 +95,7 @@ class StepperShell:
             "finish": self.cmd_finish, "fin": self.cmd_finish,
             "until": self.cmd_until, "u": self.cmd_until, "advance": self.cmd_until,
             "b": self.cmd_break, "br": self.cmd_break, "break": self.cmd_break,
+            "catch": self.cmd_catch,
             "d": self.cmd_delete, "delete": self.cmd_delete,
             "i": self.cmd_info, "info": self.cmd_info,
             "disas": self.cmd_disas, "disassemble": self.cmd_disas,
@@ -181,14 +188,14 @@ class StepperShell:
 
     # ------------------------------------------------------------------ stops
     def _where(self, rip: int) -> str:
-        hit = symbol_of(self.m, rip)
+        hit = self.s.symbol(rip)
         return f"{rip:#018x} in {hit[0] if hit else '??'} ()"
 
     def _xi_line(self, addr: int, current: bool) -> str:
         insn = self.s.disasm.decode(addr)
-        label = gdb_label(self.m, addr)
+        label = self.s.label(addr)
         mark = "=> " if current else "   "
-        text = insn.text + annotation(insn, lambda a: gdb_label(self.m, a))
+        text = insn.text + annotation(insn, lambda a: self.s.label(a))
         raw = self.s.raw_disasm.decode(addr)
         if raw.bytes != insn.bytes[:raw.size]:
             text += f"        # uprobe site, in memory: {raw.text}"
@@ -212,10 +219,15 @@ class StepperShell:
             return
         if ev.reason == "breakpoint":
             self._p()
-            self._p(f"Breakpoint {ev.breakpoint.number}, {self._where(ev.rip)}")
+            self._p(f"Breakpoint {ev.breakpoint.number}, {self._where(ev.rip)}{self._from(ev.rip)}")
         elif ev.reason == "watchpoint":
             self._report_watch(ev)
             self._p(self._where(ev.rip))
+        elif ev.reason == "exec":
+            self._p()
+            what = f"Catchpoint {ev.catchpoint.number} (exec'd {ev.exec_path})" if ev.catchpoint \
+                else f"Program stopped: exec'd {ev.exec_path}"
+            self._p(f"{what}, {self._where(ev.rip)}{self._from(ev.rip)}")
         elif ev.reason == "stopped":
             self._p()
             self._p(f"Program stopped: {ev.detail}.")
@@ -304,11 +316,32 @@ class StepperShell:
         self._guest_run(self.s.run_until, arg)
 
     def cmd_break(self, arg: str) -> None:
+        """``break LOCATION``; a symbol no loaded file has is, as with gdb's ``set
+        breakpoint pending on``, gdb's error line then a pending breakpoint (``set
+        breakpoint pending off``: the error only)."""
         if not arg:
             self.s.require_alive()
             arg = f"*{self.s.rip:#x}"
-        bp = self.s.break_at(arg)
+        try:
+            bp = self.s.break_at(arg)
+        except StepperError as e:
+            if not self.pending or arg.startswith("*") or not str(e).startswith("Function "):
+                raise
+            self._flush()
+            print(e, file=self.err)
+            self.err.flush()
+            bp = self.s.break_pending(arg)
+            self._p(f"Breakpoint {bp.number} ({arg}) pending.")
+            return
         self._p(f"Breakpoint {bp.number} at {bp.address:#x}")
+
+    def cmd_catch(self, arg: str) -> None:
+        """gdb's ``catch exec`` (the only event caught here)."""
+        if arg != "exec":
+            raise StepperError(f'Undefined catch command: "{arg}".  Try "help catch".' if arg else
+                               "List of catch subcommands:\n\ncatch exec -- Catch calls to exec.")
+        cp = self.s.catch_exec()
+        self._p(f"Catchpoint {cp.number} (exec)")
 
     def cmd_delete(self, arg: str) -> None:
         if not arg:
@@ -335,23 +368,38 @@ class StepperShell:
             raise StepperError(f'Undefined info command: "{arg}".  Try "help info".')
 
     def _info_breakpoints(self) -> None:
-        bps = list(self.s.breakpoints.values())
-        wps = list(self.s.watchpoints.values())
-        if not bps and not wps:
+        """gdb's table, in number order; the Address column is as wide as an address
+        needs (10 without any resolved breakpoint: ``<PENDING>``, or catchpoints only)."""
+        rows = {**self.s.breakpoints, **self.s.pending_breakpoints(), **self.s.watchpoints, **self.s.catchpoints}
+        if not rows:
             self._p("No breakpoints or watchpoints.")
             return
-        self._p("Num     Type           Disp Enb Address            What")
-        for wp in wps:
-            kind = {"write": "hw watchpoint", "read": "read watchpoint", "access": "acc watchpoint"}
-            self._p(f"{wp.number:<7} {kind[wp.kind]:<14} keep {'y' if wp.enabled else 'n'}"
-                    f"{'':22}{wp.label or f'*{wp.address:#x}'}")
-        for bp in bps:
-            label = gdb_label(self.m, bp.address)
-            what = f"<{label}>" if label else ""
-            self._p(f"{bp.number:<7} {'breakpoint':<14} keep {'y' if bp.enabled else 'n'}   "
-                    f"{bp.address:#018x} {what}".rstrip())
-            if bp.hits:
-                self._p(f"\tbreakpoint already hit {bp.hits} time{'s' if bp.hits != 1 else ''}")
+        wide = bool(self.s.breakpoints)
+        width = 18 if wide else 10
+        self._p(f"Num     Type           Disp Enb {'Address':<{width}} What")
+        for number in sorted(rows):
+            item = rows[number]
+            enb = "y" if item.enabled else "n"
+            if number in self.s.watchpoints:
+                kind = {"write": "hw watchpoint", "read": "read watchpoint", "access": "acc watchpoint"}
+                self._p(f"{number:<7} {kind[item.kind]:<14} keep {enb}{'':{width + 4}}"
+                        f"{item.label or f'*{item.address:#x}'}")
+                noun = "breakpoint"
+            elif number in self.s.catchpoints:
+                what = f'exec, program "{item.exec_path}" ' if item.exec_path else "exec"
+                self._p(f"{number:<7} {'catchpoint':<14} keep {enb}{'':{width + 4}}{what}")
+                noun = "catchpoint"
+            elif number in self.s.breakpoints:
+                label = self.s.label(item.address)
+                what = f"<{label}>" if label else ""
+                self._p(f"{number:<7} {'breakpoint':<14} keep {enb}   "
+                        f"{item.address:#018x} {what}".rstrip())
+                noun = "breakpoint"
+            else:
+                self._p(f"{number:<7} {'breakpoint':<14} keep {enb}   {'<PENDING>':<{width}} {item.location}")
+                noun = "breakpoint"
+            if item.hits:
+                self._p(f"\t{noun} already hit {item.hits} time{'s' if item.hits != 1 else ''}")
 
     def cmd_x(self, arg: str, fmt: str) -> None:
         count, letter, size = _parse_x_format(fmt, self._x_last)
@@ -369,7 +417,7 @@ class StepperShell:
         per = _X_PER_LINE[size]
         for i in range(0, count, per):
             a = addr + i * size
-            label = gdb_label(self.m, a)
+            label = self.s.label(a)
             cells = []
             for j in range(i, min(count, i + per)):
                 v = int.from_bytes(data[j * size:(j + 1) * size], "little")
@@ -414,11 +462,28 @@ class StepperShell:
             self._p(f"#{f.level:<2} {f.pc:#018x} in {f.function or '??'} (){self._from(f.pc)}{note}")
 
     def _from(self, pc: int) -> str:
-        """gdb's `` from LIB`` after a frame in a shared object (not the program)."""
+        """gdb's `` from LIB`` after a frame in a shared object (not the program): the
+        name the dynamic linker's link_map gives the library (gdb's solib list), else
+        the path the file was opened by (the interpreter's PT_INTERP before ld.so ran)."""
         vma = self.m.mem.find_vma(pc)
         if vma is None or vma.file is None or vma.file is self.m.process.exe:
             return ""
-        return f" from {vma.name or vma.file.path}"
+        bias = min(v.start for v in self.m.mem.vmas if v.file is vma.file)
+        return f" from {self._solib_names().get(bias) or vma.file.path or vma.name}"
+
+    def _solib_names(self) -> dict[int, str]:
+        """{l_addr: l_name} of the svr4 library list in guest memory (empty before ld.so
+        linked it, or for a static program)."""
+        def peek(addr: int, n: int) -> bytes:
+            try:
+                return self.s.read_program(addr, n)
+            except GuestFault:
+                vma = self.m.mem.find_vma(addr)
+                return self.s.read_program(addr, min(n, vma.end - addr)) if vma is not None else b""
+        lists = Svr4Libraries(peek, process_auxv(self.m, self.m.process, self.m.task))
+        doc = lists.document() or b""
+        return {int(a, 16): n.decode("utf-8", "replace")
+                for n, a in re.findall(rb'<library name="([^"]*)" lm="0x[0-9a-f]+" l_addr="0x([0-9a-f]+)"', doc)}
 
     def _set_backtrace(self, arg: str) -> None:
         """``set backtrace past-main on|off`` (gdb's setting: frames beyond main, and
@@ -448,7 +513,7 @@ class StepperShell:
         elif fmt:
             raise StepperError(f"Undefined output format \"{fmt}\".")
         elif kind == "code_ptr":
-            text = "(void (*)()) " + natural(value, kind, lambda a: gdb_label(self.m, a))
+            text = "(void (*)()) " + natural(value, kind, lambda a: self.s.label(a))
         elif kind == "data_ptr":
             text = "(void *) " + natural(value, kind)
         else:
@@ -458,6 +523,12 @@ class StepperShell:
     def cmd_set(self, arg: str) -> None:
         if arg.startswith("backtrace "):
             self._set_backtrace(arg[len("backtrace "):])
+            return
+        if arg.split()[:2] == ["breakpoint", "pending"]:
+            words = arg.split()
+            if len(words) != 3 or words[2] not in ("on", "off", "auto"):
+                raise StepperError('"on", "off" or "auto" expected.')
+            self.pending = words[2] != "off"
             return
         if arg.startswith("var "):
             arg = arg[4:].strip()
@@ -500,7 +571,7 @@ class StepperShell:
             up = uc.uprobe
             addrs = self.m.uprobes.vaddr_of(self.m.process, up.file, up.offset)
             addr = f"{addrs[0]:#018x}" if addrs else f"{'<not mapped>':<18}"
-            label = gdb_label(self.m, addrs[0]) if addrs else None
+            label = self.s.label(addrs[0]) if addrs else None
             ev = events.get(id(uc))
             kind = "uretprobe" if uc.ret_handler is not None and uc.handler is None else "uprobe"
             name = ev.name if ev is not None else (uc.name or kind)
@@ -583,29 +654,6 @@ def _parse_x_format(fmt: str, last: tuple[str, int]) -> tuple[int, str, int]:
 
 
 # =============================================================================== CLI
-
-def add_cli(sub, add_machine_options) -> None:
-    p = sub.add_parser(
-        "step", usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
-        help="step through a guest with gdb-like commands",
-        description="Interactive instruction stepper (PROGRAM: an ELF path or guest:NAME). "
-                    "Commands come from -x FILE, then from stdin (prompt only on a terminal); "
-                    "'help' lists them.  Stepping executes through the uprobes kernel model's "
-                    "own states (int3 trap, out-of-line step, trampolines): a probed "
-                    "instruction is one step.  --max-insns and --timeout bound each free run "
-                    "(c, finish, until, ni over a call).  Exit code 0 (2 for a usage or input "
-                    "error).")
-    p.add_argument("program", metavar="PROGRAM")
-    p.add_argument("args", nargs="*", metavar="ARGS")
-    add_machine_options(p)
-    add_events_option(p, "stdout")
-    p.add_argument("-x", "--command", dest="scripts", action="append", default=[], metavar="FILE",
-                   help="run the commands in FILE first (repeatable)")
-    p.add_argument("--checkpoint-interval", type=int, default=reverse.DEFAULT_STEPPER_INTERVAL, metavar="N",
-                   help="record for reverse-stepi/-step/-continue with a checkpoint every N instructions "
-                        f"(default {reverse.DEFAULT_STEPPER_INTERVAL}; 0: no recording)")
-    p.set_defaults(func=cmd_step)
-
 
 def cmd_step(args) -> int:
     scripts = []

@@ -11,6 +11,6 @@ case function), :mod:`.compare` (a run's digest, where two runs part), :mod:`.bi
 resume, progress), :mod:`.cli`.
 """
 
-from emu.frontends.sweep.cli import add_cli
+from emu.frontends.sweep.args import add_cli
 
 __all__ = ["add_cli"]

@@ -6,63 +6,13 @@ import os
 import shlex
 import sys
 
-from emu.frontends.cli import count, cpus_count, read_stdin_file, seconds
+from emu.frontends.launch import read_stdin_file
 from emu.frontends.sweep.case import Program
 from emu.frontends.sweep.driver import Sweeper
 from emu.frontends.sweep.report import CaseStore, ProgressBar, exit_status, print_report, write_json
 from emu.frontends.sweep.runners import make_runner
 from kernel_model.errors import InputError
 from kernel_model.profiles import KernelProfile
-
-
-def add_cli(sub, _add_machine_options) -> None:
-    p = sub.add_parser(
-        "sweep", usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
-        help="probe every instruction (function, return) and report where probing "
-             "changes what the program does",
-        description="Run PROGRAM unprobed, then with do-nothing probes on every site, many "
-                    "per run, bisecting only the batches whose run differs (exit status or "
-                    "signal, stdout/stderr, syscalls with arguments, final registers, "
-                    "writable memory). Exit 1 when a divergence is not a known "
-                    "kernel-faithful one.")
-    p.add_argument("program", metavar="PROGRAM")
-    p.add_argument("args", nargs="*", metavar="ARGS")
-    p.add_argument("--sites", default="insn", metavar="insn|func|ret|FILE",
-                   help="every instruction boundary of .text (default), every function "
-                        "entry, every function's return probe, or the sites listed in FILE "
-                        "([PATH:]0xOFF or [PATH:]SYMBOL[+OFF], %%return for a return probe)")
-    p.add_argument("--site", action="append", default=[], metavar="SITE",
-                   help="sweep just this site (repeatable; the syntax of a --sites FILE line)")
-    p.add_argument("--libraries", action="store_true",
-                   help="also the libraries (and ld.so) the program maps")
-    p.add_argument("--kernel", default="latest", metavar="A,B,...",
-                   help="kernel profile(s), comma-separated (default latest; with --host: "
-                        "the host's release)")
-    p.add_argument("--jobs", "-j", type=count, default=1, metavar="N",
-                   help="run cases on a local pool of N processes")
-    p.add_argument("--ray", metavar="ADDRESS|auto",
-                   help="run cases on a Ray cluster (pip install 'uprobe-emu[ray]'); auto: the "
-                        "cluster `ray start` made here; local: start a Ray on this machine")
-    p.add_argument("--batch", type=count, default=0, metavar="N",
-                   help="sites per first-round run (default: the sites shared out over the workers)")
-    p.add_argument("--host", action="store_true",
-                   help="also sweep under the host kernel's uprobes through tracefs (root; "
-                        "runs PROGRAM UNSANDBOXED AS ROOT) and compare with the model")
-    p.add_argument("--json", metavar="FILE", help="write the whole result as JSON")
-    p.add_argument("--jsonl", metavar="FILE", help="stream each case's result to FILE")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the sweep recorded in --jsonl FILE: recorded cases are not rerun")
-    p.add_argument("--stdin", metavar="FILE")
-    p.add_argument("--sysroot", metavar="DIR", default="/")
-    p.add_argument("--seed", type=int, default=0, metavar="N")
-    p.add_argument("--cpus", type=cpus_count, default=1, metavar="N",
-                   help="CPUs of each run's machine (default 1)")
-    p.add_argument("--timeout", type=seconds, default=120.0, metavar="S",
-                   help="wall-clock limit of each run (default 120; 0 = none)")
-    p.add_argument("--max-insns", type=count, default=0, metavar="N",
-                   help="exact instruction budget of each run (0 = none)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_sweep)
 
 
 def kernels_of(text: str) -> list[str]:
@@ -107,6 +57,9 @@ def cmd_sweep(args) -> int:
         raise InputError("sweep: --resume needs --jsonl FILE (the stream to continue)")
     if args.ray is not None and args.jobs > 1:
         raise InputError("sweep: give --jobs or --ray, not both")
+    if args.plot:
+        from emu.frontends.sweep.plot import check_plot_path
+        check_plot_path(args.plot)
     program = program_of(args)
     if args.host:
         from emu.frontends.hostdiff import host_profile_name
@@ -137,12 +90,17 @@ def cmd_sweep(args) -> int:
     if host is not None:
         for line in host.lines():
             print(line)
-    if args.json:
+    if args.json or args.plot:
         doc = {"program": program.path, "argv": list(program.argv), "sha256": program.sha256,
                "runner": runner.name, "workers": runner.workers,
                "kernels": [s.to_json() for s in sweeps]}
         if host is not None:
             doc["host"] = host.to_json()
-        write_json(args.json, doc)
+        if args.json:
+            write_json(args.json, doc)
+        if args.plot:
+            from emu.frontends.sweep.plot import plot_sweep
+            plot_sweep(doc, args.plot)
+            print(f"plot: {args.plot}")
     sys.stdout.flush()
     return exit_status(sweeps, host)

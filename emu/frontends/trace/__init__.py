@@ -56,8 +56,23 @@ Formats (``FORMATS``):
     hits, syscalls, optimizations and signals.  ``ts`` is the instruction index.
 """
 
-from emu.frontends.trace.cli import add_cli, cmd_trace
-from emu.frontends.trace.formats import FORMATS
-from emu.frontends.trace.tracer import Tracer
+from typing import TYPE_CHECKING
+
+from emu.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from emu.frontends.trace.args import add_cli
+    from emu.frontends.trace.cli import cmd_trace
+    from emu.frontends.trace.formats import FORMATS
+    from emu.frontends.trace.tracer import Tracer
 
 __all__ = ["FORMATS", "Tracer", "add_cli", "cmd_trace"]
+
+# Imported when first asked for (PEP 562): the command line imports this package's
+# argument definitions without loading the command itself.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "add_cli": ".args",
+    "cmd_trace": ".cli",
+    "FORMATS": ".formats",
+    "Tracer": ".tracer",
+})

@@ -1,61 +1,19 @@
-"""``uprobe-emu trace``: the subcommand (the CLI finds it through
-:func:`emu.frontends.trace.add_cli`) and a quick throughput measurement
-(``python -m emu.frontends.trace.cli [N] [FORMAT...]``)."""
+"""``uprobe-emu trace``: the command (its options are in :mod:`emu.frontends.trace.args`)
+and a quick throughput measurement (``python -m emu.frontends.trace.cli [N] [FORMAT...]``)."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
 
-from emu.frontends.cli import add_cli_events, make_machine, print_error, report_result
+from emu.frontends.launch import add_cli_events, make_machine, report_result
+from emu.frontends.options import print_error
 from emu.frontends.trace import seek
 from emu.frontends.trace.formats import FORMATS
 from emu.frontends.trace.tracer import Tracer
 from emu.machine import Machine
 from kernel_model.errors import InputError
-
-
-def add_cli(sub, add_machine_options) -> None:
-    p = sub.add_parser(
-        "trace", usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
-        help="trace every instruction, with the uprobes model's work interleaved",
-        description="Run PROGRAM [ARGS...] and write an instruction trace: objdump-style "
-                    "lines with the registers each instruction changed and the kernel "
-                    "model's events (text), JSON lines, Tenet deltas, or Chrome trace "
-                    "events (Perfetto).  Options come before PROGRAM; every word after it goes "
-                    "to the program.")
-    p.add_argument("program", metavar="PROGRAM")
-    p.add_argument("args", nargs="*", metavar="ARGS")
-    add_machine_options(p)
-    p.add_argument("--from", dest="start", metavar="SYMBOL",
-                   help="start tracing when the guest reaches SYMBOL[+OFF] or an address")
-    p.add_argument("--count", type=_count, metavar="N",
-                   help="trace at most N instructions (the guest then runs on untraced)")
-    p.add_argument("--format", dest="fmt", choices=FORMATS, default="text",
-                   help="text (default), jsonl, tenet or chrome")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the trace here (default stdout)")
-    p.add_argument("--mem", action="store_true",
-                   help="also record memory writes (always on for tenet)")
-    p.add_argument("--seek", type=_count, metavar="N",
-                   help="run (recorded) to instruction N first; the trace starts there")
-    p.add_argument("--last-write", dest="last_write", action="append", default=[], metavar="REG|ADDR[:SIZE]",
-                   help="print which instruction last wrote the register or bytes before the --seek "
-                        "point (replayed from checkpoints; repeatable)")
-    p.add_argument("--checkpoint-interval", type=_count, default=None, metavar="N",
-                   help="instructions between checkpoints for --seek/--last-write")
-    p.set_defaults(func=cmd_trace)
-
-
-def _count(text: str) -> int:
-    try:
-        n = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
-    return n
 
 
 def cmd_trace(args) -> int:

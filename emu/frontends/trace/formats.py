@@ -518,4 +518,4 @@ class ChromeFormat(Format):
 
 
 FORMAT_CLASSES = {cls.name: cls for cls in (TextFormat, JsonlFormat, TenetFormat, ChromeFormat)}
-FORMATS = tuple(FORMAT_CLASSES)
+FORMATS = tuple(FORMAT_CLASSES)       # as emu.frontends.trace.args.FORMAT_NAMES lists them

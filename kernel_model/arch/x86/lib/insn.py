@@ -37,10 +37,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field, replace
-
-import capstone
+from typing import TYPE_CHECKING
 
 from kernel_model.errors import RegistrationError
+
+if TYPE_CHECKING:
+    import capstone
 
 # --- constants (arch/x86/kernel/uprobes.c, arch/x86/include/asm/uprobes.h) -------------
 
@@ -265,7 +267,10 @@ def _pad(insn: bytes) -> bytes:
 
 @functools.lru_cache(maxsize=1)
 def _decoder() -> capstone.Cs:
-    """One capstone decoder, built once: building it costs more than a decode."""
+    """One capstone decoder, built once: building it costs more than a decode.  Capstone
+    is imported here, at the first probe analysed, not with the kernel: a run without
+    probes never loads it."""
+    import capstone
     md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
     md.detail = True
     return md
