@@ -36,7 +36,6 @@ from emu.replay.checkpoint import (
     restore_checkpoint,
     take_checkpoint,
 )
-from guest_programs import build_guest
 from kernel_model.arch.x86.ptrace import PtRegs
 from kernel_model.errors import GuestSignalError, InputError, SymbolError
 from kernel_model.fs.binfmt_elf import file_identity, load_image
@@ -59,11 +58,11 @@ if TYPE_CHECKING:
 
     from unicorn.unicorn_py3.unicorn import Uc
 
-    from emu.engine.memhook import PagedMemHook
     from emu.engine.interface import RegisterAccess
+    from emu.engine.memhook import PagedMemHook
     from emu.engine.regfile import RegisterFile
-    from kernel_model.fs.file import OpenFile
     from kernel_model.fs.elf import ElfImage
+    from kernel_model.fs.file import OpenFile
     from kernel_model.kernel.sched import Scheduler
     from kernel_model.profiles import KernelProfile, SwitchValue
 
@@ -228,6 +227,7 @@ class Machine:
 
     @classmethod
     def from_guest(cls, name: str, argv: list[str] | None = None, **kw: Any) -> Machine:
+        from guest_programs import build_guest      # the built-in guests load when one is asked for
         elf, path = build_guest(name)
         return cls.from_bytes(elf, path, argv=argv or [path], **kw)
 

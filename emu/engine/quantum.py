@@ -7,13 +7,15 @@ from __future__ import annotations
 import ctypes
 import functools
 import mmap
-import platform
 import struct
+import os
 import sys
 import weakref
 
-from unicorn import UC_ARCH_X86, UC_HOOK_BLOCK, UC_MODE_64, Uc, UcError
-from unicorn.unicorn_py3.unicorn import uclib
+from unicorn import UC_ARCH_X86, UC_HOOK_BLOCK, UC_MODE_64, UcError
+from unicorn.unicorn_py3.unicorn import Uc, uclib     # Uc: see emu.engine.regfile
+
+from emu.engine.interface import Quantum
 
 
 @functools.cache
@@ -48,7 +50,7 @@ def refund_instruction(uc: Uc) -> None:
     off = emu_counter_offset()
     if off is None:
         return
-    at = ctypes.cast(uc._uch, ctypes.c_void_p).value + off
+    at = ctypes.cast(uc._uch, ctypes.c_void_p).value + off     # type: ignore[operator]  # a live handle
     counter = ctypes.c_uint64.from_address(at)
     if counter.value:
         counter.value -= 1
@@ -61,7 +63,7 @@ def emu_counter(uc: Uc) -> int | None:
     if off is None:
         return None
     base = ctypes.cast(uc._uch, ctypes.c_void_p).value
-    return struct.unpack("<Q", ctypes.string_at(base + off, 8))[0]
+    return struct.unpack("<Q", ctypes.string_at(base + off, 8))[0]     # type: ignore[operator]  # a live handle
 
 
 # The counter value of a disarmed quantum: never reaches zero.
@@ -74,7 +76,7 @@ def _block_stub() -> tuple[mmap.mmap, int] | None:
     decrements ``*left`` and tail-calls ``uc_emu_stop(uc)`` once it is <= 0.  x86-64
     System V only (uc in rdi, user_data in rcx); None where that is not the host ABI
     or the host refuses executable memory.  The page is immutable once made."""
-    if platform.machine() not in ("x86_64", "AMD64") or not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux") or os.uname().machine != "x86_64":
         return None
     stop = ctypes.cast(uclib.uc_emu_stop, ctypes.c_void_p).value
     code = (b"\x48\xff\x09"                            # dec qword ptr [rcx]
@@ -90,7 +92,7 @@ def _block_stub() -> tuple[mmap.mmap, int] | None:
     return page, ctypes.addressof(ctypes.c_char.from_buffer(page))
 
 
-class BlockQuantum:
+class BlockQuantum(Quantum):
     """The time slice of the task on the CPU, in translated blocks: one native
     ``UC_HOOK_BLOCK`` per Unicorn instance (added when several tasks share the CPU,
     removed again once one is left: :meth:`detach`) and one counter for all of them

@@ -22,11 +22,16 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import json
 import os
 import struct
+from typing import TYPE_CHECKING
 
-from unicorn import UC_ARCH_X86, UC_MODE_64, Uc, UcError, unicorn_const as UCC, x86_const as X
-from unicorn.unicorn_py3.unicorn import uclib
+from unicorn import UC_ARCH_X86, UC_MODE_64, UcError, unicorn_const as UCC, x86_const as X
+
+# Uc from the module that defines it (the class ``unicorn.Uc`` is): ``unicorn.unicorn`` picks
+# its module by ``sys.version_info.major``, which the type checker reads as Python 2's.
+from unicorn.unicorn_py3.unicorn import Uc, uclib
 
 from kernel_model.arch.x86.ptrace import EFLAGS, GPR_NAMES, RF, RIP, TF, TF_ONLY, PtRegs
 
@@ -64,18 +69,96 @@ def cpu_window_layout() -> tuple[int, int] | None:
     each pointer of the uc_struct.  Memory is read through ``/proc/self/mem``, so a word
     that is no pointer costs an EIO, never a crash.  The layout is then verified both
     ways (API write, window read; window write, API read; TF in both directions) on a
-    third.  None: not recognised."""
+    third.  None: not recognised.
+
+    The search takes about 15 ms, as long as starting a small program, so the layout
+    found for a Unicorn library is kept in the user's cache directory
+    (:func:`layout_cache_path`) and the next process checks it - through
+    ``/proc/self/mem`` first, then both ways as above - instead of searching again."""
     try:
         fd = os.open("/proc/self/mem", os.O_RDONLY)
     except OSError:
         return None
     try:
+        cached = _load_cached_layout()
+        if cached is not None and _layout_holds(fd, cached) and _verify_layout(*cached):
+            return cached
         found = _search_layout(fd)
     finally:
         os.close(fd)
     if found is None or not _verify_layout(*found):
         return None
+    _store_cached_layout(found)
     return found
+
+
+def _library_identity() -> str:
+    """The cache's key: the loaded Unicorn library's path, inode, size and modification
+    time (another build or version of it is another file)."""
+    path = os.path.realpath(uclib._name)
+    st = os.stat(path)
+    return f"{path}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+# Unicorn libraries whose layout the cache keeps (one per virtual environment, say)
+_CACHED_LIBRARIES = 16
+
+
+def layout_cache_path() -> str:
+    """Where the register-window layout of each Unicorn library is kept:
+    ``$XDG_CACHE_HOME/uprobe-emu/register-window.json`` (``~/.cache`` by default)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "uprobe-emu", "register-window.json")
+
+
+def _read_cache() -> dict:
+    try:
+        with open(layout_cache_path()) as f:
+            entries = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return entries if isinstance(entries, dict) else {}
+
+
+def _load_cached_layout() -> tuple[int, int] | None:
+    entry = _read_cache().get(_library_identity())
+    if not (isinstance(entry, list) and len(entry) == 2
+            and all(isinstance(v, int) and 0 <= v < 1 << 24 for v in entry)):
+        return None
+    return entry[0], entry[1]
+
+
+def _store_cached_layout(layout: tuple[int, int]) -> None:
+    """Written to a temporary file renamed over the old one, so a reader never sees half
+    of it; a cache that cannot be written is no error (the next process searches)."""
+    path = layout_cache_path()
+    entries = _read_cache()
+    entries.pop(_library_identity(), None)
+    entries = dict(list(entries.items())[-(_CACHED_LIBRARIES - 1):])      # the most recent ones
+    entries[_library_identity()] = list(layout)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(entries, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def _layout_holds(fd: int, layout: tuple[int, int]) -> bool:
+    """A cached layout leads to the registers of a scratch instance, read through
+    ``/proc/self/mem`` (a file written by anyone else, or for another build, must not
+    make :func:`_verify_layout` touch memory that is not the CPU's)."""
+    uc = _scratch_uc()
+    try:
+        pat = _set_patterns(uc, _MOVED_SALT)
+        cpu = _read_or_none(fd, 8, _uch(uc) + layout[0])
+        if cpu is None:
+            return False
+        return _read_or_none(fd, len(pat), struct.unpack("<Q", cpu)[0] + layout[1]) == pat
+    finally:
+        del uc
 
 
 def _scratch_uc() -> Uc:
@@ -191,7 +274,7 @@ def _read_or_none(fd: int, n: int, at: int) -> bytes | None:
 
 def _uch(uc: Uc) -> int:
     h = uc._uch
-    return h.value if isinstance(h, ctypes.c_void_p) else int(h)
+    return h.value if isinstance(h, ctypes.c_void_p) else int(h)     # type: ignore[return-value]  # not NULL: live
 
 
 def _verify_layout(cpu_off: int, env_off: int) -> bool:
@@ -435,7 +518,7 @@ class RegisterFile:
                 continue
             slot = WINDOW_SLOT.get(i) if win is not None else None
             if slot is not None and (slot != W_RIP or in_trap):
-                win[slot] = v & _MASK64
+                win[slot] = v & _MASK64       # type: ignore[index]  # a slot is only found with the window
                 continue
             wid[k] = _UC_IDS[i]
             wbuf[k] = v & _MASK64
@@ -479,11 +562,16 @@ class TrapRegs(PtRegs):
 
     __slots__ = ("_rf", "_w", "_flags")
 
+    if TYPE_CHECKING:
+        _rf: RegisterFile
+        _w: memoryview                    # the CPU state's rax..r15 (RegisterFile.window)
+        _flags: int | None                # eflags read at a syscall's entry (None: not read)
+
     @classmethod
     def _over(cls, rf: RegisterFile) -> "TrapRegs":
         """The registers object of ``rf``'s traps (its fields are set at each entry)."""
         self = cls.__new__(cls)
-        self._rf, self._w = rf, rf.window
+        self._rf, self._w = rf, rf.window     # type: ignore[assignment]  # made only with a window
         self._v = self._orig = self._load = self._loadx = self._flags = None
         self._dirty = set()
         self.orig_rax, self.rip = -1, 0
@@ -551,7 +639,7 @@ def _trap_eflags(self):
     return (self._v[EFLAGS] & ~TF) | (TF if self.tf else 0)
 
 
-TrapRegs.eflags = property(_trap_eflags, PtRegs.eflags.fset)
+setattr(TrapRegs, "eflags", property(_trap_eflags, vars(PtRegs)["eflags"].fset))
 
 
 class SnapshotReader:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import difflib
 import io
 import os
 import stat
@@ -231,6 +230,7 @@ class ElfImage:
         message = f"unknown symbol {name!r} in {self.path}"
         if not self.symbols:
             raise SymbolError(f"{message} (it has no symbol table; was it stripped?)")
+        import difflib      # a lookup that failed: worth no import at start-up
         close = difflib.get_close_matches(name, list(self.symbols), n=3, cutoff=0.6)
         if close:
             message += "; did you mean " + ", ".join(repr(c) for c in close) + "?"
@@ -269,10 +269,11 @@ class ElfImage:
             cached = frozenset()
             if self._versions():
                 from elftools.elf.elffile import ELFFile     # only versioned lookups read with it
+                from elftools.elf.sections import SymbolTableSection
                 with _converted_errors(self.path, "symbol table"):
                     elf = ELFFile(io.BytesIO(self.data))
                     tab = elf.get_section_by_name(".symtab")
-                    if tab is not None:
+                    if isinstance(tab, SymbolTableSection):     # (a .symtab of another type has none)
                         cached = frozenset(s.name for s in tab.iter_symbols() if s.name)
             self.__dict__["_symtab_name_set"] = cached
         return cached
@@ -285,12 +286,15 @@ def _read_versions(data: bytes) -> dict:
     """.dynsym symbols with their .gnu.version / .gnu.version_d names (read with
     pyelftools, imported here: only a versioned symbol's lookup needs it)."""
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.gnuversions import GNUVerDefSection, GNUVerSymSection
+    from elftools.elf.sections import SymbolTableSection
     elf = ELFFile(io.BytesIO(data))
     versym = elf.get_section_by_name(".gnu.version")
     verdef = elf.get_section_by_name(".gnu.version_d")
     dynsym = elf.get_section_by_name(".dynsym")
-    if versym is None or verdef is None or dynsym is None:
-        return {}
+    if not (isinstance(versym, GNUVerSymSection) and isinstance(verdef, GNUVerDefSection)
+            and isinstance(dynsym, SymbolTableSection)):
+        return {}                     # (missing, or of another section type: no versions)
     names = {}
     for vd, auxes in verdef.iter_versions():
         aux = next(iter(auxes), None)

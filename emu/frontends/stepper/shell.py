@@ -680,4 +680,4 @@ def cmd_step(args) -> int:
         sys.stdout.flush()
     return 0
 
-__all__ = ["StepperShell", "HELP", "add_cli", "cmd_step"]
+__all__ = ["StepperShell", "HELP", "cmd_step"]
