@@ -17,7 +17,7 @@ def readme_commands() -> list[str]:
 def test_readme_starts_with_two_commands_install_run_and_test():
     main, tests = readme_commands()
     assert main.startswith("pip install . && uprobe-emu ")
-    assert tests == "pip install '.[test,ray]' && python -m pytest -q"
+    assert tests == "pip install '.[test,ray,docs]' && python -m pytest -q"
 
 
 def test_ci_runs_exactly_the_readme_test_command():

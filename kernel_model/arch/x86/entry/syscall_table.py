@@ -1,7 +1,7 @@
 """The syscall table (arch/x86/entry/syscall_64.c's ``sys_call_table``): every handler
 the model provides, collected from the ``@syscall`` marks of the subsystems' components
 (:mod:`kernel_model.include.linux.syscalls`), and what is generated from it - each
-machine's dispatch table, the README's syscall table and the ENOSYS message of a
+machine's dispatch table, the documentation's syscall table and the ENOSYS message of a
 syscall the model does not provide.
 
 uretprobe (335) and uprobe (336) are uprobes' own: the kernel model registers them per
@@ -11,8 +11,10 @@ have them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType, MethodType
+from typing import Any
 
 from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
 from kernel_model.arch.x86.kernel.process_64 import ArchPrctlSyscalls
@@ -115,13 +117,13 @@ def _collect() -> MappingProxyType:
 REGISTRY = _collect()
 
 
-def build_table(components) -> dict[int, object]:
+def build_table(components) -> dict[int, Callable[..., Any]]:
     """One machine's dispatch table: nr -> the handler bound to its component.  Every
     component class must have exactly one instance among ``components``."""
     kinds = [type(c) for c in components]
     if len(kinds) != len(COMPONENTS) or set(kinds) != set(COMPONENTS):
         raise ValueError("the components must be one instance of each of COMPONENTS")
-    table = {}
+    table: dict[int, Callable[..., Any]] = {}
     for comp in components:
         for fn, sysdef in marked(type(comp)):
             table[sysdef.nr] = MethodType(fn, comp)
@@ -133,7 +135,7 @@ def module_path(module: str) -> str:
 
 
 def render_markdown() -> str:
-    """The README's syscall table: one row per registered syscall, by number."""
+    """The documentation's syscall table: one row per registered syscall, by number."""
     rows = ["| nr | syscall | status | handler |", "|---|---|---|---|"]
     for entry in REGISTRY.values():
         d = entry.sysdef
