@@ -1,4 +1,4 @@
-"""The project as a package: a wheel built from the checkout carries the code, the
+"""The project as a package: a wheel built from the checkout (``python -m build``) carries the code, the
 guests' sources, the type markers and the licence, installs in a fresh virtual
 environment and runs a guest there - the installed copy, not the checkout."""
 
@@ -22,7 +22,7 @@ DEPENDENCIES = ("unicorn", "capstone", "keystone", "elftools", "rich")
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+    p = subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(ROOT)],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     (whl,) = out.glob("uprobe_emu-*.whl")
