@@ -231,7 +231,7 @@ def check_field(what: str, value: str) -> bytes:
     raw = os.fsencode(value)
     bad = next((b for b in raw if b in _INTERPRETED), None)
     if not raw or bad is not None:
-        why = "is empty" if not raw else f"contains {bytes([bad])!r}, which tracefs would interpret"
+        why = "is empty" if bad is None else f"contains {bytes([bad])!r}, which tracefs would interpret"
         raise InputError(f"diff: {what} {value!r} {why}; the host probes cannot name it")
     return raw
 

@@ -41,6 +41,7 @@ import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
+from typing import Any
 
 from emu.frontends.launch import read_stdin_file
 from emu.frontends.host_tracefs import (
@@ -190,7 +191,8 @@ def resolve_specs(path: str, specs: list[str], aliases: tuple = (),
     program.  A ``usdt:`` spec is one probe per site (:func:`_usdt_probes`), attached as
     libbpf attaches on the ``kernel`` profile (the nop-combo rule)."""
     check_field("program path", path)       # the program is probed and run: refuse it first
-    m = Machine.from_elf(path, argv=[path], **({"kernel": kernel} if kernel else {}))
+    kw: dict[str, Any] = {"kernel": kernel} if kernel else {}
+    m = Machine.from_elf(path, argv=[path], **kw)
     up = m.uprobes
     out = []
     for i, text in enumerate(specs):
@@ -201,14 +203,17 @@ def resolve_specs(path: str, specs: list[str], aliases: tuple = (),
         if spec.is_delete:
             raise InputError(f"diff: {text!r} deletes an event; give probe definitions")
         file = m.process.exe if spec.path in aliases else up.find_file(spec.path)
+        if file is None:
+            raise InputError(f"diff: {text!r}: no file {spec.path!r} to probe")
         if spec.offset is not None:
             offset = spec.offset
         elif spec.symbol is not None:
             offset = up.symbol_offset(file, spec.symbol, spec.sym_offset)[1]
         elif spec.address is not None:
-            if up.file_elf(file) is None:
+            file_elf = up.file_elf(file)
+            if file_elf is None:
                 raise InputError(f"diff: {file.path} has no program headers to map {spec.address:#x}")
-            offset = file.elf.vaddr_to_offset(spec.address)
+            offset = file_elf.vaddr_to_offset(spec.address)
         else:
             raise InputError(f"diff: {text!r} names no location")
         elf = up.file_elf(file) if file.reader is not None or file.elf is not None else None
@@ -217,7 +222,8 @@ def resolve_specs(path: str, specs: list[str], aliases: tuple = (),
         host = None if file is m.process.exe else _host_path_of(file)
         out.append(ResolvedProbe(text, f"ev{i}", spec.kind, offset, link, args, host,
                                  None if host is None else file.path))
-    return out, m.process.exe.elf
+    exe = m.process.exe
+    return out, exe.elf if exe is not None else None
 
 
 def _usdt_probes(m, text: str, event: str, aliases: tuple) -> list[ResolvedProbe]:

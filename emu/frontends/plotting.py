@@ -164,7 +164,7 @@ def _bars(ax, chart: Chart) -> list:
     series without a bar)."""
     from matplotlib.patches import Patch
 
-    cats = list(chart.categories)
+    cats = list(chart.categories or ())
     where = {c: i for i, c in enumerate(cats)}
     n = len(chart.series) or 1
     width = 0.8 / n

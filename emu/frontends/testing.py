@@ -181,6 +181,7 @@ def emu_machine():
             return Machine.from_guest(guest, **kw)
         if asm is not None:
             return Machine.from_asm(asm, **kw)
+        assert elf is not None                  # exactly one was given
         return Machine.from_elf(elf, **kw)
 
     return make

@@ -130,7 +130,7 @@ def _timed_run(kind: str) -> float:
 def run_engine(repeat: int = 3, progress=None) -> dict:
     kinds = ("loads", "stores", "maps")
     task = progress.add_task("engine costs", total=len(kinds) * repeat) if progress else None
-    best = {}
+    best: dict[str, float] = {}
     for kind in kinds:
         for _ in range(repeat):
             dt = _timed_run(kind)

@@ -8,6 +8,7 @@ import os
 import subprocess
 import tempfile
 import time
+from typing import Any
 from typing import TYPE_CHECKING
 
 from emu.frontends.bench import costmodel
@@ -26,7 +27,7 @@ def host_native(scen_name: str, n: int | None, warmup: int, repeat: int, seconds
     """Run the trigger ELF natively with a tracefs uprobe (instance tracing off); time
     N iterations minus a 0-iteration run."""
     scen = SCENARIOS[scen_name]
-    out = {"scenario": scen_name}
+    out: dict[str, Any] = {"scenario": scen_name}
 
     def run(iters: int) -> float:
         t0 = time.perf_counter()
@@ -76,6 +77,7 @@ def host_native(scen_name: str, n: int | None, warmup: int, repeat: int, seconds
     except HostKernelError as e:
         out.update(status="n/a", reason=str(e))
         return out
+    assert n is not None        # calibrate() sized it
     expect = repeat * (n + 2 * warmup)
     if hits == 0:
         out.update(status="n/a", reason="probe never installed: 0 of "
@@ -152,7 +154,7 @@ def run_host(cfg: Config, progress=None) -> dict:
     for r in rows:
         if "features" in r:
             r["projected_mops"] = cost.project_mops(r["features"])
-    live = None
+    live: dict[str, Any] | None = None
     okrows = {r["scenario"]: r for r in rows if r.get("status") == "ok" and "features" in r}
     if len(okrows) >= len(costmodel.FIT_FEATURES):
         table = costmodel.PublishedTable("host-live", "this host, measured now", (costmodel.Column("host", prof_name),),

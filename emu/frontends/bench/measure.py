@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import Any
 from types import MappingProxyType
 
 from emu.engine import baseline
@@ -193,7 +194,7 @@ def measure_scenario(scen_name: str, col: ColumnSpec, consumer: str, iterations:
     next to it, so the model/baseline ratios hold even when the machine's load drifts."""
     scen = SCENARIOS[scen_name]
     counted = count_events(scen, col, consumer)
-    out = {"scenario": scen_name, "column": col.label}
+    out: dict[str, Any] = {"scenario": scen_name, "column": col.label}
     if counted["status"] != "ok":
         out.update(status=counted["status"], reason=counted["reason"])
         return out
@@ -302,8 +303,8 @@ def growth_probe_counts(col: ColumnSpec, consumer: str, counts: tuple, n: int, w
     """uprobe-nop with ``count`` probes registered in the process (count-1 of them on the
     sled), for each count; the counts are interleaved run by run so that a change of
     machine load hits them alike."""
-    samples = {c: [] for c in counts}
-    info = {}
+    samples: dict[int, list[float]] = {c: [] for c in counts}
+    info: dict = {}
     for _ in range(repeat):
         for c in counts:
             mops, reg_s, per, tree = _probe_count_sample(col, consumer, c, n, warmup)

@@ -106,6 +106,7 @@ def record_triggers(col, scen, threads: int, iterations: int = ITERATIONS) -> li
                            kernel=col.kernel, cpus=threads, **dict(col.overrides))
     attach(m, scen, "program", [0])
     log = m.record_accesses()
+    assert log is not None      # recording was asked for
     r = m.run(max_insns=None, timeout=120)
     if r.reason != "exit" or r.exit_code != 0:
         raise InputError(f"bench_producers on {col.label}: guest ended: {r.describe()}")

@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from typing import Any
 
 from emu.machine import Machine
 from kernel_model.errors import EmuError
@@ -58,14 +59,14 @@ HELLO_C = "#include <stdio.h>\nint main(void) { puts(\"hello\"); return 0; }\n"
 
 
 def _native_seconds(argv: list[str], repeat: int) -> float:
-    best = None
+    best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()
         res = subprocess.run(argv, capture_output=True, timeout=120)
         dt = time.perf_counter() - t0
         if res.returncode != 0:
             raise EmuError(f"{' '.join(argv)} exited {res.returncode} natively")
-        best = dt if best is None else min(best, dt)
+        best = min(best, dt)
     return best
 
 
@@ -169,7 +170,7 @@ def run_programs(kernel: str = "latest", repeat: int = 3, progress=None) -> list
         for name in PROGRAMS:
             if progress:
                 progress.update(task, description=f"program {name}")
-            row = {"program": name}
+            row: dict[str, Any] = {"program": name}
             try:
                 argv, probes = _workload(name, tmp)
                 runs = [_model_run(argv, probes, kernel, tmp) for _ in range(repeat)]

@@ -208,7 +208,7 @@ def _render_checks(report: dict, console) -> None:
     s = Table(title="projection error by table", title_justify="left")
     for h in ("table", "pairs", "mean |err|", "max |err|", "within target"):
         s.add_column(h, justify="left" if h == "table" else "right")
-    by = {}
+    by: dict[str, list] = {}
     for c in checks:
         by.setdefault(c["table"], []).append(c)
     for tid, cs in by.items():

@@ -10,6 +10,7 @@ import json
 import multiprocessing as mp
 import os
 import sys
+from typing import IO, Any
 from dataclasses import dataclass
 
 from emu.engine import baseline
@@ -128,13 +129,13 @@ def run_bench(cfg: Config, progress=None) -> dict:
     check_cols = [column_from_costmodel(c) for c in costmodel.required_columns()] if cfg.checks else []
     table_scens = sorted({s for t in costmodel.TABLES.values() for s in t.rows} |
                          set(costmodel.HOST_ANCHORS.rows))
-    count_jobs = []
+    count_jobs: list[tuple[str, tuple]] = []
     for c in check_cols:
         for s in table_scens:
             count_jobs.append(("count", (s, c, "program")))
             if c.key == costmodel.HOST_ANCHORS.columns[0].key and s in costmodel.HOST_ANCHORS.rows:
                 count_jobs.append(("count", (s, c, "ftrace")))
-    growth_jobs = []
+    growth_jobs: list[tuple[str, tuple]] = []
     if cfg.growth:
         base = cfg.columns[0]
         gi = cfg.growth_iterations or 50_000
@@ -167,10 +168,10 @@ def _host() -> dict:
 
 
 def _assemble(cfg: Config, cost, results: list) -> dict:
-    baselines = {"hook_free": {}, "int3_hook": None, "int3_native": None, "code_hook": None,
+    baselines: dict[str, Any] = {"hook_free": {}, "int3_hook": None, "int3_native": None, "code_hook": None,
                  "syscall_hook": None}
     measured, counts = {}, {}
-    growth = {"probe_count": [], "attach": None, "ri_memory": []}
+    growth: dict[str, Any] = {"probe_count": [], "attach": None, "ri_memory": []}
     for kind, payload, res in results:
         if kind == "baseline":
             if payload[1] == "none":
@@ -253,7 +254,8 @@ def _assemble(cfg: Config, cost, results: list) -> dict:
                                    "projected": rb["projected_mops"] / ra["projected_mops"]})
     checks = []
     if counts:
-        ev_prog, ev_ftrace = {}, {}
+        ev_prog: dict = {}
+        ev_ftrace: dict = {}
         for (s, key, consumer), res in counts.items():
             if res.get("status") != "ok":
                 continue
@@ -368,7 +370,8 @@ class JsonReport:
     this run created it and did not finish."""
 
     def __init__(self, path: str | None):
-        self.path, self.file, self.created, self.done = path, None, False, False
+        self.path, self.created, self.done = path, False, False
+        self.file: IO[str] | None = None
 
     def __enter__(self) -> "JsonReport":
         if self.path:
@@ -398,7 +401,7 @@ class JsonReport:
             self.file.close()
         except OSError:
             pass
-        if self.created and not self.done:
+        if self.created and not self.done and self.path:
             try:
                 os.unlink(self.path)
             except OSError:

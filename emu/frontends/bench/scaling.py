@@ -111,7 +111,7 @@ def project(column: str, scenario: str, cpus, prices: Prices = FITTED, *, measur
 def fit_objective(prices: Prices, table=FIT_TABLE, measure: int = 40) -> list[float]:
     """Relative errors of every point of the fitted table (an id or a table)."""
     t = TABLES[table] if isinstance(table, str) else table
-    errs = []
+    errs: list[float] = []
     for row in t.rows:
         got = project(row.column, row.scenario, t.cpus, prices, measure=measure)
         errs.extend(g / v - 1.0 for g, v in zip(got, row.values))

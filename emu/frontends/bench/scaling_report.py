@@ -9,6 +9,8 @@ nothing to an entry probe's path over it) and S2's "before" row.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.markup import escape
 from rich.table import Table
 
@@ -30,7 +32,7 @@ def _path_key(column: str, scenario: str) -> tuple:
     return (scenario,) + tuple(getattr(prof, k) for k in names)
 
 
-def published_for(column: str, scenario: str) -> list[tuple[str, object]]:
+def published_for(column: str, scenario: str) -> list[tuple[str, Any]]:
     """``[(table id, row)]`` of the published rows with the same path, fitted table first."""
     key = _path_key(column, scenario)
     out = []
@@ -118,7 +120,7 @@ def render_checks(checks: list, console) -> None:
         ct.add_row(c["table"], c["what"], escape(c["row"]), "" if c["cpus"] is None else str(c["cpus"]),
                    fmt(c["projected"]), fmt(c["published"]), err, "yes" if c["passes"] else "NO")
     console.print(ct)
-    by = {}
+    by: dict[tuple[str, str], tuple[int, int, float]] = {}
     for c in checks:
         key = (c["table"], c["what"])
         ok, n, worst = by.get(key, (0, 0, 0.0))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from typing import Any
 from dataclasses import dataclass, field
 
 from emu.frontends.sweep.compare import RunDigest, SyscallRecorder, digest
@@ -122,10 +123,11 @@ class CaseRunner:
         t0 = time.perf_counter()
         self.executed += 1
         m = self.machine(case)
-        consumers, refused = [], {}
+        consumers: list = []
+        refused: dict[str, str] = {}
         for path, offset, kind in case.sites:
             try:
-                handlers = {"ret_handler": nop_handler} if kind == "r" else {"handler": nop_handler}
+                handlers: dict[str, Any] = {"ret_handler": nop_handler} if kind == "r" else {"handler": nop_handler}
                 consumers.append(m.uprobes.register((path, offset), **handlers))
             except RegistrationError as e:
                 consumers.append(None)

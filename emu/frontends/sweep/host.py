@@ -213,7 +213,7 @@ def native_noise(a: RunDigest, b: RunDigest, randomized: bool) -> NativeNoise:
     x, y = a.syscalls, b.syscalls
     if set(x) != set(y) or any([c[0] for c in x[t]] != [c[0] for c in y[t]] for t in x):
         return NativeNoise(randomized, frozenset(parts | {"syscalls"}))
-    fields = set()
+    fields: set[tuple] = set()
     for t in x:
         for i, (p, q) in enumerate(zip(x[t], y[t])):
             fields |= {(t, i, j) for j, (u, v) in enumerate(zip(p[1], q[1])) if u != v}

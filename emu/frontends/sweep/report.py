@@ -127,11 +127,11 @@ class ProgressBar:
             self.task = self.bar.add_task("sweep", total=0)
 
     def add(self, n: int) -> None:
-        if self.bar:
-            self.bar.update(self.task, total=self.bar.tasks[0].total + n)
+        if self.bar and self.task is not None:
+            self.bar.update(self.task, total=(self.bar.tasks[0].total or 0) + n)
 
     def advance(self) -> None:
-        if self.bar:
+        if self.bar and self.task is not None:
             self.bar.advance(self.task)
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import multiprocessing
+from typing import Any
 
 from emu.frontends.sweep.case import CaseRunner, run_cases
 from kernel_model.errors import EmuError, InputError
@@ -88,14 +89,14 @@ class RayRunner:
                                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.workers = max(1, workers or cpus)
-        actor = ray.remote(num_cpus=1)(CaseActor)
-        self.actors = [actor.remote() for _ in range(self.workers)]
+        actor: Any = ray.remote(num_cpus=1)(CaseActor)
+        self.actors: list[Any] = [actor.remote() for _ in range(self.workers)]
 
     def run(self, cases: list, done=None) -> list:
         ray = self.ray
         results: list = [None] * len(cases)
         todo = list(enumerate(cases))
-        busy = {}
+        busy: dict = {}
         free = list(self.actors)
         while todo or busy:
             while todo and free:

@@ -71,7 +71,7 @@ def describe(kind: str, info: dict, where=_hexaddr, in_sys_uprobe: bool = False)
     if kind == "syscall_return":
         nr = info["nr"]
         task = info.get("task")
-        if getattr(task, "state", "running") == "blocked":
+        if task is not None and getattr(task, "state", "running") == "blocked":
             return (f"syscall {nr} {syscall_name(nr)} blocks: task {task.tid} "
                     f"sleeps ({getattr(task, 'blocked_on', None) or 'waiting'})")
         ret = signed(info["ret"])
@@ -169,7 +169,7 @@ def _xol_step(info: dict) -> str:
 def _xol_done(info: dict, w) -> str:
     """The fixups after the single-step (``arch_uprobe_post_xol``)."""
     au = info["uprobe"].arch
-    fix = []
+    fix: list[str] = []
     if au is not None:
         fix.extend(xol_fixups(au))
         if au.scratch:

@@ -20,6 +20,7 @@ instruction N, answers the queries on stderr and traces from there on.
 from __future__ import annotations
 
 import sys
+from typing import Any
 from dataclasses import dataclass
 
 from capstone import CS_ARCH_X86, CS_MODE_64, Cs, CsError
@@ -152,7 +153,7 @@ class TraceSeek:
         """(position, rip, old, new) of the last write in [cp, hi), or None."""
         rec, m = self.rec, self.m
         rec.replay_from(cp, cp.position)
-        state = {"value": watch.read(), "last": None, "hit": None}
+        state: dict[str, Any] = {"value": watch.read(), "last": None, "hit": None}
 
         def on_insn(addr, _size):
             if m.task is not watch.task and watch.kind == "reg":

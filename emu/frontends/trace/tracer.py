@@ -136,7 +136,7 @@ class Tracer:
         self._in_event = 0
         machine.mem.text_write_listeners.append(self._invalidate)
         self._start_spec = start
-        self.start_addr = None
+        self.start_addr: int | None = None
         if start is None:
             self._activate()
         else:
@@ -165,9 +165,8 @@ class Tracer:
     def __enter__(self) -> "Tracer":
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> None:
         self.close()
-        return False
 
     def ftrace_output(self, fallback=None):
         """A file-like object for ``uprobes.add_event(..., output=)``: tracefs lines
@@ -313,7 +312,7 @@ class Tracer:
         self._func = None
         self._prev = self._pe = None
         if was_active:
-            self._format.event("exec", describe("exec", {"task": task, "filename": filename}), {
+            self._format.event("exec", describe("exec", {"task": task, "filename": filename}) or "exec", {
                 "task": task, "filename": filename})
             self._add_hooks()
         else:
@@ -619,7 +618,7 @@ class Tracer:
             if self.active and task is self._task:     # a vfork child leaves this CPU
                 self._effects_none()
                 info = {"task": task, "filename": event.filename}
-                self._format.event("exec", describe("exec", info) + " (it leaves this trace)", info)
+                self._format.event("exec", (describe("exec", info) or "exec") + " (it leaves this trace)", info)
                 return
         elif kind == "syscall_return" and not self.active and not self.finished and \
                 event.nr in _MAP_SYSCALLS and event.task.process is self._proc:
