@@ -13,7 +13,8 @@ import pytest
 
 from emu.machine import Machine
 from kernel_model.fs.pipe import Pipe, PipeEnd
-from kernel_model.fs.proc.procfs import PROC_DEV, TOP_INOS, ProcFs, max_fds
+from kernel_model.fs.proc.array import max_fds
+from kernel_model.fs.proc.procfs import PROC_DEV, TOP_INOS, ProcFs
 
 O_RDONLY, O_WRONLY, O_RDWR = 0, 1, 2
 GUEST = dict(uid=1000, gid=1000, groups=[4, 27])
