@@ -44,7 +44,9 @@ def assemble(source: str, base: int = TEXT_VADDR) -> tuple[bytes, int, dict[str,
 
     ``labels`` maps name -> (address, "text" | "data").
     """
-    text_lines, data_lines, labels_order = [], [], []
+    text_lines: list[str] = []
+    data_lines: list[str] = []
+    labels_order: list[tuple[str, str]] = []
     section = "text"
     for raw in source.splitlines():
         line = _strip_comment(raw).rstrip()

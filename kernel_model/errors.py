@@ -8,6 +8,11 @@ as the kernel would deliver them.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kernel_model.kernel.signals import RunResult
+
 
 class EmuError(Exception):
     """Root of every error this package raises on purpose."""
@@ -50,7 +55,7 @@ class RegistrationError(EmuError):
 class GuestSignalError(EmuError):
     """Raised only when a caller asked ``run(raise_on_signal=True)``."""
 
-    def __init__(self, result):
+    def __init__(self, result: RunResult) -> None:
         self.result = result
         super().__init__(result.describe())
 

@@ -8,8 +8,11 @@ any switch: ``KernelProfile.get("6.18", uretprobe_trampoline="int3")``.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import ClassVar
 
 from kernel_model.errors import InputError
+
+SwitchValue = str | bool | None      # what a switch is set to (``optimize`` alone may be None)
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,8 @@ class KernelProfile:
     # in 6.15, 83179cd67846)
     sstep_siglock: bool
 
-    SWITCHES = ("uretprobe_trampoline", "nop_emulation", "optimize", "ri_alloc", "args_buffer",
+    SWITCHES: ClassVar[tuple[str, ...]] = (
+                "uretprobe_trampoline", "nop_emulation", "optimize", "ri_alloc", "args_buffer",
                 "ip_change_skips_insn", "uprobe_syscall_outside", "trampoline_sls_int3",
                 "has_uprobe_syscall", "has_uretprobe_syscall", "session_consumers",
                 "trampolines_copied_on_fork", "handler_chain_rc", "remove_rechecks_filter",
@@ -82,7 +86,7 @@ class KernelProfile:
         return list(_PROFILES)
 
     @staticmethod
-    def get(name: str = "latest", **overrides) -> "KernelProfile":
+    def get(name: str = "latest", **overrides: SwitchValue) -> KernelProfile:
         name = str(name)
         if name not in _PROFILES:
             raise InputError(f"unknown kernel profile {name!r}; known: {', '.join(_PROFILES)}")
@@ -92,14 +96,15 @@ class KernelProfile:
             raise InputError(f"unknown kernel switch {bad[0]!r}; known: {', '.join(KernelProfile.SWITCHES)}")
         for k, v in overrides.items():
             if k in _CHOICES and v not in _CHOICES[k]:
-                raise InputError(f"kernel switch {k} is one of {', '.join(_CHOICES[k])}, not {v!r}")
-        return replace(prof, **overrides) if overrides else prof
+                raise InputError(f"kernel switch {k} is one of {', '.join(map(str, _CHOICES[k]))}, not {v!r}")
+        return replace(prof, **overrides) if overrides else prof   # type: ignore[arg-type]  # checked above
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, SwitchValue]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-_CHOICES = {"handler_chain_rc": ("bitmask", "exact"), "remove_rechecks_filter": (False, True),
+_CHOICES: dict[str, tuple[SwitchValue, ...]] = {
+            "handler_chain_rc": ("bitmask", "exact"), "remove_rechecks_filter": (False, True),
             "treelock": ("spinlock", "rwlock", "seqcount", "percpu_rwsem"),
             "uprobe_lifetime": ("refcount", "srcu", "rcu_tasks_trace", "srcu_lite"),
             "consumers_lock": ("register_rwsem", "lockless"),
@@ -108,11 +113,12 @@ _CHOICES = {"handler_chain_rc": ("bitmask", "exact"), "remove_rechecks_filter": 
             "perf_filter": ("rwlock", "lockless"), "sstep_siglock": (True, False)}
 
 
-def _p(name, release, **kw) -> KernelProfile:
-    return KernelProfile(name=name, release=release, **kw)
+def _p(name: str, release: str, **kw: SwitchValue) -> KernelProfile:
+    return KernelProfile(name=name, release=release, **kw)     # type: ignore[arg-type]  # the switches of _BASE
 
 
-_BASE = dict(uretprobe_trampoline="int3", nop_emulation="nop1", optimize=None, ri_alloc="kmalloc",
+_BASE: dict[str, SwitchValue] = dict(
+             uretprobe_trampoline="int3", nop_emulation="nop1", optimize=None, ri_alloc="kmalloc",
              args_buffer="always", ip_change_skips_insn=False, uprobe_syscall_outside="ENOSYS",
              trampoline_sls_int3=False, has_uprobe_syscall=False, has_uretprobe_syscall=False,
              session_consumers=False, trampolines_copied_on_fork=False,

@@ -22,10 +22,9 @@ from unicorn import (
     UC_PROT_EXEC,
     UC_PROT_READ,
     UC_PROT_WRITE,
-    Uc,
     x86_const as X,
 )
-from unicorn.unicorn_py3.unicorn import uclib
+from unicorn.unicorn_py3.unicorn import Uc, uclib  # Uc: see emu.engine.regfile
 
 from emu.engine.regfile import W_EFLAGS, W_RIP, WINDOW_SLOT, RegisterFile, cpu_window_layout
 from kernel_model.arch.x86.kernel.uprobes import URETPROBE_SYSCALL_CHECK, URETPROBE_TRAMPOLINE
@@ -89,7 +88,7 @@ def _add_native_hook(uc: Uc, kind: int, fptr, *extra) -> None:
         raise EmuError("cannot add a native hook")
 
 
-def _floor_hooks(uc: Uc, mode: str, site: int, stack, count) -> tuple:
+def _floor_hooks(uc: Uc, mode: str, site: int, stack, count) -> list:
     """The hooks of a hand-inlined probe hit: what a uprobe hit on this instruction must
     do at the least, in straight-line Python on the CPU state in place (as the machine
     reads it, ``emu.engine.regfile``): find the probe by address, run one consumer (``count``),
@@ -181,7 +180,7 @@ def bare_run(file, loop: int, n: int, mode: str = "none") -> float:
         uc = _bare_uc(file, target, stack)
     else:
         uc = _bare_uc(file, "uprobe_target_nop" if int3 else None)
-    keep = None
+    keep: object = None                 # what must outlive the run: the native callbacks
     hits = [0]
     if int3:
         loop = 2
@@ -192,9 +191,9 @@ def bare_run(file, loop: int, n: int, mode: str = "none") -> float:
     elif mode == "int3":
         uc.hook_add(UC_HOOK_INTR, lambda uc, intno, data: None)
     elif mode == "int3-native":
-        keep = _INTR_CB(_empty_hook)
+        keep = native = _INTR_CB(_empty_hook)
         handle = ctypes.c_size_t()
-        if uclib.uc_hook_add(uc._uch, ctypes.byref(handle), UC_HOOK_INTR, ctypes.cast(keep, ctypes.c_void_p),
+        if uclib.uc_hook_add(uc._uch, ctypes.byref(handle), UC_HOOK_INTR, ctypes.cast(native, ctypes.c_void_p),
                              None, ctypes.c_uint64(1), ctypes.c_uint64(0)):
             raise EmuError("cannot add the native interrupt hook")
     elif mode == "code-hook":

@@ -39,7 +39,7 @@ from unicorn import (
     unicorn_const as UCC,
     x86_const as X,
 )
-from unicorn.unicorn_py3.unicorn import Uc, uclib     # Uc: see emu.engine.regfile
+from unicorn.unicorn_py3.unicorn import Uc, uclib  # Uc: see emu.engine.regfile
 
 from emu.engine import mmu
 from emu.engine.fpu import FpuUnit
@@ -104,7 +104,7 @@ class Cpu(Engine):
     def __init__(self) -> None:
         self.fpu = FpuUnit()                # XSAVE images of the tasks' FPU state
         self.ram = PhysicalMemory()         # the machine's RAM, physical memory of every instance
-        self._ucs = weakref.WeakSet()       # the live instances (each maps every zone of it)
+        self._ucs: weakref.WeakSet[Uc] = weakref.WeakSet()     # the live instances (each maps every zone)
         self.ram.zone_listeners.append(self._map_zone)
         self.ram.on_recycle = self._drop_all_translations
         self.quantum = BlockQuantum()       # the time slice, counted natively in blocks
@@ -114,7 +114,7 @@ class Cpu(Engine):
         self.stopped_by_hook = False
         self.hook_error: BaseException | None = None
         self.pending_fault: tuple[str, int] | None = None
-        self.tb_mode = None                 # (uc, "step" | "free"): see translation_mode
+        self.tb_mode: tuple[Uc, str] | None = None      # (uc, "step" | "free"): see translation_mode
         self._retired_thunks: list = []     # ctypes callbacks of removed hooks (see remove_hook)
         self._live_hooks: set = set()
         self.icount = 0                     # instructions retired by counted runs and steps
@@ -533,7 +533,7 @@ class Cpu(Engine):
         elif hook.binding:
             hook.uc.hook_del(hook.handle)
         else:
-            uclib.uc_hook_del(hook.uc._uch, ctypes.c_size_t(hook.handle))   # type: ignore[arg-type]  # a Hook here
+            uclib.uc_hook_del(hook.uc._uch, ctypes.c_size_t(hook.handle))   # type: ignore[arg-type]  # a Hook's int
             # keep the ctypes thunk alive: Unicorn may still be inside this very callback
             self._retired_thunks.append(hook.fptr)
             del self._retired_thunks[:-64]

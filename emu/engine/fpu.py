@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import ctypes
 
-from unicorn import UC_ARCH_X86, UC_MODE_64, Uc, UcError, x86_const as X
-from unicorn.unicorn_py3.unicorn import uclib
+from unicorn import UC_ARCH_X86, UC_MODE_64, UcError, x86_const as X
+from unicorn.unicorn_py3.unicorn import Uc, uclib  # Uc: see emu.engine.regfile
 
+from emu.engine.interface import Fpu
 from kernel_model.arch.x86.kernel import fpu
 from kernel_model.arch.x86.ptrace import TF
 
@@ -27,7 +28,7 @@ _FPU_TEXT = {_XSAVE: b"\x48\x0f\xae\x27",     # xsave64 (%rdi)
 _FPU_REGS = (X.UC_X86_REG_RDI, X.UC_X86_REG_RAX, X.UC_X86_REG_RDX, X.UC_X86_REG_RIP, X.UC_X86_REG_EFLAGS)
 
 
-class FpuUnit:
+class FpuUnit(Fpu):
     """XSAVE-family instructions on a task's CPU state (:mod:`kernel_model.arch.x86.kernel.fpu`): a scratch
     Unicorn instance borrows the state (a context), executes ``xsave64`` /
     ``xrstor64`` / ``fxrstor64`` on a buffer of its own and hands the state back - the
@@ -59,7 +60,7 @@ class FpuUnit:
         return self._uc
 
     def _batch(self, fn, ptrs) -> None:
-        status = fn(self._uc._uch, self._ids, ptrs, len(_FPU_REGS))
+        status = fn(self._uc._uch, self._ids, ptrs, len(_FPU_REGS))     # type: ignore[union-attr]  # made by then
         if status:
             raise UcError(status)
 

@@ -144,8 +144,19 @@ class Fpu(ABC):
 class Quantum(ABC):
     """The time slice of the task on the CPU, counted in translated blocks."""
 
-    native: bool            # False: slices are instruction counts instead
-    armed: bool             # the running emu_start has a slice
+    @property
+    @abstractmethod
+    def native(self) -> bool:
+        """False: slices are instruction counts instead."""
+
+    @property
+    @abstractmethod
+    def armed(self) -> bool:
+        """The running emu_start has a slice."""
+
+    @abstractmethod
+    def arm(self, blocks: int | None) -> None:
+        """The next start may run ``blocks`` blocks (None: no limit)."""
 
     @abstractmethod
     def attach(self, cpu) -> None:

@@ -22,7 +22,7 @@ class PagedMemHook:
         self.uc, self.mem, self.kind = uc, mem, kind
         self.begin, self.end = begin, end
         self.call = call                   # (virtual address, size, value) -> None
-        self.handle = self                 # not None while installed (see Cpu.remove_hook)
+        self.handle: PagedMemHook | None = self    # not None while installed (see Cpu.remove_hook)
         self.thunk = None                  # not a code hook
         self._runs: list = []              # Unicorn handles, one per run of frames
         self._everywhere = None

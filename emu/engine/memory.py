@@ -63,7 +63,10 @@ _libc.pread.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c
 
 _U64 = struct.Struct("<Q")
 _NO_VMAS: tuple = ()
-_NO_PAGE = (1, 0, None, 0)          # (lo, hi, view, base): an empty window
+# (lo, hi, view, base): [lo, hi) of the guest reads or writes straight through ``view``
+# of the frame, at ``addr - base``
+_Window = tuple[int, int, memoryview, int]
+_NO_PAGE: _Window = (1, 0, memoryview(b""), 0)     # an empty window (lo > hi: never looked into)
 _PROT_RW, _PROT_RWX = PROT_READ | PROT_WRITE, PROT_READ | PROT_WRITE | PROT_EXEC
 FAULT_AROUND_PAGES = 16             # do_fault_around's window (fault_around_bytes = 64 KiB)
 
@@ -73,20 +76,25 @@ class Memory:
 
     checkpoint_keep = ("uc", "ram", "pt", "_rpage", "_wpage", "_kpage", "text_write_listeners")
 
+    # The page tables.  None only in an address space made without RAM (a bare one some
+    # unit tests build), whose page-table paths are never reached: typed as present so the
+    # fault and access paths need no check.
+    pt: PageTable
+
     def __init__(self, uc, counters, limit: MemoryLimit | None = None, ram=None):
         self.uc = uc
         self.counters = counters
         self.limit = limit if limit is not None else MemoryLimit(None)
         self.ram = ram
-        self.pt = PageTable(ram) if ram is not None else None
+        self.pt = PageTable(ram) if ram is not None else None      # type: ignore[assignment]
         self.vmas: list[Vma] = []
         self._starts: list[int] = []
         self.vma_gen = 0                       # bumped by every change of the VMA list
         self._by_file: tuple = (-1, {})        # (vma_gen, {file: [Vma]}): see file_vmas
         self._last: Vma | None = None          # last mapping a user access checked
-        self._rpage = _NO_PAGE                 # a page user reads may read straight from
-        self._wpage = _NO_PAGE                 # a page user writes may write straight into
-        self._kpage = _NO_PAGE                 # the page the last raw read read from
+        self._rpage: _Window = _NO_PAGE        # a page user reads may read straight from
+        self._wpage: _Window = _NO_PAGE        # a page user writes may write straight into
+        self._kpage: _Window = _NO_PAGE        # the page the last raw read read from
         self.text_write_listeners: list = []   # callables (start, end) -> None
         self.release_listeners: list = []      # callables () -> None, run as the engine closes
         if uc is not None and self.pt is not None:
@@ -297,7 +305,7 @@ class Memory:
         """Read the file's pages into fresh frames for [start, end) (filemap_fault;
         the whole range at once, the file as it is now).  Pages wholly past the end of
         the file stay unpopulated: they fault in as zeros."""
-        vma = self.find_vma(start)
+        vma: Vma = self.find_vma(start)      # type: ignore[assignment]  # [start, end) is mapped
         pt, ram = self.pt, self.ram
         n = max(0, min((end - start) >> 12, (file.size - offset + PAGE_SIZE - 1) >> 12))
         frames = ram.alloc_run(n)
@@ -479,7 +487,7 @@ class Memory:
         vpns = pt.vpns_in(start, end)
         for vpn in vpns:
             frame = pt.ptes[vpn] & PTE_PFN_MASK
-            vma = self.find_vma(vpn << 12)
+            vma: Vma = self.find_vma(vpn << 12)     # type: ignore[assignment]  # a page with a frame is mapped
             exclusive = ram.page_count(frame) == 1 and frame not in ram.file_frames and not vma.shared
             pt.set_pte(vpn, frame | self._pte_flags(vma, exclusive))
             if prot & PROT_EXEC:
@@ -526,11 +534,12 @@ class Memory:
         self._tables_changed()
 
     # -- checkpoints (emu.replay.checkpoint) ---------------------------------------------
-    def page_image(self) -> tuple[dict, dict]:
+    def page_image(self) -> tuple[dict[int, int], dict[int, bytes]]:
         """``(ptes, pages)``: the leaf flags of every page with a frame
         (``{page address: flags}``) and its bytes (``{page address: bytes}``)."""
         pt = self.pt
-        ptes, pages = {}, {}
+        ptes: dict[int, int] = {}
+        pages: dict[int, bytes] = {}
         if pt is None:
             return ptes, pages
         for vpn, pte in pt.ptes.items():

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import struct
+from typing import Any
 
 from unicorn import (
     UC_ARCH_X86,
@@ -27,11 +28,10 @@ from unicorn import (
     UC_CTL_TLB_FLUSH,
     UC_MODE_64,
     UC_PROT_ALL,
-    Uc,
     UcError,
 )
 from unicorn import x86_const as X
-from unicorn.unicorn_py3.unicorn import uclib
+from unicorn.unicorn_py3.unicorn import Uc, uclib  # Uc: see emu.engine.regfile
 
 from emu.engine.regfile import cpu_window_layout
 
@@ -105,7 +105,7 @@ def _env(uc) -> int | None:
     if layout is None:
         return None
     uch = uc._uch.value if isinstance(uc._uch, ctypes.c_void_p) else int(uc._uch)
-    cpu = ctypes.c_uint64.from_address(uch + layout[0]).value
+    cpu = ctypes.c_uint64.from_address(uch + layout[0]).value     # type: ignore[operator]  # a live handle
     return cpu + layout[1] if cpu else None
 
 
@@ -151,11 +151,12 @@ class _ExceptionFields:
 
 
 def _fields(uc) -> _ExceptionFields | None:
-    fields = getattr(uc, "uemu_exception_fields", False)
+    fields: Any = getattr(uc, "uemu_exception_fields", False)     # found once, kept on the instance
     if fields is False:
         off = _debug_registers_offset()
         env = _env(uc) if off is not None else None
-        fields = uc.uemu_exception_fields = _ExceptionFields(env + off) if env is not None else None
+        fields = uc.uemu_exception_fields = \
+            _ExceptionFields(env + off) if env is not None and off is not None else None
     return fields
 
 

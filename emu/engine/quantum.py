@@ -13,7 +13,7 @@ import sys
 import weakref
 
 from unicorn import UC_ARCH_X86, UC_HOOK_BLOCK, UC_MODE_64, UcError
-from unicorn.unicorn_py3.unicorn import Uc, uclib     # Uc: see emu.engine.regfile
+from unicorn.unicorn_py3.unicorn import Uc, uclib  # Uc: see emu.engine.regfile
 
 from emu.engine.interface import Quantum
 

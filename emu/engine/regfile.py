@@ -639,7 +639,8 @@ def _trap_eflags(self):
     return (self._v[EFLAGS] & ~TF) | (TF if self.tf else 0)
 
 
-setattr(TrapRegs, "eflags", property(_trap_eflags, vars(PtRegs)["eflags"].fset))
+# (the checker knows a register property as PtRegs declares it, not as the property it is)
+TrapRegs.eflags = property(_trap_eflags, vars(PtRegs)["eflags"].fset)     # type: ignore[assignment]
 
 
 class SnapshotReader:

@@ -95,7 +95,7 @@ class UserProbeParser(TraceProbeParser):
             colon = head.find(":")
             if colon > 0 and head[:colon] in _BPFTRACE_HEADS:
                 return self._parse_bpftrace(head, hpos, colon)
-        return super().parse()
+        return super().parse()      # type: ignore[return-value]  # made by spec_class: a UserProbeSpec
 
     def _check_pathless(self, loc: str, lpos: int) -> None:
         """A bare ``SYMBOL`` is one in the main program."""
@@ -103,7 +103,7 @@ class UserProbeParser(TraceProbeParser):
             raise self.error(f"Missing ':OFFSET' or ':SYMBOL' in {loc!r}: expected "
                              "PATH:OFFSET, PATH:SYMBOL or SYMBOL", lpos)
 
-    def _parse_where(self, spec: UserProbeSpec, where: str, wpos: int) -> None:
+    def _parse_where(self, spec: UserProbeSpec, where: str, wpos: int) -> None:   # type: ignore[override]  # ditto
         if not isdigit(where[:1]) and _starts_symbol(where[:1]):
             spec.form = "symbol"
             spec.symbol, spec.sym_offset = self._parse_symbol(where, wpos)

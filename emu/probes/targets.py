@@ -16,7 +16,7 @@ import os
 
 from emu.probes.ldcache import MAX_CACHE_BYTES, short_name_candidates
 from kernel_model.errors import ProbeSpecError, SymbolError
-from kernel_model.fs.elf import image_of
+from kernel_model.fs.elf import ElfImage, image_of
 from kernel_model.fs.file import HostFile
 from kernel_model.mm.mm_types import MappedFile
 
@@ -67,9 +67,10 @@ class ProbeTargets:
         if spec.symbol is not None:
             return self.symbol_offset(file, spec.symbol, spec.sym_offset)
         if spec.address is not None:
-            if self.file_elf(file) is None:
+            elf = self.file_elf(file)
+            if elf is None:
                 raise SymbolError(f"{file.path} has no program headers to map {spec.address:#x}")
-            return file, file.elf.vaddr_to_offset(spec.address)
+            return file, elf.vaddr_to_offset(spec.address)
         raise ProbeSpecError("probe spec names no location", spec.text, 0)
 
     def find_file(self, path: str) -> MappedFile:
@@ -133,7 +134,7 @@ class ProbeTargets:
             f.get().put()
 
     @staticmethod
-    def file_elf(file: MappedFile):
+    def file_elf(file: MappedFile) -> ElfImage | None:
         """The file's parsed ELF, read on first need for a file met through mmap or
         opened by path (the loader parses the program and interpreter itself)."""
         if file.elf is None and file.reader is not None and image_of(file) is None:

@@ -14,10 +14,15 @@ does not define reads or sets the core's.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from emu.probes.probe_spec import parse_user_spec, perf_event_name
 from emu.probes.targets import ProbeTargets
 from emu.probes.usdt import find_usdt_notes, parse_usdt_spec, usdt_attach_offsets
 from kernel_model.kernel.events.uprobes_types import UprobeConsumer
+
+if TYPE_CHECKING:
+    from emu.machine import Machine
 
 _OWN = frozenset({"core", "targets"})
 
@@ -25,7 +30,7 @@ _OWN = frozenset({"core", "targets"})
 class UserUprobes:
     """``machine.uprobes``: probe targets resolved, then handed to the kernel's core."""
 
-    def __init__(self, machine):
+    def __init__(self, machine: Machine) -> None:
         object.__setattr__(self, "core", machine.kernel.uprobes)
         object.__setattr__(self, "targets", ProbeTargets(machine))
 

@@ -54,6 +54,7 @@ import types
 import weakref
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from emu.engine.memory import Memory
 from emu.engine.quantum import instruction_counter_available
@@ -61,6 +62,10 @@ from emu.engine.regfile import RegisterFile
 from kernel_model.errors import EmuError, GuestSignalError
 from kernel_model.fs.file import OwnsHostFd
 from kernel_model.mm.mm_types import PAGE_SIZE
+
+if TYPE_CHECKING:
+    from emu.machine import Machine
+    from kernel_model.kernel.signals import RunResult
 
 DEFAULT_INTERVAL = 1_000_000
 DEFAULT_MAX_CHECKPOINTS = 64
@@ -234,7 +239,9 @@ def capture_state(machine, kinds: dict | None = None) -> tuple[bytes, list, list
     docstring); ``objects[i]`` is the live object of serial ``i`` (0: the machine).
     ``kinds``: a per-type cache kept between captures."""
     buf = io.BytesIO()
-    objects, serial, refs = [machine], {id(machine): 0}, []
+    objects: list[object] = [machine]
+    serial = {id(machine): 0}
+    refs: list[object] = []
     p = _StatePickler(buf, objects, serial, refs, {} if kinds is None else kinds)
     p.dump((0, _state_of(machine)))
     while p.queue:
@@ -391,7 +398,7 @@ def restore_checkpoint(machine, cp: Checkpoint) -> None:
     """Put ``machine`` back into the state of ``cp``: model state, every address
     space of that time (one that was released since gets a new Unicorn instance),
     the CPU."""
-    remap = {}
+    remap: dict[int, object] = {}       # id(a released CPU or register file) -> its successor
     for mem, image in cp.spaces.items():
         if mem.released or machine.engine.closed(mem.uc) or mem.uc is not image.uc:
             _revive_space(machine, mem, remap, cp)
@@ -459,8 +466,8 @@ class Recorder:
 
     checkpoint_by_reference = True
 
-    def __init__(self, machine, *, interval: int = DEFAULT_INTERVAL,
-                 max_checkpoints: int = DEFAULT_MAX_CHECKPOINTS):
+    def __init__(self, machine: Machine, *, interval: int = DEFAULT_INTERVAL,
+                 max_checkpoints: int = DEFAULT_MAX_CHECKPOINTS) -> None:
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise CheckpointError(f"checkpoint interval must be an instruction count >= 1, not {interval!r}")
         if isinstance(max_checkpoints, bool) or not isinstance(max_checkpoints, int) or max_checkpoints < 2:
@@ -604,7 +611,7 @@ class Recorder:
 
     # ------------------------------------------------------------------ driving
     def run(self, max_insns: int | None = None, timeout: float | None = 120.0, *,
-            raise_on_signal: bool = False):
+            raise_on_signal: bool = False) -> RunResult:
         """``Machine.run`` in counted pieces that end at checkpoint boundaries."""
         m = self.m
         self._gate_trace_output()
@@ -639,7 +646,7 @@ class Recorder:
             raise GuestSignalError(res)
         return res
 
-    def step(self):
+    def step(self) -> RunResult | None:
         """``Machine.step``: one logged instruction."""
         m = self.m
         self._gate_trace_output()

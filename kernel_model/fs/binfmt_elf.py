@@ -22,7 +22,7 @@ import struct
 from kernel_model.arch.x86.entry.vdso import map_vdso
 from kernel_model.arch.x86.kernel.signal import MAX_FRAME_SIZE
 from kernel_model.errors import ElfError, InputError
-from kernel_model.fs.elf import MAX_ELF_FILE_SIZE, PF_R, PF_W, PF_X, parse_elf
+from kernel_model.fs.elf import MAX_ELF_FILE_SIZE, PF_R, PF_W, PF_X, ElfImage, parse_elf
 from kernel_model.mm.mm_types import (
     PAGE_SIZE,
     PROT_EXEC,
@@ -78,7 +78,7 @@ def load_image(machine, image, mfile, argv: list[str], env: list[str] | None, *,
         raise ElfError(f"{image.path}: cannot be loaded: {e} (see --max-memory)") from None
 
 
-def _load_interp(machine, image) -> tuple[object, MappedFile]:
+def _load_interp(machine, image) -> tuple[ElfImage, MappedFile]:
     """open_exec(elf_interpreter): the interpreter opened through the guest's file view
     (the sysroot, its symlinks followed in the guest's namespace, the first task's
     permissions), as an ELF without an interpreter of its own (the kernel does not

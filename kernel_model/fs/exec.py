@@ -37,6 +37,7 @@ from kernel_model.fs.namei import MAY_EXEC
 from kernel_model.include.linux.errno import neg
 from kernel_model.include.linux.syscalls import syscall
 from kernel_model.include.uapi.linux.fcntl import AT_EMPTY_PATH, AT_FDCWD, AT_SYMLINK_NOFOLLOW
+from kernel_model.kernel.kernel_base import KernelBase
 from kernel_model.kernel.signals import RunResult
 from kernel_model.mm.mm_types import PAGE_SIZE, GuestFault, MappedFile
 from kernel_model.trace.events import Exec
@@ -69,10 +70,10 @@ class ExecFile:
 class Binprm:
     """``struct linux_binprm``: the strings the new program gets and the file chain."""
     filename: str                    # bprm->filename: what AT_EXECFN and comm come from
-    argv: list
-    envp: list
+    argv: list[bytes]
+    envp: list[bytes]
     room: int                        # bytes left above bprm->argmin
-    file: ExecFile | None = None
+    file: ExecFile                   # the file being executed (an interpreter after a #! line)
     comm_from_dentry: bool = False   # an empty name (AT_EMPTY_PATH): comm is the file's name
     interp: str = ""                 # bprm->interp: the script path a #! line gets
 
@@ -405,10 +406,10 @@ class ExecSyscalls:
         mfile = cache.add(mfile)
         old_tid = task.tid
         self.begin_new_exec(task, bprm)
-        err = self._load_new_image(task, bprm, image, mfile)
+        self._load_new_image(task, bprm, image, mfile)
         if self.m.events and task.state != "dead":
             self.m.events.publish(Exec(task, old_tid, bprm.filename))     # trace_sched_process_exec
-        return err
+        return None
 
     # -- begin_new_exec --------------------------------------------------------------
     def begin_new_exec(self, task, bprm: Binprm) -> None:
@@ -470,7 +471,7 @@ class ExecSyscalls:
 
 # ============================================================================ exec_mmap
 
-class ExecMm:
+class ExecMm(KernelBase):
     """What exec does to the task and its address space (de_thread, exec_mmap): part
     of :class:`kernel_model.kernel.kernel.Kernel`."""
 

@@ -284,6 +284,8 @@ class HostDescriptor(OpenFile, OwnsHostFd):
     """An open file description backed by a host descriptor this object owns (closed
     with the last reference): positioned reads and seeks go to the host file."""
 
+    fd: int       # held while the guest can reach it (given back at a checkpoint's restore)
+
     def __init__(self, host_fd: int):
         super().__init__()
         self.own_host_fd(host_fd)

@@ -14,6 +14,10 @@ import errno as E
 import os
 import stat as S
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kernel_model.fs.file import OpenFile
 
 DT_UNKNOWN, DT_FIFO, DT_CHR, DT_DIR, DT_BLK, DT_REG, DT_LNK, DT_SOCK = 0, 1, 2, 4, 6, 8, 10, 12
 
@@ -69,13 +73,13 @@ class SpecialNode:
         """A symlink's text, as readlink(2) returns it."""
         return -E.EINVAL
 
-    def follow(self, task) -> "str | object | int":
+    def follow(self, task) -> str | OpenFile | int:
         """Where a walk through this symlink goes: a guest path to continue at (an
         ordinary link, /proc/self -> "<pid>" is relative to the link's directory), or,
         for a /proc magic link (``nd_jump_link``), an :class:`kernel_model.fs.file.OpenFile` to
         open again.  Default: the link's text."""
         return self.readlink(task)
 
-    def open(self, task, flags: int) -> "object | int":
+    def open(self, task, flags: int) -> OpenFile | int:
         """An :class:`kernel_model.fs.file.OpenFile` for this inode opened with ``flags``."""
         return -E.EACCES

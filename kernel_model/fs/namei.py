@@ -35,9 +35,13 @@ import os
 import stat as S
 import weakref
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kernel_model.errors import InputError
 from kernel_model.fs.fs_types import Attrs, SpecialNode
+
+if TYPE_CHECKING:
+    from kernel_model.fs.file import OpenFile
 
 PATH_MAX, NAME_MAX, MAXSYMLINKS = 4096, 255, 40
 RESOLVE_NO_XDEV, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS = 0x01, 0x02, 0x04
@@ -82,7 +86,7 @@ class Loc:
     fd: int | None = None
     st: os.stat_result | None = None
     node: SpecialNode | None = None
-    file: object = None
+    file: OpenFile | None = None
     _attrs: Attrs | None = field(default=None, repr=False)
 
     def attrs(self, task) -> Attrs:
@@ -92,8 +96,8 @@ class Loc:
             elif self.node is not None:
                 self._attrs = self.node.attrs(task)
             else:
-                self._attrs = self.file.attrs() if hasattr(self.file, "attrs") else \
-                    Attrs(mode=S.S_IFREG | 0o600, ino=0, dev=0)
+                attrs = getattr(self.file, "attrs", None)       # (not every open file has them)
+                self._attrs = attrs() if attrs is not None else Attrs(mode=S.S_IFREG | 0o600, ino=0, dev=0)
         return self._attrs
 
     def mode(self, task) -> int:
@@ -180,7 +184,7 @@ class Nameidata:
         RESOLVE_NO_XDEV when that changes the mount."""
         if self.resolve & RESOLVE_BENEATH:
             return -E.EXDEV
-        new = list(self.scope) if self.resolve & RESOLVE_IN_ROOT else self.root()
+        new = list(self.scope) if self.resolve & RESOLVE_IN_ROOT else self.root()   # type: ignore[arg-type]  # scoped
         if self.resolve & RESOLVE_NO_XDEV and stack and new[-1].mount is not stack[-1].mount:
             return -E.EXDEV
         return new
@@ -200,7 +204,7 @@ class Nameidata:
     def mount_root(self, m: Mount) -> Loc:
         if m.node is not None:
             return Loc(m, m.point, node=m.node)
-        fd = os.dup(m.fd)
+        fd = os.dup(m.fd)          # type: ignore[arg-type]  # a mount without a node: its host directory
         self._fds.append(fd)
         return Loc(m, m.point, fd=fd, st=os.fstat(fd))
 
@@ -279,19 +283,19 @@ class Nameidata:
         path had a trailing slash."""
         if len(os.fsencode(path)) >= PATH_MAX:
             return -E.ENAMETOOLONG
-        stack = self.jump_root(stack) if path.startswith("/") else list(stack)
-        if isinstance(stack, int):
-            return stack
+        walk = self.jump_root(stack) if path.startswith("/") else list(stack)
+        if isinstance(walk, int):
+            return walk
         names = [c for c in path.split("/") if c]
         trailing = path.endswith("/") and bool(names)
         for name in names[:-1]:
-            stack = self.component(stack, name, follow=True)
-            if isinstance(stack, int):
-                return stack
-        err = self.may_lookup(stack[-1])
+            walk = self.component(walk, name, follow=True)
+            if isinstance(walk, int):
+                return walk
+        err = self.may_lookup(walk[-1])
         if err:
             return err
-        return stack, (names[-1] if names else None), trailing
+        return walk, (names[-1] if names else None), trailing
 
     def may_lookup(self, cur: Loc) -> int:
         """A directory to look a name up in: ENOTDIR, or EACCES without search (x)."""
@@ -355,15 +359,15 @@ class Nameidata:
         r = self.parent(stack, path)
         if isinstance(r, int):
             return r
-        stack, last, trailing = r
+        parent, last, trailing = r
         if last is None:
-            return stack
-        stack = self.component(stack, last, follow=follow or trailing)
-        if isinstance(stack, int):
-            return stack
-        if trailing and not stack[-1].is_dir(self.task):
+            return parent
+        found = self.component(parent, last, follow=follow or trailing)
+        if isinstance(found, int):
+            return found
+        if trailing and not found[-1].is_dir(self.task):
             return -E.ENOTDIR
-        return stack
+        return found
 
 
 class Vfs:

@@ -100,7 +100,7 @@ class NameiSyscalls:
             return start
         return nd.lookup(start, name, follow=follow)
 
-    def parent(self, nd, task, dirfd: int, name: str):
+    def parent(self, nd, task, dirfd: int, name: str) -> tuple[list[Loc], str | None, bool] | int:
         start = self.start(nd, task, dirfd, name)
         if isinstance(start, int):
             return start
@@ -159,7 +159,8 @@ class NameiSyscalls:
         directory's gid under a setgid directory).  The host made it as this process's
         user; when that differs and the host allows it, the owner is corrected."""
         cred = nd.cred
-        gid = parent.st.st_gid if parent.st.st_mode & S.S_ISGID else cred.fsgid
+        st: os.stat_result = parent.st     # type: ignore[assignment]  # a host directory (may_create)
+        gid = st.st_gid if st.st_mode & S.S_ISGID else cred.fsgid
         if os.geteuid() == 0 and (cred.fsuid, gid) != (0, os.getegid()):
             try:
                 how(cred.fsuid, gid)

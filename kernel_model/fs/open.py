@@ -11,6 +11,7 @@ import errno as E
 import os
 import stat as S
 import struct
+from enum import Enum
 
 from kernel_model.fs.file import O_LARGEFILE, HostFile, OpenFile, SpecialDir, fdget, host_syscall
 from kernel_model.fs.namei import (
@@ -62,7 +63,15 @@ SYS_renameat2, SYS_fchmodat2, SYS_fchownat, SYS_linkat = 316, 452, 260, 265
 SYS_fallocate = 285
 NO_ID = 0xFFFFFFFF
 OPEN_RETRIES = 16          # walks of one open that another host process's swap may restart
-RETRY = object()           # _reopen: the inode changed between the walk and the open
+
+
+class _Retry(Enum):
+    """What an open answers when the inode changed between the walk and the open (another
+    host process swapped it): the walk is made again."""
+    RETRY = "retry"
+
+
+RETRY = _Retry.RETRY
 
 
 class OpenSyscalls:
@@ -141,7 +150,7 @@ class OpenSyscalls:
                 return f
         return neg(E.EAGAIN)
 
-    def _open_walk(self, nd, task, dirfd, name, flags, mode, resolve: int = 0) -> OpenFile | int:
+    def _open_walk(self, nd, task, dirfd, name, flags, mode, resolve: int = 0) -> OpenFile | int | _Retry:
         if resolve:
             start = self.namei.start(nd, task, dirfd, "." if name.startswith("/") else name)
             if isinstance(start, int):
@@ -150,9 +159,10 @@ class OpenSyscalls:
         r = self.namei.parent(nd, task, dirfd, name)
         if isinstance(r, int):
             return r
-        return self._open_last(nd, *r, flags, mode)
+        stack, last, trailing = r
+        return self._open_last(nd, stack, last, trailing, flags, mode)
 
-    def _open_last(self, nd, stack, last, trailing, flags, mode) -> OpenFile | int:
+    def _open_last(self, nd, stack, last, trailing, flags, mode) -> OpenFile | int | _Retry:
         """open_last_lookups + do_open: the last component, created if O_CREAT asks,
         its symlink followed unless O_NOFOLLOW or O_CREAT|O_EXCL."""
         creat = bool(flags & O_CREAT)
@@ -190,7 +200,8 @@ class OpenSyscalls:
             r = nd.parent(stack, target + ("/" if trailing else ""))
             if isinstance(r, int):
                 return r
-            return self._open_last(nd, *r, flags, mode)
+            stack, last, trailing = r
+            return self._open_last(nd, stack, last, trailing, flags, mode)
         stack = stack + [child]
         if trailing and not child.is_dir(nd.task):
             return neg(E.ENOTDIR)
@@ -205,7 +216,7 @@ class OpenSyscalls:
         except OSError as e:
             return -(e.errno or E.EIO)
 
-    def _create(self, nd, stack, last, flags, mode) -> OpenFile | int:
+    def _create(self, nd, stack, last, flags, mode) -> OpenFile | int | _Retry:
         """lookup_open's O_CREAT of a missing name: EROFS on a read-only mount (before
         any permission), may_o_create, then the new regular file with the mode less
         the umask, owned by the task's fsuid."""
@@ -231,7 +242,7 @@ class OpenSyscalls:
             pass
         return self._host_file(hfd, stack[-1].path.rstrip("/") + "/" + last, flags)
 
-    def _open_existing(self, nd, stack, flags) -> OpenFile | int:
+    def _open_existing(self, nd, stack, flags) -> OpenFile | int | _Retry:
         """do_open + may_open for an inode that exists."""
         loc = stack[-1]
         task = nd.task
@@ -271,7 +282,7 @@ class OpenSyscalls:
             return neg(E.EACCES)                 # host FIFOs, sockets, devices: not opened
         return self._reopen(nd, stack, flags, may)
 
-    def _reopen(self, nd, stack, flags, may) -> OpenFile | int:
+    def _reopen(self, nd, stack, flags, may) -> OpenFile | int | _Retry:
         """The host descriptor for what the walk's O_PATH descriptor names: a directory
         through ``.`` of itself, a file by its name in its parent's descriptor with
         O_NOFOLLOW (checked again: another host process may have swapped it)."""
@@ -494,10 +505,11 @@ class OpenSyscalls:
         mode &= 0o7777
         if not fs_capable(nd.cred) and not in_group(nd.cred, a.gid):
             mode &= ~S.S_ISGID
-        ret = host_syscall(SYS_fchmodat2, ctypes.c_int(loc.fd), ctypes.c_char_p(b""),
+        fd: int = loc.fd      # type: ignore[assignment]  # setattr_at changes only a host inode
+        ret = host_syscall(SYS_fchmodat2, ctypes.c_int(fd), ctypes.c_char_p(b""),
                            ctypes.c_uint(mode), ctypes.c_int(AT_EMPTY_PATH))
         if ret == -E.ENOSYS:
-            return host_call(os.chmod, proc_fd(loc.fd), mode)
+            return host_call(os.chmod, proc_fd(fd), mode)
         return ret
 
     @syscall(90, "chmod")
@@ -537,7 +549,8 @@ class OpenSyscalls:
                 return neg(E.EPERM)
             if gid != NO_ID and (cred.fsuid != a.uid or (gid != a.gid and not in_group(cred, gid))):
                 return neg(E.EPERM)
-        return host_syscall(SYS_fchownat, ctypes.c_int(loc.fd), ctypes.c_char_p(b""),
+        fd: int = loc.fd      # type: ignore[assignment]  # setattr_at changes only a host inode
+        return host_syscall(SYS_fchownat, ctypes.c_int(fd), ctypes.c_char_p(b""),
                             ctypes.c_int(int_arg(uid)), ctypes.c_int(int_arg(gid)), ctypes.c_int(AT_EMPTY_PATH))
 
     @syscall(92, "chown")

@@ -14,6 +14,7 @@ import struct
 from kernel_model.fs.file import FdTable
 from kernel_model.include.linux.errno import ERESTARTSYS, neg
 from kernel_model.include.linux.syscalls import pid_t, syscall
+from kernel_model.kernel.kernel_base import KernelBase
 from kernel_model.kernel.signals import RunResult
 from kernel_model.mm.mm_types import MemoryLimit
 
@@ -176,7 +177,7 @@ class ExitSyscalls:
 
 
 
-class TaskExit:
+class TaskExit(KernelBase):
     """Exit: part of :class:`kernel_model.kernel.kernel.Kernel`."""
 
     def exit_group(self, code: int, task=None) -> None:
@@ -228,7 +229,7 @@ class TaskExit:
             proc.mem.release()
             for t in proc.tasks:
                 t.context = None
-            proc.cpu = proc.cpu_regs = None
+            proc.cpu = proc.cpu_regs = None     # type: ignore[assignment]  # released with its mm
         self._released = keep
         if not self.engine.running:
             # an address space a front end still hooks stays until its hooks are gone

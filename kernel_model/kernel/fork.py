@@ -18,6 +18,7 @@ import struct
 from kernel_model.include.linux.errno import neg
 from kernel_model.include.linux.syscalls import syscall
 from kernel_model.kernel.counters import Counters
+from kernel_model.kernel.kernel_base import KernelBase
 from kernel_model.kernel.task import Process, Task
 from kernel_model.mm.mm_types import MemoryLimitExceeded
 from kernel_model.trace.events import Clone
@@ -145,7 +146,7 @@ class ProcessSyscalls:
 
 # ============================================================================ tasks
 
-class TaskCreation:
+class TaskCreation(KernelBase):
     """Processes and tasks coming into being (copy_process, alloc_pid, copy_thread):
     part of :class:`kernel_model.kernel.kernel.Kernel`."""
 
@@ -181,7 +182,7 @@ class TaskCreation:
             proc.parent.children.remove(proc)
         if proc.mm_owner is None:
             proc.mem.release()
-            proc.cpu = proc.cpu_regs = None
+            proc.cpu = proc.cpu_regs = None     # type: ignore[assignment]  # released with its mm
 
     def new_task(self, process: Process, tid: int | None = None, *, comm: str = "",
                  cred=None) -> Task:

@@ -19,6 +19,7 @@ a fake one without an engine is enough for the uprobes parts alone."""
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 from emu.engine.interface import TrapHandler
 from kernel_model.arch.x86.entry.common import UserEntry
@@ -40,6 +41,16 @@ from kernel_model.profiles import KernelProfile
 from kernel_model.trace.events import RefCtrUpdate
 from kernel_model.trace.trace_uprobe import TraceEvents
 
+if TYPE_CHECKING:
+    from emu.engine.interface import Engine, RegisterAccess
+    from emu.engine.memory import Memory
+    from emu.machine import Machine
+    from kernel_model.kernel.cred import Cred
+    from kernel_model.kernel.syscalls import Syscalls
+    from kernel_model.kernel.task import Process
+    from kernel_model.mm.mm_types import MemoryLimit
+    from kernel_model.profiles import SwitchValue
+
 SIGTRAP = SIGNALS["SIGTRAP"]
 
 
@@ -49,7 +60,7 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
     engine by :meth:`start_kernel` (the tasks, the run loop and the trap handler
     from then on), given its syscall table by :meth:`attach_syscalls`."""
 
-    def __init__(self, machine, profile="latest", **overrides):
+    def __init__(self, machine: Machine, profile: str | KernelProfile = "latest", **overrides: SwitchValue) -> None:
         self.machine = machine
         self.profile = profile if isinstance(profile, KernelProfile) else \
             KernelProfile.get(profile, **overrides)
@@ -57,11 +68,13 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         self.optimizer = Optimizer(self)
         self.trace = TraceEvents(self.uprobes)
         self.uprobes.trace = self.trace
-        self.syscalls = None
-        self.engine = None               # the CPU it runs on, from start_kernel
+        # Until attach_syscalls / start_kernel: None (a kernel driven without a CPU, as in the
+        # uprobes unit tests, checks for it); the parts see them typed as set (KernelBase).
+        self.syscalls = None    # type: ignore[assignment]
+        self.engine = None      # type: ignore[assignment]
 
-    def start_kernel(self, engine, *, mem_limit, seed: int, sched_slice: tuple[int, int], comm: str,
-                     cred, cpus: int = 1) -> None:
+    def start_kernel(self, engine: Engine, *, mem_limit: MemoryLimit, seed: int, sched_slice: tuple[int, int],
+                     comm: str, cred: Cred, cpus: int = 1) -> None:
         """Boot on ``engine``: the first process and its task (pid 1000), on the CPU.
         The engine reports its traps here from now on."""
         self.engine = engine
@@ -71,12 +84,12 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         self.mem_limit = mem_limit
         self.scheduler = Scheduler(seed, *sched_slice, cpus=cpus)
         self.trace.set_nr_cpu_ids(cpus)
-        self.processes: list = []        # live processes (and zombies until reaped)
-        self.tasks: list = []            # live tasks
-        self.all_tasks: list = []
+        self.processes = []              # live processes (and zombies until reaped)
+        self.tasks = []                  # live tasks
+        self.all_tasks = []
         self._next_pid = 1000
-        self._released: list = []       # exited processes whose mm is still to free
-        self._retired_mms: list = []     # address spaces an execve left
+        self._released = []             # exited processes whose mm is still to free
+        self._retired_mms = []           # address spaces an execve left
         self.task = self.new_task(self.new_process(comm=comm), cred=cred)
         self.main_process = self.task.process
         self.scheduler.curr[0] = self.task     # the first task starts on CPU 0
@@ -85,14 +98,14 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         self.last_result = None
         self._result = None              # the run's end, once decided
         self._last_fault = [None, 0]     # (address, rip) of the last page fault, spurious repeats of it
-        self._stop_requested: str | None = None
+        self._stop_requested = None
         self._switch_requested = False
         self._in_syscall = False
-        self._run_deadline: float | None = None    # the wall-clock end of the current run
-        self._db_after_syscall: tuple | None = None   # (task, rip): see do_syscall_64
+        self._run_deadline = None        # the wall-clock end of the current run
+        self._db_after_syscall = None    # (task, rip): see do_syscall_64
         self._slice_carry = None         # (task, insns left, insns run, multi): see run
 
-    def attach_syscalls(self, syscalls) -> None:
+    def attach_syscalls(self, syscalls: Syscalls) -> None:
         """The syscall table the entry dispatches to; the uprobes syscalls join it."""
         self.syscalls = syscalls
         self.scheduler.clock = [syscalls.clock_ns] * self.scheduler.nr_cpu_ids    # every CPU boots now
@@ -103,20 +116,20 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
 
     # -- the task on the CPU -------------------------------------------------------
     @property
-    def process(self):
+    def process(self) -> Process:
         return self.task.process
 
     @property
-    def cpu(self):
+    def cpu(self) -> Any:
         """The engine CPU of the current task's address space (an opaque handle)."""
         return self.task.process.cpu
 
     @property
-    def mem(self):
+    def mem(self) -> Memory:
         return self.task.process.mem
 
     @property
-    def cpu_regs(self):
+    def cpu_regs(self) -> RegisterAccess:
         return self.task.process.cpu_regs
 
     def read_regs(self) -> PtRegs:
@@ -145,14 +158,16 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         vma = self.mem.find_vma(addr)
         if vma is None:
             return None
-        if vma.file is not None and image_of(vma.file) is not None:
-            hit = vma.file.elf.symbolize(link_vaddr(vma.file, vma, addr))
+        file = vma.file
+        image = image_of(file) if file is not None else None
+        if file is not None and image is not None:
+            hit = image.symbolize(link_vaddr(file, vma, addr))
             if hit:
                 name, off = hit
-                lib = "" if getattr(vma.file, "load_bias", None) is not None else \
-                    f" in {os.path.basename(vma.file.d_path or vma.file.path)}"
+                lib = "" if getattr(file, "load_bias", None) is not None else \
+                    f" in {os.path.basename(file.d_path or file.path)}"
                 return (f"{name}+{off:#x}" if off else name) + lib
-        return vma.name or (vma.file.path if vma.file else None)
+        return vma.name or (file.path if file else None)
 
     # -- trap notifiers -------------------------------------------------------------
     def do_int3(self, task, regs) -> None:

@@ -227,7 +227,8 @@ class RunQueue(KernelBase):
                 engine.icount += insns or 0
                 if counted and not stopped_early and remaining is not None and \
                         insns == remaining and (full is None or full > insns):
-                    self._slice_carry = (task, None if full is None else full - insns, done + insns, multi)
+                    self._slice_carry = (task, None if full is None else full - insns,
+                                         done + insns, multi)   # type: ignore[operator]  # counted: ints
                 elif multi:                  # the others' sleeps and timers see the time pass
                     self._time_passes((done or 0) + self._cpu_time(blocks, insns))
             if remaining is not None:
@@ -267,7 +268,8 @@ class RunQueue(KernelBase):
                 # that traps or yields forever still ends at its budget
                 rip = self._rip()
                 result = RunResult("budget", rip=rip, rip_symbol=self.symbolize(rip),
-                                   detail=self._enosys_loop_detail(), insns=int(max_insns))
+                                   detail=self._enosys_loop_detail(),
+                                   insns=int(max_insns))      # type: ignore[arg-type]  # a budget: remaining
                 break
             self.syscalls.poll_host_waits()         # a host stdin reader whose input came
             nxt = self._pick_next()

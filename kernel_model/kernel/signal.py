@@ -36,6 +36,7 @@ from kernel_model.arch.x86.kernel.signal import (
 )
 from kernel_model.include.linux.errno import ERESTARTNOHAND, neg
 from kernel_model.include.linux.syscalls import pid_t, syscall
+from kernel_model.kernel.kernel_base import KernelBase
 from kernel_model.kernel.signals import RunResult, signal_name
 from kernel_model.kernel.task import PendingSignal
 from kernel_model.kernel.time.timekeeping import NSEC
@@ -378,7 +379,7 @@ def legacy_queue(queue: list, sig: PendingSignal) -> None:
     queue.append(sig)
 
 
-class SignalSending:
+class SignalSending(KernelBase):
     """Queueing, waking and dequeueing signals (kernel/signal.c): part of
     :class:`kernel_model.kernel.kernel.Kernel`."""
 

@@ -49,9 +49,9 @@ class RunResult:
     def status(self) -> int:
         """The shell's view: exit code, 128+signal, 124 for budget/timeout."""
         if self.reason == "exit":
-            return self.exit_code & 0xFF
+            return self.exit_code & 0xFF        # type: ignore[operator]  # an exit carries its code
         if self.reason == "signal":
-            return 128 + self.signal
+            return 128 + self.signal            # type: ignore[operator]  # a death its signal
         return 124
 
     def describe(self) -> str:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import errno as E
 import os
 import random
+from collections.abc import Callable
+from typing import Any
 
 from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES, SYSCALL_NUMBERS
 from kernel_model.arch.x86.entry.syscall_table import build_table
@@ -94,7 +96,7 @@ class Syscalls:
         self.clock = VirtualClock()
         self.timeouts = Timeouts(machine, self.clock)
         self._make_components()
-        self.table: dict[int, callable] = build_table(self.components)
+        self.table: dict[int, Callable[..., Any]] = build_table(self.components)
 
     def _make_components(self) -> None:
         """One component per subsystem, each given the shared objects and the other

@@ -13,10 +13,20 @@ state (``mm_uprobes``, owned by the kernel model).  One task runs at first.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kernel_model.mm.mm_types import MappedFile
+
+if TYPE_CHECKING:
+    from emu.engine.interface import RegisterAccess
+    from emu.engine.memory import Memory
+    from kernel_model.fs.file import FdTable
+    from kernel_model.kernel.counters import Counters
+    from kernel_model.kernel.cred import Cred
+    from kernel_model.kernel.events.uprobes_types import MmUprobes, UprobeTask
+    from kernel_model.kernel.signals import RunResult
 
 
 class PendingSignal(NamedTuple):
@@ -41,42 +51,45 @@ class FsStruct:
 @dataclass(eq=False)
 class SighandStruct:
     """``struct sighand_struct``: the signal actions, signo -> raw 32-byte sigaction."""
-    action: dict = field(default_factory=dict)
+    action: dict[int, bytes] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
 class SignalStruct:
     """``struct signal_struct``: what the threads of a process share about signals."""
-    shared_pending: list = field(default_factory=list)   # process-directed PendingSignals (kill)
-    real_timer: tuple | None = None                       # ITIMER_REAL: (expiry ns, interval ns)
-    rlim: list | None = None          # the resource limits (kernel_model.kernel.resource); None: INIT_RLIMITS
+    shared_pending: list[PendingSignal] = field(default_factory=list)   # process-directed (kill)
+    real_timer: tuple[int, int] | None = None                # ITIMER_REAL: (expiry ns, interval ns)
+    rlim: list[Any] | None = None     # the resource limits (kernel_model.kernel.resource); None: INIT_RLIMITS
 
 
 @dataclass(eq=False)
 class Process:
     pid: int
-    mem: object            # the address space (mm_struct): emu.engine.memory.Memory
+    mem: Memory            # the address space (mm_struct)
     comm: str = "guest"
     exe: MappedFile | None = None
     exe_path: str = ""
     ppid: int = 1
     pgid: int = 0
     sid: int = 0                                      # session id (0: its leader is outside the guest)
-    mapped_files: list = field(default_factory=list)  # the MappedFile objects it maps
+    mapped_files: list[MappedFile] = field(default_factory=list)  # the files it maps
     brk_start: int = 0
     brk: int = 0
     sighand: SighandStruct = field(default_factory=SighandStruct)
-    mm_uprobes: object = None                         # kernel model per-mm state
-    files: object = None                              # the descriptor table (files_struct): FdTable
-    tasks: list = field(default_factory=list)
-    cpu: object = None                                # the engine CPU of the address space (opaque)
-    cpu_regs: object = None                           # its register file (emu.engine.regfile.RegisterFile)
-    parent: "Process | None" = None
-    children: list = field(default_factory=list)
-    exit_result: object = None                        # RunResult once dead (zombie until reaped)
-    mm_owner: "Process | None" = None                 # vfork child: whose mm it borrows
-    vfork_parent_task: object = None
-    counters: object = None
+    mm_uprobes: MmUprobes | None = None               # kernel model per-mm state
+    # The descriptor table (files_struct), the engine CPU of the address space (opaque to
+    # the kernel: it hands it to the engine) and its register file, and the counters: set
+    # as the process is made (fork, the first process), None only until then.
+    files: FdTable = None                             # type: ignore[assignment]
+    tasks: list[Task] = field(default_factory=list)
+    cpu: Any = None
+    cpu_regs: RegisterAccess = None                   # type: ignore[assignment]
+    parent: Process | None = None
+    children: list[Process] = field(default_factory=list)
+    exit_result: RunResult | None = None              # once dead (zombie until reaped)
+    mm_owner: Process | None = None                   # vfork child: whose mm it borrows
+    vfork_parent_task: Task | None = None
+    counters: Counters = None                         # type: ignore[assignment]
     signal: SignalStruct = field(default_factory=SignalStruct)
     exit_signal: int = 0                              # sent to the parent at exit (clone's low byte)
     fs: FsStruct = field(default_factory=FsStruct)
@@ -87,12 +100,12 @@ class Process:
     env_start: int = 0                                # mm->env_start..env_end: the envp strings
     env_end: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.pgid:
             self.pgid = self.pid
 
     @property
-    def uc(self):
+    def uc(self) -> Any:
         """The engine CPU under its former name (tests compare address spaces by it)."""
         return self.cpu
 
@@ -101,8 +114,8 @@ class Process:
 class Task:
     tid: int
     process: Process
-    context: object = None            # the engine's saved CPU state while off-CPU
-    utask: object = None              # kernel model per-task state (uprobe_task)
+    context: Any = None               # the engine's saved CPU state while off-CPU (opaque)
+    utask: UprobeTask | None = None   # kernel model per-task state (uprobe_task)
     clear_child_tid: int = 0
     robust_list: int = 0
     rseq: int = 0
@@ -113,18 +126,19 @@ class Task:
     blocked_on: str | None = None
     pending_rax: int | None = None    # syscall result delivered at wake-up
     slices: int = 0
-    counters: object = None
-    on_resume: object = None          # kernel work to finish when next switched in
-    pending_signals: list = field(default_factory=list)   # PendingSignals: see Kernel.send_sig (kernel.signal)
+    counters: Counters = None         # type: ignore[assignment]  # set by new_task
+    on_resume: Callable[[], object] | None = None     # kernel work to finish when next switched in
+    pending_signals: list[PendingSignal] = field(default_factory=list)   # see Kernel.send_sig (kernel.signal)
     comm: str = ""                    # the thread's name (task->comm): prctl(PR_SET_NAME)
-    thread_fault: tuple | None = None  # (trap_nr, error_code, cr2) of its last page fault (thread_struct)
-    cred: object = None               # kernel_model.kernel.sys.Cred (task->cred)
+    thread_fault: tuple[int, int, int] | None = None  # (trap_nr, error_code, cr2) of its last #PF (thread_struct)
+    cred: Cred = None                 # type: ignore[assignment]  # task->cred, set by new_task
     saved_sigmask: int | None = None  # rt_sigsuspend's mask to restore after delivery
-    sigaltstack: tuple | None = None  # (ss_sp, ss_size, SS_AUTODISARM bit) or None (disabled)
+    sigaltstack: tuple[int, int, int] | None = None  # (ss_sp, ss_size, SS_AUTODISARM bit) or None (disabled)
     start_time_ns: int = 0            # start_boottime: ns since boot on the virtual clock
-    sigwait: tuple | None = None      # rt_sigtimedwait sleeping: (set, deadline ns | None, &info, real_blocked)
-    sleep_interrupt: object = None    # the sleeping syscall's result if a signal wakes it (Kernel.block)
-    restart_block: object = None      # restart_syscall's continuation of an interrupted sleep, or None
+    # rt_sigtimedwait sleeping: (set, deadline ns | None, &info, real_blocked)
+    sigwait: tuple[int, int | None, int, int] | None = None
+    sleep_interrupt: Any = None       # the sleeping syscall's result if a signal wakes it (Kernel.block)
+    restart_block: Callable[[Task], int] | None = None      # restart_syscall's continuation of a sleep, or None
     last_enosys: int | None = None    # the number of its last syscall if the model lacks it
     cpu: int = 0                      # the CPU it runs or last ran on (task_cpu())
     cpus_mask: int = 1                # the CPUs it may run on (p->cpus_mask), bit i for CPU i
@@ -135,6 +149,6 @@ class Task:
         """The affinity mask under its older name (``cpus_allowed``)."""
         return self.cpus_mask
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.comm:
             self.comm = self.process.comm

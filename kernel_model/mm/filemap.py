@@ -26,9 +26,9 @@ class PageCache:
 
     MAX_OPEN = 64
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.files: dict[tuple[int, int], MappedFile] = {}
-        self._paths: dict[tuple[int, int], str] = {}
+        self._paths: dict[tuple[int, int], tuple[str, int]] = {}     # (host path, st_ctime_ns)
         self._open: dict[tuple[int, int], int] = {}       # insertion order = LRU order
         self._close = weakref.finalize(self, _close_all, self._open)
 

@@ -5,7 +5,12 @@ Unicorn (the kernel's include/linux/mm_types.h next to mm/)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kernel_model.fs.elf import ElfImage
 
 PAGE_SIZE = 0x1000
 PAGE_MASK = ~(PAGE_SIZE - 1)
@@ -78,10 +83,10 @@ class MappedFile:
 
     path: str
     data: bytes = b""
-    elf: object = None
+    elf: ElfImage | None = None
     dev: int = 0
     ino: int = 0
-    reader: object = field(default=None, repr=False)
+    reader: Callable[[int, int], bytes] | None = field(default=None, repr=False)
     file_size: int | None = None
     d_path: str = ""              # the path /proc/PID/maps prints (d_path: symlinks resolved)
 

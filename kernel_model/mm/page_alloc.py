@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import mmap as _mmap
 import weakref
+from collections.abc import Callable
 
 from kernel_model.mm.mm_types import PAGE_SIZE, MemoryLimitExceeded
 
@@ -79,7 +80,7 @@ class PhysicalMemory:
         self.file_frames: set[int] = set()   # frames holding a file's page (the page cache's)
         self.zone_listeners: list = []   # callables (Zone) -> None: a CPU instance maps it
         self.users = 0                   # live page tables (address spaces) over this RAM
-        self.on_recycle = None           # () -> None: every CPU instance drops its translations
+        self.on_recycle: Callable[[], None] | None = None    # every CPU instance drops its translations
         self._finalizer = weakref.finalize(self, _free_zones, self.zones)
 
     # -- frames -----------------------------------------------------------------------

@@ -15,7 +15,14 @@ kernel model and every front end may import it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, TypeVar
+
+if TYPE_CHECKING:
+    from typing import dataclass_transform
+else:
+    def dataclass_transform(**_kwargs):
+        """The marker tells the type checker only (and Python 3.10 has no typing.dataclass_transform)."""
+        return lambda fn: fn
 
 
 class Event:
@@ -23,16 +30,20 @@ class Event:
 
     __slots__ = ()
     kind: ClassVar[str] = "event"
-    __match_args__: ClassVar[tuple] = ()     # the field names (set by @dataclass)
+    __match_args__: ClassVar[tuple[str, ...]] = ()     # the field names (set by @dataclass)
 
-    def fields(self) -> dict:
+    def fields(self) -> dict[str, Any]:
         """The event's fields as a dict (for generic renderers)."""
         return {name: getattr(self, name) for name in self.__match_args__}
 
 
-def _event(kind: str):
+_E = TypeVar("_E", bound=Event)
+
+
+@dataclass_transform(frozen_default=True)
+def _event(kind: str) -> Callable[[type[_E]], type[_E]]:
     """Declare an event class: a frozen, slotted dataclass with a ``kind`` name."""
-    def wrap(cls):
+    def wrap(cls: type[_E]) -> type[_E]:
         cls.kind = kind
         return dataclass(frozen=True, slots=True)(cls)
     return wrap
@@ -45,7 +56,7 @@ class Syscall(Event):
     task: object
     nr: int
     rip: int
-    args: tuple
+    args: tuple[int, ...]
 
 
 @_event("syscall_return")
@@ -244,6 +255,11 @@ class SysUprobe(Event):
 
 # ----------------------------------------------------------------- the bus
 
+# A subscriber takes the events of the classes it subscribed to: typed ``Any`` so that a
+# function annotated with one event class (``def on_hit(ev: UprobeHit)``) qualifies.
+Subscriber = Callable[[Any], object]
+
+
 class EventBus:
     """Subscribers by handle; ``bool(bus)`` (and the plain attribute ``active``, which
     a hot path reads without a call) is False while nobody listens.
@@ -255,11 +271,11 @@ class EventBus:
 
     __slots__ = ("_subs", "_snapshot", "_next", "gate", "active")
 
-    def __init__(self):
-        self._subs: dict = {}          # handle -> (fn, types or None)
-        self._snapshot: tuple = ()
+    def __init__(self) -> None:
+        self._subs: dict[int, tuple[Subscriber, tuple[type[Event], ...] | None]] = {}   # handle -> (fn, types)
+        self._snapshot: tuple[tuple[int, tuple[Subscriber, tuple[type[Event], ...] | None]], ...] = ()
         self._next = 1
-        self.gate = None               # fn(event) -> bool: False drops it (a replay's repeats)
+        self.gate: Callable[[Event], bool] | None = None   # False drops the event (a replay's repeats)
         self.active = False
 
     def __bool__(self) -> bool:
@@ -268,7 +284,7 @@ class EventBus:
     def __len__(self) -> int:
         return len(self._subs)
 
-    def subscribe(self, fn, *types) -> int:
+    def subscribe(self, fn: Subscriber, *types: type[Event]) -> int:
         """Call ``fn(event)`` for events of the given classes (all when none given)."""
         for t in types:
             if not (isinstance(t, type) and issubclass(t, Event)):

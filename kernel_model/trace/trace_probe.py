@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -209,7 +210,7 @@ class _ArgParser:
     def _parse_body(self, name: str, body: str, pos: int) -> FetchArg:
         """``traceprobe_parse_probe_arg_body()``: split ``:TYPE[N]``, parse, check store."""
         colon = body.find(":")
-        expr, tname, tpos = body, None, None
+        expr, tname, tpos = body, None, pos         # tpos: the type's column (the body's without one)
         if colon >= 0:
             expr, tname, tpos = body[:colon], body[colon + 1:], pos + colon + 1
         count = 0
@@ -232,8 +233,7 @@ class _ArgParser:
         if expr in ("$comm", "$COMM") or expr.startswith('\\"'):
             if count or (tname is not None and tname != "string"):
                 what = "$comm" if expr.startswith("$") else "An immediate string"
-                raise self.error(f"{what} can only be fetched as a plain 'string'",
-                                 tpos if tpos is not None else pos)
+                raise self.error(f"{what} can only be fetched as a plain 'string'", tpos)
             ftype = "string"
         else:
             ftype = DEFAULT_FETCH_TYPE if tname is None else tname
@@ -246,8 +246,7 @@ class _ArgParser:
 
         node = self._parse_node(expr, pos, depth=1)
         if ftype in STRING_TYPES and not isinstance(node, (Deref, Imm, Comm, ImmString)):
-            raise self.error(f"String accepts only memory argument: use +0({expr}):{ftype}",
-                             tpos if tpos is not None else pos)
+            raise self.error(f"String accepts only memory argument: use +0({expr}):{ftype}", tpos)
         if count and not isinstance(node, Deref):
             raise self.error("An array type needs a memory argument (+OFFS(...), @ADDR "
                              "or @+OFFSET)", tpos)
@@ -645,7 +644,7 @@ def format_listing(spec: ProbeSpec, offset: int | None = None) -> str:
 
 
 def format_trace_line(*, comm: str, pid: int, cpu: int, timestamp: float, event: str,
-                      ip: int, func: int | None, args: list[tuple[FetchArg, object]],
+                      ip: int, func: int | None, args: Sequence[tuple[FetchArg, object]],
                       flags: str = "d..1.") -> str:
     """One line of the ``trace`` file for a uprobe event (no trailing newline).
 

@@ -65,7 +65,7 @@ class TraceEvent:
     event: str
     path: str
     offset: int
-    consumer: object = None
+    consumer: UprobeConsumer | None = None
     ftrace: bool = True                  # write lines to the trace output
     programs: list = field(default_factory=list)   # BPF-like callables(ctx)
     # trace_uprobe->nhit: one shared counter (``nhit``) before 6.12, one per CPU

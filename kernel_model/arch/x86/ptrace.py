@@ -12,6 +12,8 @@ otherwise) and never reaches the CPU.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, overload
+
 # Names in gdb's amd64 order; the user-visible register set of a Linux x86_64 task.
 GPR_NAMES = (
     "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp",
@@ -46,6 +48,16 @@ N_WINDOW = RIP
 # changed()'s key for "TF set or cleared alone": the value is TF or 0
 TF_ONLY = -1
 
+if TYPE_CHECKING:
+    class _Register:
+        """What the checker knows of a register property: an int read and written."""
+        @overload
+        def __get__(self, obj: None, owner: type) -> _Register: ...
+        @overload
+        def __get__(self, obj: PtRegs, owner: type) -> int: ...
+        def __get__(self, obj: PtRegs | None, owner: type) -> int | _Register: ...
+        def __set__(self, obj: PtRegs, value: int) -> None: ...
+
 
 class PtRegs:
     """A snapshot of a task's registers, mutable, with dirty tracking.
@@ -61,6 +73,26 @@ class PtRegs:
     """
 
     __slots__ = ("_v", "_orig", "orig_rax", "_dirty", "_load", "_loadx", "rip", "_rip0", "tf", "_tf0")
+
+    if TYPE_CHECKING:
+        # The lazily read groups: ``_v`` / ``_orig`` (list[int], a tuple for ``_orig`` of a
+        # full snapshot) are None until a group is read, ``_load`` / ``_loadx`` the source
+        # still to read from (None once read).  Typed Any: the hit path reads them with no
+        # check of which state they are in.
+        _v: Any
+        _orig: Any
+        _load: Any
+        _loadx: Any
+        _dirty: set[int]
+        orig_rax: int
+        rip: int
+        _rip0: int
+        tf: int
+        _tf0: int
+        # one property per register of GPR_NAMES but rip (made below, _register_property)
+        rax = rbx = rcx = rdx = rsi = rdi = rbp = rsp = _Register()
+        r8 = r9 = r10 = r11 = r12 = r13 = r14 = r15 = _Register()
+        eflags = fs_base = gs_base = _Register()
 
     def __init__(self, values: list[int], orig_rax: int = -1):
         self._v = values

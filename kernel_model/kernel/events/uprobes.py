@@ -15,6 +15,7 @@ and ``kernel_model.arch.x86.lib.insn``; return probes in ``uretprobes``.
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
 
 from kernel_model.arch.x86.kernel import uprobes as arch
 from kernel_model.errors import RegistrationError
@@ -38,6 +39,10 @@ from kernel_model.kernel.signals import SIGNALS
 from kernel_model.mm.mm_types import PAGE_SIZE, PROT_EXEC, PROT_WRITE, TASK_SIZE, GuestFault, MappedFile
 from kernel_model.trace import events as ev
 
+if TYPE_CHECKING:
+    from kernel_model.arch.x86.lib.insn import ArchUprobe
+    from kernel_model.trace.trace_uprobe import TraceEvents
+
 SIGTRAP, SIGILL = SIGNALS["SIGTRAP"], SIGNALS["SIGILL"]
 
 
@@ -45,6 +50,8 @@ SIGTRAP, SIGILL = SIGNALS["SIGTRAP"], SIGNALS["SIGILL"]
 
 class Uprobes:
     """The uprobes subsystem of one machine (kernel-wide state: the uprobes tree)."""
+
+    trace: TraceEvents       # the tracefs events over it: set by the kernel, made after it
 
     def __init__(self, kernel):
         self.kernel = kernel
@@ -261,7 +268,7 @@ class Uprobes:
             self.sync.uprobe_unregister_sync()
 
     def uprobe_unregister_nosync(self, uc: UprobeConsumer) -> None:
-        uprobe = uc.uprobe
+        uprobe: Uprobe = uc.uprobe      # type: ignore[assignment]  # the callers found it registered
         self._consumer_del(uprobe, uc)
         self.register_for_each_vma(uprobe, None)
 
@@ -468,7 +475,7 @@ class Uprobes:
             if bus.active:
                 bus.publish(ev.IpChanged(task, bp_vaddr, regs.rip))
             return
-        au = uprobe.arch
+        au: ArchUprobe = uprobe.arch        # type: ignore[assignment]  # a hit uprobe is analysed
         emulate = au.ops.emulate
         if emulate is not None and emulate(au, regs, task.process.mem):
             self.machine.counters.emulated += 1
@@ -664,7 +671,8 @@ class Uprobes:
                 self.events.publish(ev.XolWait(task, uprobe))
             return
         xol_vaddr = area.vaddr + slot * arch.UPROBE_XOL_SLOT_BYTES
-        ixol = uprobe.arch.ixol
+        au: ArchUprobe = uprobe.arch        # type: ignore[assignment]  # a hit uprobe is analysed
+        ixol = au.ixol
         if area.slot_bytes.get(slot) != ixol:
             task.process.mem.text_poke(xol_vaddr, ixol, count=False)
             area.slot_bytes[slot] = ixol
@@ -672,7 +680,7 @@ class Uprobes:
         sync = self.sync
         if sync.log is not None:
             sync.pre_ssout(task, task.process, uprobe)
-        arch.arch_uprobe_pre_xol(uprobe.arch, regs, utask)
+        arch.arch_uprobe_pre_xol(au, regs, utask)
         utask.active_uprobe = uprobe
         utask.state = UTASK_SSTEP
         self.machine.counters.xol_singlesteps += 1

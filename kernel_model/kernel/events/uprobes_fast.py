@@ -137,5 +137,5 @@ def _swbp_fast_path(uprobes, proc, uprobe, uc, bp_vaddr: int, target: int | None
         uprobes.skip_sstep_or_pre_ssout(task, uprobe, regs, bp_vaddr)
         return kernel.exc_int3_exit(task, regs, cpu, rf)          # REGISTERS_STORED
 
-    handle_swbp_fast.key = key
+    handle_swbp_fast.key = key      # type: ignore[attr-defined]  # what the engine compares (a function attribute)
     return handle_swbp_fast

@@ -10,11 +10,16 @@ from here, so no module needs another's private names.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from kernel_model.arch.x86.kernel.uprobes import UPROBE_XOL_SLOT_BYTES
 from kernel_model.arch.x86.lib.insn import ArchUprobe
 from kernel_model.mm.mm_types import PAGE_SIZE, MappedFile
+
+if TYPE_CHECKING:
+    from kernel_model.kernel.task import Process, Task
 
 UPROBE_HANDLER_REMOVE = 1
 UPROBE_HANDLER_IGNORE = 2
@@ -35,23 +40,23 @@ class UprobeConsumer:
     A consumer with both callbacks is a *session* consumer (shared ``ctx.cookie``).
     """
 
-    handler: object = None
-    ret_handler: object = None
-    filter: object = None
+    handler: Callable[[UprobeContext], int | None] | None = None
+    ret_handler: Callable[[UprobeContext], int | None] | None = None
+    filter: Callable[[Process], bool] | None = None
     id: int = 0
     name: str = ""
-    uprobe: "Uprobe" = None
+    uprobe: Uprobe | None = None
     is_trace: bool = False          # a tracefs/perf consumer (needs the args buffer)
     hits: int = 0
     enabled: bool = True
     # the UprobeContext handler_chain hands this consumer, made at its first hit and
     # reused after (valid during a callback only)
-    ctx: object = field(default=None, compare=False, repr=False)
-    ret_ctx: object = field(default=None, compare=False, repr=False)   # handle_uretprobe_chain's
+    ctx: UprobeContext | None = field(default=None, compare=False, repr=False)
+    ret_ctx: UprobeContext | None = field(default=None, compare=False, repr=False)   # handle_uretprobe_chain's
     # a handler with the same effect, specialised by its owner for the common case (a
     # trace event's dispatcher for a program-only event); None: ``handler`` itself
-    fast_handler: object = field(default=None, compare=False, repr=False)
-    fast_ret_handler: object = field(default=None, compare=False, repr=False)    # the same for ret_handler
+    fast_handler: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+    fast_ret_handler: Callable[..., Any] | None = field(default=None, compare=False, repr=False)   # for ret_handler
 
     @property
     def is_session(self) -> bool:
@@ -65,16 +70,16 @@ class Uprobe:
     file: MappedFile
     offset: int
     ref_ctr_offset: int = 0
-    consumers: list = field(default_factory=list)       # newest first
+    consumers: list[UprobeConsumer] = field(default_factory=list)       # newest first
     arch: ArchUprobe | None = None                       # set once: UPROBE_COPY_INSN
     optimize_fail: bool = False                          # ARCH_UPROBE_FLAG_OPTIMIZE_FAIL
     hits: int = 0
     # handler_chain specialised for the consumers as they are (Uprobes.specialize_chain);
     # None: made again at the next hit (the consumers changed)
-    chain: object = field(default=None, compare=False, repr=False)
+    chain: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
     # handle_uretprobe_chain specialised the same way (Uretprobes.specialize_ret_chain),
     # cleared with ``chain``
-    ret_chain: object = field(default=None, compare=False, repr=False)
+    ret_chain: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
     # may a hit take a breakpoint fast path (uprobes_fast.swbp_fast_path_qualifies)?
     # decided with ``chain``
     fast_ok: bool = field(default=False, compare=False, repr=False)
@@ -124,11 +129,11 @@ class XolArea:
 
     vaddr: int
     nslots: int = UINSNS_PER_PAGE
-    slots: list = None
-    slot_bytes: dict = field(default_factory=dict)   # slot -> bytes last copied
-    waiters: list = field(default_factory=list)      # tasks sleeping for a slot
+    slots: list[bool] = None                         # type: ignore[assignment]  # made by __post_init__
+    slot_bytes: dict[int, bytes] = field(default_factory=dict)   # slot -> bytes last copied
+    waiters: list[Task] = field(default_factory=list)      # tasks sleeping for a slot
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.slots is None:
             self.slots = [True] + [False] * (self.nslots - 1)
 
@@ -195,7 +200,7 @@ class UprobeContext:
 class ReturnInstance:
     """``struct return_instance``."""
 
-    uprobe: object = None
+    uprobe: Uprobe | None = None
     func: int = 0
     stack: int = 0
     orig_ret_vaddr: int = 0

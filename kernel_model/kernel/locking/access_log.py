@@ -41,7 +41,7 @@ class Access(NamedTuple):
 class AccessLog:
     """Per-CPU streams of :class:`Access` records (``streams[cpu]``), in program order."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.streams: dict[int, list[Access]] = {}
 
     def add(self, cpu: int, obj: str, inst, kind: str) -> None:

@@ -5,10 +5,11 @@ delivered and interrupted syscalls restarted after a trap or syscall handler ret
 
 from __future__ import annotations
 
+from kernel_model.kernel.kernel_base import KernelBase
 from kernel_model.trace import events as ev
 
 
-class UserEntry:
+class UserEntry(KernelBase):
     """Entering and leaving the kernel: part of :class:`kernel_model.kernel.kernel.Kernel`
     (the engine reports the ``syscall`` instruction to :meth:`do_syscall_64`)."""
 

@@ -155,10 +155,10 @@ def vdso_image(linux_version_code: int = 0x061200) -> bytes:
     assert len(sections) == _TEXT                          # [0] is the null section
 
     sym_bytes = bytearray()
-    for name, info, shndx, value, size in syms:
-        sym_bytes += _SYM.pack(name, info, 0, shndx, value, size)
-    for name, bind, target in fn_syms:
-        sym_bytes += _SYM.pack(name, (bind << 4) | _STT_FUNC, 0, text_index,
+    for name_off, info, shndx, value, size in syms:
+        sym_bytes += _SYM.pack(name_off, info, 0, shndx, value, size)
+    for name_off, bind, target in fn_syms:
+        sym_bytes += _SYM.pack(name_off, (bind << 4) | _STT_FUNC, 0, text_index,
                                text_off + code_off[target], 8)
     out[dynsym_off:dynsym_off + len(sym_bytes)] = sym_bytes
 

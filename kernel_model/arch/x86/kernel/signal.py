@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from kernel_model.arch.x86.kernel.fpu import FXSAVE_SIZE, USER_XFEATURES, USER_XSTATE_SIZE, XFEATURE_MASK_FPSSE
 from kernel_model.arch.x86.ptrace import TF
+from kernel_model.kernel.kernel_base import KernelBase
 from kernel_model.kernel.signals import RunResult
 from kernel_model.mm.mm_types import GuestFault
 from kernel_model.trace import events as ev
@@ -278,7 +279,7 @@ def fatal_if_ignored(signo: int) -> bool:
     return signo in (SIGSEGV, SIGILL, SIGFPE, SIGBUS, SIGTRAP)
 
 
-class SignalDelivery:
+class SignalDelivery(KernelBase):
     """Delivering a dequeued signal (arch/x86/kernel/signal.c): part of
     :class:`kernel_model.kernel.kernel.Kernel`."""
 

@@ -9,6 +9,7 @@ from emu.engine.interface import INVALID_OPCODE, REGISTERS_STORED, Vector
 from kernel_model.arch.x86.kernel.signal import SI_KERNEL
 from kernel_model.arch.x86.mm.fault import SEGV_ACCERR, BadArea, do_user_addr_fault
 from kernel_model.arch.x86.mm.pgtable import X86_PF_INSTR
+from kernel_model.kernel.kernel_base import KernelBase
 from kernel_model.kernel.resource import RLIMIT_STACK
 from kernel_model.kernel.signals import SIGNALS
 from kernel_model.mm.mm_types import STACK_LIMIT
@@ -18,7 +19,7 @@ SIGILL, SIGFPE, SIGSEGV = (SIGNALS[n] for n in ("SIGILL", "SIGFPE", "SIGSEGV"))
 _FAULT_RETRIES = 3      # the same fault, the tables unchanged, this often in a row: SIGSEGV
 
 
-class Traps:
+class Traps(KernelBase):
     """The trap handler the engine reports to (:class:`emu.engine.interface.TrapHandler`):
     part of :class:`kernel_model.kernel.kernel.Kernel`."""
 

@@ -20,6 +20,7 @@ nop5/nop10 sites (6.18+) are emulated nops of ``branch_xol_ops`` until
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kernel_model.arch.x86.lib.insn import FIX_CALL, FIX_IP, FIX_SETF, ArchUprobe, analysis_key, analyze_insn, jcc_taken
@@ -58,12 +59,12 @@ class UprobeXolOps:
     ``abort(au, regs, utask)``."""
 
     name: str
-    emulate: object = None
-    pre_xol: object = None
-    post_xol: object = None
-    abort: object = None
+    emulate: Callable[..., bool] | None = None
+    pre_xol: Callable[..., int] | None = None
+    post_xol: Callable[..., int] | None = None
+    abort: Callable[..., object] | None = None
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return self.name
 
 
@@ -166,7 +167,7 @@ def branch_emulated_target(au: ArchUprobe, vaddr: int) -> int | None:
 
 def push_emulate_op(au: ArchUprobe, regs, mem) -> bool:
     """push %reg: the value as saved at the trap (push %rsp pushes the old rsp)."""
-    if not emulate_push_stack(regs, mem, getattr(regs, au.push_reg)):
+    if not emulate_push_stack(regs, mem, getattr(regs, au.push_reg)):    # type: ignore[arg-type]  # a push's
         return False
     regs.rip = (regs.rip + au.ilen) & _MASK64
     return True

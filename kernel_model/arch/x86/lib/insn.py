@@ -44,6 +44,8 @@ from kernel_model.errors import RegistrationError
 if TYPE_CHECKING:
     import capstone
 
+    from kernel_model.arch.x86.kernel.uprobes import UprobeXolOps
+
 # --- constants (arch/x86/kernel/uprobes.c, arch/x86/include/asm/uprobes.h) -------------
 
 FIX_IP, FIX_CALL, FIX_SETF, FIX_RIP_SI, FIX_RIP_DI, FIX_RIP_BX = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
@@ -134,8 +136,9 @@ class ArchUprobe:
     can_optimize: bool = False
     text: str = ""
     # ``auprobe->ops``: the class's ``struct uprobe_xol_ops``, attached by
-    # ``arch_x86.arch_uprobe_analyze_insn`` (None straight out of the decoder)
-    ops: object = field(default=None, compare=False, repr=False)
+    # ``arch_x86.arch_uprobe_analyze_insn`` (None straight out of the decoder, which no
+    # hit sees: typed as attached)
+    ops: UprobeXolOps = field(default=None, compare=False, repr=False)    # type: ignore[assignment]
 
 
 # --- decoded instruction layout (the parts of struct insn that uprobes.c reads) --------
@@ -201,7 +204,8 @@ def _scan(raw: bytes) -> _Scan:
     byte and 0f 38 / 0f 3a to a third).  XOP (8F with map >= 8) is treated like VEX3.
     """
     raw = raw + bytes(4)            # look-ahead past a window full of prefixes
-    pos, distinct = 0, []
+    pos = 0
+    distinct: list[int] = []
     while pos < MAX_UINSN_BYTES and raw[pos] in _LEGACY_PREFIXES:
         if raw[pos] not in distinct:
             if len(distinct) == 4:
@@ -409,7 +413,7 @@ def _modrm_reg(dec: _Insn) -> int | None:
 
 def _modrm_rm_or_base(dec: _Insn) -> int:
     """ModRM.rm, or SIB.base when there is a SIB byte, extended by REX.B."""
-    low = dec.raw[dec.sib_off] & 7 if dec.sib_off is not None else dec.modrm & 7
+    low = dec.raw[dec.sib_off] & 7 if dec.sib_off is not None else dec.modrm & 7   # type: ignore[operator]  # has ModRM
     return low + 8 * bool(dec.scan.rex & 0x01)
 
 
@@ -435,7 +439,7 @@ def _is_lea_zero_to_itself(dec: _Insn) -> bool:
 
 def _sib_has_no_index(dec: _Insn) -> bool:
     """SIB scale 0 and index 4 without REX.X (i.e. "%riz")."""
-    sib = dec.raw[dec.sib_off]
+    sib = dec.raw[dec.sib_off]          # type: ignore[index]  # called with a SIB byte
     index = ((sib >> 3) & 7) + 8 * bool(dec.scan.rex & 0x02)
     return sib >> 6 == 0 and index == 4
 
@@ -581,7 +585,7 @@ def _riprel_analyze(dec: _Insn) -> tuple[int, bytes]:
     if scan.rex_off is not None:
         buf[scan.rex_off] &= 0xFE
     if len(scan.vex) >= 3:
-        buf[scan.vex_off + 1] |= 0x60
+        buf[scan.vex_off + 1] |= 0x60       # type: ignore[operator]  # a VEX prefix has its offset
     reg = (dec.modrm >> 3) & 7
     reg2 = _vex_vvvv_low3(scan)
     if reg != 6 and reg2 != 6:
@@ -590,7 +594,7 @@ def _riprel_analyze(dec: _Insn) -> tuple[int, bytes]:
         fixup, scratch = FIX_RIP_DI, 7
     else:
         fixup, scratch = FIX_RIP_BX, 3
-    buf[dec.modrm_off] = 0x80 | (reg << 3) | scratch
+    buf[dec.modrm_off] = 0x80 | (reg << 3) | scratch     # type: ignore[index]  # ModRM checked above
     return fixup, bytes(buf)
 
 
