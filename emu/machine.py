@@ -221,13 +221,13 @@ class Machine:
     @classmethod
     def from_asm(cls, source: str, *, path: str = "asm-guest", argv: list[str] | None = None,
                  **kw: Any) -> Machine:
-        from emu.asm import asm_to_elf       # Keystone is loaded by the guests that need it
+        from emu.asm import asm_to_elf  # Keystone is loaded by the guests that need it
         elf, _ = asm_to_elf(source)
         return cls.from_bytes(elf, path, argv=argv, **kw)
 
     @classmethod
     def from_guest(cls, name: str, argv: list[str] | None = None, **kw: Any) -> Machine:
-        from guest_programs import build_guest      # the built-in guests load when one is asked for
+        from guest_programs import build_guest  # the built-in guests load when one is asked for
         elf, path = build_guest(name)
         return cls.from_bytes(elf, path, argv=argv or [path], **kw)
 

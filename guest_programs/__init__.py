@@ -44,7 +44,7 @@ def guest_source(name: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _build(name: str) -> bytes:
-    from emu.asm import asm_to_elf       # the assembler loads only when a guest is built
+    from emu.asm import asm_to_elf  # the assembler loads only when a guest is built
     elf, _ = asm_to_elf(guest_source(name))
     return elf
 

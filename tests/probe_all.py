@@ -27,7 +27,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import capstone
-from unicorn import UC_HOOK_INSN, x86_const as X
+from unicorn import UC_HOOK_INSN
+from unicorn import x86_const as X
 
 from kernel_model.arch.x86.ptrace import GPR_NAMES, TF
 from kernel_model.errors import RegistrationError

@@ -4,7 +4,6 @@ raw control byte from a path, a spec or a file on the terminal."""
 from __future__ import annotations
 
 import os
-import stat
 
 import pytest
 from cli_helpers import cli, one_line_error

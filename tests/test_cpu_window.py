@@ -7,7 +7,8 @@ from __future__ import annotations
 import struct
 
 import pytest
-from unicorn import UC_ARCH_X86, UC_MODE_64, Uc, x86_const as X
+from unicorn import UC_ARCH_X86, UC_MODE_64, Uc
+from unicorn import x86_const as X
 from uprobe_helpers import guest, guest_regs
 
 from emu import Machine

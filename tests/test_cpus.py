@@ -44,7 +44,7 @@ def threads_guest(build_c):
 
 def lines(stdout: bytes) -> dict[str, str]:
     """{key: value} of ``key=value`` lines (the first ``=`` splits)."""
-    return dict(l.split("=", 1) for l in stdout.decode().splitlines() if "=" in l)
+    return dict(ln.split("=", 1) for ln in stdout.decode().splitlines() if "=" in ln)
 
 
 def run(path, *argv, cpus=1, **kw):
@@ -244,7 +244,7 @@ def test_getcpu_reports_the_tasks_cpu_and_node_0():
 def test_cpuinfo_has_one_entry_per_cpu():
     m = asm_machine(3)
     text = read_node(ProcFs(m).root, "cpuinfo", m.task)
-    entries = [{k.strip(): v for k, _, v in (l.partition(": ") for l in e.splitlines())}
+    entries = [{k.strip(): v for k, _, v in (ln.partition(": ") for ln in e.splitlines())}
                for e in text.strip("\n").split("\n\n")]
     got = [(e["processor"], e["physical id"], e["core id"], e["cpu cores"], e["siblings"], e["apicid"])
            for e in entries]
@@ -288,14 +288,14 @@ def test_ftrace_lines_show_the_cpu_of_the_hitting_task(cpus_static):
     ev = m.uprobes.add_event(f"{cpus_static}:report")
     r = m.run(timeout=120)
     assert r.reason == "exit", r.describe()
-    got = sorted((int(l.split()[0].rpartition("-")[2]), l.split()[1]) for l in ev.lines)
+    got = sorted((int(ln.split()[0].rpartition("-")[2]), ln.split()[1]) for ln in ev.lines)
     assert got == [(1001, "[000]"), (1002, "[001]"), (1003, "[002]")], ev.lines
 
 
 def test_cli_event_lines_show_the_cpu_column(cpus_static):
     proc = cli("run", "--cpus", "3", "-e", f"{cpus_static}:report", cpus_static, "threads", "3")
     assert proc.returncode == 0, proc.stderr.decode()
-    hits = [l.split()[:2] for l in proc.stderr.decode().splitlines() if ": report:" in l]
+    hits = [ln.split()[:2] for ln in proc.stderr.decode().splitlines() if ": report:" in ln]
     assert sorted(hits) == [["cpus_static-1001", "[000]"], ["cpus_static-1002", "[001]"],
                             ["cpus_static-1003", "[002]"]], proc.stderr.decode()
 

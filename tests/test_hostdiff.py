@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 
 import pytest
 
@@ -47,7 +46,7 @@ def our_probes_left() -> list[str]:
     t = Tracefs()
     try:
         mine = f"{hostdiff.run_tag()}/"
-        return [l for l in t.read("uprobe_events").splitlines() if l.split()[0].split(":")[1].startswith(mine)]
+        return [ln for ln in t.read("uprobe_events").splitlines() if ln.split()[0].split(":")[1].startswith(mine)]
     finally:
         t.close()
 

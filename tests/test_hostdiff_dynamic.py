@@ -244,7 +244,8 @@ def test_a_thread_whose_stream_differs_is_named():
 def test_threads_are_paired_in_creation_order_not_first_event_order():
     """Two children whose first events come in opposite orders on the two sides are
     still compared child with child: the n-th created meets the n-th created."""
-    from emu.frontends.hostdiff import Event as HEvent, RunRecord, compare
+    from emu.frontends.hostdiff import Event as HEvent
+    from emu.frontends.hostdiff import RunRecord, compare
     def ev(tid, name):
         return HEvent(name=name, kind="entry", ip=0x1000, func=None, args="", tid=tid)
     host = RunRecord("exit 0", b"", [ev(501, "a"), ev(500, "b"), ev(501, "a2"), ev(500, "b2")])

@@ -163,7 +163,7 @@ def _mount_lines(holder) -> list[str]:
 
 def _private_mounts(pid: int) -> list[str]:
     with open(f"/proc/{pid}/mounts") as f:
-        return [l.split()[1] for l in f if l.split()[2] == "tracefs" and "uemu-tracefs-" in l]
+        return [ln.split()[1] for ln in f if ln.split()[2] == "tracefs" and "uemu-tracefs-" in ln]
 
 
 SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGKILL]

@@ -44,7 +44,7 @@ def model(exe, **kw) -> str:
 
 
 def line(out: str, prefix: str) -> str:
-    return next(l for l in out.splitlines() if l.startswith(prefix))
+    return next(ln for ln in out.splitlines() if ln.startswith(prefix))
 
 
 def test_default_identity_is_the_invoking_users(ids_exe):

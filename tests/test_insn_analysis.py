@@ -12,8 +12,10 @@ import itertools
 
 import capstone
 import pytest
-from hypothesis import given, settings, strategies as st
-from unicorn import UC_ARCH_X86, UC_HOOK_MEM_READ, UC_HOOK_MEM_WRITE, UC_MODE_64, Uc, x86_const as X
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from unicorn import UC_ARCH_X86, UC_HOOK_MEM_READ, UC_HOOK_MEM_WRITE, UC_MODE_64, Uc
+from unicorn import x86_const as X
 
 from kernel_model.arch.x86.lib.insn import (
     FIX_CALL,

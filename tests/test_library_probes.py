@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -192,7 +191,7 @@ def test_an_ifunc_probe_fires_at_binding_not_per_call(build_c):
 def test_cli_prints_a_note_for_an_ifunc_probe(build_c):
     exe = build_c("dlopen_libm.c", "-ldl", name="dlopen_libm")
     proc = cli("run", "-e", "uprobe:libm:cos", exe, "1")
-    notes = [l for l in proc.stderr.decode().splitlines() if l.startswith("uprobe-emu: note:")]
+    notes = [ln for ln in proc.stderr.decode().splitlines() if ln.startswith("uprobe-emu: note:")]
     assert proc.returncode == 0 and len(notes) == 1 and "IFUNC" in notes[0] and "resolver" in notes[0], \
         proc.stderr.decode()
 
@@ -280,7 +279,7 @@ def test_usdt_semaphore_stays_zero_without_a_probe(usdt_lib):
 def test_usdt_spec_in_a_library_through_the_cli(usdt_lib):
     exe, lib = usdt_lib
     proc = cli("run", "-e", f"usdt:{lib}:libdemo:tick", exe, "2")
-    events = [l for l in proc.stderr.decode().splitlines() if "libdemo_tick:" in l]
+    events = [ln for ln in proc.stderr.decode().splitlines() if "libdemo_tick:" in ln]
     assert proc.returncode == 0 and b"ticks=2 enabled=2" in proc.stdout and len(events) == 2, \
         (proc.stdout, proc.stderr.decode())
 
@@ -387,7 +386,7 @@ def test_stepper_labels_library_code_as_gdb_does(build_c):
 def test_trace_names_library_code(build_c):
     exe = build_c("lib_malloc.c", name="lib_malloc")
     proc = cli("trace", "-e", "uprobe:libc:malloc", exe, "1")
-    hit = [l for l in proc.stdout.decode().splitlines() if "uprobe hit at" in l]
+    hit = [ln for ln in proc.stdout.decode().splitlines() if "uprobe hit at" in ln]
     assert proc.returncode == 0 and len(hit) == 1 and "<malloc in libc.so.6>" in hit[0], hit
 
 

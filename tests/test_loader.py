@@ -36,7 +36,7 @@ def test_initial_stack_and_auxv(build_c, flavour):
     assert lines["phent"] == "56"
     assert lines["entry_ok"] == "1" and lines["phdr_ok"] == "1" and lines["random_nonnull"] == "1"
     assert lines["execfn"] == exe and lines["platform"] == "x86_64"
-    assert f"argc=2 argv1=arg env0=FOO=bar" in r.stdout.decode()
+    assert "argc=2 argv1=arg env0=FOO=bar" in r.stdout.decode()
     assert "uid=1000 euid=1000 gid=1000 egid=1000" in r.stdout.decode()
 
 

@@ -530,5 +530,5 @@ def test_usdt_semaphore_seen_by_the_guest(usdt_guest):
 def test_usdt_event_through_the_cli(usdt_guest):
     from cli_helpers import cli
     p = cli("run", "--kernel", "6.18", "-e", f"usdt:{usdt_guest}:demo:combo5", usdt_guest)
-    lines = [l for l in p.stderr.decode().splitlines() if "demo_combo5" in l]
+    lines = [ln for ln in p.stderr.decode().splitlines() if "demo_combo5" in ln]
     assert p.returncode == 0 and len(lines) == 3, p.stderr.decode()

@@ -53,7 +53,7 @@ def test_trace_lines_show_the_thread_names(prctl_exe):
     m = Machine.from_elf(prctl_exe, argv=[prctl_exe, "a-very-long-thread-name"])
     ev = m.uprobes.add_event(f"p:named {prctl_exe}:named x=%di comm=$comm", ftrace=True)
     assert m.run().exit_code == 0
-    got = [re.match(r"\s*(.*)-\d+ +\[.*comm=(.*)$", l).groups() for l in ev.lines]
+    got = [re.match(r"\s*(.*)-\d+ +\[.*comm=(.*)$", ln).groups() for ln in ev.lines]
     want = [("a-very-long-thr", '"a-very-long-thr"'), ("worker", '"worker"'),
             ("a-very-long-thr", '"a-very-long-thr"')]
     assert got == want, "\n".join(ev.lines)
@@ -81,7 +81,7 @@ _start:
 def limits_runs(limits_exe) -> tuple[dict, dict]:
     """{first word: line} of a native and a model run (each sleeps 3 s: run once)."""
     def rows(out: str) -> dict[str, str]:
-        return {l.split("=")[0].split()[0]: l for l in out.splitlines()}
+        return {ln.split("=")[0].split()[0]: ln for ln in out.splitlines()}
     return rows(native([limits_exe])), rows(model([limits_exe])[1])
 
 

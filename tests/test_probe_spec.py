@@ -9,9 +9,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from emu.probes.probe_spec import UserProbeSpec as ProbeSpec, parse_probe_spec
+from emu.probes.probe_spec import UserProbeSpec as ProbeSpec
+from emu.probes.probe_spec import parse_probe_spec
 from kernel_model.errors import InputError, ProbeSpecError
 from kernel_model.trace.trace_probe import (
     MAX_TRACE_ARGS,

@@ -37,4 +37,4 @@ def test_forked_child_is_in_its_parents_process_group(exe, tmp_path):
     m = model_machine([exe, "groups"], fresh_dir(tmp_path / "w", {}))
     m.run(timeout=60)
     assert b"child: in the parent's group 1, own group 0\n" in m.stdout, bytes(m.stdout)
-    assert m.processes[0].sid == 0, f"the first process's session leader is outside the guest, got sid {parent.sid}"
+    assert m.processes[0].sid == 0, f"the first process's session leader is outside the guest, got sid {m.processes[0].sid}"

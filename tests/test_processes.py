@@ -182,7 +182,7 @@ def test_optimized_site_after_fork_per_profile(tmp_path, kernel, child):
     m.uprobes.register("site_nop5", handler=lambda c: None)
     r = m.run()
     lines = r.stdout.decode().splitlines()
-    status = next(l for l in lines if l.startswith("child status:"))
+    status = next(ln for ln in lines if ln.startswith("child status:"))
     assert status == f"child status: {child}"
 
 

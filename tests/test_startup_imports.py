@@ -108,10 +108,11 @@ def test_the_bench_scenarios_the_parser_lists_are_the_scenarios():
 
 
 def test_the_stepper_interval_the_parser_shows_is_the_debuggers():
+    import inspect
+
     from emu.debug import DEFAULT_STEPPER_INTERVAL
     from emu.debug.reverse import ReverseStepper
     from emu.frontends.cli import build_parser
-    import inspect
     default = inspect.signature(ReverseStepper.__init__).parameters["interval"].default
     step = build_parser().parse_args(["step", "guest:hello"])
     assert step.checkpoint_interval == default == DEFAULT_STEPPER_INTERVAL

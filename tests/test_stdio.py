@@ -49,7 +49,7 @@ def count_writes(m: Machine) -> list[tuple[int, bytes]]:
 
 
 def fdinfo(text: str) -> dict[int, str]:
-    return {int(l.split()[1].rstrip(":")): l.split(": ", 1)[1] for l in text.splitlines()}
+    return {int(ln.split()[1].rstrip(":")): ln.split(": ", 1)[1] for ln in text.splitlines()}
 
 
 # ------------------------------------------------------------------ the API default

@@ -6,7 +6,7 @@ site)."""
 from __future__ import annotations
 
 import pytest
-from sweep_helpers import GUEST_ARGS, findings, guest_program, sweep, unclassified
+from sweep_helpers import findings, guest_program, sweep, unclassified
 
 from emu.frontends.sweep.bisect import bisect
 from emu.frontends.sweep.case import Case, CaseRunner, Program

@@ -102,7 +102,7 @@ def test_cli_unclassified_divergence_exits_1_and_streams_jsonl(tmp_path, capsys,
     assert rc == 1, text
     assert "unclassified (UNCLASSIFIED): guest:uprobe_targets:0x108d 0x40108d <target_push> 55  push rbp" in text
     assert "first: registers: rbp reference 0x0 probed 0x4" in text
-    lines = [json.loads(l) for l in jsonl.read_text().splitlines()]
+    lines = [json.loads(ln) for ln in jsonl.read_text().splitlines()]
     recs = [r for r in lines if "reference" not in r]
     assert recs and all(r["kernel"] == "6.18" and "case" in r for r in recs)
     assert any(r["sites"] == ["guest:uprobe_targets:0x108d"] and r["diverged"] for r in recs)

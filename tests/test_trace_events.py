@@ -158,7 +158,7 @@ def test_cli_events_file(tmp_path):
     p = cli("run", "-e", "p:f/loop guest:fib:fib_loop %ax %bx", "--events", str(out), "guest:fib", "4")
     assert p.returncode == 3 and p.stderr == b""
     lines = out.read_text().splitlines()
-    assert [payload(l) for l in lines] == [
+    assert [payload(ln) for ln in lines] == [
         "loop: (0x401036) arg1=0x0 arg2=0x1",
         "loop: (0x401036) arg1=0x1 arg2=0x1",
         "loop: (0x401036) arg1=0x1 arg2=0x2",

@@ -40,7 +40,8 @@ import functools
 import itertools
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 from keystone import KS_ARCH_X86, KS_MODE_64, Ks
 from probe_all import (
     Reference,

@@ -321,7 +321,7 @@ def test_remove_with_no_filter_wanting_the_process_removes_the_int3():
     hits, flip = [], Flip()
     m.uprobes.register("probe", handler=_remove_after_first(hits, flip), filter=flip)
     plain, _, _ = run_guest(LOOP)
-    r = m.run(max_insns=100_000)
+    m.run(max_insns=100_000)
     assert len(hits) == 1, f"hits: expected 1, got {len(hits)}"
     assert m.mem.read(m.resolve("probe"), 1) == plain.mem.read(plain.resolve("probe"), 1)
     assert_same_state(final_state(plain), final_state(m), "the removing hit still runs the insn")

@@ -22,6 +22,8 @@ from unicorn import (
     UC_PROT_EXEC,
     UC_PROT_READ,
     UC_PROT_WRITE,
+)
+from unicorn import (
     x86_const as X,
 )
 from unicorn.unicorn_py3.unicorn import Uc, uclib  # Uc: see emu.engine.regfile

@@ -36,7 +36,11 @@ from unicorn import (
     UC_HOOK_MEM_WRITE,
     UC_MODE_64,
     UcError,
+)
+from unicorn import (
     unicorn_const as UCC,
+)
+from unicorn import (
     x86_const as X,
 )
 from unicorn.unicorn_py3.unicorn import Uc, uclib  # Uc: see emu.engine.regfile
@@ -449,7 +453,7 @@ class Cpu(Engine):
             return False
         if not count:
             return True
-        from capstone import CS_ARCH_X86, CS_MODE_64, Cs     # only here: a run does not load it
+        from capstone import CS_ARCH_X86, CS_MODE_64, Cs  # only here: a run does not load it
         cs = Cs(CS_ARCH_X86, CS_MODE_64)
         for k in range(2, 16):
             try:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import ctypes
 
-from unicorn import UC_ARCH_X86, UC_MODE_64, UcError, x86_const as X
+from unicorn import UC_ARCH_X86, UC_MODE_64, UcError
+from unicorn import x86_const as X
 from unicorn.unicorn_py3.unicorn import Uc, uclib  # Uc: see emu.engine.regfile
 
 from emu.engine.interface import Fpu

@@ -7,8 +7,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import mmap
-import struct
 import os
+import struct
 import sys
 import weakref
 

@@ -27,7 +27,9 @@ import os
 import struct
 from typing import TYPE_CHECKING
 
-from unicorn import UC_ARCH_X86, UC_MODE_64, UcError, unicorn_const as UCC, x86_const as X
+from unicorn import UC_ARCH_X86, UC_MODE_64, UcError
+from unicorn import unicorn_const as UCC
+from unicorn import x86_const as X
 
 # Uc from the module that defines it (the class ``unicorn.Uc`` is): ``unicorn.unicorn`` picks
 # its module by ``sys.version_info.major``, which the type checker reads as Python 2's.

@@ -43,7 +43,6 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from emu.frontends.launch import read_stdin_file
 from emu.frontends.host_tracefs import (
     HostKernelError,
     HostProbes,
@@ -55,6 +54,7 @@ from emu.frontends.host_tracefs import (
     probe_command,
     run_tag,
 )
+from emu.frontends.launch import read_stdin_file
 from emu.inspect import DEFAULT_ENV
 from emu.machine import Machine
 from emu.probes.probe_spec import parse_user_spec

@@ -9,14 +9,14 @@ import contextlib
 import os
 import sys
 
+from emu.frontends.options import EXIT_BUDGET, EXIT_INTERRUPTED, print_error
 from emu.inspect import describe_engine, engine_capabilities
 from emu.machine import Machine
-from emu.frontends.options import EXIT_BUDGET, EXIT_INTERRUPTED, print_error
 from kernel_model.errors import EmuError
 
 
 def cmd_guests(args) -> int:
-    from guest_programs import GUESTS, write_guest     # a run of guest:NAME loads them itself
+    from guest_programs import GUESTS, write_guest  # a run of guest:NAME loads them itself
     for name in sorted(GUESTS):
         print(f"guest:{name:<18} {GUESTS[name].description}")
     if args.write:

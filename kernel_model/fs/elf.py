@@ -230,7 +230,7 @@ class ElfImage:
         message = f"unknown symbol {name!r} in {self.path}"
         if not self.symbols:
             raise SymbolError(f"{message} (it has no symbol table; was it stripped?)")
-        import difflib      # a lookup that failed: worth no import at start-up
+        import difflib  # a lookup that failed: worth no import at start-up
         close = difflib.get_close_matches(name, list(self.symbols), n=3, cutoff=0.6)
         if close:
             message += "; did you mean " + ", ".join(repr(c) for c in close) + "?"
@@ -268,7 +268,7 @@ class ElfImage:
         if cached is None:
             cached = frozenset()
             if self._versions():
-                from elftools.elf.elffile import ELFFile     # only versioned lookups read with it
+                from elftools.elf.elffile import ELFFile  # only versioned lookups read with it
                 from elftools.elf.sections import SymbolTableSection
                 with _converted_errors(self.path, "symbol table"):
                     elf = ELFFile(io.BytesIO(self.data))
@@ -567,7 +567,7 @@ def _parse_header(data: bytes, path: str) -> _Header:
 
 def _machine_name(machine: int) -> str:
     """``EM_AARCH64`` for 183, or the number for machines pyelftools does not know."""
-    from elftools.elf.enums import ENUM_E_MACHINE     # an error message's name: not worth a start-up import
+    from elftools.elf.enums import ENUM_E_MACHINE  # an error message's name: not worth a start-up import
     for name, value in ENUM_E_MACHINE.items():
         if value == machine and name.startswith("EM_"):
             return name

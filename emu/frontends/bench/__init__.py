@@ -72,11 +72,34 @@ if TYPE_CHECKING:
     from emu.frontends.bench.args import add_cli
     from emu.frontends.bench.cli import cmd_bench, config_from_args
     from emu.frontends.bench.host import host_native, run_host
-    from emu.frontends.bench.measure import EVENT_KEYS, bare_run, count_events, growth_attach, growth_probe_counts, growth_ri, measure_baseline, measure_scenario, time_model
+    from emu.frontends.bench.measure import (
+        EVENT_KEYS,
+        bare_run,
+        count_events,
+        growth_attach,
+        growth_probe_counts,
+        growth_ri,
+        measure_baseline,
+        measure_scenario,
+        time_model,
+    )
     from emu.frontends.bench.programs import PROGRAMS, run_programs
     from emu.frontends.bench.render import events_str, render, render_host, render_programs
     from emu.frontends.bench.report import SCHEMA, TARGET_INT3_RATIOS, Config, programs_report, run_bench, targets
-    from emu.frontends.bench.scenarios import GUEST, GUEST_PATH, LOOP_NAMES, SCENARIOS, ColumnSpec, Scenario, attach, growth_elf, guest_elf, guest_file, parse_column, site_offset
+    from emu.frontends.bench.scenarios import (
+        GUEST,
+        GUEST_PATH,
+        LOOP_NAMES,
+        SCENARIOS,
+        ColumnSpec,
+        Scenario,
+        attach,
+        growth_elf,
+        guest_elf,
+        guest_file,
+        parse_column,
+        site_offset,
+    )
 
 __all__ = ["EVENT_KEYS", "GUEST", "GUEST_PATH", "LOOP_NAMES", "PROGRAMS", "SCENARIOS", "SCHEMA",
            "TARGET_INT3_RATIOS", "ColumnSpec", "Config", "programs_report", "render_programs", "run_programs",

@@ -20,7 +20,6 @@ from emu.frontends.bench.threads import cmd_threads
 from emu.frontends.host_tracefs import HostKernelError
 from emu.inspect import describe_engine, engine_capabilities
 from kernel_model.errors import EmuError, InputError
-from kernel_model.profiles import KernelProfile
 
 
 def config_from_args(args) -> Config:

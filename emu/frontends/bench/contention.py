@@ -129,7 +129,7 @@ def simulate(programs: list[tuple[float, tuple]], topo: Topology, prices: Prices
         busy_cores[core] = busy_cores.get(core, 0) + 1
     socket_of_core = {core: sock for sock, core, _ in place}
     per_socket: dict[int, int] = {}
-    for core, sock in socket_of_core.items():
+    for sock in socket_of_core.values():
         per_socket[sock] = per_socket.get(sock, 0) + 1
     span = max(1, topo.cores_per_socket - 1)
     clock = [1.0 + prices.turbo * (per_socket[place[c][0]] - 1) / span for c in range(n)]

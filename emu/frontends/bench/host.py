@@ -8,8 +8,7 @@ import os
 import subprocess
 import tempfile
 import time
-from typing import Any
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from emu.frontends.bench import costmodel
 from emu.frontends.bench.measure import count_events, measure_scenario, mops_stats, round_iterations

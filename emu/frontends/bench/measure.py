@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
 from types import MappingProxyType
+from typing import Any
 
 from emu.engine import baseline
 from emu.frontends.bench.scenarios import (

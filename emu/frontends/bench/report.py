@@ -10,8 +10,8 @@ import json
 import multiprocessing as mp
 import os
 import sys
-from typing import IO, Any
 from dataclasses import dataclass
+from typing import IO, Any
 
 from emu.engine import baseline
 from emu.frontends.bench import costmodel

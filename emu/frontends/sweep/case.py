@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 from emu.frontends.sweep.compare import RunDigest, SyscallRecorder, digest
 from emu.machine import Machine

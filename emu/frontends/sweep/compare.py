@@ -211,7 +211,7 @@ def _mmap_lower(x, y) -> bool:
 
 
 def _first_syscall_diff(ref: dict, got: dict) -> tuple[str, str] | None:
-    for n, tid in enumerate(sorted(set(ref) | set(got))):
+    for tid in sorted(set(ref) | set(got)):
         a, b = ref.get(tid, []), got.get(tid, [])
         for i in range(max(len(a), len(b))):
             x = a[i] if i < len(a) else None

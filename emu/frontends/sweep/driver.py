@@ -151,7 +151,7 @@ class Sweeper:
                     cls = UNCLASSIFIED
                 else:
                     cls = classify(group[0], profile, f.verdict,
-                                   lambda: self.transparent_without_optimizer(group[0], out))
+                                   lambda g=group: self.transparent_without_optimizer(g[0], out))
                 out.divergences.append(SiteDivergence(group, cls, f.verdict,
                                                       self.repro(self.program, kernel, group)))
         out.seconds = time.perf_counter() - t0

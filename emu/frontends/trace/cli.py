@@ -10,7 +10,6 @@ import time
 from emu.frontends.launch import add_cli_events, make_machine, report_result
 from emu.frontends.options import print_error
 from emu.frontends.trace import seek
-from emu.frontends.trace.formats import FORMATS
 from emu.frontends.trace.tracer import Tracer
 from emu.machine import Machine
 from kernel_model.errors import InputError

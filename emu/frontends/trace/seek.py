@@ -20,8 +20,8 @@ instruction N, answers the queries on stderr and traces from there on.
 from __future__ import annotations
 
 import sys
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 from capstone import CS_ARCH_X86, CS_MODE_64, Cs, CsError
 
@@ -134,7 +134,7 @@ class TraceSeek:
         the current task, an address or ``"ADDR:SIZE"`` of its address space); None if
         nothing in the recorded history did.  The machine stays where it is."""
         watch = _Watch(self.m, what)
-        rec, m = self.rec, self.m
+        rec = self.rec
         now = rec.position
         hi = now
         try:

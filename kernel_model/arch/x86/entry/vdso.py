@@ -170,7 +170,7 @@ def vdso_image(linux_version_code: int = 0x061200) -> bytes:
     out += shstr.data
     shoff = _align(out, 8)
     out += _SHDR.pack(0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-    for (name, typ, flags, off, size, link, info, align, entsize), sh_name in zip(sections, sh_names):
+    for (_name, typ, flags, off, size, link, info, align, entsize), sh_name in zip(sections, sh_names):
         out += _SHDR.pack(sh_name, typ, flags, off, off, size, link, info, align, entsize)
     out += _SHDR.pack(shstrtab_name, _SHT["STRTAB"], 0, 0, shstrtab_off, len(shstr.data), 0, 0, 1, 0)
     shnum = len(sections) + 2
