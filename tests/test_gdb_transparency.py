@@ -211,8 +211,9 @@ def test_monitor_raw_shows_memory_as_the_cpu_fetches_it(probed):
 # ----------------------------------------------------------------- gdb without a file
 
 def test_gdb_without_a_file_learns_the_program_from_the_stub(guest, tmp_path):
-    """qXfer:exec-file names the program (gdb reads its symbols), qXfer:auxv gives its
-    entry, qXfer:features the registers; the probed entry shows the program's byte."""
+    """qXfer:exec-file names the program (gdb reads its symbols through vFile, its
+    "target:" sysroot), qXfer:auxv gives its entry, qXfer:features the registers; the
+    probed entry shows the program's byte."""
     assert GDB and UPROBE_EMU
     srv = subprocess.Popen([UPROBE_EMU, "gdbserver", *probes(guest), "--port", "0", guest],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -227,9 +228,9 @@ def test_gdb_without_a_file_learns_the_program_from_the_stub(guest, tmp_path):
         srv.kill()
     out = gdb.stdout + gdb.stderr
     m = Machine.from_elf(guest)
-    assert f"Reading symbols from {guest}..." in out, out
+    assert f"Reading symbols from target:{guest}..." in out, out
     assert re.search(rf"^9 +AT_ENTRY +Entry point of program +{m.read_regs().rip:#x}$", out, re.M), out
-    inferior = rf"^\* 1 +Remote target +1 \(remote 127\.0\.0\.1:{port}\) +{re.escape(guest)}"
+    inferior = rf"^\* 1 +process {m.process.pid} +1 \(remote 127\.0\.0\.1:{port}\) +target:{re.escape(guest)}"
     assert re.search(inferior, out, re.M), out
     assert f"{m.resolve('outer'):#x} <outer>:\t0x55\n" in out, out
     assert "$1 = -1\n$2 = 0x0\n" in out, out

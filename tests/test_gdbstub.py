@@ -121,10 +121,15 @@ def test_stepping_across_a_probed_ret_and_a_uretprobe_return(tmp_path, kernel):
 
 
 def test_segfault_is_reported_as_sigsegv(tmp_path):
+    """As under ptrace: the stop at the fault first (pc at the faulting store), the
+    death at the next continue."""
     exe = write_elf(tmp_path, "_start:\n    mov rax, 0x10\n    mov qword ptr [rax], 1\n", "segv")
     m = Machine.from_elf(exe)
-    out = gdb_session(m, exe, ["continue"])
-    assert "Program terminated with signal SIGSEGV" in out
+    store = m.resolve("_start") + 7
+    out = gdb_session(m, exe, ["continue", "continue"])
+    want = (f"\nProgram received signal SIGSEGV, Segmentation fault.\n{store:#018x} in _start ()\n"
+            "\nProgram terminated with signal SIGSEGV, Segmentation fault.\n")
+    assert want in out, out
 
 
 def test_monitor_lists_probes_and_counters_at_a_stop(tmp_path):

@@ -42,7 +42,7 @@ def test_qsupported_offers_reverse_execution_and_bs_bc_answer_with_stops(guest):
     m, _ = probed(guest)
     stub = GdbStub(m)
     assert "ReverseStep+;ReverseContinue+" in stub.handle(b"qSupported:multiprocess+")
-    assert stub.handle(b"bs") == f"T05replaylog:begin;thread:{m.task.tid:x};"
+    assert stub.handle(b"bs") == f"T05replaylog:begin;thread:p{m.process.pid:x}.{m.task.tid:x};"   # multiprocess
     assert stub.handle(b"bx") == "E01"
     off = GdbStub(Machine.from_elf(guest), checkpoint_interval=0)
     assert "Reverse" not in off.handle(b"qSupported") and off.handle(b"bs") == ""

@@ -65,4 +65,8 @@ def _term(stepper, term: str) -> tuple[int, str]:
     try:
         return stepper.machine.resolve(name), "code_ptr"
     except SymbolError:
+        pass
+    try:                            # a shared library's symbol, or NAME@plt, as gdb finds them
+        return stepper.resolve(name), "code_ptr"
+    except StepperError:
         raise StepperError(f'No symbol "{name}" in current context.') from None

@@ -122,12 +122,15 @@ class ProgramView:
 
     def function_range(self, addr: int) -> tuple[str, int, int]:
         """``(name, start, end)`` of the function symbol containing ``addr``."""
-        hit = symbol_of(self.machine, addr)
+        hit = self.symbol(addr)
         vma = self.machine.mem.find_vma(addr)
         if hit is None or vma is None or vma.file is None:
             raise StepperError(f"No function contains specified address {addr:#x}.")
         name, off = hit
         start = addr - off
+        size = self.plt.size(addr)
+        if size is not None:
+            return name, start, start + size            # a PLT stub: its entry
         bias = getattr(vma.file, "load_bias", 0)
         sym = vma.file.elf.symbols.get(name)
         end = start + sym.size if sym is not None and sym.size else 0
@@ -143,11 +146,31 @@ class ProgramView:
 
 class ProgramDisassembler(Disassembler):
     """A disassembler of the program's own bytes (``read(addr, n)``, e.g.
-    :meth:`Stepper.read_program`): a probe site decodes as the probed instruction."""
+    :meth:`Stepper.read_program`): a probe site decodes as the probed instruction;
+    ``symbol(addr)`` (optional) names addresses as the debugger does (PLT stubs)."""
 
-    def __init__(self, machine, read):
+    def __init__(self, machine, read, symbol=None):
         super().__init__(machine)
         self._read = read
+        self._symbol = symbol
+
+    def symbol(self, addr: int) -> tuple[str, int] | None:
+        """``symbol(addr)`` when given (the stepper's: PLT stubs as ``malloc@plt``)."""
+        return self._symbol(addr) if self._symbol is not None else super().symbol(addr)
+
+    def symbolize(self, addr: int) -> str | None:
+        if self._symbol is None:
+            return super().symbolize(addr)
+        hit = self._symbol(addr)
+        if hit is None or not hit[0].endswith("@plt"):
+            return super().symbolize(addr)
+        return f"{hit[0]}+{hit[1]:#x}" if hit[1] else hit[0]
+
+    def symbol_header(self, addr: int) -> str | None:
+        hit = self.symbol(addr)
+        if hit is None or hit[1] != 0:
+            return None
+        return f"{addr:016x} <{hit[0]}>:"
 
     def _fetch(self, addr: int) -> bytes:
         try:

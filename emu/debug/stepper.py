@@ -55,13 +55,15 @@ out is in :mod:`emu.debug.stops`.
 
 from __future__ import annotations
 
-from emu.debug.disasm import Disassembler
+from emu.debug.disasm import Disassembler, symbol_of
 from emu.debug.exec_follow import ExecFollower
 from emu.debug.expressions import evaluate
 from emu.debug.format import ALIASES, INFO_REGISTERS, SEGMENTS, format_register, gdb_label, register_value, subreg
 from emu.debug.frames import FrameWalker
+from emu.debug.plt import PltNames
 from emu.debug.program import ProgramDisassembler, ProgramView
-from emu.debug.stops import WATCH_KINDS, Breakpoint, Frame, StepperError, StopEvent, Watchpoint
+from emu.debug.signals import SignalStopper
+from emu.debug.stops import WATCH_KINDS, Breakpoint, Catchpoint, Frame, StepperError, StopEvent, Watchpoint
 from emu.inspect import in_single_step
 from kernel_model.arch.x86.ptrace import PtRegs
 from kernel_model.errors import EmuError, SymbolError
@@ -75,7 +77,7 @@ DEFAULT_TIMEOUT = 120.0                  # seconds of each free run
 _ACCESS_REACH = 15                       # an access of up to 16 bytes may start this far before
 
 
-class Stepper(ProgramView, FrameWalker, ExecFollower):
+class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
     """The stepping core over one :class:`emu.machine.Machine`.
 
     Args:
@@ -90,8 +92,9 @@ class Stepper(ProgramView, FrameWalker, ExecFollower):
         self.machine = machine
         self.max_insns = max_insns
         self.timeout = timeout
-        self.disasm = ProgramDisassembler(machine, self.read_program)
+        self.disasm = ProgramDisassembler(machine, self.read_program, self.symbol)
         self.raw_disasm = Disassembler(machine)
+        self.plt = PltNames(machine)
         self.breakpoints: dict[int, Breakpoint] = {}
         self.watchpoints: dict[int, Watchpoint] = {}
         self.insns = 0                   # guest instructions single-stepped, exact
@@ -111,6 +114,7 @@ class Stepper(ProgramView, FrameWalker, ExecFollower):
         self._watch_armed_step = False
         machine.mem.text_write_listeners.append(self._text_written)
         self._init_frames_and_exec()
+        self._init_signal_stops()
 
     # ------------------------------------------------------------------ template methods
     def on_stop(self, event: StopEvent) -> None:
@@ -150,6 +154,19 @@ class Stepper(ProgramView, FrameWalker, ExecFollower):
         """``func+0xoff`` for a guest code address (ELF symbols), else None."""
         return self.disasm.symbolize(addr)
 
+    def symbol(self, addr: int) -> tuple[str, int] | None:
+        """``(function, offset)`` as gdb names the code at ``addr``: a PLT stub is
+        ``malloc@plt`` (:mod:`emu.debug.plt`), anything else its ELF symbol."""
+        return self.plt.symbol(addr) or symbol_of(self.machine, addr)
+
+    def label(self, addr: int) -> str | None:
+        """gdb's ``<sym+N>`` label text (decimal offset), PLT stubs and their GOT slots
+        (``malloc@got.plt``) included."""
+        hit = self.plt.symbol(addr)
+        if hit is None:
+            return self.plt.got_slot(addr) or gdb_label(self.machine, addr)
+        return f"{hit[0]}+{hit[1]}" if hit[1] else hit[0]
+
     # ------------------------------------------------------------------ locations
     def resolve(self, target) -> int:
         """An address from an int, ``"SYMBOL"``, ``"SYMBOL+OFF"`` or ``"*EXPR"``."""
@@ -172,6 +189,10 @@ class Stepper(ProgramView, FrameWalker, ExecFollower):
         the files the process has mapped (shared libraries, in map order); ``LIB:SYM``
         names the file (``libc:malloc``, a full path) as probe specs do."""
         m = self.machine
+        if name.endswith("@plt"):
+            addr = self.plt.address(name)
+            if addr is not None:
+                return addr
         if ":" not in name:
             try:
                 return m.resolve(name)
@@ -211,8 +232,19 @@ class Stepper(ProgramView, FrameWalker, ExecFollower):
 
     # ------------------------------------------------------------------ breakpoints
     def break_at(self, target) -> Breakpoint:
-        """Add a breakpoint at a symbol, ``symbol+off``, ``*expr`` or an address."""
-        addr = self.resolve(target)
+        """Add a breakpoint at a symbol, ``symbol+off``, ``*expr`` or an address.  A
+        function no loaded file defines but the program calls through its PLT is set on
+        ``NAME@plt``, and moves to the function when a library defining it is loaded,
+        as gdb's linespec and breakpoint re-set do."""
+        trampoline = False
+        try:
+            addr = self.resolve(target)
+        except StepperError:
+            addr = self.plt.address(f"{target}@plt") if isinstance(target, str) and \
+                not target.startswith("*") and "+" not in target and ":" not in target else None
+            if addr is None:
+                raise
+            trampoline = True
         vma = self.machine.mem.find_vma(addr)
         if vma is None or not vma.prot & PROT_EXEC:
             raise StepperError(f"Cannot insert breakpoint at {addr:#x}: not in executable memory.")
@@ -220,7 +252,7 @@ class Stepper(ProgramView, FrameWalker, ExecFollower):
             raise StepperError(f"Cannot insert breakpoint at {addr:#x}: it is in {vma.name}, "
                                "which stepping executes through.")
         loc = target if isinstance(target, str) else f"*{addr:#x}"
-        bp = Breakpoint(self._next_number, addr, loc)
+        bp = Breakpoint(self._next_number, addr, loc, trampoline=trampoline)
         self._next_number += 1
         self.breakpoints[bp.number] = bp
         self._sync_hooks()
@@ -231,15 +263,21 @@ class Stepper(ProgramView, FrameWalker, ExecFollower):
         if number is None:
             self.breakpoints.clear()
             self.watchpoints.clear()
+            self.catchpoints.clear()
+            self._pending_bps.clear()
         elif number in self.watchpoints:
             del self.watchpoints[number]
+        elif number in self.catchpoints:
+            del self.catchpoints[number]
+        elif number in self._pending_bps:
+            del self._pending_bps[number]
         elif self.breakpoints.pop(number, None) is None:
             raise StepperError(f"No breakpoint number {number}.")
         self._sync_hooks()
         self._sync_watch_hooks()
 
     def enable(self, number: int, enabled: bool = True) -> None:
-        bp = self.breakpoints.get(number)
+        bp = self.breakpoints.get(number) or self.catchpoints.get(number) or self._pending_bps.get(number)
         if bp is None:
             raise StepperError(f"No breakpoint number {number}.")
         bp.enabled = enabled
@@ -355,11 +393,25 @@ class Stepper(ProgramView, FrameWalker, ExecFollower):
         and the step lands where the unprobed instruction would.  A watched access
         ends the step after its instruction."""
         self.require_alive()
+        stop = self.signal_stop
+        ended = self.leave_signal_stop("step")
+        if ended is not None:
+            return ended
+        if stop is not None and stop.handler is not None:
+            return self._event("step", "step", insns=0)      # the signal's step: to its handler
         if task is not None and task is not self.machine.task:
             self.machine.select_task(task)
+        handles = self._signal_subscriptions()
+        try:
+            return self._step_count(count)
+        finally:
+            for h in handles:
+                self.machine.events.unsubscribe(h)
+
+    def _step_count(self, count: int) -> StopEvent:
         done = 0
         for i in range(count):
-            before = self.insns
+            before, execs = self.insns, self.exec_count
             self._watch_hit = None
             self._watch_armed_step = True
             try:
@@ -367,10 +419,14 @@ class Stepper(ProgramView, FrameWalker, ExecFollower):
             finally:
                 self._watch_armed_step = False
             done += self.insns - before
+            if self._signal_caught is not None:
+                return self._signal_event("step", res)
             if res is not None:
                 return self._terminal(res, "step", insns=done)
             if self._watch_hit is not None:
                 return self._watch_event("step", done)
+            if self.exec_count != execs and self.stops_at_exec():
+                return self.exec_event("step", done)
             if i + 1 < count:
                 bp = self._enabled_bp_at(self.rip)
                 if bp is not None:
@@ -467,7 +523,9 @@ class Stepper(ProgramView, FrameWalker, ExecFollower):
 
     def _resume(self, verb: str, goal=None) -> StopEvent:
         """Free-run with breakpoints (and the verb's goal) armed."""
-        m = self.machine
+        ended = self.leave_signal_stop(verb)
+        if ended is not None:
+            return ended
         insns = None
         rip = self.rip
         if self._enabled_bp_at(rip) is not None or (goal is not None and goal[0] == rip):
@@ -495,6 +553,11 @@ class Stepper(ProgramView, FrameWalker, ExecFollower):
             self._armed = self._watch_stop = False
             self._goal = None
             self._sync_hooks()
+        if self._exec_caught:
+            self._exec_caught = False
+            return self.exec_event(verb)
+        if self._signal_caught is not None:
+            return self._signal_event(verb, result)
         if result.reason == "stopped" and self._watch_hit is not None:
             return self._finish_watch(verb, insns)
         if result.reason == "stopped" and self._hit is not None:
@@ -594,9 +657,13 @@ class Stepper(ProgramView, FrameWalker, ExecFollower):
         """Exactly one instruction of the current task (:meth:`Machine.step`: the
         machine's own trap and fault handling).  Returns the run result when the guest
         ended, else None."""
-        res = self.machine.step()
+        m = self.machine
+        maps = len(m.mem.vmas) if self.re_set_wanted() else None
+        res = m.step()
         if res is None:
             self.follow_exec()
+            if maps is not None and len(m.mem.vmas) != maps:
+                self.resolve_pending()
         return res
 
     # ------------------------------------------------------------------ text views
@@ -614,8 +681,8 @@ class Stepper(ProgramView, FrameWalker, ExecFollower):
         return format_register(key, value, kind, self._code_label)
 
     def _code_label(self, addr: int) -> str | None:
-        return gdb_label(self.machine, addr)
+        return self.label(addr)
 
 
-__all__ = ["Stepper", "StopEvent", "Breakpoint", "Watchpoint", "Frame", "StepperError",
+__all__ = ["Stepper", "StopEvent", "Breakpoint", "Catchpoint", "Watchpoint", "Frame", "StepperError",
            "ProgramDisassembler", "WATCH_KINDS", "DEFAULT_TIMEOUT"]

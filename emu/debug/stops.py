@@ -22,6 +22,7 @@ class Breakpoint:
     location: str
     enabled: bool = True
     hits: int = 0
+    trampoline: bool = False            # at NAME@plt until a library defines NAME (gdb's choice)
 
 
 @dataclass(eq=False)
@@ -44,6 +45,19 @@ class Watchpoint:
 WATCH_KINDS = ("write", "read", "access")
 
 
+@dataclass(eq=False)
+class Catchpoint:
+    """gdb's ``catch exec``: stops when the followed process execs, in the new image at its
+    first instruction.  ``exec_path`` is the program of the last exec it caught (gdb's
+    ``info breakpoints`` shows it as ``exec, program "PATH"``)."""
+
+    number: int
+    kind: str = "exec"
+    enabled: bool = True
+    hits: int = 0
+    exec_path: str | None = None
+
+
 @dataclass
 class StopEvent:
     """Why and where execution stopped.
@@ -51,7 +65,10 @@ class StopEvent:
     ``reason``: ``"step"`` (a stepping verb reached its goal: step, step_over, finish,
     run_until), ``"breakpoint"``, ``"exit"``, ``"signal"`` (the guest died of it) or
     ``"stopped"`` (instruction budget, timeout, Ctrl-C) or ``"watchpoint"`` (``watchpoint``
-    was accessed at ``data_addr`` by the instruction just completed).  ``verb`` names the
+    was accessed at ``data_addr`` by the instruction just completed) or ``"exec"`` (the
+    followed process exec'd ``exec_path``, caught by ``catchpoint``; rip is the new image's
+    first instruction) or ``"signal_received"`` (the followed process got ``stop_signal``:
+    a tracer's signal-delivery stop, see :mod:`emu.debug.signals`).  ``verb`` names the
     verb that ran.
     ``insns`` is the exact number of guest instructions this verb executed when it
     single-stepped (None after a free run).  ``result`` is the machine's RunResult for
@@ -68,6 +85,9 @@ class StopEvent:
     detail: str = ""
     watchpoint: Watchpoint | None = None
     data_addr: int | None = None
+    catchpoint: Catchpoint | None = None
+    exec_path: str | None = None
+    stop_signal: int | None = None      # "signal_received": the signal (Linux number)
 
     @property
     def exit_code(self) -> int | None:

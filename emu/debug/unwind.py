@@ -39,7 +39,6 @@ from elftools.dwarf.callframe import FDE, CallFrameInfo, RegisterRule
 from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.elf.elffile import ELFFile
 
-from emu.debug.disasm import symbol_of
 from emu.probes.symbols import image_of, link_vaddr
 from kernel_model.arch.x86.kernel.signal import SIGCONTEXT_OFFSET, SIGCONTEXT_REGS
 from kernel_model.mm.mm_types import PROT_EXEC, GuestFault
@@ -432,7 +431,7 @@ class Unwinder:
             return self.heuristic_step(regs, exact, pc)
 
     def _function(self, addr: int) -> str | None:
-        hit = symbol_of(self.machine, addr)
+        hit = self.stepper.symbol(addr)
         return hit[0] if hit else None
 
     def _entry_function(self) -> tuple[str, int] | None:

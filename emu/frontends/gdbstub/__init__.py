@@ -3,7 +3,9 @@ attach to a guest running under the uprobes model.
 
 :mod:`.packets` frames and decodes packets, :mod:`.registers` is the target description,
 :mod:`.svr4` reads the dynamic linker's library list for ``qXfer:libraries-svr4``,
-:mod:`.stub` answers packets with the stepping core, :mod:`.cli` is the command.
+:mod:`.hostio` serves the guest's files for ``vFile:``, :mod:`.signals` maps signal
+numbers to gdb's, :mod:`.stub` answers packets with the stepping core, :mod:`.cli` is
+the command.
 """
 
 from typing import TYPE_CHECKING

@@ -284,5 +284,14 @@ def hex_bytes(text: str) -> bytes:
 
 
 def thread_id(text: str) -> int:
-    """A thread-id: hex, ``0`` (any) or ``-1`` (all)."""
+    """A thread-id: hex, ``0`` (any) or ``-1`` (all); with the multiprocess extensions
+    ``pPID.TID``, ``pPID.-1`` or ``pPID`` (every thread of PID: -1).  The thread's
+    number is returned (a tid is unique over the machine's processes)."""
+    if text.startswith("p"):
+        pid, dot, tid = text[1:].partition(".")
+        pid = -1 if pid == "-1" else hex_int(pid)
+        if not dot or tid == "-1":
+            return -1
+        tid = hex_int(tid)
+        return 0 if tid == 0 and pid in (0, -1) else tid
     return -1 if text == "-1" else hex_int(text)

@@ -11,8 +11,15 @@ program's own bytes (:meth:`Stepper.read_program`: a probe's int3, an optimized 
 breakpoints; ``monitor raw`` shows the raw bytes), so gdb neither takes a probe's int3
 for a breakpoint compiled into the program nor unwinds into the trampoline.
 ``Z2``/``Z3``/``Z4`` watchpoints are the stepper's (memory hooks, trap after the access).
-``D`` lets the guest run on to its end.  Registers follow our own target description
-(amd64 core, SSE, Linux ``orig_rax``, ``fs_base``/``gs_base``).
+``D`` lets the guest run on to its end.  ``vFile:`` host I/O serves the guest's files as
+it sees them (:mod:`.hostio`), so gdb's ``target:`` sysroot reads the program and its
+libraries through the model's file system; an exec is the ``T05exec:PATH`` stop when gdb
+asked for exec events.  A signal of the guest stops it first, as a tracer sees it
+(``T<sig>`` in gdb's numbering, its siginfo as ``qXfer:siginfo:read``; see
+:mod:`emu.debug.signals`), unless gdb passes it (``QPassSignals``).  With gdb's
+multiprocess extensions threads are ``pPID.TID``, so gdb knows the guest's pid.
+Registers follow our own target description (amd64 core, SSE, Linux ``orig_rax``,
+``fs_base``/``gs_base``).
 
 The client is untrusted input: framing is a linear, bounded state machine
 (:class:`FrameParser`, packets capped at :data:`PACKET_SIZE`), and every packet gets a
@@ -29,6 +36,7 @@ import threading
 
 from emu.debug import reverse
 from emu.debug.stepper import Stepper, StepperError
+from emu.frontends.gdbstub.hostio import HostIO
 from emu.frontends.gdbstub.packets import (
     INTERRUPT,
     MASK64,
@@ -45,6 +53,7 @@ from emu.frontends.gdbstub.packets import (
     xfer_reply,
 )
 from emu.frontends.gdbstub.registers import CPU_REGISTERS, GENERAL_REGISTERS, REGISTERS, USER_SEGMENTS, target_xml
+from emu.frontends.gdbstub.signals import gdb_signal, linux_signal
 from emu.frontends.gdbstub.svr4 import Svr4Libraries, svr4_annex
 from emu.inspect import GuestFault, is_runnable, process_auxv, process_exe_link, registered_uprobes
 from kernel_model.errors import EmuError, InputError
@@ -65,6 +74,7 @@ class GdbStub:
                  checkpoint_interval: int | None = reverse.DEFAULT_STEPPER_INTERVAL):
         self.m = machine
         self.stepper = Stepper(machine, max_insns=max_insns, timeout=timeout)
+        self.stepper.stop_at_signals = True     # a tracer sees each signal before delivery
         # recorded from the start for bs/bc (None or 0: no reverse execution)
         self.reverse = reverse.ReverseStepper.of(self.stepper, interval=checkpoint_interval) \
             if checkpoint_interval else None
@@ -75,6 +85,8 @@ class GdbStub:
         self.detached = False
         self.last_stop = "S05"
         self.xfer_cache: dict = {}         # (object, annex) -> bytes while the guest stays stopped
+        self.hostio = HostIO(machine)      # vFile: the guest's files, read-only
+        self.multiprocess = False          # thread ids as pPID.TID (gdb offered multiprocess+)
 
     # -- registers --------------------------------------------------------------
     def _task(self, tid=None):
@@ -88,6 +100,9 @@ class GdbStub:
         bits = next(b for n, b, _ in REGISTERS if n == name)
         task = task or self.m.task
         val = 0
+        stopped = self.stepper.stopped_regs(task)
+        if stopped is not None and name in GENERAL_REGISTERS:
+            return (getattr(stopped, name) & ((1 << bits) - 1)).to_bytes(bits // 8, "little")
         if name in USER_SEGMENTS:
             val = USER_SEGMENTS[name]
         elif name == "orig_rax":
@@ -118,17 +133,23 @@ class GdbStub:
             return f"W{(ev.exit_code or 0) & 0xFF:02x}"
         if ev.reason == "signal":
             self.done = True
-            return f"X{ev.signal:02x}"
-        tid = self.m.task.tid
+            return f"X{gdb_signal(ev.signal):02x}"
+        tid = self._ptid(self.m.task)
         self.g_tid = self.c_tid = None     # gdb now takes the reporting thread as selected
+        if ev.reason == "signal_received":
+            tid = self._ptid(self.stepper.signal_stop.task)
+            return f"T{gdb_signal(ev.stop_signal):02x}thread:{tid};"
+        if ev.reason == "exec":
+            path = (ev.exec_path or "").encode("utf-8", "surrogateescape")
+            return f"T05exec:{path.hex()};thread:{tid};"
         if ev.reason == "breakpoint":
-            return f"T05swbreak:;thread:{tid:x};"
+            return f"T05swbreak:;thread:{tid};"
         if ev.reason == "watchpoint":
             key = {"write": "watch", "read": "rwatch", "access": "awatch"}[ev.watchpoint.kind]
-            return f"T05{key}:{ev.watchpoint.address:x};thread:{tid:x};"
+            return f"T05{key}:{ev.watchpoint.address:x};thread:{tid};"
         if ev.reason == "stopped" and "SIGINT" in (ev.detail or "") + str(getattr(ev.result, "detail", "")):
-            return f"T02thread:{tid:x};"
-        return f"T05thread:{tid:x};"
+            return f"T02thread:{tid};"
+        return f"T05thread:{tid};"
 
     # -- run control -------------------------------------------------------------
     def _resume(self, action: str, addr: int | None = None, tid: int | None = None) -> str:
@@ -193,24 +214,25 @@ class GdbStub:
     def _dispatch(self, pkt: bytes, text: str) -> str | None:
         head = text[:1]
         if text.startswith("qSupported"):
-            return (f"PacketSize={PACKET_SIZE:x};qXfer:features:read+;qXfer:auxv:read+;"
-                    "qXfer:exec-file:read+;qXfer:libraries-svr4:read+;"
-                    "augmented-libraries-svr4-read+;swbreak+;QStartNoAckMode+;vContSupported+"
-                    + (";ReverseStep+;ReverseContinue+" if self.reverse is not None else ""))
+            return self._qsupported(text)
         if text == "QStartNoAckMode":
             self.conn.send("OK")          # acknowledged before acks stop
             self.conn.ack = False
             return ""                     # serve() sends nothing more for this packet
         if text.startswith("qXfer:"):
             return self._qxfer(text[len("qXfer:"):])
+        if text.startswith("vFile:"):
+            return self.hostio.handle(pkt[len("vFile:"):])
+        if text.startswith("QPassSignals:"):
+            return self._pass_signals(text[len("QPassSignals:"):])
         if text == "?":
             return self.last_stop
         if text == "qfThreadInfo":
-            return "m" + ",".join(f"{t.tid:x}" for t in sorted(self.m.tasks, key=lambda t: t.tid))
+            return "m" + ",".join(self._ptid(t) for t in sorted(self.m.tasks, key=lambda t: t.tid))
         if text == "qsThreadInfo":
             return "l"
         if text == "qC":
-            return f"QC{self.m.task.tid:x}"
+            return f"QC{self._ptid(self.m.task)}"
         if text == "qAttached":
             return "1"
         if text.startswith("qRcmd,"):
@@ -235,6 +257,34 @@ class GdbStub:
             return ""
         return handler(pkt, text)
 
+    def _pass_signals(self, arg: str) -> str:
+        """``QPassSignals:SIG;SIG...`` (gdb's numbers, hex): signals delivered without a
+        stop (gdb's ``handle SIG nostop``); the list replaces the previous one."""
+        sigs = [hex_int(x) for x in arg.split(";")] if arg else []
+        self.stepper.pass_signals = frozenset(linux_signal(s) for s in sigs)
+        return "OK"
+
+    def _ptid(self, task) -> str:
+        """A thread as the stop replies and thread lists name it: ``pPID.TID`` with the
+        multiprocess extensions (gdb then knows the real pid: its /proc reads through
+        vFile, such as the vDSO's range in /proc/PID/task/PID/maps), else ``TID``."""
+        return f"p{task.process.pid:x}.{task.tid:x}" if self.multiprocess else f"{task.tid:x}"
+
+    def _qsupported(self, text: str) -> str:
+        """Our features; ``exec-events+`` only when gdb offers it (gdbserver's
+        handle_query: an exec is then reported as the ``T05exec:PATH`` stop, and the
+        stepper stops at each exec of the followed process instead of following it
+        silently)."""
+        offered = text.partition(":")[2].split(";")
+        self.stepper.stop_at_exec = "exec-events+" in offered
+        self.multiprocess = "multiprocess+" in offered
+        return (f"PacketSize={PACKET_SIZE:x};qXfer:features:read+;qXfer:auxv:read+;"
+                "qXfer:exec-file:read+;qXfer:libraries-svr4:read+;qXfer:siginfo:read+;QPassSignals+;"
+                "augmented-libraries-svr4-read+;swbreak+;QStartNoAckMode+;vContSupported+"
+                + (";exec-events+" if self.stepper.stop_at_exec else "")
+                + (";multiprocess+" if self.multiprocess else "")
+                + (";ReverseStep+;ReverseContinue+" if self.reverse is not None else ""))
+
     def _qxfer(self, rest: str) -> str:
         """``qXfer:OBJECT:read:ANNEX:OFFSET,LENGTH`` (gdbserver's handle_qxfer): the
         object's bytes from OFFSET, ``m`` while more follow, ``l`` for the last part
@@ -244,7 +294,8 @@ class GdbStub:
         the empty reply for an object we do not serve."""
         obj, _, rest = rest.partition(":")
         readers = {"features": self._xfer_features, "auxv": self._xfer_auxv,
-                   "exec-file": self._xfer_exec_file, "libraries-svr4": self._xfer_libraries_svr4}
+                   "exec-file": self._xfer_exec_file, "libraries-svr4": self._xfer_libraries_svr4,
+                   "siginfo": self._xfer_siginfo}
         if obj not in readers:
             return ""
         op, _, rest = rest.partition(":")
@@ -286,6 +337,15 @@ class GdbStub:
             return "E01"                  # an image that never was a file (from_asm, guest:)
         path = process_exe_link(self.m, task.process, task)
         return "E01" if isinstance(path, int) else path.encode("utf-8", "surrogateescape")
+
+    def _xfer_siginfo(self, annex: str) -> bytes | str:
+        """The x86_64 siginfo_t (128 bytes) of the signal the thread stopped with
+        (gdbserver's linux_xfer_siginfo: PTRACE_GETSIGINFO); E01 at a stop that was no
+        signal's (a breakpoint here is no int3 trap)."""
+        if annex:
+            return "E00"
+        info = self.stepper.siginfo_of(self._task())
+        return "E01" if info is None else info
 
     def _xfer_libraries_svr4(self, annex: str) -> bytes | str:
         lmid, start, prev = svr4_annex(annex)
@@ -472,9 +532,9 @@ class GdbStub:
             return self.last_stop
         self.xfer_cache.clear()
         ev = self.reverse.reverse_stepi() if text == "bs" else self.reverse.reverse_continue()
-        tid = self.m.task.tid
+        tid = self._ptid(self.m.task)
         if ev.reason == reverse.HISTORY_START:
-            self.last_stop = f"T05replaylog:begin;thread:{tid:x};"
+            self.last_stop = f"T05replaylog:begin;thread:{tid};"
         else:
             self.last_stop = self.stop_reply(ev)
         return self.last_stop
@@ -547,6 +607,8 @@ class GdbStub:
                 self.conn.send(reply)
         except Disconnected:
             return
+        finally:
+            self.hostio.close_all()
 
 
 

@@ -14,6 +14,7 @@ has no AVX-512); errors never abort a command file.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sys
 
@@ -21,8 +22,8 @@ from emu.debug import reverse
 from emu.debug.disasm import annotation
 from emu.debug.format import natural, signed
 from emu.debug.stepper import Stepper, StepperError, StopEvent
-from emu.frontends.launch import add_cli_events, events_output, make_machine
 from emu.frontends.gdbstub.svr4 import Svr4Libraries
+from emu.frontends.launch import add_cli_events, events_output, make_machine
 from emu.inspect import GuestFault, process_auxv, registered_uprobes, signal_name
 from kernel_model.errors import EmuError
 
@@ -56,6 +57,7 @@ Commands (gdb-like):
   delete [N...]             delete breakpoints (all without N)
   info registers [REG...]   registers in gdb's layout (i r)
   info breakpoints          breakpoints (i b)
+  info symbol ADDR          the symbol at ADDR, its section and file (PLT stubs: malloc@plt)
   x/NFU ADDR                memory: F = x d u i, U = b h w g (x/8bx, x/4gx, x/5i $pc)
   disas [LOCATION]          the function, objdump-like, => marks rip
   bt, backtrace             frames by .eh_frame CFI (a pending uretprobe shows the real
@@ -188,8 +190,9 @@ class StepperShell:
 
     # ------------------------------------------------------------------ stops
     def _where(self, rip: int) -> str:
+        """gdb's frame line: ``0x... in FUNC ()``, `` from LIB`` in a shared library."""
         hit = self.s.symbol(rip)
-        return f"{rip:#018x} in {hit[0] if hit else '??'} ()"
+        return f"{rip:#018x} in {hit[0] if hit else '??'} (){self._from(rip)}"
 
     def _xi_line(self, addr: int, current: bool) -> str:
         insn = self.s.disasm.decode(addr)
@@ -219,7 +222,7 @@ class StepperShell:
             return
         if ev.reason == "breakpoint":
             self._p()
-            self._p(f"Breakpoint {ev.breakpoint.number}, {self._where(ev.rip)}{self._from(ev.rip)}")
+            self._p(f"Breakpoint {ev.breakpoint.number}, {self._where(ev.rip)}")
         elif ev.reason == "watchpoint":
             self._report_watch(ev)
             self._p(self._where(ev.rip))
@@ -227,7 +230,7 @@ class StepperShell:
             self._p()
             what = f"Catchpoint {ev.catchpoint.number} (exec'd {ev.exec_path})" if ev.catchpoint \
                 else f"Program stopped: exec'd {ev.exec_path}"
-            self._p(f"{what}, {self._where(ev.rip)}{self._from(ev.rip)}")
+            self._p(f"{what}, {self._where(ev.rip)}")
         elif ev.reason == "stopped":
             self._p()
             self._p(f"Program stopped: {ev.detail}.")
@@ -338,8 +341,8 @@ class StepperShell:
     def cmd_catch(self, arg: str) -> None:
         """gdb's ``catch exec`` (the only event caught here)."""
         if arg != "exec":
-            raise StepperError(f'Undefined catch command: "{arg}".  Try "help catch".' if arg else
-                               "List of catch subcommands:\n\ncatch exec -- Catch calls to exec.")
+            raise StepperError(f'catch {arg}: only "catch exec" is supported here.' if arg else
+                               'Argument required: "catch exec" (stop at an exec).')
         cp = self.s.catch_exec()
         self._p(f"Catchpoint {cp.number} (exec)")
 
@@ -364,6 +367,8 @@ class StepperShell:
             self._info_breakpoints()
         elif what in ("probes", "probe"):
             self._probe_list()
+        elif what in ("symbol", "sym"):
+            self._info_symbol(rest.strip())
         else:
             raise StepperError(f'Undefined info command: "{arg}".  Try "help info".')
 
@@ -400,6 +405,32 @@ class StepperShell:
                 noun = "breakpoint"
             if item.hits:
                 self._p(f"\t{noun} already hit {item.hits} time{'s' if item.hits != 1 else ''}")
+
+    def _info_symbol(self, arg: str) -> None:
+        """gdb's ``info symbol ADDR``: ``NAME [+ N] in section SECTION of FILE`` (the
+        program runs, so gdb has several objfiles and always names the file)."""
+        if not arg:
+            raise StepperError("Argument required (address).")
+        addr = self.s.evaluate(arg)
+        label = self.s.label(addr)
+        vma = self.m.mem.find_vma(addr)
+        section = self.s.plt.section(addr)
+        if label is None or vma is None or vma.file is None or section is None:
+            self._p(f"No symbol matches {arg}.")
+            return
+        name, plus, off = label.rpartition("+")
+        if not (plus and off.isdigit()):
+            name, off = label, ""
+        where = f"{name} + {off}" if off else name
+        self._p(f"{where} in section {section} of {self._objfile(vma)}")
+
+    def _objfile(self, vma) -> str:
+        """gdb's name of the file a mapping comes from: the program's path, a library's
+        link_map name."""
+        if vma.file is self.m.process.exe:
+            return vma.file.d_path or os.path.abspath(vma.file.path)
+        bias = min(v.start for v in self.m.mem.vmas if v.file is vma.file)
+        return self._solib_names().get(bias) or vma.file.path or vma.name
 
     def cmd_x(self, arg: str, fmt: str) -> None:
         count, letter, size = _parse_x_format(fmt, self._x_last)
