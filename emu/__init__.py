@@ -1,8 +1,8 @@
 """uprobe-emu: an x86_64 machine on Unicorn with the Linux uprobes subsystem modeled.
 
-    from emu import Machine
-    m = Machine.from_guest("hello")
-    result = m.run()
+from emu import Machine
+m = Machine.from_guest("hello")
+result = m.run()
 """
 
 from kernel_model.errors import (
@@ -17,8 +17,18 @@ from kernel_model.errors import (
 )
 from kernel_model.kernel.signals import RunResult
 
-__all__ = ["Machine", "RunResult", "EmuError", "InputError", "ElfError", "SymbolError",
-           "ProbeSpecError", "RegistrationError", "GuestSignalError", "UnsupportedError"]
+__all__ = [
+    "Machine",
+    "RunResult",
+    "EmuError",
+    "InputError",
+    "ElfError",
+    "SymbolError",
+    "ProbeSpecError",
+    "RegistrationError",
+    "GuestSignalError",
+    "UnsupportedError",
+]
 __version__ = "0.1.0"
 
 
@@ -27,5 +37,6 @@ def __getattr__(name: str):
     ``emu``'s leaf modules without loading the machine and Unicorn."""
     if name == "Machine":
         from emu.machine import Machine
+
         return Machine
     raise AttributeError(f"module 'emu' has no attribute {name!r}")

@@ -19,7 +19,7 @@ from emu.elf_writer import build_elf
 from kernel_model.errors import InputError
 
 TEXT_VADDR = 0x401000
-_ASM_ATTEMPTS = 4             # keystone runs for one source (see assemble)
+_ASM_ATTEMPTS = 4  # keystone runs for one source (see assemble)
 _LABEL = re.compile(r"^\s*([A-Za-z_.$][\w.$@]*)\s*:(?!:)")
 
 
@@ -75,16 +75,15 @@ def assemble(source: str, base: int = TEXT_VADDR) -> tuple[bytes, int, dict[str,
         if enc is None:
             raise InputError("assembly failed: empty program")
         blob = bytes(enc)
-        addrs = struct.unpack(f"<{ntab}Q", blob[-8 * ntab:]) if ntab else ()
+        addrs = struct.unpack(f"<{ntab}Q", blob[-8 * ntab :]) if ntab else ()
         if not data_lines or addrs[-1] % 4096 == 0:
             break
         # keystone now and then lays ``.align 4096`` out short (seen once in a few
         # thousand generated programs, not again on the same source): assemble again
     else:
-        raise InputError(f"assembly failed: keystone put the data at {addrs[-1]:#x}, "
-                         "not on a page boundary")
+        raise InputError(f"assembly failed: keystone put the data at {addrs[-1]:#x}, not on a page boundary")
     if ntab:
-        blob = blob[:-8 * ntab]
+        blob = blob[: -8 * ntab]
     labels = {name: (addr, sec) for (name, sec), addr in zip(labels_order, addrs)}
     # with data, the text part runs up to the page-aligned __data_start
     text_len = (addrs[-1] - base) if data_lines else len(blob)
@@ -100,15 +99,15 @@ def asm_to_elf(source: str, entry: str = "_start") -> tuple[bytes, dict[str, int
         raise InputError(f"guest has no '{entry}' label")
     # symbol sizes: distance to the next label of the same section
     syms = []
-    ordered = sorted(((a, n, s) for n, (a, s) in labels.items() if not n.startswith(".")),
-                     key=lambda t: t[0])
+    ordered = sorted(((a, n, s) for n, (a, s) in labels.items() if not n.startswith(".")), key=lambda t: t[0])
     text_end = TEXT_VADDR + len(text)
     data_vaddr = TEXT_VADDR + text_len if data else None
     data_end = (data_vaddr or 0) + len(data)
     for i, (addr, name, sec) in enumerate(ordered):
         limit = text_end if sec == "text" else data_end
-        nxt = next((a for a, _, s in ordered[i + 1:] if s == sec and a > addr), limit)
+        nxt = next((a for a, _, s in ordered[i + 1 :] if s == sec and a > addr), limit)
         syms.append((name, addr, max(0, min(nxt, limit) - addr), "FUNC" if sec == "text" else "OBJECT"))
-    elf = build_elf(text=text, text_vaddr=TEXT_VADDR, entry=labels[entry][0], symbols=syms,
-                    data=data, data_vaddr=data_vaddr)
+    elf = build_elf(
+        text=text, text_vaddr=TEXT_VADDR, entry=labels[entry][0], symbols=syms, data=data, data_vaddr=data_vaddr
+    )
     return elf, {n: a for n, (a, _) in labels.items()}

@@ -19,7 +19,8 @@ EXIT_INTERRUPTED = 130
 def main() -> int:
     try:
         from emu.frontends.cli import main as cli_main
-        code = cli_main()       # handles Ctrl-C itself once it has parsed its arguments
+
+        code = cli_main()  # handles Ctrl-C itself once it has parsed its arguments
     except KeyboardInterrupt:
         print("uprobe-emu: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -45,6 +46,6 @@ def end_process(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):       # a closed pipe, a closed stream: nothing more to write
+        except (OSError, ValueError):  # a closed pipe, a closed stream: nothing more to write
             pass
     os._exit(code)

@@ -142,30 +142,54 @@ def _text_part(text: bytes, text_vaddr: int, headers_size: int) -> _LoadPart:
     seg_vaddr = _page_down(text_vaddr - headers_size)
     text_off = text_vaddr - seg_vaddr
     size = text_off + len(text)
-    text_section = _Section(".text", _SHT_PROGBITS, _SHF_ALLOC | _SHF_EXECINSTR, text_vaddr, text_off,
-                            len(text), align=_natural_alignment(text_vaddr, 16))
+    text_section = _Section(
+        ".text",
+        _SHT_PROGBITS,
+        _SHF_ALLOC | _SHF_EXECINSTR,
+        text_vaddr,
+        text_off,
+        len(text),
+        align=_natural_alignment(text_vaddr, 16),
+    )
     phdr = ELF64_PHDR.pack(PT_LOAD, PF_R | PF_X, 0, seg_vaddr, seg_vaddr, size, size, PAGE_SIZE)
     return _LoadPart(phdr, (text_section,), text_off, text)
 
 
-def _data_part(
-    data: bytes, data_vaddr: int | None, bss_size: int, text: _LoadPart, text_end: int
-) -> _LoadPart:
+def _data_part(data: bytes, data_vaddr: int | None, bss_size: int, text: _LoadPart, text_end: int) -> _LoadPart:
     """RW- segment on its own pages, with p_offset congruent to p_vaddr mod the page size."""
     data_vaddr = _page_up(text_end) if data_vaddr is None else data_vaddr
     if _page_down(data_vaddr) < _page_up(text_end):
         raise InputError(f"data_vaddr {data_vaddr:#x} shares a page with the text segment")
     data_off = _page_up(text.offset + len(text.content)) + data_vaddr % PAGE_SIZE
-    phdr = ELF64_PHDR.pack(PT_LOAD, PF_R | PF_W, data_off, data_vaddr, data_vaddr,
-                      len(data), len(data) + bss_size, PAGE_SIZE)
+    phdr = ELF64_PHDR.pack(
+        PT_LOAD, PF_R | PF_W, data_off, data_vaddr, data_vaddr, len(data), len(data) + bss_size, PAGE_SIZE
+    )
     sections = []
     if data:
-        sections.append(_Section(".data", _SHT_PROGBITS, _SHF_ALLOC | _SHF_WRITE, data_vaddr, data_off,
-                                 len(data), align=_natural_alignment(data_vaddr, 8)))
+        sections.append(
+            _Section(
+                ".data",
+                _SHT_PROGBITS,
+                _SHF_ALLOC | _SHF_WRITE,
+                data_vaddr,
+                data_off,
+                len(data),
+                align=_natural_alignment(data_vaddr, 8),
+            )
+        )
     if bss_size:
         bss_vaddr = data_vaddr + len(data)
-        sections.append(_Section(".bss", _SHT_NOBITS, _SHF_ALLOC | _SHF_WRITE, bss_vaddr,
-                                 data_off + len(data), bss_size, align=_natural_alignment(bss_vaddr, 8)))
+        sections.append(
+            _Section(
+                ".bss",
+                _SHT_NOBITS,
+                _SHF_ALLOC | _SHF_WRITE,
+                bss_vaddr,
+                data_off + len(data),
+                bss_size,
+                align=_natural_alignment(bss_vaddr, 8),
+            )
+        )
     return _LoadPart(phdr, tuple(sections), data_off, data)
 
 
@@ -181,8 +205,18 @@ def _finish_file(
     strtab_off = len(body)
     body += strtab
     sections = sections + [
-        _Section(".symtab", _SHT_SYMTAB, 0, 0, symtab_off, len(symtab), link=symtab_index + 1,
-                 info=first_global, align=8, entsize=ELF64_SYM.size),
+        _Section(
+            ".symtab",
+            _SHT_SYMTAB,
+            0,
+            0,
+            symtab_off,
+            len(symtab),
+            link=symtab_index + 1,
+            info=first_global,
+            align=8,
+            entsize=ELF64_SYM.size,
+        ),
         _Section(".strtab", _SHT_STRTAB, 0, 0, strtab_off, len(strtab)),
     ]
     shstrtab = _StringTable()
@@ -195,11 +229,35 @@ def _finish_file(
     body += b"\0" * (shoff - len(body))
     body += bytes(ELF64_SHDR.size)  # the null section
     for sec in sections:
-        body += ELF64_SHDR.pack(shstrtab.offsets[sec.name], sec.type, sec.flags, sec.addr, sec.offset,
-                           sec.size, sec.link, sec.info, sec.align, sec.entsize)
+        body += ELF64_SHDR.pack(
+            shstrtab.offsets[sec.name],
+            sec.type,
+            sec.flags,
+            sec.addr,
+            sec.offset,
+            sec.size,
+            sec.link,
+            sec.info,
+            sec.align,
+            sec.entsize,
+        )
     ident = ELF_MAGIC + bytes([ELFCLASS64, ELFDATA2LSB, EV_CURRENT, 0]) + bytes(8)
-    ehdr = ELF64_EHDR.pack(ident, 2, EM_X86_64, EV_CURRENT, entry, ELF64_EHDR.size, shoff, 0, ELF64_EHDR.size,
-                      ELF64_PHDR.size, len(phdrs), ELF64_SHDR.size, len(sections) + 1, len(sections))
+    ehdr = ELF64_EHDR.pack(
+        ident,
+        2,
+        EM_X86_64,
+        EV_CURRENT,
+        entry,
+        ELF64_EHDR.size,
+        shoff,
+        0,
+        ELF64_EHDR.size,
+        ELF64_PHDR.size,
+        len(phdrs),
+        ELF64_SHDR.size,
+        len(sections) + 1,
+        len(sections),
+    )
     headers = ehdr + b"".join(phdrs)
     body[: len(headers)] = headers
     return bytes(body)

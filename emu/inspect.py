@@ -27,21 +27,46 @@ if TYPE_CHECKING:
     from kernel_model.fs.binfmt_elf import DEFAULT_ENV
 
 __all__ = [
-    "DEFAULT_ENV", "GPR_NAMES", "GuestFault", "MAX_SLICE", "MIN_SLICE", "MAX_UINSN_BYTES",
-    "NR_CPUS", "format_eflags", "parse_nr_cpus", "parse_slice", "signal_name", "syscall_name",
-    "registered_uprobes", "optimized_call_size", "grace_periods", "engine_capabilities", "describe_engine",
-    "is_runnable", "in_single_step", "trampoline_vaddr", "pending_returns", "xol_fixups",
-    "is_writable", "is_writable_code", "uprobe_refusal", "process_auxv", "process_exe_link",
+    "DEFAULT_ENV",
+    "GPR_NAMES",
+    "GuestFault",
+    "MAX_SLICE",
+    "MIN_SLICE",
+    "MAX_UINSN_BYTES",
+    "NR_CPUS",
+    "format_eflags",
+    "parse_nr_cpus",
+    "parse_slice",
+    "signal_name",
+    "syscall_name",
+    "registered_uprobes",
+    "optimized_call_size",
+    "grace_periods",
+    "engine_capabilities",
+    "describe_engine",
+    "is_runnable",
+    "in_single_step",
+    "trampoline_vaddr",
+    "pending_returns",
+    "xol_fixups",
+    "is_writable",
+    "is_writable_code",
+    "uprobe_refusal",
+    "process_auxv",
+    "process_exe_link",
 ]
 
 # Names whose modules load Unicorn, Capstone or the loader: imported when first used, so
 # a command line that only parses its arguments (``--help``) does not load them.  The
 # functions below that read kernel structures import their modules where they run: by
 # then a machine exists and has loaded them.
-__getattr__, _dir = lazy_exports(__name__, {
-    "MAX_UINSN_BYTES": "kernel_model.arch.x86.kernel.uprobes",
-    "DEFAULT_ENV": "kernel_model.fs.binfmt_elf",
-})
+__getattr__, _dir = lazy_exports(
+    __name__,
+    {
+        "MAX_UINSN_BYTES": "kernel_model.arch.x86.kernel.uprobes",
+        "DEFAULT_ENV": "kernel_model.fs.binfmt_elf",
+    },
+)
 
 
 def __dir__() -> list[str]:
@@ -50,21 +75,25 @@ def __dir__() -> list[str]:
 
 # -- the engine ---------------------------------------------------------------------------
 
+
 def engine_capabilities() -> list[dict]:
     """``[{"name", "ok", "detail"}]``: which of the engine's speed tricks work on this host
     and Unicorn build (the register window, the native block quantum, the instruction
     counter, the exception state)."""
     from emu.engine.capabilities import engine_capabilities as capabilities
+
     return capabilities()
 
 
 def describe_engine(caps: list[dict]) -> str:
     """One line: ``engine: register window in place, ...`` with each fallback named."""
     from emu.engine.capabilities import describe
+
     return describe(caps)
 
 
 # -- uprobes ---------------------------------------------------------------------------
+
 
 def registered_uprobes(machine) -> list:
     """Every uprobe registered on the machine (the ``uprobes_tree``), each with its
@@ -95,6 +124,7 @@ def in_single_step(task) -> bool:
     """The task is single-stepping a probed instruction out of line: between
     ``pre_ssout`` and the #DB that ends it (``utask->state == UTASK_SSTEP``)."""
     from kernel_model.kernel.events.uprobes_types import UTASK_SSTEP
+
     utask = task.utask
     return utask is not None and utask.state == UTASK_SSTEP
 
@@ -120,6 +150,7 @@ def xol_fixups(arch_uprobe) -> tuple[str, ...]:
     analysed instruction: ``"ip"``, ``"call"`` (a return address pushed) and
     ``"setf"``, in that order."""
     from kernel_model.arch.x86.lib.insn import FIX_CALL, FIX_IP, FIX_SETF
+
     fixups = arch_uprobe.fixups
     return tuple(name for bit, name in ((FIX_IP, "ip"), (FIX_CALL, "call"), (FIX_SETF, "setf")) if fixups & bit)
 
@@ -129,15 +160,16 @@ def uprobe_refusal(insn: bytes, profile, vaddr: int) -> str | None:
     copies from the file: :data:`MAX_UINSN_BYTES`) at ``vaddr`` under ``profile``
     (``arch_uprobe_analyze_insn()``), or None when it accepts it."""
     from kernel_model.arch.x86.kernel.uprobes import arch_uprobe_analyze_insn
+
     try:
-        arch_uprobe_analyze_insn(insn, nop_policy=profile.nop_emulation,
-                                 optimize=profile.optimize, vaddr=vaddr)
+        arch_uprobe_analyze_insn(insn, nop_policy=profile.nop_emulation, optimize=profile.optimize, vaddr=vaddr)
     except RegistrationError as e:
         return str(e)
     return None
 
 
 # -- mappings ---------------------------------------------------------------------------
+
 
 def is_writable(vma) -> bool:
     """The mapping is writable (VM_WRITE)."""
@@ -152,10 +184,12 @@ def is_writable_code(vma) -> bool:
 
 # -- /proc --------------------------------------------------------------------------------
 
+
 def process_auxv(machine, process, task) -> bytes:
     """``/proc/PID/auxv`` of ``process``: the (type, value) pairs exec put on its stack
     (``proc_pid_auxv``)."""
     from kernel_model.fs.proc.procfs import auxv_bytes
+
     return auxv_bytes(machine, process, task)
 
 
@@ -163,10 +197,12 @@ def process_exe_link(machine, process, task) -> str | int:
     """``/proc/PID/exe`` of ``process``: the executable's path in the guest's view
     (``proc_exe_link``), or a negative errno."""
     from kernel_model.fs.proc.procfs import exe_link
+
     return exe_link(machine, process, task)
 
 
 # -- names --------------------------------------------------------------------------------
+
 
 def syscall_name(nr: int, default: str = "?") -> str:
     """The x86_64 syscall ``nr``'s name (``syscall_64.tbl``), else ``default``."""

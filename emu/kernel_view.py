@@ -24,6 +24,7 @@ class KernelMethod(Generic[_P, _R]):
     kernel's bound method (at run time it is a plain ``property``)."""
 
     if TYPE_CHECKING:
+
         def __get__(self, obj: object, owner: type | None = None) -> Callable[_P, _R]: ...
 
 
@@ -32,7 +33,7 @@ def kernel_method(method: Callable[Concatenate[Kernel, _P], _R]) -> KernelMethod
     bound method, with the method's docstring."""
     name = method.__name__
     # a property, given the type of what it hands out (see KernelMethod)
-    return property(lambda self: getattr(self.kernel, name), doc=method.__doc__)   # type: ignore[return-value]
+    return property(lambda self: getattr(self.kernel, name), doc=method.__doc__)  # type: ignore[return-value]
 
 
 def kernel_state(name: str) -> Any:

@@ -19,8 +19,9 @@ def lazy_exports(module: str, exports: Mapping[str, str]) -> tuple[Callable[[str
     """``(__getattr__, __dir__)`` for ``module``, which re-exports each name of
     ``exports`` from the module it maps to: a full dotted name, or ``.sub`` for a
     submodule of ``module``."""
-    where = MappingProxyType({name: f"{module}{source}" if source.startswith(".") else source
-                              for name, source in exports.items()})
+    where = MappingProxyType(
+        {name: f"{module}{source}" if source.startswith(".") else source for name, source in exports.items()}
+    )
 
     def __getattr__(name: str) -> object:
         source = where.get(name)

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import math
 import os
-import signal as host_signal
-import threading
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from emu.engine.cpu import Cpu, Hook, HookHandle
 from emu.engine.memory import Memory
 from emu.engine.quantum import instruction_counter_available
 from emu.engine.regfile import SnapshotReader
+from emu.interrupt import Interruptible
 from emu.kernel_view import kernel_method, kernel_state
 from emu.probes.user_api import UserUprobes
 from emu.replay.checkpoint import (
@@ -80,11 +79,11 @@ __all__ = ["Machine", "Hook", "RunResult", "instruction_counter_available", "DEF
 def _check_limits(max_insns: object, timeout: object) -> None:
     """run()'s limits: a budget is a count >= 0, a timeout a finite number >= 0 (None
     or 0: none).  Unicorn would take nan/inf as a conversion error mid-run."""
-    if max_insns is not None and (isinstance(max_insns, bool) or not isinstance(max_insns, int)
-                                  or max_insns < 0):
+    if max_insns is not None and (isinstance(max_insns, bool) or not isinstance(max_insns, int) or max_insns < 0):
         raise InputError(f"max_insns must be an instruction count >= 0 or None, not {max_insns!r}")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                or not math.isfinite(timeout) or timeout < 0):
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout < 0
+    ):
         raise InputError(f"timeout must be a finite number of seconds >= 0 or None, not {timeout!r}")
 
 
@@ -140,17 +139,32 @@ class Machine:
     reports (default 4 GiB).  See :mod:`kernel_model.fs.file`.
     """
 
-    checkpoint_keep = ("events", "recorder", "passthrough", "capture_output", "page_cache", "_sigint")
+    checkpoint_keep = ("events", "recorder", "passthrough", "capture_output", "page_cache", "sigint")
 
-    def __init__(self, *, kernel: str = "latest", stdin: bytes | int = b"", passthrough: bool = False,
-                 sysroot: str = "/", grant_dirs: list[str] | tuple[str, ...] = (), grant_dir: str | None = None,
-                 cwd: str | None = None, seed: int = 0, comm: str = "guest",
-                 stdio: str = "pipe", mem_total: int | None = None,
-                 max_memory: int | None = DEFAULT_MAX_MEMORY, capture_output: bool | None = None,
-                 output_limit: int | None = DEFAULT_OUTPUT_LIMIT, uid: int | None = None,
-                 gid: int | None = None, groups: list[int] | None = None,
-                 sched_slice: tuple[int, int] = (MIN_SLICE, MAX_SLICE), cpus: int = 1,
-                 **kernel_overrides: SwitchValue) -> None:
+    def __init__(
+        self,
+        *,
+        kernel: str = "latest",
+        stdin: bytes | int = b"",
+        passthrough: bool = False,
+        sysroot: str = "/",
+        grant_dirs: list[str] | tuple[str, ...] = (),
+        grant_dir: str | None = None,
+        cwd: str | None = None,
+        seed: int = 0,
+        comm: str = "guest",
+        stdio: str = "pipe",
+        mem_total: int | None = None,
+        max_memory: int | None = DEFAULT_MAX_MEMORY,
+        capture_output: bool | None = None,
+        output_limit: int | None = DEFAULT_OUTPUT_LIMIT,
+        uid: int | None = None,
+        gid: int | None = None,
+        groups: list[int] | None = None,
+        sched_slice: tuple[int, int] = (MIN_SLICE, MAX_SLICE),
+        cpus: int = 1,
+        **kernel_overrides: SwitchValue,
+    ) -> None:
         """``max_memory``: bytes of guest mappings over all its processes (None: no
         limit); past it mmap/brk/fork get ENOMEM and loading fails.  ``capture_output``:
         keep the guest's stdout/stderr in ``stdout``/``stderr`` (default: only when not
@@ -172,12 +186,19 @@ class Machine:
             raise InputError(f"max_memory must be positive, not {max_memory}")
         self.counters = Counters()
         self.mem_limit = MemoryLimit(max_memory)
-        self.page_cache = PageCache()            # one MappedFile per (st_dev, st_ino)
-        self.events = ev.EventBus()     # the typed event stream (kernel_model.trace.events)
+        self.page_cache = PageCache()  # one MappedFile per (st_dev, st_ino)
+        self.events = ev.EventBus()  # the typed event stream (kernel_model.trace.events)
         self.engine = Cpu()
         self.kernel = Kernel(self, kernel, **kernel_overrides)
-        self.kernel.start_kernel(self.engine, mem_limit=self.mem_limit, seed=seed, sched_slice=sched_slice,
-                                 comm=comm, cred=Cred.initial(uid, gid, groups), cpus=cpus)
+        self.kernel.start_kernel(
+            self.engine,
+            mem_limit=self.mem_limit,
+            seed=seed,
+            sched_slice=sched_slice,
+            comm=comm,
+            cred=Cred.initial(uid, gid, groups),
+            cpus=cpus,
+        )
         self.passthrough = passthrough
         self.capture_output = (not passthrough) if capture_output is None else capture_output
         self.stdout = OutputBuffer(output_limit)
@@ -191,43 +212,52 @@ class Machine:
             raise InputError(f"grant_dirs must be a list of directories, not {grant_dirs!r}")
         if grant_dir is not None:
             grants.append(grant_dir)
-        self.syscalls = Syscalls(self, stdin=stdin, sysroot=sysroot, grant_dirs=grants, cwd=cwd,
-                                 seed=seed, stdio=stdio, mem_total=mem_total)
+        self.syscalls = Syscalls(
+            self, stdin=stdin, sysroot=sysroot, grant_dirs=grants, cwd=cwd, seed=seed, stdio=stdio, mem_total=mem_total
+        )
         self.kernel.attach_syscalls(self.syscalls)
-        self._sigint: str | None = None          # set by interruptible() on Ctrl-C
-        self.recorder: Recorder | None = None      # drives run()/step() while attached
+        self.sigint: str | None = None  # set by interruptible() on Ctrl-C
+        self.recorder: Recorder | None = None  # drives run()/step() while attached
 
     # ------------------------------------------------------------------ builders
     @classmethod
-    def from_elf(cls, path: str, argv: list[str] | None = None, env: list[str] | None = None,
-                 *, image: ElfImage | None = None, **kw: Any) -> Machine:
+    def from_elf(
+        cls,
+        path: str,
+        argv: list[str] | None = None,
+        env: list[str] | None = None,
+        *,
+        image: ElfImage | None = None,
+        **kw: Any,
+    ) -> Machine:
         """``image``: the program's ELF as :func:`emu.probes.symbols.load_elf_file` read it
         before (a sweep loads each binary once for its many machines)."""
         image = image if image is not None else load_elf_file(path)
         m = cls(comm=os.path.basename(path)[:15], **kw)
         dev, ino, d_path = file_identity(path)
-        load_image(m, image, MappedFile(path, image.data, image, dev=dev, ino=ino, d_path=d_path),
-                   argv or [path], env)
+        load_image(m, image, MappedFile(path, image.data, image, dev=dev, ino=ino, d_path=d_path), argv or [path], env)
         return m
 
     @classmethod
-    def from_bytes(cls, data: bytes, path: str, argv: list[str] | None = None,
-                   env: list[str] | None = None, **kw: Any) -> Machine:
+    def from_bytes(
+        cls, data: bytes, path: str, argv: list[str] | None = None, env: list[str] | None = None, **kw: Any
+    ) -> Machine:
         image = parse_elf(data, path)
         m = cls(comm=os.path.basename(path)[:15], **kw)
         load_image(m, image, MappedFile(path, image.data, image), argv or [path], env)
         return m
 
     @classmethod
-    def from_asm(cls, source: str, *, path: str = "asm-guest", argv: list[str] | None = None,
-                 **kw: Any) -> Machine:
+    def from_asm(cls, source: str, *, path: str = "asm-guest", argv: list[str] | None = None, **kw: Any) -> Machine:
         from emu.asm import asm_to_elf  # Keystone is loaded by the guests that need it
+
         elf, _ = asm_to_elf(source)
         return cls.from_bytes(elf, path, argv=argv, **kw)
 
     @classmethod
     def from_guest(cls, name: str, argv: list[str] | None = None, **kw: Any) -> Machine:
         from guest_programs import build_guest  # the built-in guests load when one is asked for
+
         elf, path = build_guest(name)
         return cls.from_bytes(elf, path, argv=argv or [path], **kw)
 
@@ -236,7 +266,7 @@ class Machine:
         """A CLI PROGRAM: ``guest:NAME`` or a path to an ELF (static, or dynamic with its
         interpreter in the sysroot)."""
         if program.startswith("guest:"):
-            return cls.from_guest(program[len("guest:"):], argv=argv, **kw)
+            return cls.from_guest(program[len("guest:") :], argv=argv, **kw)
         return cls.from_elf(program, argv=argv, **kw)
 
     # ------------------------------------------------------------------ the kernel's, through the machine
@@ -290,7 +320,7 @@ class Machine:
     @property
     def uc(self) -> Uc:
         """The engine CPU of the current address space (a Unicorn instance)."""
-        uc: Uc = self.kernel.task.process.cpu      # (opaque to the kernel)
+        uc: Uc = self.kernel.task.process.cpu  # (opaque to the kernel)
         return uc
 
     @property
@@ -346,8 +376,9 @@ class Machine:
         finally:
             f.get().put()
         image = parse_elf(data, host)
-        return self.page_cache.add(MappedFile(host, image.data, image, dev=st.st_dev, ino=st.st_ino,
-                                              d_path=f.guest_path))
+        return self.page_cache.add(
+            MappedFile(host, image.data, image, dev=st.st_dev, ino=st.st_ino, d_path=f.guest_path)
+        )
 
     def guest_output(self, fd: int, data: bytes) -> None:
         """What the guest writes to fd 1/2: passed through to the host's, and kept
@@ -372,8 +403,13 @@ class Machine:
         return exe.elf.resolve(name).value + self.load_bias(exe)
 
     # ------------------------------------------------------------------ running
-    def run(self, max_insns: int | None = DEFAULT_MAX_INSNS, timeout: float | None = DEFAULT_TIMEOUT,
-            *, raise_on_signal: bool = False) -> RunResult:
+    def run(
+        self,
+        max_insns: int | None = DEFAULT_MAX_INSNS,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        *,
+        raise_on_signal: bool = False,
+    ) -> RunResult:
         """Run until the main process exits or dies of a signal, the instruction budget
         is spent, or the timeout.
 
@@ -389,7 +425,7 @@ class Machine:
         _check_limits(max_insns, timeout)
         if self.recorder is not None and not self.recorder.driving:
             return self.recorder.run(max_insns, timeout, raise_on_signal=raise_on_signal)
-        self.kernel.begin(self._sigint)          # Ctrl-C inside interruptible() sticks
+        self.kernel.begin(self.sigint)  # Ctrl-C inside interruptible() sticks
         result = self._end(self.kernel.run(max_insns, timeout, counted=self.recorder is not None))
         if raise_on_signal and result.reason == "signal":
             raise GuestSignalError(result)
@@ -407,7 +443,7 @@ class Machine:
             raise InputError("the guest has already exited")
         if self.recorder is not None and not self.recorder.driving:
             return self.recorder.step()
-        self.kernel.begin(self._sigint)
+        self.kernel.begin(self.sigint)
         result = self.kernel.step()
         return None if result is None else self._end(result)
 
@@ -428,8 +464,9 @@ class Machine:
         """Attach an :class:`emu.replay.checkpoint.Recorder` (reverse execution): from now on
         every run and step is counted, checkpointed every ``interval`` instructions
         and can be replayed (``recorder.seek(n)``).  Returns the recorder."""
-        return Recorder(self, interval=interval or DEFAULT_INTERVAL,
-                        max_checkpoints=max_checkpoints or DEFAULT_MAX_CHECKPOINTS)
+        return Recorder(
+            self, interval=interval or DEFAULT_INTERVAL, max_checkpoints=max_checkpoints or DEFAULT_MAX_CHECKPOINTS
+        )
 
     def record_accesses(self, on: bool = True) -> AccessLog | None:
         """Record the kernel's shared-memory accesses on the probe paths from now on
@@ -476,8 +513,9 @@ class Machine:
         return self.engine.insn_clock(self.uc)
 
     # ------------------------------------------------------------------ hooks (front ends)
-    def add_code_hook(self, fn: Callable[..., object], begin: int = 1, end: int = 0, *,
-                      process: Process | None = None) -> Hook:
+    def add_code_hook(
+        self, fn: Callable[..., object], begin: int = 1, end: int = 0, *, process: Process | None = None
+    ) -> Hook:
         """Call ``fn(address, size)`` before each instruction in [begin, end] (begin >
         end: everywhere) of ``process`` (default: the current one).  Unicorn decides at
         translation time which instructions call a hook, so the translations of the
@@ -490,8 +528,15 @@ class Machine:
         and report them with :meth:`hook_failed`."""
         return self.engine.add_code_hook((process or self.process).uc, fn, begin, end)
 
-    def add_mem_hook(self, fn: Callable[[str, int, int, int], object], begin: int = 1, end: int = 0, *,
-                     access: str = "write", process: Process | None = None) -> PagedMemHook:
+    def add_mem_hook(
+        self,
+        fn: Callable[[str, int, int, int], object],
+        begin: int = 1,
+        end: int = 0,
+        *,
+        access: str = "write",
+        process: Process | None = None,
+    ) -> PagedMemHook:
         """Call ``fn(access, address, size, value)`` for each guest data access of kind
         ``access`` ("write" or "read") in [begin, end] (begin > end: everywhere)."""
         return self.engine.add_mem_hook((process or self.process).uc, fn, begin, end, access)
@@ -527,13 +572,13 @@ class Machine:
         return self.engine.snapshot_reader(self.uc)
 
     # ------------------------------------------------------------------ Ctrl-C
-    def interruptible(self) -> _Interruptible:
+    def interruptible(self) -> Interruptible:
         """Context manager: SIGINT stops the guest cleanly instead of killing the tool.
 
         Unicorn runs with the GIL released, so a helper thread waiting on Python's signal
         wakeup fd calls ``emu_stop`` the moment Ctrl-C arrives.
         """
-        return _Interruptible(self)
+        return Interruptible(self)
 
     def open_guest_file(self, path: str, flags: int = os.O_RDONLY) -> OpenFile | int:
         """A guest path opened as the current task would open it (filp_open through the
@@ -541,55 +586,3 @@ class Machine:
         ``pread``/``fstat``/``put`` (the caller owns one reference), or a negative errno."""
         f = self.syscalls.open_guest_path(self.task, path, flags)
         return f if isinstance(f, int) else f.get()
-
-
-class _Interruptible:
-    """Ctrl-C stops the guest.  The Python-level handler stops it on the main thread at
-    once (so a read waiting on stdin never sees the EOF that may follow before the
-    helper thread runs); the helper thread, woken by the wakeup fd, stops it while
-    Unicorn runs guest code with the GIL released, where no Python handler can run.
-    A Ctrl-C stays in force for the rest of the block (a run that starts after it
-    stops at once)."""
-
-    SIGINT_DETAIL = "interrupted (SIGINT)"
-
-    def __init__(self, machine: Machine) -> None:
-        self.m = machine
-
-    def _fire(self, *_: object) -> None:
-        self.m._sigint = self.SIGINT_DETAIL
-        self.m.stop(self.SIGINT_DETAIL)
-
-    def __enter__(self) -> _Interruptible:
-        if threading.current_thread() is not threading.main_thread():
-            self.active = False
-            return self
-        self.active = True
-        self.m._sigint = None
-        self.r, self.w = os.pipe()
-        os.set_blocking(self.w, False)
-        self.old_fd = host_signal.set_wakeup_fd(self.w)
-        self.old_handler = host_signal.signal(host_signal.SIGINT, self._fire)
-        self.thread = threading.Thread(target=self._watch, daemon=True)
-        self.thread.start()
-        return self
-
-    def _watch(self) -> None:
-        while True:
-            data = os.read(self.r, 64)
-            if not data or b"\xff" in data:
-                return
-            if host_signal.SIGINT in data:
-                self._fire()
-
-    def __exit__(self, *exc: object) -> Literal[False]:
-        if not self.active:
-            return False
-        host_signal.set_wakeup_fd(self.old_fd)
-        host_signal.signal(host_signal.SIGINT, self.old_handler)
-        os.write(self.w, b"\xff")
-        self.thread.join(1)
-        os.close(self.r)
-        os.close(self.w)
-        self.m._sigint = None
-        return False

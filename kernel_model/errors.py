@@ -81,7 +81,7 @@ def printable(text: str) -> str:
 
 def _escape_char(c: str) -> str:
     n = ord(c)
-    if 0xDC80 <= n <= 0xDCFF:            # an undecodable byte (surrogateescape)
+    if 0xDC80 <= n <= 0xDCFF:  # an undecodable byte (surrogateescape)
         return f"\\x{n - 0xDC00:02x}"
     if n < 0x100:
         return f"\\x{n:02x}"

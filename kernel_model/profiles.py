@@ -12,24 +12,24 @@ from typing import ClassVar
 
 from kernel_model.errors import InputError
 
-SwitchValue = str | bool | None      # what a switch is set to (``optimize`` alone may be None)
+SwitchValue = str | bool | None  # what a switch is set to (``optimize`` alone may be None)
 
 
 @dataclass(frozen=True)
 class KernelProfile:
     name: str
-    release: str                      # uname -r
-    uretprobe_trampoline: str         # "int3" (<=6.10) | "syscall" (6.11+)
-    nop_emulation: str                # "nop1" | "x86_nops" (6.18) | "insn_is_nop" (6.19+)
-    optimize: str | None              # None | "nop5" (6.18-7.2) | "nop10" (7.3+)
-    ri_alloc: str                     # "kmalloc" | "array64" | "pool" (6.14+)
-    args_buffer: str                  # "always" | "lazy" (6.10+)
-    ip_change_skips_insn: bool        # 6.18+
-    uprobe_syscall_outside: str       # "ENXIO" (6.18-7.2) | "EPROTO" (7.3+) | "SIGILL" (unmerged revision)
-    trampoline_sls_int3: bool         # 6.18+: int3 after the trampolines' ret
-    has_uprobe_syscall: bool          # syscall 336 exists (6.18+)
-    has_uretprobe_syscall: bool       # syscall 335 exists (6.11+)
-    session_consumers: bool           # 6.13+
+    release: str  # uname -r
+    uretprobe_trampoline: str  # "int3" (<=6.10) | "syscall" (6.11+)
+    nop_emulation: str  # "nop1" | "x86_nops" (6.18) | "insn_is_nop" (6.19+)
+    optimize: str | None  # None | "nop5" (6.18-7.2) | "nop10" (7.3+)
+    ri_alloc: str  # "kmalloc" | "array64" | "pool" (6.14+)
+    args_buffer: str  # "always" | "lazy" (6.10+)
+    ip_change_skips_insn: bool  # 6.18+
+    uprobe_syscall_outside: str  # "ENXIO" (6.18-7.2) | "EPROTO" (7.3+) | "SIGILL" (unmerged revision)
+    trampoline_sls_int3: bool  # 6.18+: int3 after the trampolines' ret
+    has_uprobe_syscall: bool  # syscall 336 exists (6.18+)
+    has_uretprobe_syscall: bool  # syscall 335 exists (6.11+)
+    session_consumers: bool  # 6.13+
     trampolines_copied_on_fork: bool  # 7.3+: [uprobes-trampoline] no longer VM_DONTCOPY
     # handler_chain: how the handlers' return values are read.  "bitmask" (<= 6.12):
     # ``remove &= rc`` keeps bit 0 of every rc (3 is a REMOVE too), and one return probe
@@ -74,12 +74,29 @@ class KernelProfile:
     sstep_siglock: bool
 
     SWITCHES: ClassVar[tuple[str, ...]] = (
-                "uretprobe_trampoline", "nop_emulation", "optimize", "ri_alloc", "args_buffer",
-                "ip_change_skips_insn", "uprobe_syscall_outside", "trampoline_sls_int3",
-                "has_uprobe_syscall", "has_uretprobe_syscall", "session_consumers",
-                "trampolines_copied_on_fork", "handler_chain_rc", "remove_rechecks_filter",
-                "treelock", "uprobe_lifetime", "consumers_lock", "uretprobe_lifetime", "vma_lookup", "nhit",
-                "perf_filter", "sstep_siglock")
+        "uretprobe_trampoline",
+        "nop_emulation",
+        "optimize",
+        "ri_alloc",
+        "args_buffer",
+        "ip_change_skips_insn",
+        "uprobe_syscall_outside",
+        "trampoline_sls_int3",
+        "has_uprobe_syscall",
+        "has_uretprobe_syscall",
+        "session_consumers",
+        "trampolines_copied_on_fork",
+        "handler_chain_rc",
+        "remove_rechecks_filter",
+        "treelock",
+        "uprobe_lifetime",
+        "consumers_lock",
+        "uretprobe_lifetime",
+        "vma_lookup",
+        "nhit",
+        "perf_filter",
+        "sstep_siglock",
+    )
 
     @staticmethod
     def names() -> list[str]:
@@ -97,35 +114,54 @@ class KernelProfile:
         for k, v in overrides.items():
             if k in _CHOICES and v not in _CHOICES[k]:
                 raise InputError(f"kernel switch {k} is one of {', '.join(map(str, _CHOICES[k]))}, not {v!r}")
-        return replace(prof, **overrides) if overrides else prof   # type: ignore[arg-type]  # checked above
+        return replace(prof, **overrides) if overrides else prof  # type: ignore[arg-type]  # checked above
 
     def describe(self) -> dict[str, SwitchValue]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 _CHOICES: dict[str, tuple[SwitchValue, ...]] = {
-            "handler_chain_rc": ("bitmask", "exact"), "remove_rechecks_filter": (False, True),
-            "treelock": ("spinlock", "rwlock", "seqcount", "percpu_rwsem"),
-            "uprobe_lifetime": ("refcount", "srcu", "rcu_tasks_trace", "srcu_lite"),
-            "consumers_lock": ("register_rwsem", "lockless"),
-            "uretprobe_lifetime": ("refcount", "srcu", "srcu_fast_updown"),
-            "vma_lookup": ("mmap_lock", "speculative"), "nhit": ("shared", "percpu"),
-            "perf_filter": ("rwlock", "lockless"), "sstep_siglock": (True, False)}
+    "handler_chain_rc": ("bitmask", "exact"),
+    "remove_rechecks_filter": (False, True),
+    "treelock": ("spinlock", "rwlock", "seqcount", "percpu_rwsem"),
+    "uprobe_lifetime": ("refcount", "srcu", "rcu_tasks_trace", "srcu_lite"),
+    "consumers_lock": ("register_rwsem", "lockless"),
+    "uretprobe_lifetime": ("refcount", "srcu", "srcu_fast_updown"),
+    "vma_lookup": ("mmap_lock", "speculative"),
+    "nhit": ("shared", "percpu"),
+    "perf_filter": ("rwlock", "lockless"),
+    "sstep_siglock": (True, False),
+}
 
 
 def _p(name: str, release: str, **kw: SwitchValue) -> KernelProfile:
-    return KernelProfile(name=name, release=release, **kw)     # type: ignore[arg-type]  # the switches of _BASE
+    return KernelProfile(name=name, release=release, **kw)  # type: ignore[arg-type]  # the switches of _BASE
 
 
 _BASE: dict[str, SwitchValue] = dict(
-             uretprobe_trampoline="int3", nop_emulation="nop1", optimize=None, ri_alloc="kmalloc",
-             args_buffer="always", ip_change_skips_insn=False, uprobe_syscall_outside="ENOSYS",
-             trampoline_sls_int3=False, has_uprobe_syscall=False, has_uretprobe_syscall=False,
-             session_consumers=False, trampolines_copied_on_fork=False,
-             handler_chain_rc="bitmask", remove_rechecks_filter=False,
-             treelock="spinlock", uprobe_lifetime="refcount", consumers_lock="register_rwsem",
-             uretprobe_lifetime="refcount", vma_lookup="mmap_lock", nhit="shared", perf_filter="rwlock",
-             sstep_siglock=True)
+    uretprobe_trampoline="int3",
+    nop_emulation="nop1",
+    optimize=None,
+    ri_alloc="kmalloc",
+    args_buffer="always",
+    ip_change_skips_insn=False,
+    uprobe_syscall_outside="ENOSYS",
+    trampoline_sls_int3=False,
+    has_uprobe_syscall=False,
+    has_uretprobe_syscall=False,
+    session_consumers=False,
+    trampolines_copied_on_fork=False,
+    handler_chain_rc="bitmask",
+    remove_rechecks_filter=False,
+    treelock="spinlock",
+    uprobe_lifetime="refcount",
+    consumers_lock="register_rwsem",
+    uretprobe_lifetime="refcount",
+    vma_lookup="mmap_lock",
+    nhit="shared",
+    perf_filter="rwlock",
+    sstep_siglock=True,
+)
 
 
 def _build() -> dict[str, KernelProfile]:
@@ -134,35 +170,41 @@ def _build() -> dict[str, KernelProfile]:
     b = dict(_BASE)
     out = {}
     out["6.9"] = _p("6.9", "6.9.0", **b)
-    b.update(args_buffer="lazy")                    # 1b8f85defbc8 "uprobes: prepare uprobe args buffer lazily"
-    b.update(treelock="rwlock")                     # 0dc715295d41 "uprobes: reduce contention on uprobes_tree access"
-    b.update(perf_filter="lockless")                # cdf355cc60e3 "uprobes: add speculative lockless system-wide
-                                                    # uprobe filter check"
+    b.update(args_buffer="lazy")  # 1b8f85defbc8 "uprobes: prepare uprobe args buffer lazily"
+    b.update(treelock="rwlock")  # 0dc715295d41 "uprobes: reduce contention on uprobes_tree access"
+    b.update(perf_filter="lockless")  # cdf355cc60e3 "uprobes: add speculative lockless system-wide
+    # uprobe filter check"
     out["6.10"] = _p("6.10", "6.10.0", **b)
-    b.update(uretprobe_trampoline="syscall", has_uretprobe_syscall=True)    # ff474a78cef5
+    b.update(uretprobe_trampoline="syscall", has_uretprobe_syscall=True)  # ff474a78cef5
     out["6.11"] = _p("6.11", "6.11.0", **b)
-    b.update(remove_rechecks_filter=True, consumers_lock="lockless")        # cc01bd044e6a
-    b.update(treelock="seqcount")                                           # cd7bdd9d46a9
-    b.update(uprobe_lifetime="srcu")                                        # 8617408f7a01
-    b.update(nhit="percpu")                                                 # 10cdb82aa77f
+    b.update(remove_rechecks_filter=True, consumers_lock="lockless")  # cc01bd044e6a
+    b.update(treelock="seqcount")  # cd7bdd9d46a9
+    b.update(uprobe_lifetime="srcu")  # 8617408f7a01
+    b.update(nhit="percpu")  # 10cdb82aa77f
     out["6.12"] = _p("6.12", "6.12.0", **b)
-    b.update(session_consumers=True, handler_chain_rc="exact")              # 4d756095d399
-    b.update(uprobe_lifetime="rcu_tasks_trace")                             # 87195a1ee332
-    b.update(uretprobe_lifetime="srcu")                                     # dd1a7567784e
+    b.update(session_consumers=True, handler_chain_rc="exact")  # 4d756095d399
+    b.update(uprobe_lifetime="rcu_tasks_trace")  # 87195a1ee332
+    b.update(uretprobe_lifetime="srcu")  # dd1a7567784e
     out["6.13"] = _p("6.13", "6.13.0", **b)
-    b.update(ri_alloc="pool")                                               # 8622e45b5da1
-    b.update(vma_lookup="speculative")                                      # e0925f2dc4de
+    b.update(ri_alloc="pool")  # 8622e45b5da1
+    b.update(vma_lookup="speculative")  # e0925f2dc4de
     out["6.14"] = _p("6.14", "6.14.0", **b)
-    b.update(sstep_siglock=False)           # 83179cd67846 (and eae8a56ae0c7 for uprobe_deny_signal)
+    b.update(sstep_siglock=False)  # 83179cd67846 (and eae8a56ae0c7 for uprobe_deny_signal)
     out["6.15"] = _p("6.15", "6.15.0", **b)
     out["6.17"] = _p("6.17", "6.17.0", **b)
     # the nop5 optimization and the uprobe syscall (ba2bfc97b462, d3aeb6d97b22,
     # f349ec80865d) with the x86_nops emulation; a handler's ip change skips the instruction
     # (4363264111e1)
-    b.update(nop_emulation="x86_nops", optimize="nop5", ip_change_skips_insn=True,
-             uprobe_syscall_outside="ENXIO", trampoline_sls_int3=True, has_uprobe_syscall=True)
+    b.update(
+        nop_emulation="x86_nops",
+        optimize="nop5",
+        ip_change_skips_insn=True,
+        uprobe_syscall_outside="ENXIO",
+        trampoline_sls_int3=True,
+        has_uprobe_syscall=True,
+    )
     out["6.18"] = _p("6.18", "6.18.0", **b)
-    b.update(nop_emulation="insn_is_nop")                                   # 8a5c6cbfe4a3
+    b.update(nop_emulation="insn_is_nop")  # 8a5c6cbfe4a3
     out["6.19"] = _p("6.19", "6.19.0", **b)
     out["7.1"] = _p("7.1", "7.1.0", **b)
     # 7.2's uprobes changes were fixes: __in_uprobe_trampoline on the right mm
@@ -170,7 +212,7 @@ def _build() -> dict[str, KernelProfile]:
     out["7.2"] = _p("7.2", "7.2.0", **b)
     # the nop10 site and -EPROTO (554ba38456da), trampolines copied on fork (d9a48e77f6fe)
     b.update(optimize="nop10", uprobe_syscall_outside="EPROTO", trampolines_copied_on_fork=True)
-    b.update(uretprobe_lifetime="srcu_fast_updown")                         # 36c8b02c3fe9
+    b.update(uretprobe_lifetime="srcu_fast_updown")  # 36c8b02c3fe9
     out["7.3"] = _p("7.3", "7.3.0", **b)
     out["latest"] = _p("latest", "7.3.0", **b)
     return out

@@ -37,7 +37,7 @@ def make_layout(root: Path) -> Path:
     (w / "ro_dir").chmod(0o555)
     (w / "sticky").chmod(0o1777)
     (w / "sticky" / "rootfile").write_text("r")
-    for i in range(41):                        # c0 -> c1 -> ... -> c40 -> f: 41 links from c0
+    for i in range(41):  # c0 -> c1 -> ... -> c40 -> f: 41 links from c0
         (w / f"c{i}").symlink_to(f"c{i + 1}" if i < 40 else "f")
     (ro / "f").write_text("ro file")
     (ro / "lnk").symlink_to("f")
@@ -76,7 +76,9 @@ def same_tree(root: Path) -> str:
         for name in sorted(dirs + files):
             p = os.path.join(dirpath, name)
             st = os.lstat(p)
-            out.append(f"{os.path.relpath(p, root)} {st.st_mode:o} {st.st_uid}:{st.st_gid} "
-                       f"{st.st_size if not os.path.isdir(p) else ''}")
+            out.append(
+                f"{os.path.relpath(p, root)} {st.st_mode:o} {st.st_uid}:{st.st_gid} "
+                f"{st.st_size if not os.path.isdir(p) else ''}"
+            )
         dirs.sort()
     return "\n".join(sorted(out))

@@ -42,14 +42,24 @@ def gdbserver_session(exe: str, extra: list[str], commands: list[str]) -> tuple[
     """``uprobe-emu gdbserver exe *extra`` on a free port with a real ``gdb -batch``
     running ``commands``: (the server's exit code, its stdout, its stderr, gdb's transcript)."""
     assert GDB and UPROBE_EMU, "gdb and the uprobe-emu command are required"
-    srv = subprocess.Popen([UPROBE_EMU, "gdbserver", *extra, "--port", "0", exe],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    srv = subprocess.Popen(
+        [UPROBE_EMU, "gdbserver", *extra, "--port", "0", exe], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         line = srv.stderr.readline()
         assert line.startswith("uprobe-emu: listening for gdb on 127.0.0.1:"), line
         port = line.rsplit(":", 1)[1].strip()
-        args = [GDB, "-batch", "-nx", "-ex", "set pagination off", "-ex", "set confirm off",
-                "-ex", f"target remote 127.0.0.1:{port}"]
+        args = [
+            GDB,
+            "-batch",
+            "-nx",
+            "-ex",
+            "set pagination off",
+            "-ex",
+            "set confirm off",
+            "-ex",
+            f"target remote 127.0.0.1:{port}",
+        ]
         for c in commands:
             args += ["-ex", c]
         gdb = subprocess.run(args + [exe], capture_output=True, text=True, timeout=120)
@@ -81,13 +91,12 @@ class Stub:
         def run():
             try:
                 serve_once(machine, "127.0.0.1", 0, ready=on_ready, **kw)
-            except BaseException:     # noqa: BLE001 - recorded, the test fails on it
+            except BaseException:  # noqa: BLE001 - recorded, the test fails on it
                 self.errors.append(traceback.format_exc())
                 ready.set()
 
-        def record(args):             # an exception in a thread the stub started
-            self.errors.append("".join(traceback.format_exception(
-                args.exc_type, args.exc_value, args.exc_traceback)))
+        def record(args):  # an exception in a thread the stub started
+            self.errors.append("".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)))
 
         self._old_hook, threading.excepthook = threading.excepthook, record
         self.thread = threading.Thread(target=run, daemon=True)
@@ -146,8 +155,8 @@ class RawClient:
             self._more()
         before = self.buf[:start].strip(b"+-" if naks_ok else b"+")
         assert before == b"", f"unexpected bytes before a reply: {self.buf[:start]!r}"
-        payload, cs = self.buf[start + 1:end], self.buf[end + 1:end + 3]
-        self.buf = self.buf[end + 3:]
+        payload, cs = self.buf[start + 1 : end], self.buf[end + 1 : end + 3]
+        self.buf = self.buf[end + 3 :]
         assert checksum(payload) == cs, f"reply {payload!r} has checksum {cs!r}"
         self.send_raw(b"+")
         return payload

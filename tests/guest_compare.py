@@ -32,19 +32,25 @@ def require(path: str) -> str:
     """The Debian busybox-static / bash-static binaries: ``.ci/run`` installs them, so a
     missing one is a broken setup, not a reason to skip."""
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        pytest.fail(f"{path} is missing: install the Debian packages busybox-static and "
-                    f"bash-static (.ci/run does)")
+        pytest.fail(f"{path} is missing: install the Debian packages busybox-static and bash-static (.ci/run does)")
     return path
 
 
 def _model_limits() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, MODEL_NOFILE)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))    # the model dumps no core
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the model dumps no core
 
 
 def native(argv: list[str], cwd: Path, stdin: bytes = b"") -> tuple[str, bytes, bytes]:
-    p = subprocess.run(argv, cwd=cwd, input=stdin, capture_output=True, timeout=60,
-                       env=dict(e.split("=", 1) for e in DEFAULT_ENV), preexec_fn=_model_limits)
+    p = subprocess.run(
+        argv,
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+        env=dict(e.split("=", 1) for e in DEFAULT_ENV),
+        preexec_fn=_model_limits,
+    )
     status = f"exit {p.returncode}" if p.returncode >= 0 else f"signal {-p.returncode}"
     return status, p.stdout, p.stderr
 

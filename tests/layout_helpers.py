@@ -17,5 +17,6 @@ def _no_randomize() -> None:
 
 def run_native_norandom(argv: list[str], env: list[str]) -> subprocess.CompletedProcess:
     """``argv`` run natively as ``setarch -R`` runs it, with exactly ``env``."""
-    return subprocess.run(argv, env=dict(e.split("=", 1) for e in env), capture_output=True,
-                          timeout=60, preexec_fn=_no_randomize)
+    return subprocess.run(
+        argv, env=dict(e.split("=", 1) for e in env), capture_output=True, timeout=60, preexec_fn=_no_randomize
+    )

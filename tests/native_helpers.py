@@ -20,6 +20,7 @@ def _within_host_slack(native: bytes, expected: bytes, slack_cs: int) -> bool:
         name, got = m.group(1), int(m.group(2))
         ok = name in want and want[name] - slack_cs <= got <= want[name]
         return b"%s=%d" % (name, want[name] if ok else got)
+
     return _CENTISECONDS.sub(pin, native) == expected
 
 
@@ -28,8 +29,8 @@ def assert_native_then_model(exe: str, mode: str, expected: bytes, *, slack_cs: 
     ``slack_cs``: see :func:`_within_host_slack`), then in the model, which must exit 0
     with exactly the expected bytes."""
     native = subprocess.run([exe, mode], capture_output=True, timeout=60)
-    assert _within_host_slack(native.stdout, expected, slack_cs), \
-        f"the host disagrees with the spec: {native.stdout!r}"
+    assert _within_host_slack(native.stdout, expected, slack_cs), f"the host disagrees with the spec: {native.stdout!r}"
     r = Machine.from_elf(exe, argv=[exe, mode]).run(timeout=60)
-    assert (r.reason, r.exit_code, r.stdout) == ("exit", 0, expected), \
+    assert (r.reason, r.exit_code, r.stdout) == ("exit", 0, expected), (
         f"expected {expected!r}, got {r.stdout!r} ({r.describe()})"
+    )

@@ -44,9 +44,10 @@ _MD = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
 
 # ----------------------------------------------------------------------------- boundaries
 
+
 @dataclass(frozen=True)
 class Insn:
-    addr: int            # run-time address (load bias applied)
+    addr: int  # run-time address (load bias applied)
     raw: bytes
     text: str
     func: str
@@ -66,8 +67,11 @@ class Insn:
     def is_rep_string(self) -> bool:
         """rep/repe/repne + a string op: single-stepped one iteration per trap."""
         words = self.text.split()
-        return len(words) >= 2 and words[0] in ("rep", "repe", "repne", "repz", "repnz") and \
-            words[1].startswith(("movs", "stos", "lods", "cmps", "scas", "ins", "outs"))
+        return (
+            len(words) >= 2
+            and words[0] in ("rep", "repe", "repne", "repz", "repnz")
+            and words[1].startswith(("movs", "stos", "lods", "cmps", "scas", "ins", "outs"))
+        )
 
     def __repr__(self):
         return f"{self.addr:#x} <{self.func}> {self.raw.hex(' ')}  {self.text}"
@@ -95,7 +99,8 @@ def func_symbols(m, names=None, prefixes=()) -> list:
         if s.type != "FUNC" or s.size == 0 or s.value in seen:
             continue
         if (names is not None or prefixes) and not (
-                (names is not None and s.name in names) or (prefixes and s.name.startswith(prefixes))):
+            (names is not None and s.name in names) or (prefixes and s.name.startswith(prefixes))
+        ):
             continue
         seen.add(s.value)
         out.append(s)
@@ -117,8 +122,8 @@ def boundaries(m, names=None, prefixes=()) -> list[Insn]:
         start = min([s.value for s in syms] + [elf.entry])
         out = []
         for seg in elf.segments:
-            if seg.flags & 1 and seg.vaddr <= start < seg.vaddr + seg.filesz:   # PF_X
-                out += _sweep(seg.data[start - seg.vaddr:], start + bias, syms[0].name if syms else "text")
+            if seg.flags & 1 and seg.vaddr <= start < seg.vaddr + seg.filesz:  # PF_X
+                out += _sweep(seg.data[start - seg.vaddr :], start + bias, syms[0].name if syms else "text")
         return out
     if names is not None:
         missing = set(names) - {s.name for s in syms}
@@ -127,7 +132,7 @@ def boundaries(m, names=None, prefixes=()) -> list[Insn]:
     out = []
     for s in syms:
         off = elf.vaddr_to_offset(s.value)
-        out += _sweep(elf.data[off:off + s.size], s.value + bias, s.name)
+        out += _sweep(elf.data[off : off + s.size], s.value + bias, s.name)
     seen, uniq = set(), []
     for insn in out:
         if insn.addr not in seen:
@@ -150,12 +155,13 @@ def ranges_of(insns: list[Insn]) -> list[tuple[int, int]]:
 
 # ----------------------------------------------------------------------------- probing
 
+
 @dataclass
 class Probes:
-    consumers: dict = field(default_factory=dict)      # addr -> UprobeConsumer
-    refused: dict = field(default_factory=dict)        # addr -> (Insn, RegistrationError)
-    insns: dict = field(default_factory=dict)          # addr -> Insn (registered ones)
-    shadowed: set = field(default_factory=set)         # left out: see syscall_shadows
+    consumers: dict = field(default_factory=dict)  # addr -> UprobeConsumer
+    refused: dict = field(default_factory=dict)  # addr -> (Insn, RegistrationError)
+    insns: dict = field(default_factory=dict)  # addr -> Insn (registered ones)
+    shadowed: set = field(default_factory=set)  # left out: see syscall_shadows
 
     @property
     def syscall_sites(self) -> set[int]:
@@ -177,13 +183,20 @@ def runs_unchanged_in_a_slot(code: bytes) -> bool:
     i = next(_MD_DETAIL.disasm(code, 0x1000, 1), None)
     if i is None or i.mnemonic in _SLOT_UNSAFE_MNEMONICS or i.mnemonic.startswith("rep"):
         return False
-    if any(i.group(g) for g in (capstone.CS_GRP_CALL, capstone.CS_GRP_RET, capstone.CS_GRP_INT,
-                                capstone.CS_GRP_IRET, capstone.CS_GRP_PRIVILEGE)):
+    if any(
+        i.group(g)
+        for g in (
+            capstone.CS_GRP_CALL,
+            capstone.CS_GRP_RET,
+            capstone.CS_GRP_INT,
+            capstone.CS_GRP_IRET,
+            capstone.CS_GRP_PRIVILEGE,
+        )
+    ):
         return False
     if i.group(capstone.CS_GRP_JUMP) and not i.group(capstone.CS_GRP_BRANCH_RELATIVE):
         return False
-    return not any(op.type == capstone.x86.X86_OP_MEM and op.mem.base == capstone.x86.X86_REG_RIP
-                   for op in i.operands)
+    return not any(op.type == capstone.x86.X86_OP_MEM and op.mem.base == capstone.x86.X86_REG_RIP for op in i.operands)
 
 
 def syscall_shadows(m, insns: list[Insn]) -> set[int]:
@@ -225,20 +238,22 @@ def probe_all(m, insns: list[Insn], handler=nop_handler) -> Probes:
 
 # ----------------------------------------------------------------------------- runs
 
+
 @dataclass
 class Snapshot:
     result: object
     regs: dict
-    writable: dict                      # (start, end, prot, name) -> bytes
-    maps: list                          # (start, end, perms, name) of every mapping
+    writable: dict  # (start, end, prot, name) -> bytes
+    maps: list  # (start, end, perms, name) of every mapping
     stdout: bytes
     stderr: bytes
 
     @property
     def outcome(self) -> dict:
         r = self.result
-        return dict(reason=r.reason, exit_code=r.exit_code, signal=r.signal,
-                    fault_addr=r.fault_addr, rip=r.rip, status=r.status)
+        return dict(
+            reason=r.reason, exit_code=r.exit_code, signal=r.signal, fault_addr=r.fault_addr, rip=r.rip, status=r.status
+        )
 
 
 def snapshot(m, result) -> Snapshot:
@@ -255,8 +270,8 @@ def snapshot(m, result) -> Snapshot:
 @dataclass
 class Reference:
     snap: Snapshot
-    counts: Counter                     # addr -> executions (within the hooked ranges)
-    syscalls: list                      # (address, r11 it set) of syscalls that returned
+    counts: Counter  # addr -> executions (within the hooked ranges)
+    syscalls: list  # (address, r11 it set) of syscalls that returned
 
     @property
     def last_returning_syscall(self) -> tuple[int, int] | None:
@@ -305,6 +320,7 @@ def plain_run(m, **run_kw) -> Snapshot:
 
 # ----------------------------------------------------------------------------- comparison
 
+
 def xol_area_vaddr(m) -> int | None:
     mm = m.process.mm_uprobes
     area = getattr(mm, "xol_area", None) if mm is not None else None
@@ -346,24 +362,29 @@ def compare(ref: Reference, got: Snapshot, probes: Probes, m_probed) -> list[str
         e, g = exp.regs[name], got.regs[name]
         if exit_quirk and name in ("rip", "rcx"):
             if not is_xol_slot_return(g, area) or g != got.regs["rip"]:
-                diffs.append(f"{name} after exiting from the probed syscall at {exit_site:#x}: "
-                             f"expected the XOL slot address + 2 that rip shows (area "
-                             f"{area and hex(area)}), got {g:#x}")
+                diffs.append(
+                    f"{name} after exiting from the probed syscall at {exit_site:#x}: "
+                    f"expected the XOL slot address + 2 that rip shows (area "
+                    f"{area and hex(area)}), got {g:#x}"
+                )
             continue
         if exit_quirk and name in ("eflags", "r11"):
             if g != e | TF:
-                diffs.append(f"{name} after exiting from the probed syscall at {exit_site:#x}: "
-                             f"expected {e | TF:#x} (TF of the step), got {g:#x}")
+                diffs.append(
+                    f"{name} after exiting from the probed syscall at {exit_site:#x}: "
+                    f"expected {e | TF:#x} (TF of the step), got {g:#x}"
+                )
             continue
         if name == "rcx" and quirk and e == (last + 2) & 0xFFFFFFFFFFFFFFFF:
             if not is_xol_slot_return(g, area):
-                diffs.append(f"rcx after the probed syscall at {last:#x}: expected an XOL slot "
-                             f"address + 2 (area {area and hex(area)}), got {g:#x}")
+                diffs.append(
+                    f"rcx after the probed syscall at {last:#x}: expected an XOL slot "
+                    f"address + 2 (area {area and hex(area)}), got {g:#x}"
+                )
             continue
         if name == "r11" and quirk and e == last_r11 and not e & TF:
             if g != e | TF:
-                diffs.append(f"r11 after the probed syscall at {last:#x}: expected rflags|TF "
-                             f"{e | TF:#x}, got {g:#x}")
+                diffs.append(f"r11 after the probed syscall at {last:#x}: expected rflags|TF {e | TF:#x}, got {g:#x}")
             continue
         if e != g:
             diffs.append(f"register {name}: expected {e:#x}, got {g:#x}")
@@ -381,7 +402,7 @@ def compare(ref: Reference, got: Snapshot, probes: Probes, m_probed) -> list[str
     for key, data in exp.writable.items():
         other = got.writable.get(key)
         if other is None or other == data:
-            continue            # a missing mapping is reported above
+            continue  # a missing mapping is reported above
         start, end, _prot, name = key
         if name == "[stack]" and start <= floor < end and optimized_ran:
             cut = floor - start
@@ -415,19 +436,20 @@ def _fmt_maps(maps) -> str:
 
 def _first_byte_diff(key, exp: bytes, got: bytes) -> str:
     start, end, _prot, name = key
-    idx = [i for i in range(len(exp)) if exp[i] != got[i]] if len(exp) < 65536 else \
-        _diff_indexes(exp, got)
+    idx = [i for i in range(len(exp)) if exp[i] != got[i]] if len(exp) < 65536 else _diff_indexes(exp, got)
     i = idx[0]
     lo = i & ~7
-    return (f"memory {name} {start:#x}-{end:#x}: {len(idx)} byte(s) differ, first at "
-            f"{start + i:#x}: expected {exp[lo:lo + 16].hex(' ')}, got {got[lo:lo + 16].hex(' ')}")
+    return (
+        f"memory {name} {start:#x}-{end:#x}: {len(idx)} byte(s) differ, first at "
+        f"{start + i:#x}: expected {exp[lo : lo + 16].hex(' ')}, got {got[lo : lo + 16].hex(' ')}"
+    )
 
 
 def _diff_indexes(a: bytes, b: bytes) -> list[int]:
     out = []
     step = 4096
     for base in range(0, len(a), step):
-        if a[base:base + step] != b[base:base + step]:
+        if a[base : base + step] != b[base : base + step]:
             out += [base + i for i in range(min(step, len(a) - base)) if a[base + i] != b[base + i]]
     return out
 
@@ -438,8 +460,7 @@ def hit_mismatches(ref: Reference, probes: Probes) -> list[str]:
     for addr, c in sorted(probes.consumers.items()):
         want = ref.counts.get(addr, 0)
         if c.hits != want or c.uprobe.hits != want:
-            out.append(f"hits at {probes.insns[addr]!r}: expected {want}, got handler "
-                       f"{c.hits}, uprobe {c.uprobe.hits}")
+            out.append(f"hits at {probes.insns[addr]!r}: expected {want}, got handler {c.hits}, uprobe {c.uprobe.hits}")
     return out
 
 

@@ -34,6 +34,7 @@ class ShortAlignKs:
                 if owner.runs <= owner.short:
                     text = text.replace(".align 4096", ".align 4096\n.skip 16")
                 return ks.asm(text, base)
+
         return Wrapped()
 
 
@@ -43,6 +44,7 @@ def short_align(monkeypatch):
         fake = ShortAlignKs(asm.Ks, short)
         monkeypatch.setattr(asm, "Ks", fake)
         return fake
+
     return install
 
 

@@ -12,26 +12,38 @@ from emu.frontends.bench.scaling_tables import CHECK_TABLES, FIT_TABLE, TABLES
 from kernel_model.errors import InputError
 
 
-@pytest.mark.parametrize("text,cpus", [("1,2,4", (1, 2, 4)), ("1-3", (1, 2, 3)), ("4,1,4", (1, 4)),
-                                       ("quick", scaling.QUICK_CPUS), ("all", scaling.FULL_CPUS)])
+@pytest.mark.parametrize(
+    "text,cpus",
+    [
+        ("1,2,4", (1, 2, 4)),
+        ("1-3", (1, 2, 3)),
+        ("4,1,4", (1, 4)),
+        ("quick", scaling.QUICK_CPUS),
+        ("all", scaling.FULL_CPUS),
+    ],
+)
 def test_parse_cpus(text, cpus):
     assert scaling.parse_cpus(text) == cpus
 
 
-@pytest.mark.parametrize("text,msg", [("0", "outside 1..80"), ("81", "outside 1..80"), ("a", "numbers"),
-                                      ("", "at least one")])
+@pytest.mark.parametrize(
+    "text,msg", [("0", "outside 1..80"), ("81", "outside 1..80"), ("a", "numbers"), ("", "at least one")]
+)
 def test_parse_cpus_refuses(text, msg):
     with pytest.raises(InputError, match=msg):
         scaling.parse_cpus(text)
 
 
-@pytest.mark.parametrize("column,scenario,rows", [
-    ("6.12", "uprobe-nop", [("S1", "SRCU uprobe-nop")]),
-    ("6.13", "uprobe-nop", [("S1", "RCU-TT uprobe-nop"), ("S2", "before")]),
-    ("6.14", "uprobe-nop", [("S2", "after"), ("S3", "RCU Tasks Trace")]),
-    ("6.13", "uretprobe-nop", []),                    # its return path has uretprobes_srcu: not S1's
-    ("7.3", "uprobe-nop", [("S2", "after"), ("S3", "RCU Tasks Trace")]),
-])
+@pytest.mark.parametrize(
+    "column,scenario,rows",
+    [
+        ("6.12", "uprobe-nop", [("S1", "SRCU uprobe-nop")]),
+        ("6.13", "uprobe-nop", [("S1", "RCU-TT uprobe-nop"), ("S2", "before")]),
+        ("6.14", "uprobe-nop", [("S2", "after"), ("S3", "RCU Tasks Trace")]),
+        ("6.13", "uretprobe-nop", []),  # its return path has uretprobes_srcu: not S1's
+        ("7.3", "uprobe-nop", [("S2", "after"), ("S3", "RCU Tasks Trace")]),
+    ],
+)
 def test_published_rows_match_columns_with_the_same_locks(column, scenario, rows):
     assert [(t, r.label) for t, r in published_for(column, scenario)] == rows
 
@@ -59,8 +71,11 @@ def test_checks_cover_every_point_of_the_fit_and_every_check_table():
         speedups = [c for c in checks if c.table == tid and c.what == "speedup"]
         ratios = [c for c in checks if c.table == tid and c.what == "ratio"]
         peaks = [c for c in checks if c.table == tid and c.what == "peak"]
-        assert (len(speedups), len(ratios), len(peaks)) == \
-            (len(t.rows) * (len(t.cpus) - 1), len(t.comparisons) * len(t.cpus), len(t.rows))
+        assert (len(speedups), len(ratios), len(peaks)) == (
+            len(t.rows) * (len(t.cpus) - 1),
+            len(t.comparisons) * len(t.cpus),
+            len(t.rows),
+        )
 
 
 def test_check_error_and_tolerance():
@@ -84,8 +99,9 @@ def test_fit_recovers_a_price_from_a_table_the_model_made():
 
 def test_cli_projects_two_kernels_side_by_side(tmp_path):
     out = tmp_path / "r.json"
-    p = cli("bench", "--cpus", "1,2,4", "--kernel", "6.12", "--vs", "6.14", "uprobe-nop", "--no-checks",
-            "--json", str(out))
+    p = cli(
+        "bench", "--cpus", "1,2,4", "--kernel", "6.12", "--vs", "6.14", "uprobe-nop", "--no-checks", "--json", str(out)
+    )
     assert p.returncode == 0, p.stderr.decode()
     text = p.stdout.decode()
     assert "6.12 uprobe-nop" in text and "6.14 uprobe-nop" in text and "[S1: SRCU uprobe-nop]" in text
@@ -110,13 +126,16 @@ def test_cli_plot(tmp_path, suffix):
     assert (b"<svg" in head) if suffix == "svg" else head.startswith(b"\x89PNG"), head[:40]
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--cpus", "0"], "outside 1..80"),
-    (["--cpus", "1", "--plot", "x.gif"], ".png, .svg or .pdf"),
-    (["--fit"], "goes with --cpus"),
-    (["--cpus", "1", "usermode-count"], "probe scenarios"),
-    (["--cpus", "1", "--kernel", "6.12:treelock=mutex"], "treelock is one of"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--cpus", "0"], "outside 1..80"),
+        (["--cpus", "1", "--plot", "x.gif"], ".png, .svg or .pdf"),
+        (["--fit"], "goes with --cpus"),
+        (["--cpus", "1", "usermode-count"], "probe scenarios"),
+        (["--cpus", "1", "--kernel", "6.12:treelock=mutex"], "treelock is one of"),
+    ],
+)
 def test_cli_bad_input_is_one_line(args, msg):
     assert msg in one_line_error(cli("bench", *args))
 

@@ -19,15 +19,27 @@ QILING = "full semantics vs no semantics: uprobe-nop / Qiling-style code hook"
 
 def _report(ratio: float) -> dict:
     """A report whose every scenario measured ``ratio`` against each baseline."""
-    res = {"status": "ok", "ratio_int3": ratio, "ratio_code_hook": ratio, "floor_int3": 2.0,
-           "floor_code_hook": 0.5, "floor_inline_int3": 0.7, "floor_inline_code_hook": 0.6}
-    return {"columns": [{"label": "6.18"}],
-            "scenarios": [{"name": s, "results": {"6.18": dict(res)}} for s in HIT_TARGETS],
-            "growth": {"probe_count": [{"probes": 1, "cost_vs_one_probe": 1.0, "best_cost_vs_one_probe": 1.0},
-                                       {"probes": 10_000, "cost_vs_one_probe": 1.05,
-                                        "best_cost_vs_one_probe": 1.0}],
-                       "attach": {"probes": 50_000, "attach_seconds": 1.5}},
-            "projection_checks": []}
+    res = {
+        "status": "ok",
+        "ratio_int3": ratio,
+        "ratio_code_hook": ratio,
+        "floor_int3": 2.0,
+        "floor_code_hook": 0.5,
+        "floor_inline_int3": 0.7,
+        "floor_inline_code_hook": 0.6,
+    }
+    return {
+        "columns": [{"label": "6.18"}],
+        "scenarios": [{"name": s, "results": {"6.18": dict(res)}} for s in HIT_TARGETS],
+        "growth": {
+            "probe_count": [
+                {"probes": 1, "cost_vs_one_probe": 1.0, "best_cost_vs_one_probe": 1.0},
+                {"probes": 10_000, "cost_vs_one_probe": 1.05, "best_cost_vs_one_probe": 1.0},
+            ],
+            "attach": {"probes": 50_000, "attach_seconds": 1.5},
+        },
+        "projection_checks": [],
+    }
 
 
 def test_the_hit_path_targets_are_the_issues():
@@ -109,8 +121,14 @@ def test_the_bench_prints_the_qiling_baseline_and_the_target_lines(quick):
     proc, _ = quick
     text = proc.stdout.decode()
     assert proc.returncode == 0, proc.stderr.decode()
-    for needle in ("Qiling-style one-address UC_HOOK_CODE", "registered natively (floor)", "x code hook",
-                   "uprobe-nop / empty-int3-hook baseline", "full semantics vs no semantics", "hand-inlined hit"):
+    for needle in (
+        "Qiling-style one-address UC_HOOK_CODE",
+        "registered natively (floor)",
+        "x code hook",
+        "uprobe-nop / empty-int3-hook baseline",
+        "full semantics vs no semantics",
+        "hand-inlined hit",
+    ):
         assert needle in text, f"{needle!r} not printed"
     assert ("met" in text) or ("MISSED" in text), text
 
@@ -120,8 +138,14 @@ def test_the_json_has_the_new_baselines_and_ratios(quick):
     b = rep["baselines"]
     assert b["code_hook"]["mode"] == "code-hook" and b["int3_native"]["mode"] == "int3-native", b
     res = rep["scenarios"][0]["results"][rep["columns"][0]["label"]]
-    assert {"ratio_code_hook", "ratio_int3_native", "floor_int3", "floor_code_hook", "floor_inline_int3",
-            "floor_inline_code_hook"} <= set(res), sorted(res)
+    assert {
+        "ratio_code_hook",
+        "ratio_int3_native",
+        "floor_int3",
+        "floor_code_hook",
+        "floor_inline_int3",
+        "floor_inline_code_hook",
+    } <= set(res), sorted(res)
     adj = res["adjacent_baselines"]
     assert adj["floor_mode"] == "floor-nop" and adj["floor_mops"]["median"] > 0, adj
     names = [t["target"] for t in rep["targets"]]
@@ -177,8 +201,12 @@ def test_engine_costs_print_the_store_and_mapping_targets(tmp_path):
     assert [t["limit"] for t in rep["targets"]] == [2.0, 1.0], rep["targets"]
     text = proc.stdout.decode()
     assert "guest stores / loads" in text and "3,000 one-page mmaps" in text, text
-    assert [c["name"] for c in rep["engine"]] == ["register window", "native block quantum", "instruction counter",
-                                                 "exception state"]
+    assert [c["name"] for c in rep["engine"]] == [
+        "register window",
+        "native block quantum",
+        "instruction counter",
+        "exception state",
+    ]
     assert "engine: register window in use" in text, text
     _assert_unit_costs(rep, text)
 
@@ -217,10 +245,12 @@ def test_the_sweep_target_times_a_whole_sweep_with_its_libraries(tmp_path, monke
 
     from emu.elf_writer import build_elf
     from emu.frontends.bench import sweep_target
+
     code = bytes(Ks(KS_ARCH_X86, KS_MODE_64).asm("mov eax, 60; xor edi, edi; syscall", 0x401000)[0])
     path = tmp_path / "exit0"
-    path.write_bytes(build_elf(text=code, text_vaddr=0x401000, entry=0x401000,
-                               symbols=[("_start", 0x401000, len(code), "FUNC")]))
+    path.write_bytes(
+        build_elf(text=code, text_vaddr=0x401000, entry=0x401000, symbols=[("_start", 0x401000, len(code), "FUNC")])
+    )
     path.chmod(0o755)
     monkeypatch.setattr(sweep_target, "SWEEP_PROGRAM", str(path))
     rep = sweep_target.run_sweep_target(1)

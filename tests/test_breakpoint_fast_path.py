@@ -20,7 +20,8 @@ from kernel_model.kernel.signals import SIGNALS
 from kernel_model.trace import events as ev
 
 ITERATIONS = 6
-SRC = guest(f"""
+SRC = guest(
+    f"""
     mov r12d, {ITERATIONS}
 again:
 site_nop:
@@ -46,15 +47,17 @@ odd:
 after:
     dec r12d
     jnz again
-""", tail="""
+""",
+    tail="""
 leaf:
     nop
     inc r15
     ret
-""")
+""",
+)
 
 SITES = ("site_nop", "site_nop66", "site_jmp", "site_push", "site_call", "site_xol", "site_jcc")
-KERNELS = ("6.9", "6.17", "latest")     # the three NOP policies; int3 and syscall trampolines
+KERNELS = ("6.9", "6.17", "latest")  # the three NOP policies; int3 and syscall trampolines
 
 
 def _qualifies(m, uprobe, vaddr) -> bool:
@@ -62,8 +65,17 @@ def _qualifies(m, uprobe, vaddr) -> bool:
     return au.ops.emulate is not None and not au.can_optimize
 
 
-def _run(monkeypatch, specialized: bool, *, kernel="latest", site="site_nop", consumer="handler",
-         handler=None, setup=None, **machine_options) -> dict:
+def _run(
+    monkeypatch,
+    specialized: bool,
+    *,
+    kernel="latest",
+    site="site_nop",
+    consumer="handler",
+    handler=None,
+    setup=None,
+    **machine_options,
+) -> dict:
     """One run; ``handler(ctx, n, m)`` (n: the hit's number) is the entry handler."""
     general = [0]
     real = Traps.exc_int3
@@ -71,6 +83,7 @@ def _run(monkeypatch, specialized: bool, *, kernel="latest", site="site_nop", co
     def counted(self, cpu):
         general[0] += 1
         return real(self, cpu)
+
     monkeypatch.setattr(Traps, "exc_int3", counted)
     m = Machine.from_asm(SRC, kernel=kernel, **machine_options)
     m.kernel.uprobes.specialized = specialized
@@ -84,6 +97,7 @@ def _run(monkeypatch, specialized: bool, *, kernel="latest", site="site_nop", co
     def ret(ctx):
         seen.append(("ret", ctx.func, ctx.regs.rip))
         return 0
+
     if consumer == "handler":
         c = m.uprobes.register(site, handler=entry)
     elif consumer == "uretprobe":
@@ -91,17 +105,27 @@ def _run(monkeypatch, specialized: bool, *, kernel="latest", site="site_nop", co
     else:
         off = m.process.exe.elf.vaddr_to_offset(m.resolve(site))
         kind = "r" if consumer == "r-program" else "p"
-        c = m.uprobes.add_event(f"{kind}:grp/probe {m.process.exe.path}:{off:#x}", ftrace=consumer == "ftrace",
-                                programs=[ret if kind == "r" else entry])
+        c = m.uprobes.add_event(
+            f"{kind}:grp/probe {m.process.exe.path}:{off:#x}",
+            ftrace=consumer == "ftrace",
+            programs=[ret if kind == "r" else entry],
+        )
     if setup:
         setup(m, c, events)
     r = m.run(max_insns=200_000)
-    return {"end": (r.reason, r.exit_code, r.signal if hasattr(r, "signal") else None),
-            "state": final_state(m), "counters": m.counters.snapshot(), "seen": seen,
-            "uprobe_hits": sorted(u.hits for u in m.kernel.uprobes.tree.values()),
-            "hits": (getattr(c, "hits", None), getattr(c, "nhit", None)),
-            "lines": getattr(c, "lines", None), "events": events, "general": general[0], "machine": m,
-            "consumer": c}
+    return {
+        "end": (r.reason, r.exit_code, r.signal if hasattr(r, "signal") else None),
+        "state": final_state(m),
+        "counters": m.counters.snapshot(),
+        "seen": seen,
+        "uprobe_hits": sorted(u.hits for u in m.kernel.uprobes.tree.values()),
+        "hits": (getattr(c, "hits", None), getattr(c, "nhit", None)),
+        "lines": getattr(c, "lines", None),
+        "events": events,
+        "general": general[0],
+        "machine": m,
+        "consumer": c,
+    }
 
 
 def _assert_same(fast: dict, general: dict) -> None:
@@ -144,12 +168,13 @@ def test_a_return_probe_entry_on_a_nop_gives_what_the_general_path_gives(monkeyp
     assert [s[0] for s in fast["seen"]] == ["ret"] * ITERATIONS
     # the int3 trampoline (before 6.11) traps through exc_int3 at every return
     returns = ITERATIONS if fast["machine"].profile.uretprobe_trampoline == "int3" else 0
-    assert fast["general"] == 1 + returns, \
+    assert fast["general"] == 1 + returns, (
         f"the entry of a uretprobe on a nop: {fast['general'] - returns} hits took exc_int3"
+    )
 
 
 def _reads(ctx, n, m):
-    r = ctx.regs                # fetched at this first access on the fast path: what the general path had
+    r = ctx.regs  # fetched at this first access on the fast path: what the general path had
     m.seen.append(("regs", r.rip, r.rsp, r.rax, r.rbx, r.r12, r.eflags, r.tf, r.orig_rax))
     return 0
 
@@ -221,14 +246,25 @@ def _disables_itself(ctx, n, m):
 
 def _listens(ctx, n, m):
     if n == 3:
-        m.events.subscribe(lambda e: m.listened.append(type(e).__name__),
-                           ev.UprobeHit, ev.HandlerRan, ev.Emulated)
+        m.events.subscribe(lambda e: m.listened.append(type(e).__name__), ev.UprobeHit, ev.HandlerRan, ev.Emulated)
     return 0
 
 
-HANDLERS = [_reads, _writes_rbx, _sets_rip, _sets_tf, _removes, _signals, _signals_the_process, _sets_orig_rax,
-            _adds_consumer, _unregisters_itself,
-            _replaces_itself, _disables_itself, _listens]
+HANDLERS = [
+    _reads,
+    _writes_rbx,
+    _sets_rip,
+    _sets_tf,
+    _removes,
+    _signals,
+    _signals_the_process,
+    _sets_orig_rax,
+    _adds_consumer,
+    _unregisters_itself,
+    _replaces_itself,
+    _disables_itself,
+    _listens,
+]
 
 
 @pytest.mark.parametrize("kernel", ["6.9", "latest"])
@@ -237,16 +273,19 @@ HANDLERS = [_reads, _writes_rbx, _sets_rip, _sets_tf, _removes, _signals, _signa
 def test_whatever_a_handler_does_the_paths_agree(monkeypatch, kernel, site, handler):
     runs = []
     for specialized in (True, False):
+
         def setup(m, c, events):
             m.listened = events
             m.symbolize_site = {m.resolve(site): site}.get
+
         runs.append(_run(monkeypatch, specialized, kernel=kernel, site=site, handler=handler, setup=setup))
     _assert_same(*runs)
     if handler in (_signals, _signals_the_process):
         assert runs[0]["end"][0] != "exit" or runs[0]["end"][1] != 0, "SIGUSR1 should end the guest"
     if handler is _writes_rbx:
-        assert runs[0]["state"]["regs"]["rbx"] == (0x1B1B1B1B1B1B1B1B + sum(range(1, ITERATIONS + 1))) \
-            & 0xFFFFFFFFFFFFFFFF
+        assert (
+            runs[0]["state"]["regs"]["rbx"] == (0x1B1B1B1B1B1B1B1B + sum(range(1, ITERATIONS + 1))) & 0xFFFFFFFFFFFFFFFF
+        )
     if handler is _listens:
         assert runs[0]["events"], "the handler's subscription saw nothing"
 
@@ -257,6 +296,7 @@ def test_a_signal_queued_between_hits_is_delivered_at_the_next_hit_on_both_paths
     """A signal queued outside any kernel entry (here by a front end's code hook, as
     another CPU would) waits for the task's next entry: the next probe hit, whose exit
     to user mode delivers it - SIGUSR1 ends the guest there, before its later hits."""
+
     def setup(m, c, events):
         sent = []
 
@@ -267,7 +307,9 @@ def test_a_signal_queued_between_hits_is_delivered_at_the_next_hit_on_both_paths
                     m.send_sig(m.task, SIGNALS["SIGUSR1"])
                 else:
                     m.kernel.send_process_sig(m.task.process, SIGNALS["SIGUSR1"])
+
         m.add_code_hook(hook, m.resolve("site_push"), m.resolve("site_push"))
+
     runs = [_run(monkeypatch, specialized, kernel=kernel, setup=setup) for specialized in (True, False)]
     _assert_same(*runs)
     assert runs[0]["counters"]["uprobe_hits"] == 4, "SIGUSR1 was not delivered at the hit after it was queued"
@@ -327,6 +369,7 @@ def test_a_push_whose_emulation_faults_steps_out_of_line_on_both_paths(monkeypat
         def counted(self, cpu, general=general):
             general[0] += 1
             return real(self, cpu)
+
         monkeypatch.setattr(Traps, "exc_int3", counted)
         m = Machine.from_asm(BAD_STACK_SRC, kernel=kernel)
         m.kernel.uprobes.specialized = specialized
@@ -336,5 +379,5 @@ def test_a_push_whose_emulation_faults_steps_out_of_line_on_both_paths(monkeypat
     (fast_end, fast_counters, fast_hits, fast_general), (end, counters, hits, general_traps) = runs
     assert (fast_end, fast_counters, fast_hits) == (end, counters, hits)
     assert "SIGSEGV" in end[2] and hits == 3, end
-    assert counters["xol_singlesteps"] == 1 and counters["emulated"] == 2, counters   # the step began
+    assert counters["xol_singlesteps"] == 1 and counters["emulated"] == 2, counters  # the step began
     assert (fast_general, general_traps) == (1, 3), (fast_general, general_traps)

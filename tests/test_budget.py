@@ -109,6 +109,7 @@ def test_a_brk_loop_stops_at_the_timeout_and_keeps_few_unicorn_regions():
     slower than the last; a --timeout 45 run overran by 14 s.  Now guest memory is
     paged: the only Unicorn regions are the zones of the machine's RAM."""
     import gc
+
     t = time.perf_counter()
     m = Machine.from_asm(BRK_ONE_PAGE_AT_A_TIME)
     r = m.run(timeout=1.5)

@@ -25,7 +25,7 @@ _CENSUS = Path(__file__).resolve().parent.parent / "tools" / "busybox_census.py"
 def _load_census():
     spec = importlib.util.spec_from_file_location("busybox_census", _CENSUS)
     module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)      # dataclasses look their module up
+    sys.modules.setdefault(spec.name, module)  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -33,23 +33,141 @@ def _load_census():
 census = _load_census()
 
 SAME = [
-    "[", "[[", "ar", "arch", "ascii", "ash", "awk", "base64", "basename", "bc", "bunzip2",
-    "busybox", "bzcat", "bzip2", "cal", "cat", "clear", "cmp", "cpio", "crc32", "cut",
-    "date", "dc", "dd", "diff", "dirname", "dos2unix", "dpkg-deb", "dumpleases", "echo",
-    "ed", "egrep", "env", "expand", "expr", "factor", "false", "fgrep", "fold", "getopt",
-    "grep", "gunzip", "gzip", "head", "hexdump", "ionice", "ipcalc", "kill", "killall",
-    "less", "lzcat", "lzma", "lzop", "md5sum", "mkpasswd", "more", "nl", "od", "paste",
-    "pidof", "printf", "reset", "rev", "rpm", "rpm2cpio", "sed", "seq", "setsid", "sh",
-    "sha1sum", "sha256sum", "sha3sum", "sha512sum", "shuf", "sleep", "sort",
-    "start-stop-daemon", "stat", "strings", "stty", "sync", "tac", "tail", "tar", "tee",
-    "test", "tr", "true", "tty", "uncompress", "unexpand", "uniq", "unix2dos", "unlzma",
-    "unxz", "unzip", "usleep", "uudecode", "uuencode", "wc", "xargs", "xxd", "xz", "xzcat",
+    "[",
+    "[[",
+    "ar",
+    "arch",
+    "ascii",
+    "ash",
+    "awk",
+    "base64",
+    "basename",
+    "bc",
+    "bunzip2",
+    "busybox",
+    "bzcat",
+    "bzip2",
+    "cal",
+    "cat",
+    "clear",
+    "cmp",
+    "cpio",
+    "crc32",
+    "cut",
+    "date",
+    "dc",
+    "dd",
+    "diff",
+    "dirname",
+    "dos2unix",
+    "dpkg-deb",
+    "dumpleases",
+    "echo",
+    "ed",
+    "egrep",
+    "env",
+    "expand",
+    "expr",
+    "factor",
+    "false",
+    "fgrep",
+    "fold",
+    "getopt",
+    "grep",
+    "gunzip",
+    "gzip",
+    "head",
+    "hexdump",
+    "ionice",
+    "ipcalc",
+    "kill",
+    "killall",
+    "less",
+    "lzcat",
+    "lzma",
+    "lzop",
+    "md5sum",
+    "mkpasswd",
+    "more",
+    "nl",
+    "od",
+    "paste",
+    "pidof",
+    "printf",
+    "reset",
+    "rev",
+    "rpm",
+    "rpm2cpio",
+    "sed",
+    "seq",
+    "setsid",
+    "sh",
+    "sha1sum",
+    "sha256sum",
+    "sha3sum",
+    "sha512sum",
+    "shuf",
+    "sleep",
+    "sort",
+    "start-stop-daemon",
+    "stat",
+    "strings",
+    "stty",
+    "sync",
+    "tac",
+    "tail",
+    "tar",
+    "tee",
+    "test",
+    "tr",
+    "true",
+    "tty",
+    "uncompress",
+    "unexpand",
+    "uniq",
+    "unix2dos",
+    "unlzma",
+    "unxz",
+    "unzip",
+    "usleep",
+    "uudecode",
+    "uuencode",
+    "wc",
+    "xargs",
+    "xxd",
+    "xz",
+    "xzcat",
     "zcat",
 ]
 SAME_WITH_FS_VIEW = [
-    "chgrp", "chmod", "chown", "cp", "du", "find", "groups", "id", "link", "ln", "ls",
-    "mkdir", "mv", "nuke", "patch", "pwd", "readlink", "realpath", "rm", "rmdir",
-    "run-parts", "svc", "svok", "touch", "truncate", "unlink", "which", "whoami",
+    "chgrp",
+    "chmod",
+    "chown",
+    "cp",
+    "du",
+    "find",
+    "groups",
+    "id",
+    "link",
+    "ln",
+    "ls",
+    "mkdir",
+    "mv",
+    "nuke",
+    "patch",
+    "pwd",
+    "readlink",
+    "realpath",
+    "rm",
+    "rmdir",
+    "run-parts",
+    "svc",
+    "svok",
+    "touch",
+    "truncate",
+    "unlink",
+    "which",
+    "whoami",
 ]
 SAME_WITH_DEV = ["shred"]
 # fallocate, mknodat, /proc/self/loginuid; personality kept across execve
@@ -80,19 +198,20 @@ def run_both(template: Path, work: Path, applet: str):
 def test_applet_matches_native(template, tmp_path, applet):
     want, got = run_both(template, tmp_path / "w", applet)
     for i, what in enumerate(("exit status", "stdout", "stderr", "directory left behind")):
-        assert got[i] == want[i], \
-            f"busybox {applet} {' '.join(census.CASES[applet].args)}: {what} differs\n" \
+        assert got[i] == want[i], (
+            f"busybox {applet} {' '.join(census.CASES[applet].args)}: {what} differs\n"
             f"  native {want[i]!r}\n  model  {got[i]!r}"
+        )
 
 
 def test_every_applet_is_either_run_or_excused():
     """The census table covers every applet this busybox lists, each in one place."""
-    listed = set(subprocess.run([require(BUSYBOX), "--list"], capture_output=True, text=True,
-                                check=True).stdout.split())
+    listed = set(
+        subprocess.run([require(BUSYBOX), "--list"], capture_output=True, text=True, check=True).stdout.split()
+    )
     both = set(census.CASES) & set(census.NOT_COMPARABLE)
     missing = listed - set(census.CASES) - set(census.NOT_COMPARABLE)
-    assert (sorted(both), sorted(missing)) == ([], []), \
-        f"in both tables {sorted(both)}; in neither {sorted(missing)}"
+    assert (sorted(both), sorted(missing)) == ([], []), f"in both tables {sorted(both)}; in neither {sorted(missing)}"
 
 
 def test_the_same_lists_only_name_canned_applets():

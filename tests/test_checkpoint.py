@@ -37,10 +37,11 @@ class Probed:
         self.m = m = Machine.from_elf(path, seed=1, **kw)
         self.calls: list = []
         self.events: list = []
-        m.uprobes.register("work", handler=lambda c: self.calls.append((m.insn_clock(), "entry", c.task.tid,
-                                                                         c.regs.rdi)),
-                           ret_handler=lambda c: self.calls.append((m.insn_clock(), "return", c.task.tid,
-                                                                    c.regs.rax)))
+        m.uprobes.register(
+            "work",
+            handler=lambda c: self.calls.append((m.insn_clock(), "entry", c.task.tid, c.regs.rdi)),
+            ret_handler=lambda c: self.calls.append((m.insn_clock(), "return", c.task.tid, c.regs.rax)),
+        )
         m.events.subscribe(lambda e: self.events.append((m.insn_clock(), *_ev(e))))
 
 
@@ -58,11 +59,18 @@ def memory_digest(m) -> str:
 
 def machine_state(m) -> dict:
     ut = m.task.utask
-    return {"icount": m.icount, "tid": m.task.tid, "regs": tuple(m.read_regs().values()),
-            "counters": m.counters.snapshot(), "memory": memory_digest(m),
-            "return_instances": len(ut.return_instances) if ut is not None else 0,
-            "tasks": sorted(t.tid for t in m.tasks), "processes": sorted(p.pid for p in m.processes),
-            "stdout": bytes(m.stdout), "history": list(m.scheduler.history)}
+    return {
+        "icount": m.icount,
+        "tid": m.task.tid,
+        "regs": tuple(m.read_regs().values()),
+        "counters": m.counters.snapshot(),
+        "memory": memory_digest(m),
+        "return_instances": len(ut.return_instances) if ut is not None else 0,
+        "tasks": sorted(t.tid for t in m.tasks),
+        "processes": sorted(p.pid for p in m.processes),
+        "stdout": bytes(m.stdout),
+        "history": list(m.scheduler.history),
+    }
 
 
 def _diff(want: dict, got: dict) -> str:
@@ -85,7 +93,7 @@ def test_recording_changes_nothing_the_guest_or_the_model_observes(guest, first_
     parent go on after clone's reschedule request (Unicorn drops that emu_stop)."""
     p, rec, _ = first_run
     free = Probed(guest)
-    res = free.m.run(max_insns=10 ** 9)
+    res = free.m.run(max_insns=10**9)
     assert res.stdout == EXPECTED_STDOUT
     assert free.events == p.events, "the event stream of a recorded run differs from a free run"
     assert free.calls == p.calls
@@ -162,7 +170,7 @@ def test_checkpoint_memory_is_bounded(guest):
     m.run()
     assert max(seen) <= 6 and len(rec.checkpoints) <= 6, (max(seen), len(rec.checkpoints))
     assert rec.checkpoints[0].position == 0 and rec.stats()["dropped"] > 0
-    rec.seek(1000)                      # from the first checkpoint, the only one before it
+    rec.seek(1000)  # from the first checkpoint, the only one before it
     assert m.icount == 1000
     stats = rec.stats()
     assert stats["bytes"] > 0 and stats["checkpoints"] == len(rec.checkpoints)
@@ -188,7 +196,7 @@ target:
     res = m.run()
     assert (res.reason, m.pc, m.icount) == ("stopped", at, 3001), (res.reason, hex(m.pc), m.icount)
     rec.seek(3000)
-    assert (m.pc, m.reg_read("rcx")) == (m.resolve("loop") + 8, 1000)   # at the last jne
+    assert (m.pc, m.reg_read("rcx")) == (m.resolve("loop") + 8, 1000)  # at the last jne
 
 
 def test_machine_checkpoint_and_restore_without_a_recorder(guest):
@@ -208,12 +216,15 @@ def test_machine_checkpoint_and_restore_without_a_recorder(guest):
     assert p.calls[n:] == after and after
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda m: Recorder(m, interval=0), "interval"),
-    (lambda m: Recorder(m, max_checkpoints=1), "max_checkpoints"),
-    (lambda m: m.record().seek(10 ** 9), "outside the recorded history"),
-    (lambda m: m.restore("cp"), "not a checkpoint"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda m: Recorder(m, interval=0), "interval"),
+        (lambda m: Recorder(m, max_checkpoints=1), "max_checkpoints"),
+        (lambda m: m.record().seek(10**9), "outside the recorded history"),
+        (lambda m: m.restore("cp"), "not a checkpoint"),
+    ],
+)
 def test_bad_requests_are_one_line_errors(call, message):
     m = Machine.from_guest("exit42")
     with pytest.raises(CheckpointError, match=message):
@@ -254,7 +265,7 @@ def test_seek_across_fork_exec_and_exit_reaches_the_state_of_a_counted_run(shell
     m, rec, _ = shell_run
     target = int(rec.end * fraction)
     ref = Machine.from_elf("/bin/busybox", argv=["sh", "-c", BUSYBOX_SCRIPT], seed=2)
-    Recorder(ref, interval=1 << 40)      # recorded runs slice threads by instructions
+    Recorder(ref, interval=1 << 40)  # recorded runs slice threads by instructions
     ref.run(max_insns=target)
     want = machine_state(ref)
     rec.seek(target)

@@ -47,14 +47,14 @@ def test_a_restore_over_a_changed_layout_reads_the_restored_page():
     m.run(max_insns=11)
     assert m.pc == m.resolve("stored"), hex(m.pc)
     addr = m.reg_read("rbx")
-    assert m.mem.read(addr, 8) == struct.pack("<Q", 0x1234)      # caches the host block
+    assert m.mem.read(addr, 8) == struct.pack("<Q", 0x1234)  # caches the host block
     cp = m.checkpoint()
     m.run(max_insns=13)
     assert m.pc == m.resolve("remapped"), hex(m.pc)
     m.restore(cp)
-    lo, hi, _, _ = m.mem._rpage                       # white box: the read fast path's page window
+    lo, hi, _, _ = m.mem._rpage  # white box: the read fast path's page window
     assert lo >= hi, f"the restore left a read window {lo:#x}-{hi:#x} on a frame it may have replaced"
     for _ in range(3):
         assert m.mem.read(addr, 8) == struct.pack("<Q", 0x1234), "the restored page"
-        m.mem.read(addr + 4088, 8)                        # the whole restored page reads
+        m.mem.read(addr + 4088, 8)  # the whole restored page reads
     assert m.run().exit_code == 0

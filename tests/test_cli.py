@@ -44,14 +44,18 @@ def test_budget_exhaustion_exit_code(tmp_path):
     assert p.returncode == 124 and b"instruction budget" in p.stderr
 
 
-@pytest.mark.parametrize("args,fragment", [
-    (("run", "/nonexistent/prog"), "no such file"),
-    (("run", "guest:nope"), "unknown built-in guest 'nope'"),
-    (("run",), "PROGRAM is missing"),
-    (("frobnicate",), "invalid choice"),
-    (("run", "--kernel", "9.99", "guest:hello"), "unknown kernel profile '9.99'"),
-    (("run", "--max-insns", "lots", "guest:hello"), "not a number"),
-], ids=["missing-file", "unknown-guest", "no-program", "bad-command", "bad-kernel", "bad-number"])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (("run", "/nonexistent/prog"), "no such file"),
+        (("run", "guest:nope"), "unknown built-in guest 'nope'"),
+        (("run",), "PROGRAM is missing"),
+        (("frobnicate",), "invalid choice"),
+        (("run", "--kernel", "9.99", "guest:hello"), "unknown kernel profile '9.99'"),
+        (("run", "--max-insns", "lots", "guest:hello"), "not a number"),
+    ],
+    ids=["missing-file", "unknown-guest", "no-program", "bad-command", "bad-kernel", "bad-number"],
+)
 def test_bad_input_is_one_line_and_exit_2(args, fragment):
     assert fragment in one_line_error(cli(*args))
 
@@ -65,17 +69,19 @@ def test_not_an_elf_is_one_line(tmp_path):
 def test_dynamic_elf_with_a_missing_interpreter_is_one_line(build_c, tmp_path):
     data = bytearray(open(build_c("hello.c", name="hello_dynamic"), "rb").read())
     at = data.find(b"/lib64/ld-linux-x86-64.so.2\0")
-    data[at:at + 12] = b"/nonexistent"
+    data[at : at + 12] = b"/nonexistent"
     exe = tmp_path / "dyn"
     exe.write_bytes(bytes(data))
-    assert one_line_error(cli("run", str(exe))) == \
-        f"uprobe-emu: error: {exe}: cannot load its interpreter /nonexistentnux-x86-64.so.2: " \
+    assert (
+        one_line_error(cli("run", str(exe)))
+        == f"uprobe-emu: error: {exe}: cannot load its interpreter /nonexistentnux-x86-64.so.2: "
         "no such file or directory"
+    )
 
 
 def test_wrong_architecture_is_one_line(tmp_path, build_c):
     data = bytearray(open(build_c("hello.c", "-static"), "rb").read())
-    data[18:20] = (183).to_bytes(2, "little")          # EM_AARCH64
+    data[18:20] = (183).to_bytes(2, "little")  # EM_AARCH64
     f = tmp_path / "arm"
     f.write_bytes(bytes(data))
     assert "not an x86_64 ELF" in one_line_error(cli("run", str(f)))
@@ -94,14 +100,19 @@ def test_written_guest_symbols_are_read_by_gdb(tmp_path):
     gdb = shutil.which("gdb")
     assert gdb, "gdb is required"
     cli("guests", "--write", str(tmp_path))
-    out = subprocess.run([gdb, "-batch", "-nx", "-ex", "info address fib_loop", str(tmp_path / "fib")],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [gdb, "-batch", "-nx", "-ex", "info address fib_loop", str(tmp_path / "fib")], capture_output=True, text=True
+    )
     assert 'Symbol "fib_loop" is at 0x' in out.stdout, out.stdout + out.stderr
 
 
 def test_ctrl_c_stops_a_running_guest_cleanly():
     exe = shutil.which("uprobe-emu")
-    proc = subprocess.Popen([exe, "run", "--max-insns", "0", "--timeout", "60", "guest:fib", "100000000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [exe, "run", "--max-insns", "0", "--timeout", "60", "guest:fib", "100000000000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     time.sleep(1.5)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=20)

@@ -22,6 +22,7 @@ def hello(tmp_path_factory):
 
 # ------------------------------------------------------------------ numbers
 
+
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "1e999", "soon"])
 @pytest.mark.parametrize("command", ["run", "trace", "step", "gdbserver"])
 def test_timeout_must_be_finite_and_not_negative(command, value):
@@ -45,19 +46,23 @@ def test_gdbserver_port_is_0_to_65535(value):
     assert "--port" in line and value in line, line
 
 
-@pytest.mark.parametrize("args,option", [
-    (["--seconds", "nan"], "--seconds"),
-    (["--seconds", "0"], "--seconds"),
-    (["--repeat", "0"], "--repeat"),
-    (["--warmup", "-1"], "--warmup"),
-    (["--iterations", "-3"], "--iterations"),
-])
+@pytest.mark.parametrize(
+    "args,option",
+    [
+        (["--seconds", "nan"], "--seconds"),
+        (["--seconds", "0"], "--seconds"),
+        (["--repeat", "0"], "--repeat"),
+        (["--warmup", "-1"], "--warmup"),
+        (["--iterations", "-3"], "--iterations"),
+    ],
+)
 def test_bench_numbers(args, option):
     line = one_line_error(cli("bench", *args, timeout=30))
     assert option in line, line
 
 
 # ------------------------------------------------------------------ files
+
 
 def test_guests_write_into_an_uncreatable_directory():
     line = one_line_error(cli("guests", "--write", "/proc/uprobe-emu-guests"))
@@ -103,16 +108,20 @@ def test_bench_json_to_a_directory_fails_before_the_run(tmp_path):
 
 # ------------------------------------------------------------------ control bytes
 
-@pytest.mark.parametrize("raw,shown", [
-    ("a\x1b[31mb", "a\\x1b[31mb"),
-    ("two\nlines", "two\\x0alines"),
-    ("tab\there", "tab\\x09here"),
-    ("bell\x07\x7f", "bell\\x07\\x7f"),
-    ("c1\x9b", "c1\\x9b"),
-    ("zero\u200bwidth", "zero\\u200bwidth"),
-    ("byte\udcff", "byte\\xff"),                  # undecodable byte (surrogateescape)
-    ("plain é ü", "plain é ü"),
-])
+
+@pytest.mark.parametrize(
+    "raw,shown",
+    [
+        ("a\x1b[31mb", "a\\x1b[31mb"),
+        ("two\nlines", "two\\x0alines"),
+        ("tab\there", "tab\\x09here"),
+        ("bell\x07\x7f", "bell\\x07\\x7f"),
+        ("c1\x9b", "c1\\x9b"),
+        ("zero\u200bwidth", "zero\\u200bwidth"),
+        ("byte\udcff", "byte\\xff"),  # undecodable byte (surrogateescape)
+        ("plain é ü", "plain é ü"),
+    ],
+)
 def test_printable_escapes_what_a_terminal_would_interpret(raw, shown):
     assert printable(raw) == shown
 
@@ -136,7 +145,7 @@ def test_an_elf_string_with_escape_sequences(build_c, tmp_path):
     interp = b"/lib64/ld-linux-x86-64.so.2"
     at = data.find(interp)
     assert at > 0, "the dynamic hello has no PT_INTERP string"
-    data[at:at + 7] = b"\x1b[2J//"[:7].ljust(7, b"/")
+    data[at : at + 7] = b"\x1b[2J//"[:7].ljust(7, b"/")
     evil = tmp_path / "dyn"
     evil.write_bytes(bytes(data))
     line = _no_raw_controls(cli("run", str(evil)))
@@ -155,8 +164,7 @@ def test_an_argparse_error_quoting_a_control_byte():
 
 def test_an_endless_stdin_file_is_refused_by_diff_not_read_into_memory(hello):
     """diff holds stdin for both runs; ``run`` reads it lazily (tests/test_stdio.py)."""
-    line = one_line_error(cli("diff", "--stdin", "/dev/zero", "-e", f"p {hello}:0x1000", hello,
-                              timeout=60))
+    line = one_line_error(cli("diff", "--stdin", "/dev/zero", "-e", f"p {hello}:0x1000", hello, timeout=60))
     assert "/dev/zero" in line and "MiB" in line, line
 
 
@@ -168,8 +176,13 @@ def test_ctrl_c_while_the_tool_starts_or_runs_is_one_line_and_130(delay):
     import signal
     import subprocess
     import time
-    proc = subprocess.Popen([shutil.which("uprobe-emu"), "run", "/bin/busybox", "cat"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    proc = subprocess.Popen(
+        [shutil.which("uprobe-emu"), "run", "/bin/busybox", "cat"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     try:

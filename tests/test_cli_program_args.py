@@ -38,7 +38,7 @@ def test_a_program_with_its_own_options_runs_as_typed():
 
 def test_options_before_the_program_are_the_tools():
     p = cli("run", "--kernel", "6.9", "-e", "p:g/ev guest:fib:fib_loop", "--timeout=30", "guest:fib", "3")
-    assert p.returncode == 2, p.stderr.decode()          # fib(3): the guest's own status
+    assert p.returncode == 2, p.stderr.decode()  # fib(3): the guest's own status
     assert p.stderr.decode().count(" ev: (") == 3, p.stderr.decode()
 
 
@@ -51,8 +51,10 @@ def test_a_double_dash_before_the_program_ends_the_options():
 def test_a_missing_program_is_one_line_that_shows_the_usage(command):
     extra = ["-e", "uprobe:libc:malloc"] if command == "diff" else []
     line = one_line_error(cli(command, *extra))
-    assert line == f"uprobe-emu {command}: PROGRAM is missing (usage: uprobe-emu {command} [OPTIONS] [--] " \
-                   "PROGRAM [ARGS...])", line
+    assert (
+        line == f"uprobe-emu {command}: PROGRAM is missing (usage: uprobe-emu {command} [OPTIONS] [--] "
+        "PROGRAM [ARGS...])"
+    ), line
 
 
 @pytest.mark.parametrize("command", PROGRAM_COMMANDS)
@@ -60,26 +62,31 @@ def test_the_usage_line_puts_options_before_the_program(command):
     assert _sub(command).format_usage().strip() == f"usage: uprobe-emu {command} [OPTIONS] [--] PROGRAM [ARGS...]"
 
 
-@pytest.mark.parametrize("command", [c for c in PROGRAM_COMMANDS if c != "sweep"])   # (sweep has no -e)
-@pytest.mark.parametrize("words, split", [
-    (["prog", "-e", "x"], ([], "prog", ["-e", "x"])),
-    (["-e", "spec", "prog", "a"], (["-e", "spec"], "prog", ["a"])),
-    (["-espec", "prog"], (["-espec"], "prog", [])),
-    (["--timeout", "5", "prog"], (["--timeout", "5"], "prog", [])),
-    (["--timeout=5", "prog", "--timeout"], (["--timeout=5"], "prog", ["--timeout"])),
-    (["--time", "5", "prog"], (["--time", "5"], "prog", [])),                 # an abbreviation
-    (["--", "-prog", "--"], ([], "-prog", ["--"])),
-    (["-e", "spec"], (["-e", "spec"], None, [])),
-    (["-", "x"], ([], "-", ["x"])),
-])
+@pytest.mark.parametrize("command", [c for c in PROGRAM_COMMANDS if c != "sweep"])  # (sweep has no -e)
+@pytest.mark.parametrize(
+    "words, split",
+    [
+        (["prog", "-e", "x"], ([], "prog", ["-e", "x"])),
+        (["-e", "spec", "prog", "a"], (["-e", "spec"], "prog", ["a"])),
+        (["-espec", "prog"], (["-espec"], "prog", [])),
+        (["--timeout", "5", "prog"], (["--timeout", "5"], "prog", [])),
+        (["--timeout=5", "prog", "--timeout"], (["--timeout=5"], "prog", ["--timeout"])),
+        (["--time", "5", "prog"], (["--time", "5"], "prog", [])),  # an abbreviation
+        (["--", "-prog", "--"], ([], "-prog", ["--"])),
+        (["-e", "spec"], (["-e", "spec"], None, [])),
+        (["-", "x"], ([], "-", ["x"])),
+    ],
+)
 def test_the_words_split_at_the_program(command, words, split):
     assert split_program_words(_sub(command), words) == split
 
 
 @pytest.mark.parametrize("command", ["run", "trace", "step", "gdbserver", "sweep"])
 def test_a_flag_takes_no_value(command):
-    assert split_program_words(_sub(command), ["-v" if command != "sweep" else "--libraries", "prog", "x"])[1:] == \
-        ("prog", ["x"])
+    assert split_program_words(_sub(command), ["-v" if command != "sweep" else "--libraries", "prog", "x"])[1:] == (
+        "prog",
+        ["x"],
+    )
 
 
 def test_version_is_the_one_version_source():

@@ -5,8 +5,9 @@ import pytest
 from emu.frontends.bench.contention import ATOMIC, LOCK, MB, READ, UNLOCK, WRITE, Prices, Topology, simulate
 
 ONE_SOCKET = Topology(1, 8, 1)
-PLAIN = Prices(local=0.0, atomic=0.0, mb=0.0, xfer_core=50.0, xfer_socket=200.0, contend=0.0, ht=1.0,
-               turbo=0.0, scale=1.0)
+PLAIN = Prices(
+    local=0.0, atomic=0.0, mb=0.0, xfer_core=50.0, xfer_socket=200.0, contend=0.0, ht=1.0, turbo=0.0, scale=1.0
+)
 
 
 def _same(n, work, ops):
@@ -53,7 +54,7 @@ def test_crossing_sockets_costs_more():
 
 
 def test_sibling_threads_share_their_core_transfers():
-    ht = Topology(1, 4, 2)                        # CPUs 4-7 are the siblings of 0-3
+    ht = Topology(1, 4, 2)  # CPUs 4-7 are the siblings of 0-3
     progs = _same(8, 10.0, ((ATOMIC, "ref"),))
     four = simulate(progs[:4], ht, PLAIN)
     assert simulate(progs, ht, PLAIN) > four * 1.2
@@ -82,8 +83,13 @@ def test_more_cpus_than_the_topology_is_refused():
 
 def test_cpu_placement_fills_cores_then_sibling_threads():
     t = Topology(2, 20, 2)
-    assert (t.place(0), t.place(19), t.place(20), t.place(40), t.place(79)) == \
-        ((0, 0, 0), (0, 19, 0), (1, 20, 0), (0, 0, 1), (1, 39, 1))
+    assert (t.place(0), t.place(19), t.place(20), t.place(40), t.place(79)) == (
+        (0, 0, 0),
+        (0, 19, 0),
+        (1, 20, 0),
+        (0, 0, 1),
+        (1, 39, 1),
+    )
 
 
 def test_jitter_is_seeded():

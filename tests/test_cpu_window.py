@@ -26,8 +26,10 @@ def _fresh_uc() -> Uc:
 
 
 def _distinct(salt: int) -> dict[str, int]:
-    return {n: (0x1111_0000_0000_0000 * (i % 15 + 1) + salt + i) & 0xFFFF_FFFF_FFFF_FFFF
-            for i, n in enumerate(GPR_NAMES[:17])}
+    return {
+        n: (0x1111_0000_0000_0000 * (i % 15 + 1) + salt + i) & 0xFFFF_FFFF_FFFF_FFFF
+        for i, n in enumerate(GPR_NAMES[:17])
+    }
 
 
 def test_the_layout_is_recognised_on_this_build():
@@ -45,8 +47,9 @@ def _fake_memory(monkeypatch, uc, block):
         if at == base:
             return head[:n]
         if target <= at < target + 0x20000:
-            return block()[at - target:at - target + n]
+            return block()[at - target : at - target + n]
         raise OSError(5, "EIO")
+
     monkeypatch.setattr(regfile.os, "pread", pread)
 
 
@@ -56,14 +59,17 @@ def _pattern_bytes(salt: int) -> bytes:
 
 def _live(uc):
     """The CPU's registers as they are now, in QEMU's order: the copy that follows the API."""
-    return lambda: struct.pack("<17Q", *(uc.reg_read(getattr(X, "UC_X86_REG_" + n.upper()))
-                                         for n in regfile._QEMU_ORDER[:17]))
+    return lambda: struct.pack(
+        "<17Q", *(uc.reg_read(getattr(X, "UC_X86_REG_" + n.upper())) for n in regfile._QEMU_ORDER[:17])
+    )
 
 
 def _search(uc, *parts) -> dict:
     """_candidates over one block made of ``parts``: bytes stay, callables are read live."""
+
     def block():
         return b"".join(p() if callable(p) else p for p in parts)
+
     with pytest.MonkeyPatch.context() as mp:
         _fake_memory(mp, uc, block)
         return regfile._candidates(0, uc, 0)
@@ -125,8 +131,7 @@ def test_a_write_through_the_window_is_what_the_api_reads():
     rf = RegisterFile(uc)
     want = _distinct(0x42)
     rf.write({GPR_NAMES.index(n): v for n, v in want.items() if n != "rip"})
-    diff = {n: (hex(v), hex(uc.reg_read(_IDS[n]))) for n, v in want.items()
-            if n != "rip" and uc.reg_read(_IDS[n]) != v}
+    diff = {n: (hex(v), hex(uc.reg_read(_IDS[n]))) for n, v in want.items() if n != "rip" and uc.reg_read(_IDS[n]) != v}
     assert not diff, f"register: (written, api) {diff}"
 
 
@@ -185,12 +190,14 @@ def test_a_handlers_writes_reach_the_guest_on_both_paths(monkeypatch, use_window
     def handler(ctx):
         ctx.regs.rax = 0xAAAA
         ctx.regs.rbx = 0xBBBB
+
     m.uprobes.register("probe", handler=handler)
     r = m.run(max_insns=10_000)
     assert r.reason == "exit", r.describe()
     regs = guest_regs(m)
-    assert (regs["rcx"], regs["r8"], regs["r9"]) == (0xBBBB, 0xAAAA, 0x9999), \
-        {n: hex(regs[n]) for n in ("rcx", "r8", "r9")}
+    assert (regs["rcx"], regs["r8"], regs["r9"]) == (0xBBBB, 0xAAAA, 0x9999), {
+        n: hex(regs[n]) for n in ("rcx", "r8", "r9")
+    }
 
 
 SYSCALLS = guest("""
@@ -213,7 +220,7 @@ def test_the_syscall_return_writes_rip_rcx_and_r11_on_both_paths(monkeypatch, us
     r = m.run(max_insns=10_000)
     assert r.reason == "exit", r.describe()
     regs = guest_regs(m)
-    after = m.resolve("again") + 7                 # mov eax (5) + syscall (2)
+    after = m.resolve("again") + 7  # mov eax (5) + syscall (2)
     assert regs["r13"] == after, f"rcx after syscall {regs['r13']:#x}, expected {after:#x}"
     assert regs["r14"] & 0x202 == 0x202, f"r11 = rflags {regs['r14']:#x}"
     assert m.counters.syscalls[39] == 5, m.counters.syscalls

@@ -80,6 +80,7 @@ def read_node(root, path: str, task) -> str:
 
 # ------------------------------------------------------------------ the option
 
+
 @pytest.mark.parametrize("bad", [0, -1, 257, 1.5, "2", True, None])
 def test_machine_refuses_a_bad_cpu_count(bad):
     with pytest.raises(InputError, match="cpus"):
@@ -113,17 +114,24 @@ def test_sweep_cases_run_on_the_programs_cpus():
 
 def test_default_is_one_cpu_with_the_one_cpu_mask():
     m = Machine.from_asm("_start:\n    hlt\n")
-    assert (m.scheduler.nr_cpu_ids, m.task.cpu, m.task.cpus_mask) == (1, 0, 1), \
-        (m.scheduler.nr_cpu_ids, m.task.cpu, m.task.cpus_mask)
+    assert (m.scheduler.nr_cpu_ids, m.task.cpu, m.task.cpus_mask) == (1, 0, 1), (
+        m.scheduler.nr_cpu_ids,
+        m.task.cpu,
+        m.task.cpus_mask,
+    )
 
 
 def test_first_task_may_run_on_every_cpu():
     m = Machine.from_asm("_start:\n    hlt\n", cpus=5)
-    assert (m.task.cpu, m.task.cpus_mask, m.current_cpu()) == (0, 0b11111, 0), \
-        (m.task.cpu, bin(m.task.cpus_mask), m.current_cpu())
+    assert (m.task.cpu, m.task.cpus_mask, m.current_cpu()) == (0, 0b11111, 0), (
+        m.task.cpu,
+        bin(m.task.cpus_mask),
+        m.current_cpu(),
+    )
 
 
 # ------------------------------------------------------------------ scheduling
+
 
 def test_threads_spread_over_the_cpus(threads_guest):
     m, r = run(threads_guest, "work", "4", "200000", cpus=4, seed=3)
@@ -187,6 +195,7 @@ def test_a_waiting_task_goes_only_to_a_cpu_its_mask_allows():
 
 # ------------------------------------------------------------------ syscalls
 
+
 def test_setaffinity_efault_on_a_bad_pointer():
     m = asm_machine(4)
     assert call(m, "sched_setaffinity", 0, 8, 0x10) == -E.EFAULT
@@ -241,13 +250,17 @@ def test_getcpu_reports_the_tasks_cpu_and_node_0():
 
 # ------------------------------------------------------------------ /proc and /sys
 
+
 def test_cpuinfo_has_one_entry_per_cpu():
     m = asm_machine(3)
     text = read_node(ProcFs(m).root, "cpuinfo", m.task)
-    entries = [{k.strip(): v for k, _, v in (ln.partition(": ") for ln in e.splitlines())}
-               for e in text.strip("\n").split("\n\n")]
-    got = [(e["processor"], e["physical id"], e["core id"], e["cpu cores"], e["siblings"], e["apicid"])
-           for e in entries]
+    entries = [
+        {k.strip(): v for k, _, v in (ln.partition(": ") for ln in e.splitlines())}
+        for e in text.strip("\n").split("\n\n")
+    ]
+    got = [
+        (e["processor"], e["physical id"], e["core id"], e["cpu cores"], e["siblings"], e["apicid"]) for e in entries
+    ]
     assert got == [(str(i), "0", str(i), "3", "3", str(i)) for i in range(3)], got
 
 
@@ -283,6 +296,7 @@ def test_cpulist_format(mask, text):
 
 # ------------------------------------------------------------------ trace
 
+
 def test_ftrace_lines_show_the_cpu_of_the_hitting_task(cpus_static):
     m = Machine.from_elf(cpus_static, argv=["cpus", "threads", "3"], cpus=3)
     ev = m.uprobes.add_event(f"{cpus_static}:report")
@@ -296,20 +310,32 @@ def test_cli_event_lines_show_the_cpu_column(cpus_static):
     proc = cli("run", "--cpus", "3", "-e", f"{cpus_static}:report", cpus_static, "threads", "3")
     assert proc.returncode == 0, proc.stderr.decode()
     hits = [ln.split()[:2] for ln in proc.stderr.decode().splitlines() if ": report:" in ln]
-    assert sorted(hits) == [["cpus_static-1001", "[000]"], ["cpus_static-1002", "[001]"],
-                            ["cpus_static-1003", "[002]"]], proc.stderr.decode()
+    assert sorted(hits) == [
+        ["cpus_static-1001", "[000]"],
+        ["cpus_static-1002", "[001]"],
+        ["cpus_static-1003", "[002]"],
+    ], proc.stderr.decode()
 
 
 # ------------------------------------------------------------------ real binaries
+
 
 @pytest.mark.parametrize("cpus", [1, 4])
 def test_glibc_counts_the_cpus_and_pins_to_the_last(cpus_static, cpus):
     _, r = run(cpus_static, cpus=cpus)
     out = lines(r.stdout)
-    got = {k: out[k] for k in ("get_nprocs", "get_nprocs_conf", "sysconf_onln", "sched_getcpu",
-                               "setaffinity", "sched_getcpu_after")}
-    want = {"get_nprocs": str(cpus), "get_nprocs_conf": str(cpus), "sysconf_onln": str(cpus),
-            "sched_getcpu": "0", "setaffinity": "0", "sched_getcpu_after": str(cpus - 1)}
+    got = {
+        k: out[k]
+        for k in ("get_nprocs", "get_nprocs_conf", "sysconf_onln", "sched_getcpu", "setaffinity", "sched_getcpu_after")
+    }
+    want = {
+        "get_nprocs": str(cpus),
+        "get_nprocs_conf": str(cpus),
+        "sysconf_onln": str(cpus),
+        "sched_getcpu": "0",
+        "setaffinity": "0",
+        "sched_getcpu_after": str(cpus - 1),
+    }
     assert got == want, r.stdout.decode()
 
 
@@ -322,8 +348,9 @@ def test_pthread_setaffinity_np_puts_thread_i_on_cpu_i(cpus_dynamic, cpus):
 
 def test_affinity_is_inherited_by_threads_and_fork_and_kept_by_exec(cpus_static):
     _, r = run(cpus_static, "inherit", cpus=2)
-    assert r.stdout.decode().splitlines() == ["thread mask=0x2 cpu=1", "fork mask=0x2 cpu=1",
-                                              "exec mask=0x2 cpu=1"], r.stdout.decode()
+    assert r.stdout.decode().splitlines() == ["thread mask=0x2 cpu=1", "fork mask=0x2 cpu=1", "exec mask=0x2 cpu=1"], (
+        r.stdout.decode()
+    )
 
 
 @pytest.mark.parametrize("args", [["nproc"], ["nproc", "--all"]])
@@ -349,8 +376,10 @@ def test_checkpoint_restores_the_cpus_and_their_clocks(threads_guest):
     assert (m.scheduler.history[at:], [t.cpu for t in m.all_tasks]) == (tail, cpus)
 
 
-@pytest.mark.parametrize("cpus,mask,hexmask,listed", [(1, 0b1, "1", "0"), (4, 0b1010, "a", "1,3"),
-                                                      (70, (1 << 70) - 1, "3f,ffffffff,ffffffff", "0-69")])
+@pytest.mark.parametrize(
+    "cpus,mask,hexmask,listed",
+    [(1, 0b1, "1", "0"), (4, 0b1010, "a", "1,3"), (70, (1 << 70) - 1, "3f,ffffffff,ffffffff", "0-69")],
+)
 def test_proc_status_shows_the_affinity(cpus, mask, hexmask, listed):
     m = asm_machine(cpus)
     m.task.cpus_mask = mask

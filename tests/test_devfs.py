@@ -44,9 +44,18 @@ def opened(dev, name, flags=O_RDONLY):
 
 # ------------------------------------------------------------------ the nodes
 
-@pytest.mark.parametrize("name,major,minor,ino", [
-    ("null", 1, 3, 3), ("zero", 1, 5, 4), ("full", 1, 7, 5), ("random", 1, 8, 6),
-    ("urandom", 1, 9, 7), ("tty", 5, 0, 9)])
+
+@pytest.mark.parametrize(
+    "name,major,minor,ino",
+    [
+        ("null", 1, 3, 3),
+        ("zero", 1, 5, 4),
+        ("full", 1, 7, 5),
+        ("random", 1, 8, 6),
+        ("urandom", 1, 9, 7),
+        ("tty", 5, 0, 9),
+    ],
+)
 def test_char_device_attrs_are_devtmpfs_ones(dev, name, major, minor, ino):
     a = node(dev, name).attrs(dev[1])
     got = (oct(a.mode), os.major(a.rdev), os.minor(a.rdev), a.ino, a.dev, a.uid, a.gid, a.size, a.nlink)
@@ -64,9 +73,15 @@ def test_char_device_attrs_match_the_host(dev, name):
     assert got == want, f"/dev/{name}: host {want}, model {got}"
 
 
-@pytest.mark.parametrize("name,target", [
-    ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"),
-    ("fd", "/proc/self/fd")])
+@pytest.mark.parametrize(
+    "name,target",
+    [
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("fd", "/proc/self/fd"),
+    ],
+)
 def test_stdio_links_point_into_proc_self_fd(dev, name, target):
     n = node(dev, name)
     a = n.attrs(dev[1])
@@ -77,9 +92,19 @@ def test_stdio_links_point_into_proc_self_fd(dev, name, target):
 def test_directory_lists_every_node_with_its_type(dev):
     fs, task = dev
     got = fs.root.children(task)
-    want = [("stderr", 114, 10), ("stdout", 113, 10), ("stdin", 112, 10), ("fd", 111, 10), ("pts", 1, 4),
-            ("tty", 9, 2),
-            ("urandom", 7, 2), ("random", 6, 2), ("full", 5, 2), ("zero", 4, 2), ("null", 3, 2)]
+    want = [
+        ("stderr", 114, 10),
+        ("stdout", 113, 10),
+        ("stdin", 112, 10),
+        ("fd", 111, 10),
+        ("pts", 1, 4),
+        ("tty", 9, 2),
+        ("urandom", 7, 2),
+        ("random", 6, 2),
+        ("full", 5, 2),
+        ("zero", 4, 2),
+        ("null", 3, 2),
+    ]
     assert got == want, got
 
 
@@ -98,6 +123,7 @@ def test_unknown_name_is_enoent(dev):
 
 
 # ------------------------------------------------------------------ the devices
+
 
 def test_null_reads_end_of_file_and_swallows_writes(dev):
     f = opened(dev, "null", O_RDWR)
@@ -134,6 +160,7 @@ def test_random_bytes_are_the_seeds(name):
     def first_bytes(seed):
         m = machine(seed=seed)
         return DevFs(m).root.lookup(m.task, name).open(m.task, O_RDONLY).read(32, None)
+
     a, b, c = first_bytes(7), first_bytes(7), first_bytes(8)
     assert a == b, "the same seed gives the same bytes"
     assert a != c and len(a) == 32, "another seed gives other bytes"
@@ -159,6 +186,7 @@ def test_tcgets_on_null_is_enotty(dev):
 
 # ------------------------------------------------------------------ /dev/tty
 
+
 def test_tty_without_a_terminal_is_enxio(dev):
     assert node(dev, "tty").open(dev[1], O_RDWR) == -E.ENXIO
 
@@ -166,7 +194,7 @@ def test_tty_without_a_terminal_is_enxio(dev):
 def test_tty_with_a_terminal_stdin_is_that_terminal():
     master, slave = os.openpty()
     attrs = termios.tcgetattr(slave)
-    attrs[3] &= ~termios.ECHO                     # only what the guest writes comes back
+    attrs[3] &= ~termios.ECHO  # only what the guest writes comes back
     termios.tcsetattr(slave, termios.TCSANOW, attrs)
     try:
         m = machine(stdin=slave)
@@ -205,10 +233,14 @@ def test_tty_writes_follow_the_stdio_sink_of_that_terminal():
     assert bytes(m.stdout) == b"hi", f"stdout captured {bytes(m.stdout)!r}"
 
 
-@pytest.mark.parametrize("flags,want", [
-    (O_WRONLY | 0o2000 | 0o4000 | 0o100 | 0o1000 | 0o2000000, 0o106001),   # APPEND NONBLOCK CREAT TRUNC CLOEXEC
-    (O_RDWR | 0o10000 | 0o1000000, 0o1110002),                              # DSYNC NOATIME
-    (O_RDONLY, 0o100000)])
+@pytest.mark.parametrize(
+    "flags,want",
+    [
+        (O_WRONLY | 0o2000 | 0o4000 | 0o100 | 0o1000 | 0o2000000, 0o106001),  # APPEND NONBLOCK CREAT TRUNC CLOEXEC
+        (O_RDWR | 0o10000 | 0o1000000, 0o1110002),  # DSYNC NOATIME
+        (O_RDONLY, 0o100000),
+    ],
+)
 def test_f_flags_keep_what_the_kernel_keeps(dev, flags, want):
     """F_GETFL of /dev/null as the host answers for the same open flags."""
     assert oct(opened(dev, "null", flags).f_flags) == oct(want)
@@ -229,10 +261,19 @@ def test_tty_nonblocking_read_without_input_is_eagain():
         os.close(slave)
 
 
-@pytest.mark.parametrize("mode,want", [(S.S_IFCHR | 0o666, 2), (S.S_IFLNK | 0o777, 10), (S.S_IFDIR | 0o755, 4),
-                                       (S.S_IFREG | 0o444, 8), (S.S_IFIFO | 0o600, 1)])
+@pytest.mark.parametrize(
+    "mode,want",
+    [
+        (S.S_IFCHR | 0o666, 2),
+        (S.S_IFLNK | 0o777, 10),
+        (S.S_IFDIR | 0o755, 4),
+        (S.S_IFREG | 0o444, 8),
+        (S.S_IFIFO | 0o600, 1),
+    ],
+)
 def test_dtype_of_a_mode(mode, want):
     from kernel_model.fs.fs_types import dtype_of
+
     assert dtype_of(mode) == want
 
 

@@ -21,8 +21,14 @@ ROOT = Path(__file__).resolve().parent.parent
 def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("site")
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
-                           "-d", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return out, done
 
 
@@ -37,16 +43,19 @@ def test_the_build_warns_of_nothing(site):
     assert warnings == [], warnings
 
 
-@pytest.mark.parametrize("page, text", [
-    ("reference/cli/index.html", "uprobe-emu gdbserver"),
-    ("reference/profiles/index.html", "uretprobe_trampoline"),
-    ("reference/syscalls/index.html", "uretprobe"),
-    ("reference/api/index.html", "emu.machine.Machine"),
-    ("reference/api/index.html", "RegistrationError"),
-    ("reference/api/index.html", "UprobeHit"),
-    ("reference/api/index.html", "call_snapshots"),
-    ("architecture/index.html", "One probe hit, engine to handler and back"),
-])
+@pytest.mark.parametrize(
+    "page, text",
+    [
+        ("reference/cli/index.html", "uprobe-emu gdbserver"),
+        ("reference/profiles/index.html", "uretprobe_trampoline"),
+        ("reference/syscalls/index.html", "uretprobe"),
+        ("reference/api/index.html", "emu.machine.Machine"),
+        ("reference/api/index.html", "RegistrationError"),
+        ("reference/api/index.html", "UprobeHit"),
+        ("reference/api/index.html", "call_snapshots"),
+        ("architecture/index.html", "One probe hit, engine to handler and back"),
+    ],
+)
 def test_the_site_has_the_page(site, page, text):
     out, done = site
     assert done.returncode == 0, done.stderr

@@ -167,14 +167,14 @@ def read_lines(proc: subprocess.Popen, n: int) -> list[str]:
 
 
 def describe(ex: Example, cmd: Command, actual: str) -> str:
-    return (f"{ex.id}: `{cmd.text}` printed\n{actual}\n--- but the page shows ---\n" +
-            "\n".join(cmd.output))
+    return f"{ex.id}: `{cmd.text}` printed\n{actual}\n--- but the page shows ---\n" + "\n".join(cmd.output)
 
 
 @pytest.mark.parametrize("ex", EXAMPLES, ids=[ex.id for ex in EXAMPLES])
 def test_example_prints_what_the_page_shows(ex: Example, tmp_path, request):
-    if any(c.text.startswith("sudo ") for c in ex.commands) and \
-            (os.geteuid() != 0 or request.getfixturevalue("host_tracefs") is None):
+    if any(c.text.startswith("sudo ") for c in ex.commands) and (
+        os.geteuid() != 0 or request.getfixturevalue("host_tracefs") is None
+    ):
         pytest.skip("needs root and a tracefs mount")
     for name, content in ex.files.items():
         (tmp_path / name).write_text(content)
@@ -186,15 +186,28 @@ def test_example_prints_what_the_page_shows(ex: Example, tmp_path, request):
             text = cmd.text.replace(PORT, port)
             expected = [line.replace(PORT, port) for line in cmd.output]
             if text.startswith("sudo "):
-                text = text[len("sudo "):]
+                text = text[len("sudo ") :]
             if text.endswith(" &"):
-                proc = subprocess.Popen(["bash", "-c", text[:-2]], cwd=tmp_path, env=env,
-                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                proc = subprocess.Popen(
+                    ["bash", "-c", text[:-2]],
+                    cwd=tmp_path,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                )
                 background.append(proc)
                 actual = "\n".join(read_lines(proc, len(expected)))
             else:
-                done = subprocess.run(["bash", "-c", text], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=COMMAND_TIMEOUT)
+                done = subprocess.run(
+                    ["bash", "-c", text],
+                    cwd=tmp_path,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    timeout=COMMAND_TIMEOUT,
+                )
                 actual = done.stdout.decode(errors="replace")
             assert matches(expected, actual), describe(ex, cmd, actual)
         for proc in background:
@@ -211,19 +224,26 @@ def test_the_pages_have_examples_of_every_command_the_readme_shows():
     """The README's six examples (run, a register test, trace, gdbserver, bench, diff)
     are console examples the test above runs."""
     readme = [c.text for ex in EXAMPLES if ex.page.name == "README.md" for c in ex.commands]
-    shown = {word for text in readme for word in ("run", "pytest", "trace", "gdbserver", "bench", "diff")
-             if re.search(rf"(uprobe-emu|python -m) {word}\b", text)}
+    shown = {
+        word
+        for text in readme
+        for word in ("run", "pytest", "trace", "gdbserver", "bench", "diff")
+        if re.search(rf"(uprobe-emu|python -m) {word}\b", text)
+    }
     assert shown == {"run", "pytest", "trace", "gdbserver", "bench", "diff"}, readme
 
 
-@pytest.mark.parametrize("expected, actual, verdict", [
-    (["a", "...", "d"], "a\nb\nc\nd\n", True),
-    (["a", "...", "b"], "a\nb\n", True),
-    (["x=0x...", "y"], "x=0x7fff\ny\n", True),
-    (["x=0x...", "y"], "x=0x7fff\nz\n", False),
-    (["a\tb"], "a       b  \n\n", True),
-    (["a"], "a\nb\n", False),
-    (["1 passed in ..."], "1 passed in 0.31s\n", True),
-])
+@pytest.mark.parametrize(
+    "expected, actual, verdict",
+    [
+        (["a", "...", "d"], "a\nb\nc\nd\n", True),
+        (["a", "...", "b"], "a\nb\n", True),
+        (["x=0x...", "y"], "x=0x7fff\ny\n", True),
+        (["x=0x...", "y"], "x=0x7fff\nz\n", False),
+        (["a\tb"], "a       b  \n\n", True),
+        (["a"], "a\nb\n", False),
+        (["1 passed in ..."], "1 passed in 0.31s\n", True),
+    ],
+)
 def test_the_matching_rule(expected, actual, verdict):
     assert matches(expected, actual) is verdict, (expected, actual)

@@ -58,18 +58,21 @@ def profile_row(page: str, name: str) -> str:
     return next(line for line in page.splitlines() if line.startswith(f"| {name} | "))
 
 
-@pytest.mark.parametrize("profile, shown", [
-    ("6.10", "`args_buffer=lazy`"),
-    ("6.10", "1b8f85defbc8 \"uprobes: prepare uprobe args buffer lazily\""),
-    ("6.11", "`uretprobe_trampoline=syscall`, `has_uretprobe_syscall=True`"),
-    ("6.11", "ff474a78cef5"),
-    ("6.14", "`ri_alloc=pool`, `vma_lookup=speculative`"),
-    ("6.18", "`optimize=nop5`"),
-    ("6.19", "`nop_emulation=insn_is_nop` | 8a5c6cbfe4a3"),
-    ("7.2", "| none | 7.2's uprobes changes were fixes"),
-    ("7.3", "`optimize=nop10`"),
-    ("latest", "| none |"),
-])
+@pytest.mark.parametrize(
+    "profile, shown",
+    [
+        ("6.10", "`args_buffer=lazy`"),
+        ("6.10", '1b8f85defbc8 "uprobes: prepare uprobe args buffer lazily"'),
+        ("6.11", "`uretprobe_trampoline=syscall`, `has_uretprobe_syscall=True`"),
+        ("6.11", "ff474a78cef5"),
+        ("6.14", "`ri_alloc=pool`, `vma_lookup=speculative`"),
+        ("6.18", "`optimize=nop5`"),
+        ("6.19", "`nop_emulation=insn_is_nop` | 8a5c6cbfe4a3"),
+        ("7.2", "| none | 7.2's uprobes changes were fixes"),
+        ("7.3", "`optimize=nop10`"),
+        ("latest", "| none |"),
+    ],
+)
 def test_the_profiles_page_gives_what_each_release_changed(profile, shown):
     row = profile_row(GEN_DOCS.render_profiles(), profile)
     assert shown in row, row
@@ -85,13 +88,14 @@ def test_the_profiles_page_cites_every_commit_the_profiles_cite():
 def test_the_profiles_page_gives_every_profile_s_value_of_each_switch(switch):
     row = next(line for line in GEN_DOCS.render_profiles().splitlines() if line.startswith(f"| `{switch}` | "))
     values = [c.strip().replace("\\", "") for c in row.split("|")[2:-1]]
-    expected = ["—" if v is None else str(v) for v in (getattr(KernelProfile.get(n), switch)
-                                                       for n in KernelProfile.names())]
-    assert values[:len(expected)] == expected, row
+    expected = [
+        "—" if v is None else str(v) for v in (getattr(KernelProfile.get(n), switch) for n in KernelProfile.names())
+    ]
+    assert values[: len(expected)] == expected, row
 
 
 def test_notes_join_a_comment_with_the_comment_lines_under_it():
-    source = '''
+    source = """
 def _build():
     b = {}
     out = {}
@@ -104,11 +108,12 @@ def _build():
     b.update(z=3)
     out["2"] = b
     out["3"] = b
-'''
+"""
     assert GEN_DOCS.profile_changes(source) == {
         "1": ['aaaaaaaaaaaa "first title continued"', "bbbbbbbbbbbb"],
         "2": ["a note above on two lines"],
-        "3": []}
+        "3": [],
+    }
 
 
 def nav_pages(nav) -> list[str]:

@@ -28,9 +28,12 @@ def progs(build_c, tmp_path_factory):
     work = build_c("exec_work.c", name="exec_work")
     copy = d / "exec_work_copy"
     shutil.copy(work, copy)
-    return {"dlopen_libm": build_c("dlopen_libm.c", "-ldl", name="dlopen_libm"),
-            "exec": build_c("exec.c", name="exec_dyn"),
-            "exec_work": work, "exec_work_copy": str(copy)}
+    return {
+        "dlopen_libm": build_c("dlopen_libm.c", "-ldl", name="dlopen_libm"),
+        "exec": build_c("exec.c", name="exec_dyn"),
+        "exec_work": work,
+        "exec_work_copy": str(copy),
+    }
 
 
 CORPUS = {
@@ -40,8 +43,7 @@ CORPUS = {
     "sh-pipe": (["/bin/sh", "-c", "echo a | /bin/cat"], MALLOC_FREE),
     "env": (["/usr/bin/env"], MALLOC_FREE),
     "malloc-loop": (["{exec_work}", "work", "6"], MALLOC_FREE),
-    "dlopen-libm": (["{dlopen_libm}", "3"], ["uprobe:libc:malloc", "uprobe:libm:frexp",
-                                              "uretprobe:libm:frexp"]),
+    "dlopen-libm": (["{dlopen_libm}", "3"], ["uprobe:libc:malloc", "uprobe:libm:frexp", "uretprobe:libm:frexp"]),
     "fork-exec": (["{exec}", "args"], MALLOC_FREE),
     "exec-copy": (["{exec_work}", "exec", "{exec_work_copy}", "work", "4"], MALLOC_FREE),
 }
@@ -83,6 +85,7 @@ def test_ls_finds_proc_filesystems_as_natively():
     m = Machine.from_elf("/bin/ls", argv=["/bin/ls", "/"])
     opened = []
     from kernel_model.trace.events import Syscall, SyscallReturn
+
     pending = {}
 
     def on(ev):
@@ -92,22 +95,28 @@ def test_ls_finds_proc_filesystems_as_natively():
             path = pending.pop(ev.task)
             if path.startswith("/proc/"):
                 opened.append((path, ev.ret < 1 << 63))
+
     m.events.subscribe(on, Syscall, SyscallReturn)
     r = m.run(timeout=60)
     assert r.exit_code == 0, r.describe()
     assert opened == [("/proc/filesystems", True)], opened
 
 
-@pytest.mark.parametrize("argv", [["/bin/ls", "/"], ["/bin/sh", "-c", "echo a | /bin/cat"], ["/bin/true"]],
-                         ids=["ls-root", "sh-pipe", "true"])
+@pytest.mark.parametrize(
+    "argv",
+    [["/bin/ls", "/"], ["/bin/sh", "-c", "echo a | /bin/cat"], ["/bin/true"]],
+    ids=["ls-root", "sh-pipe", "true"],
+)
 def test_host_binaries_exit_and_print_as_native_without_probes(argv):
     """Everywhere (no tracefs needed): exit status, stdout and stderr as a native run
     in the model's environment."""
     import subprocess
 
     from kernel_model.fs.binfmt_elf import DEFAULT_ENV
+
     env = dict(item.split("=", 1) for item in DEFAULT_ENV)
     native = subprocess.run(argv, capture_output=True, timeout=60, env=env)
     r = Machine.from_elf(argv[0], argv=argv).run(timeout=60)
-    assert (r.reason, r.exit_code, r.stdout, r.stderr) == \
-        ("exit", native.returncode, native.stdout, native.stderr), r.describe()
+    assert (r.reason, r.exit_code, r.stdout, r.stderr) == ("exit", native.returncode, native.stdout, native.stderr), (
+        r.describe()
+    )

@@ -21,7 +21,7 @@ from native_helpers import assert_native_then_model
 from emu import Machine
 from kernel_model.trace import events as ev
 
-NR_CLOCK_NANOSLEEP, NR_RESTART_SYSCALL, NR_KILL = 230, 219, 62   # glibc sleeps with clock_nanosleep
+NR_CLOCK_NANOSLEEP, NR_RESTART_SYSCALL, NR_KILL = 230, 219, 62  # glibc sleeps with clock_nanosleep
 SIGUSR1 = 10
 
 
@@ -30,38 +30,47 @@ def guest(build_c):
     return build_c("eintr.c", "-static", name="eintr")
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("read", b"read r=-1 errno=4 hits=1 c=-\n"),
-    ("read_restart", b"read r=1 errno=0 hits=1 c=x\n"),
-    ("write", b"write r=-1 errno=4 hits=1\n"),
-    ("write_restart", b"write r=4 errno=0 hits=1\n"),
-    ("write_partial", b"write_partial r=65536 hits=1\n"),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("read", b"read r=-1 errno=4 hits=1 c=-\n"),
+        ("read_restart", b"read r=1 errno=0 hits=1 c=x\n"),
+        ("write", b"write r=-1 errno=4 hits=1\n"),
+        ("write_restart", b"write r=4 errno=0 hits=1\n"),
+        ("write_partial", b"write_partial r=65536 hits=1\n"),
+    ],
+)
 def test_pipe_read_and_write(guest, mode, expected):
     """ERESTARTSYS: EINTR, or restarted under SA_RESTART; a write that got some bytes
     in returns their count."""
     assert_native_then_model(guest, mode, expected)
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("wait4", b"wait4 r=-1 errno=4 hits=1 then=pid status=3\n"),
-    ("wait4_restart", b"wait4 r=pid errno=0 hits=1 then=pid status=3\n"),
-    ("sigchld", b"sigchld r=pid hits=1 status=5\n"),
-    ("waitid", b"waitid r=-1 errno=4 hits=1 status=0\n"),
-    ("waitid_restart", b"waitid r=0 errno=0 hits=1 status=4\n"),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("wait4", b"wait4 r=-1 errno=4 hits=1 then=pid status=3\n"),
+        ("wait4_restart", b"wait4 r=pid errno=0 hits=1 then=pid status=3\n"),
+        ("sigchld", b"sigchld r=pid hits=1 status=5\n"),
+        ("waitid", b"waitid r=-1 errno=4 hits=1 status=0\n"),
+        ("waitid_restart", b"waitid r=0 errno=0 hits=1 status=4\n"),
+    ],
+)
 def test_wait4_and_waitid(guest, mode, expected):
     """A child's SIGUSR1 or the timer interrupts the wait (ERESTARTSYS); the SIGCHLD of
     the child being reaped does not: wait4 returns its pid and the handler ran."""
     assert_native_then_model(guest, mode, expected)
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("futex", b"futex r=-1 errno=4 hits=1\n"),
-    ("futex_restart", b"futex r=-1 errno=11 hits=1\n"),
-    ("futex_timed", b"futex_timed r=-1 errno=4 hits=1\n"),
-    ("futex_timed_restart", b"futex_timed r=-1 errno=4 hits=1\n"),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("futex", b"futex r=-1 errno=4 hits=1\n"),
+        ("futex_restart", b"futex r=-1 errno=11 hits=1\n"),
+        ("futex_timed", b"futex_timed r=-1 errno=4 hits=1\n"),
+        ("futex_timed_restart", b"futex_timed r=-1 errno=4 hits=1\n"),
+    ],
+)
 def test_futex_wait(guest, mode, expected):
     """FUTEX_WAIT without a timeout: ERESTARTSYS, and the restarted wait sees the word
     the handler changed (EAGAIN); with a timeout: ERESTART_RESTARTBLOCK, EINTR even
@@ -81,40 +90,49 @@ def test_a_futex_timeout_passes_on_the_virtual_clock(guest, mode):
     assert 100_000_000 <= elapsed < 101_000_000, f"the wait took {elapsed} ns of virtual time"
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("nanosleep", b"nanosleep r=-1 errno=4 hits=1 rem_cs=95\n"),
-    ("nanosleep_restart", b"nanosleep r=-1 errno=4 hits=1 rem_cs=95\n"),
-    ("nanosleep_child", b"nanosleep_child r=-1 errno=4 hits=1 rem_cs=90\n"),
-    ("clock_abs", b"clock_abs r=4 hits=1 rem=7.7\n"),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("nanosleep", b"nanosleep r=-1 errno=4 hits=1 rem_cs=95\n"),
+        ("nanosleep_restart", b"nanosleep r=-1 errno=4 hits=1 rem_cs=95\n"),
+        ("nanosleep_child", b"nanosleep_child r=-1 errno=4 hits=1 rem_cs=90\n"),
+        ("clock_abs", b"clock_abs r=4 hits=1 rem=7.7\n"),
+    ],
+)
 def test_nanosleep(guest, mode, expected):
     """ERESTART_RESTARTBLOCK: EINTR even under SA_RESTART, the time left in rem; an
     absolute clock_nanosleep (ERESTARTNOHAND) leaves rem alone."""
     assert_native_then_model(guest, mode, expected, slack_cs=3)
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("poll", b"poll r=-1 errno=4 hits=1\n"),
-    ("poll_restart", b"poll r=-1 errno=4 hits=1\n"),
-    ("ppoll", b"ppoll r=-1 errno=4 hits=1 left_cs=100\n"),
-    ("ppoll_restart", b"ppoll r=-1 errno=4 hits=1 left_cs=100\n"),
-    ("select", b"select r=-1 errno=4 hits=1 left_cs=95\n"),
-    ("select_restart", b"select r=-1 errno=4 hits=1 left_cs=95\n"),
-    ("pselect", b"pselect r=-1 errno=4 hits=1\n"),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("poll", b"poll r=-1 errno=4 hits=1\n"),
+        ("poll_restart", b"poll r=-1 errno=4 hits=1\n"),
+        ("ppoll", b"ppoll r=-1 errno=4 hits=1 left_cs=100\n"),
+        ("ppoll_restart", b"ppoll r=-1 errno=4 hits=1 left_cs=100\n"),
+        ("select", b"select r=-1 errno=4 hits=1 left_cs=95\n"),
+        ("select_restart", b"select r=-1 errno=4 hits=1 left_cs=95\n"),
+        ("pselect", b"pselect r=-1 errno=4 hits=1\n"),
+    ],
+)
 def test_poll_and_select(guest, mode, expected):
     """EINTR with or without SA_RESTART; select writes back the time left."""
     assert_native_then_model(guest, mode, expected, slack_cs=3)
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("pause", b"pause r=-1 errno=4 hits=1\n"),
-    ("pause_restart", b"pause r=-1 errno=4 hits=1\n"),
-    ("sigsuspend", b"sigsuspend r=-1 errno=4 hits=1\n"),
-    ("sigsuspend_restart", b"sigsuspend r=-1 errno=4 hits=1\n"),
-    ("sigtimedwait", b"sigtimedwait r=-1 errno=4 hits=1\n"),
-    ("sigtimedwait_restart", b"sigtimedwait r=-1 errno=4 hits=1\n"),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("pause", b"pause r=-1 errno=4 hits=1\n"),
+        ("pause_restart", b"pause r=-1 errno=4 hits=1\n"),
+        ("sigsuspend", b"sigsuspend r=-1 errno=4 hits=1\n"),
+        ("sigsuspend_restart", b"sigsuspend r=-1 errno=4 hits=1\n"),
+        ("sigtimedwait", b"sigtimedwait r=-1 errno=4 hits=1\n"),
+        ("sigtimedwait_restart", b"sigtimedwait r=-1 errno=4 hits=1\n"),
+    ],
+)
 def test_signal_waits(guest, mode, expected):
     assert_native_then_model(guest, mode, expected)
 
@@ -138,6 +156,7 @@ def _ignore_sigusr1_once_sent(m, calls):
             calls.append((e.nr, e.rip))
         elif isinstance(e, ev.SyscallReturn) and e.nr == NR_KILL and e.task.process is not parent:
             parent.sighand.action[SIGUSR1] = struct.pack("<QQQQ", 1, 0, 0, 0)
+
     m.events.subscribe(on_event, ev.Syscall, ev.SyscallReturn)
 
 
@@ -151,8 +170,9 @@ def test_nanosleep_without_a_handler_restarts_through_restart_syscall(guest):
     _ignore_sigusr1_once_sent(m, calls)
     start = m.syscalls.clock_ns
     r = m.run(timeout=60)
-    assert (r.reason, r.stdout) == ("exit", b"nanosleep_child r=0 errno=0 hits=0 rem_cs=90\n"), \
+    assert (r.reason, r.stdout) == ("exit", b"nanosleep_child r=0 errno=0 hits=0 rem_cs=90\n"), (
         f"{r.stdout!r} ({r.describe()})"
+    )
     sleeps = [c for c in calls if c[0] in (NR_CLOCK_NANOSLEEP, NR_RESTART_SYSCALL)]
     assert [nr for nr, _ in sleeps] == [NR_CLOCK_NANOSLEEP, NR_RESTART_SYSCALL], f"syscalls {sleeps}"
     assert sleeps[0][1] == sleeps[1][1], f"restart at {sleeps[1][1]:#x}, nanosleep at {sleeps[0][1]:#x}"
@@ -189,8 +209,9 @@ def test_the_interrupting_signal_s_frame_saves_eintr_and_the_resume_point(guest)
     r = m.run(timeout=60)
     assert r.reason == "exit", r.describe()
     assert len(seen) == 1 and len(calls) == 1, (seen, calls)
-    assert seen[0] == ((-4) & (2**64 - 1), calls[0] + 2), \
+    assert seen[0] == ((-4) & (2**64 - 1), calls[0] + 2), (
         f"saved rax/rip {seen[0][0]:#x}/{seen[0][1]:#x}, want -EINTR/{calls[0] + 2:#x}"
+    )
 
 
 def test_sa_restart_saves_the_syscall_to_re_execute(guest):
@@ -210,6 +231,7 @@ def test_sa_restart_saves_the_syscall_to_re_execute(guest):
 def _feed_later(fd: int, delay: float) -> threading.Thread:
     """Write b"hello" to ``fd`` after ``delay`` seconds (if the reader is still there),
     then close it."""
+
     def feed():
         time.sleep(delay)
         try:
@@ -218,6 +240,7 @@ def _feed_later(fd: int, delay: float) -> threading.Thread:
             pass
         time.sleep(0.3)
         os.close(fd)
+
     t = threading.Thread(target=feed, daemon=True)
     t.start()
     return t
@@ -243,12 +266,15 @@ def _model_with_stdin(guest, mode, delay):
     return res
 
 
-@pytest.mark.parametrize("mode, delay, expected", [
-    ("stdin", 0.3, b"stdin r=-1 errno=4 hits=1 got=-\n"),
-    ("stdin_restart", 0.3, b"stdin r=5 errno=0 hits=1 got=hello\n"),
-    ("stdin", 0.0, b"stdin r=5 errno=0 hits=0 got=hello\n"),
-    ("stdin_nonblock", 0.3, b"stdin_nonblock r=-1 errno=11\n"),
-])
+@pytest.mark.parametrize(
+    "mode, delay, expected",
+    [
+        ("stdin", 0.3, b"stdin r=-1 errno=4 hits=1 got=-\n"),
+        ("stdin_restart", 0.3, b"stdin r=5 errno=0 hits=1 got=hello\n"),
+        ("stdin", 0.0, b"stdin r=5 errno=0 hits=0 got=hello\n"),
+        ("stdin_nonblock", 0.3, b"stdin_nonblock r=-1 errno=11\n"),
+    ],
+)
 def test_a_read_of_the_host_stdin(guest, mode, delay, expected):
     """fd 0 is a host pipe that gets bytes ``delay`` s later: the read sleeps, the
     50 ms timer interrupts it (ERESTARTSYS: EINTR, or restarted under SA_RESTART and
@@ -280,10 +306,10 @@ def test_single_steps_over_a_sleep_complete_it():
     instruction runs; the guest exits 0."""
     m = Machine.from_asm(SLEEP_THEN_EXIT)
     start = m.syscalls.clock_ns
-    for _ in range(4):                       # lea, xor, mov, syscall
+    for _ in range(4):  # lea, xor, mov, syscall
         assert m.step() is None
     assert m.task.state == "blocked", m.task.state
-    assert m.step() is None                  # mov rdi, rax
+    assert m.step() is None  # mov rdi, rax
     assert (m.regs.rdi, m.syscalls.clock_ns - start) == (0, 100_000_000), (m.regs.rdi, m.syscalls.clock_ns - start)
     m.step()
     r = m.step()

@@ -109,8 +109,9 @@ def readelf_loads(path: Path, kind: str = "LOAD") -> list[dict]:
             flag_text = "".join(parts[6:-1])
             flags = sum(bit for letter, bit in (("R", PF_R), ("W", PF_W), ("E", PF_X)) if letter in flag_text)
             offset, vaddr, _, filesz, memsz = (int(x, 16) for x in parts[1:6])
-            rows.append(dict(offset=offset, vaddr=vaddr, filesz=filesz, memsz=memsz, flags=flags,
-                             align=int(parts[-1], 16)))
+            rows.append(
+                dict(offset=offset, vaddr=vaddr, filesz=filesz, memsz=memsz, flags=flags, align=int(parts[-1], 16))
+            )
     return rows
 
 
@@ -161,8 +162,10 @@ def test_static_guest_header_and_segments_match_readelf(guests, kind, etype):
     assert image.etype == etype
     assert image.entry == readelf_entry(path)
     assert image.phoff == 64 and image.phentsize == 56
-    got = [dict(offset=s.offset, vaddr=s.vaddr, filesz=s.filesz, memsz=s.memsz, flags=s.flags, align=s.align)
-           for s in image.segments]
+    got = [
+        dict(offset=s.offset, vaddr=s.vaddr, filesz=s.filesz, memsz=s.memsz, flags=s.flags, align=s.align)
+        for s in image.segments
+    ]
     assert got == readelf_loads(path)
     raw = path.read_bytes()
     for seg in image.segments:
@@ -187,7 +190,11 @@ def test_tls_template_matches_pt_tls(guests, kind):
     (row,) = readelf_loads(guests[kind], "TLS")
     assert image.tls is not None
     assert (image.tls.vaddr, image.tls.offset, image.tls.filesz, image.tls.memsz) == (
-        row["vaddr"], row["offset"], row["filesz"], row["memsz"])
+        row["vaddr"],
+        row["offset"],
+        row["filesz"],
+        row["memsz"],
+    )
 
 
 @pytest.mark.parametrize("kind", ["static", "pie"])
@@ -251,14 +258,18 @@ def test_dynamically_linked_binary_records_its_interpreter(guests):
     assert image.interp == interp, f"expected PT_INTERP {interp!r}, got {image.interp!r}"
 
 
-@pytest.mark.parametrize("mutate, reason", [
-    (lambda raw: raw[:-1] + b"x", "the path is not NUL-terminated"),
-], ids=["no-nul"])
+@pytest.mark.parametrize(
+    "mutate, reason",
+    [
+        (lambda raw: raw[:-1] + b"x", "the path is not NUL-terminated"),
+    ],
+    ids=["no-nul"],
+)
 def test_a_bad_pt_interp_is_one_line(guests, mutate, reason):
     data = bytearray(guests["dynamic"].read_bytes())
     interp = b"/lib64/ld-linux-x86-64.so.2\0"
     at = data.find(interp)
-    data[at:at + len(interp)] = mutate(interp)
+    data[at : at + len(interp)] = mutate(interp)
     assert_one_line_elf_error(bytes(data), "dyn", f"dyn: bad PT_INTERP ({reason})")
 
 
@@ -281,8 +292,9 @@ def test_relocatable_object_is_rejected(tmp_path):
     src.write_text("int x(void) { return 1; }\n")
     assert shutil.which("gcc"), "gcc is required"
     run("gcc", "-c", "-o", str(tmp_path / "x.o"), str(src))
-    assert_one_line_elf_error((tmp_path / "x.o").read_bytes(), "x.o",
-                              "x.o: relocatable object files cannot be run (ET_REL)")
+    assert_one_line_elf_error(
+        (tmp_path / "x.o").read_bytes(), "x.o", "x.o: relocatable object files cannot be run (ET_REL)"
+    )
 
 
 def test_aarch64_machine_is_rejected(guests):
@@ -299,10 +311,13 @@ def test_32_bit_elf_is_rejected():
     assert_one_line_elf_error(header, "prog", "prog: 32-bit ELF is not supported")
 
 
-@pytest.mark.parametrize("length, expected", [
-    (100, "prog: truncated ELF (program header table past end of file)"),
-    (40, "prog: truncated ELF (file is 40 bytes, the ELF header needs 64)"),
-])
+@pytest.mark.parametrize(
+    "length, expected",
+    [
+        (100, "prog: truncated ELF (program header table past end of file)"),
+        (40, "prog: truncated ELF (file is 40 bytes, the ELF header needs 64)"),
+    ],
+)
 def test_truncated_headers(guests, length, expected):
     assert_one_line_elf_error(guests["static"].read_bytes()[:length], "prog", expected)
 
@@ -367,6 +382,7 @@ def test_unreadable_paths_are_input_errors(tmp_path):
 def test_permission_denied_is_an_input_error(tmp_path, monkeypatch):
     # root reads mode-000 files, so the refusal is injected where the file is opened
     import builtins
+
     real_open = builtins.open
 
     def refusing_open(file, *a, **kw):
@@ -509,8 +525,7 @@ def test_build_elf_round_trips_through_parse_elf():
 
 def test_build_elf_text_only_has_one_segment_and_odd_addresses_work(tmp_path):
     text = assemble("mov eax, 60; xor edi, edi; syscall", 0x400123)
-    blob = build_elf(text=text, text_vaddr=0x400123, entry=0x400123,
-                     symbols=[("_start", 0x400123, len(text), "FUNC")])
+    blob = build_elf(text=text, text_vaddr=0x400123, entry=0x400123, symbols=[("_start", 0x400123, len(text), "FUNC")])
     path = tmp_path / "tiny"
     path.write_bytes(blob)
     path.chmod(0o755)
@@ -522,11 +537,11 @@ def test_build_elf_text_only_has_one_segment_and_odd_addresses_work(tmp_path):
 
 def test_build_elf_rejects_nonsense():
     with pytest.raises(InputError, match="type must be one of"):
-        build_elf(text=b"\xc3", text_vaddr=TEXT_VADDR, entry=TEXT_VADDR,
-                  symbols=[("f", TEXT_VADDR, 1, "FUNK")])
+        build_elf(text=b"\xc3", text_vaddr=TEXT_VADDR, entry=TEXT_VADDR, symbols=[("f", TEXT_VADDR, 1, "FUNK")])
     with pytest.raises(InputError, match="shares a page"):
-        build_elf(text=b"\xc3", text_vaddr=TEXT_VADDR, entry=TEXT_VADDR, symbols=[],
-                  data=b"x", data_vaddr=TEXT_VADDR + 8)
+        build_elf(
+            text=b"\xc3", text_vaddr=TEXT_VADDR, entry=TEXT_VADDR, symbols=[], data=b"x", data_vaddr=TEXT_VADDR + 8
+        )
 
 
 # --------------------------------------------------------------------------- symbolize / resolve
@@ -534,12 +549,17 @@ def test_build_elf_rejects_nonsense():
 
 def test_symbolize_is_size_aware_and_falls_back_to_zero_size_symbols():
     text = bytes(0x40)
-    blob = build_elf(text=text, text_vaddr=TEXT_VADDR, entry=TEXT_VADDR, symbols=[
-        ("sized", TEXT_VADDR, 0x10, "FUNC"),
-        ("label", TEXT_VADDR + 0x20, 0, "FUNC"),
-        ("alias", TEXT_VADDR, 0x10, "FUNC", "LOCAL"),
-        ("var", TEXT_VADDR + 0x38, 4, "OBJECT"),
-    ])
+    blob = build_elf(
+        text=text,
+        text_vaddr=TEXT_VADDR,
+        entry=TEXT_VADDR,
+        symbols=[
+            ("sized", TEXT_VADDR, 0x10, "FUNC"),
+            ("label", TEXT_VADDR + 0x20, 0, "FUNC"),
+            ("alias", TEXT_VADDR, 0x10, "FUNC", "LOCAL"),
+            ("var", TEXT_VADDR + 0x38, 4, "OBJECT"),
+        ],
+    )
     image = parse_elf(blob, "sym")
     assert image.symbolize(TEXT_VADDR + 4) == ("sized", 4)  # GLOBAL preferred over LOCAL alias
     assert image.symbolize(TEXT_VADDR + 0x18) is None  # past "sized", before "label"
@@ -549,10 +569,15 @@ def test_symbolize_is_size_aware_and_falls_back_to_zero_size_symbols():
 
 
 def test_duplicate_names_prefer_global_but_keep_all():
-    blob = build_elf(text=bytes(0x20), text_vaddr=TEXT_VADDR, entry=TEXT_VADDR, symbols=[
-        ("dup", TEXT_VADDR + 0x10, 4, "FUNC", "LOCAL"),
-        ("dup", TEXT_VADDR, 4, "FUNC", "GLOBAL"),
-    ])
+    blob = build_elf(
+        text=bytes(0x20),
+        text_vaddr=TEXT_VADDR,
+        entry=TEXT_VADDR,
+        symbols=[
+            ("dup", TEXT_VADDR + 0x10, 4, "FUNC", "LOCAL"),
+            ("dup", TEXT_VADDR, 4, "FUNC", "GLOBAL"),
+        ],
+    )
     image = parse_elf(blob, "dup")
     assert image.resolve("dup").value == TEXT_VADDR
     assert sorted(s.bind for s in image.all_symbols if s.name == "dup") == ["GLOBAL", "LOCAL"]
@@ -571,9 +596,12 @@ def readelf_stapsdt(path: Path) -> list[dict]:
     out = run("readelf", "-nW", str(path)).stdout
     pattern = re.compile(
         r"Provider: (\S+)\s+Name: (\S+)\s+Location: (0x[0-9a-f]+), Base: (0x[0-9a-f]+), "
-        r"Semaphore: (0x[0-9a-f]+)\s+Arguments: ?([^\n]*)")
-    return [dict(provider=m[0], name=m[1], pc=int(m[2], 16), base=int(m[3], 16), semaphore=int(m[4], 16),
-                 args=m[5].strip()) for m in pattern.findall(out)]
+        r"Semaphore: (0x[0-9a-f]+)\s+Arguments: ?([^\n]*)"
+    )
+    return [
+        dict(provider=m[0], name=m[1], pc=int(m[2], 16), base=int(m[3], 16), semaphore=int(m[4], 16), args=m[5].strip())
+        for m in pattern.findall(out)
+    ]
 
 
 @pytest.mark.parametrize("kind", ["usdt_static", "usdt_pie"])
@@ -582,8 +610,10 @@ def test_usdt_notes_match_readelf(guests, kind):
     image: ElfImage = load_elf_file(str(path))
     expected = readelf_stapsdt(path)
     assert [n["name"] for n in expected] == ["tick", "done"]
-    got = [dict(provider=n.provider, name=n.name, pc=n.pc, base=n.base, semaphore=n.semaphore, args=n.args)
-           for n in image.usdt]
+    got = [
+        dict(provider=n.provider, name=n.name, pc=n.pc, base=n.base, semaphore=n.semaphore, args=n.args)
+        for n in image.usdt
+    ]
     assert got == expected
     tick, done = image.usdt
     assert tick.provider == "demo"

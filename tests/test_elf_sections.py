@@ -31,14 +31,18 @@ def header_of(data: bytes):
 
 def pyelftools_sections(data: bytes) -> list[tuple]:
     elf = ELFFile(io.BytesIO(data))
-    return [(s.name, s.header["sh_type"], s["sh_addr"], s["sh_offset"], s["sh_size"], s["sh_link"], s["sh_entsize"])
-            for s in elf.iter_sections()]
+    return [
+        (s.name, s.header["sh_type"], s["sh_addr"], s["sh_offset"], s["sh_size"], s["sh_link"], s["sh_entsize"])
+        for s in elf.iter_sections()
+    ]
 
 
 def ours(data: bytes) -> list[tuple]:
     named = {2: "SHT_SYMTAB", 11: "SHT_DYNSYM", 7: "SHT_NOTE", 8: "SHT_NOBITS"}
-    return [(s.name, named.get(s.type, s.type), s.addr, s.offset, s.size, s.link, s.entsize)
-            for s in elf_module._section_headers(data, header_of(data), "f")]
+    return [
+        (s.name, named.get(s.type, s.type), s.addr, s.offset, s.size, s.link, s.entsize)
+        for s in elf_module._section_headers(data, header_of(data), "f")
+    ]
 
 
 def comparable(rows: list[tuple]) -> list[tuple]:
@@ -51,8 +55,9 @@ def comparable(rows: list[tuple]) -> list[tuple]:
 def test_every_section_is_what_pyelftools_reads(path):
     data = open(libc_path() if path == "libc" else path, "rb").read()
     expected, got = comparable(pyelftools_sections(data)), comparable(ours(data))
-    assert got == expected, f"{path}: first difference " + \
-        str(next(((e, g) for e, g in zip(expected, got) if e != g), (len(expected), len(got))))
+    assert got == expected, f"{path}: first difference " + str(
+        next(((e, g) for e, g in zip(expected, got) if e != g), (len(expected), len(got)))
+    )
 
 
 def extended_numbering(data: bytes) -> bytes:
@@ -83,8 +88,10 @@ def test_a_name_table_index_past_the_table_is_one_error_line():
     ELF64_EHDR.pack_into(data, 0, *hdr)
     with pytest.raises(ElfError) as e:
         parse_elf(bytes(data), "true")
-    assert str(e.value) == f"true: malformed ELF (section headers: section name table index {hdr[12] + 5} " \
-                           f"of {hdr[12]} sections)"
+    assert (
+        str(e.value) == f"true: malformed ELF (section headers: section name table index {hdr[12] + 5} "
+        f"of {hdr[12]} sections)"
+    )
 
 
 def test_a_section_name_past_the_end_of_the_file_is_one_error_line():
@@ -100,8 +107,11 @@ def test_a_section_name_past_the_end_of_the_file_is_one_error_line():
 
 def test_starting_a_program_does_not_load_pyelftools():
     import subprocess
-    code = ("from kernel_model.fs.elf import load_elf_file\nimport sys\nload_elf_file('/bin/ls')\n"
-            "print(sorted(m for m in sys.modules if m.startswith('elftools')))")
+
+    code = (
+        "from kernel_model.fs.elf import load_elf_file\nimport sys\nload_elf_file('/bin/ls')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('elftools')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", f"parsing /bin/ls loaded {out.stdout.strip()}"
 

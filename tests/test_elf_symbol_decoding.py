@@ -56,15 +56,16 @@ def _with_symbols(entries: list[tuple[bytes, int, int, int, int]]) -> bytes:
     """A small program whose .symtab entries are replaced by ``entries``:
     (name bytes, st_info, st_shndx, value, size); names go into its string table,
     which is grown in place at the file's end."""
-    data = bytearray(build_elf(text=b"\x90\xc3", text_vaddr=0x401000, entry=0x401000,
-                               symbols=[("_start", 0x401000, 2, "FUNC")]))
+    data = bytearray(
+        build_elf(text=b"\x90\xc3", text_vaddr=0x401000, entry=0x401000, symbols=[("_start", 0x401000, 2, "FUNC")])
+    )
     elf = ELFFile(io.BytesIO(bytes(data)))
     symtab = elf.get_section_by_name(".symtab")
     assert symtab is not None, "build_elf writes a .symtab"
     strtab_index = symtab["sh_link"]
     strtab_off = len(data)
     names = bytearray(b"\0")
-    table = bytearray(ELF64_SYM.size)                       # entry 0: the null symbol
+    table = bytearray(ELF64_SYM.size)  # entry 0: the null symbol
     for name, info, shndx, value, size in entries:
         table += ELF64_SYM.pack(len(names), info, 0, shndx, value, size)
         names += name + b"\0"
@@ -72,28 +73,30 @@ def _with_symbols(entries: list[tuple[bytes, int, int, int, int]]) -> bytes:
     table_off = len(data)
     data += table
     shoff = struct.unpack_from("<Q", data, 0x28)[0]
-    for index, (off, size) in ((strtab_index, (strtab_off, len(names))),
-                               (elf.get_section_index(".symtab"), (table_off, len(table)))):
+    for index, (off, size) in (
+        (strtab_index, (strtab_off, len(names))),
+        (elf.get_section_index(".symtab"), (table_off, len(table))),
+    ):
         at = shoff + index * ELF64_SHDR.size
         fields = list(ELF64_SHDR.unpack_from(data, at))
-        fields[4], fields[5] = off, size                    # sh_offset, sh_size
+        fields[4], fields[5] = off, size  # sh_offset, sh_size
         ELF64_SHDR.pack_into(data, at, *fields)
     return bytes(data)
 
 
 ODD_ENTRIES = [
-    (b"plain_func", 0x12, 1, 0x401000, 4),                  # GLOBAL FUNC
-    (b"an_ifunc", 0x1A, 1, 0x401004, 0),                    # GLOBAL GNU_IFUNC
-    (b"unique_obj", 0xA1, 1, 0x402000, 8),                  # GNU_UNIQUE OBJECT
-    (b"weak_label", 0x20, 1, 0x401008, 0),                  # WEAK NOTYPE
-    (b"undefined", 0x12, 0, 0x401010, 0),                   # SHN_UNDEF: left out
-    (b"no_address", 0x12, 1, 0, 0),                         # value 0: left out
-    (b"a_file.c", 0x04, 0xFFF1, 0x1, 0),                    # FILE: left out
-    (b"tls_var", 0x16, 1, 0x10, 8),                         # TLS: left out
-    (b"", 0x12, 1, 0x401020, 0),                            # unnamed: left out
-    (b"caf\xe9_latin1", 0x12, 1, 0x401030, 2),              # not UTF-8: replacement character
-    (b"hi_bind", 0xD2, 1, 0x401040, 0),                     # bind 13 (LOPROC)
-    (b"abs_sym", 0x11, 0xFFF1, 0x1234, 0),                  # SHN_ABS OBJECT: kept
+    (b"plain_func", 0x12, 1, 0x401000, 4),  # GLOBAL FUNC
+    (b"an_ifunc", 0x1A, 1, 0x401004, 0),  # GLOBAL GNU_IFUNC
+    (b"unique_obj", 0xA1, 1, 0x402000, 8),  # GNU_UNIQUE OBJECT
+    (b"weak_label", 0x20, 1, 0x401008, 0),  # WEAK NOTYPE
+    (b"undefined", 0x12, 0, 0x401010, 0),  # SHN_UNDEF: left out
+    (b"no_address", 0x12, 1, 0, 0),  # value 0: left out
+    (b"a_file.c", 0x04, 0xFFF1, 0x1, 0),  # FILE: left out
+    (b"tls_var", 0x16, 1, 0x10, 8),  # TLS: left out
+    (b"", 0x12, 1, 0x401020, 0),  # unnamed: left out
+    (b"caf\xe9_latin1", 0x12, 1, 0x401030, 2),  # not UTF-8: replacement character
+    (b"hi_bind", 0xD2, 1, 0x401040, 0),  # bind 13 (LOPROC)
+    (b"abs_sym", 0x11, 0xFFF1, 0x1234, 0),  # SHN_ABS OBJECT: kept
 ]
 
 
@@ -103,7 +106,8 @@ def test_odd_symbol_entries_decode_as_pyelftools_does():
     want = pyelftools_symbols(data)
     assert got == want
     names = {s.name for s in got}
-    assert names == {"plain_func", "an_ifunc", "unique_obj", "weak_label", "caf\ufffd_latin1", "hi_bind",
-                     "abs_sym"}, f"kept: {sorted(names)}"
+    assert names == {"plain_func", "an_ifunc", "unique_obj", "weak_label", "caf\ufffd_latin1", "hi_bind", "abs_sym"}, (
+        f"kept: {sorted(names)}"
+    )
     assert {s.name: (s.type, s.bind) for s in got}["unique_obj"] == ("OBJECT", "GNU_UNIQUE")
     assert {s.name: s.bind for s in got}["hi_bind"] == "LOPROC"

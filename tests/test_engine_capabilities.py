@@ -10,15 +10,22 @@ from emu.inspect import describe_engine, engine_capabilities
 
 def test_every_trick_is_in_use_on_this_host():
     caps = {c["name"]: c["ok"] for c in engine_capabilities()}
-    assert caps == {"register window": True, "native block quantum": True, "instruction counter": True,
-                    "exception state": True}
+    assert caps == {
+        "register window": True,
+        "native block quantum": True,
+        "instruction counter": True,
+        "exception state": True,
+    }
 
 
-@pytest.mark.parametrize("name,patch,reason", [
-    ("register window", ("cpu_window_layout", lambda: None), "one native batch call per trap"),
-    ("instruction counter", ("instruction_counter_available", lambda: False), "no reverse execution"),
-    ("exception state", ("exception_state_known", lambda: False), "double faults"),
-])
+@pytest.mark.parametrize(
+    "name,patch,reason",
+    [
+        ("register window", ("cpu_window_layout", lambda: None), "one native batch call per trap"),
+        ("instruction counter", ("instruction_counter_available", lambda: False), "no reverse execution"),
+        ("exception state", ("exception_state_known", lambda: False), "double faults"),
+    ],
+)
 def test_a_missing_trick_is_named_with_its_fallback(monkeypatch, name, patch, reason):
     monkeypatch.setattr(capabilities, *patch)
     line = describe_engine(engine_capabilities())
@@ -36,4 +43,3 @@ def test_verbose_run_says_it_on_stderr():
     assert p.returncode == 0, p.stderr.decode()
     err = p.stderr.decode()
     assert err.startswith("uprobe-emu: engine: register window in use"), err
-

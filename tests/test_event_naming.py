@@ -54,24 +54,31 @@ def events_of(stderr: bytes) -> list[str]:
 
 # ------------------------------------------------------------------ perf's rule
 
-@pytest.mark.parametrize("symbol,is_return,expected", [
-    ("malloc", False, "malloc"),
-    ("malloc", True, "malloc__return"),
-    ("foo.isra.0", False, "foo"),                 # dot suffixes are cut
-    ("foo.cold", True, "foo__return"),
-    (".hidden_fn", False, "hidden_fn"),           # a leading dot is dropped
-    ("memcpy@GLIBC_2.2.5", False, "memcpy"),      # version suffix cut
-    ("a" * 63, False, "a" * 63),                  # 63 bytes + NUL fill perf's buffer
-])
+
+@pytest.mark.parametrize(
+    "symbol,is_return,expected",
+    [
+        ("malloc", False, "malloc"),
+        ("malloc", True, "malloc__return"),
+        ("foo.isra.0", False, "foo"),  # dot suffixes are cut
+        ("foo.cold", True, "foo__return"),
+        (".hidden_fn", False, "hidden_fn"),  # a leading dot is dropped
+        ("memcpy@GLIBC_2.2.5", False, "memcpy"),  # version suffix cut
+        ("a" * 63, False, "a" * 63),  # 63 bytes + NUL fill perf's buffer
+    ],
+)
 def test_perf_event_name(symbol, is_return, expected):
     assert perf_event_name(symbol, is_return) == expected
 
 
-@pytest.mark.parametrize("symbol,is_return,message", [
-    ("a" * 64, False, "too long"),
-    ("a" * 56, True, "too long"),                 # 56 + "__return" = 64
-    ("foo$bar", False, "invalid event name"),
-])
+@pytest.mark.parametrize(
+    "symbol,is_return,message",
+    [
+        ("a" * 64, False, "too long"),
+        ("a" * 56, True, "too long"),  # 56 + "__return" = 64
+        ("foo$bar", False, "invalid event name"),
+    ],
+)
 def test_perf_event_name_refusals(symbol, is_return, message):
     with pytest.raises(ProbeSpecError, match=message):
         perf_event_name(symbol, is_return)
@@ -79,13 +86,17 @@ def test_perf_event_name_refusals(symbol, is_return, message):
 
 # ------------------------------------------------------------------ in a machine
 
-@pytest.mark.parametrize("specs,names", [
-    (["/bin/tgt:f", "/bin/tgt:f%return"], ["f", "f__return"]),
-    (["uprobe:/bin/tgt:f", "uretprobe:/bin/tgt:f"], ["f", "f__return"]),
-    (["p /bin/tgt:f", "r /bin/tgt:f"], ["f", "f__return"]),
-    (["p:grp/ /bin/tgt:f", "r:grp/ /bin/tgt:f"], ["f", "f__return"]),
-    (["p:grp/mine /bin/tgt:f", "/bin/tgt:f%return"], ["mine", "f__return"]),
-])
+
+@pytest.mark.parametrize(
+    "specs,names",
+    [
+        (["/bin/tgt:f", "/bin/tgt:f%return"], ["f", "f__return"]),
+        (["uprobe:/bin/tgt:f", "uretprobe:/bin/tgt:f"], ["f", "f__return"]),
+        (["p /bin/tgt:f", "r /bin/tgt:f"], ["f", "f__return"]),
+        (["p:grp/ /bin/tgt:f", "r:grp/ /bin/tgt:f"], ["f", "f__return"]),
+        (["p:grp/mine /bin/tgt:f", "/bin/tgt:f%return"], ["mine", "f__return"]),
+    ],
+)
 def test_entry_and_return_probe_on_one_symbol_do_not_clash(specs, names):
     m = Machine.from_asm(GUEST, path="/bin/tgt")
     evs = [m.uprobes.add_event(s) for s in specs]
@@ -112,6 +123,7 @@ def test_a_second_probe_with_the_same_perf_name_is_refused():
 
 def test_streamed_lines_are_not_kept():
     import io
+
     out = io.StringIO()
     m = Machine.from_asm(GUEST, path="/bin/tgt")
     ev = m.uprobes.add_event("/bin/tgt:f", output=out)
@@ -121,6 +133,7 @@ def test_streamed_lines_are_not_kept():
 
 
 # ------------------------------------------------------------------ CLI
+
 
 def test_cli_entry_and_return_on_one_symbol(exe):
     p = cli("run", "-e", f"{exe}:f", "-e", f"{exe}:f%return", exe)

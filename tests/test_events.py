@@ -95,10 +95,14 @@ def test_events_module_is_a_leaf():
     """No project (or Unicorn) import: the kernel model and every front end may use it."""
     import ast
     import inspect
+
     tree = ast.parse(inspect.getsource(ev))
-    imported = {n.module if isinstance(n, ast.ImportFrom) else a.name
-                for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
-                for a in getattr(n, "names", [])}
+    imported = {
+        n.module if isinstance(n, ast.ImportFrom) else a.name
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in getattr(n, "names", [])
+    }
     assert imported <= {"__future__", "dataclasses", "typing"}, imported
 
 
@@ -183,17 +187,20 @@ def _run(src, target, **consumer):
 def test_an_emulated_nop_publishes_hit_handler_emulated():
     m, uc, seen = _run(GUEST_NOP, "probe", handler=lambda c: 0)
     task, up, probe = m.task, uc.uprobe, m.resolve("probe")
-    assert seen == [UprobeHit(task, up, probe), HandlerRan(task, uc, 0, probe),
-                    Emulated(task, up, probe + 1)], seen
+    assert seen == [UprobeHit(task, up, probe), HandlerRan(task, uc, 0, probe), Emulated(task, up, probe + 1)], seen
 
 
 def test_an_xol_ret_publishes_hit_handler_area_step_done():
     m, uc, seen = _run(GUEST_RET, "probe", handler=lambda c: 0)
     task, up, probe = m.task, uc.uprobe, m.resolve("probe")
     area = m.process.mm_uprobes.xol_area.vaddr
-    assert seen == [UprobeHit(task, up, probe), HandlerRan(task, uc, 0, probe),
-                    XolAreaMapped(area), XolStep(task, up, 1, area + 128),
-                    XolDone(task, up, m.resolve("after"))], seen
+    assert seen == [
+        UprobeHit(task, up, probe),
+        HandlerRan(task, uc, 0, probe),
+        XolAreaMapped(area),
+        XolStep(task, up, 1, area + 128),
+        XolDone(task, up, m.resolve("after")),
+    ], seen
 
 
 def test_a_uretprobe_return_publishes_hijack_then_the_trampoline_syscall():
@@ -202,12 +209,19 @@ def test_a_uretprobe_return_publishes_hijack_then_the_trampoline_syscall():
     m, uc, seen = _run(GUEST_FUNC, "func", ret_handler=lambda c: None)
     task, up, func, after = m.task, uc.uprobe, m.resolve("func"), m.resolve("after")
     area = m.process.mm_uprobes.xol_area.vaddr
-    assert [type(e) for e in seen] == [UprobeHit, XolAreaMapped, UretprobeHijack, Emulated,
-                                       Syscall, SysUretprobe, RetHandlerRan, UretprobeReturn,
-                                       SyscallReturn], [e.kind for e in seen]
+    assert [type(e) for e in seen] == [
+        UprobeHit,
+        XolAreaMapped,
+        UretprobeHijack,
+        Emulated,
+        Syscall,
+        SysUretprobe,
+        RetHandlerRan,
+        UretprobeReturn,
+        SyscallReturn,
+    ], [e.kind for e in seen]
     hit, mapped, hijack, emulated, sc, sys_uret, ret, done, sc_ret = seen
-    assert (hit, mapped, emulated) == (UprobeHit(task, up, func), XolAreaMapped(area),
-                                       Emulated(task, up, func + 1))
+    assert (hit, mapped, emulated) == (UprobeHit(task, up, func), XolAreaMapped(area), Emulated(task, up, func + 1))
     assert (hijack.orig, hijack.tramp, hijack.chained) == (after, area, False), hijack
     assert (sc.nr, sc.rip, sys_uret) == (335, area + 11, SysUretprobe(task)), sc
     assert (ret, done) == (RetHandlerRan(task, uc, func, after), UretprobeReturn(task, after))

@@ -25,17 +25,20 @@ def recorded_length(interval: int, sched_slice=(5000, 5000)) -> int:
 @pytest.mark.parametrize("interval", [700, 3000, 20_000])
 def test_a_recorded_run_has_one_length_whatever_its_checkpoint_interval(interval):
     whole = recorded_length(1 << 40)
-    assert recorded_length(interval) == whole, \
+    assert recorded_length(interval) == whole, (
         f"interval {interval}: {recorded_length(interval)} instructions, unsplit {whole}"
+    )
 
 
 def test_budgets_summed_across_an_exec_reach_the_same_state():
     def machine():
         return Machine.from_elf(BUSYBOX, argv=["sh", "-c", "exec /bin/busybox printf %s ok"], seed=1)
+
     one, two = machine(), machine()
-    total = 40_000                       # past the exec into the new image's start-up
+    total = 40_000  # past the exec into the new image's start-up
     assert one.run(max_insns=total).reason == "budget"
     for part in (1_000, 9_000, total - 10_000):
         two.run(max_insns=part)
-    assert (two.pc, two.read_regs().rsp) == (one.pc, one.read_regs().rsp), \
+    assert (two.pc, two.read_regs().rsp) == (one.pc, one.read_regs().rsp), (
         f"split budgets stop at {two.pc:#x}, one budget at {one.pc:#x}"
+    )

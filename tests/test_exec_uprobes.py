@@ -47,8 +47,7 @@ def test_ftrace_line_shows_the_comm_after_exec(exe, tmp_path):
     r = m.run(timeout=60)
     assert r.exit_code == 0, r.describe()
     lines = m.uprobes.trace.lines_of(ev)
-    assert len(lines) == 1 and lines[0].lstrip().startswith("exe-"), \
-        f"expected one line of task 'exe', got {lines}"
+    assert len(lines) == 1 and lines[0].lstrip().startswith("exe-"), f"expected one line of task 'exe', got {lines}"
 
 
 def test_probe_registered_by_path_before_exec_fires_in_another_program(tmp_path):
@@ -74,8 +73,9 @@ def test_pending_return_instance_is_freed_at_exec(exe, tmp_path, kernel):
     m = Machine.from_elf(exe, argv=[exe, "args"], grant_dir=str(tmp_path / "w"), kernel=kernel)
     returns, pending = [], []
     m.uprobes.register("execve", handler=lambda ctx: None, ret_handler=lambda ctx: returns.append(1))
-    m.uprobes.register("show_main", handler=lambda ctx: pending.append(
-        len(ctx.task.utask.return_instances) if ctx.task.utask else 0))
+    m.uprobes.register(
+        "show_main", handler=lambda ctx: pending.append(len(ctx.task.utask.return_instances) if ctx.task.utask else 0)
+    )
     r = m.run(timeout=60)
     assert r.exit_code == 0, r.describe()
     assert (returns, pending) == ([], [0]), f"expected no return and 0 pending, got {returns}, {pending}"
@@ -88,6 +88,7 @@ def test_new_mm_has_no_xol_area_of_the_old_one(exe, tmp_path):
     page in its mm, seen by a probe on the second instruction); the new program's mm
     starts without it (show_main's hit, before its own XOL step)."""
     from capstone import CS_ARCH_X86, CS_MODE_64, Cs
+
     m = machine(exe, tmp_path)
     at = m.resolve("execve")
     first = next(Cs(CS_ARCH_X86, CS_MODE_64).disasm(m.mem.read(at, 16), at, 1))
@@ -95,6 +96,7 @@ def test_new_mm_has_no_xol_area_of_the_old_one(exe, tmp_path):
 
     def xol_pages(ctx):
         return [v.name for v in ctx.task.process.mem.vmas if v.name == "[uprobes]"]
+
     m.uprobes.register("execve", handler=lambda ctx: None)
     m.uprobes.register(at + first.size, handler=lambda ctx: seen.append(("old mm", xol_pages(ctx))))
     m.uprobes.register("show_main", handler=lambda ctx: seen.append(("new mm", xol_pages(ctx))))
@@ -108,6 +110,7 @@ def test_execve_single_stepped_out_of_line_runs_the_new_program(exe, tmp_path):
     with TF set and execs; start_thread's fresh flags have no TF, so the new program
     runs (as on a real 6.18 with the same tracefs probe: the child exits 3)."""
     from capstone import CS_ARCH_X86, CS_MODE_64, Cs
+
     m = machine(exe, tmp_path)
     at = m.resolve("execve")
     insns = list(Cs(CS_ARCH_X86, CS_MODE_64).disasm(m.mem.read(at, 16), at, 2))

@@ -37,8 +37,9 @@ def test_finite_poll_timeout_advances_the_virtual_clock_without_spinning(fd_exe)
     m = Machine.from_elf(fd_exe, argv=[fd_exe, "polls"])
     r = m.run(timeout=60)
     assert r.reason == "exit" and b"waited at least 30ms: 1\n" in r.stdout, r.stdout
-    assert m.syscalls.clock_ns - 1_767_225_600 * 10**9 >= (30 + 20 + 10 + 200) * 10**6, \
+    assert m.syscalls.clock_ns - 1_767_225_600 * 10**9 >= (30 + 20 + 10 + 200) * 10**6, (
         "poll 30 ms + ppoll 20 ms + select 10 ms + select 200 ms of virtual time"
+    )
 
 
 POLL_FOREVER = """

@@ -35,6 +35,7 @@ def granted(tmp_path):
 
 # ------------------------------------------------------------------ /proc/self/maps
 
+
 def test_proc_self_maps_read_lseek_pread_write_close_as_native(build_c):
     exe = build_c("procmaps.c", "-static")
     assert run(exe).decode() == native(exe).decode()
@@ -42,7 +43,8 @@ def test_proc_self_maps_read_lseek_pread_write_close_as_native(build_c):
 
 def test_proc_self_maps_cannot_be_opened_for_writing():
     """By an unprivileged guest (root's CAP_DAC_OVERRIDE opens it; see test_procfs)."""
-    m = Machine.from_asm("""
+    m = Machine.from_asm(
+        """
 _start:
     lea rdi, [rip + path]
     mov esi, 1
@@ -54,7 +56,10 @@ _start:
     syscall
 path:
     .asciz "/proc/self/maps"
-""", uid=1000, gid=1000)
+""",
+        uid=1000,
+        gid=1000,
+    )
     assert m.run().exit_code == 13, "open(O_WRONLY) on the 0444 file: EACCES"
 
 
@@ -63,8 +68,9 @@ def test_proc_self_maps_over_64_kib_reads_in_full(build_c):
     exe = build_c("procmaps.c", "-static")
     m = Machine.from_elf(exe, argv=[exe, "size"])
     real = m.mem.maps
-    extra = "".join(f"{0x10000000 + i * 0x2000:08x}-{0x10001000 + i * 0x2000:08x} r--p 00000000 00:00 0\n"
-                    for i in range(3000))
+    extra = "".join(
+        f"{0x10000000 + i * 0x2000:08x}-{0x10001000 + i * 0x2000:08x} r--p 00000000 00:00 0\n" for i in range(3000)
+    )
     m.mem.maps = lambda: real() + extra
     box = {}
     t = threading.Thread(target=lambda: box.update(r=m.run(timeout=60)), daemon=True)
@@ -79,19 +85,23 @@ def test_proc_self_maps_over_64_kib_reads_in_full(build_c):
 
 def test_seq_file_snapshot_semantics():
     f = SeqFile(b"abcdef", ino=7)
-    assert f.write(b"x") == -9                      # EBADF: not open for writing
+    assert f.write(b"x") == -9  # EBADF: not open for writing
     assert f.read(2, lambda: False) == b"ab"
     assert f.lseek(1, 1) == 3 and f.read(10, lambda: False) == b"def"
-    assert f.lseek(0, 2) == -22                      # seq_lseek: no SEEK_END
+    assert f.lseek(0, 2) == -22  # seq_lseek: no SEEK_END
     assert f.pread(3, 1) == b"bcd" and f.pread(3, -1) == -22
 
 
 # ------------------------------------------------------------------ fork and descriptions
 
+
 def test_child_closing_a_shared_descriptor_leaves_the_parents_open(build_c, granted):
     exe = build_c("forkfd.c", "-static")
-    assert run(exe, "data", grant_dir=granted, cwd=granted) == native(exe, "data", cwd=granted) == \
-        b"child: read 4 0123 close=0\nparent: read 4 4567 close=0 close again=-1\n"
+    assert (
+        run(exe, "data", grant_dir=granted, cwd=granted)
+        == native(exe, "data", cwd=granted)
+        == b"child: read 4 0123 close=0\nparent: read 4 4567 close=0 close again=-1\n"
+    )
 
 
 def test_host_descriptor_closes_with_the_last_reference(granted):
@@ -102,8 +112,8 @@ def test_host_descriptor_closes_with_the_last_reference(granted):
     child = parent.fork()
     assert f.refs == 2
     assert child.close(fd) == 0 and f.refs == 1
-    os.fstat(hfd)                                    # still open under the parent
-    parent.put()                                     # exit_files
+    os.fstat(hfd)  # still open under the parent
+    parent.put()  # exit_files
     assert f.refs == 0
     with pytest.raises(OSError):
         os.fstat(hfd)
@@ -113,7 +123,7 @@ def test_shared_table_closes_only_with_its_last_user(granted):
     f = HostFile(os.open(os.path.join(granted, "data"), os.O_RDONLY), "data", os.O_RDONLY)
     table = FdTable()
     table.install(f)
-    shared = table.share()                          # CLONE_FILES
+    shared = table.share()  # CLONE_FILES
     shared.put()
     assert f.refs == 1
     table.put()
@@ -122,13 +132,15 @@ def test_shared_table_closes_only_with_its_last_user(granted):
 
 def test_fd_table_is_full_at_the_rlimit():
     from kernel_model.fs.file import PipeInput
+
     table = FdTable(limit=4)
-    assert [table.install(PipeInput()) for _ in range(5)] == [0, 1, 2, 3, -24]   # EMFILE
+    assert [table.install(PipeInput()) for _ in range(5)] == [0, 1, 2, 3, -24]  # EMFILE
 
 
 def test_exit_closes_the_guests_host_descriptors(granted):
     """A guest that never closes its file leaks no host descriptor past its exit."""
-    m = Machine.from_asm("""
+    m = Machine.from_asm(
+        """
 _start:
     lea rdi, [rip + path]
     xor esi, esi
@@ -139,7 +151,10 @@ _start:
     syscall
 path:
     .asciz "data"
-""", grant_dir=granted, cwd=granted)
+""",
+        grant_dir=granted,
+        cwd=granted,
+    )
     before = len(os.listdir("/proc/self/fd"))
     r = m.run()
     assert r.exit_code == 3, "open gives the lowest free descriptor"
@@ -148,6 +163,7 @@ path:
 
 
 # ------------------------------------------------------------------ errnos, not crashes
+
 
 @pytest.mark.parametrize("name", ["", "."])
 def test_empty_path_and_directory_read_get_the_native_errno(build_c, granted, name):
@@ -179,6 +195,7 @@ _start:
 
 
 # ------------------------------------------------------------------ /proc/self/exe
+
 
 def test_readlink_exe_is_the_path_the_guest_was_named_by(build_c):
     exe = build_c("readlink_exe.c", "-static")

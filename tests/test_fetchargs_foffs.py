@@ -35,13 +35,16 @@ def target(name: str, build_c):
     if name == "busybox":
         image = load_elf_file(BUSYBOX)
         rw = rw_segment(image)
-        return BUSYBOX, [BUSYBOX, "true"], image.vaddr_to_offset(image.entry), \
-            [rw.offset, rw.offset + 0x1000, rw.offset + rw.filesz - 4]
+        return (
+            BUSYBOX,
+            [BUSYBOX, "true"],
+            image.vaddr_to_offset(image.entry),
+            [rw.offset, rw.offset + 0x1000, rw.offset + rw.filesz - 4],
+        )
     path = build_c("foffs.c", "-static-pie")
     image = load_elf_file(path)
     counter = image.vaddr_to_offset(image.resolve("counter").value)
-    return path, [path], image.vaddr_to_offset(image.resolve("probed").value), \
-        [rw_segment(image).offset, counter]
+    return path, [path], image.vaddr_to_offset(image.resolve("probed").value), [rw_segment(image).offset, counter]
 
 
 def run_probe(path, argv, kind, probe_off, offs):
@@ -57,7 +60,7 @@ def run_probe(path, argv, kind, probe_off, offs):
             try:
                 word = int.from_bytes(ctx.machine.mem.read_user(addr, 4), "little")
             except Exception:
-                word = 0                       # copy_from_user() failed: zero-filled
+                word = 0  # copy_from_user() failed: zero-filled
             seen.append((addr, word))
 
     args = " ".join(f"@+{o:#x}:x32" for o in offs)
@@ -75,8 +78,9 @@ def arg_values(line: str) -> list[int]:
 def test_the_targets_have_a_data_segment_with_another_delta(name, build_c):
     image = load_elf_file(target(name, build_c)[0])
     text, rw = text_segment(image), rw_segment(image)
-    assert text.vaddr - text.offset != rw.vaddr - rw.offset, \
+    assert text.vaddr - text.offset != rw.vaddr - rw.offset, (
         "the test needs a data segment mapped with a different vaddr - offset than the text"
+    )
 
 
 @pytest.mark.parametrize("name,kind", [("busybox", "p"), ("static-pie", "p"), ("static-pie", "r")])
@@ -86,21 +90,21 @@ def test_foffs_reads_at_the_probed_mappings_base_plus_offset(name, kind, build_c
     image = load_elf_file(path)
     bias = m.load_bias(m.process.exe)
     for (addr, _), off in zip(seen, offs):
-        assert addr != bias + image.offset_to_vaddr(off), \
+        assert addr != bias + image.offset_to_vaddr(off), (
             f"@+{off:#x}: the kernel's address is the segment's own; nothing to test"
+        )
     (line,) = ev.lines
-    assert arg_values(line) == [w for _, w in seen], \
+    assert arg_values(line) == [w for _, w in seen], (
         f"expected the words at {[hex(a) for a, _ in seen]}: {[hex(w) for _, w in seen]}; got {line!r}"
+    )
 
 
 def test_foffs_of_a_changed_variable_is_not_its_live_value(pie):
     """`counter` is rewritten by main(); @+<its file offset> does not see the new value."""
     image = load_elf_file(pie)
     off = image.vaddr_to_offset(image.resolve("counter").value)
-    m, ev, seen = run_probe(pie, [pie], "p", image.vaddr_to_offset(image.resolve("probed").value),
-                            [off])
-    live = int.from_bytes(m.mem.read(m.load_bias(m.process.exe) + image.resolve("counter").value, 4),
-                          "little")
+    m, ev, seen = run_probe(pie, [pie], "p", image.vaddr_to_offset(image.resolve("probed").value), [off])
+    live = int.from_bytes(m.mem.read(m.load_bias(m.process.exe) + image.resolve("counter").value, 4), "little")
     assert live == 0xC0FFEE01
     assert arg_values(ev.lines[0]) == [seen[0][1]] and seen[0][1] != live
 
@@ -109,9 +113,9 @@ def test_foffs_in_the_text_segment_reads_the_code_bytes(pie):
     """Inside the probed segment both rules agree: OFFSET is the code there."""
     image = load_elf_file(pie)
     probe_off = image.vaddr_to_offset(image.resolve("probed").value)
-    off = probe_off + 1                              # past the int3 the probe wrote
+    off = probe_off + 1  # past the int3 the probe wrote
     m, ev, _ = run_probe(pie, [pie], "p", probe_off, [off])
-    assert arg_values(ev.lines[0]) == [int.from_bytes(image.data[off:off + 4], "little")]
+    assert arg_values(ev.lines[0]) == [int.from_bytes(image.data[off : off + 4], "little")]
 
 
 def test_foffs_past_every_mapping_prints_zero_like_a_faulting_copy(pie):
@@ -128,12 +132,12 @@ def test_foffs_agrees_with_the_host_kernel_on_a_static_pie(pie, where):
     guest = pie
     image = load_elf_file(guest)
     rw = rw_segment(image)
-    off = {"rw": rw.offset,
-           "rodata": image.vaddr_to_offset(image.resolve("rodata_val").value)}[where]
+    off = {"rw": rw.offset, "rodata": image.vaddr_to_offset(image.resolve("rodata_val").value)}[where]
     counter = image.vaddr_to_offset(image.resolve("counter").value)
     probed = image.vaddr_to_offset(image.resolve("probed").value)
-    native, model, problems = diff(guest, [f"p {guest}:{probed:#x} @+{off:#x}:x32 @+{counter:#x}:x32",
-                                           f"r {guest}:{probed:#x} @+{off:#x}:x32"])
+    native, model, problems = diff(
+        guest, [f"p {guest}:{probed:#x} @+{off:#x}:x32 @+{counter:#x}:x32", f"r {guest}:{probed:#x} @+{off:#x}:x32"]
+    )
     assert len(native.events) == 2, native.events
     assert problems == [], problems
 

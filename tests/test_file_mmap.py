@@ -48,8 +48,9 @@ def model(mmap_exe, files):
     """The emulated run, and the file VMAs of the fixed area just before exit_group."""
     m = Machine.from_elf(mmap_exe, argv=_argv(mmap_exe, files), grant_dirs=[str(files)])
     at_exit = []
-    m.events.subscribe(lambda e: e.nr == 231 and at_exit.extend(
-        v for v in m.mem.vmas if v.start >> 32 == 2), ev.Syscall)
+    m.events.subscribe(
+        lambda e: e.nr == 231 and at_exit.extend(v for v in m.mem.vmas if v.start >> 32 == 2), ev.Syscall
+    )
     r = m.run(timeout=60)
     assert (r.reason, r.exit_code) == ("exit", 0), r.describe()
     return r.stdout.decode().split("\n"), at_exit, m
@@ -61,42 +62,54 @@ def _section(lines, start, stop=None):
     return lines[i:j]
 
 
-@pytest.mark.parametrize("case", [
-    "private offset 0x3000: ok",
-    "first=1 last=1 tail=0",                      # file bytes, zero tail of the last page
-    "private write stays private: file=1 map=1",
-    "hint taken=1 byte=1",
-    "shared read-only: ok",
-    "shared byte=1",
-    "mprotect shared writable: -1 errno=13",      # no VM_MAYWRITE on an O_RDONLY file
-    "shared writable on O_RDONLY: errno=13",
-    "private on O_WRONLY: errno=13",
-    "shared read-only on O_RDWR: ok",
-    "directory: errno=19",
-    "pipe: errno=19",
-    "closed fd: errno=9",
-    "unaligned offset: errno=22",
-    "bad map type: errno=22",
-    "zero length: errno=22",
-    "offset 0x8000000000000000: failed errno=75",
-    "offset 0x7ffffffffffff000: failed errno=75",
-    "offset 0x7fffffffffffe000: ok errno=0",
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "private offset 0x3000: ok",
+        "first=1 last=1 tail=0",  # file bytes, zero tail of the last page
+        "private write stays private: file=1 map=1",
+        "hint taken=1 byte=1",
+        "shared read-only: ok",
+        "shared byte=1",
+        "mprotect shared writable: -1 errno=13",  # no VM_MAYWRITE on an O_RDONLY file
+        "shared writable on O_RDONLY: errno=13",
+        "private on O_WRONLY: errno=13",
+        "shared read-only on O_RDWR: ok",
+        "directory: errno=19",
+        "pipe: errno=19",
+        "closed fd: errno=9",
+        "unaligned offset: errno=22",
+        "bad map type: errno=22",
+        "zero length: errno=22",
+        "offset 0x8000000000000000: failed errno=75",
+        "offset 0x7ffffffffffff000: failed errno=75",
+        "offset 0x7fffffffffffe000: ok errno=0",
+    ],
+)
 def test_mmap_case_answers_as_the_kernel(native, model, case):
     assert case in native, f"the host disagrees with the spec: {case!r} not in {native}"
     assert case in model[0], f"expected {case!r}, model printed {model[0]}"
 
 
-@pytest.mark.parametrize("section", ["maps three pages:", "maps middle page writable:",
-                                     "maps first page unmapped:", "after split: 1 1",
-                                     "maps the file and a hard link of it:"])
+@pytest.mark.parametrize(
+    "section",
+    [
+        "maps three pages:",
+        "maps middle page writable:",
+        "maps first page unmapped:",
+        "after split: 1 1",
+        "maps the file and a hard link of it:",
+    ],
+)
 def test_maps_lines_through_mprotect_and_munmap_splits(native, model, section):
     """Exact maps lines: offsets of the split pieces, MAJ:MIN, inode, the path the file
     was mapped through (a hard link prints its own name), 's' for MAP_SHARED."""
-    nxt = {"maps three pages:": "maps middle page writable:",
-           "maps middle page writable:": "maps first page unmapped:",
-           "maps first page unmapped:": "after split: 1 1",
-           "after split: 1 1": "maps the file and a hard link of it:"}.get(section)
+    nxt = {
+        "maps three pages:": "maps middle page writable:",
+        "maps middle page writable:": "maps first page unmapped:",
+        "maps first page unmapped:": "after split: 1 1",
+        "after split: 1 1": "maps the file and a hard link of it:",
+    }.get(section)
     want, got = _section(native, section, nxt), _section(model[0], section, nxt)
     assert got == want, "\n".join(["expected (native):", *want, "got (model):", *got])
 
@@ -128,13 +141,12 @@ def test_a_mapped_file_reads_from_the_host_past_eof_as_zeros(files):
     try:
         f = cache.file_of(fd, "/data.bin", "/data.bin")
     finally:
-        os.close(fd)                                   # the cache keeps its own descriptor
-    assert (f.size, f.read(0x37FE, 4)) == (0x3800, bytes([(0x37FE * 7 + 3) & 0xFF,
-                                                          (0x37FF * 7 + 3) & 0xFF, 0, 0]))
+        os.close(fd)  # the cache keeps its own descriptor
+    assert (f.size, f.read(0x37FE, 4)) == (0x3800, bytes([(0x37FE * 7 + 3) & 0xFF, (0x37FF * 7 + 3) & 0xFF, 0, 0]))
 
 
 def test_without_a_descriptor_a_file_mapping_is_ebadf():
-    assert run_syscall(9, 0, 4096, 1, 2, 7, 0) == -9       # MAP_PRIVATE on fd 7: nothing open
+    assert run_syscall(9, 0, 4096, 1, 2, 7, 0) == -9  # MAP_PRIVATE on fd 7: nothing open
 
 
 def test_the_page_cache_holds_few_host_descriptors(files, tmp_path):
@@ -152,6 +164,6 @@ def test_the_page_cache_holds_few_host_descriptors(files, tmp_path):
     assert got == [bytes([i]) for i in range(len(mapped))] and len(cache._open) <= PageCache.MAX_OPEN
     (tmp_path / "f0").unlink()
     (tmp_path / "f0").write_bytes(b"other inode")
-    for f in mapped[1:PageCache.MAX_OPEN + 1]:
-        f.read(0, 1)                                   # evicts f0's descriptor
+    for f in mapped[1 : PageCache.MAX_OPEN + 1]:
+        f.read(0, 1)  # evicts f0's descriptor
     assert mapped[0].read(0, 2) == b"\0\0", "a replaced file must not be read as the mapped one"

@@ -11,7 +11,7 @@ from fs_helpers import same_tree
 
 from emu import Machine
 
-BUSYBOX = "/bin/busybox"           # Debian busybox-static (installed by .ci/run)
+BUSYBOX = "/bin/busybox"  # Debian busybox-static (installed by .ci/run)
 
 SCRIPTS = {
     "pwd_and_cd": "pwd; cd sub && pwd; cd ..; pwd; cd /; pwd; cd /nonexistent; echo rc=$?",
@@ -22,11 +22,9 @@ SCRIPTS = {
     "chmod_stat": "chmod 640 a.txt; stat -c '%a %s %F %h' a.txt sub",
     "mv_rm": "mv a.txt b.txt; ls; rm b.txt; rm -r sub; ls; echo rc=$?",
     "redirection": "echo x > sub/f; echo y >> sub/f; read l < sub/f; echo $l; ls sub",
-    "tests": "test -d sub && echo d; test -f a.txt && echo f; test -e nope || echo none; "
-             "test -r a.txt && echo r",
+    "tests": "test -d sub && echo d; test -f a.txt && echo f; test -e nope || echo none; test -r a.txt && echo r",
     "glob": "echo *; echo sub/*; echo nothing*",
-    "outside_is_read_only": "mkdir /usr/uprobe-emu-test 2>/dev/null || echo refused; "
-                            "test -d /etc && echo etc",
+    "outside_is_read_only": "mkdir /usr/uprobe-emu-test 2>/dev/null || echo refused; test -d /etc && echo etc",
 }
 
 
@@ -42,7 +40,7 @@ def layout(d):
 def test_busybox_sh_matches_native(tmp_path, script):
     d = tmp_path / "w"
     layout(d)
-    if "/usr/uprobe-emu-test" in script:       # natively as root it would succeed: pin it
+    if "/usr/uprobe-emu-test" in script:  # natively as root it would succeed: pin it
         want = b"refused\netc\n"
         native_tree = None
     else:

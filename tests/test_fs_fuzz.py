@@ -15,9 +15,33 @@ from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
 from kernel_model.arch.x86.entry.syscall_table import FILE_SYSCALLS as FsSyscalls
 
 BUF = 0x700000
-NAMES = [b"", b"/", b".", b"..", b"f", b"d", b"d/", b"d/x", b"lnk", b"loop", b"/proc/self/maps",
-         b"/proc/self", b"/proc/self/exe", b"/sys", b"/sys/x", b"f/", b"../../..", b"new", b"d/new",
-         b"x" * 300, b"a/" * 2100, b"/proc", b"/proc/1000", b"/proc/1000/maps/x", b"\xff\xfe"]
+NAMES = [
+    b"",
+    b"/",
+    b".",
+    b"..",
+    b"f",
+    b"d",
+    b"d/",
+    b"d/x",
+    b"lnk",
+    b"loop",
+    b"/proc/self/maps",
+    b"/proc/self",
+    b"/proc/self/exe",
+    b"/sys",
+    b"/sys/x",
+    b"f/",
+    b"../../..",
+    b"new",
+    b"d/new",
+    b"x" * 300,
+    b"a/" * 2100,
+    b"/proc",
+    b"/proc/1000",
+    b"/proc/1000/maps/x",
+    b"\xff\xfe",
+]
 FS_CALLS = sorted(nr for nr, name in SYSCALL_NAMES.items() if hasattr(FsSyscalls, "sys_" + name))
 
 
@@ -39,11 +63,11 @@ def arg(rng, m, slot):
         m.mem.write_user(addr, name[:0xFF] + b"\0")
         return addr
     if kind < 0.45:
-        return BUF + 0x8000 + 0x800 * slot          # a writable buffer
+        return BUF + 0x8000 + 0x800 * slot  # a writable buffer
     if kind < 0.55:
-        return rng.choice([0, 1, 0xFFFFFFFFFFFFFFFF, 0xDEAD0000])   # bad pointers
+        return rng.choice([0, 1, 0xFFFFFFFFFFFFFFFF, 0xDEAD0000])  # bad pointers
     if kind < 0.75:
-        return rng.choice([0, 1, 2, 3, 4, 0xFFFFFF9C, -100 & (2 ** 64 - 1), 0x100, 0x200, 0x1000])
+        return rng.choice([0, 1, 2, 3, 4, 0xFFFFFF9C, -100 & (2**64 - 1), 0x100, 0x200, 0x1000])
     return rng.getrandbits(rng.choice([8, 16, 32, 64]))
 
 

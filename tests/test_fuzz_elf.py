@@ -70,8 +70,20 @@ out:
     .quad 1, 2, 3, 4
 """
 
-INTERESTING = (0, 1, 0xFFF, 0x1000, 0x7FFFFFFF, 0xFFFFFFFF, 0x100000000, 1 << 47, 1 << 63,
-               (1 << 64) - 1, (1 << 64) - 0x1000, 0x7FFFFFFFF000)
+INTERESTING = (
+    0,
+    1,
+    0xFFF,
+    0x1000,
+    0x7FFFFFFF,
+    0xFFFFFFFF,
+    0x100000000,
+    1 << 47,
+    1 << 63,
+    (1 << 64) - 1,
+    (1 << 64) - 0x1000,
+    0x7FFFFFFFF000,
+)
 
 
 def rss_mb() -> int:
@@ -99,14 +111,15 @@ def mutate(base: bytes, rng: random.Random) -> bytes:
             _put(data, "<I" if size == 4 else "<Q", ph + off, value)
         elif kind < 0.7:
             # an ELF header field: e_entry, e_phoff, e_shoff, e_phnum, e_shnum ...
-            off, fmt = rng.choice(((24, "<Q"), (32, "<Q"), (40, "<Q"), (54, "<H"), (56, "<H"),
-                                   (58, "<H"), (60, "<H"), (62, "<H")))
+            off, fmt = rng.choice(
+                ((24, "<Q"), (32, "<Q"), (40, "<Q"), (54, "<H"), (56, "<H"), (58, "<H"), (60, "<H"), (62, "<H"))
+            )
             _put(data, fmt, off, rng.choice(INTERESTING))
         elif kind < 0.95 and data:
             i = rng.randrange(len(data))
             data[i] ^= 1 << rng.randrange(8)
         elif data:
-            del data[rng.randrange(len(data)):]
+            del data[rng.randrange(len(data)) :]
     return bytes(data)
 
 

@@ -10,15 +10,39 @@ import pytest
 from gdb_client import RawClient, Stub, guest_machine
 
 SEED = 20261201
-SESSIONS, PER_SESSION = 8, 50          # 400 mutated packets
-BUDGET = 200_000                        # guest instructions per c/s: a random rip can loop
+SESSIONS, PER_SESSION = 8, 50  # 400 mutated packets
+BUDGET = 200_000  # guest instructions per c/s: a random rip can loop
 
-SEEDS = [b"?", b"g", b"G" + b"00" * 64, b"m401000,10", b"M401000,2:9090", b"X401000,1:\x90",
-         b"p10", b"P0=0100000000000000", b"Hg1", b"Hc-1", b"T1", b"qC", b"qfThreadInfo",
-         b"qsThreadInfo", b"qAttached", b"qSupported:swbreak+;xmlRegisters=i386",
-         b"qXfer:features:read:target.xml:0,ffb", b"Z0,401005,1", b"z0,401005,1", b"s",
-         b"c", b"vCont?", b"vCont;s:1", b"vCont;c", b"qRcmd,70726f626573", b"qRcmd,636f756e74657273",
-         b"m*!", b"qOffsets"]
+SEEDS = [
+    b"?",
+    b"g",
+    b"G" + b"00" * 64,
+    b"m401000,10",
+    b"M401000,2:9090",
+    b"X401000,1:\x90",
+    b"p10",
+    b"P0=0100000000000000",
+    b"Hg1",
+    b"Hc-1",
+    b"T1",
+    b"qC",
+    b"qfThreadInfo",
+    b"qsThreadInfo",
+    b"qAttached",
+    b"qSupported:swbreak+;xmlRegisters=i386",
+    b"qXfer:features:read:target.xml:0,ffb",
+    b"Z0,401005,1",
+    b"z0,401005,1",
+    b"s",
+    b"c",
+    b"vCont?",
+    b"vCont;s:1",
+    b"vCont;c",
+    b"qRcmd,70726f626573",
+    b"qRcmd,636f756e74657273",
+    b"m*!",
+    b"qOffsets",
+]
 ENDS_SESSION = (b"D", b"k", b"vKill", b"QStartNoAckMode")
 ALPHABET = b"0123456789abcdefABCDEF,:;=-}*$#xyzZ\x00\x03\xff gmMpPXHTcsvq"
 
@@ -28,15 +52,15 @@ def mutate(rng: random.Random, pkt: bytes) -> bytes:
     for _ in range(rng.randint(1, 4)):
         op = rng.randrange(5)
         pos = rng.randint(0, len(b))
-        if op == 0 and b:                          # replace a byte
+        if op == 0 and b:  # replace a byte
             b[min(pos, len(b) - 1)] = rng.choice(ALPHABET)
-        elif op == 1:                              # insert bytes
+        elif op == 1:  # insert bytes
             b[pos:pos] = bytes(rng.choice(ALPHABET) for _ in range(rng.randint(1, 8)))
-        elif op == 2:                              # truncate
+        elif op == 2:  # truncate
             del b[pos:]
-        elif op == 3 and b:                        # duplicate a slice
-            b[pos:pos] = b[rng.randint(0, len(b) - 1):][:rng.randint(1, 16)]
-        else:                                      # a long hex run
+        elif op == 3 and b:  # duplicate a slice
+            b[pos:pos] = b[rng.randint(0, len(b) - 1) :][: rng.randint(1, 16)]
+        else:  # a long hex run
             b[pos:pos] = b"f" * rng.randint(1, 40)
     # framing bytes inside a payload would split it: keep them out of the payload
     return bytes(b).replace(b"$", b"}").replace(b"#", b"*")
@@ -48,7 +72,7 @@ def one_packet(c: RawClient, payload: bytes) -> bytes:
     assert got == b"+", f"{payload!r}: expected '+', got {got!r}"
     reply = c.reply()
     if payload.startswith(b"qRcmd,") and reply.startswith(b"O") and reply != b"OK":
-        reply = c.reply()                          # monitor output, then the answer
+        reply = c.reply()  # monitor output, then the answer
     return reply
 
 

@@ -22,8 +22,9 @@ def test_detach_runs_the_guest_to_its_end_with_its_events_and_status(guest, tmp_
     spec = ["-e", f"uprobe:{guest}:work", "-e", f"uretprobe:{guest}:work"]
     native_ev, ev = tmp_path / "native.events", tmp_path / "gdb.events"
     run = cli("run", *spec, "--events", str(native_ev), guest)
-    rc, out, err, transcript = gdbserver_session(guest, spec + ["--events", str(ev)],
-                                                 ["break work", "continue", "detach"])
+    rc, out, err, transcript = gdbserver_session(
+        guest, spec + ["--events", str(ev)], ["break work", "continue", "detach"]
+    )
     assert "Breakpoint 1, work" in transcript, transcript
     # the multiprocess extensions tell gdb the guest's pid
     assert re.search(r"^\[Inferior 1 \(process \d+\) detached\]$", transcript, re.M), transcript
@@ -34,14 +35,14 @@ def test_detach_runs_the_guest_to_its_end_with_its_events_and_status(guest, tmp_
 
 
 def test_detach_with_a_watchpoint_set_runs_on_without_it(guest, tmp_path):
-    rc, out, err, transcript = gdbserver_session(guest, [],
-                                                 ["break main", "continue", "watch counter", "detach"])
+    rc, out, err, transcript = gdbserver_session(guest, [], ["break main", "continue", "watch counter", "detach"])
     assert "Hardware watchpoint 2: counter" in transcript, transcript
     assert (rc, out) == (12, "s=12 counter=3\n"), (rc, out, err)
 
 
 def test_the_guest_ended_by_a_signal_after_detach_is_reported_as_run_reports_it(tmp_path):
     from emu.asm import asm_to_elf
+
     elf, _ = asm_to_elf("_start:\n    nop\n    mov rax, 0x10\n    mov qword ptr [rax], 1\n")
     exe = tmp_path / "segv"
     exe.write_bytes(elf)
@@ -51,6 +52,7 @@ def test_the_guest_ended_by_a_signal_after_detach_is_reported_as_run_reports_it(
 
 
 # ----------------------------------------------------------------- the raw protocol
+
 
 def raw_session(tmp_path):
     m = guest_machine(tmp_path)
@@ -78,4 +80,3 @@ def test_D_with_a_pid_before_running_runs_the_whole_guest(tmp_path):
     assert c.ask(b"D;%x" % m.main_process.pid) == b"OK"
     assert stub.finished(10) and stub.errors == []
     assert m.main_process.exit_result.exit_code == 42 and hits == [1, 1, 1]
-

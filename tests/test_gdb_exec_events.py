@@ -23,10 +23,15 @@ def features(reply: bytes) -> list[bytes]:
     return reply.split(b";")
 
 
-@pytest.mark.parametrize("offered, announced", [(b"qSupported:multiprocess+;exec-events+;swbreak+", True),
-                                                (b"qSupported:multiprocess+;swbreak+", False),
-                                                (b"qSupported", False)],
-                         ids=["offered", "not-offered", "bare"])
+@pytest.mark.parametrize(
+    "offered, announced",
+    [
+        (b"qSupported:multiprocess+;exec-events+;swbreak+", True),
+        (b"qSupported:multiprocess+;swbreak+", False),
+        (b"qSupported", False),
+    ],
+    ids=["offered", "not-offered", "bare"],
+)
 def test_exec_events_are_announced_only_when_gdb_offers_them(unwind_guest, offered, announced):
     prog = unwind_guest("static", "-O2")
     stub = Stub(Machine.from_elf(prog))
@@ -98,8 +103,12 @@ def test_gdb_catch_exec_stops_at_the_exec_and_breaks_in_the_new_image(unwind_gue
     out = gdb_session(m, prog, NO_DEBUG + ["catch exec", "break leaf", "continue", "continue", "bt", "kill"])
     lines = out.splitlines()
     assert f"process {m.process.pid} is executing new program: {new}" in lines, out
-    assert re.search(rf"^Catchpoint 1 \(exec'd {re.escape(new)}\), 0x[0-9a-f]+ in \?\? \(\) "
-                     r"from target:/lib64/ld-linux-x86-64\.so\.2$", out, re.M), out
+    assert re.search(
+        rf"^Catchpoint 1 \(exec'd {re.escape(new)}\), 0x[0-9a-f]+ in \?\? \(\) "
+        r"from target:/lib64/ld-linux-x86-64\.so\.2$",
+        out,
+        re.M,
+    ), out
     leaf = Machine.from_elf(new)
     stop = re.search(r"^Breakpoint 2, (0x[0-9a-f]+) in leaf \(\)$", out, re.M)
     assert stop, out

@@ -62,8 +62,18 @@ def test_gdb_loads_the_vdso_symbols_from_memory(unwind_guest):
     gdb reads from the guest's memory."""
     prog = unwind_guest("dynamic", "-O2")
     m = Machine.from_elf(prog)
-    out = gdb_session(m, prog, ["set debug-file-directory /nonexistent", "break main", "continue",
-                                "info sharedlibrary", "info symbol __vdso_clock_gettime", "kill"])
+    out = gdb_session(
+        m,
+        prog,
+        [
+            "set debug-file-directory /nonexistent",
+            "break main",
+            "continue",
+            "info sharedlibrary",
+            "info symbol __vdso_clock_gettime",
+            "kill",
+        ],
+    )
     vdso = next(v for v in m.mem.vmas if v.name == "[vdso]")
     assert re.search(rf"^clock_gettime in section \.text of system-supplied DSO at {vdso.start:#x}$", out, re.M), out
     assert "linux-vdso" not in out, out
@@ -76,13 +86,36 @@ def test_gdb_without_a_program_file_reads_it_from_the_sysroot(unwind_guest, tmp_
     root = tmp_path / "root"
     (root / "bin").mkdir(parents=True)
     shutil.copy(unwind_guest("static", "-O2"), root / "bin" / "prog")
-    srv = subprocess.Popen([UPROBE_EMU, "gdbserver", "--sysroot", str(root), "--port", "0",
-                            str(root / "bin" / "prog")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    srv = subprocess.Popen(
+        [UPROBE_EMU, "gdbserver", "--sysroot", str(root), "--port", "0", str(root / "bin" / "prog")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         port = srv.stderr.readline().rsplit(":", 1)[1].strip()
-        gdb = subprocess.run([GDB, "-batch", "-nx", "-ex", "set debuginfod enabled off",
-                              "-ex", f"target remote 127.0.0.1:{port}", "-ex", "break leaf", "-ex", "continue",
-                              "-ex", "bt 2", "-ex", "kill"], capture_output=True, text=True, timeout=120)
+        gdb = subprocess.run(
+            [
+                GDB,
+                "-batch",
+                "-nx",
+                "-ex",
+                "set debuginfod enabled off",
+                "-ex",
+                f"target remote 127.0.0.1:{port}",
+                "-ex",
+                "break leaf",
+                "-ex",
+                "continue",
+                "-ex",
+                "bt 2",
+                "-ex",
+                "kill",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         srv.communicate(timeout=60)
     finally:
         srv.kill()

@@ -15,9 +15,20 @@ from emu import Machine
 def test_a_pending_breakpoint_in_a_dlopened_library_hits(dlopen_guest):
     prog, lib = dlopen_guest
     m = Machine.from_elf(prog, argv=[prog, lib])
-    out = gdb_session(m, prog, ["set debug-file-directory /nonexistent", "set breakpoint pending on",
-                                "break pend_func", "info breakpoints", "continue", "bt 2", "info symbol $pc",
-                                "kill"])
+    out = gdb_session(
+        m,
+        prog,
+        [
+            "set debug-file-directory /nonexistent",
+            "set breakpoint pending on",
+            "break pend_func",
+            "info breakpoints",
+            "continue",
+            "bt 2",
+            "info symbol $pc",
+            "kill",
+        ],
+    )
     assert 'Function "pend_func" not defined.' in out, out
     assert "Breakpoint 1 (pend_func) pending." in out, out
     assert re.search(r"^1 +breakpoint +keep y +<PENDING> +pend_func$", out, re.M), out

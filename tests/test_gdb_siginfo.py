@@ -18,7 +18,7 @@ from emu.frontends.gdbstub.signals import gdb_signal, linux_signal
 
 SI_USER, SI_KERNEL, SI_TKILL = 0, 0x80, -6
 SEGV_MAPERR, SEGV_ACCERR = 1, 2
-MODEL_UID = 1000          # the uid the kernel model puts in a sent signal's siginfo
+MODEL_UID = 1000  # the uid the kernel model puts in a sent signal's siginfo
 
 # each guest faults (or sends itself a signal) at the label `here`
 GUESTS = {
@@ -27,9 +27,9 @@ GUESTS = {
     "ud2": "_start:\n    nop\nhere:\n    ud2\n",
     "divide": "_start:\n    xor ecx, ecx\n    mov eax, 1\n    cdq\nhere:\n    div ecx\n",
     "kill": "_start:\n    mov eax, 39\n    syscall\n    mov edi, eax\n    mov esi, 15\n    mov eax, 62\n"
-            "    syscall\nhere:\n    hlt\n",
+    "    syscall\nhere:\n    hlt\n",
     "tgkill": "_start:\n    mov eax, 39\n    syscall\n    mov edi, eax\n    mov esi, eax\n    mov edx, 10\n"
-              "    mov eax, 234\n    syscall\nhere:\n    hlt\n",
+    "    mov eax, 234\n    syscall\nhere:\n    hlt\n",
 }
 
 
@@ -39,12 +39,14 @@ def expected(name: str, m: Machine) -> tuple[int, bytes]:
     pid = m.process.pid
     fault = lambda signo, code, addr: (signo, struct.pack("<iiiiQ", signo, 0, code, 0, addr))  # noqa: E731
     sent = lambda signo, code: (signo, struct.pack("<iiiiiI", signo, 0, code, 0, pid, MODEL_UID))  # noqa: E731
-    return {"maperr": lambda: fault(11, SEGV_MAPERR, 0xdead0),
-            "accerr": lambda: fault(11, SEGV_ACCERR, m.resolve("_start")),
-            "ud2": lambda: fault(4, 1, here),                     # ILL_ILLOPC at the instruction
-            "divide": lambda: fault(8, 1, here),                  # FPE_INTDIV at the instruction
-            "kill": lambda: sent(15, SI_USER),
-            "tgkill": lambda: sent(10, SI_TKILL)}[name]()
+    return {
+        "maperr": lambda: fault(11, SEGV_MAPERR, 0xDEAD0),
+        "accerr": lambda: fault(11, SEGV_ACCERR, m.resolve("_start")),
+        "ud2": lambda: fault(4, 1, here),  # ILL_ILLOPC at the instruction
+        "divide": lambda: fault(8, 1, here),  # FPE_INTDIV at the instruction
+        "kill": lambda: sent(15, SI_USER),
+        "tgkill": lambda: sent(10, SI_TKILL),
+    }[name]()
 
 
 def read_siginfo(c: RawClient) -> bytes:
@@ -65,7 +67,7 @@ def test_the_stop_reply_and_the_siginfo_of_the_signal(tmp_path, name):
     assert reply == want, f"expected {want!r}, got {reply!r}"
     info = read_siginfo(c)
     assert len(info) == 128, len(info)
-    assert info == head.ljust(128, b"\0"), f"expected {head.hex()}..., got {info[:len(head)].hex()}"
+    assert info == head.ljust(128, b"\0"), f"expected {head.hex()}..., got {info[: len(head)].hex()}"
     c.send_packet(b"k")
     assert stub.finished() and stub.errors == [], stub.errors
 
@@ -120,8 +122,9 @@ def test_at_a_breakpoint_there_is_no_siginfo(tmp_path):
     assert stub.finished() and stub.errors == [], stub.errors
 
 
-@pytest.mark.parametrize("linux, gdb", [(11, 11), (7, 10), (10, 30), (12, 31), (17, 20), (19, 17),
-                                        (31, 12), (34, 46), (64, 78)])
+@pytest.mark.parametrize(
+    "linux, gdb", [(11, 11), (7, 10), (10, 30), (12, 31), (17, 20), (19, 17), (31, 12), (34, 46), (64, 78)]
+)
 def test_signal_numbers_are_gdbs_on_the_wire(linux, gdb):
     assert (gdb_signal(linux), linux_signal(gdb)) == (gdb, linux)
 
@@ -130,9 +133,18 @@ def test_signal_numbers_are_gdbs_on_the_wire(linux, gdb):
 def test_gdb_prints_siginfo_with_the_exact_fault_address(tmp_path, name, code):
     m = Machine.from_elf(write_elf(tmp_path, GUESTS[name], name))
     addr = "0xdead0" if name == "maperr" else f"{m.resolve('_start'):#x} <_start>"
-    out = gdb_session(m, write_elf(tmp_path, GUESTS[name], name),
-                      ["continue", "p $_siginfo.si_signo", "p $_siginfo.si_code",
-                       "p $_siginfo._sifields._sigfault.si_addr", "p $pc", "kill"])
+    out = gdb_session(
+        m,
+        write_elf(tmp_path, GUESTS[name], name),
+        [
+            "continue",
+            "p $_siginfo.si_signo",
+            "p $_siginfo.si_code",
+            "p $_siginfo._sifields._sigfault.si_addr",
+            "p $pc",
+            "kill",
+        ],
+    )
     assert "Program received signal SIGSEGV, Segmentation fault." in out, out
     want = f"$1 = 11\n$2 = {1 if code == 'SEGV_MAPERR' else 2}\n$3 = (void *) {addr}\n"
     assert want in out, out
@@ -141,8 +153,11 @@ def test_gdb_prints_siginfo_with_the_exact_fault_address(tmp_path, name, code):
 
 def test_gdb_sees_the_sender_of_a_kill(tmp_path):
     m = Machine.from_elf(write_elf(tmp_path, GUESTS["kill"], "kill"))
-    out = gdb_session(m, write_elf(tmp_path, GUESTS["kill"], "kill"),
-                      ["continue", "p $_siginfo.si_code", "p $_siginfo._sifields._kill", "continue"])
+    out = gdb_session(
+        m,
+        write_elf(tmp_path, GUESTS["kill"], "kill"),
+        ["continue", "p $_siginfo.si_code", "p $_siginfo._sifields._kill", "continue"],
+    )
     assert "Program received signal SIGTERM, Terminated." in out, out
     assert f"$1 = 0\n$2 = {{si_pid = {m.process.pid}, si_uid = {MODEL_UID}}}\n" in out, out
     assert "Program terminated with signal SIGTERM, Terminated." in out, out

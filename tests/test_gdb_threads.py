@@ -35,15 +35,12 @@ def gdb_script(machine, exe, script: str, tmp_path, timeout=120) -> str:
         port["n"] = p
         ready.set()
 
-    t = threading.Thread(target=serve_once, args=(machine, "127.0.0.1", 0),
-                         kwargs={"ready": on_ready}, daemon=True)
+    t = threading.Thread(target=serve_once, args=(machine, "127.0.0.1", 0), kwargs={"ready": on_ready}, daemon=True)
     t.start()
     assert ready.wait(10)
     path = tmp_path / "cmds.gdb"
-    path.write_text(f"set pagination off\nset confirm off\ntarget remote 127.0.0.1:{port['n']}\n"
-                    + script)
-    out = subprocess.run([GDB, "-batch", "-nx", "-x", str(path), exe], capture_output=True,
-                         text=True, timeout=timeout)
+    path.write_text(f"set pagination off\nset confirm off\ntarget remote 127.0.0.1:{port['n']}\n" + script)
+    out = subprocess.run([GDB, "-batch", "-nx", "-x", str(path), exe], capture_output=True, text=True, timeout=timeout)
     t.join(30)
     return out.stdout + out.stderr
 
@@ -70,12 +67,14 @@ def test_no_breakpoint_hit_is_skipped_after_info_threads(threads_exe, tmp_path):
         per_thread.setdefault(thread, set()).add(x)
     assert len(hits) == 150, f"{len(hits)} hits seen:\n{out[-3000:]}"
     assert sorted(per_thread) == ["2", "3", "4"], per_thread
-    assert sorted(min(v) for v in per_thread.values()) == ["0", "1", "2"] and \
-        all(len(v) == 1 for v in per_thread.values()), per_thread
+    assert sorted(min(v) for v in per_thread.values()) == ["0", "1", "2"] and all(
+        len(v) == 1 for v in per_thread.values()
+    ), per_thread
     assert m.exited and m.main_process.exit_result.exit_code == 0, out[-2000:]
 
 
 # ----------------------------------------------------------------- the raw protocol
+
 
 @pytest.fixture
 def stopped(threads_exe):
@@ -99,7 +98,7 @@ def rip_of(m, tid) -> int:
 
 
 def g_rip(reply: bytes) -> int:
-    return int.from_bytes(bytes.fromhex(reply[16 * 16:17 * 16].decode()), "little")
+    return int.from_bytes(bytes.fromhex(reply[16 * 16 : 17 * 16].decode()), "little")
 
 
 def test_the_stop_reply_selects_the_thread_that_stopped(stopped):
@@ -110,8 +109,9 @@ def test_the_stop_reply_selects_the_thread_that_stopped(stopped):
     assert c.ask(b"Z0,%x,1" % m.resolve("work")) == b"OK"
     reply = c.ask(b"c")
     tid = int(re.fullmatch(rb"T05swbreak:;thread:([0-9a-f]+);", reply).group(1), 16)
-    assert g_rip(c.ask(b"g")) == rip_of(m, tid) == m.resolve("work"), \
+    assert g_rip(c.ask(b"g")) == rip_of(m, tid) == m.resolve("work"), (
         "g shows the reporting thread, not the one selected before the resume"
+    )
 
 
 @pytest.mark.parametrize("how", ["vcont", "hc"])
@@ -129,4 +129,3 @@ def test_step_of_another_thread_steps_that_thread(stopped, how):
     assert rip_of(m, main) == start + insn.size
     assert rip_of(m, worker) == worker_rip, "the stepped thread ran, the stopped one did not move"
     assert g_rip(c.ask(b"g")) == start + insn.size
-

@@ -7,7 +7,6 @@ same output and ends with the same exit code; gdb sees the program's own bytes."
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -20,8 +19,16 @@ from emu import Machine
 def probes(exe: str) -> list[str]:
     """outer's entry (push rbp: emulated), work's entry (a rip-relative add: out of
     line), a nop5 site (optimized after its first hit on 6.18), work's return."""
-    return ["-e", f"uprobe:{exe}:outer", "-e", f"uprobe:{exe}:work",
-            "-e", f"uprobe:{exe}:nop5_site", "-e", f"uretprobe:{exe}:work"]
+    return [
+        "-e",
+        f"uprobe:{exe}:outer",
+        "-e",
+        f"uprobe:{exe}:work",
+        "-e",
+        f"uprobe:{exe}:nop5_site",
+        "-e",
+        f"uretprobe:{exe}:work",
+    ]
 
 
 def native(exe: str, tmp_path, kernel: str):
@@ -33,8 +40,7 @@ def native(exe: str, tmp_path, kernel: str):
 def under_gdb(exe: str, tmp_path, kernel: str, commands: list[str]):
     """(gdbserver's exit code, guest output, events, gdb's transcript)."""
     ev = tmp_path / "gdb.events"
-    rc, out, _, transcript = gdbserver_session(
-        exe, ["--kernel", kernel, *probes(exe), "--events", str(ev)], commands)
+    rc, out, _, transcript = gdbserver_session(exe, ["--kernel", kernel, *probes(exe), "--events", str(ev)], commands)
     return rc, out, ev.read_text(), transcript
 
 
@@ -44,14 +50,36 @@ def pcs(transcript: str) -> list[int]:
 
 
 SESSION = [
-    "break *outer", "break *work", "break *nop5_site",
-    "continue", "p/x $pc", "x/1xb outer", "stepi", "p/x $pc",          # emulated push
-    "continue", "p/x $pc", "x/2xb work", "stepi", "p/x $pc",           # out of line add
-    "stepi", "p/x $pc",                                                 # nop5 (first hit)
-    "bt", "finish", "p/x $pc",                                          # hijacked return
-    "delete 1 2", "continue", "p/x $pc", "x/5xb nop5_site",             # nop5, optimized
-    "monitor raw nop5_site 5", "stepi", "p/x $pc", "bt", "finish", "p/x $pc",
-    "delete", "continue",
+    "break *outer",
+    "break *work",
+    "break *nop5_site",
+    "continue",
+    "p/x $pc",
+    "x/1xb outer",
+    "stepi",
+    "p/x $pc",  # emulated push
+    "continue",
+    "p/x $pc",
+    "x/2xb work",
+    "stepi",
+    "p/x $pc",  # out of line add
+    "stepi",
+    "p/x $pc",  # nop5 (first hit)
+    "bt",
+    "finish",
+    "p/x $pc",  # hijacked return
+    "delete 1 2",
+    "continue",
+    "p/x $pc",
+    "x/5xb nop5_site",  # nop5, optimized
+    "monitor raw nop5_site 5",
+    "stepi",
+    "p/x $pc",
+    "bt",
+    "finish",
+    "p/x $pc",
+    "delete",
+    "continue",
 ]
 
 
@@ -76,16 +104,17 @@ def test_same_events_output_and_exit_with_and_without_gdb(guest, tmp_path, kerne
 def test_gdb_stops_and_steps_where_the_unprobed_program_would(guest, tmp_path, kernel):
     m = Machine.from_elf(guest)
     outer, work, nop5 = m.resolve("outer"), m.resolve("work"), m.resolve("nop5_site")
-    after_call = outer + 4 + 5                     # push rbp; mov rbp, rsp; call work
+    after_call = outer + 4 + 5  # push rbp; mov rbp, rsp; call work
     _, _, _, transcript = under_gdb(guest, tmp_path, kernel, SESSION)
-    assert pcs(transcript) == [outer, outer + 1, work, nop5, nop5 + 5, after_call,
-                               nop5, nop5 + 5, after_call], transcript
+    assert pcs(transcript) == [outer, outer + 1, work, nop5, nop5 + 5, after_call, nop5, nop5 + 5, after_call], (
+        transcript
+    )
     assert "Program received" not in transcript and "SIGILL" not in transcript, transcript
 
 
 def test_gdb_reads_the_program_bytes_and_monitor_raw_the_model(guest, tmp_path):
     _, _, _, transcript = under_gdb(guest, tmp_path, "6.18", SESSION)
-    assert re.search(r"<outer>:\t0x55\n", transcript), transcript                # not 0xcc
+    assert re.search(r"<outer>:\t0x55\n", transcript), transcript  # not 0xcc
     assert re.search(r"<work>:\t0x01\t0x3d\n", transcript), transcript
     assert re.search(r"<work\+6>:\t0x0f\t0x1f\t0x44\t0x00\t0x00\n", transcript), transcript
     raw = re.search(r"^0x[0-9a-f]+: (e8( [0-9a-f]{2}){4})$", transcript, re.M)
@@ -108,8 +137,7 @@ STEPPER_SCRIPT = "b *outer\nb *work\nc\nx/2xb outer\nsi\nc\nx/2xb work\nsi\nsi\n
 def test_stepper_session_has_the_events_and_exit_of_a_plain_run(guest, tmp_path, kernel):
     rc, out, events = native(guest, tmp_path, kernel)
     ev = tmp_path / "step.events"
-    p = cli("step", "--kernel", kernel, *probes(guest), "--events", str(ev), guest,
-            input=STEPPER_SCRIPT.encode())
+    p = cli("step", "--kernel", kernel, *probes(guest), "--events", str(ev), guest, input=STEPPER_SCRIPT.encode())
     text = p.stdout.decode()
     assert p.returncode == 0 and p.stderr == b"", p.stderr
     assert ev.read_text() == events, f"stepper events:\n{ev.read_text()}\nrun's:\n{events}"
@@ -124,22 +152,27 @@ def test_stepper_x_and_disas_show_the_program_bytes(guest, tmp_path):
     outer, work = m.resolve("outer"), m.resolve("work")
     assert f"{outer:#x} <outer>:\t0x55\t0x48\n" in text, text
     assert f"{work:#x} <work>:\t0x01\t0x3d\n" in text, text
-    assert re.search(rf"^     {work:x}:\t01 3d [0-9a-f ]+\tadd    dword ptr \[rip \+ 0x[0-9a-f]+\], edi"
-                     r".*        # uprobe site, in memory: int3$", text, re.M), text
+    assert re.search(
+        rf"^     {work:x}:\t01 3d [0-9a-f ]+\tadd    dword ptr \[rip \+ 0x[0-9a-f]+\], edi"
+        r".*        # uprobe site, in memory: int3$",
+        text,
+        re.M,
+    ), text
     assert f"=> {outer:#x} <outer>:\tpush   rbp        # uprobe site, in memory: int3" in text, text
 
 
 # ----------------------------------------------------------------- the raw protocol
+
 
 @pytest.fixture
 def probed(tmp_path):
     """The raw-protocol guest with a uprobe and a uretprobe on func; stopped at func+1
     (after the probed push), so the return address is hijacked."""
     from gdb_client import RawClient, Stub, guest_machine
+
     m = guest_machine(tmp_path, kernel="6.18")
     hits = []
-    m.uprobes.register("func", handler=lambda c: hits.append("entry"),
-                       ret_handler=lambda c: hits.append("return"))
+    m.uprobes.register("func", handler=lambda c: hits.append("entry"), ret_handler=lambda c: hits.append("return"))
     stub = Stub(m)
     c = RawClient(stub.port)
     func = m.resolve("func")
@@ -210,19 +243,44 @@ def test_monitor_raw_shows_memory_as_the_cpu_fetches_it(probed):
 
 # ----------------------------------------------------------------- gdb without a file
 
+
 def test_gdb_without_a_file_learns_the_program_from_the_stub(guest, tmp_path):
     """qXfer:exec-file names the program (gdb reads its symbols through vFile, its
     "target:" sysroot), qXfer:auxv gives its entry, qXfer:features the registers; the
     probed entry shows the program's byte."""
     assert GDB and UPROBE_EMU
-    srv = subprocess.Popen([UPROBE_EMU, "gdbserver", *probes(guest), "--port", "0", guest],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    srv = subprocess.Popen(
+        [UPROBE_EMU, "gdbserver", *probes(guest), "--port", "0", guest],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         port = srv.stderr.readline().rsplit(":", 1)[1].strip()
-        gdb = subprocess.run([GDB, "-batch", "-nx", "-ex", f"target remote 127.0.0.1:{port}",
-                              "-ex", "info auxv", "-ex", "info inferiors", "-ex", "x/1xb outer",
-                              "-ex", "p $orig_rax", "-ex", "p/x $fs_base", "-ex", "kill"],
-                             capture_output=True, text=True, timeout=120)
+        gdb = subprocess.run(
+            [
+                GDB,
+                "-batch",
+                "-nx",
+                "-ex",
+                f"target remote 127.0.0.1:{port}",
+                "-ex",
+                "info auxv",
+                "-ex",
+                "info inferiors",
+                "-ex",
+                "x/1xb outer",
+                "-ex",
+                "p $orig_rax",
+                "-ex",
+                "p/x $fs_base",
+                "-ex",
+                "kill",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         srv.communicate(timeout=60)
     finally:
         srv.kill()
@@ -237,8 +295,9 @@ def test_gdb_without_a_file_learns_the_program_from_the_stub(guest, tmp_path):
 
 
 def test_a_gdb_breakpoint_on_a_probed_instruction_stops_before_the_probe_fires(guest, tmp_path):
-    _, _, events, transcript = under_gdb(guest, tmp_path, "6.18", [
-        "break *outer", "continue", "monitor probes", "stepi", "monitor probes", "kill"])
+    _, _, events, transcript = under_gdb(
+        guest, tmp_path, "6.18", ["break *outer", "continue", "monitor probes", "stepi", "monitor probes", "kill"]
+    )
     m = Machine.from_elf(guest)
     outer = m.resolve("outer")
     site = rf"^{outer:#x} {re.escape(guest)}:0x{outer - 0x400000:x} hits=(\d) consumers=1 push$"
@@ -249,6 +308,7 @@ def test_a_gdb_breakpoint_on_a_probed_instruction_stops_before_the_probe_fires(g
 @pytest.mark.parametrize("command,extra", [("gdbserver", ["--port", "0"]), ("step", [])])
 def test_an_unwritable_events_file_is_one_line_and_exit_2(guest, tmp_path, command, extra):
     from cli_helpers import one_line_error
+
     bad = tmp_path / "no" / "such"
     p = cli(command, "--events", str(bad), *extra, guest, input=b"q\n")
     assert one_line_error(p) == f"uprobe-emu: error: cannot write '{bad}': No such file or directory"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import shutil
-import subprocess
 
 import pytest
 from gdb_client import RawClient, Stub
@@ -91,8 +90,9 @@ def test_access_watchpoint_sees_the_read_of_a_read_modify_write(session):
     assert rip(m) == m.resolve("loop") + 4 and m.mem.read_u64(buf) == 5
 
 
-@pytest.mark.parametrize("offset,size,hit", [(0, 1, True), (7, 1, True), (6, 2, True), (4, 4, True),
-                                             (8, 2, False), (12, 4, False)])
+@pytest.mark.parametrize(
+    "offset,size,hit", [(0, 1, True), (7, 1, True), (6, 2, True), (4, 4, True), (8, 2, False), (12, 4, False)]
+)
 def test_watchpoint_sizes_and_overlap(session, offset, size, hit):
     m, c = session
     buf = m.resolve("buf")
@@ -101,8 +101,7 @@ def test_watchpoint_sizes_and_overlap(session, offset, size, hit):
     assert c.ask(b"c") == want
 
 
-@pytest.mark.parametrize("packet,reply", [(b"Z2,%x,3", b"E01"), (b"Z2,%x,10", b"E01"),
-                                          (b"Z3,%x,0", b"E01")])
+@pytest.mark.parametrize("packet,reply", [(b"Z2,%x,3", b"E01"), (b"Z2,%x,10", b"E01"), (b"Z3,%x,0", b"E01")])
 def test_watchpoint_sizes_other_than_1_2_4_8_are_refused(session, packet, reply):
     m, c = session
     assert c.ask(packet % m.resolve("buf")) == reply
@@ -117,7 +116,7 @@ def test_stepi_over_a_watched_write_reports_the_watchpoint(session):
     m, c = session
     buf = m.resolve("buf")
     assert c.ask(b"Z2,%x,8" % buf) == b"OK"
-    for _ in range(2):                                    # lea, mov: no access
+    for _ in range(2):  # lea, mov: no access
         assert c.ask(b"s") == b"T05thread:%x;" % m.task.tid
     assert c.ask(b"s") == b"T05watch:%x;thread:%x;" % (buf, m.task.tid)
     assert rip(m) == m.resolve("loop") + 4 and m.mem.read_u64(buf) == 5
@@ -149,8 +148,10 @@ def test_stepper_watch_commands_report_old_and_new_values():
 
 # ----------------------------------------------------------------- a real gdb
 
+
 def gdb_watch(machine, exe, commands):
     from test_gdbstub import gdb_session
+
     return gdb_session(machine, exe, commands)
 
 
@@ -158,10 +159,9 @@ def gdb_watch(machine, exe, commands):
 def test_gdb_watch_on_a_global_shows_old_and_new_values(build_c, probed):
     exe = build_c("gdb_probed.c", "-static", name="gdb_probed")
     m = Machine.from_elf(exe)
-    if probed:                                  # the write to counter runs out of line
+    if probed:  # the write to counter runs out of line
         m.uprobes.register("work", handler=lambda ctx: None)
-    out = gdb_watch(m, exe, ["break main", "continue", "watch counter", "continue", "continue",
-                             "delete", "continue"])
+    out = gdb_watch(m, exe, ["break main", "continue", "watch counter", "continue", "continue", "delete", "continue"])
     assert "Hardware watchpoint 2: counter" in out, out
     assert "Old value = 0\nNew value = 1\n" in out and "Old value = 1\nNew value = 3\n" in out, out
     assert out.count("\nwork (x=x@entry=") == 2, "stopped after the add, in work"
@@ -171,9 +171,21 @@ def test_gdb_watch_on_a_global_shows_old_and_new_values(build_c, probed):
 def test_gdb_rwatch_and_awatch(build_c):
     exe = build_c("gdb_probed.c", "-static", name="gdb_probed")
     m = Machine.from_elf(exe)
-    out = gdb_watch(m, exe, ["break main", "continue", "rwatch counter", "continue", "delete",
-                             "awatch counter", "continue", "delete", "continue"])
+    out = gdb_watch(
+        m,
+        exe,
+        [
+            "break main",
+            "continue",
+            "rwatch counter",
+            "continue",
+            "delete",
+            "awatch counter",
+            "continue",
+            "delete",
+            "continue",
+        ],
+    )
     assert "Hardware read watchpoint 2: counter\n\nValue = 0\n" in out, out
-    assert "Hardware access (read/write) watchpoint 3: counter\n\nOld value = 0\nNew value = 1\n" \
-        in out, out
+    assert "Hardware access (read/write) watchpoint 3: counter\n\nOld value = 0\nNew value = 1\n" in out, out
     assert "exited with code 014" in out, out

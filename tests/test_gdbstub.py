@@ -3,7 +3,6 @@ stepping across probes, exit codes and signals."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import threading
@@ -13,13 +12,13 @@ from gdb_client import GUEST  # exits 42 after three calls; its `spin` is not re
 
 from emu import Machine
 from emu.frontends.gdbstub import REGISTERS, serve_once, target_xml
-from guest_programs import write_guest
 
 GDB = shutil.which("gdb")
 
 
 def write_elf(tmp_path, source=GUEST, name="g"):
     from emu.asm import asm_to_elf
+
     elf, _ = asm_to_elf(source)
     path = tmp_path / name
     path.write_bytes(elf)
@@ -37,12 +36,20 @@ def gdb_session(machine, exe, commands, timeout=60, join=10):
         port["n"] = p
         ready.set()
 
-    t = threading.Thread(target=serve_once, args=(machine, "127.0.0.1", 0), kwargs={"ready": on_ready},
-                         daemon=True)
+    t = threading.Thread(target=serve_once, args=(machine, "127.0.0.1", 0), kwargs={"ready": on_ready}, daemon=True)
     t.start()
     assert ready.wait(10)
-    args = [GDB, "-batch", "-nx", "-ex", "set pagination off", "-ex", "set confirm off",
-            "-ex", f"target remote 127.0.0.1:{port['n']}"]
+    args = [
+        GDB,
+        "-batch",
+        "-nx",
+        "-ex",
+        "set pagination off",
+        "-ex",
+        "set confirm off",
+        "-ex",
+        f"target remote 127.0.0.1:{port['n']}",
+    ]
     for c in commands:
         args += ["-ex", c]
     args.append(exe)
@@ -53,6 +60,7 @@ def gdb_session(machine, exe, commands, timeout=60, join=10):
 
 def test_target_description_is_well_formed_xml():
     import xml.dom.minidom
+
     doc = xml.dom.minidom.parseString(target_xml())
     regs = doc.getElementsByTagName("reg")
     assert [r.getAttribute("name") for r in regs] == [n for n, _, _ in REGISTERS]
@@ -110,11 +118,12 @@ def test_stepping_across_a_probed_ret_and_a_uretprobe_return(tmp_path, kernel):
     m = Machine.from_elf(exe, kernel=kernel)
     rets = []
     m.uprobes.register("func", handler=lambda c: None, ret_handler=lambda c: rets.append(c.regs.rax))
-    ret_addr = m.resolve("func") + 1 + 3 + 7 + 1   # push, mov, mov, pop: the ret
+    ret_addr = m.resolve("func") + 1 + 3 + 7 + 1  # push, mov, mov, pop: the ret
     m.uprobes.register(ret_addr, handler=lambda c: None)
     after_call = m.resolve("again") + 5
-    out = gdb_session(m, exe, [f"break *{ret_addr:#x}", "continue", "delete", "stepi",
-                               "info registers rip rax", "kill"])
+    out = gdb_session(
+        m, exe, [f"break *{ret_addr:#x}", "continue", "delete", "stepi", "info registers rip rax", "kill"]
+    )
     assert f"rip            {after_call:#x}" in out, out
     assert "rax            0x1234" in out
     assert rets == [0x1234], "the return handler ran exactly once"
@@ -127,8 +136,10 @@ def test_segfault_is_reported_as_sigsegv(tmp_path):
     m = Machine.from_elf(exe)
     store = m.resolve("_start") + 7
     out = gdb_session(m, exe, ["continue", "continue"])
-    want = (f"\nProgram received signal SIGSEGV, Segmentation fault.\n{store:#018x} in _start ()\n"
-            "\nProgram terminated with signal SIGSEGV, Segmentation fault.\n")
+    want = (
+        f"\nProgram received signal SIGSEGV, Segmentation fault.\n{store:#018x} in _start ()\n"
+        "\nProgram terminated with signal SIGSEGV, Segmentation fault.\n"
+    )
     assert want in out, out
 
 
@@ -136,8 +147,7 @@ def test_monitor_lists_probes_and_counters_at_a_stop(tmp_path):
     exe = write_elf(tmp_path)
     m = Machine.from_elf(exe, kernel="6.18")
     m.uprobes.register("func", handler=lambda c: None)
-    out = gdb_session(m, exe, ["break again", "continue", "continue", "monitor probes",
-                               "monitor counters", "kill"])
+    out = gdb_session(m, exe, ["break again", "continue", "continue", "monitor probes", "monitor counters", "kill"])
     assert f"{m.resolve('func'):#x} {exe}:0x{m.resolve('func') - 0x400000:x} hits=1 consumers=1 push" in out
     assert "uprobe_hits: 1" in out and "bp_traps: 1" in out
 
@@ -162,14 +172,19 @@ def test_threads_appear_as_gdb_threads(build_c, tmp_path):
 def test_gdbserver_cli_serves_and_exits(tmp_path):
     assert GDB
     exe = write_elf(tmp_path)
-    srv = subprocess.Popen([shutil.which("uprobe-emu"), "gdbserver", "--port", "0", exe],
-                           stderr=subprocess.PIPE, text=True)
+    srv = subprocess.Popen(
+        [shutil.which("uprobe-emu"), "gdbserver", "--port", "0", exe], stderr=subprocess.PIPE, text=True
+    )
     try:
         line = srv.stderr.readline()
         assert line.startswith("uprobe-emu: listening for gdb on 127.0.0.1:")
         port = line.rsplit(":", 1)[1].strip()
-        out = subprocess.run([GDB, "-batch", "-nx", "-ex", f"target remote :{port}", "-ex", "continue", exe],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [GDB, "-batch", "-nx", "-ex", f"target remote :{port}", "-ex", "continue", exe],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert "exited with code 052" in out.stdout + out.stderr
         assert srv.wait(20) == 0
     finally:

@@ -20,7 +20,7 @@ LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 INTERP = "/lib64/ld-linux-x86-64.so.2"
 AT_PHDR, AT_ENTRY, AT_BASE = 3, 9, 7
 PT_DYNAMIC = 2
-EMPTY = b'l<library-list-svr4 version="1.0"></library-list-svr4>'    # no libraries (yet)
+EMPTY = b'l<library-list-svr4 version="1.0"></library-list-svr4>'  # no libraries (yet)
 
 
 def elf_headers(path: str) -> tuple[dict, list, dict]:
@@ -34,8 +34,8 @@ def elf_headers(path: str) -> tuple[dict, list, dict]:
         p_type, _flags, _offset, p_vaddr = struct.unpack_from("<IIQQ", data, e_phoff + i * e_phentsize)
         phdrs.append((p_type, p_vaddr))
     shdrs = [struct.unpack_from("<IIQQQ", data, e_shoff + i * e_shentsize) for i in range(e_shnum)]
-    strtab = data[shdrs[e_shstrndx][4]:]
-    sections = {strtab[name:strtab.index(b"\0", name)].decode(): addr for name, _t, _f, addr, _o in shdrs}
+    strtab = data[shdrs[e_shstrndx][4] :]
+    sections = {strtab[name : strtab.index(b"\0", name)].decode(): addr for name, _t, _f, addr, _o in shdrs}
     return {"entry": e_entry, "phoff": e_phoff}, phdrs, sections
 
 
@@ -57,8 +57,10 @@ def parse(reply: bytes) -> xml.dom.minidom.Element:
 
 
 def libraries(doc) -> list[dict]:
-    return [{k: lib.getAttribute(k) for k in ("name", "lm", "l_addr", "l_ld", "lmid")}
-            for lib in doc.getElementsByTagName("library")]
+    return [
+        {k: lib.getAttribute(k) for k in ("name", "lm", "l_addr", "l_ld", "lmid")}
+        for lib in doc.getElementsByTagName("library")
+    ]
 
 
 @pytest.fixture
@@ -85,8 +87,12 @@ def test_qsupported_announces_the_library_objects(tmp_path):
     stub = Stub(m)
     c = RawClient(stub.port)
     features = c.ask(b"qSupported:multiprocess+;swbreak+;xmlRegisters=i386").split(b";")
-    for want in (b"qXfer:libraries-svr4:read+", b"augmented-libraries-svr4-read+",
-                 b"qXfer:auxv:read+", b"qXfer:exec-file:read+"):
+    for want in (
+        b"qXfer:libraries-svr4:read+",
+        b"augmented-libraries-svr4-read+",
+        b"qXfer:auxv:read+",
+        b"qXfer:exec-file:read+",
+    ):
         assert want in features, f"{want!r} not in {features}"
     c.send_packet(b"k")
     assert stub.finished() and stub.errors == []
@@ -106,8 +112,7 @@ def test_library_l_addr_and_l_ld_match_the_models_mappings(at_main, path):
     lib = next(x for x in libraries(parse(c.ask(b"qXfer:libraries-svr4:read::0,3fff"))) if x["name"] == path)
     bias = lowest_mapping(m, path)
     assert int(lib["l_addr"], 16) == bias, f"l_addr {lib['l_addr']} != first mapping {bias:#x}"
-    assert int(lib["l_ld"], 16) == bias + dynamic_vaddr(path), \
-        f"l_ld {lib['l_ld']} != {bias + dynamic_vaddr(path):#x}"
+    assert int(lib["l_ld"], 16) == bias + dynamic_vaddr(path), f"l_ld {lib['l_ld']} != {bias + dynamic_vaddr(path):#x}"
 
 
 def test_main_lm_is_the_programs_link_map(at_main):
@@ -147,8 +152,9 @@ def test_incremental_read_from_start_and_prev(at_main):
     annex = b"lmid=%s;start=%s;prev=%s" % (b"abc0", libs[1]["lm"][2:].encode(), libs[0]["lm"][2:].encode())
     part = parse(c.ask(b"qXfer:libraries-svr4:read:" + annex + b":0,3fff"))
     assert part.getAttribute("main-lm") == ""
-    assert [(x["name"], x["lm"], x["lmid"]) for x in libraries(part)] == \
-        [(x["name"], x["lm"], "0xabc0") for x in libs[1:]]
+    assert [(x["name"], x["lm"], x["lmid"]) for x in libraries(part)] == [
+        (x["name"], x["lm"], "0xabc0") for x in libs[1:]
+    ]
 
 
 def test_incremental_read_with_a_wrong_prev_stops_at_the_corrupted_link(at_main):
@@ -164,7 +170,7 @@ def test_a_cyclic_chain_is_bounded(at_main):
     m, _exe, c = at_main
     doc = parse(c.ask(b"qXfer:libraries-svr4:read::0,3fff"))
     main_lm, first = int(doc.getAttribute("main-lm"), 16), int(libraries(doc)[0]["lm"], 16)
-    for addr, value in ((first + 24, main_lm), (main_lm + 32, first)):   # l_next, l_prev
+    for addr, value in ((first + 24, main_lm), (main_lm + 32, first)):  # l_next, l_prev
         assert c.ask(b"M%x,8:%s" % (addr, struct.pack("<Q", value).hex().encode())) == b"OK"
     whole, off = b"", 0
     while True:
@@ -175,8 +181,9 @@ def test_a_cyclic_chain_is_bounded(at_main):
     doc = xml.dom.minidom.parseString(whole).documentElement
     assert doc.getAttribute("main-lm") == f"{main_lm:#x}"
     names = [lib["name"] for lib in libraries(doc)]
-    assert names == ["linux-vdso.so.1"] * 2048, \
+    assert names == ["linux-vdso.so.1"] * 2048, (
         f"4096 entries read (half of them the unnamed program), got {len(names)} names"
+    )
 
 
 def test_chunked_reads_concatenate_to_the_document(at_main):
@@ -204,18 +211,21 @@ def test_before_ld_so_links_the_chain_the_list_is_empty(build_c):
     assert stub.finished() and stub.errors == []
 
 
-@pytest.mark.parametrize("packet, reply", [
-    (b"qXfer:libraries-svr4:read::0,3fff", b"E01"),          # a static program: no DT_DEBUG
-    (b"qXfer:libraries-svr4:read:start=zz:0,100", b"E01"),
-    (b"qXfer:libraries-svr4:read:start=1" + b"0" * 17 + b":0,100", b"E01"),
-    (b"qXfer:libraries-svr4:read::0", b"E01"),
-    (b"qXfer:libraries-svr4:read:", b"E01"),
-    (b"qXfer:libraries-svr4:write::0:00", b""),
-    (b"qXfer:auxv:read:x:0,10", b"E00"),
-    (b"qXfer:exec-file:read:zz:0,10", b"E01"),
-    (b"qXfer:exec-file:read:7fff:0,10", b"E01"),                # no such process
-    (b"qXfer:nope:read::0,10", b""),
-])
+@pytest.mark.parametrize(
+    "packet, reply",
+    [
+        (b"qXfer:libraries-svr4:read::0,3fff", b"E01"),  # a static program: no DT_DEBUG
+        (b"qXfer:libraries-svr4:read:start=zz:0,100", b"E01"),
+        (b"qXfer:libraries-svr4:read:start=1" + b"0" * 17 + b":0,100", b"E01"),
+        (b"qXfer:libraries-svr4:read::0", b"E01"),
+        (b"qXfer:libraries-svr4:read:", b"E01"),
+        (b"qXfer:libraries-svr4:write::0:00", b""),
+        (b"qXfer:auxv:read:x:0,10", b"E00"),
+        (b"qXfer:exec-file:read:zz:0,10", b"E01"),
+        (b"qXfer:exec-file:read:7fff:0,10", b"E01"),  # no such process
+        (b"qXfer:nope:read::0,10", b""),
+    ],
+)
 def test_malformed_or_unanswerable_requests_get_an_error_reply(tmp_path, packet, reply):
     stub = Stub(guest_machine(tmp_path))
     c = RawClient(stub.port)
@@ -247,8 +257,11 @@ def test_auxv_is_the_exec_vector_binary_escaped(build_c):
     assert stub.finished() and stub.errors == []
 
 
-@pytest.mark.parametrize("machine", [lambda: Machine.from_asm("_start:\n    hlt\n"),
-                                     lambda: Machine.from_guest("exit42")], ids=["asm", "guest"])
+@pytest.mark.parametrize(
+    "machine",
+    [lambda: Machine.from_asm("_start:\n    hlt\n"), lambda: Machine.from_guest("exit42")],
+    ids=["asm", "guest"],
+)
 def test_exec_file_of_an_image_that_is_no_file_is_an_error(machine):
     stub = Stub(machine())
     c = RawClient(stub.port)
@@ -270,6 +283,7 @@ def test_exec_file_is_the_programs_path(tmp_path):
 
 
 # -- a real gdb -----------------------------------------------------------------------
+
 
 def sharedlibrary_rows(out: str) -> dict[str, tuple[int, int, str]]:
     rows = {}
@@ -297,22 +311,31 @@ def test_gdb_info_sharedlibrary_lists_libc_where_the_model_mapped_it(build_c):
     assert rows[INTERP][0] == lowest_mapping(m, INTERP) + elf_headers(os.path.realpath(INTERP))[2][".text"]
 
 
-@pytest.mark.parametrize("debug_dir", [[], ["set debug-file-directory /nonexistent"]],
-                         ids=["libc-debug-info-if-installed", "libc-symbols-only"])
+@pytest.mark.parametrize(
+    "debug_dir",
+    [[], ["set debug-file-directory /nonexistent"]],
+    ids=["libc-debug-info-if-installed", "libc-symbols-only"],
+)
 def test_gdb_breaks_in_libc_malloc_and_backtraces_to_the_program(build_c, debug_dir):
     exe = build_c("lib_malloc.c", name="lib_malloc")
     m = Machine.from_elf(exe)
-    out = gdb_session(m, exe, debug_dir + ["break main", "continue", "break malloc", "continue", "bt",
-                               "info symbol $pc", "p/x $pc", "kill"])
+    out = gdb_session(
+        m,
+        exe,
+        debug_dir + ["break main", "continue", "break malloc", "continue", "bt", "info symbol $pc", "p/x $pc", "kill"],
+    )
     # with libc's debug info: "Breakpoint 2.1, __GI___libc_malloc (bytes=...) at ...";
     # without: "Breakpoint 2, 0x... in malloc () from /lib/..."
     assert re.search(r"Breakpoint 2(\.\d+)?, (0x[0-9a-f]+ in )?\S*malloc \(", out), out
-    assert f"malloc in section .text of target:{LIBC}" in out, out      # read through vFile
+    assert f"malloc in section .text of target:{LIBC}" in out, out  # read through vFile
     assert re.search(r"#1  0x[0-9a-f]+ in loop \(", out), out
     assert re.search(r"#2  0x[0-9a-f]+ in main \(", out), out
     pc = int(re.search(r"\$1 = (0x[0-9a-f]+)", out).group(1), 16)
-    libc_text = [v for v in m.mem.vmas if v.file is not None and v.perms() == "r-xp"
-                 and os.path.realpath(v.name) == os.path.realpath(LIBC)]
+    libc_text = [
+        v
+        for v in m.mem.vmas
+        if v.file is not None and v.perms() == "r-xp" and os.path.realpath(v.name) == os.path.realpath(LIBC)
+    ]
     assert libc_text and libc_text[0].start <= pc < libc_text[0].end, f"pc {pc:#x} not in libc's text"
 
 
@@ -337,8 +360,9 @@ def test_gdb_follows_a_dlopen_and_breaks_in_the_new_library(build_c):
     of the new library at ld.so's stop and reads the list again."""
     exe = build_c("dlopen_libm.c", "-ldl", name="dlopen_libm")
     m = Machine.from_elf(exe)
-    out = gdb_session(m, exe, ["set breakpoint pending on", "break frexp", "continue",
-                               "info sharedlibrary", "bt 2", "kill"])
+    out = gdb_session(
+        m, exe, ["set breakpoint pending on", "break frexp", "continue", "info sharedlibrary", "bt 2", "kill"]
+    )
     libm = "/lib/x86_64-linux-gnu/libm.so.6"
     rows = sharedlibrary_rows(out)
     assert libm in rows, out

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -30,21 +29,62 @@ def session(tmp_path):
 
 
 MALFORMED = [
-    (b"mZZ,4", E), (b"m401000", E), (b"m,4", E), (b"m401000,ZZ", E), (b"m401000,", E),
-    (b"m" + b"f" * 20 + b",4", E), (b"mffffffffffffffff,2", E),
-    (b"H", E), (b"Hx0", E), (b"Hg", E), (b"HgZZ", E), (b"Hg777777", E),
-    (b"p", E), (b"pZZ", E), (b"pffff", E),
-    (b"P1", E), (b"P1=zz", E), (b"P1=00", E), (b"Pzz=0000000000000000", E), (b"P999=00", E),
-    (b"G123", E), (b"Gzz", E),
-    (b"vCont", E), (b"vCont;", E), (b"vCont;x", E), (b"vCont;c:zz", E), (b"vCont;C", E),
-    (b"qRcmd,6", E), (b"qRcmd,zz", E),
-    (b"M401000,4", E), (b"M401000,4:zz", E), (b"M401000,2:90", E), (b"Mzz,1:90", E),
-    (b"X401000", E), (b"X401000,1:}", E), (b"X401000,2:\x90", E), (b"Xzz,1:\x90", E),
-    (b"Z0", E), (b"Z0,", E), (b"Z0,zz,1", E), (b"Z0,401000", E), (b"z0,zz,1", E), (b"Z9,0,1", E),
-    (b"T", E), (b"TZZ", E), (b"cZZ", E), (b"sZZ", E), (b"D;zz", E), (b"D;", E),
-    (b"qXfer:features:read:target.xml:", E), (b"qXfer:features:read:target.xml:zz,10", E),
+    (b"mZZ,4", E),
+    (b"m401000", E),
+    (b"m,4", E),
+    (b"m401000,ZZ", E),
+    (b"m401000,", E),
+    (b"m" + b"f" * 20 + b",4", E),
+    (b"mffffffffffffffff,2", E),
+    (b"H", E),
+    (b"Hx0", E),
+    (b"Hg", E),
+    (b"HgZZ", E),
+    (b"Hg777777", E),
+    (b"p", E),
+    (b"pZZ", E),
+    (b"pffff", E),
+    (b"P1", E),
+    (b"P1=zz", E),
+    (b"P1=00", E),
+    (b"Pzz=0000000000000000", E),
+    (b"P999=00", E),
+    (b"G123", E),
+    (b"Gzz", E),
+    (b"vCont", E),
+    (b"vCont;", E),
+    (b"vCont;x", E),
+    (b"vCont;c:zz", E),
+    (b"vCont;C", E),
+    (b"qRcmd,6", E),
+    (b"qRcmd,zz", E),
+    (b"M401000,4", E),
+    (b"M401000,4:zz", E),
+    (b"M401000,2:90", E),
+    (b"Mzz,1:90", E),
+    (b"X401000", E),
+    (b"X401000,1:}", E),
+    (b"X401000,2:\x90", E),
+    (b"Xzz,1:\x90", E),
+    (b"Z0", E),
+    (b"Z0,", E),
+    (b"Z0,zz,1", E),
+    (b"Z0,401000", E),
+    (b"z0,zz,1", E),
+    (b"Z9,0,1", E),
+    (b"T", E),
+    (b"TZZ", E),
+    (b"cZZ", E),
+    (b"sZZ", E),
+    (b"D;zz", E),
+    (b"D;", E),
+    (b"qXfer:features:read:target.xml:", E),
+    (b"qXfer:features:read:target.xml:zz,10", E),
     (b"qXfer:features:read:nope.xml:0,10", b"E00"),
-    (b"*a", E), (b"m*", E), (b"qUnknownThing", b""), (b"", b""),
+    (b"*a", E),
+    (b"m*", E),
+    (b"qUnknownThing", b""),
+    (b"", b""),
 ]
 
 
@@ -221,10 +261,12 @@ def test_128_mb_without_a_hash_costs_little_cpu_and_memory(tmp_path):
     from gdb_client import GUEST
 
     from emu.asm import asm_to_elf
+
     exe = tmp_path / "g"
     exe.write_bytes(asm_to_elf(GUEST)[0])
-    srv = subprocess.Popen([shutil.which("uprobe-emu"), "gdbserver", "--port", "0", str(exe)],
-                           stderr=subprocess.PIPE, text=True)
+    srv = subprocess.Popen(
+        [shutil.which("uprobe-emu"), "gdbserver", "--port", "0", str(exe)], stderr=subprocess.PIPE, text=True
+    )
     try:
         port = int(srv.stderr.readline().rsplit(":", 1)[1])
         c = RawClient(port, timeout=60)

@@ -16,6 +16,7 @@ def test_every_builtin_guest_round_trips_through_capstone(name):
     exactly, and re-encoding capstone's text with keystone gives the same bytes wherever
     keystone is not known to mis-encode (nop5/nop10 are written with .byte)."""
     from keystone import KS_ARCH_X86, KS_MODE_64, Ks
+
     elf, _ = build_guest(name)
     image = parse_elf(elf, name)
     cs, ks = Cs(CS_ARCH_X86, CS_MODE_64), Ks(KS_ARCH_X86, KS_MODE_64)
@@ -23,7 +24,7 @@ def test_every_builtin_guest_round_trips_through_capstone(name):
     assert funcs, f"{name} has no functions"
     mismatches = []
     for sym in funcs:
-        code = elf[image.vaddr_to_offset(sym.value):image.vaddr_to_offset(sym.value) + sym.size]
+        code = elf[image.vaddr_to_offset(sym.value) : image.vaddr_to_offset(sym.value) + sym.size]
         pos = 0
         for insn in cs.disasm(code, sym.value):
             pos += insn.size
@@ -31,11 +32,12 @@ def test_every_builtin_guest_round_trips_through_capstone(name):
                 continue
             try:
                 enc, _ = ks.asm(f"{insn.mnemonic} {insn.op_str}", insn.address)
-            except Exception:   # noqa: BLE001 - keystone cannot parse some capstone text
+            except Exception:  # noqa: BLE001 - keystone cannot parse some capstone text
                 continue
             if enc is not None and bytes(enc) != bytes(insn.bytes) and len(enc) != insn.size:
-                mismatches.append(f"{insn.address:#x} {insn.mnemonic} {insn.op_str}: "
-                                  f"{bytes(insn.bytes).hex()} vs {bytes(enc).hex()}")
+                mismatches.append(
+                    f"{insn.address:#x} {insn.mnemonic} {insn.op_str}: {bytes(insn.bytes).hex()} vs {bytes(enc).hex()}"
+                )
         trailing = code[pos:]
         assert trailing.strip(b"\0") == b"", f"{name}:{sym.name} does not decode past {sym.value + pos:#x}"
     assert not mismatches, "\n".join(mismatches)

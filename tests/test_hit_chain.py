@@ -11,17 +11,20 @@ from uprobe_helpers import guest
 from emu import Machine
 from kernel_model.kernel.events.uprobes import UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE, Uprobes
 
-LOOP = guest("""
+LOOP = guest(
+    """
     mov r12d, 5
 again:
     call target
     dec r12d
     jnz again
-""", tail="""
+""",
+    tail="""
 target:
     nop
     ret
-""")
+""",
+)
 
 
 def _general_only(monkeypatch):
@@ -32,9 +35,11 @@ def _run(kernel, rc, *, enabled=True, event=False, record=False):
     m = Machine.from_asm(LOOP, kernel=kernel)
     seen = []
     if event:
-        ev = m.uprobes.add_event("p:grp/tgt " + m.process.exe.path + ":" + hex(
-            m.process.exe.elf.vaddr_to_offset(m.resolve("target"))), ftrace=False,
-            programs=[lambda ctx: seen.append(ctx.regs.r12)])
+        ev = m.uprobes.add_event(
+            "p:grp/tgt " + m.process.exe.path + ":" + hex(m.process.exe.elf.vaddr_to_offset(m.resolve("target"))),
+            ftrace=False,
+            programs=[lambda ctx: seen.append(ctx.regs.r12)],
+        )
         uc = ev.consumer
     else:
         uc = m.uprobes.register("target", handler=lambda ctx: seen.append(ctx.regs.r12) or rc)
@@ -94,6 +99,7 @@ def test_a_consumer_added_between_hits_is_called_from_the_next_hit():
         if len(calls) == 2:
             m.uprobes.register("target", handler=lambda c: calls.append("b"))
         return 0
+
     m.uprobes.register("target", handler=first)
     r = m.run(max_insns=100_000)
     assert r.reason == "exit", r.describe()

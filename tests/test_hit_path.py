@@ -28,10 +28,12 @@ def _spy(monkeypatch, rf, attr: str, calls: list) -> None:
     def wrapped(*a):
         calls.append(attr)
         return fn(*a)
+
     monkeypatch.setattr(rf, attr, wrapped)
 
 
 # ----------------------------------------------------------------------------- lazy registers
+
 
 def _trap_regs(rip=0x1000, tf=0, gprs=None, extra=(0x202, 0, 0)):
     loads = []
@@ -46,6 +48,7 @@ def _trap_regs(rip=0x1000, tf=0, gprs=None, extra=(0x202, 0, 0)):
         def read_extra():
             loads.append("extra")
             return list(extra)
+
     return PtRegs.at_trap(rip, tf, Source), loads
 
 
@@ -118,6 +121,7 @@ def test_a_written_register_is_listed_once_with_its_new_value():
 
 # ----------------------------------------------------------------------------- syscall entry
 
+
 def _at_syscall(rip=0x401000, eflags=0x10346, rax=39, rcx=0x1111, r11=0x2222):
     v = [0] * len(GPR_NAMES)
     for name, value in (("rax", rax), ("rcx", rcx), ("r11", r11), ("rip", rip), ("eflags", eflags)):
@@ -128,8 +132,9 @@ def _at_syscall(rip=0x401000, eflags=0x10346, rax=39, rcx=0x1111, r11=0x2222):
 def test_a_syscall_snapshot_holds_what_the_hardware_put_in_rcx_and_r11():
     regs = _at_syscall()
     got = (regs.rcx, regs.r11, regs.rip, regs.orig_rax, regs.rax)
-    assert got == (0x401002, 0x346, 0x401002, 39, 39), \
+    assert got == (0x401002, 0x346, 0x401002, 39, 39), (
         f"rcx r11 rip orig_rax rax: {[hex(x) for x in got]}, want rcx=rip=next, r11=rflags without RF"
+    )
 
 
 def test_a_syscall_snapshot_lists_rcx_r11_and_rip_as_changed():
@@ -174,6 +179,7 @@ def test_a_handler_writing_a_register_reaches_the_guest():
 
     def set_rbx(ctx):
         ctx.regs.rbx = ctx.regs.r12 * 0x100
+
     m.uprobes.register("probe", handler=set_rbx)
     r = m.run(max_insns=100_000)
     assert r.reason == "exit", r.describe()
@@ -197,12 +203,14 @@ probe:
 
     def set_cf(ctx):
         ctx.regs.eflags |= 1
+
     m.uprobes.register("probe", handler=set_cf)
     r = m.run(max_insns=10_000)
     assert (r.reason, r.exit_code) == ("exit", 1), f"CF after the hit: {r.describe()}, expected exit status 1"
 
 
 # ----------------------------------------------------------------------------- reuse
+
 
 def test_a_consumer_gets_one_context_reused_with_each_hits_registers():
     m = Machine.from_asm(LOOP.format(insn="nop"))
@@ -211,6 +219,7 @@ def test_a_consumer_gets_one_context_reused_with_each_hits_registers():
     def keep(ctx):
         ctxs.append(ctx)
         seen.append((ctx.regs.r12, ctx.cookie))
+
     m.uprobes.register("probe", handler=keep)
     m.run(max_insns=100_000)
     assert all(c is ctxs[0] for c in ctxs) and len(ctxs) == 3, f"{len(set(map(id, ctxs)))} contexts"
@@ -224,6 +233,7 @@ def test_a_reused_context_starts_each_hit_with_a_zero_cookie():
     def session(ctx):
         cookies.append(ctx.cookie)
         ctx.cookie = 0xC0DE
+
     m.uprobes.register("probe", handler=session)
     m.run(max_insns=100_000)
     assert cookies == [0, 0, 0], cookies
@@ -241,6 +251,7 @@ def test_the_analysis_is_one_object_for_every_page_offset_that_cannot_cross():
 
 # ----------------------------------------------------------------------------- still an int3
 
+
 def test_the_guest_reads_the_int3_byte_at_a_probed_address():
     src = guest("""
     mov al, byte ptr [rip + probe]
@@ -255,22 +266,26 @@ probe:
 
 
 def test_a_guests_own_int3_is_a_sigtrap_after_the_byte():
-    m = Machine.from_asm(guest("""
+    m = Machine.from_asm(
+        guest("""
     nop
 probe:
     int3
-"""))
-    m.uprobes.register("_start", handler=lambda ctx: 0)     # the mm has uprobes
+""")
+    )
+    m.uprobes.register("_start", handler=lambda ctx: 0)  # the mm has uprobes
     r = m.run(max_insns=100_000)
     assert (r.reason, r.signal, r.rip) == ("signal", 5, m.resolve("probe") + 1), r.describe()
-    assert (m.counters.bp_traps, m.counters.uprobe_hits) == (2, 1), \
+    assert (m.counters.bp_traps, m.counters.uprobe_hits) == (2, 1), (
         f"bp_traps {m.counters.bp_traps}, uprobe_hits {m.counters.uprobe_hits}"
+    )
 
 
 def test_a_guest_that_restores_the_byte_runs_its_instruction_without_a_trap():
     """Self-modifying code over a probe: once the guest writes its nop back (through a
     writable alias made with mprotect), the next pass executes it - no hit, no trap."""
-    m = Machine.from_asm(guest("""
+    m = Machine.from_asm(
+        guest("""
     mov r12d, 2
     lea rdi, [rip + probe]
     and rdi, -4096
@@ -284,16 +299,19 @@ probe:
     mov byte ptr [rip + probe], 0x90
     dec r12d
     jnz again
-"""))
+""")
+    )
     m.uprobes.register("probe", handler=lambda ctx: 0)
     r = m.run(max_insns=100_000)
     assert r.reason == "exit", r.describe()
-    assert (m.counters.bp_traps, m.counters.uprobe_hits) == (1, 1), \
+    assert (m.counters.bp_traps, m.counters.uprobe_hits) == (1, 1), (
         f"bp_traps {m.counters.bp_traps}, uprobe_hits {m.counters.uprobe_hits}"
+    )
 
 
 def test_a_jump_into_the_middle_of_a_block_still_traps():
-    m = Machine.from_asm(guest("""
+    m = Machine.from_asm(
+        guest("""
     mov r12d, 2
     jmp probe
 again:
@@ -303,19 +321,22 @@ probe:
     nop
     dec r12d
     jnz again
-"""))
+""")
+    )
     m.uprobes.register("probe", handler=lambda ctx: 0)
     r = m.run(max_insns=100_000)
     assert r.reason == "exit", r.describe()
-    assert (m.counters.bp_traps, m.counters.uprobe_hits, m.counters.emulated) == (2, 2, 2), \
+    assert (m.counters.bp_traps, m.counters.uprobe_hits, m.counters.emulated) == (2, 2, 2), (
         f"bp {m.counters.bp_traps} hits {m.counters.uprobe_hits} emulated {m.counters.emulated}"
+    )
 
 
 @pytest.mark.parametrize("insn, how", [("nop", "emulated"), ("mov rax, rbx", "xol")])
 def test_a_probe_on_a_tf_stepped_instruction_sends_sigtrap_after_it(insn, how):
     """TF set (popf) before a probed instruction: the kernel's SIGTRAP after the
     emulated or single-stepped instruction, reported at the next one."""
-    m = Machine.from_asm(guest(f"""
+    m = Machine.from_asm(
+        guest(f"""
     pushfq
     or qword ptr [rsp], 0x100
     popfq
@@ -323,16 +344,19 @@ probe:
     {insn}
 after:
     nop
-"""))
+""")
+    )
     m.uprobes.register("probe", handler=lambda ctx: 0)
     r = m.run(max_insns=100_000)
     assert (r.reason, r.signal, r.rip) == ("signal", 5, m.resolve("after")), r.describe()
-    assert m.counters.uprobe_hits == 1 and getattr(m.counters, how if how == "emulated" else
-                                                   "xol_singlesteps") == 1, m.counters.snapshot()
+    assert m.counters.uprobe_hits == 1 and getattr(m.counters, how if how == "emulated" else "xol_singlesteps") == 1, (
+        m.counters.snapshot()
+    )
 
 
 def test_a_forked_child_traps_on_its_own_cpu_and_counts_its_hits():
-    m = Machine.from_asm(guest("""
+    m = Machine.from_asm(
+        guest("""
     mov eax, 57
     syscall
     mov r13, rax
@@ -346,7 +370,8 @@ probe:
     xor r10d, r10d
     mov eax, 61
     syscall
-"""))
+""")
+    )
     pids = []
     m.uprobes.register("probe", handler=lambda ctx: pids.append(ctx.task.process.pid))
     r = m.run(max_insns=200_000)
@@ -360,6 +385,7 @@ def test_a_released_address_space_reads_no_registers():
     address space is released (its engine closed) a read is an error, not a read of
     freed memory."""
     from unicorn import UcError
+
     m = Machine.from_guest("hello")
     rf = m.regfile
     m.mem.release()
@@ -375,6 +401,7 @@ def test_trap_registers_kept_past_their_engine_are_an_error_not_freed_memory():
     """A context's regs are the CPU state itself during the trap; one kept after the
     address space is released reads and writes nothing."""
     from unicorn import UcError
+
     m = Machine.from_asm(LOOP.format(insn="nop"))
     kept = []
     m.uprobes.register("probe", handler=lambda ctx: kept.append(ctx.regs))
@@ -398,6 +425,7 @@ def test_trap_registers_are_the_cpu_state_during_the_trap():
         before = ctx.regs.copy()
         ctx.regs.rbx = 0x77
         seen.append((before.rbx, ctx.regs.rbx, m.regs.rbx))
+
     m.uprobes.register("probe", handler=handler)
     m.run(max_insns=100_000)
     want = [(0x1B1B1B1B1B1B1B1B, 0x77, 0x77)] + [(0x77, 0x77, 0x77)] * 2
@@ -410,6 +438,7 @@ def test_every_change_of_the_vmas_moves_the_generation_the_hit_path_checks(chang
     """handle_swbp's per-mm address -> uprobe answers are dropped when ``vma_gen``
     moves, so every change of the VMA list must move it."""
     from kernel_model.mm.mm_types import PROT_READ, PROT_WRITE
+
     m = Machine.from_asm(LOOP.format(insn="nop"))
     mem = m.mem
     base = 0x7000_0000_0000
@@ -430,7 +459,8 @@ def test_every_hit_fills_the_one_trap_registers_object_afresh():
     """The trap's pt_regs are one object per register file, filled at each entry: a
     hit sees its own flags (not those the previous hit's handler set), and what a
     handler sets still reaches the guest at every hit."""
-    m = Machine.from_asm(guest("""
+    m = Machine.from_asm(
+        guest("""
     mov r12d, 3
     xor r13d, r13d
 again:
@@ -440,13 +470,15 @@ probe:
     adc r13, 0
     dec r12d
     jnz again
-"""))
+""")
+    )
     seen, objs = [], []
 
     def set_cf(ctx):
         objs.append(ctx.regs)
         seen.append(ctx.regs.eflags & 1)
         ctx.regs.eflags |= 1
+
     m.uprobes.register("probe", handler=set_cf)
     r = m.run(max_insns=100_000)
     assert r.reason == "exit", r.describe()

@@ -77,11 +77,15 @@ def test_host_facts_the_corpus_pins(corpus_dir):
 
 
 @needs_tracefs
-@pytest.mark.parametrize("guest,specs,argv", [
-    ("guest:fib", ["guest:fib:fib_loop %ax %bx", "guest:fib:run"], ["7"]),
-    ("guest:hello", ["guest:hello:_start"], []),
-    ("guest:segv", ["guest:segv:_start %sp"], []),
-], ids=["fib", "hello", "segv"])
+@pytest.mark.parametrize(
+    "guest,specs,argv",
+    [
+        ("guest:fib", ["guest:fib:fib_loop %ax %bx", "guest:fib:run"], ["7"]),
+        ("guest:hello", ["guest:hello:_start"], []),
+        ("guest:segv", ["guest:segv:_start %sp"], []),
+    ],
+    ids=["fib", "hello", "segv"],
+)
 def test_builtin_guest_agrees_with_the_host_kernel(guest, specs, argv):
     path, tmp = hostdiff._program_path(guest)
     try:
@@ -109,13 +113,13 @@ def test_probes_are_removed_after_an_interrupted_run(corpus_dir):
     finally:
         t.close()
     assert our_probes_left() == []
-    assert not os.path.exists(os.path.join(hostdiff.find_tracefs() or "/nonexistent",
-                                           "instances", hostdiff.run_tag()))
+    assert not os.path.exists(os.path.join(hostdiff.find_tracefs() or "/nonexistent", "instances", hostdiff.run_tag()))
 
 
 @needs_tracefs
 def test_diff_cli_reports_agreement_and_exit_0(corpus_dir):
     from cli_helpers import cli
+
     exe = build_corpus_guest("longjmp", corpus_dir)
     p = cli("diff", "-e", f"p {exe}:outer %di", "-e", f"r {exe}:outer $retval", exe)
     assert p.returncode == 0, p.stdout.decode() + p.stderr.decode()
@@ -126,6 +130,7 @@ def test_diff_cli_reports_agreement_and_exit_0(corpus_dir):
 def test_diff_cli_shows_the_first_divergence(corpus_dir):
     """A stack-pointer fetcharg differs between the host (random stack) and the model."""
     from cli_helpers import cli
+
     exe = build_corpus_guest("deep", corpus_dir)
     p = cli("diff", "-e", f"p {exe}:rec %sp", exe)
     out = p.stdout.decode()
@@ -135,6 +140,7 @@ def test_diff_cli_shows_the_first_divergence(corpus_dir):
 
 def test_non_root_gets_one_line_and_exit_2(monkeypatch, capsys):
     from emu.frontends.cli import main
+
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert main(["diff", "-e", "guest:hello:_start", "guest:hello"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -81,8 +81,7 @@ def malloc_exe(tmp_path_factory):
     d = tmp_path_factory.mktemp("dyn")
     src, exe = d / "dyn_malloc.c", d / "dyn_malloc"
     src.write_text(MALLOC_C)
-    res = subprocess.run(["gcc", "-O1", "-pthread", "-o", str(exe), str(src)],
-                         capture_output=True, text=True)
+    res = subprocess.run(["gcc", "-O1", "-pthread", "-o", str(exe), str(src)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     return str(exe)
 
@@ -97,10 +96,12 @@ def _retvals(events):
 
 # ----------------------------------------------------------------------- resolution
 
+
 def test_a_short_library_name_resolves_to_the_library_file_and_offset(malloc_exe):
     """uprobe:libc:malloc goes on libc's host path at malloc's file offset, as run -e
     puts it (Uprobes.find_file + symbol_offset)."""
     from kernel_model.fs.elf import load_elf_file
+
     (probe,), _ = hostdiff.resolve_specs(malloc_exe, ["uprobe:libc:malloc"])
     lib = load_elf_file(os.path.realpath(LIBC))
     want = lib.vaddr_to_offset(lib.resolve("malloc").value)
@@ -133,13 +134,15 @@ def test_a_usdt_spec_naming_no_site_is_one_line(malloc_exe):
 
 # ----------------------------------------------------------------------- host runs
 
+
 @needs_tracefs
 def test_malloc_counts_and_retvals_equal_the_host_kernels(malloc_exe):
     native, model, problems = diff(malloc_exe, MALLOC_SPECS, ["5"])
     assert not problems, "\n".join(problems)
     assert _names(native.events).count(("uprobe:libc:malloc", "entry")) >= 5, _names(native.events)
-    assert _retvals(native.events) == _retvals(model.events), \
+    assert _retvals(native.events) == _retvals(model.events), (
         f"host {_retvals(native.events)} != model {_retvals(model.events)}"
+    )
     printed = [f" ret={p.decode()}" for p in re.findall(rb"main (0x[0-9a-f]+)", native.stdout)]
     missing = [p for p in printed if p not in _retvals(native.events)]
     assert len(printed) == 5 and not missing, f"printed {printed}, not among $retvals: {missing}"
@@ -179,8 +182,7 @@ def test_another_process_hitting_libc_is_not_counted(malloc_exe):
 @needs_tracefs
 @pytest.mark.parametrize("mode, streams", [("threads", 3), ("fork", 2)])
 def test_threads_and_children_are_compared_stream_by_stream(malloc_exe, mode, streams):
-    native, model, problems = diff(malloc_exe, ["uprobe:libc:malloc",
-                                                "r:g/mr libc:malloc ret=$retval"], ["3", mode])
+    native, model, problems = diff(malloc_exe, ["uprobe:libc:malloc", "r:g/mr libc:malloc ret=$retval"], ["3", mode])
     assert not problems, "\n".join(problems)
     got = len(hostdiff.per_thread(native.events))
     assert got == streams, f"expected {streams} event streams on the host, got {got}"
@@ -246,8 +248,10 @@ def test_threads_are_paired_in_creation_order_not_first_event_order():
     still compared child with child: the n-th created meets the n-th created."""
     from emu.frontends.hostdiff import Event as HEvent
     from emu.frontends.hostdiff import RunRecord, compare
+
     def ev(tid, name):
         return HEvent(name=name, kind="entry", ip=0x1000, func=None, args="", tid=tid)
+
     host = RunRecord("exit 0", b"", [ev(501, "a"), ev(500, "b"), ev(501, "a2"), ev(500, "b2")])
     model = RunRecord("exit 0", b"", [ev(1000, "b"), ev(1001, "a"), ev(1000, "b2"), ev(1001, "a2")])
     assert compare(host, model) == [], compare(host, model)

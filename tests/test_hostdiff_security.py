@@ -65,6 +65,7 @@ def wait_for(cond, what: str, timeout: float = 30):
 
 # --------------------------------------------------------------------------- injection
 
+
 def _evil_paths(tmp_path, exe):
     """name -> (program path, files to remove).  The first one, written unchecked, is two
     commands: a probe on T/a at 0 and a probe of a foreign group ``uemuinj``."""
@@ -95,12 +96,14 @@ def block_exe(build_c):
 
 
 @needs_tracefs
-@pytest.mark.parametrize("name", ["newline-creates-a-probe", "newline-deletes", "space", "tab",
-                                  "hash", "carriage-return", "nbsp-byte"])
+@pytest.mark.parametrize(
+    "name", ["newline-creates-a-probe", "newline-deletes", "space", "tab", "hash", "carriage-return", "nbsp-byte"]
+)
 def test_a_path_tracefs_would_interpret_never_reaches_uprobe_events(tmp_path, build_c, name):
     exe = build_c("hello.c", "-static", name="hello_static")
     path = _evil_paths(tmp_path, exe)[name]
-    def ours():       # other users' probes come and go: only what this test could add
+
+    def ours():  # other users' probes come and go: only what this test could add
         return [line for line in uprobe_events().splitlines() if str(tmp_path) in line or "uemuinj" in line]
 
     before = ours()
@@ -108,13 +111,15 @@ def test_a_path_tracefs_would_interpret_never_reaches_uprobe_events(tmp_path, bu
         p = cli("diff", "-e", "p /x:main", path, timeout=60)
         after = ours()
     finally:
-        for line in uprobe_events().splitlines():      # never leave an injected probe
+        for line in uprobe_events().splitlines():  # never leave an injected probe
             if line.startswith(("p:uemuinj/", "r:uemuinj/")):
                 Tracefs().write("uprobe_events", f"-:{line.split()[0][2:]}\n")
     assert after == before, f"uprobe_events changed:\nbefore: {before!r}\nafter: {after!r}"
     line = one_line_error(p)
-    assert line.startswith("uprobe-emu: error: diff: program path ") and \
-        "which tracefs would interpret; the host probes cannot name it" in line, line
+    assert (
+        line.startswith("uprobe-emu: error: diff: program path ")
+        and "which tracefs would interpret; the host probes cannot name it" in line
+    ), line
 
 
 @pytest.mark.parametrize("field,value", [("event", "ev\n0"), ("group", "g#x"), ("args", "a=%ax\n-:x/y")])
@@ -126,8 +131,10 @@ def test_every_field_of_a_definition_is_checked(field, value):
 
 
 def test_a_clean_definition_is_one_line():
-    assert hostdiff.probe_command("r", "uemu_1_2", "ev3", "/usr/bin/a:b", 0x40, "x=%ax") == \
-        "r:uemu_1_2/ev3 /usr/bin/a:b:0x40 x=%ax"
+    assert (
+        hostdiff.probe_command("r", "uemu_1_2", "ev3", "/usr/bin/a:b", 0x40, "x=%ax")
+        == "r:uemu_1_2/ev3 /usr/bin/a:b:0x40 x=%ax"
+    )
 
 
 def test_help_says_the_native_run_is_unsandboxed_root():
@@ -137,14 +144,17 @@ def test_help_says_the_native_run_is_unsandboxed_root():
 
 # --------------------------------------------------------------------------- signals
 
+
 def _start_diff(exe: str, *, private_mount: bool) -> subprocess.Popen:
     """A shell that runs diff in the foreground (so SIGINT is not ignored), prints its
     pid, its exit status and the tracefs mounts left; then, after a line on stdin, runs
     a second diff (whose sweep removes a SIGKILLed run's leftovers) and prints the mounts
     again.  With ``private_mount`` in a mount namespace without tracefs: diff mounts one."""
-    mounts = "awk '$3==\"tracefs\"{print \"mount\", $2}' /proc/mounts; echo end"
-    script = (f"sh -c 'echo $$; exec {UEMU} diff -e \"p {exe}:main\" {exe}'; echo rc=$?; {mounts}; "
-              f"read _; {UEMU} diff -e guest:hello:_start guest:hello >/dev/null; {mounts}")
+    mounts = 'awk \'$3=="tracefs"{print "mount", $2}\' /proc/mounts; echo end'
+    script = (
+        f"sh -c 'echo $$; exec {UEMU} diff -e \"p {exe}:main\" {exe}'; echo rc=$?; {mounts}; "
+        f"read _; {UEMU} diff -e guest:hello:_start guest:hello >/dev/null; {mounts}"
+    )
     argv = ["sh", "-c", script]
     if private_mount:
         script = "for m in $(awk '$3==\"tracefs\"{print $2}' /proc/mounts); do umount $m; done; " + script
@@ -176,8 +186,10 @@ def test_a_signal_leaves_no_probe_instance_or_mount(block_exe, sig, private_moun
     holder = _start_diff(block_exe, private_mount=private_mount)
     try:
         pid = int(holder.stdout.readline())
-        wait_for(lambda: host_state(pid)[0] and host_state(pid)[1] and processes_running(block_exe),
-                 "the probes, the instance and the native run")
+        wait_for(
+            lambda: host_state(pid)[0] and host_state(pid)[1] and processes_running(block_exe),
+            "the probes, the instance and the native run",
+        )
         mine = _private_mounts(pid)
         assert bool(mine) == private_mount, f"private tracefs mounts of the run: {mine}"
         os.kill(pid, sig)
@@ -198,8 +210,7 @@ def test_a_signal_leaves_no_probe_instance_or_mount(block_exe, sig, private_moun
         holder.stdin.flush()
         after = [m for m in _mount_lines(holder) if "uemu-tracefs-" in m]
         assert host_state(pid) == ([], False), f"left after the next run: {host_state(pid)}"
-        assert after == [] and not any(os.path.exists(m) for m in mine), \
-            f"mounts left after the next run: {after}"
+        assert after == [] and not any(os.path.exists(m) for m in mine), f"mounts left after the next run: {after}"
         assert holder.wait(30) == 0
     finally:
         holder.kill()

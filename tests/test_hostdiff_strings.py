@@ -50,15 +50,17 @@ def test_the_instruction_trace_shows_a_newline_escaped_in_one_line(exe):
     m.run(timeout=60)
     t.close()
     ftrace = [line.split(") s=", 1)[1] for line in out.getvalue().splitlines() if "# ftrace:" in line]
-    assert ftrace == ['"a\\x0ab"', '"tab\\x09here\\x01\\x7f\u00e9 end"', '""', '"quote"back\\slash"',
-                      '"\\xff\\x0a"'], ftrace
+    assert ftrace == ['"a\\x0ab"', '"tab\\x09here\\x01\\x7f\u00e9 end"', '""', '"quote"back\\slash"', '"\\xff\\x0a"'], (
+        ftrace
+    )
 
 
 HOST_TEXT = (
     "# tracer: nop\n#\n"
-    "           strnl-18469   [001] DBZff 19363.643924: ev0: (0x558893668139) s=\"a\nb\"\n"
-    "           strnl-18469   [001] DBZff 19363.643940: ev0: (0x558893668139) s=\"t\x0bv\"\n"
-    "           strnl-18469   [001] DBZff 19363.643945: ev0: (0x558893668139) s=\"\"\n")
+    '           strnl-18469   [001] DBZff 19363.643924: ev0: (0x558893668139) s="a\nb"\n'
+    '           strnl-18469   [001] DBZff 19363.643940: ev0: (0x558893668139) s="t\x0bv"\n'
+    '           strnl-18469   [001] DBZff 19363.643945: ev0: (0x558893668139) s=""\n'
+)
 
 
 def test_a_line_without_a_trace_head_continues_the_event_before_it():
@@ -70,8 +72,7 @@ def test_the_divergence_report_shows_control_bytes_escaped():
     a = RunRecord("exit 0", b"", [Event("s", "entry", 0x1139, None, ' s="a\nb"')])
     b = RunRecord("exit 0", b"", [Event("s", "entry", 0x1139, None, ' s="a\tc"')])
     report = hostdiff.compare(a, b)
-    assert report[1:] == ['  > host : s entry (0x1139) s="a\\x0ab"',
-                          '  > model: s entry (0x1139) s="a\\x09c"'], report
+    assert report[1:] == ['  > host : s entry (0x1139) s="a\\x0ab"', '  > model: s entry (0x1139) s="a\\x09c"'], report
 
 
 @needs_tracefs

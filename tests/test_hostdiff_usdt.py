@@ -42,8 +42,7 @@ def test_a_guarded_site_resolves_with_its_semaphores_file_offset(sites):
 def test_a_library_site_goes_on_the_librarys_host_path(usdt_lib):
     exe, lib = usdt_lib
     (probe,), _ = hostdiff.resolve_specs(exe, [f"usdt:{lib}:libdemo:tick"])
-    assert probe.host_path == lib and probe.ref_ctr_offset == \
-        _semaphore_offset(lib, "libdemo_tick_semaphore"), probe
+    assert probe.host_path == lib and probe.ref_ctr_offset == _semaphore_offset(lib, "libdemo_tick_semaphore"), probe
 
 
 @pytest.mark.parametrize("kernel, delta", [("6.18", 1), ("6.17", 0)])
@@ -87,14 +86,14 @@ def test_a_library_semaphore_is_raised_on_both_sides(usdt_lib):
     model = hostdiff.run_model(exe, [exe, "4"], probes, b"", hostdiff.host_profile_name(), 10**9)
     problems = hostdiff.compare(native, model)
     assert not problems, "\n".join(problems)
-    assert native.stdout == b"ticks=4 enabled=4\n" and len(native.events) == 4, \
-        (native.stdout, native.events)
+    assert native.stdout == b"ticks=4 enabled=4\n" and len(native.events) == 4, (native.stdout, native.events)
     assert our_probes_left() == []
 
 
 @needs_tracefs
 def test_cli_diff_with_a_usdt_spec(usdt_lib):
     from cli_helpers import cli
+
     exe, lib = usdt_lib
     p = cli("diff", "-e", f"usdt:{lib}:libdemo:tick", "-e", "uprobe:libc:malloc", exe, "2")
     assert p.returncode == 0, p.stdout + p.stderr

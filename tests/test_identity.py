@@ -66,24 +66,30 @@ def test_root_matches_native(ids_exe):
     assert got == want, f"native:\n{want}\nmodel:\n{got}"
 
 
-@pytest.mark.parametrize("step,want", [
-    ("setuid(0) ", "rc=-1 errno=EPERM uid=1000,1000,1000,1000"),
-    ("setgid(777)", "rc=-1 errno=EPERM uid=1000,1000,1000,1000 gid=1000,1000,1000,1000"),
-    ("setgroups(9,3)", "rc=-1 errno=EPERM"),
-    ("setfsuid(4141)", "rc=1000 errno=0 uid=1000,1000,1000,1000"),
-    ("setuid(1000)", "rc=0 errno=0 uid=1000,1000,1000,1000"),
-])
+@pytest.mark.parametrize(
+    "step,want",
+    [
+        ("setuid(0) ", "rc=-1 errno=EPERM uid=1000,1000,1000,1000"),
+        ("setgid(777)", "rc=-1 errno=EPERM uid=1000,1000,1000,1000 gid=1000,1000,1000,1000"),
+        ("setgroups(9,3)", "rc=-1 errno=EPERM"),
+        ("setfsuid(4141)", "rc=1000 errno=0 uid=1000,1000,1000,1000"),
+        ("setuid(1000)", "rc=0 errno=0 uid=1000,1000,1000,1000"),
+    ],
+)
 def test_unprivileged_set_ids(ids_exe, step, want):
     got = line(model(ids_exe, uid=1000, gid=1000), step)
     assert want in got, f"want {want!r} in {got!r}"
 
 
-@pytest.mark.parametrize("step,want", [
-    ("setgid(777)", "rc=0 errno=0 uid=0,0,0,4141 gid=777,777,777,777"),
-    ("setreuid(-1,4242)", "uid=0,4242,4242,4242"),     # the saved uid follows a new euid
-    ("setuid(0) ", "rc=0 errno=0 uid=0,0,4242,0"),     # back to the real uid without privilege
-    ("setresuid(-1,0,-1)", "rc=-1 errno=EPERM"),        # euid 4343: no CAP_SETUID left
-])
+@pytest.mark.parametrize(
+    "step,want",
+    [
+        ("setgid(777)", "rc=0 errno=0 uid=0,0,0,4141 gid=777,777,777,777"),
+        ("setreuid(-1,4242)", "uid=0,4242,4242,4242"),  # the saved uid follows a new euid
+        ("setuid(0) ", "rc=0 errno=0 uid=0,0,4242,0"),  # back to the real uid without privilege
+        ("setresuid(-1,0,-1)", "rc=-1 errno=EPERM"),  # euid 4343: no CAP_SETUID left
+    ],
+)
 def test_root_set_ids(ids_exe, step, want):
     got = line(model(ids_exe, uid=0, gid=0, groups=[]), step)
     assert want in got, f"want {want!r} in {got!r}"
@@ -111,24 +117,28 @@ def test_cli_uid_gid_groups_options(ids_exe):
     assert out[2] == "ngroups=2 1 2", out[2]
 
 
-@pytest.mark.parametrize("opt,value,why", [("--uid", "-1", "an id is 0-4294967294"),
-                                           ("--gid", "4294967295", "an id is 0-4294967294"),
-                                           ("--uid", "root", "not a number"),
-                                           ("--groups", "1,x", "not a number")])
+@pytest.mark.parametrize(
+    "opt,value,why",
+    [
+        ("--uid", "-1", "an id is 0-4294967294"),
+        ("--gid", "4294967295", "an id is 0-4294967294"),
+        ("--uid", "root", "not a number"),
+        ("--groups", "1,x", "not a number"),
+    ],
+)
 def test_cli_rejects_bad_ids(opt, value, why):
     err = one_line_error(cli("run", opt, value, "guest:hello"))
     assert f"argument {opt}: {why}" in err, err
 
 
-@pytest.mark.parametrize("kw", [{"uid": -1}, {"gid": 1 << 32}, {"uid": "0"}, {"groups": [1, -2]},
-                                {"uid": True}])
+@pytest.mark.parametrize("kw", [{"uid": -1}, {"gid": 1 << 32}, {"uid": "0"}, {"groups": [1, -2]}, {"uid": True}])
 def test_api_rejects_bad_ids(kw):
     with pytest.raises(InputError, match="must be an integer"):
         Machine.from_guest("hello", **kw)
 
 
 # -------------------------------------------------------------------- no network
-SOCKET_ROWS = 20        # the lines before the socket() calls that succeed natively
+SOCKET_ROWS = 20  # the lines before the socket() calls that succeed natively
 
 
 def test_socket_calls_on_non_sockets_match_native(sockets_exe):
@@ -139,11 +149,17 @@ def test_socket_calls_on_non_sockets_match_native(sockets_exe):
     assert got == want, "\n".join(f"native {w!r}\nmodel  {g!r}" for w, g in zip(want, got) if w != g)
 
 
-@pytest.mark.parametrize("call,errno_name", [
-    ("socket(UNIX)", "EACCES"), ("socket(INET)", "EACCES"), ("socket(INET6)", "EACCES"),
-    ("socket(NETLINK)", "EAFNOSUPPORT"), ("socket(PACKET)", "EAFNOSUPPORT"),
-    ("socketpair(UNIX)", "EACCES"),
-])
+@pytest.mark.parametrize(
+    "call,errno_name",
+    [
+        ("socket(UNIX)", "EACCES"),
+        ("socket(INET)", "EACCES"),
+        ("socket(INET6)", "EACCES"),
+        ("socket(NETLINK)", "EAFNOSUPPORT"),
+        ("socket(PACKET)", "EAFNOSUPPORT"),
+        ("socketpair(UNIX)", "EACCES"),
+    ],
+)
 def test_no_socket_can_be_created(sockets_exe, call, errno_name):
     got = line(model(sockets_exe), call + " ")
     assert got.split()[1:] == ["rc=-1", f"errno={errno_name}"], got
@@ -172,14 +188,16 @@ def test_credentials_are_per_task_and_copied_at_fork(build_c):
     exe = build_c("thread_creds.c", "-static", "-pthread")
     want = native(exe, 0, 0, [])
     got = model(exe, uid=0, gid=0, groups=[])
-    assert got == want == ("thread uid=5,6,7\nthread's child uid=5,6,7\nmain uid=0,0,0\n"
-                           "main's child uid=8,8,8\n"), f"native:\n{want}\nmodel:\n{got}"
+    assert got == want == ("thread uid=5,6,7\nthread's child uid=5,6,7\nmain uid=0,0,0\nmain's child uid=8,8,8\n"), (
+        f"native:\n{want}\nmodel:\n{got}"
+    )
 
 
 @pytest.mark.parametrize("groups,status", [([], 0), ([4], 256 - 14)])
 def test_getgroups_touches_the_list_only_to_copy_groups(groups, status):
     """groups_to_user copies ngroups entries: with none, a NULL list is no EFAULT."""
-    m = Machine.from_asm("""
+    m = Machine.from_asm(
+        """
 _start:
     mov edi, 5
     xor esi, esi
@@ -188,7 +206,11 @@ _start:
     mov edi, eax
     mov eax, 60
     syscall
-""", uid=1, gid=1, groups=groups)
+""",
+        uid=1,
+        gid=1,
+        groups=groups,
+    )
     r = m.run()
     assert r.exit_code == status, f"want exit {status}, got {r.exit_code}"
 

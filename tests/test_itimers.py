@@ -18,12 +18,15 @@ def guest(build_c):
     return build_c("alarm.c", "-static", name="alarm")
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("sleep", b"r=-1 errno=4 alarms=1 rem=2s\nbad nsec: r=-1 errno=22\nshort: r=0 alarms=1\n"),
-    ("pause", b"pause r=-1 errno=4 alarms=1\n"),
-    ("interval", b"interval=0.200000 armed=1\nalarms=3 disarmed=1\nbad which: r=-1 errno=22\n"),
-    ("alarmret", b"alarm: 0 5 2\n"),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("sleep", b"r=-1 errno=4 alarms=1 rem=2s\nbad nsec: r=-1 errno=22\nshort: r=0 alarms=1\n"),
+        ("pause", b"pause r=-1 errno=4 alarms=1\n"),
+        ("interval", b"interval=0.200000 armed=1\nalarms=3 disarmed=1\nbad which: r=-1 errno=22\n"),
+        ("alarmret", b"alarm: 0 5 2\n"),
+    ],
+)
 def test_matches_native(guest, mode, expected):
     assert_native_then_model(guest, mode, expected)
 

@@ -10,7 +10,8 @@ from emu import Machine
 from emu.frontends.bench import costmodel
 from kernel_model.trace.events import RefCtrUpdate
 
-SEMA_LOOP = guest("""
+SEMA_LOOP = guest(
+    """
     mov r12d, 3
 again:
 probe:
@@ -19,17 +20,19 @@ probe:
     jnz again
     mov eax, 39
     syscall
-""", data="sema:\n    .short 0")
+""",
+    data="sema:\n    .short 0",
+)
 
 
 # ------------------------------------------------------------------ dup_xol_work
+
 
 @pytest.mark.parametrize("slots", [2, 5])
 def test_forked_child_xol_area_has_the_configured_slot_count(build_c, slots):
     """dup_xol_work creates the child's area as get_xol_area does: with the slot count
     configured on the uprobes subsystem, not the default 32."""
-    m = Machine.from_elf(build_c("fork_pending.c", "-static", name="fork_pending"),
-                         kernel="6.18", seed=0)
+    m = Machine.from_elf(build_c("fork_pending.c", "-static", name="fork_pending"), kernel="6.18", seed=0)
     m.uprobes.xol_slots = slots
     seen = {}
 
@@ -40,11 +43,13 @@ def test_forked_child_xol_area_has_the_configured_slot_count(build_c, slots):
     m.uprobes.register("fork_inside", ret_handler=ret)
     r = m.run()
     assert r.reason == "exit", r.describe()
-    assert seen == {1000: (slots, slots), 1001: (slots, slots)}, \
+    assert seen == {1000: (slots, slots), 1001: (slots, slots)}, (
         f"(nslots, len(slots)) per pid: expected {slots} for parent and child, got {seen}"
+    )
 
 
 # ------------------------------------------------------------------ update_ref_ctr
+
 
 def _semaphore(m):
     addr = m.resolve("sema")
@@ -67,9 +72,10 @@ def test_semaphore_updates_are_published_on_the_event_stream():
 
 # ------------------------------------------------------------------ cost profiles
 
+
 def test_cost_profiles_are_read_only_and_fitted_once():
     a, b = costmodel.machines(), costmodel.machines()
     assert a is b, "fitted once"
     with pytest.raises(TypeError):
-        a["mine"] = a["intel-2025"]          # no module-level dict to change
+        a["mine"] = a["intel-2025"]  # no module-level dict to change
     assert not hasattr(costmodel, "_MACHINES")

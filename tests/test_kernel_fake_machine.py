@@ -28,7 +28,7 @@ class FakeMem:
         self.writes: list = []
         self.maps: list = []
         self.vmas: list = []
-        self.vma_gen = 0                      # as Memory's: bumped by each change of the VMAs
+        self.vma_gen = 0  # as Memory's: bumped by each change of the VMAs
 
     def find_vma(self, addr):
         return next((v for v in self.vmas if v.start <= addr < v.end), None)
@@ -93,8 +93,9 @@ class FakeMachine:
         self.syscalls = SimpleNamespace(register=lambda nr, fn: None)
         self.sent: list = []
         self.mem = FakeMem()
-        proc = SimpleNamespace(pid=1000, mem=self.mem, mm_uprobes=None, mapped_files=[], tasks=[],
-                               exit_result=None, mm_owner=None)
+        proc = SimpleNamespace(
+            pid=1000, mem=self.mem, mm_uprobes=None, mapped_files=[], tasks=[], exit_result=None, mm_owner=None
+        )
         self.task = SimpleNamespace(tid=1000, process=proc, utask=None, state="running")
         self.main_process = proc
         self.processes = [proc]
@@ -131,7 +132,7 @@ def xol_area(kernel, proc):
 def test_int3_without_uprobes_queues_sigtrap_and_returns(fake):
     m, kernel = fake
     regs = regs_at(0x401001)
-    kernel.do_int3(m.task, regs)           # returns: no exception through the kernel
+    kernel.do_int3(m.task, regs)  # returns: no exception through the kernel
     assert [(s, d) for _, s, d in m.sent] == [(SIGTRAP, "breakpoint trap (int3)")], m.sent
     assert regs.changed() == {}, f"registers changed: {regs.changed()}"
 
@@ -145,10 +146,9 @@ def test_single_step_trap_outside_uprobes_queues_sigtrap(fake):
 def test_uretprobe_trampoline_without_return_instance_queues_sigill(fake):
     m, kernel = fake
     area = xol_area(kernel, m.process)
-    regs = regs_at(area.vaddr + 1)         # after the trampoline's int3
+    regs = regs_at(area.vaddr + 1)  # after the trampoline's int3
     assert kernel.uprobes.handle_int3(m.task, regs) is True
-    assert [(s, d) for _, s, d in m.sent] == \
-        [(SIGILL, "uretprobe trampoline without a return instance")], m.sent
+    assert [(s, d) for _, s, d in m.sent] == [(SIGILL, "uretprobe trampoline without a return instance")], m.sent
     assert regs.rip == area.vaddr + 1, f"rip moved to {regs.rip:#x}"
 
 
@@ -159,7 +159,7 @@ def _sys_uretprobe_regs(area):
 def test_sys_uretprobe_with_an_unreadable_stack_queues_sigill_and_changes_nothing(fake):
     m, kernel = fake
     area = xol_area(kernel, m.process)
-    regs = _sys_uretprobe_regs(area)       # rsp points at nothing mapped
+    regs = _sys_uretprobe_regs(area)  # rsp points at nothing mapped
     ret = kernel.uprobes.uret.sys_uretprobe(m.task, regs)
     assert ret == -1, f"expected the sigill exit's -1, got {ret!r}"
     assert [(s, d) for _, s, d in m.sent] == [(SIGILL, "uretprobe syscall: bad stack")], m.sent
@@ -173,13 +173,12 @@ def test_sys_uretprobe_without_return_instance_goes_on_and_copies_back_as_the_ke
     the saved ax - what the 6.18 host shows (tests/test_uretprobe_syscall_sigill.py)."""
     m, kernel = fake
     area = xol_area(kernel, m.process)
-    m.mem.fill(STACK, struct.pack("<3Q", 0x246, 0x1111, 0x2222))   # r11, rcx, rax
+    m.mem.fill(STACK, struct.pack("<3Q", 0x246, 0x1111, 0x2222))  # r11, rcx, rax
     regs = _sys_uretprobe_regs(area)
     check = area.vaddr + arch.URETPROBE_SYSCALL_CHECK
     ret = kernel.uprobes.uret.sys_uretprobe(m.task, regs)
     assert ret is None, f"expected rax left as restored, got a return value {ret!r}"
-    assert [(s, d) for _, s, d in m.sent] == \
-        [(SIGILL, "uretprobe trampoline without a return instance")], m.sent
+    assert [(s, d) for _, s, d in m.sent] == [(SIGILL, "uretprobe trampoline without a return instance")], m.sent
     assert m.mem.writes == [(STACK, struct.pack("<3Q", 0x246, 0x1111, check))], f"stack written: {m.mem.writes}"
     got = (regs.r11, regs.rcx, regs.rax, regs.rsp, regs.rip)
     want = (0x202, check, 0x2222, STACK, check)
@@ -191,12 +190,11 @@ def test_sys_uretprobe_outside_the_trampoline_queues_sigill(fake):
     area = xol_area(kernel, m.process)
     regs = regs_at(area.vaddr + arch.URETPROBE_SYSCALL_CHECK + 2, rax=335)
     assert kernel.uprobes.uret.sys_uretprobe(m.task, regs) == -1, "the sigill exit returns -1"
-    assert [(s, d) for _, s, d in m.sent] == \
-        [(SIGILL, "uretprobe syscall outside the trampoline")], m.sent
+    assert [(s, d) for _, s, d in m.sent] == [(SIGILL, "uretprobe syscall outside the trampoline")], m.sent
 
 
 TEXT = 0x400000
-NOP_AT = 0x10                               # file offset of a one-byte nop (emulated)
+NOP_AT = 0x10  # file offset of a one-byte nop (emulated)
 
 
 def probed_nop(m, kernel):
@@ -237,8 +235,9 @@ def test_an_address_mapped_afresh_hits_the_uprobe_of_the_new_mapping(fake):
     kernel.uprobes.uprobe_mmap(m.process, m.mem.map_file(TEXT, other))
     assert m.mem.read(vaddr, 1) == b"\xcc", "the new mapping's breakpoint was not installed"
     assert kernel.uprobes.handle_int3(m.task, regs_at(vaddr + 1)) is True
-    assert (a_hits, b_hits) == ([vaddr], [vaddr]), \
+    assert (a_hits, b_hits) == ([vaddr], [vaddr]), (
         f"expected one hit each for a.out then b.so, got a.out {a_hits}, b.so {b_hits}"
+    )
 
 
 def test_a_uprobe_made_afresh_at_a_hit_address_is_the_one_a_hit_finds(fake):

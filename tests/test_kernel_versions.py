@@ -28,8 +28,8 @@ from kernel_model.kernel.events.uprobes import UPROBE_HANDLER_IGNORE, UPROBE_HAN
 from kernel_model.profiles import KernelProfile
 
 PROFILES = KernelProfile.names()
-BEFORE_6_12 = {"6.9", "6.10", "6.11"}      # no filter re-check on REMOVE
-BEFORE_6_13 = {"6.9", "6.10", "6.11", "6.12"}      # rc as a bitmask, need_prep
+BEFORE_6_12 = {"6.9", "6.10", "6.11"}  # no filter re-check on REMOVE
+BEFORE_6_13 = {"6.9", "6.10", "6.11", "6.12"}  # rc as a bitmask, need_prep
 ROUNDS = 5
 
 # ROUNDS calls of f(i) = 2i + 1 (i = 0..ROUNDS-1); exits with their sum, 25.
@@ -63,7 +63,7 @@ def run_f(kernel, *consumers, **overrides):
     return m, ucs
 
 
-LEA_REX_W = 0x48            # first byte of f's lea: what REMOVE restores
+LEA_REX_W = 0x48  # first byte of f's lea: what REMOVE restores
 INT3 = 0xCC
 
 
@@ -84,10 +84,12 @@ class LetsGo:
 def answer(rc, lets_go: LetsGo | None = None):
     """An entry handler returning ``rc``; with ``lets_go`` its filter stops wanting the
     process first (so only the REMOVE rule decides)."""
+
     def handler(ctx):
         if lets_go is not None:
             lets_go.wants = False
         return rc
+
     return handler
 
 
@@ -97,6 +99,7 @@ def letting_go(rc, **kw) -> dict:
 
 
 # ============================================================================ remove_rechecks_filter
+
 
 def test_profiles_recheck_the_filter_from_6_12():
     got = {p: KernelProfile.get(p).remove_rechecks_filter for p in PROFILES}
@@ -124,8 +127,9 @@ def test_remove_from_a_consumer_whose_filter_still_wants_the_process(profile):
 @pytest.mark.parametrize("profile", PROFILES)
 def test_remove_with_another_consumers_filter_wanting_the_process(profile):
     """Both answer REMOVE; only the second one's filter lets go of the process."""
-    m, ucs = run_f(profile, dict(handler=answer(UPROBE_HANDLER_REMOVE), filter=lambda p: True),
-                   letting_go(UPROBE_HANDLER_REMOVE))
+    m, ucs = run_f(
+        profile, dict(handler=answer(UPROBE_HANDLER_REMOVE), filter=lambda p: True), letting_go(UPROBE_HANDLER_REMOVE)
+    )
     want = [1, 1] if profile in BEFORE_6_12 else [ROUNDS, ROUNDS]
     assert [u.hits for u in ucs] == want
 
@@ -137,16 +141,22 @@ def test_remove_when_every_filter_lets_go_removes_on_every_profile(profile):
     assert (uc.hits, f_byte(m)) == (1, LEA_REX_W)
 
 
-@pytest.mark.parametrize("profile,value,hits", [
-    ("6.18", False, 1), ("latest", False, 1), ("6.9", True, ROUNDS), ("6.11", True, ROUNDS),
-])
+@pytest.mark.parametrize(
+    "profile,value,hits",
+    [
+        ("6.18", False, 1),
+        ("latest", False, 1),
+        ("6.9", True, ROUNDS),
+        ("6.11", True, ROUNDS),
+    ],
+)
 def test_remove_rechecks_filter_override(profile, value, hits):
-    m, (uc,) = run_f(profile, dict(handler=answer(UPROBE_HANDLER_REMOVE)),
-                     remove_rechecks_filter=value)
+    m, (uc,) = run_f(profile, dict(handler=answer(UPROBE_HANDLER_REMOVE)), remove_rechecks_filter=value)
     assert uc.hits == hits, f"{profile} with remove_rechecks_filter={value}: expected {hits}, got {uc.hits}"
 
 
 # ============================================================================ handler_chain_rc
+
 
 def test_profiles_read_rc_exactly_from_6_13():
     got = {p: KernelProfile.get(p).handler_chain_rc for p in PROFILES}
@@ -181,9 +191,11 @@ def test_removing_consumers_ret_handler_runs_while_another_keeps_the_probe(profi
     return probe and A's ret_handler runs at every return; from 6.13 A's REMOVE keeps
     it out of the return instance and no return probe is set up at all."""
     rets = []
-    m, (a, b) = run_f(profile,
-                      dict(handler=answer(UPROBE_HANDLER_REMOVE), ret_handler=lambda c: rets.append(c.regs.rax)),
-                      dict(handler=answer(0)))
+    m, (a, b) = run_f(
+        profile,
+        dict(handler=answer(UPROBE_HANDLER_REMOVE), ret_handler=lambda c: rets.append(c.regs.rax)),
+        dict(handler=answer(0)),
+    )
     want = [2 * i + 1 for i in range(ROUNDS)] if profile in BEFORE_6_13 else []
     assert rets == want, f"{profile}: expected A's ret_handler to see {want}, got {rets}"
     assert (a.hits, b.hits) == (ROUNDS, ROUNDS)
@@ -195,8 +207,9 @@ def test_ignore_keeps_the_return_probe_only_before_6_13(profile):
     """UPROBE_HANDLER_IGNORE (2) exists from 6.13; before, ``remove &= 2`` just means
     "not REMOVE" and the return probe is prepared as for 0."""
     rets = []
-    m, (uc,) = run_f(profile, dict(handler=answer(UPROBE_HANDLER_IGNORE),
-                                   ret_handler=lambda c: rets.append(c.regs.rax)))
+    m, (uc,) = run_f(
+        profile, dict(handler=answer(UPROBE_HANDLER_IGNORE), ret_handler=lambda c: rets.append(c.regs.rax))
+    )
     want = [2 * i + 1 for i in range(ROUNDS)] if profile in BEFORE_6_13 else []
     assert rets == want, f"{profile}: expected {want}, got {rets}"
     assert uc.hits == ROUNDS
@@ -211,9 +224,15 @@ def test_every_consumer_removing_sets_up_no_return_probe(profile):
     assert rets == [] and m.counters.ri_allocated == 0
 
 
-@pytest.mark.parametrize("profile,value,hits", [
-    ("6.18", "bitmask", 1), ("latest", "bitmask", 1), ("6.9", "exact", ROUNDS), ("6.11", "exact", ROUNDS),
-])
+@pytest.mark.parametrize(
+    "profile,value,hits",
+    [
+        ("6.18", "bitmask", 1),
+        ("latest", "bitmask", 1),
+        ("6.9", "exact", ROUNDS),
+        ("6.11", "exact", ROUNDS),
+    ],
+)
 def test_handler_chain_rc_override(profile, value, hits):
     m, (uc,) = run_f(profile, letting_go(3), handler_chain_rc=value)
     assert uc.hits == hits, f"{profile} with handler_chain_rc={value}: expected {hits}, got {uc.hits}"
@@ -222,13 +241,18 @@ def test_handler_chain_rc_override(profile, value, hits):
 @pytest.mark.parametrize("profile", ["6.9", "6.11"])
 def test_exact_override_also_drops_the_removing_consumers_return(profile):
     rets = []
-    run_f(profile, dict(handler=answer(UPROBE_HANDLER_REMOVE), ret_handler=lambda c: rets.append(1)),
-          dict(handler=answer(0)), handler_chain_rc="exact")
+    run_f(
+        profile,
+        dict(handler=answer(UPROBE_HANDLER_REMOVE), ret_handler=lambda c: rets.append(1)),
+        dict(handler=answer(0)),
+        handler_chain_rc="exact",
+    )
     assert rets == []
 
 
 def test_bad_switch_value_is_a_clear_error():
     from kernel_model.errors import InputError
+
     with pytest.raises(InputError, match="handler_chain_rc"):
         KernelProfile.get("6.18", handler_chain_rc="mask")
 
@@ -237,28 +261,33 @@ def test_latest_is_7_3():
     """``latest`` is the newest modeled release, 7.3 (nop10, -EPROTO, trampolines
     copied on fork: 554ba38456da, d9a48e77f6fe), with its ``uname -r``."""
     latest, v73 = KernelProfile.get("latest"), KernelProfile.get("7.3")
-    assert ({s: getattr(latest, s) for s in KernelProfile.SWITCHES}, latest.release) == \
-        ({s: getattr(v73, s) for s in KernelProfile.SWITCHES}, "7.3.0")
+    assert ({s: getattr(latest, s) for s in KernelProfile.SWITCHES}, latest.release) == (
+        {s: getattr(v73, s) for s in KernelProfile.SWITCHES},
+        "7.3.0",
+    )
 
 
-@pytest.mark.parametrize("switch,before,after", [
-    ("remove_rechecks_filter", "6.11", "6.12"),
-    ("handler_chain_rc", "6.12", "6.13"),
-    ("optimize", "7.2", "7.3"),
-    ("uprobe_syscall_outside", "7.2", "7.3"),
-    ("trampolines_copied_on_fork", "7.2", "7.3"),
-    ("treelock", "6.9", "6.10"),
-    ("perf_filter", "6.9", "6.10"),
-    ("treelock", "6.11", "6.12"),
-    ("uprobe_lifetime", "6.11", "6.12"),
-    ("consumers_lock", "6.11", "6.12"),
-    ("nhit", "6.11", "6.12"),
-    ("uprobe_lifetime", "6.12", "6.13"),
-    ("uretprobe_lifetime", "6.12", "6.13"),
-    ("vma_lookup", "6.13", "6.14"),
-    ("sstep_siglock", "6.14", "6.15"),
-    ("uretprobe_lifetime", "7.2", "7.3"),
-])
+@pytest.mark.parametrize(
+    "switch,before,after",
+    [
+        ("remove_rechecks_filter", "6.11", "6.12"),
+        ("handler_chain_rc", "6.12", "6.13"),
+        ("optimize", "7.2", "7.3"),
+        ("uprobe_syscall_outside", "7.2", "7.3"),
+        ("trampolines_copied_on_fork", "7.2", "7.3"),
+        ("treelock", "6.9", "6.10"),
+        ("perf_filter", "6.9", "6.10"),
+        ("treelock", "6.11", "6.12"),
+        ("uprobe_lifetime", "6.11", "6.12"),
+        ("consumers_lock", "6.11", "6.12"),
+        ("nhit", "6.11", "6.12"),
+        ("uprobe_lifetime", "6.12", "6.13"),
+        ("uretprobe_lifetime", "6.12", "6.13"),
+        ("vma_lookup", "6.13", "6.14"),
+        ("sstep_siglock", "6.14", "6.15"),
+        ("uretprobe_lifetime", "7.2", "7.3"),
+    ],
+)
 def test_a_switch_changes_in_the_release_that_landed_it(switch, before, after):
     """The release a change landed in differs from the one before it in that switch
     (6.12 and 7.2 have profiles of their own for this)."""

@@ -12,7 +12,7 @@ from emu import Machine
 
 ENV = ["A=1", "LANG=C"]
 # The emulated CPU is not the host's: CPUID-derived auxv entries differ by design.
-CPU_DEPENDENT = {"auxv 16", "auxv 51"}        # AT_HWCAP, AT_MINSIGSTKSZ
+CPU_DEPENDENT = {"auxv 16", "auxv 51"}  # AT_HWCAP, AT_MINSIGSTKSZ
 
 
 def _without_cpu(lines: list[str]) -> list[str]:
@@ -36,8 +36,9 @@ def layout_exe(build_c):
     return build_c("layout.c", name="layout_dynamic")
 
 
-@pytest.mark.parametrize("flags", [(), ("-Wl,-z,max-page-size=0x200000",), ("-no-pie",)],
-                         ids=["pie", "pie-2MiB-aligned", "no-pie"])
+@pytest.mark.parametrize(
+    "flags", [(), ("-Wl,-z,max-page-size=0x200000",), ("-no-pie",)], ids=["pie", "pie-2MiB-aligned", "no-pie"]
+)
 def test_start_up_pointers_equal_a_native_run_without_randomization(build_c, flags):
     """auxv (kernel order, every address), argv/envp/stack, sbrk, main, malloc (brk and
     mmap'ed), a libc function: all as natively - for a PIE (ELF_ET_DYN_BASE), a PIE whose
@@ -50,8 +51,7 @@ def test_start_up_pointers_equal_a_native_run_without_randomization(build_c, fla
 def _maps(lines: list[str]) -> list[str]:
     """The maps lines, but the stack (the model maps 8 MiB at once, the kernel grows
     it on faults) and [vsyscall] (not modeled: glibc never uses it)."""
-    return [ln for ln in lines if "-" in ln.split(" ", 1)[0] and
-            not ln.endswith(("[stack]", "[vsyscall]"))]
+    return [ln for ln in lines if "-" in ln.split(" ", 1)[0] and not ln.endswith(("[stack]", "[vsyscall]"))]
 
 
 def test_proc_self_maps_equals_a_native_run_without_randomization(layout_exe):
@@ -83,5 +83,6 @@ def test_an_anonymous_mmap_just_below_another_merges_with_it():
     first = m.syscalls.sys_mmap(m.task, None, 0, 0x3000, 3, 0x22, -1, 0)
     second = m.syscalls.sys_mmap(m.task, None, 0, 0x2000, 3, 0x22, -1, 0)
     lines = [ln for ln in m.mem.maps().splitlines() if ln.startswith(f"{second:08x}")]
-    assert (second, lines) == (first - 0x2000, [f"{second:08x}-{first + 0x3000:08x} rw-p 00000000 00:00 0 "]), \
+    assert (second, lines) == (first - 0x2000, [f"{second:08x}-{first + 0x3000:08x} rw-p 00000000 00:00 0 "]), (
         m.mem.maps()
+    )

@@ -22,8 +22,7 @@ LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 
 def _readelf_dynsyms(path: str) -> dict[str, int]:
     """'name@VER' / 'name@@VER' -> st_value, from readelf --dyn-syms."""
-    out = subprocess.run(["readelf", "--dyn-syms", "-W", path], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(["readelf", "--dyn-syms", "-W", path], capture_output=True, text=True, check=True).stdout
     syms = {}
     for line in out.splitlines():
         f = line.split()
@@ -60,24 +59,39 @@ def _event_target(m, spec):
     return ev.consumer.uprobe.file, ev.offset, ev.spec.is_return
 
 
-@pytest.mark.parametrize("spec,is_return", [
-    (f"p:lib/m {LIBC}:malloc", False),
-    (f"r:lib/m {LIBC}:malloc ret=$retval", True),
-    (f"{LIBC}:malloc%return", True),
-    (f"uprobe:{LIBC}:malloc", False),
-    ("uprobe:libc:malloc", False),
-    ("uretprobe:libc:malloc", True),
-    ("uprobe:c:malloc", False),
-    ("uprobe:libc.so.6:malloc", False),
-    ("uprobe:libc:malloc@@GLIBC_2.2.5", False),
-    ("uprobe:libc:malloc@GLIBC_2.2.5", False),
-], ids=["tracefs-p", "tracefs-r", "perf-return", "bpftrace-path", "bpftrace-short",
-        "bpftrace-ret-short", "bcc-short", "soname", "default-version", "any-version"])
+@pytest.mark.parametrize(
+    "spec,is_return",
+    [
+        (f"p:lib/m {LIBC}:malloc", False),
+        (f"r:lib/m {LIBC}:malloc ret=$retval", True),
+        (f"{LIBC}:malloc%return", True),
+        (f"uprobe:{LIBC}:malloc", False),
+        ("uprobe:libc:malloc", False),
+        ("uretprobe:libc:malloc", True),
+        ("uprobe:c:malloc", False),
+        ("uprobe:libc.so.6:malloc", False),
+        ("uprobe:libc:malloc@@GLIBC_2.2.5", False),
+        ("uprobe:libc:malloc@GLIBC_2.2.5", False),
+    ],
+    ids=[
+        "tracefs-p",
+        "tracefs-r",
+        "perf-return",
+        "bpftrace-path",
+        "bpftrace-short",
+        "bpftrace-ret-short",
+        "bcc-short",
+        "soname",
+        "default-version",
+        "any-version",
+    ],
+)
 def test_spec_forms_name_libc_malloc(machine, libc_syms, spec, is_return):
     want = _text_offset(LIBC, libc_syms["malloc@@GLIBC_2.2.5"])
     file, offset, ret = _event_target(machine, spec)
-    assert (os.path.realpath(file.path), offset, ret) == (os.path.realpath(LIBC), want, is_return), \
+    assert (os.path.realpath(file.path), offset, ret) == (os.path.realpath(LIBC), want, is_return), (
         f"{spec}: expected libc {want:#x} return={is_return}, got {file.path} {offset:#x} {ret}"
+    )
 
 
 def test_tracefs_spec_by_file_offset(machine, libc_syms):
@@ -86,12 +100,16 @@ def test_tracefs_spec_by_file_offset(machine, libc_syms):
     assert (os.path.realpath(file.path), offset) == (os.path.realpath(LIBC), off)
 
 
-@pytest.mark.parametrize("name,readelf_name", [
-    ("memcpy", "memcpy@@GLIBC_2.14"),
-    ("memcpy@@GLIBC_2.14", "memcpy@@GLIBC_2.14"),
-    ("memcpy@GLIBC_2.14", "memcpy@@GLIBC_2.14"),
-    ("memcpy@GLIBC_2.2.5", "memcpy@GLIBC_2.2.5"),
-], ids=["plain-is-default", "default", "at-default", "hidden-old"])
+@pytest.mark.parametrize(
+    "name,readelf_name",
+    [
+        ("memcpy", "memcpy@@GLIBC_2.14"),
+        ("memcpy@@GLIBC_2.14", "memcpy@@GLIBC_2.14"),
+        ("memcpy@GLIBC_2.14", "memcpy@@GLIBC_2.14"),
+        ("memcpy@GLIBC_2.2.5", "memcpy@GLIBC_2.2.5"),
+    ],
+    ids=["plain-is-default", "default", "at-default", "hidden-old"],
+)
 def test_versioned_names_pick_readelfs_symbol(machine, libc_syms, name, readelf_name):
     file = machine.uprobes.find_file(LIBC)
     _, offset = machine.uprobes.symbol_offset(file, name)
@@ -99,10 +117,13 @@ def test_versioned_names_pick_readelfs_symbol(machine, libc_syms, name, readelf_
     assert offset == want, f"{name}: expected {readelf_name} at {want:#x}, got {offset:#x}"
 
 
-@pytest.mark.parametrize("name,words", [
-    ("malloc@@GLIBC_9.9", ["malloc", "GLIBC_2.2.5"]),
-    ("memcpy@@GLIBC_2.2.5", ["GLIBC_2.14", "GLIBC_2.2.5"]),
-])
+@pytest.mark.parametrize(
+    "name,words",
+    [
+        ("malloc@@GLIBC_9.9", ["malloc", "GLIBC_2.2.5"]),
+        ("memcpy@@GLIBC_2.2.5", ["GLIBC_2.14", "GLIBC_2.2.5"]),
+    ],
+)
 def test_a_missing_version_lists_the_versions_there_are(machine, name, words):
     file = machine.uprobes.find_file(LIBC)
     with pytest.raises(SymbolError) as e:
@@ -117,12 +138,15 @@ def test_an_ifunc_symbol_is_probed_at_its_resolver_with_a_note(machine, libc_sym
     assert len(machine.uprobes.notes) == 1 and "IFUNC" in machine.uprobes.notes[0], machine.uprobes.notes
 
 
-@pytest.mark.parametrize("spec,words", [
-    ("uprobe:libnosuchthing:malloc", ["libnosuchthing", "ld.so cache"]),
-    ("p /no/such/lib.so:0x10", ["/no/such/lib.so", "no such file"]),
-    (f"uprobe:{LIBC}:no_such_function", ["no_such_function"]),
-    ("uprobe:libc:malloc@@GLIBC_9", ["GLIBC_2.2.5"]),
-])
+@pytest.mark.parametrize(
+    "spec,words",
+    [
+        ("uprobe:libnosuchthing:malloc", ["libnosuchthing", "ld.so cache"]),
+        ("p /no/such/lib.so:0x10", ["/no/such/lib.so", "no such file"]),
+        (f"uprobe:{LIBC}:no_such_function", ["no_such_function"]),
+        ("uprobe:libc:malloc@@GLIBC_9", ["GLIBC_2.2.5"]),
+    ],
+)
 def test_bad_library_specs_are_one_line_and_exit_2(build_c, spec, words):
     exe = build_c("lib_malloc.c", name="lib_malloc")
     line = one_line_error(cli("run", "-e", spec, exe))
@@ -135,6 +159,7 @@ def test_pid_must_be_positive():
 
 
 # --- ld.so.cache --------------------------------------------------------------------------
+
 
 def _cache(entries: list[tuple[str, str]]) -> bytes:
     """A new-format ld.so.cache (glibc-ld.so.cache1.1) with ``entries``."""
@@ -149,14 +174,12 @@ def _cache(entries: list[tuple[str, str]]) -> bytes:
         value = base + len(strings)
         strings += path.encode() + b"\0"
         rows.append(entry.pack(0x303, key, value, 0, 0))
-    return header.pack(b"glibc-ld.so.cache1.1", len(entries), len(strings), 2, 0) + \
-        b"".join(rows) + strings
+    return header.pack(b"glibc-ld.so.cache1.1", len(entries), len(strings), 2, 0) + b"".join(rows) + strings
 
 
 def test_ld_cache_entries_are_read_in_file_order():
     data = _cache([("libz.so.1", "/usr/lib/libz.so.1"), ("libc.so.6", "/lib/x/libc.so.6")])
-    assert parse_ld_cache(data) == [("libz.so.1", "/usr/lib/libz.so.1"),
-                                    ("libc.so.6", "/lib/x/libc.so.6")]
+    assert parse_ld_cache(data) == [("libz.so.1", "/usr/lib/libz.so.1"), ("libc.so.6", "/lib/x/libc.so.6")]
 
 
 def test_the_hosts_cache_names_the_libc_ldconfig_lists():
@@ -167,12 +190,19 @@ def test_the_hosts_cache_names_the_libc_ldconfig_lists():
     assert got == [p for _, p in want] and got, f"expected {want}, got {got}"
 
 
-@pytest.mark.parametrize("name,expected_first", [
-    ("libc", "/mapped/libc.so.6"), ("c", "/mapped/libc.so.6"), ("libz", "/usr/lib/libz.so.1"),
-    ("z", "/usr/lib/libz.so.1"), ("libz.so.1", "/usr/lib/libz.so.1"),
-])
+@pytest.mark.parametrize(
+    "name,expected_first",
+    [
+        ("libc", "/mapped/libc.so.6"),
+        ("c", "/mapped/libc.so.6"),
+        ("libz", "/usr/lib/libz.so.1"),
+        ("z", "/usr/lib/libz.so.1"),
+        ("libz.so.1", "/usr/lib/libz.so.1"),
+    ],
+)
 def test_short_names_prefer_mapped_then_cache(name, expected_first):
     cache = _cache([("libz.so.1", "/usr/lib/libz.so.1"), ("libc.so.6", "/cache/libc.so.6")])
-    got = short_name_candidates(name, ["/mapped/libc.so.6", "/bin/prog"],
-                                lambda p: cache if p == "/etc/ld.so.cache" else None)
+    got = short_name_candidates(
+        name, ["/mapped/libc.so.6", "/bin/prog"], lambda p: cache if p == "/etc/ld.so.cache" else None
+    )
     assert got[0] == expected_first, got

@@ -36,6 +36,7 @@ def _counter(m, target, *, ret=False, per_pid=None):
         hits.append(ctx.task.process.pid if not ret else ctx.regs.rax)
         if per_pid is not None:
             per_pid[ctx.task.process.pid] = per_pid.get(ctx.task.process.pid, 0) + 1
+
     if ret:
         m.uprobes.register(target, ret_handler=count)
     else:
@@ -54,16 +55,17 @@ def usdt_lib(tmp_path_factory):
     """(main program, its library) with the library's semaphore-guarded USDT probe."""
     d = tmp_path_factory.mktemp("usdtlib")
     lib, exe = d / "libusdtdemo.so", d / "usdt_lib_main"
-    for cmd in (["gcc", "-O1", "-g", "-shared", "-fPIC", f"-I{USDT_H_DIR}", "-o", str(lib),
-                 str(C_DIR / "usdt_lib.c")],
-                ["gcc", "-O1", "-g", "-o", str(exe), str(C_DIR / "usdt_lib_main.c"), f"-L{d}",
-                 "-lusdtdemo", f"-Wl,-rpath,{d}"]):
+    for cmd in (
+        ["gcc", "-O1", "-g", "-shared", "-fPIC", f"-I{USDT_H_DIR}", "-o", str(lib), str(C_DIR / "usdt_lib.c")],
+        ["gcc", "-O1", "-g", "-o", str(exe), str(C_DIR / "usdt_lib_main.c"), f"-L{d}", "-lusdtdemo", f"-Wl,-rpath,{d}"],
+    ):
         res = subprocess.run(cmd, capture_output=True, text=True)
         assert res.returncode == 0, res.stderr
     return str(exe), str(lib)
 
 
 # --- libc malloc/free, registered before libc is mapped ----------------------------------
+
 
 @pytest.mark.parametrize("n", [1, 4, 9])
 def test_libc_malloc_hits_equal_the_programs_own_count(build_c, n):
@@ -74,8 +76,9 @@ def test_libc_malloc_hits_equal_the_programs_own_count(build_c, n):
     frees = _counter(m, f"{LIBC}:free")
     out = _run(m)
     said = re.search(r"mallocs=(\d+) frees=(\d+)", out)
-    assert (len(mallocs), len(frees)) == (int(said[1]), int(said[2])) == (n, n), \
+    assert (len(mallocs), len(frees)) == (int(said[1]), int(said[2])) == (n, n), (
         f"expected {n} mallocs and frees (program: {said.groups()}), got {len(mallocs)}, {len(frees)}"
+    )
 
 
 def test_malloc_retval_is_the_pointer_the_program_prints(build_c):
@@ -92,8 +95,9 @@ def test_trace_event_retval_is_the_pointer_the_program_prints(build_c):
     proc = cli("run", "-e", "r:lib/m libc:malloc ret=$retval", exe, "3")
     printed = re.findall(rb"ptr=(0x[0-9a-f]+)", proc.stdout)
     fetched = re.findall(rb" m: \(.*\) ret=(0x[0-9a-f]+)", proc.stderr)
-    assert proc.returncode == 0 and fetched == printed and len(printed) == 3, \
+    assert proc.returncode == 0 and fetched == printed and len(printed) == 3, (
         f"expected {printed!r}, got {fetched!r} ({proc.stderr.decode()[-400:]})"
+    )
 
 
 def test_a_forked_dynamic_child_hits_the_library_probe_too(build_c):
@@ -137,7 +141,8 @@ def test_probe_registered_after_the_library_is_mapped(build_c):
 
     def at_main(ctx):
         late.append(ctx.machine.uprobes.register(f"{LIBC}:malloc", handler=lambda c: None))
-        return 1      # UPROBE_HANDLER_REMOVE
+        return 1  # UPROBE_HANDLER_REMOVE
+
     m.uprobes.unregister(entry)
     m.uprobes.register(f"{exe}:main", handler=at_main)
     _run(m)
@@ -156,7 +161,8 @@ def test_a_probe_registered_with_two_processes_running_is_installed_in_both(buil
         if not state:
             state["pids"] = sorted(p.pid for p in ctx.machine.processes if p.exit_result is None)
             _counter(ctx.machine, f"{LIBC}:malloc", per_pid=per_pid)
-        return 1      # UPROBE_HANDLER_REMOVE
+        return 1  # UPROBE_HANDLER_REMOVE
+
     m.uprobes.register(f"{exe}:loop", handler=first_loop)
     out = _run(m)
     said = {int(p): int(c) for p, c in re.findall(r"pid=(\d+) mallocs=(\d+)", out)}
@@ -164,6 +170,7 @@ def test_a_probe_registered_with_two_processes_running_is_installed_in_both(buil
 
 
 # --- dlopen ---------------------------------------------------------------------------
+
 
 def test_probe_on_libm_before_dlopen_fires_after_dlopen(build_c):
     exe = build_c("dlopen_libm.c", "-ldl", name="dlopen_libm")
@@ -192,14 +199,19 @@ def test_cli_prints_a_note_for_an_ifunc_probe(build_c):
     exe = build_c("dlopen_libm.c", "-ldl", name="dlopen_libm")
     proc = cli("run", "-e", "uprobe:libm:cos", exe, "1")
     notes = [ln for ln in proc.stderr.decode().splitlines() if ln.startswith("uprobe-emu: note:")]
-    assert proc.returncode == 0 and len(notes) == 1 and "IFUNC" in notes[0] and "resolver" in notes[0], \
+    assert proc.returncode == 0 and len(notes) == 1 and "IFUNC" in notes[0] and "resolver" in notes[0], (
         proc.stderr.decode()
+    )
 
 
-@pytest.mark.parametrize("program,lib,symbol,recalc", [
-    ("dlopen_libm", LIBM, "frexp", True),
-    ("lib_malloc", LIBC, "malloc", False),
-], ids=["dlclose-probed-lib", "munmap-unprobed-file"])
+@pytest.mark.parametrize(
+    "program,lib,symbol,recalc",
+    [
+        ("dlopen_libm", LIBM, "frexp", True),
+        ("lib_malloc", LIBC, "malloc", False),
+    ],
+    ids=["dlclose-probed-lib", "munmap-unprobed-file"],
+)
 def test_unmapping_probed_pages_marks_the_mm_for_recount(build_c, program, lib, symbol, recalc):
     """uprobe_munmap: unmapping a range of a probed inode that holds a probe sets
     MMF_RECALC_UPROBES; unmapping other files (ld.so.cache) does not."""
@@ -208,8 +220,11 @@ def test_unmapping_probed_pages_marks_the_mm_for_recount(build_c, program, lib, 
     uc = m.uprobes.register(f"{lib}:{symbol}", handler=lambda ctx: None)
     _run(m)
     mapped = any(v.file is uc.uprobe.file for v in m.mem.vmas)
-    assert (m.process.mm_uprobes.recalc, mapped, uc.hits) == (recalc, not recalc, 2), \
-        (m.process.mm_uprobes.recalc, mapped, uc.hits)
+    assert (m.process.mm_uprobes.recalc, mapped, uc.hits) == (recalc, not recalc, 2), (
+        m.process.mm_uprobes.recalc,
+        mapped,
+        uc.hits,
+    )
 
 
 def _mremap_case(build_c, usdt_lib):
@@ -236,9 +251,11 @@ def test_a_mapping_grown_by_mremap_gets_the_breakpoint(build_c, usdt_lib):
 
 
 @needs_tracefs
-@pytest.mark.parametrize("program,mode", [("mremap_probed", None), ("mprotect_probed", "whole"),
-                                          ("mprotect_probed", "part")],
-                         ids=["mremap-grow", "mprotect-whole", "mprotect-split"])
+@pytest.mark.parametrize(
+    "program,mode",
+    [("mremap_probed", None), ("mprotect_probed", "whole"), ("mprotect_probed", "part")],
+    ids=["mremap-grow", "mprotect-whole", "mprotect-split"],
+)
 def test_remapped_and_reprotected_file_pages_show_what_the_host_shows(build_c, usdt_lib, program, mode):
     """A writable private mapping gets no breakpoint; mprotect making it r-x does not
     install one either (a split's vma_complete sees the old flags; no split, no
@@ -258,6 +275,7 @@ def test_remapped_and_reprotected_file_pages_show_what_the_host_shows(build_c, u
 
 
 # --- USDT semaphore in a shared library ----------------------------------------------------
+
 
 def test_usdt_semaphore_in_a_library_mapped_later_is_incremented(usdt_lib):
     """ld.so maps the library's text before its data: the semaphore is queued
@@ -280,11 +298,14 @@ def test_usdt_spec_in_a_library_through_the_cli(usdt_lib):
     exe, lib = usdt_lib
     proc = cli("run", "-e", f"usdt:{lib}:libdemo:tick", exe, "2")
     events = [ln for ln in proc.stderr.decode().splitlines() if "libdemo_tick:" in ln]
-    assert proc.returncode == 0 and b"ticks=2 enabled=2" in proc.stdout and len(events) == 2, \
-        (proc.stdout, proc.stderr.decode())
+    assert proc.returncode == 0 and b"ticks=2 enabled=2" in proc.stdout and len(events) == 2, (
+        proc.stdout,
+        proc.stderr.decode(),
+    )
 
 
 # --- per-process filter ------------------------------------------------------------------
+
 
 def test_cli_pid_filter_keeps_one_process(build_c):
     """--pid N: only N's events, although its forked child inherits the int3 (the
@@ -296,8 +317,9 @@ def test_cli_pid_filter_keeps_one_process(build_c):
     proc = cli("run", "--pid", str(parent), "-e", "uprobe:libc:malloc", exe, "2", "fork")
     pids = re.findall(r"-(\d+)\s+\[\d+\].*malloc:", proc.stderr.decode())
     children = set(re.findall(rb"pid=(\d+) mallocs", proc.stdout)) - {str(parent).encode()}
-    assert proc.returncode == 0 and len(children) == 1 and pids == [str(parent)] * 2, \
+    assert proc.returncode == 0 and len(children) == 1 and pids == [str(parent)] * 2, (
         f"expected 2 events of {parent}, got {pids}"
+    )
 
 
 def test_api_filter_is_consulted_when_installing(build_c):
@@ -307,13 +329,15 @@ def test_api_filter_is_consulted_when_installing(build_c):
     m = Machine.from_elf(exe, argv=[exe, "3", "fork"])
     main = m.process.pid
     seen = []
-    m.uprobes.register(f"{LIBC}:malloc", handler=lambda ctx: seen.append(ctx.task.process.pid),
-                       filter=lambda proc: proc.pid != main)
+    m.uprobes.register(
+        f"{LIBC}:malloc", handler=lambda ctx: seen.append(ctx.task.process.pid), filter=lambda proc: proc.pid != main
+    )
     _run(m)
     assert seen == [], f"expected no hits, got {seen}"
 
 
 # --- the host kernel ----------------------------------------------------------------------
+
 
 def _host_hits(exe: str, argv: list[str], lib: str, offsets: dict[str, int]) -> dict[str, list[str]]:
     """Run ``argv`` natively (ASLR off) under host probes on ``lib``; the trace lines of
@@ -323,8 +347,7 @@ def _host_hits(exe: str, argv: list[str], lib: str, offsets: dict[str, int]) -> 
     t = Tracefs()
     try:
         with HostProbes(t, probes, lib) as hp:
-            subprocess.run(argv, capture_output=True, timeout=60, preexec_fn=_no_randomize,
-                           check=True)
+            subprocess.run(argv, capture_output=True, timeout=60, preexec_fn=_no_randomize, check=True)
             text = hp.trace()
     finally:
         t.close()
@@ -338,11 +361,15 @@ def _host_hits(exe: str, argv: list[str], lib: str, offsets: dict[str, int]) -> 
 
 
 @needs_tracefs
-@pytest.mark.parametrize("program,argv,lib,symbols", [
-    ("lib_malloc", ["4"], LIBC, ["malloc", "free"]),
-    ("lib_malloc", ["3", "fork"], LIBC, ["malloc"]),
-    ("dlopen_libm", ["5"], LIBM, ["frexp", "cos"]),
-], ids=["malloc-free", "fork", "dlopen-ifunc"])
+@pytest.mark.parametrize(
+    "program,argv,lib,symbols",
+    [
+        ("lib_malloc", ["4"], LIBC, ["malloc", "free"]),
+        ("lib_malloc", ["3", "fork"], LIBC, ["malloc"]),
+        ("dlopen_libm", ["5"], LIBM, ["frexp", "cos"]),
+    ],
+    ids=["malloc-free", "fork", "dlopen-ifunc"],
+)
 def test_library_probe_counts_equal_the_host_kernels(build_c, program, argv, lib, symbols):
     flags = ("-ldl",) if program == "dlopen_libm" else ()
     exe = build_c(program + ".c", *flags, name=program)
@@ -362,12 +389,15 @@ def test_library_probe_counts_equal_the_host_kernels(build_c, program, argv, lib
 
 # --- symbolization -----------------------------------------------------------------------
 
+
 def test_library_addresses_symbolize_with_the_librarys_name(build_c):
     exe = build_c("lib_malloc.c", name="lib_malloc")
     m = Machine.from_elf(exe, argv=[exe, "1"])
     seen = []
-    m.uprobes.register(f"{LIBC}:malloc", handler=lambda ctx: seen.append(
-        (ctx.machine.symbolize(ctx.vaddr), ctx.machine.symbolize(ctx.vaddr + 0x14))))
+    m.uprobes.register(
+        f"{LIBC}:malloc",
+        handler=lambda ctx: seen.append((ctx.machine.symbolize(ctx.vaddr), ctx.machine.symbolize(ctx.vaddr + 0x14))),
+    )
     m.uprobes.register(f"{exe}:main", handler=lambda ctx: seen.append((ctx.machine.symbolize(ctx.vaddr),)))
     _run(m)
     assert seen == [("main",), ("malloc in libc.so.6", "malloc+0x14 in libc.so.6")], seen
@@ -375,6 +405,7 @@ def test_library_addresses_symbolize_with_the_librarys_name(build_c):
 
 def test_stepper_labels_library_code_as_gdb_does(build_c):
     from emu.debug.format import gdb_label
+
     exe = build_c("lib_malloc.c", name="lib_malloc")
     m = Machine.from_elf(exe, argv=[exe, "1"])
     seen = []
@@ -404,15 +435,15 @@ def test_malloc_retvals_equal_the_host_kernels(build_c):
     t = Tracefs()
     try:
         with HostProbes(t, [probe], os.path.realpath(LIBC)) as hp:
-            native = subprocess.run([exe, "4"], capture_output=True, text=True, timeout=60,
-                                    preexec_fn=_no_randomize, check=True).stdout
+            native = subprocess.run(
+                [exe, "4"], capture_output=True, text=True, timeout=60, preexec_fn=_no_randomize, check=True
+            ).stdout
             text = hp.trace()
     finally:
         t.close()
     funcs = {f for f, _ in model}
-    host = [(f, r) for f, r in re.findall(r"lib_malloc-\d+ .*<- (0x[0-9a-f]+)\) ret=(0x[0-9a-f]+)", text)
-            if f in funcs]
+    host = [(f, r) for f, r in re.findall(r"lib_malloc-\d+ .*<- (0x[0-9a-f]+)\) ret=(0x[0-9a-f]+)", text) if f in funcs]
     printed = re.findall(r"ptr=(0x[0-9a-f]+)", out)
-    assert host == model and [r for _, r in model] == printed == \
-        re.findall(r"ptr=(0x[0-9a-f]+)", native), \
+    assert host == model and [r for _, r in model] == printed == re.findall(r"ptr=(0x[0-9a-f]+)", native), (
         f"host {host}, model {model}, printed {printed}"
+    )

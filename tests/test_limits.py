@@ -29,8 +29,7 @@ def _native(exe: str, mode: str, uid: int | None = None) -> subprocess.Completed
     return subprocess.run(cmd + [exe, mode], capture_output=True, timeout=60)
 
 
-@pytest.mark.parametrize("mode, uid", [("nofile", None), ("unprivileged", 1000), ("persona", None),
-                                       ("pgid", None)])
+@pytest.mark.parametrize("mode, uid", [("nofile", None), ("unprivileged", 1000), ("persona", None), ("pgid", None)])
 def test_matches_native(exe, mode, uid):
     native = _native(exe, mode, uid)
     assert native.returncode == 0, native
@@ -56,8 +55,11 @@ def test_process_count_limits_follow_the_modeled_ram(mem_total, threads):
 
 def test_busybox_ulimit_n_takes_effect():
     script = "ulimit -n 100; ulimit -n; ulimit -Hn"
-    native = subprocess.run(["prlimit", "--nofile=1024:4096", "/bin/busybox", "sh", "-c", script],
-                            capture_output=True, timeout=60)
+    native = subprocess.run(
+        ["prlimit", "--nofile=1024:4096", "/bin/busybox", "sh", "-c", script], capture_output=True, timeout=60
+    )
     r = Machine.from_elf("/bin/busybox", argv=["busybox", "sh", "-c", script]).run(timeout=60)
-    assert (r.stdout, r.exit_code) == (native.stdout, native.returncode) == (b"100\n100\n", 0), \
-        (r.stdout, native.stdout)
+    assert (r.stdout, r.exit_code) == (native.stdout, native.returncode) == (b"100\n100\n", 0), (
+        r.stdout,
+        native.stdout,
+    )

@@ -22,16 +22,20 @@ def test_static_pie_is_loaded_at_the_default_base(build_c):
     m = Machine.from_elf(build_c("hello.c", "-static-pie"))
     assert m.resolve("main") >= 0x555555554000
     vma = m.mem.find_vma(m.resolve("main"))
-    assert vma.file is m.process.exe and vma.offset_of(m.resolve("main")) == \
-        m.process.exe.elf.vaddr_to_offset(m.process.exe.elf.resolve("main").value)
+    assert vma.file is m.process.exe and vma.offset_of(m.resolve("main")) == m.process.exe.elf.vaddr_to_offset(
+        m.process.exe.elf.resolve("main").value
+    )
 
 
 @pytest.mark.parametrize("flavour", ["-static", "-static-pie"])
 def test_initial_stack_and_auxv(build_c, flavour):
     exe = build_c("auxv.c", flavour)
     r = Machine.from_elf(exe, argv=[exe, "arg"], env=["FOO=bar"], uid=1000, gid=1000).run()
-    lines = dict(line.split("=", 1) for line in r.stdout.decode().splitlines() if "=" in line
-                 and " " not in line.split("=", 1)[0])
+    lines = dict(
+        line.split("=", 1)
+        for line in r.stdout.decode().splitlines()
+        if "=" in line and " " not in line.split("=", 1)[0]
+    )
     assert lines["pagesz"] == "4096"
     assert lines["phent"] == "56"
     assert lines["entry_ok"] == "1" and lines["phdr_ok"] == "1" and lines["random_nonnull"] == "1"
@@ -63,11 +67,15 @@ def test_relative_names_start_in_the_working_directory(build_c, tmp_path):
     names = ["data.txt", str(tmp_path / "data.txt"), "missing"]
     want = subprocess.run([exe, *names], capture_output=True, timeout=60, cwd=tmp_path).stdout
     r = Machine.from_elf(exe, argv=[exe, *names], grant_dir=str(tmp_path), cwd=str(tmp_path)).run()
-    assert r.stdout.decode().splitlines() == want.decode().splitlines() == [
-        "data.txt: read 16: granted contents",
-        f"{tmp_path}/data.txt: read 16: granted contents",
-        "missing: errno=2",
-    ]
+    assert (
+        r.stdout.decode().splitlines()
+        == want.decode().splitlines()
+        == [
+            "data.txt: read 16: granted contents",
+            f"{tmp_path}/data.txt: read 16: granted contents",
+            "missing: errno=2",
+        ]
+    )
 
 
 def test_proc_self_maps_shows_the_mappings(build_c):

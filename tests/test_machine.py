@@ -17,6 +17,7 @@ def run_asm(source: str, **kw):
 
 # ---------------------------------------------------------------- built-in guests
 
+
 def test_hello_guest_prints_and_exits_zero():
     r = Machine.from_guest("hello").run()
     assert (r.reason, r.exit_code, r.stdout) == ("exit", 0, b"hello, world\n")
@@ -63,8 +64,7 @@ def test_syscall_sets_rcx_to_next_rip_and_r11_to_rflags():
     regs = m.read_regs()
     after = m.resolve("after")
     assert regs.r12 == after, f"rcx after syscall: expected {after:#x}, got {regs.r12:#x}"
-    assert regs.r13 == regs.r14 & ~0x10000, \
-        f"r11 after syscall: expected rflags {regs.r14:#x}, got {regs.r13:#x}"
+    assert regs.r13 == regs.r14 & ~0x10000, f"r11 after syscall: expected rflags {regs.r14:#x}, got {regs.r13:#x}"
     assert regs.r12 != 0x1111 and regs.r13 != 0x2222
 
 
@@ -160,6 +160,7 @@ stuff:
 
 # ---------------------------------------------------------------- text patching
 
+
 def test_text_write_while_running_is_seen_by_the_cpu():
     """A syscall handler patches the loop body mid-run; later iterations run the new
     bytes (the translation cache must be dropped, or the patch is never seen)."""
@@ -199,6 +200,7 @@ patch_me:
 
 # ---------------------------------------------------------------- registers
 
+
 def test_pt_regs_has_the_21_kernel_slots_in_order():
     regs = Machine.from_guest("hello").read_regs()
     assert list(regs.pt_regs()) == list(PT_REGS_ORDER)
@@ -219,6 +221,7 @@ def test_register_snapshot_is_one_native_call(monkeypatch):
         def wrapped(*a, fn=fn, name=name):
             calls.append(name)
             return fn(*a)
+
         monkeypatch.setattr(rf, attr, wrapped)
     regs = m.read_regs()
     assert calls == ["uc_reg_read_batch"], "eflags, fs_base, gs_base in one call"
@@ -233,7 +236,7 @@ def test_register_snapshot_is_one_native_call(monkeypatch):
     m.write_regs(regs)
     assert calls == ["uc_reg_write_batch"], "eflags goes through Unicorn"
     calls.clear()
-    m.write_regs(m.read_regs())          # nothing changed: nothing written
+    m.write_regs(m.read_regs())  # nothing changed: nothing written
     assert calls == ["uc_reg_read_batch"]
 
 
@@ -245,6 +248,7 @@ def test_only_changed_registers_are_written_back():
 
 
 # ---------------------------------------------------------------- memory map
+
 
 def test_text_mapping_records_file_and_offset():
     m = Machine.from_guest("hello")
@@ -322,6 +326,7 @@ def test_wall_clock_timeout_stops_a_spinning_guest_without_budget():
 
 def test_stop_request_from_another_thread():
     import threading
+
     m = Machine.from_asm(LOOP_FOREVER)
     threading.Timer(0.2, m.stop).start()
     r = m.run(max_insns=None, timeout=30)
@@ -330,6 +335,7 @@ def test_stop_request_from_another_thread():
 
 def test_run_after_exit_is_an_error():
     from emu import InputError
+
     m = Machine.from_guest("exit42")
     m.run()
     with pytest.raises(InputError):
@@ -338,6 +344,7 @@ def test_run_after_exit_is_an_error():
 
 def test_raise_on_signal_raises_documented_exception():
     from emu import GuestSignalError
+
     with pytest.raises(GuestSignalError) as ei:
         Machine.from_guest("segv").run(raise_on_signal=True)
     assert ei.value.result.signal_name == "SIGSEGV"

@@ -43,13 +43,15 @@ def test_trace_from_symbol_sees_blocks_translated_before_the_start():
     with Tracer(m, "text", out, start="mark"):
         assert m.run().exit_code == 0
     got = _trace_lines(out.getvalue())
-    want = [("call   0x401015 <f>", "rsp=0x7ffffffdddf8 rip=0x401015"),
-            ("add    rax, 1", "rax=0x2"),
-            ("add    rbx, 2", "rbx=0x4"),
-            ("ret", "rsp=0x7ffffffdde00 rip=0x40100c"),
-            ("mov    eax, 0x3c", "rax=0x3c"),
-            ("xor    edi, edi", "eflags=0x246"),
-            ("syscall", "")]
+    want = [
+        ("call   0x401015 <f>", "rsp=0x7ffffffdddf8 rip=0x401015"),
+        ("add    rax, 1", "rax=0x2"),
+        ("add    rbx, 2", "rbx=0x4"),
+        ("ret", "rsp=0x7ffffffdde00 rip=0x40100c"),
+        ("mov    eax, 0x3c", "rax=0x3c"),
+        ("xor    edi, edi", "eflags=0x246"),
+        ("syscall", ""),
+    ]
     assert got == want, f"expected {want}\n got {got}"
 
 
@@ -83,16 +85,20 @@ def test_step_to_the_end_returns_the_exit_result():
         result = m.step()
         n += 1
     # mov, xor, 5 x (add, dec, jnz), mov, mov, syscall
-    assert (result.reason, result.exit_code, n) == ("exit", 15, 20), \
+    assert (result.reason, result.exit_code, n) == ("exit", 15, 20), (
         f"expected exit 15 after 20 steps, got {result.reason} {result.exit_code} after {n}"
+    )
 
 
 @pytest.mark.parametrize("how", ["run", "step"])
-@pytest.mark.parametrize("body,sig,addr,detail", [
-    ("hlt", 11, 0, "general protection (hlt)"),
-    ("mov qword ptr [0x10], rax", 11, 0x10, "write fault"),
-    ("ud2", 4, None, "invalid opcode"),
-])
+@pytest.mark.parametrize(
+    "body,sig,addr,detail",
+    [
+        ("hlt", 11, 0, "general protection (hlt)"),
+        ("mov qword ptr [0x10], rax", 11, 0x10, "write fault"),
+        ("ud2", 4, None, "invalid opcode"),
+    ],
+)
 def test_step_handles_faults_as_run_does(how, body, sig, addr, detail):
     m = Machine.from_asm(f"_start:\n    nop\nbad:\n    {body}\n")
     bad = m.resolve("bad")
@@ -115,8 +121,8 @@ def test_code_hook_added_after_translation_sees_every_later_instruction():
     first = m.add_code_hook(lambda a, s: m.stop("first pass"), again, again)
     assert m.run().reason == "stopped"
     m.remove_hook(first)
-    assert m.step() is None                        # add ebx, 3 of iteration 1
-    m.run(max_insns=6)                             # the loop body is translated now
+    assert m.step() is None  # add ebx, 3 of iteration 1
+    m.run(max_insns=6)  # the loop body is translated now
     hits = []
     m.add_code_hook(lambda a, s: hits.append(a), again, again)
     r = m.run()
@@ -131,7 +137,7 @@ def test_removed_hook_is_not_called_again():
     h = m.add_code_hook(lambda a, s: (hits.append(a), m.stop("hit")), again, again)
     assert m.run().reason == "stopped"
     m.remove_hook(h)
-    m.remove_hook(h)                               # idempotent
+    m.remove_hook(h)  # idempotent
     assert m.run().exit_code == 15
     assert hits == [again], f"expected one hit, got {hits}"
 
@@ -173,6 +179,7 @@ def test_hook_errors_are_raised_by_run():
 
     def boom(a, s):
         raise ValueError("from the hook")
+
     m.add_code_hook(boom, m.resolve("again"), m.resolve("again"))
     with pytest.raises(ValueError, match="from the hook"):
         m.run()
@@ -197,6 +204,7 @@ _start:
 
 def test_unknown_register_name_is_an_input_error():
     from kernel_model.errors import InputError
+
     m = Machine.from_asm(LOOP)
     with pytest.raises(InputError, match="unknown register 'xmm99'"):
         m.reg_read("xmm99")
@@ -212,7 +220,7 @@ def test_a_stop_asked_for_while_not_running_applies_to_nothing():
 def test_a_signal_sent_outside_a_trap_is_delivered_before_the_next_instruction():
     m = Machine.from_asm(LOOP)
     entry = m.pc
-    m.send_sig(m.task, 10, detail="sent by the test")        # SIGUSR1, default action
+    m.send_sig(m.task, 10, detail="sent by the test")  # SIGUSR1, default action
     assert m.signal_pending(m.task)
     r = m.run()
     got = (r.reason, r.signal, r.rip, r.detail, m.regs.rcx)
@@ -229,6 +237,7 @@ def test_ctrl_c_inside_interruptible_before_run_stops_the_run_at_once():
     """A Ctrl-C that lands between ``interruptible()`` and ``run()`` is not lost."""
     import os
     import signal
+
     m = Machine.from_asm(SPIN)
     with m.interruptible():
         os.kill(os.getpid(), signal.SIGINT)
@@ -238,12 +247,14 @@ def test_ctrl_c_inside_interruptible_before_run_stops_the_run_at_once():
     assert r2.reason == "timeout", f"outside the block a run starts without the Ctrl-C: {r2.reason}"
 
 
-@pytest.mark.parametrize("kw", [dict(timeout=float("nan")), dict(timeout=float("inf")), dict(timeout=-1),
-                                dict(max_insns=-5), dict(max_insns=2.5)],
-                         ids=["timeout-nan", "timeout-inf", "timeout-negative", "budget-negative",
-                              "budget-float"])
+@pytest.mark.parametrize(
+    "kw",
+    [dict(timeout=float("nan")), dict(timeout=float("inf")), dict(timeout=-1), dict(max_insns=-5), dict(max_insns=2.5)],
+    ids=["timeout-nan", "timeout-inf", "timeout-negative", "budget-negative", "budget-float"],
+)
 def test_run_refuses_limits_unicorn_cannot_take(kw):
     from kernel_model.errors import InputError
+
     m = Machine.from_asm(LOOP)
     with pytest.raises(InputError, match="must be"):
         m.run(**kw)

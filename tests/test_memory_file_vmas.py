@@ -33,7 +33,7 @@ def test_the_file_index_is_the_file_vmas_after_each_change(change):
     m = Machine.from_guest("hello")
     exe, text = _text(m)
     mem = m.mem
-    assert list(mem.file_vmas(exe)) == _walk(mem, exe)       # built before the change
+    assert list(mem.file_vmas(exe)) == _walk(mem, exe)  # built before the change
     CHANGES[change](mem, text)
     got = list(mem.file_vmas(exe))
     assert got == _walk(mem, exe), (got, _walk(mem, exe))
@@ -50,7 +50,7 @@ def test_a_probe_registered_after_a_split_is_written_in_the_piece_that_holds_it(
     exe, text = _text(m)
     entry = m.resolve("_start")
     page = entry & ~0xFFF
-    assert m.mem.protect(page, 0x1000, text.prot)             # its own VMA now, same file
-    assert len(m.mem.file_vmas(exe)) == 3, m.mem.maps()      # two text pieces and the data
+    assert m.mem.protect(page, 0x1000, text.prot)  # its own VMA now, same file
+    assert len(m.mem.file_vmas(exe)) == 3, m.mem.maps()  # two text pieces and the data
     m.uprobes.register("_start", handler=lambda ctx: 0)
     assert m.mem.read(entry, 1) == b"\xcc", m.mem.read(entry, 1).hex()

@@ -76,20 +76,28 @@ def test_mmap_answers_as_the_kernel(case):
     assert got == expected, f"{case}: expected {expected:#x}, got {got:#x}"
 
 
-@pytest.mark.parametrize("args,expected", [
-    ((0xFFFFFFFFFFFFF000, 8192), -errno.EINVAL),
-    ((0x800000000000, 4096), -errno.EINVAL),
-    ((0x200000000, 4096), 0),
-], ids=["wrapping", "past TASK_SIZE", "nothing mapped"])
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        ((0xFFFFFFFFFFFFF000, 8192), -errno.EINVAL),
+        ((0x800000000000, 4096), -errno.EINVAL),
+        ((0x200000000, 4096), 0),
+    ],
+    ids=["wrapping", "past TASK_SIZE", "nothing mapped"],
+)
 def test_munmap_answers_as_the_kernel(args, expected):
     assert run_syscall(11, *args) == expected
 
 
-@pytest.mark.parametrize("args,expected", [
-    ((0xFFFFFFFFFFFFF000, 8192, 1), -errno.ENOMEM),
-    ((0x200000000, 4096, 1), -errno.ENOMEM),
-    ((0x200000001, 4096, 1), -errno.EINVAL),
-], ids=["wrapping", "nothing mapped", "misaligned"])
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        ((0xFFFFFFFFFFFFF000, 8192, 1), -errno.ENOMEM),
+        ((0x200000000, 4096, 1), -errno.ENOMEM),
+        ((0x200000001, 4096, 1), -errno.EINVAL),
+    ],
+    ids=["wrapping", "nothing mapped", "misaligned"],
+)
 def test_mprotect_answers_as_the_kernel(args, expected):
     assert run_syscall(10, *args) == expected
 
@@ -143,7 +151,15 @@ def test_default_memory_limit_is_4_gib():
 
 def test_unmapping_gives_the_limit_back():
     """mmap 40 MiB, munmap it, mmap 40 MiB again: fits a 64 MiB limit both times."""
-    src = syscall_guest(9, 0, 40 << 20, 3, ANON, -1, 0, then="""
+    src = syscall_guest(
+        9,
+        0,
+        40 << 20,
+        3,
+        ANON,
+        -1,
+        0,
+        then="""
     mov rdi, r15
     mov rsi, 0x2800000
     mov eax, 11
@@ -157,13 +173,22 @@ def test_unmapping_gives_the_limit_back():
     mov eax, 9
     syscall
     mov r15, rax
-""")
+""",
+    )
     m = Machine.from_asm(src, max_memory=64 << 20)
     m.run(max_insns=10_000)
     assert signed(m.regs.r15) > 0, f"second mmap failed: {signed(m.regs.r15)}"
 
 
-MPROTECT_ONE_PAGE_OF_3GB = syscall_guest(9, 0, 0xC0000000, 3, ANON, -1, 0, then="""
+MPROTECT_ONE_PAGE_OF_3GB = syscall_guest(
+    9,
+    0,
+    0xC0000000,
+    3,
+    ANON,
+    -1,
+    0,
+    then="""
     mov rdi, r15
     add rdi, 0x40000000
     mov esi, 0x1000
@@ -171,7 +196,8 @@ MPROTECT_ONE_PAGE_OF_3GB = syscall_guest(9, 0, 0xC0000000, 3, ANON, -1, 0, then=
     mov eax, 10
     syscall
     mov r14, rax
-""")
+""",
+)
 
 
 def test_mprotect_of_one_page_in_a_3gb_mapping_copies_nothing():
@@ -183,12 +209,23 @@ def test_mprotect_of_one_page_in_a_3gb_mapping_copies_nothing():
     assert (r.reason, m.regs.r14) == ("exit", 0), r.describe()
     assert grew < 200, f"RSS grew by {grew} MB"
     assert took < 5, f"took {took:.1f} s"
-    assert [v.perms() for v in m.mem.vmas if v.size in (0x40000000, 0x1000, 0x7FFFF000)][:3] == \
-        ["rw-p", "r--p", "rw-p"], m.mem.maps()
+    assert [v.perms() for v in m.mem.vmas if v.size in (0x40000000, 0x1000, 0x7FFFF000)][:3] == [
+        "rw-p",
+        "r--p",
+        "rw-p",
+    ], m.mem.maps()
 
 
 def test_madvise_dontneed_zeroes_anonymous_pages():
-    src = syscall_guest(9, 0, 8192, 3, ANON, -1, 0, then="""
+    src = syscall_guest(
+        9,
+        0,
+        8192,
+        3,
+        ANON,
+        -1,
+        0,
+        then="""
     mov byte ptr [r15], 0x5a
     mov rdi, r15
     mov esi, 4096
@@ -197,7 +234,8 @@ def test_madvise_dontneed_zeroes_anonymous_pages():
     syscall
     mov r13, rax
     movzx r14, byte ptr [r15]
-""")
+""",
+    )
     m = Machine.from_asm(src)
     m.run(max_insns=10_000)
     assert (m.regs.r13, m.regs.r14) == (0, 0), f"madvise {m.regs.r13:#x}, byte after {m.regs.r14:#x}"
@@ -232,7 +270,7 @@ child:
 def test_fork_and_wait_loop_frees_every_exited_child():
     """Was: ~11 MB per fork never freed (200 forks: +2.2 GB, 8 s)."""
     m = Machine.from_asm(FORK_LOOP.format(n=20))
-    m.run(timeout=60)                       # warm up (translation buffers, imports)
+    m.run(timeout=60)  # warm up (translation buffers, imports)
     before, t = rss_mb(), time.perf_counter()
     m = Machine.from_asm(FORK_LOOP.format(n=200))
     r = m.run(timeout=60)
@@ -247,17 +285,27 @@ def test_exited_child_address_space_is_released_and_uncharged():
     m = Machine.from_asm(FORK_LOOP.format(n=3))
     r = m.run(timeout=60)
     assert r.reason == "exit"
-    assert m.mem_limit.used == m.main_process.mem.total, \
+    assert m.mem_limit.used == m.main_process.mem.total, (
         f"charged {m.mem_limit.used:#x}, main process maps {m.main_process.mem.total:#x}"
+    )
 
 
 def test_fork_past_the_memory_limit_is_enomem():
     """A 40 MiB parent cannot fork under a 64 MiB limit: dup_mmap would need 80."""
-    src = syscall_guest(9, 0, 32 << 20, 3, ANON, -1, 0, then="""
+    src = syscall_guest(
+        9,
+        0,
+        32 << 20,
+        3,
+        ANON,
+        -1,
+        0,
+        then="""
     mov eax, 57
     syscall
     mov r15, rax
-""")
+""",
+    )
     m = Machine.from_asm(src, max_memory=64 << 20)
     r = m.run(max_insns=10_000)
     assert r.reason == "exit"
@@ -297,6 +345,7 @@ def test_program_file_must_be_a_regular_file(path, kind):
 
 def test_program_fifo_is_refused_without_blocking(tmp_path):
     import os
+
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     with pytest.raises(InputError, match="FIFO"):
@@ -305,6 +354,7 @@ def test_program_fifo_is_refused_without_blocking(tmp_path):
 
 def test_oversized_program_file_is_refused(tmp_path, monkeypatch):
     import kernel_model.fs.elf
+
     monkeypatch.setattr(kernel_model.fs.elf, "MAX_ELF_FILE_SIZE", 4096)
     big = tmp_path / "big"
     big.write_bytes(b"\x7fELF" + b"\0" * 8192)
@@ -343,8 +393,9 @@ def test_output_is_not_kept_unless_asked():
 
 def test_cli_max_memory_option(tmp_path):
     from emu.frontends.cli import main
+
     elf = tmp_path / "g"
-    elf.write_bytes(_elf_with_memsz(0x10000000))       # 256 MiB segment
+    elf.write_bytes(_elf_with_memsz(0x10000000))  # 256 MiB segment
     assert main(["run", "--max-memory", "128M", str(elf)]) == 2
     assert main(["run", "--max-memory", "1G", str(elf)]) == 0
 
@@ -357,19 +408,29 @@ def test_passthrough_output_is_not_kept(capfd):
     assert capfd.readouterr().out, "the output was passed through"
 
 
-TOUCH_16_MIB = syscall_guest(9, 0, 0x1000000, 3, ANON, -1, 0, then="""
+TOUCH_16_MIB = syscall_guest(
+    9,
+    0,
+    0x1000000,
+    3,
+    ANON,
+    -1,
+    0,
+    then="""
     mov rcx, 4096
 fill:
     mov byte ptr [r15], 1
     add r15, 4096
     dec rcx
     jnz fill
-""")
+""",
+)
 
 
 def test_a_dropped_machine_gives_its_host_pages_back():
     """The host pages behind guest memory live as long as the Unicorn instance."""
     import gc
+
     gc.collect()
     before = rss_mb()
     for _ in range(40):

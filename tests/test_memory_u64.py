@@ -20,7 +20,7 @@ def _mem(prot=PROT_READ | PROT_WRITE, size=0x2000):
 @pytest.mark.parametrize("off", [0, 8, 0x7F8, 0x1003, 0x1FF8], ids=hex)
 def test_a_word_written_is_the_bytes_read_back(off):
     mem = _mem()
-    mem.write_user(BASE, b"\0" * 0x2000)        # the mapping has been checked and found
+    mem.write_user(BASE, b"\0" * 0x2000)  # the mapping has been checked and found
     mem.write_u64(BASE + off, 0x1122_3344_5566_7788)
     assert mem.read(BASE + off, 8) == bytes.fromhex("8877665544332211"), mem.read(BASE + off, 8).hex()
     assert mem.read_u64(BASE + off) == 0x1122_3344_5566_7788
@@ -65,7 +65,7 @@ def test_a_word_written_into_executable_memory_goes_through_unicorn(monkeypatch)
     m = Machine.from_guest("hello")
     mem = m.mem
     mem.map(BASE, 0x1000, PROT_READ | PROT_WRITE | PROT_EXEC, "jit")
-    mem.write_user(BASE, bytes.fromhex("48c7c001000000" "c3"))   # mov rax, 1; ret
+    mem.write_user(BASE, bytes.fromhex("48c7c001000000c3"))  # mov rax, 1; ret
     through = []
     raw = mem._raw_write
     monkeypatch.setattr(mem, "_raw_write", lambda a, d: through.append((a, d)) or raw(a, d))
@@ -80,6 +80,7 @@ def test_a_word_of_a_grown_heap_is_read_from_where_the_heap_is_now(access):
     the words read from it afterwards, old and new, come from the block as it is now
     (a view kept from before would be the old size at the old, unmapped place)."""
     import struct as st
+
     two = st.Struct("<2Q")
     m = Machine.from_guest("hello")
     mem = m.mem
@@ -87,7 +88,7 @@ def test_a_word_of_a_grown_heap_is_read_from_where_the_heap_is_now(access):
     mem.write_user(BASE, b"\0" * 16)
     mem.write_u64(BASE + 8, 0x1122)
     assert mem.read_u64(BASE + 8) == 0x1122
-    for page in range(1, 40):                     # brk, one page at a time
+    for page in range(1, 40):  # brk, one page at a time
         mem.map(BASE + page * 0x1000, 0x1000, PROT_READ | PROT_WRITE, "[heap]")
     far = BASE + 0x20000
     if access == "u64":
@@ -105,6 +106,7 @@ def test_a_word_past_a_mapping_restored_smaller_faults(access):
     """A checkpoint restored puts the mappings of then back: a word past the end of a
     mapping that has since grown (and was written there) faults again."""
     import struct as st
+
     one = st.Struct("<Q")
     m = Machine.from_guest("hello")
     mem = m.mem

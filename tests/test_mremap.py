@@ -24,11 +24,27 @@ def outputs(build_c, tmp_path_factory):
     return native.stdout.decode().splitlines(), r.stdout.decode().splitlines()
 
 
-CASES = [c + ":" for c in (
-    "grow in place", "grow into the wall", "shrink", "fixed move", "contents", "unaligned",
-    "bad flags", "fixed without maymove", "zero new length", "unmapped", "spans two mappings",
-    "overlapping target", "file grow in place", "file move", "file bytes",
-    "realloc keeps the bytes")] + ["dontunmap: 0x", "dontunmap: new="]
+CASES = [
+    c + ":"
+    for c in (
+        "grow in place",
+        "grow into the wall",
+        "shrink",
+        "fixed move",
+        "contents",
+        "unaligned",
+        "bad flags",
+        "fixed without maymove",
+        "zero new length",
+        "unmapped",
+        "spans two mappings",
+        "overlapping target",
+        "file grow in place",
+        "file move",
+        "file bytes",
+        "realloc keeps the bytes",
+    )
+] + ["dontunmap: 0x", "dontunmap: new="]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -49,6 +65,7 @@ def test_maps_after_mremap(outputs, section):
         i = lines.index(section)
         j = next((k for k in range(i + 1, len(lines)) if not lines[k][:1].isdigit()), len(lines))
         return lines[i:j]
+
     assert block(model) == block(native), "\n".join(["expected:", *block(native), "got:", *block(model)])
 
 

@@ -122,6 +122,7 @@ def test_detach_restores_a_nop_and_keeps_the_trampoline(design):
 
 def test_unoptimized_nop10_still_decodes_as_one_10_byte_nop():
     from capstone import CS_ARCH_X86, CS_MODE_64, Cs
+
     m = machine("nop10@7.3")
     p = m.uprobes.register("site", handler=lambda c: None)
     m.run()
@@ -185,9 +186,14 @@ def test_handler_sees_the_probe_site_registers_on_the_optimized_path(design):
     ref = Machine.from_asm(src, kernel=kernel)
     # reference: the registers at the site without probes (a stepping run to 'site')
     import unicorn
+
     expected = []
-    ref.uc.hook_add(unicorn.UC_HOOK_CODE, lambda uc, a, s, d: expected.append(ref.read_regs().pt_regs()),
-                    begin=ref.resolve("site"), end=ref.resolve("site"))
+    ref.uc.hook_add(
+        unicorn.UC_HOOK_CODE,
+        lambda uc, a, s, d: expected.append(ref.read_regs().pt_regs()),
+        begin=ref.resolve("site"),
+        end=ref.resolve("site"),
+    )
     ref.run()
     m = Machine.from_asm(src, kernel=kernel)
     seen = []
@@ -205,12 +211,17 @@ def test_guest_registers_after_an_optimized_hit_are_untouched(design):
     kernel, site, *_ = DESIGNS[design]
     src = REGS_EQUAL_GUEST.format(site=site)
     import unicorn
+
     results = []
     for probed in (False, True):
         m = Machine.from_asm(src, kernel=kernel)
         after = []
-        m.uc.hook_add(unicorn.UC_HOOK_CODE, lambda uc, a, s, d, m=m, after=after: after.append(m.read_regs().pt_regs()),
-                      begin=m.resolve("after"), end=m.resolve("after"))
+        m.uc.hook_add(
+            unicorn.UC_HOOK_CODE,
+            lambda uc, a, s, d, m=m, after=after: after.append(m.read_regs().pt_regs()),
+            begin=m.resolve("after"),
+            end=m.resolve("after"),
+        )
         if probed:
             m.uprobes.register("site", handler=lambda c: None)
         m.run()
@@ -224,9 +235,14 @@ def test_regs_change_through_the_uprobe_syscall(design):
     src = REGS_EQUAL_GUEST.format(site=site)
     m = Machine.from_asm(src, kernel=kernel)
     import unicorn
+
     after = []
-    m.uc.hook_add(unicorn.UC_HOOK_CODE, lambda uc, a, s, d: after.append(m.read_regs()),
-                  begin=m.resolve("after"), end=m.resolve("after"))
+    m.uc.hook_add(
+        unicorn.UC_HOOK_CODE,
+        lambda uc, a, s, d: after.append(m.read_regs()),
+        begin=m.resolve("after"),
+        end=m.resolve("after"),
+    )
 
     def change(ctx):
         ctx.regs.rax, ctx.regs.rcx, ctx.regs.r11, ctx.regs.r12 = 0xA1, 0xC1, 0xB1, 0x12
@@ -242,7 +258,9 @@ def test_regs_change_through_the_uprobe_syscall(design):
 @pytest.mark.parametrize("design", list(DESIGNS))
 def test_handler_set_ip_is_honoured_on_the_optimized_path(design):
     kernel, site, *_ = DESIGNS[design]
-    src = REGS_EQUAL_GUEST.format(site=site).replace("after:\n    ret", "after:\n    ret\nskip:\n    mov r15, 0x5eed\n    ret")
+    src = REGS_EQUAL_GUEST.format(site=site).replace(
+        "after:\n    ret", "after:\n    ret\nskip:\n    mov r15, 0x5eed\n    ret"
+    )
     m = Machine.from_asm(src, kernel=kernel)
     m.uprobes.register("site", handler=lambda c: setattr(c.regs, "rip", m.resolve("skip")))
     r = m.run()
@@ -272,14 +290,19 @@ after:
 """.format(site=site)
     m = Machine.from_asm(src, kernel=kernel)
     import unicorn
+
     seen = []
-    m.uc.hook_add(unicorn.UC_HOOK_CODE, lambda uc, a, s, d: seen.append((m.read_regs().rsp, m.read_regs().rbx)),
-                  begin=m.resolve("after"), end=m.resolve("after"))
+    m.uc.hook_add(
+        unicorn.UC_HOOK_CODE,
+        lambda uc, a, s, d: seen.append((m.read_regs().rsp, m.read_regs().rbx)),
+        begin=m.resolve("after"),
+        end=m.resolve("after"),
+    )
     calls = []
 
     def handler(ctx):
         calls.append(1)
-        if len(calls) == 2:                   # on the optimized hit: drop the pushed word
+        if len(calls) == 2:  # on the optimized hit: drop the pushed word
             ctx.regs.rsp += 8
             ctx.regs.rbx = 0x77
         return 0
@@ -327,9 +350,17 @@ _start:
 """
 
 
-@pytest.mark.parametrize("kernel,expected", [
-    ("6.17", errno.ENOSYS), ("6.18", errno.ENXIO), ("7.1", errno.ENXIO), ("7.2", errno.ENXIO), ("7.3", errno.EPROTO),
-    ("latest", errno.EPROTO)])
+@pytest.mark.parametrize(
+    "kernel,expected",
+    [
+        ("6.17", errno.ENOSYS),
+        ("6.18", errno.ENXIO),
+        ("7.1", errno.ENXIO),
+        ("7.2", errno.ENXIO),
+        ("7.3", errno.EPROTO),
+        ("latest", errno.EPROTO),
+    ],
+)
 def test_uprobe_syscall_from_ordinary_code_returns_an_errno(kernel, expected):
     r = Machine.from_asm(SYS_UPROBE_FROM_CODE, kernel=kernel).run()
     assert (r.reason, r.exit_code) == ("exit", expected)
@@ -377,7 +408,8 @@ site:
     {NOP5}
     ret
 """
-    first = Machine.from_asm(src(1000)).resolve("site")      # jmp rel32 either way
+
+    first = Machine.from_asm(src(1000)).resolve("site")  # jmp rel32 either way
     m = Machine.from_asm(src(1000 + 0x402000 - 2 - first), kernel="6.18")
     site = m.resolve("site")
     assert site == 0x402000 - 2, f"site {site:#x} must cross a page"
@@ -432,7 +464,7 @@ def test_remove_from_handler_unoptimizes():
 
     wants = [True]
     m.uprobes.register("site", handler=once_optimized, filter=lambda proc: wants[0])
-    wants[0] = False                  # from now on no consumer wants this process
+    wants[0] = False  # from now on no consumer wants this process
     m.run()
     assert len(hits) == 2
     assert m.mem.read(m.resolve("site"), 5) == bytes.fromhex("0f1f440000")
@@ -487,9 +519,11 @@ def test_red_zone_clobbering_per_design(design, clobbered):
 
 # ----------------------------------------------------------------------------- USDT
 
+
 @pytest.fixture(scope="module")
 def usdt_guest(build_c):
     import os
+
     inc = os.path.join(os.path.dirname(__file__), "..", "guest_programs", "c")
     return build_c("usdt_sites.c", "-static", f"-I{inc}", name="usdt_sites")
 
@@ -529,6 +563,7 @@ def test_usdt_semaphore_seen_by_the_guest(usdt_guest):
 
 def test_usdt_event_through_the_cli(usdt_guest):
     from cli_helpers import cli
+
     p = cli("run", "--kernel", "6.18", "-e", f"usdt:{usdt_guest}:demo:combo5", usdt_guest)
     lines = [ln for ln in p.stderr.decode().splitlines() if "demo_combo5" in ln]
     assert p.returncode == 0 and len(lines) == 3, p.stderr.decode()

@@ -16,8 +16,21 @@ from emu.engine import mmu
 from kernel_model.arch.x86.mm.pgtable import PAGE_NX, PAGE_PRESENT, PAGE_RW, PTE_PFN_MASK
 from kernel_model.mm.mm_types import PAGE_SIZE
 
-CASES = ["write-readonly", "read-unmapped", "read-protnone", "exec-data", "write-text", "noncanonical", "int-gate",
-         "cow", "stack-grows", "stack-limit", "smc", "dontneed", "mremap"]
+CASES = [
+    "write-readonly",
+    "read-unmapped",
+    "read-protnone",
+    "exec-data",
+    "write-text",
+    "noncanonical",
+    "int-gate",
+    "cow",
+    "stack-grows",
+    "stack-limit",
+    "smc",
+    "dontneed",
+    "mremap",
+]
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +99,14 @@ _start:
 
 
 def test_page_faults_are_counted_and_anonymous_memory_is_populated_on_demand():
-    m = Machine.from_asm(_after_anon_mmap(0x100000, """
+    m = Machine.from_asm(
+        _after_anon_mmap(
+            0x100000,
+            """
     mov byte ptr [rbx + 0x80000], 1
-"""))
+""",
+        )
+    )
     r = m.run()
     assert r.exit_code == 0, r.describe()
     assert m.counters.page_faults == 1, f"expected 1 page fault, got {m.counters.page_faults}"
@@ -105,7 +123,7 @@ def test_leaf_entries_carry_the_mapping_protection():
     m = Machine.from_asm("_start:\n    hlt\n")
     for prot, want_rw, want_nx in ((1, False, True), (3, True, True), (5, False, False)):
         vma = m.mem.map(0x10_0000_0000 + prot * PAGE_SIZE * 4, PAGE_SIZE, prot, "t")
-        m.mem.read(vma.start, 1)                     # FOLL_FORCE: populates the page
+        m.mem.read(vma.start, 1)  # FOLL_FORCE: populates the page
         pte = _pte(m, vma.start)
         got = (bool(pte & PAGE_PRESENT), bool(pte & PAGE_RW), bool(pte & PAGE_NX))
         assert got == (True, want_rw, want_nx), f"prot {prot}: present/rw/nx {got}"
@@ -144,16 +162,19 @@ def test_the_engine_can_read_the_cpu_exception_state():
 
 def test_a_guest_touching_many_pages_keeps_its_instruction_count_exact():
     """A handled fault re-runs its instruction: the count must not see it twice."""
-    src = _after_anon_mmap(0x400000, """
+    src = _after_anon_mmap(
+        0x400000,
+        """
     mov ecx, 64
 again:
     mov qword ptr [rbx], rcx
     add rbx, 0x10000
     dec ecx
     jnz again
-""")
+""",
+    )
     m = Machine.from_asm(src)
-    r = m.run(max_insns=100_000)                    # a counted run
+    r = m.run(max_insns=100_000)  # a counted run
     assert r.exit_code == 0, r.describe()
     assert m.counters.page_faults == 64, m.counters.page_faults
     assert m.icount == 9 + 1 + 64 * 4 + 3, f"icount {m.icount}"
@@ -180,8 +201,9 @@ def _without_err(text: str) -> str:
     return "\n".join(" ".join(w for w in line.split() if not w.startswith("err=")) for line in text.splitlines())
 
 
-@pytest.mark.parametrize("case", ["write-readonly", "read-unmapped", "read-protnone", "exec-data", "write-text",
-                                  "cow", "stack-grows", "smc"])
+@pytest.mark.parametrize(
+    "case", ["write-readonly", "read-unmapped", "read-protnone", "exec-data", "write-text", "cow", "stack-grows", "smc"]
+)
 def test_without_the_cpus_error_code_the_rebuilt_one_ends_the_same(paging_guest, case, monkeypatch):
     """The fallback when the engine cannot read env->error_code: the code is rebuilt
     from the page tables and the instruction; the signal (si_code, si_addr, trapno) is
@@ -196,7 +218,10 @@ def test_without_the_cpus_error_code_the_rebuilt_one_ends_the_same(paging_guest,
 def test_a_page_zapped_and_touched_again_in_a_loop_faults_every_time_and_runs_on():
     """The same instruction faulting on the same address again and again is progress
     when each fault populates the page (MADV_DONTNEED between the touches)."""
-    m = Machine.from_asm(_after_anon_mmap(0x1000, """
+    m = Machine.from_asm(
+        _after_anon_mmap(
+            0x1000,
+            """
     mov r12d, 10
 again:
     mov byte ptr [rbx], 1
@@ -207,7 +232,9 @@ again:
     syscall
     dec r12d
     jnz again
-"""))
+""",
+        )
+    )
     r = m.run()
     assert r.exit_code == 0, r.describe()
     assert m.counters.page_faults == 10, m.counters.page_faults

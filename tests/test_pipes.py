@@ -49,6 +49,7 @@ def test_blocking_read_gives_the_same_result_under_every_interleaving(pipes_exe,
 
 # ------------------------------------------------------------------ the pipe model
 
+
 def ends(size: int = PIPE_DEF_SIZE):
     p = Pipe(ino=1, size=size)
     return p, PipeEnd(p, False).get(), PipeEnd(p, True).get()
@@ -119,6 +120,7 @@ def test_fionread_counts_buffered_bytes():
 
 # ------------------------------------------------------------------ never a hang
 
+
 def test_reader_of_a_pipe_nobody_writes_ends_as_a_deadlock(build_c):
     exe = build_c("block_read.c", "-static")
     r = Machine.from_elf(exe).run(timeout=30)
@@ -151,16 +153,16 @@ def test_reader_blocked_while_the_writer_spins_is_ended_by_the_timeout(tmp_path)
 # ------------------------------------------------------------------ busybox sh
 
 SH_COMMANDS = [
-    'x=$(echo hi); echo $x',
+    "x=$(echo hi); echo $x",
     'echo a | read x; echo "[$x]"',
     'echo a | { read x; echo "got $x"; }',
     'printf "%s-%d\\n" a 5 | while read l; do echo "<$l>"; done',
     'y=$(printf "%s\\n" 1 2 3 | while read n; do echo $((n*2)); done); echo $y',
-    'echo $(echo $(echo nested))',
-    'true | false; echo $?',
-    'x=$(exit 5); echo $?',
-    'i=0; while [ $i -lt 300 ]; do echo line$i; i=$((i+1)); done | '
-    '{ c=0; while read l; do c=$((c+1)); done; echo $c; }',
+    "echo $(echo $(echo nested))",
+    "true | false; echo $?",
+    "x=$(exit 5); echo $?",
+    "i=0; while [ $i -lt 300 ]; do echo line$i; i=$((i+1)); done | "
+    "{ c=0; while read l; do c=$((c+1)); done; echo $c; }",
 ]
 
 
@@ -202,12 +204,11 @@ def test_a_waiter_left_from_an_earlier_sleep_does_not_complete_a_later_one():
 
     sc = FdSyscalls()
     sc.m = _FakeMachine()
-    task = SimpleNamespace(state="running", blocked_on=None,
-                           process=SimpleNamespace(mem=_Mem()))
+    task = SimpleNamespace(state="running", blocked_on=None, process=SimpleNamespace(mem=_Mem()))
     a, ra, wa = ends()
     b, rb, wb = ends()
     assert sc.pipe_read(task, ra, 0x1000, 8) is None
-    sc.m.wake(task, -4)                    # woken otherwise (as a signal would: EINTR)
+    sc.m.wake(task, -4)  # woken otherwise (as a signal would: EINTR)
     assert sc.pipe_read(task, rb, 0x2000, 8) is None
     wa.write(b"for-a")
     assert (bytes(a.buf), task.state, sc.m.woken) == (b"for-a", "blocked", [-4])

@@ -54,8 +54,7 @@ def test_trace_lines_show_the_thread_names(prctl_exe):
     ev = m.uprobes.add_event(f"p:named {prctl_exe}:named x=%di comm=$comm", ftrace=True)
     assert m.run().exit_code == 0
     got = [re.match(r"\s*(.*)-\d+ +\[.*comm=(.*)$", ln).groups() for ln in ev.lines]
-    want = [("a-very-long-thr", '"a-very-long-thr"'), ("worker", '"worker"'),
-            ("a-very-long-thr", '"a-very-long-thr"')]
+    want = [("a-very-long-thr", '"a-very-long-thr"'), ("worker", '"worker"'), ("a-very-long-thr", '"a-very-long-thr"')]
     assert got == want, "\n".join(ev.lines)
 
 
@@ -80,16 +79,28 @@ _start:
 @pytest.fixture(scope="module")
 def limits_runs(limits_exe) -> tuple[dict, dict]:
     """{first word: line} of a native and a model run (each sleeps 3 s: run once)."""
+
     def rows(out: str) -> dict[str, str]:
         return {ln.split("=")[0].split()[0]: ln for ln in out.splitlines()}
+
     return rows(native([limits_exe])), rows(model([limits_exe])[1])
 
 
-@pytest.mark.parametrize("call", ["sched_getaffinity(0,0)", "sched_getaffinity(0,4)",
-                                  "sched_getaffinity(0,12)", "sched_getaffinity(0,8)",
-                                  "sched_getaffinity(-1,8)", "sched_getaffinity(0,8,NULL)",
-                                  "getrusage(2)", "getrusage(SELF,NULL)", "getrusage(SELF)",
-                                  "times(bad)"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "sched_getaffinity(0,0)",
+        "sched_getaffinity(0,4)",
+        "sched_getaffinity(0,12)",
+        "sched_getaffinity(0,8)",
+        "sched_getaffinity(-1,8)",
+        "sched_getaffinity(0,8,NULL)",
+        "getrusage(2)",
+        "getrusage(SELF,NULL)",
+        "getrusage(SELF)",
+        "times(bad)",
+    ],
+)
 def test_limits_errors_match_native(limits_runs, call):
     want, got = limits_runs[0][call], limits_runs[1][call]
     assert got == want, f"native {want!r}, model {got!r}"

@@ -27,8 +27,9 @@ def test_section_matches_native(exe, tmp_path, section):
     got = model(argv, fresh_dir(tmp_path / "w", {}))
     model_files = sorted(p.name for p in (tmp_path / "w").iterdir())
     assert want[0] == "exit 0", f"the native run failed: {want!r}"
-    assert (got, model_files) == (want, native_files), \
+    assert (got, model_files) == (want, native_files), (
         f"{section}:\n  native {want!r} {native_files}\n  model  {got!r} {model_files}"
+    )
 
 
 def test_forked_child_is_in_its_parents_process_group(exe, tmp_path):
@@ -37,4 +38,6 @@ def test_forked_child_is_in_its_parents_process_group(exe, tmp_path):
     m = model_machine([exe, "groups"], fresh_dir(tmp_path / "w", {}))
     m.run(timeout=60)
     assert b"child: in the parent's group 1, own group 0\n" in m.stdout, bytes(m.stdout)
-    assert m.processes[0].sid == 0, f"the first process's session leader is outside the guest, got sid {m.processes[0].sid}"
+    assert m.processes[0].sid == 0, (
+        f"the first process's session leader is outside the guest, got sid {m.processes[0].sid}"
+    )

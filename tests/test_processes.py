@@ -31,6 +31,7 @@ def machine(path, **kw):
 
 # ------------------------------------------------------------------ tasks
 
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_pthreads_run_to_completion(guests, seed):
     r = machine(guests["threads"], seed=seed).run(max_insns=100_000_000)
@@ -51,10 +52,14 @@ def test_getpid_and_gettid_per_thread(guests):
 def test_fork_vfork_and_wait(guests, seed):
     r = machine(guests["forks"], seed=seed).run()
     assert r.stdout.decode().splitlines() == [
-        "child work=11", "parent saw child exit 7", "vfork child exit 9, parent work=3"]
+        "child work=11",
+        "parent saw child exit 7",
+        "vfork child exit 9, parent work=3",
+    ]
 
 
 # ------------------------------------------------------------------ scheduler
+
 
 def _run_history(path, seed, probe=None):
     m = machine(path, seed=seed)
@@ -80,6 +85,7 @@ def test_different_seeds_reach_different_interleavings(guests):
 def test_seed_sweep_probed_runs_match_unprobed(guests, seed):
     """Probes on every instruction of work() and worker(): same output on every seed."""
     from probe_all import boundaries
+
     plain = machine(guests["threads"], seed=seed).run()
     m = machine(guests["threads"], seed=seed)
     hits = Counter()
@@ -91,6 +97,7 @@ def test_seed_sweep_probed_runs_match_unprobed(guests, seed):
 
 
 # ------------------------------------------------------------------ uprobes across tasks
+
 
 @pytest.mark.parametrize("kernel", PROFILES)
 def test_breakpoints_are_inherited_by_fork(guests, kernel):
@@ -165,18 +172,23 @@ def test_filter_fork_removes_the_breakpoint_from_the_child_only(guests):
 def test_filter_clone_vm_keeps_the_shared_breakpoint(guests):
     m = machine(guests["threads"], kernel="6.18")
     hits = Counter()
-    m.uprobes.register("work", handler=lambda c: (hits.update([c.task.tid]), UPROBE_HANDLER_REMOVE)[1],
-                       filter=lambda proc: proc.pid == 1000)
+    m.uprobes.register(
+        "work",
+        handler=lambda c: (hits.update([c.task.tid]), UPROBE_HANDLER_REMOVE)[1],
+        filter=lambda proc: proc.pid == 1000,
+    )
     m.run()
     assert sum(hits.values()) == 150, "threads share the mm that the filter still wants"
 
 
-@pytest.mark.parametrize("kernel,child", [("6.18", "signal 11"), ("7.1", "signal 11"), ("7.2", "signal 11"),
-                                          ("7.3", "exit 3")])
+@pytest.mark.parametrize(
+    "kernel,child", [("6.18", "signal 11"), ("7.1", "signal 11"), ("7.2", "signal 11"), ("7.3", "exit 3")]
+)
 def test_optimized_site_after_fork_per_profile(tmp_path, kernel, child):
     """Measured on a real 6.18: the child inherits `call` into a [uprobes-trampoline]
     that fork did not copy (VM_DONTCOPY) and dies of SIGSEGV; 7.3 copies trampolines."""
     from guest_programs import build_corpus_guest
+
     exe = build_corpus_guest("forkopt", str(tmp_path))
     m = Machine.from_elf(exe, kernel=kernel)
     m.uprobes.register("site_nop5", handler=lambda c: None)
@@ -194,13 +206,14 @@ def test_attach_and_detach_while_other_threads_run(guests):
     state = {"uc": None, "n": 0}
     calls = Counter()
     rets = Counter()
-    real = m.syscalls.table[202]       # futex: called by the threads at every contended lock
+    real = m.syscalls.table[202]  # futex: called by the threads at every contended lock
 
     def toggling_futex(task, regs, *a):
         state["n"] += 1
         if state["uc"] is None:
-            state["uc"] = m.uprobes.register("work", handler=lambda c: calls.update(["entry"]),
-                                             ret_handler=lambda c: rets.update(["ret"]))
+            state["uc"] = m.uprobes.register(
+                "work", handler=lambda c: calls.update(["entry"]), ret_handler=lambda c: rets.update(["ret"])
+            )
         elif state["n"] % 2 == 0:
             m.uprobes.unregister(state["uc"])
             state["uc"] = None
@@ -215,7 +228,8 @@ def test_attach_and_detach_while_other_threads_run(guests):
     expected = b"\xcc" if state["uc"] is not None else orig
     assert m.mem.read(work, 1) == expected, "no corrupted site bytes"
     assert m.mem.read(work + 1, 3) == m.process.exe.read(
-        m.process.exe.elf.vaddr_to_offset(m.process.exe.elf.resolve("work").value) + 1, 3)
+        m.process.exe.elf.vaddr_to_offset(m.process.exe.elf.resolve("work").value) + 1, 3
+    )
 
 
 def test_per_task_counters(guests):
@@ -231,7 +245,7 @@ def test_threads_wait_for_a_free_xol_slot_and_handlers_run_once(guests):
     """With one usable XOL slot and tiny time slices, threads find the slot busy and
     sleep until it is freed; each hit's handlers still run exactly once."""
     m = machine(guests["threads"], kernel="6.18", seed=5)
-    m.uprobes.xol_slots = 2                       # slot 0 is the trampoline: one usable
+    m.uprobes.xol_slots = 2  # slot 0 is the trampoline: one usable
     m.scheduler.min_slice, m.scheduler.max_slice = 1, 3
     hits = Counter()
     waits = []
@@ -248,6 +262,7 @@ def test_usdt_race_attach_detach_semaphore_ends_at_zero(build_c):
     """Port of uprobe_race: trigger threads against attach/detach (done at every futex
     call); handlers never run for a detached consumer and the semaphore ends at 0."""
     import os
+
     inc = os.path.join(os.path.dirname(__file__), "..", "guest_programs", "c")
     exe = build_c("usdt_race.c", "-static", "-pthread", f"-I{inc}", name="usdt_race")
     m = Machine.from_elf(exe, kernel="6.18", seed=2)

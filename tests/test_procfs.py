@@ -66,6 +66,7 @@ def field(status: str, name: str) -> str:
 
 # ------------------------------------------------------------------ /proc/<pid>/status
 
+
 def test_status_text_of_a_fresh_guest(m):
     want = (
         "Name:\tprog\nUmask:\t0022\nState:\tR (running)\nTgid:\t1000\nNgid:\t0\nPid:\t1000\n"
@@ -76,7 +77,8 @@ def test_status_text_of_a_fresh_guest(m):
         "HugetlbPages:\t       0 kB\nCoreDumping:\t0\nuntag_mask:\t0xffffffffffffffff\n"
         "Threads:\t1\nSigQ:\t0/16384\nSigPnd:\t0000000000000000\n"
         "ShdPnd:\t0000000000000000\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n"
-        "SigCgt:\t0000000000000000\nCpus_allowed:\t1\nCpus_allowed_list:\t0\n")
+        "SigCgt:\t0000000000000000\nCpus_allowed:\t1\nCpus_allowed_list:\t0\n"
+    )
     got = text(m, "self/status")
     assert got == want, f"want:\n{want}\ngot:\n{got}"
 
@@ -108,26 +110,26 @@ def test_status_name_escapes_newline_and_backslash(m):
 
 
 def test_status_signal_sets(m):
-    m.task.sigmask = (1 << 9) | (1 << 63)                  # SIGUSR1 (10) and signal 64
+    m.task.sigmask = (1 << 9) | (1 << 63)  # SIGUSR1 (10) and signal 64
     raw = lambda handler: struct.pack("<QQQQ", handler, 0, 0, 0)  # noqa: E731
-    m.process.sighand.action = {2: raw(1), 15: raw(0x401000), 3: raw(0)}   # SIGINT ignored, SIGTERM caught
+    m.process.sighand.action = {2: raw(1), 15: raw(0x401000), 3: raw(0)}  # SIGINT ignored, SIGTERM caught
     m.send_sig(m.task, 10, force=False)
     status = text(m, "self/status")
     got = [field(status, n) for n in ("SigPnd", "SigBlk", "SigIgn", "SigCgt", "SigQ")]
-    assert got == ["0000000000000200", "8000000000000200", "0000000000000002", "0000000000004000",
-                   "1/16384"], got
+    assert got == ["0000000000000200", "8000000000000200", "0000000000000002", "0000000000004000", "1/16384"], got
 
 
-@pytest.mark.parametrize("top,want", [(2, 64), (63, 64), (64, 128), (127, 128), (128, 256), (255, 256),
-                                      (256, 512), (1023, 1024)])
+@pytest.mark.parametrize(
+    "top,want", [(2, 64), (63, 64), (64, 128), (127, 128), (128, 256), (255, 256), (256, 512), (1023, 1024)]
+)
 def test_fdsize_follows_alloc_fdtable(m, top, want):
     m.process.files.install(m.process.files.get(1), lowest=top)
     assert (max_fds(m.process.files), field(text(m, "self/status"), "FDSize")) == (want, str(want))
 
 
 def test_status_vm_lines_count_the_mappings(m):
-    m.mem.map(0x10000000, 5 * 4096, 3, "")                # rw anonymous: data
-    m.mem.map(0x20000000, 3 * 4096, 5, "")                # r-x anonymous: exec, not the program's
+    m.mem.map(0x10000000, 5 * 4096, 3, "")  # rw anonymous: data
+    m.mem.map(0x20000000, 3 * 4096, 5, "")  # r-x anonymous: exec, not the program's
     status = text(m, "self/status")
     got = [field(status, n) for n in ("VmSize", "VmData", "VmExe", "VmLib", "VmStk")]
     assert got == ["     172 kB", "      20 kB", "       8 kB", "      12 kB", "     132 kB"], got
@@ -141,8 +143,9 @@ def test_thread_counts_and_pids_of_a_second_thread(m):
     assert walk(m, "thread-self", t2).path == f"/proc/1000/task/{t2.tid}"
 
 
-@pytest.mark.parametrize("reason,want", [("pipe_read", "S (sleeping)"), ("wait4", "S (sleeping)"),
-                                         ("vfork", "D (disk sleep)")])
+@pytest.mark.parametrize(
+    "reason,want", [("pipe_read", "S (sleeping)"), ("wait4", "S (sleeping)"), ("vfork", "D (disk sleep)")]
+)
 def test_state_of_a_sleeping_task(m, reason, want):
     m.block(m.task, reason)
     assert field(text(m, "self/status"), "State") == want
@@ -150,11 +153,14 @@ def test_state_of_a_sleeping_task(m, reason, want):
 
 # ------------------------------------------------------------------ /proc/<pid>/stat
 
+
 def test_stat_line_of_a_fresh_guest(m):
     p = m.process
-    want = (f"1000 (prog) R 1 1000 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 0 {140 * 1024} 0 "
-            f"18446744073709551615 4194304 4198401 {p.start_stack} 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 "
-            f"4194304 4198401 {p.brk_start} {p.arg_start} {p.arg_end} {p.env_start} {p.env_end} 0\n")
+    want = (
+        f"1000 (prog) R 1 1000 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 0 {140 * 1024} 0 "
+        f"18446744073709551615 4194304 4198401 {p.start_stack} 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 "
+        f"4194304 4198401 {p.brk_start} {p.arg_start} {p.arg_end} {p.env_start} {p.env_end} 0\n"
+    )
     got = text(m, "self/stat")
     assert got == want, f"want {want!r}\ngot  {got!r}"
 
@@ -173,8 +179,10 @@ def test_stat_of_a_thread_and_of_a_forked_child(m):
     assert text(m, "1000/stat").rsplit(")", 1)[1].split()[17] == "2", "num_threads"
 
 
-@pytest.mark.parametrize("state,threads,whole,want", [
-    ("running", 1, True, "0"), ("blocked", 1, True, "1"), ("blocked", 2, True, "0"), ("blocked", 2, False, "1")])
+@pytest.mark.parametrize(
+    "state,threads,whole,want",
+    [("running", 1, True, "0"), ("blocked", 1, True, "1"), ("blocked", 2, True, "0"), ("blocked", 2, False, "1")],
+)
 def test_stat_wchan_says_not_running(m, state, threads, whole, want):
     """Field 35 is !task_is_running, shown for a thread or a single-threaded process."""
     if threads == 2:
@@ -196,6 +204,7 @@ def test_stat_start_time_is_in_clock_ticks_since_boot(m):
 
 
 # ------------------------------------------------------------------ cmdline, comm, exe, maps
+
 
 def test_cmdline_is_the_argv_strings(m):
     assert text(m, "self/cmdline") == "prog\0a b\0c\0"
@@ -257,9 +266,10 @@ def test_maps_is_the_target_processs_maps(m):
 
 # ------------------------------------------------------------------ links and listing
 
+
 @pytest.mark.parametrize("path", ["/proc", "/proc/self", "/proc/self/status", "/proc/uptime"])
 def test_st_dev_is_the_hosts_procfs(m, path):
-    assert walk(m, path[len("/proc"):] or "/").attrs(m.task).dev == os.stat(path, follow_symlinks=False).st_dev
+    assert walk(m, path[len("/proc") :] or "/").attrs(m.task).dev == os.stat(path, follow_symlinks=False).st_dev
 
 
 def _proc_ino(m, path: str) -> int:
@@ -267,8 +277,9 @@ def _proc_ino(m, path: str) -> int:
     return (root.lookup(m.task, path) if path else root).attrs(m.task).ino
 
 
-@pytest.mark.parametrize("path,ino", [("self", 0xF0000000), ("thread-self", 0xF0000001), ("mounts", 0xF0000002),
-                                      ("", 1)])
+@pytest.mark.parametrize(
+    "path,ino", [("self", 0xF0000000), ("thread-self", 0xF0000001), ("mounts", 0xF0000002), ("", 1)]
+)
 def test_fixed_inodes_are_the_hosts(m, path, ino):
     host = os.stat("/proc/" + path, follow_symlinks=False).st_ino
     assert (_proc_ino(m, path), host) == (ino, ino)
@@ -285,8 +296,10 @@ def test_top_level_inodes_follow_the_hosts_creation_order(m):
 
 def test_self_and_thread_self_links(m):
     fs = ProcFs(m)
-    assert (fs.root.lookup(m.task, "self").readlink(m.task),
-            fs.root.lookup(m.task, "thread-self").readlink(m.task)) == ("1000", "1000/task/1000")
+    assert (
+        fs.root.lookup(m.task, "self").readlink(m.task),
+        fs.root.lookup(m.task, "thread-self").readlink(m.task),
+    ) == ("1000", "1000/task/1000")
     a = fs.root.lookup(m.task, "self").attrs(m.task)
     assert (oct(a.mode), a.ino, a.dev) == (oct(S.S_IFLNK | 0o777), 0xF0000000, PROC_DEV)
 
@@ -296,7 +309,18 @@ def test_root_lists_the_guests_processes_only(m):
     child.files = m.process.files.fork()
     m.new_task(child, cred=m.task.cred)
     names = [n for n, _, _ in ProcFs(m).root.children(m.task)]
-    assert names == ["mounts", "uptime", "cpuinfo", "loadavg", "meminfo", "filesystems", "self", "thread-self", "1000", "1001"]
+    assert names == [
+        "mounts",
+        "uptime",
+        "cpuinfo",
+        "loadavg",
+        "meminfo",
+        "filesystems",
+        "self",
+        "thread-self",
+        "1000",
+        "1001",
+    ]
 
 
 @pytest.mark.parametrize("path", ["", "self", "self/task/1000"])
@@ -309,8 +333,25 @@ def test_readdir_order_is_the_hosts_for_these_names(m, path):
 
 def test_pid_directory_entries_in_kernel_order(m):
     names = [n for n, _, _ in walk(m, "self").children(m.task)]
-    assert names == ["task", "fd", "environ", "auxv", "status", "personality", "limits", "comm", "cmdline",
-                     "stat", "maps", "cwd", "root", "exe", "mounts", "loginuid", "sessionid"]
+    assert names == [
+        "task",
+        "fd",
+        "environ",
+        "auxv",
+        "status",
+        "personality",
+        "limits",
+        "comm",
+        "cmdline",
+        "stat",
+        "maps",
+        "cwd",
+        "root",
+        "exe",
+        "mounts",
+        "loginuid",
+        "sessionid",
+    ]
 
 
 def test_environ_is_the_envp_strings(m):
@@ -330,17 +371,23 @@ def test_auxv_is_the_exec_auxiliary_vector(m):
     assert pairs[:-1] == [(k, v) for k, v in m.auxv.items() if k], "in the order exec wrote them"
 
 
-@pytest.mark.parametrize("path", ["99999", "01000", "self/statm",
-                                  "self/fd/7", "self/task/99999", "sys"])
+@pytest.mark.parametrize("path", ["99999", "01000", "self/statm", "self/fd/7", "self/task/99999", "sys"])
 def test_what_is_not_modeled_is_enoent(m, path):
     assert walk(m, path) == -E.ENOENT
 
 
-@pytest.mark.parametrize("path,mode,uid", [
-    ("self", S.S_IFDIR | 0o555, 1000), ("self/status", S.S_IFREG | 0o444, 1000),
-    ("self/comm", S.S_IFREG | 0o644, 1000), ("self/fd", S.S_IFDIR | 0o500, 1000),
-    ("self/exe", S.S_IFLNK | 0o777, 1000), ("uptime", S.S_IFREG | 0o444, 0),
-    ("self/task", S.S_IFDIR | 0o555, 1000)])
+@pytest.mark.parametrize(
+    "path,mode,uid",
+    [
+        ("self", S.S_IFDIR | 0o555, 1000),
+        ("self/status", S.S_IFREG | 0o444, 1000),
+        ("self/comm", S.S_IFREG | 0o644, 1000),
+        ("self/fd", S.S_IFDIR | 0o500, 1000),
+        ("self/exe", S.S_IFLNK | 0o777, 1000),
+        ("uptime", S.S_IFREG | 0o444, 0),
+        ("self/task", S.S_IFDIR | 0o555, 1000),
+    ],
+)
 def test_modes_and_owners(m, path, mode, uid):
     a = walk(m, path).attrs(m.task)
     assert (oct(a.mode), a.uid, a.dev, a.blksize) == (oct(mode), uid, PROC_DEV, 1024), a
@@ -356,14 +403,17 @@ def test_fstat_of_an_open_proc_file_matches_stat(m):
 
 # ------------------------------------------------------------------ write opens
 
-@pytest.mark.parametrize("path", ["self/status", "self/stat", "self/maps", "self/cmdline", "uptime",
-                                  "meminfo", "self/mounts"])
+
+@pytest.mark.parametrize(
+    "path", ["self/status", "self/stat", "self/maps", "self/cmdline", "uptime", "meminfo", "self/mounts"]
+)
 def test_unprivileged_write_open_is_eacces(m, path):
     assert walk(m, path).open(m.task, O_WRONLY) == -E.EACCES
 
 
-@pytest.mark.parametrize("path,errno_", [("self/status", E.EINVAL), ("self/maps", E.EINVAL),
-                                         ("uptime", E.EIO), ("meminfo", E.EIO)])
+@pytest.mark.parametrize(
+    "path,errno_", [("self/status", E.EINVAL), ("self/maps", E.EINVAL), ("uptime", E.EIO), ("meminfo", E.EIO)]
+)
 def test_root_write_open_succeeds_and_write_fails_as_linux(path, errno_):
     m = machine(uid=0, gid=0, groups=[])
     f = walk(m, path).open(m.task, O_RDWR)
@@ -379,6 +429,7 @@ def test_write_open_of_a_directory_is_eisdir(path):
 
 # ------------------------------------------------------------------ fd/
 
+
 def test_fd_directory_lists_the_live_descriptors(m):
     m.process.files.close(2)
     m.process.files.install(m.process.files.get(1), lowest=9)
@@ -388,8 +439,9 @@ def test_fd_directory_lists_the_live_descriptors(m):
 
 
 def test_fd_links_name_the_descriptions_and_their_modes(m):
-    got = [(walk(m, f"self/fd/{fd}").readlink(m.task), oct(walk(m, f"self/fd/{fd}").attrs(m.task).mode))
-           for fd in (0, 1)]
+    got = [
+        (walk(m, f"self/fd/{fd}").readlink(m.task), oct(walk(m, f"self/fd/{fd}").attrs(m.task).mode)) for fd in (0, 1)
+    ]
     assert got == [("pipe:[3]", oct(S.S_IFLNK | 0o500)), ("pipe:[4]", oct(S.S_IFLNK | 0o300))], got
     assert walk(m, "self/fd/0").attrs(m.task).size == 64
 
@@ -439,6 +491,7 @@ def test_reopening_the_stdin_pipe_for_writing_is_enxio(m):
 
 # ------------------------------------------------------------------ system-wide files
 
+
 def test_uptime_is_the_virtual_clock(m):
     m.syscalls.clock_ns += 12_345_678_901
     assert text(m, "uptime") == "12.34 0.00\n"
@@ -449,8 +502,11 @@ def test_meminfo_agrees_with_sysinfo(m):
     assert m.syscalls.sys_sysinfo(m.task, None, buf) == 0
     total, free = struct.unpack_from("<QQ", m.mem.read(buf + 32, 16))
     lines = text(m, "meminfo").splitlines()
-    assert lines[:3] == [f"MemTotal:       {total >> 10:>8} kB", f"MemFree:        {free >> 10:>8} kB",
-                         f"MemAvailable:   {free >> 10:>8} kB"], (lines, total, free)
+    assert lines[:3] == [
+        f"MemTotal:       {total >> 10:>8} kB",
+        f"MemFree:        {free >> 10:>8} kB",
+        f"MemAvailable:   {free >> 10:>8} kB",
+    ], (lines, total, free)
     assert total == 4 << 30
 
 
@@ -464,8 +520,12 @@ def test_mounts_are_the_guests_view(tmp_path):
     m = machine(grant_dirs=[str(tmp_path)])
     lines = text(m, "self/mounts").splitlines()
     got = [line.split()[1:4:2] for line in lines]
-    assert got == [["/", "ro,relatime"], [str(tmp_path), "rw,relatime"], ["/proc", "rw,relatime"],
-                   ["/dev", "rw,relatime,mode=755"]], lines
+    assert got == [
+        ["/", "ro,relatime"],
+        [str(tmp_path), "rw,relatime"],
+        ["/proc", "rw,relatime"],
+        ["/dev", "rw,relatime,mode=755"],
+    ], lines
     assert lines[-2:] == ["proc /proc proc rw,relatime 0 0", "devtmpfs /dev devtmpfs rw,relatime,mode=755 0 0"]
     assert walk(m, "mounts").readlink(m.task) == "self/mounts"
 
@@ -477,6 +537,7 @@ def test_mounts_show_a_granted_root_read_write():
 
 def test_a_zombie_keeps_its_directory_without_an_mm(m):
     from kernel_model.kernel.signals import RunResult
+
     child = m.new_process(comm="kid", parent=m.process)
     child.files = m.process.files.fork()
     kid = m.new_task(child, cred=m.task.cred)
@@ -487,8 +548,9 @@ def test_a_zombie_keeps_its_directory_without_an_mm(m):
     assert got == ("Z (zombie)", "0", False, False), "no mm, no files, no fs_struct"
     stat = text(m, f"{kid.tid}/stat").rsplit(")", 1)[1].split()
     got = (stat[0], stat[-1], stat[20], stat[6], stat[32])
-    assert got == ("Z", "768", "0", str(0x804C), "1"), \
+    assert got == ("Z", "768", "0", str(0x804C), "1"), (
         "exit_code is the wait status; no vsize; do_exit's flags; not running"
+    )
     assert (text(m, f"{kid.tid}/cmdline"), walk(m, f"{kid.tid}/exe").readlink(m.task)) == ("", -E.ENOENT)
 
 
@@ -535,7 +597,7 @@ def test_stat_without_a_terminal_has_no_tty(m):
 
 def test_reopening_a_file_with_a_path_opens_it_by_that_path(tmp_path):
     (tmp_path / "f").write_bytes(b"0123456789")
-    m = machine(grant_dirs=[str(tmp_path)], uid=0, gid=0, groups=[])    # pytest's tmp is 0700 root's
+    m = machine(grant_dirs=[str(tmp_path)], uid=0, gid=0, groups=[])  # pytest's tmp is 0700 root's
     first = m.syscalls.open_guest_path(m.task, str(tmp_path / "f"), O_RDONLY)
     fd = m.process.files.install(first)
     assert first.read(4, None) == b"0123"
@@ -556,6 +618,7 @@ def test_every_node_answers_for_live_zombie_and_threaded_processes(m):
     every file opens and reads, every link reads - values or errnos, never an
     exception (a zombie, a second thread and a sleeping task included)."""
     from kernel_model.kernel.signals import RunResult
+
     t2 = m.new_task(m.process, cred=m.task.cred)
     t2.state = "blocked"
     child = m.new_process(comm="kid", parent=m.process)
@@ -577,6 +640,7 @@ def test_every_node_answers_for_live_zombie_and_threaded_processes(m):
             assert isinstance(f, int) or isinstance(f.read(1 << 20, None), (bytes, int))
         elif S.S_ISLNK(a.mode):
             assert isinstance(node.readlink(m.task), (str, int))
+
     visit(ProcFs(m).root, 0)
     assert seen > 60, seen
 
@@ -607,8 +671,10 @@ def test_audit_ids_are_unset_as_without_a_login_session(m, name, mode):
 def test_limits_text_is_the_kernels_for_the_same_limits(m):
     """/proc/self/limits of this test process, and the model's with the same limits."""
     import resource
-    m.process.signal.rlim = [tuple(v if v != resource.RLIM_INFINITY else (1 << 64) - 1
-                               for v in resource.getrlimit(r)) for r in range(16)]
+
+    m.process.signal.rlim = [
+        tuple(v if v != resource.RLIM_INFINITY else (1 << 64) - 1 for v in resource.getrlimit(r)) for r in range(16)
+    ]
     with open("/proc/self/limits") as f:
         host = f.read()
     assert text(m, "self/limits") == host, f"host:\n{host}\nmodel:\n{text(m, 'self/limits')}"

@@ -24,7 +24,7 @@ def test_ci_runs_exactly_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     _, tests = readme_commands()
     install, test_cmd = tests.split(" && ")
-    assert "python -m " + install in ci or f"python -m pip install --quiet {install[len('pip install '):]}" in ci
+    assert "python -m " + install in ci or f"python -m pip install --quiet {install[len('pip install ') :]}" in ci
     assert ci[-1] == test_cmd
 
 
@@ -36,5 +36,6 @@ def test_guest_sources_ship_as_package_data():
     from importlib import resources
 
     import guest_programs
+
     for g in guest_programs.GUESTS.values():
         assert resources.files("guest_programs").joinpath("asm", g.source_file).is_file()

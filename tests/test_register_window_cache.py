@@ -14,11 +14,15 @@ import sys
 
 import pytest
 
-LAYOUT = ("import json\nfrom emu.engine import regfile\n"
-          "print(json.dumps([regfile.cpu_window_layout(), regfile._library_identity()]))")
-NO_SEARCH = ("from emu.engine import regfile\n"
-             "def refuse(fd):\n    raise AssertionError('searched although the cache holds the layout')\n"
-             "regfile._search_layout = refuse\n" + LAYOUT)
+LAYOUT = (
+    "import json\nfrom emu.engine import regfile\n"
+    "print(json.dumps([regfile.cpu_window_layout(), regfile._library_identity()]))"
+)
+NO_SEARCH = (
+    "from emu.engine import regfile\n"
+    "def refuse(fd):\n    raise AssertionError('searched although the cache holds the layout')\n"
+    "regfile._search_layout = refuse\n" + LAYOUT
+)
 
 
 def layout_in(cache_home: str, code: str = LAYOUT) -> tuple[list | None, str]:

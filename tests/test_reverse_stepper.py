@@ -65,8 +65,9 @@ def register_dumps(out: str) -> list[str]:
 
 @pytest.mark.parametrize("n", [1, 3, 7, 25])
 def test_reverse_stepi_n_then_stepi_n_is_the_same_state(guest, n):
-    out, err = step_session(guest, f"b work\nc\nc\ndelete\nsi 5\ninfo registers\nrsi {n}\nsi {n}\ninfo registers\nq\n",
-                            *probes(guest))
+    out, err = step_session(
+        guest, f"b work\nc\nc\ndelete\nsi 5\ninfo registers\nrsi {n}\nsi {n}\ninfo registers\nq\n", *probes(guest)
+    )
     before, after = register_dumps(out)
     assert after == before, f"after rsi {n}; si {n}:\n{after}\nexpected:\n{before}\n{err}"
 
@@ -111,8 +112,11 @@ def test_reverse_step_undoes_a_whole_call():
     s.run_until("after_second")
     assert m.reg_read("rbx") == 25
     ev = rs.reverse_step()
-    assert (ev.reason, m.pc, m.reg_read("rbx")) == ("step", m.resolve("after_first"), 15), \
-        (ev.reason, hex(m.pc), m.reg_read("rbx"))
+    assert (ev.reason, m.pc, m.reg_read("rbx")) == ("step", m.resolve("after_first"), 15), (
+        ev.reason,
+        hex(m.pc),
+        m.reg_read("rbx"),
+    )
     ev = rs.reverse_step()
     assert (m.pc, m.reg_read("rbx")) == (m.resolve("_start") + 7, 5), (hex(m.pc), m.reg_read("rbx"))
     assert rs.reverse_step().reason == "step" and m.pc == m.resolve("_start")
@@ -125,13 +129,16 @@ def test_reverse_stepi_into_a_call_returns_to_its_ret():
     rs = ReverseStepper.of(s, interval=4)
     s.run_until("after_first")
     rs.reverse_stepi()
-    assert (m.pc, m.reg_read("rbx")) == (m.resolve("f") + 7, 15), hex(m.pc)   # at f's ret
+    assert (m.pc, m.reg_read("rbx")) == (m.resolve("f") + 7, 15), hex(m.pc)  # at f's ret
 
 
-@pytest.mark.parametrize("command, message", [
-    ("rsi 0", "bad count"),
-    ("reverse-continue 3", "takes no argument"),
-])
+@pytest.mark.parametrize(
+    "command, message",
+    [
+        ("rsi 0", "bad count"),
+        ("reverse-continue 3", "takes no argument"),
+    ],
+)
 def test_bad_reverse_commands_are_one_line_errors(guest, command, message):
     out, err = step_session(guest, f"{command}\nq\n")
     assert err.strip().splitlines() == [err.strip()] and message in err, err

@@ -33,8 +33,10 @@ def test_reverse_continue_returns_to_each_earlier_write_watch_stop(interval):
     backward = []
     for _ in range(2):
         ev = rs.reverse_continue()
-        assert (ev.reason, ev.watchpoint.address, ev.data_addr) == \
-            ("watchpoint", m.resolve("buf"), m.resolve("buf")), (ev.reason, ev.data_addr)
+        assert (ev.reason, ev.watchpoint.address, ev.data_addr) == ("watchpoint", m.resolve("buf"), m.resolve("buf")), (
+            ev.reason,
+            ev.data_addr,
+        )
         backward.append(state(m))
     assert backward == forward[1::-1], f"expected {forward[1::-1]}, got {backward}"
     assert rs.reverse_continue().reason == HISTORY_START
@@ -45,10 +47,10 @@ def test_a_read_watchpoint_in_reverse_ignores_the_writes():
     s = Stepper(m)
     rs = ReverseStepper.of(s, interval=2)
     s.run_until("loop")
-    s.step(5)                                   # one round: add, mov (the read), dec, jnz, add
+    s.step(5)  # one round: add, mov (the read), dec, jnz, add
     s.watch("other", 8, "read")
     ev = rs.reverse_continue()
-    read_at = m.resolve("loop") + 4             # the mov that reads other
+    read_at = m.resolve("loop") + 4  # the mov that reads other
     assert (ev.reason, m.pc) == ("watchpoint", read_at + 4), (ev.reason, hex(m.pc))
     assert state(m)[2] == 5, f"after the first round's read buf is 5, got {state(m)[2]}"
 

@@ -29,13 +29,13 @@ def layout(tmp_path):
 
 
 def _machine(exe, grant, *args):
-    return Machine.from_elf(exe, argv=[exe, *args], sysroot=str(grant.parent), grant_dirs=[str(grant)],
-                            cwd="/grant")
+    return Machine.from_elf(exe, argv=[exe, *args], sysroot=str(grant.parent), grant_dirs=[str(grant)], cwd="/grant")
 
 
 def _swapper(grant, target: str, stop: threading.Event) -> threading.Thread:
     """Another host process's work: data.txt is atomically, alternately, a regular file
     and a symlink to ``target``."""
+
     def run():
         regular, link = grant / ".regular", grant / ".link"
         while not stop.is_set():
@@ -43,6 +43,7 @@ def _swapper(grant, target: str, stop: threading.Event) -> threading.Thread:
             os.replace(regular, grant / "data.txt")
             os.symlink(target, link)
             os.replace(link, grant / "data.txt")
+
     t = threading.Thread(target=run, daemon=True)
     t.start()
     return t
@@ -58,7 +59,7 @@ def test_symlink_swap_race_never_reads_outside_the_view(build_c, layout, kind):
     grant, outside = layout
     target = str(outside / "secret.txt") if kind == "absolute" else "../../outside/secret.txt"
     exe = build_c("open_loop.c", "-static")
-    for _ in range(3):          # the swap must race with the opens: a busy host may starve it
+    for _ in range(3):  # the swap must race with the opens: a busy host may starve it
         m = _machine(exe, grant, "data.txt", "3000", GRANTED)
         stop = threading.Event()
         t = _swapper(grant, target, stop)
@@ -76,16 +77,19 @@ def test_symlink_swap_race_never_reads_outside_the_view(build_c, layout, kind):
     assert c["expected"] > 0 and c["failed"] > 0, f"the swap did not race with the opens: {c}"
 
 
-@pytest.mark.parametrize("name,want", [
-    ("data.txt", "expected=1 other=0 eloop=0 failed=0"),
-    ("link.txt", "expected=0 other=0 eloop=0 failed=1"),           # absolute host path: not in the view
-    ("rel.txt", "expected=0 other=0 eloop=0 failed=1"),            # .. above / stays at /
-    ("inner.txt", "expected=1 other=0 eloop=0 failed=0"),          # a symlink inside the view is followed
-    ("sub/../data.txt", "expected=1 other=0 eloop=0 failed=0"),
-    ("linkdir/secret.txt", "expected=0 other=0 eloop=0 failed=1"),  # symlinked directory outside
-    ("../../outside/secret.txt", "expected=0 other=0 eloop=0 failed=1"),
-    ("loop", "expected=0 other=0 eloop=1 failed=0"),
-])
+@pytest.mark.parametrize(
+    "name,want",
+    [
+        ("data.txt", "expected=1 other=0 eloop=0 failed=0"),
+        ("link.txt", "expected=0 other=0 eloop=0 failed=1"),  # absolute host path: not in the view
+        ("rel.txt", "expected=0 other=0 eloop=0 failed=1"),  # .. above / stays at /
+        ("inner.txt", "expected=1 other=0 eloop=0 failed=0"),  # a symlink inside the view is followed
+        ("sub/../data.txt", "expected=1 other=0 eloop=0 failed=0"),
+        ("linkdir/secret.txt", "expected=0 other=0 eloop=0 failed=1"),  # symlinked directory outside
+        ("../../outside/secret.txt", "expected=0 other=0 eloop=0 failed=1"),
+        ("loop", "expected=0 other=0 eloop=1 failed=0"),
+    ],
+)
 def test_resolution_in_the_guests_namespace(build_c, layout, name, want):
     grant, outside = layout
     (grant / "sub").mkdir()

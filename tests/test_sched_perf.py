@@ -42,11 +42,13 @@ def run_work(path, n, seed=0, rounds=WORK_ROUNDS, **kw):
 
 # ------------------------------------------------------------------ determinism
 
+
 def test_four_threads_replay_exactly_for_a_seed(guest):
     (m1, r1), (m2, r2) = run_work(guest, 4, seed=3), run_work(guest, 4, seed=3)
     assert len(m1.scheduler.history) >= 8, f"the threads hardly interleaved: {m1.scheduler.history}"
-    assert m1.scheduler.history == m2.scheduler.history, \
+    assert m1.scheduler.history == m2.scheduler.history, (
         f"same seed, different switches:\n{m1.scheduler.history}\n{m2.scheduler.history}"
+    )
     assert r1.stdout == r2.stdout == expected_sums(4, WORK_ROUNDS), (r1.stdout, r2.stdout)
 
 
@@ -68,11 +70,14 @@ def test_spinning_threads_see_each_other_within_a_budget(guest, sched_slice):
 def test_short_slices_switch_more_often_than_long_ones(guest):
     short, _ = run_work(guest, 2, rounds=20_000, sched_slice=(1, 40))
     long, _ = run_work(guest, 2, rounds=20_000)
-    assert len(short.scheduler.history) > 20 * len(long.scheduler.history), \
-        (len(short.scheduler.history), len(long.scheduler.history))
+    assert len(short.scheduler.history) > 20 * len(long.scheduler.history), (
+        len(short.scheduler.history),
+        len(long.scheduler.history),
+    )
 
 
 # ------------------------------------------------------------------ cost, structurally
+
 
 @pytest.mark.parametrize("threads", [1, 4])
 def test_emu_starts_are_bounded_by_the_work_over_the_slice(guest, threads):
@@ -104,6 +109,7 @@ def test_a_wake_up_cuts_the_slice_of_the_waker(guest, seed):
 
 # ------------------------------------------------------------------ budgets and timeouts
 
+
 @pytest.mark.parametrize("budget", [150_000, 400_000])
 def test_max_insns_is_exact_with_threads(guest, budget):
     """The budget counts every instruction of every task: a code hook on every
@@ -134,17 +140,18 @@ def test_timeout_ends_threads_spinning_forever(guest):
 
 # ------------------------------------------------------------------ without the native quantum
 
+
 def test_instruction_count_slices_where_the_native_quantum_is_missing(guest, monkeypatch):
     """Hosts where the block hook cannot be made slice with Unicorn's instruction
     counter: slower, still deterministic."""
     monkeypatch.setattr(BlockQuantum, "native", property(lambda self: False))
-    (m1, r1), (m2, r2) = (run_work(guest, 4, seed=5, rounds=20_000, sched_slice=(5_000, 20_000))
-                          for _ in range(2))
+    (m1, r1), (m2, r2) = (run_work(guest, 4, seed=5, rounds=20_000, sched_slice=(5_000, 20_000)) for _ in range(2))
     assert r1.stdout == r2.stdout == expected_sums(4, 20_000)
     assert m1.scheduler.history == m2.scheduler.history and len(m1.scheduler.history) > 4
 
 
 # ------------------------------------------------------------------ the option
+
 
 @pytest.mark.parametrize("bad", [(0, 5), (5, 4), (1, 2**41), ("1", "2"), 40, "1:40"])
 def test_machine_rejects_bad_slices(guest, bad):
@@ -169,8 +176,10 @@ def test_cli_slice_option_reaches_the_scheduler(guest):
 
 # ------------------------------------------------------------------ the benchmark
 
+
 def test_bench_threads_guest_runs_its_threads():
     from emu.frontends.bench.threads import GUEST_PATH, threads_elf
+
     m = Machine.from_bytes(threads_elf(), GUEST_PATH, argv=["threads", "4", "400000"])
     r = m.run(timeout=60)
     assert (r.reason, r.exit_code) == ("exit", 0), r.describe()
@@ -189,6 +198,7 @@ def test_bench_threads_prints_the_ratio_against_its_target():
 
 # ------------------------------------------------------------------ no needless engine cost
 
+
 def _record_starts(m):
     """(timeout, count, blocks, block hook attached) of every engine start of ``m``."""
     engine, starts = m.engine, []
@@ -197,6 +207,7 @@ def _record_starts(m):
     def start(cpu, rip, timeout, count, blocks=None):
         starts.append((timeout, count, blocks, engine.quantum.attached(cpu)))
         return real(cpu, rip, timeout, count, blocks)
+
     engine.start = start
     return starts
 
@@ -209,14 +220,15 @@ def test_the_block_hook_is_detached_once_the_threads_have_exited(guest):
     m = machine(guest, "work", "3", "20000", seed=1)
     starts = _record_starts(m)
     attached_at_write = []
-    m.events.subscribe(lambda e: attached_at_write.append(m.engine.quantum.attached(m.uc))
-                       if e.nr == 1 else None, Syscall)
+    m.events.subscribe(
+        lambda e: attached_at_write.append(m.engine.quantum.attached(m.uc)) if e.nr == 1 else None, Syscall
+    )
     r = m.run(timeout=120)
     assert (r.reason, r.stdout) == ("exit", expected_sums(3, 20000)), r.describe()
     sliced = [s for s in starts if s[2] is not None]
     assert sliced and all(s[3] for s in sliced), "the threaded slices ran without the block hook"
     last_sliced = max(i for i, s in enumerate(starts) if s[2] is not None)
-    after = starts[last_sliced + 1:]
+    after = starts[last_sliced + 1 :]
     assert after and not any(s[3] for s in after), f"the hook stayed after the threads exited: {after}"
     assert attached_at_write == [False], attached_at_write
     assert not m.engine.quantum.attached(m.uc)

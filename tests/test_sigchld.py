@@ -20,10 +20,13 @@ def guest(build_c):
     return build_c("sigsuspend.c", "-static", name="sigsuspend")
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("chld", b"r=-1 got=1 pid_ok=1 status=3 code=1 reaped=1 exit=3 again=-1 errno=10\n"),
-    ("dflchld", b"r=0 got=0 pid_ok=0 status=0 code=0 reaped=1 exit=3 again=-1 errno=10\n"),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("chld", b"r=-1 got=1 pid_ok=1 status=3 code=1 reaped=1 exit=3 again=-1 errno=10\n"),
+        ("dflchld", b"r=0 got=0 pid_ok=0 status=0 code=0 reaped=1 exit=3 again=-1 errno=10\n"),
+    ],
+)
 def test_matches_native(guest, mode, expected):
     assert_native_then_model(guest, mode, expected)
 
@@ -41,18 +44,22 @@ def test_default_sigchld_is_dropped_at_send_time(guest):
     assert m.counters.signals[17] == 0, "default SIGCHLD is dropped at send time"
 
 
-@pytest.mark.parametrize("script, expected", [
-    ('trap "echo got usr1" USR1; kill -USR1 $$; echo done', b"got usr1\ndone\n"),
-    # whether `wait` is interrupted (status 145) races natively with the child's exit;
-    # tests/test_eintr.py pins wait4's EINTR with C guests
-    ('trap "echo chld" CHLD; true & wait; echo done', b"chld\ndone\n"),
-])
+@pytest.mark.parametrize(
+    "script, expected",
+    [
+        ('trap "echo got usr1" USR1; kill -USR1 $$; echo done', b"got usr1\ndone\n"),
+        # whether `wait` is interrupted (status 145) races natively with the child's exit;
+        # tests/test_eintr.py pins wait4's EINTR with C guests
+        ('trap "echo chld" CHLD; true & wait; echo done', b"chld\ndone\n"),
+    ],
+)
 def test_busybox_traps_match_native(script, expected):
     native = subprocess.run([BUSYBOX, "sh", "-c", script], capture_output=True, timeout=60)
     assert (native.returncode, native.stdout) == (0, expected), native
     r = Machine.from_elf(BUSYBOX, argv=[BUSYBOX, "sh", "-c", script]).run(timeout=60)
-    assert (r.reason, r.exit_code, r.stdout) == ("exit", 0, expected), \
+    assert (r.reason, r.exit_code, r.stdout) == ("exit", 0, expected), (
         f"expected {expected!r}, got {r.stdout!r} ({r.describe()})"
+    )
 
 
 def test_busybox_background_job_and_wait_do_not_spin():
@@ -60,13 +67,10 @@ def test_busybox_background_job_and_wait_do_not_spin():
     native run prints (the job's stdin is /dev/null, which the view models).  Short
     time slices: the shell reaches ``wait`` while the job still runs (with long ones the
     job may be done first, and the shell never sleeps)."""
-    native = subprocess.run([BUSYBOX, "sh", "-c", "echo a & wait; echo done"], capture_output=True,
-                            timeout=60)
-    m = Machine.from_elf(BUSYBOX, argv=[BUSYBOX, "sh", "-c", "echo a & wait; echo done"],
-                         sched_slice=(20, 400))
+    native = subprocess.run([BUSYBOX, "sh", "-c", "echo a & wait; echo done"], capture_output=True, timeout=60)
+    m = Machine.from_elf(BUSYBOX, argv=[BUSYBOX, "sh", "-c", "echo a & wait; echo done"], sched_slice=(20, 400))
     r = m.run(timeout=60)
     assert (r.reason, r.exit_code) == ("exit", 0), r.describe()
-    assert (r.stdout, r.stderr) == (native.stdout, native.stderr) == (b"a\ndone\n", b""), \
-        (r.stdout, r.stderr, native)
+    assert (r.stdout, r.stderr) == (native.stdout, native.stderr) == (b"a\ndone\n", b""), (r.stdout, r.stderr, native)
     assert m.counters.syscalls[130] == 1, f"rt_sigsuspend calls: {m.counters.syscalls[130]}"
     assert m.counters.signals[17] == 1

@@ -28,32 +28,44 @@ def guest(build_c):
     return build_c("fpstate.c", "-static", name="fpstate")
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("layout", b"uc_flags=7 fp_aligned=1 fp_below_redzone=1 frame_below_fp=1 magic1=1 ext_is_size+4=1 "
-               b"size_covers_fpsse=1 magic2=1 xfeat_fpsse=1 bv_fpsse=1 pad=0\n" + AFTER),
-    ("saved", b"saved xmm3=99aabbccddeeff001122334455667788 mxcsr=3f80 fcw=27f\n" + AFTER),
-    ("altstack", b"altstack onstack=1 frame_inside=1 fp_inside=1\n" + AFTER),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        (
+            "layout",
+            b"uc_flags=7 fp_aligned=1 fp_below_redzone=1 frame_below_fp=1 magic1=1 ext_is_size+4=1 "
+            b"size_covers_fpsse=1 magic2=1 xfeat_fpsse=1 bv_fpsse=1 pad=0\n" + AFTER,
+        ),
+        ("saved", b"saved xmm3=99aabbccddeeff001122334455667788 mxcsr=3f80 fcw=27f\n" + AFTER),
+        ("altstack", b"altstack onstack=1 frame_inside=1 fp_inside=1\n" + AFTER),
+    ],
+)
 def test_the_frame_a_handler_sees(guest, mode, expected):
     assert_native_then_model(guest, mode, expected)
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("clobber", AFTER),
-    ("entry", b"entry xmm3=00000000000000000000000000000000 mxcsr=1f80 fcw=37f\n" + AFTER),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("clobber", AFTER),
+        ("entry", b"entry xmm3=00000000000000000000000000000000 mxcsr=1f80 fcw=37f\n" + AFTER),
+    ],
+)
 def test_the_handler_s_fpu_is_its_own(guest, mode, expected):
     """fpu__clear_user_states before the handler; the saved state comes back after."""
     assert_native_then_model(guest, mode, expected)
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("edit", b"after xmm3=0123456789abcdef0badc0de0badc0de mxcsr=5f80 fcw=27f\n"),
-    ("xfeat_fp", b"after xmm3=00000000000000000000000000000000 mxcsr=1f80 fcw=27f\n"),
-    ("bv_nosse", b"after xmm3=00000000000000000000000000000000 mxcsr=5f80 fcw=27f\n"),
-    ("nomagic", b"after xmm3=0123456789abcdef0badc0de0badc0de mxcsr=5f80 fcw=27f\n"),
-    ("nullfp", b"after xmm3=00000000000000000000000000000000 mxcsr=1f80 fcw=37f\n"),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("edit", b"after xmm3=0123456789abcdef0badc0de0badc0de mxcsr=5f80 fcw=27f\n"),
+        ("xfeat_fp", b"after xmm3=00000000000000000000000000000000 mxcsr=1f80 fcw=27f\n"),
+        ("bv_nosse", b"after xmm3=00000000000000000000000000000000 mxcsr=5f80 fcw=27f\n"),
+        ("nomagic", b"after xmm3=0123456789abcdef0badc0de0badc0de mxcsr=5f80 fcw=27f\n"),
+        ("nullfp", b"after xmm3=00000000000000000000000000000000 mxcsr=1f80 fcw=37f\n"),
+    ],
+)
 def test_sigreturn_restores_the_edited_frame(guest, mode, expected):
     """XRSTOR of the features the sw bytes name (the rest initialised), the header's
     XSTATE_BV honoured; without magic1 an FXRSTOR of the legacy region; no fpstate
@@ -65,14 +77,16 @@ def test_a_reserved_mxcsr_bit_in_the_frame_is_sigsegv(guest):
     native = subprocess.run([guest, "badmxcsr"], capture_output=True, timeout=60)
     assert (native.returncode, native.stdout) == (-11, b"before\n"), native
     r = Machine.from_elf(guest, argv=[guest, "badmxcsr"]).run(timeout=60)
-    assert (r.reason, r.signal, r.detail, r.stdout) == ("signal", 11, "bad signal frame", b"before\n"), \
-        r.describe()
+    assert (r.reason, r.signal, r.detail, r.stdout) == ("signal", 11, "bad signal frame", b"before\n"), r.describe()
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("initial", b"initial mxcsr=1f80 fcw=37f\n"),
-    ("fork", b"child mxcsr=3f80\n"),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("initial", b"initial mxcsr=1f80 fcw=37f\n"),
+        ("fork", b"child mxcsr=3f80\n"),
+    ],
+)
 def test_fpu_state_at_exec_and_across_fork(guest, mode, expected):
     """fpstate_init at exec; fpu_clone copies the parent's registers."""
     assert_native_then_model(guest, mode, expected)
@@ -98,18 +112,35 @@ def test_the_frame_bytes(guest):
         mc = uc + sf.SIGCONTEXT_OFFSET
         rsp = m.mem.read_u64(mc + 15 * 8)
         fp = m.mem.read_u64(uc + sf.FPSTATE_PTR_OFFSET)
-        got.update(uc_flags=m.mem.read_u64(uc), fp=fp, rsp=rsp, frame=e.frame,
-                   sw=m.mem.read(fp + 464, 48), bv=m.mem.read_u64(fp + 512),
-                   magic2=m.mem.read(fp + 576, 4), fcw=m.mem.read(fp, 2), mxcsr=m.mem.read(fp + 24, 8),
-                   xmm3=m.mem.read(fp + 160 + 48, 16))
+        got.update(
+            uc_flags=m.mem.read_u64(uc),
+            fp=fp,
+            rsp=rsp,
+            frame=e.frame,
+            sw=m.mem.read(fp + 464, 48),
+            bv=m.mem.read_u64(fp + 512),
+            magic2=m.mem.read(fp + 576, 4),
+            fcw=m.mem.read(fp, 2),
+            mxcsr=m.mem.read(fp + 24, 8),
+            xmm3=m.mem.read(fp + 160 + 48, 16),
+        )
+
     m.events.subscribe(on_handler, ev.SignalHandler)
     r = m.run(timeout=60)
     assert r.reason == "exit", r.describe()
     fp = (got["rsp"] - 128 - 580) & ~63
-    want = dict(uc_flags=7, fp=fp, rsp=got["rsp"], frame=((fp - 440) & ~15) - 8,
-                sw=struct.pack("<IIQI", 0x46505853, 580, 3, 576) + bytes(28), bv=3,
-                magic2=struct.pack("<I", 0x46505845), fcw=struct.pack("<H", 0x27F),
-                mxcsr=struct.pack("<II", 0x3F80, 0xFFFF), xmm3=PATTERN)
+    want = dict(
+        uc_flags=7,
+        fp=fp,
+        rsp=got["rsp"],
+        frame=((fp - 440) & ~15) - 8,
+        sw=struct.pack("<IIQI", 0x46505853, 580, 3, 576) + bytes(28),
+        bv=3,
+        magic2=struct.pack("<I", 0x46505845),
+        fcw=struct.pack("<H", 0x27F),
+        mxcsr=struct.pack("<II", 0x3F80, 0xFFFF),
+        xmm3=PATTERN,
+    )
     assert got == want, "\n".join(f"{k}: got {got[k]!r}, want {want[k]!r}" for k in want if got[k] != want[k])
 
 

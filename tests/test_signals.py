@@ -30,10 +30,12 @@ def test_fault_in_a_probed_store_re_hits_the_probe_after_the_handler(guest, kern
     task executes the int3 again and the probe's handlers run a second time."""
     m = Machine.from_elf(guest, kernel=kernel)
     from capstone import CS_ARCH_X86, CS_MODE_64, Cs
+
     store = m.resolve("store")
     first = next(Cs(CS_ARCH_X86, CS_MODE_64).disasm(m.mem.read(store, 16), store))
-    assert first.mnemonic == "mov" and first.op_str.startswith("dword ptr [rdi]"), \
+    assert first.mnemonic == "mov" and first.op_str.startswith("dword ptr [rdi]"), (
         "store() begins with the faulting store"
+    )
     hits = []
     m.uprobes.register("store", handler=lambda c: hits.append(c.regs.rip))
     r = m.run()
@@ -71,9 +73,14 @@ def test_signal_frame_layout_is_the_kernels(guest):
 def test_handler_is_entered_with_sig_info_and_ucontext(guest):
     """A uprobe on the handler itself sees (sig, &info, &uc) as the kernel passes them."""
     from kernel_model.arch.x86.kernel import signal as sf
+
     m = Machine.from_elf(guest)
     seen = []
-    m.uprobes.register("on_segv", handler=lambda c: seen.append(
-        (c.regs.rdi, c.regs.rsi - c.regs.rsp, c.regs.rdx - c.regs.rsp, (c.regs.rsp + 8) % 16)))
+    m.uprobes.register(
+        "on_segv",
+        handler=lambda c: seen.append(
+            (c.regs.rdi, c.regs.rsi - c.regs.rsp, c.regs.rdx - c.regs.rsp, (c.regs.rsp + 8) % 16)
+        ),
+    )
     assert m.run().stdout == EXPECTED
     assert seen == [(11, 8 + sf.UCONTEXT_SIZE, 8, 0)]

@@ -22,16 +22,20 @@ def run(exe, *args):
     return Machine.from_elf(exe, argv=[exe, *args]).run(timeout=60)
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("self", b"r=-1 errno=4 got=1 mask_in_handler=11 usr1_blocked_after=1\n"),
-    ("kill", b"child: r=-1 errno=4 got=1\nparent: reaped=1 exit=7\n"),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("self", b"r=-1 errno=4 got=1 mask_in_handler=11 usr1_blocked_after=1\n"),
+        ("kill", b"child: r=-1 errno=4 got=1\nparent: reaped=1 exit=7\n"),
+    ],
+)
 def test_matches_native(guest, mode, expected):
     native = subprocess.run([guest, mode], capture_output=True, timeout=60)
     assert native.stdout == expected, f"the host disagrees with the spec: {native.stdout!r}"
     r = run(guest, mode)
-    assert (r.reason, r.exit_code, r.stdout) == ("exit", 0, expected), \
+    assert (r.reason, r.exit_code, r.stdout) == ("exit", 0, expected), (
         f"expected {expected!r}, got {r.stdout!r} ({r.describe()})"
+    )
 
 
 def test_sigsuspend_with_nothing_to_wake_it_is_a_deadlock_not_a_hang(guest):

@@ -16,12 +16,15 @@ def guest(build_c):
     return build_c("sigwait.c", "-static", name="sigwait")
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("pending", b"r=10 signo=10 code=0 pid_ok=1 handled=0\nagain: r=-1 errno=11\n"),
-    ("timeout", b"timeout: r=-1 errno=11\nbad: r=-1 errno=22\n"),
-    ("child", b"r=12 code=0 pid_ok=1 handled=0\n"),
-    ("sigchld", b"r=17 code=1 status=5 pid_ok=1\nreaped=1\n"),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("pending", b"r=10 signo=10 code=0 pid_ok=1 handled=0\nagain: r=-1 errno=11\n"),
+        ("timeout", b"timeout: r=-1 errno=11\nbad: r=-1 errno=22\n"),
+        ("child", b"r=12 code=0 pid_ok=1 handled=0\n"),
+        ("sigchld", b"r=17 code=1 status=5 pid_ok=1\nreaped=1\n"),
+    ],
+)
 def test_matches_native(guest, mode, expected):
     assert_native_then_model(guest, mode, expected)
 

@@ -92,13 +92,13 @@ CASES = [
     ("[uprobes]", SYS_MADVISE, MADV_DONTNEED, 0, 0),
     ("[uprobes-trampoline]", SYS_MADVISE, MADV_DONTNEED, 0, 0),
     ("[uprobes]", SYS_MMAP, PROT_R | PROT_W, MAP_PRIVATE_ANON | MAP_FIXED_NOREPLACE, -errno.EEXIST),
-    ("[uprobes-trampoline]", SYS_MMAP, PROT_R | PROT_W, MAP_PRIVATE_ANON | MAP_FIXED_NOREPLACE,
-     -errno.EEXIST),
+    ("[uprobes-trampoline]", SYS_MMAP, PROT_R | PROT_W, MAP_PRIVATE_ANON | MAP_FIXED_NOREPLACE, -errno.EEXIST),
 ]
 
 
-@pytest.mark.parametrize("page,nr,arg2,arg3,expected", CASES,
-                         ids=[f"{c[0]}-nr{c[1]}-{c[2]:#x}-{c[3]:#x}" for c in CASES])
+@pytest.mark.parametrize(
+    "page,nr,arg2,arg3,expected", CASES, ids=[f"{c[0]}-nr{c[1]}-{c[2]:#x}-{c[3]:#x}" for c in CASES]
+)
 def test_syscall_on_special_page_gets_the_kernels_answer(page, nr, arg2, arg3, expected):
     m, r = run(page, nr, arg2, arg3)
     assert r.reason == "exit", r.describe()
@@ -111,8 +111,9 @@ def test_map_fixed_replaces_the_special_page(page):
     start = result(m)
     vma = m.mem.find_vma(start)
     assert r.reason == "exit", r.describe()
-    assert (vma.name, vma.perms(), vma.special) == ("", "rw-p", False), \
+    assert (vma.name, vma.perms(), vma.special) == ("", "rw-p", False), (
         f"expected an anonymous rw-p mapping at {start:#x}, got {vma.name!r} {vma.perms()}"
+    )
 
 
 @pytest.mark.parametrize("page", list(PAGES))
@@ -132,8 +133,9 @@ def test_out_of_line_step_after_the_xol_page_is_replaced_and_unmapped_is_sigsegv
 """
     m, r = run("[uprobes]", SYS_MMAP, PROT_R | PROT_W | PROT_X, MAP_PRIVATE_ANON | MAP_FIXED, then)
     assert (r.reason, r.signal) == ("signal", SIGNALS["SIGSEGV"]), r.describe()
-    assert 0x7FFFFFFFE000 <= r.fault_addr < 0x7FFFFFFFF000, \
+    assert 0x7FFFFFFFE000 <= r.fault_addr < 0x7FFFFFFFF000, (
         f"expected a fault in the old XOL page 0x7fffffffe000, got {r.fault_addr:#x}"
+    )
 
 
 def test_first_step_of_another_probe_after_the_xol_page_is_unmapped_is_sigsegv():

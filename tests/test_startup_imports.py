@@ -14,18 +14,43 @@ import sys
 import pytest
 
 # What only a command's work needs: none of it is loaded to parse a command line.
-HEAVY = ("unicorn", "capstone", "keystone", "elftools", "rich", "matplotlib", "emu.machine",
-         "emu.engine", "kernel_model.kernel.kernel", "emu.frontends.launch", "emu.frontends.bench.cli",
-         "emu.frontends.trace.cli", "emu.frontends.stepper.shell", "emu.frontends.gdbstub.cli",
-         "emu.frontends.sweep.cli", "emu.frontends.hostdiff", "emu.debug.stepper")
-FRONTEND_PACKAGES = ("emu.frontends.bench", "emu.frontends.gdbstub", "emu.frontends.stepper",
-                     "emu.frontends.sweep", "emu.frontends.trace")
+HEAVY = (
+    "unicorn",
+    "capstone",
+    "keystone",
+    "elftools",
+    "rich",
+    "matplotlib",
+    "emu.machine",
+    "emu.engine",
+    "kernel_model.kernel.kernel",
+    "emu.frontends.launch",
+    "emu.frontends.bench.cli",
+    "emu.frontends.trace.cli",
+    "emu.frontends.stepper.shell",
+    "emu.frontends.gdbstub.cli",
+    "emu.frontends.sweep.cli",
+    "emu.frontends.hostdiff",
+    "emu.debug.stepper",
+)
+FRONTEND_PACKAGES = (
+    "emu.frontends.bench",
+    "emu.frontends.gdbstub",
+    "emu.frontends.stepper",
+    "emu.frontends.sweep",
+    "emu.frontends.trace",
+)
 
 
 def loaded_after(code: str) -> set[str]:
     """The modules a fresh interpreter has loaded after running ``code``."""
-    out = subprocess.run([sys.executable, "-c", code + "\nimport sys, json\nprint(json.dumps(sorted(sys.modules)))"],
-                         capture_output=True, text=True, check=True, cwd="/")
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys, json\nprint(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+    )
     return set(json.loads(out.stdout.splitlines()[-1]))
 
 
@@ -39,19 +64,23 @@ def test_building_the_whole_parser_loads_no_command():
 
 
 def test_help_loads_no_command():
-    loaded = loaded_after("import sys\nfrom emu.frontends.cli import main\n"
-                          "import contextlib, io\n"
-                          "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
-                          "    main(['--help'])")
+    loaded = loaded_after(
+        "import sys\nfrom emu.frontends.cli import main\n"
+        "import contextlib, io\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main(['--help'])"
+    )
     assert heavy_in(loaded) == [], f"--help loaded {heavy_in(loaded)}"
 
 
 @pytest.mark.parametrize("command", ["run", "trace", "step", "gdbserver", "diff", "sweep", "bench"])
 def test_a_usage_error_loads_no_command(command):
-    loaded = loaded_after("import contextlib, io\nfrom emu.frontends.cli import main\n"
-                          "with contextlib.redirect_stderr(io.StringIO()):\n"
-                          f"    code = main([{command!r}, '--no-such-option'])\n"
-                          "assert code == 2, code")
+    loaded = loaded_after(
+        "import contextlib, io\nfrom emu.frontends.cli import main\n"
+        "with contextlib.redirect_stderr(io.StringIO()):\n"
+        f"    code = main([{command!r}, '--no-such-option'])\n"
+        "assert code == 2, code"
+    )
     assert heavy_in(loaded) == [], f"{command} --no-such-option loaded {heavy_in(loaded)}"
 
 
@@ -62,10 +91,12 @@ def test_a_run_without_probes_loads_no_disassembler():
 
 
 def test_a_probe_loads_the_disassembler_when_it_is_analysed():
-    loaded = loaded_after("from emu.frontends.cli import main\n"
-                          "import contextlib, io\n"
-                          "with contextlib.redirect_stderr(io.StringIO()):\n"
-                          "    assert main(['run', '-e', 'uprobe:libc:malloc', '/bin/true']) == 0")
+    loaded = loaded_after(
+        "from emu.frontends.cli import main\n"
+        "import contextlib, io\n"
+        "with contextlib.redirect_stderr(io.StringIO()):\n"
+        "    assert main(['run', '-e', 'uprobe:libc:malloc', '/bin/true']) == 0"
+    )
     assert "capstone" in loaded, "analysing a probed instruction did not load Capstone"
 
 
@@ -98,12 +129,14 @@ def test_dir_lists_the_exported_names(package):
 def test_the_trace_formats_the_parser_offers_are_the_writers():
     from emu.frontends.trace.args import FORMAT_NAMES
     from emu.frontends.trace.formats import FORMATS
+
     assert FORMAT_NAMES == FORMATS, f"--format offers {FORMAT_NAMES}, the writers are {FORMATS}"
 
 
 def test_the_bench_scenarios_the_parser_lists_are_the_scenarios():
     from emu.frontends.bench.args import SCENARIO_NAMES
     from emu.frontends.bench.scenarios import SCENARIOS
+
     assert SCENARIO_NAMES == tuple(SCENARIOS), f"--help lists {SCENARIO_NAMES}, the bench has {tuple(SCENARIOS)}"
 
 
@@ -113,6 +146,7 @@ def test_the_stepper_interval_the_parser_shows_is_the_debuggers():
     from emu.debug import DEFAULT_STEPPER_INTERVAL
     from emu.debug.reverse import ReverseStepper
     from emu.frontends.cli import build_parser
+
     default = inspect.signature(ReverseStepper.__init__).parameters["interval"].default
     step = build_parser().parse_args(["step", "guest:hello"])
     assert step.checkpoint_interval == default == DEFAULT_STEPPER_INTERVAL

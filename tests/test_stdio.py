@@ -54,6 +54,7 @@ def fdinfo(text: str) -> dict[int, str]:
 
 # ------------------------------------------------------------------ the API default
 
+
 def test_seq_to_a_pipe_is_one_write_as_glibc_buffers_a_pipe_fully():
     m = Machine.from_elf(BUSYBOX, argv=["seq", "1", "3"])
     calls = count_writes(m)
@@ -76,11 +77,13 @@ def test_api_stdio_fstat_is_deterministic(build_c):
 
 def test_stdio_argument_is_checked():
     from kernel_model.errors import InputError
+
     with pytest.raises(InputError, match="stdio must be"):
         Machine.from_guest("hello", stdio="tty")
 
 
 # ------------------------------------------------------------------ the CLI: its own fds
+
 
 def test_cli_through_pipes_reports_pipes(build_c):
     p = cli("run", build_c("fdinfo.c", "-static"), input=b"")
@@ -91,8 +94,13 @@ def test_cli_through_pipes_reports_pipes(build_c):
 def test_cli_stdout_to_a_file_reports_a_regular_file(build_c, tmp_path):
     out = tmp_path / "out.txt"
     with open(out, "wb") as f:
-        p = subprocess.run([shutil.which("uprobe-emu"), "run", build_c("fdinfo.c", "-static")],
-                           stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.PIPE, timeout=120)
+        p = subprocess.run(
+            [shutil.which("uprobe-emu"), "run", build_c("fdinfo.c", "-static")],
+            stdin=subprocess.DEVNULL,
+            stdout=f,
+            stderr=subprocess.PIPE,
+            timeout=120,
+        )
     assert p.returncode == 0, p.stderr
     info = fdinfo(out.read_text())
     null = os.stat("/dev/null").st_rdev
@@ -111,7 +119,7 @@ def _run_on_a_pty(argv: list[str], rows: int, cols: int) -> tuple[int, bytes, in
     while True:
         try:
             chunk = os.read(master, 4096)
-        except OSError:                 # EIO: the slave side is closed
+        except OSError:  # EIO: the slave side is closed
             break
         if not chunk:
             break
@@ -121,8 +129,7 @@ def _run_on_a_pty(argv: list[str], rows: int, cols: int) -> tuple[int, bytes, in
 
 
 def test_cli_on_a_terminal_reports_the_tty(build_c):
-    status, out, rdev = _run_on_a_pty([shutil.which("uprobe-emu"), "run", build_c("fdinfo.c", "-static")],
-                                      33, 101)
+    status, out, rdev = _run_on_a_pty([shutil.which("uprobe-emu"), "run", build_c("fdinfo.c", "-static")], 33, 101)
     assert status == 0, out
     want = f"chr rdev={rdev:#x} tty=1 winsize=33x101"
     assert fdinfo(out.decode().replace("\r", "")) == {fd: want for fd in range(3)}
@@ -139,6 +146,7 @@ def test_cli_on_a_terminal_agrees_with_the_native_run(build_c):
 
 # ------------------------------------------------------------------ the host kernel agrees
 
+
 @needs_tracefs
 def test_diff_busybox_seq_with_a_probe_on_write_agrees():
     spec = f"p:wr {BUSYBOX}:{busybox_write_offset():#x} fd=%di:s32 n=%dx:u64"
@@ -150,19 +158,21 @@ def test_diff_busybox_seq_with_a_probe_on_write_agrees():
 
 # ------------------------------------------------------------------ stdin, read lazily
 
+
 def test_stdin_descriptor_is_read_as_the_guest_reads_and_bounded():
     """/dev/zero as stdin: the guest takes what it asks for, nothing is slurped."""
     fd = os.open("/dev/zero", os.O_RDONLY)
     try:
         m = Machine.from_elf(BUSYBOX, argv=["head", "-c", "300000"], stdin=fd)
     finally:
-        os.close(fd)                    # the machine holds its own duplicate
+        os.close(fd)  # the machine holds its own duplicate
     r = m.run(timeout=60)
     assert r.exit_code == 0 and r.stdout == bytes(300000), (r.describe(), len(r.stdout))
 
 
 def test_stdin_pipe_without_data_gives_way_to_the_timeout():
     import time
+
     rd, wr = os.pipe()
     try:
         m = Machine.from_elf(BUSYBOX, argv=["cat"], stdin=rd)
@@ -191,8 +201,9 @@ def test_cli_stdin_fifo_is_read_once_a_writer_comes(tmp_path):
     fifo = _fifo(tmp_path)
 
     def writer():
-        with open(fifo, "wb") as f:     # blocks until the guest side is open
+        with open(fifo, "wb") as f:  # blocks until the guest side is open
             f.write(b"through the fifo\n")
+
     t = threading.Thread(target=writer, daemon=True)
     t.start()
     p = cli("run", "--stdin", fifo, "--timeout", "30", BUSYBOX, "cat", timeout=60)
@@ -204,8 +215,13 @@ def test_cli_ctrl_c_interrupts_a_waiting_read():
     """The guest waits on the command's stdin, a pipe kept open with nothing in it."""
     import signal
     import time
-    proc = subprocess.Popen([shutil.which("uprobe-emu"), "run", "--timeout", "60", BUSYBOX, "cat"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    proc = subprocess.Popen(
+        [shutil.which("uprobe-emu"), "run", "--timeout", "60", BUSYBOX, "cat"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     time.sleep(2.0)
     assert proc.poll() is None, "the guest did not wait for its stdin"
     proc.send_signal(signal.SIGINT)
@@ -220,7 +236,13 @@ def test_cli_stdin_dev_zero_stays_small():
 
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
-    p = subprocess.run([shutil.which("uprobe-emu"), "run", "--stdin", "/dev/zero", BUSYBOX, "head", "-c", "2000000"], capture_output=True, preexec_fn=limit, timeout=120)
+
+    p = subprocess.run(
+        [shutil.which("uprobe-emu"), "run", "--stdin", "/dev/zero", BUSYBOX, "head", "-c", "2000000"],
+        capture_output=True,
+        preexec_fn=limit,
+        timeout=120,
+    )
     assert p.returncode == 0 and p.stdout == bytes(2000000), (p.returncode, len(p.stdout), p.stderr[-300:])
 
 

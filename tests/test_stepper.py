@@ -125,8 +125,9 @@ def write_asm(tmp_path: Path, name: str, source: str) -> Path:
 def run_gdb(prog: Path, script: str, tmp_path: Path) -> list[str]:
     cmds = tmp_path / "gdb.cmds"
     cmds.write_text(script)
-    p = subprocess.run([_gdb(), "-nx", "-batch", "-x", str(cmds), str(prog)],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [_gdb(), "-nx", "-batch", "-x", str(cmds), str(prog)], capture_output=True, text=True, timeout=120
+    )
     return p.stdout.splitlines()
 
 
@@ -141,8 +142,7 @@ def without_display(lines: list[str]) -> list[str]:
     out = []
     for i, line in enumerate(lines):
         prev = lines[i - 1] if i else ""
-        if line.startswith("=> ") and (" in " in prev and prev.endswith(" ()") or
-                                       prev.startswith("Breakpoint ")):
+        if line.startswith("=> ") and (" in " in prev and prev.endswith(" ()") or prev.startswith("Breakpoint ")):
             continue
         out.append(line)
     return out
@@ -176,12 +176,20 @@ def first_difference(a: list, b: list) -> str:
 
 # ------------------------------------------------------------------------- single steps
 
-@pytest.mark.parametrize("site,kernel,path", [
-    ("func", "6.10", "emulated"), ("func", "6.18", "emulated"),
-    ("site_ret", "6.10", "xol"), ("site_ret", "6.18", "xol"), ("site_ret", "7.2", "xol"),
-    ("site_mov", "6.18", "xol"),
-    ("site_nop5", "6.18", "optimized"),
-], ids=["push@6.10", "push@6.18", "ret@6.10", "ret@6.18", "ret@7.2", "mov@6.18", "nop5@6.18"])
+
+@pytest.mark.parametrize(
+    "site,kernel,path",
+    [
+        ("func", "6.10", "emulated"),
+        ("func", "6.18", "emulated"),
+        ("site_ret", "6.10", "xol"),
+        ("site_ret", "6.18", "xol"),
+        ("site_ret", "7.2", "xol"),
+        ("site_mov", "6.18", "xol"),
+        ("site_nop5", "6.18", "optimized"),
+    ],
+    ids=["push@6.10", "push@6.18", "ret@6.10", "ret@6.18", "ret@7.2", "mov@6.18", "nop5@6.18"],
+)
 def test_step_across_a_probed_insn_lands_where_the_unprobed_step_would(site, kernel, path):
     expected, plain = step_to_end(Machine.from_asm(KINDS_GUEST, kernel=kernel))
     m = Machine.from_asm(KINDS_GUEST, kernel=kernel)
@@ -210,7 +218,7 @@ def test_step_across_a_probed_insn_lands_where_the_unprobed_step_would(site, ker
         assert (c.emulated, c.xol_singlesteps) == (2, 0)
     elif path == "xol":
         assert (c.xol_singlesteps, c.db_traps) == (2, 2)
-    else:   # first hit: int3, then the site is a call into [uprobes-trampoline]
+    else:  # first hit: int3, then the site is a call into [uprobes-trampoline]
         assert (c.optimized, c.bp_traps, c.uprobe_syscalls) == (1, 1, 1)
         assert s.hidden_insns > 0
 
@@ -244,7 +252,7 @@ _start:
     s.step(2)
     rep = s.rip
     rips = [(s.step().rip, m.read_regs().rcx) for _ in range(3)]
-    assert rips == [(rep, 2), (rep, 1), (rep + 3, 0)]     # f3 48 ab
+    assert rips == [(rep, 2), (rep, 1), (rep + 3, 0)]  # f3 48 ab
     assert s.insns == 5
 
 
@@ -257,6 +265,7 @@ def test_step_count_stops_early_at_a_breakpoint():
 
 
 # ------------------------------------------------------------------------- breakpoints
+
 
 def test_breakpoint_stops_before_the_insn_and_changes_no_memory():
     m = Machine.from_asm(NESTED_GUEST)
@@ -323,6 +332,7 @@ def test_run_until_a_symbol_and_an_address():
 
 # ------------------------------------------------------------------------- step over, finish
 
+
 @pytest.mark.parametrize("kernel", ["6.10", "6.18"])
 def test_step_over_a_call_runs_through_a_pending_uretprobe_trampoline(kernel):
     ref = Machine.from_asm(NESTED_GUEST, kernel=kernel)
@@ -379,7 +389,7 @@ def test_finish_from_a_function_entry_and_from_its_ret():
     s = Stepper(m)
     s.run_until("inner")
     assert s.finish().rip == m.resolve("after_inner")
-    s.run_until("*" + hex(m.resolve("after_inner") + 1))        # outer's ret
+    s.run_until("*" + hex(m.resolve("after_inner") + 1))  # outer's ret
     assert s.original_insn(s.rip).mnemonic == "ret"
     assert s.finish().rip == m.resolve("_start") + 5
 
@@ -395,14 +405,18 @@ def test_finish_stops_at_a_breakpoint_on_the_way():
 
 # ------------------------------------------------------------------------- bt
 
+
 @pytest.mark.parametrize("kernel", ["6.10", "6.18"])
 def test_bt_through_pending_return_probes_shows_the_real_return_addresses(kernel):
     ref = Machine.from_asm(NESTED_GUEST, kernel=kernel)
     rs = Stepper(ref)
     rs.run_until("leaf_body")
     expected = [(f.pc, f.function) for f in rs.backtrace()]
-    assert expected == [(ref.resolve("leaf_body"), "leaf_body"), (ref.resolve("after_inner"), "outer"),
-                        (ref.resolve("_start") + 5, "_start")]
+    assert expected == [
+        (ref.resolve("leaf_body"), "leaf_body"),
+        (ref.resolve("after_inner"), "outer"),
+        (ref.resolve("_start") + 5, "_start"),
+    ]
     m = Machine.from_asm(NESTED_GUEST, kernel=kernel)
     m.uprobes.register("inner", ret_handler=lambda ctx: None)
     m.uprobes.register("outer", ret_handler=lambda ctx: None)
@@ -429,23 +443,34 @@ def test_bt_in_the_prologue_and_at_entry():
     s = Stepper(m)
     s.run_until("inner")
     at_entry = [f.pc for f in s.backtrace()]
-    s.step()                                           # after push rbp
+    s.step()  # after push rbp
     assert [f.pc for f in s.backtrace()][1:] == at_entry[1:]
-    s.step()                                           # after mov rbp, rsp
+    s.step()  # after mov rbp, rsp
     assert [f.pc for f in s.backtrace()][1:] == at_entry[1:]
     assert at_entry[1:] == [m.resolve("after_inner"), m.resolve("_start") + 5]
 
 
 # ------------------------------------------------------------------------- registers
 
+
 def test_set_and_print_registers_and_sub_registers():
     m = Machine.from_asm(NESTED_GUEST)
-    out, err = run_shell(m, "set $rax = 0x1122334455667788\nset $al = 0xff\np/x $rax\n"
-                            "set $eax = -1\np/x $rax\np $eax\np $ah\nset $rip = inner\np $pc\n"
-                            "p $rsp - 8\np/x -1\np 0x10 - 0x20\nset $cs = 1\np $nope")
-    assert out == ["$1 = 0x11223344556677ff", "$2 = 0x11223344ffffffff", "$3 = -1", "$4 = -1",
-                   f"$5 = (void (*)()) {m.resolve('inner'):#x} <inner>",
-                   f"$6 = (void *) {m.read_regs().rsp - 8:#x}", "$7 = 0xffffffff", "$8 = -16"]
+    out, err = run_shell(
+        m,
+        "set $rax = 0x1122334455667788\nset $al = 0xff\np/x $rax\n"
+        "set $eax = -1\np/x $rax\np $eax\np $ah\nset $rip = inner\np $pc\n"
+        "p $rsp - 8\np/x -1\np 0x10 - 0x20\nset $cs = 1\np $nope",
+    )
+    assert out == [
+        "$1 = 0x11223344556677ff",
+        "$2 = 0x11223344ffffffff",
+        "$3 = -1",
+        "$4 = -1",
+        f"$5 = (void (*)()) {m.resolve('inner'):#x} <inner>",
+        f"$6 = (void *) {m.read_regs().rsp - 8:#x}",
+        "$7 = 0xffffffff",
+        "$8 = -16",
+    ]
     assert err == ["Register $cs is fixed for a 64-bit Linux task.", "Invalid register `nope'"]
 
 
@@ -489,9 +514,12 @@ def test_info_registers_and_print_match_real_gdb_line_for_line(tmp_path):
     but for gdb's k0-k7 (AVX-512 host; the emulated CPU has none), gdb's unwinder note and
     the stepper's `=> insn` line after each stop."""
     prog = write_asm(tmp_path, "regs", REGS_GUEST)
-    theirs = [line for line in run_gdb(prog, GDB_SCRIPT, tmp_path)
-              if not (line[:1] == "k" and line[1:2].isdigit() and line[2:3] == " ")
-              and not line.startswith("Backtrace stopped:")]
+    theirs = [
+        line
+        for line in run_gdb(prog, GDB_SCRIPT, tmp_path)
+        if not (line[:1] == "k" and line[1:2].isdigit() and line[2:3] == " ")
+        and not line.startswith("Backtrace stopped:")
+    ]
     assert any(line.startswith("rax            0xffffffffffffffff  -1") for line in theirs), theirs
     ours, err = run_shell(Machine.from_elf(str(prog)), GDB_SCRIPT)
     assert err == []
@@ -504,14 +532,39 @@ def test_info_registers_layout_columns():
     s.run_until("stop")
     lines = s.format_registers().splitlines()
     assert [line.split()[0] for line in lines] == [
-        "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12",
-        "r13", "r14", "r15", "rip", "eflags", "cs", "ss", "ds", "es", "fs", "gs"]
+        "rax",
+        "rbx",
+        "rcx",
+        "rdx",
+        "rsi",
+        "rdi",
+        "rbp",
+        "rsp",
+        "r8",
+        "r9",
+        "r10",
+        "r11",
+        "r12",
+        "r13",
+        "r14",
+        "r15",
+        "rip",
+        "eflags",
+        "cs",
+        "ss",
+        "ds",
+        "es",
+        "fs",
+        "gs",
+    ]
     for line in lines:
         assert line[15:17] == "0x" and line[14] == " " and line[34] == " " and line[35] != " ", line
     assert lines[16] == "rip            0x401085            0x401085 <stop>"
     assert lines[17] == "eflags         0xad7               [ CF PF AF ZF SF IF OF ]"
     assert s.format_registers(["fs_base", "$gs_base"]).splitlines() == [
-        "fs_base        0x0                 0", "gs_base        0x0                 0"]
+        "fs_base        0x0                 0",
+        "gs_base        0x0                 0",
+    ]
 
 
 def test_single_step_locations_match_gdb_stepping_the_native_program(tmp_path):
@@ -521,7 +574,7 @@ def test_single_step_locations_match_gdb_stepping_the_native_program(tmp_path):
     ours, err = run_shell(Machine.from_elf(str(prog)), script)
     assert err == []
     ours = without_display(ours)
-    strip = lambda lines: [line.split("\t")[0] for line in lines]     # noqa: E731 (asm syntax differs)
+    strip = lambda lines: [line.split("\t")[0] for line in lines]  # noqa: E731 (asm syntax differs)
     assert strip(ours) == strip(theirs)
     assert len(ours) == 1 + 2 + 7 + 3 + 1
 
@@ -533,8 +586,9 @@ def test_bt_and_finish_match_gdb_on_a_gcc_guest(tmp_path):
     src = tmp_path / "nested.c"
     src.write_text(C_GUEST)
     prog = tmp_path / "nested"
-    subprocess.run([gcc, "-static", "-O1", "-fno-omit-frame-pointer", "-o", str(prog), str(src)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [gcc, "-static", "-O1", "-fno-omit-frame-pointer", "-o", str(prog), str(src)], check=True, capture_output=True
+    )
     script = "break *leaf\nrun\nbt\nfinish\nbt\np $rip\ninfo registers rip\n"
     theirs = run_gdb(prog, script, tmp_path)
     ours, err = run_shell(Machine.from_elf(str(prog)), script)
@@ -552,6 +606,7 @@ def test_bt_and_finish_match_gdb_on_a_gcc_guest(tmp_path):
 
 # ------------------------------------------------------------------------- x and disas
 
+
 def test_x_formats_and_unmapped_memory():
     m = Machine.from_asm(REGS_GUEST)
     out, err = run_shell(m, "until stop\nx/2gx 0x402000\nx/3i $pc\nx/2bx 0\nx/2q 0x402000")
@@ -561,7 +616,8 @@ def test_x_formats_and_unmapped_memory():
         "0x402000 <buf>:\t0x0000000000000001\t0x0000000000000002",
         "=> 0x401085 <stop>:\tnop",
         "   0x401086 <stop+1>:\tmov    eax, 0x3c",
-        "   0x40108b <stop+6>:\txor    edi, edi"]
+        "   0x40108b <stop+6>:\txor    edi, edi",
+    ]
     assert err == ["Cannot access memory at address 0x0", 'Undefined output format "q".']
 
 
@@ -576,21 +632,26 @@ def test_disas_is_objdump_layout_with_the_rip_marker_and_probe_sites(tmp_path):
     out = without_display(out)[1:]
     func, nop5 = m.resolve("func"), m.resolve("site_nop5")
     assert out[0] == f"{func:016x} <func>:"
-    assert out[4] == f"{m.resolve('site_mov'):016x} <site_mov>:"    # every asm label is a symbol
+    assert out[4] == f"{m.resolve('site_mov'):016x} <site_mov>:"  # every asm label is a symbol
     body = out[1:4] + out[5:]
     by_addr = {int(line.split(":")[0], 16): line for line in ref}
     for ours in body:
         mark, line = ours[:3], ours[3:]
         theirs = by_addr[int(line.split(":")[0], 16)]
-        if line.startswith(f"  {func:x}:"):        # the program's bytes; the int3 is noted
+        if line.startswith(f"  {func:x}:"):  # the program's bytes; the int3 is noted
             assert line.split("\t")[:2] == theirs.split("\t")[:2], line
             assert line.endswith("push   rbp        # uprobe site, in memory: int3"), line
-        else:   # address and bytes columns are objdump's exactly; the syntax is capstone's
+        else:  # address and bytes columns are objdump's exactly; the syntax is capstone's
             assert line.split("\t")[:2] == theirs.split("\t")[:2]
         assert mark == ("=> " if line.startswith(f"  {m.resolve('site_mov'):x}:") else "   ")
     assert [int(line[3:].split(":")[0], 16) for line in body] == [
-        func, func + 1, func + 4, m.resolve("site_mov"), m.resolve("site_mov") + 4,
-        m.resolve("site_mov") + 5]                  # up to the next label, site_ret
+        func,
+        func + 1,
+        func + 4,
+        m.resolve("site_mov"),
+        m.resolve("site_mov") + 4,
+        m.resolve("site_mov") + 5,
+    ]  # up to the next label, site_ret
     assert nop5 == func + 5
 
 
@@ -609,8 +670,7 @@ func:
     assert lines == [
         "  401000:\t48 bb 88 77 66 55 44 \tmovabs rbx, 0x1122334455667788\n  401007:\t33 22 11 ",
         "  40100a:\te8 0a 00 00 00       \tcall   0x401019 <func>",
-        "  40100f:\tf0 48 83 05 10 00 00 \tlock add qword ptr [rip + 0x10], 1        # 401028\n"
-        "  401016:\t00 01 ",
+        "  40100f:\tf0 48 83 05 10 00 00 \tlock add qword ptr [rip + 0x10], 1        # 401028\n  401016:\t00 01 ",
         "  401018:\t06                   \t(bad)",
         "  401019:\tc3                   \tret",
     ]
@@ -632,10 +692,14 @@ def test_disassembler_cache_follows_probe_install_and_removal():
 
 # ------------------------------------------------------------------------- shell errors
 
+
 def test_command_errors_are_one_line_and_the_session_goes_on():
     m = Machine.from_asm(NESTED_GUEST)
-    out, err = run_shell(m, "frob\ndelete 9\ninfo nothing\nb\nx/2gx\nuntil\nprobe enable 3\n"
-                            "p 1+\nsi 0\nc\nsi\ninfo registers\nbt\np $rax\nb inner")
+    out, err = run_shell(
+        m,
+        "frob\ndelete 9\ninfo nothing\nb\nx/2gx\nuntil\nprobe enable 3\n"
+        "p 1+\nsi 0\nc\nsi\ninfo registers\nbt\np $rax\nb inner",
+    )
     assert err == [
         'Undefined command: "frob".  Try "help".',
         "No breakpoint number 9.",
@@ -665,6 +729,7 @@ def test_exit_and_signal_reports():
 
 # ------------------------------------------------------------------------- the CLI
 
+
 def test_cli_step_reads_commands_from_stdin_without_prompts():
     p = cli("step", "guest:hello", input=b"b _start\ninfo breakpoints\nsi\nc\nq\n")
     assert p.returncode == 0, p.stderr
@@ -691,7 +756,7 @@ def test_cli_step_script_file_events_and_probe_toggling(tmp_path):
     assert p.returncode == 0, p.stderr
     lines = p.stdout.decode().splitlines()
     events = [line for line in lines if ": fentry:" in line]
-    assert len(events) == 1, lines              # first call: disabled; second: enabled
+    assert len(events) == 1, lines  # first call: disabled; second: enabled
     listing = [line for line in lines if "grp/fentry" in line]
     assert listing[0].split()[:3] == ["1", "y", "0"]
     assert listing[1].split()[:3] == ["1", "y", "1"]
@@ -719,11 +784,12 @@ def test_steps_stay_single_after_a_free_run_made_outside_the_stepper():
         hits.append(1)
         if len(hits) == 3:
             ctx.machine.stop("enough")
+
     m.uprobes.register("fib_loop", handler=stop_third)
     assert m.run(max_insns=None).reason == "stopped"
-    assert m.mem.find_vma(s.rip).name == "[uprobes]"     # stopped during the out-of-line step
+    assert m.mem.find_vma(s.rip).name == "[uprobes]"  # stopped during the out-of-line step
     seen = [s.step().rip for _ in range(6)]
-    sizes = [4, 3, 3, 3, 2]                              # lea, mov, mov, dec, jnz
+    sizes = [4, 3, 3, 3, 2]  # lea, mov, mov, dec, jnz
     assert seen == [loop + 4, loop + 7, loop + 10, loop + 13, loop, loop + 4], [hex(a) for a in seen]
     assert sum(sizes) == 15 and len(hits) == 4
     assert s.insns == 3 + 6
@@ -738,7 +804,7 @@ def test_stepping_into_a_fault_or_hlt_ends_with_the_signal():
         s.step()
     m = Machine.from_asm("_start:\n    add al, 0xf4\n    hlt\n")
     s = Stepper(m)
-    ev = s.step()                  # ends in byte 0xf4 but is no hlt
+    ev = s.step()  # ends in byte 0xf4 but is no hlt
     assert (ev.reason, ev.rip) == ("step", 0x401002)
     ev = s.step()
     assert (ev.reason, ev.signal, ev.result.rip) == ("signal", 11, 0x401002)

@@ -35,8 +35,10 @@ def dlopen_guest(tmp_path_factory):
     (out / "lib.c").write_text(LIB_SOURCE)
     (out / "main.c").write_text(MAIN_SOURCE)
     lib, prog = out / "libpend.so", out / "dlmain"
-    for cmd in ([_tool("gcc"), "-O2", "-shared", "-fPIC", "-o", str(lib), str(out / "lib.c")],
-                [_tool("gcc"), "-O2", "-o", str(prog), str(out / "main.c"), "-ldl"]):
+    for cmd in (
+        [_tool("gcc"), "-O2", "-shared", "-fPIC", "-o", str(lib), str(out / "lib.c")],
+        [_tool("gcc"), "-O2", "-o", str(prog), str(out / "main.c"), "-ldl"],
+    ):
         res = subprocess.run(cmd, capture_output=True, text=True)
         assert res.returncode == 0, f"gcc failed: {' '.join(cmd)}\n{res.stderr}"
     return str(prog), str(lib)
@@ -91,15 +93,17 @@ def test_a_pending_breakpoint_hits_when_the_library_is_loaded(dlopen_guest):
     ours, _, shell = shell_lines(Machine.from_elf(prog, argv=[prog, lib]), commands)
     stop = f"Breakpoint 1, 0x[0-9a-f]+ in pend_func \\(\\) from {re.escape(lib)}"
     assert any(re.fullmatch(stop, x) for x in theirs), theirs
-    assert without_chatter(ours)[1:] == without_chatter(theirs)[1:], \
+    assert without_chatter(ours)[1:] == without_chatter(theirs)[1:], (
         f"expected (gdb)\n{theirs}\nactual (stepper)\n{ours}"
+    )
     assert shell.s.breakpoints[1].hits == 1
 
 
 def test_set_breakpoint_pending_off_makes_no_breakpoint(dlopen_guest):
     prog, lib = dlopen_guest
-    ours, err, shell = shell_lines(Machine.from_elf(prog, argv=[prog, lib]),
-                                   ["set breakpoint pending off", "break pend_func", "info breakpoints"])
+    ours, err, shell = shell_lines(
+        Machine.from_elf(prog, argv=[prog, lib]), ["set breakpoint pending off", "break pend_func", "info breakpoints"]
+    )
     assert err == ['Function "pend_func" not defined.']
     assert ours == ["No breakpoints or watchpoints."], ours
     assert shell.s.pending_breakpoints() == {}

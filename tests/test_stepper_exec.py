@@ -22,9 +22,22 @@ NOTE = re.compile(r"^process (\d+) is executing new program: (.*)$")
 
 
 def gdb_run(prog: str, commands: list[str], args: tuple) -> tuple[list[str], list[str]]:
-    p = subprocess.run([_tool("gdb"), "-nx", "-batch", "-ex", "set debuginfod enabled off",
-                        *sum((["-ex", c] for c in commands), []), "--args", prog, *args],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            _tool("gdb"),
+            "-nx",
+            "-batch",
+            "-ex",
+            "set debuginfod enabled off",
+            *sum((["-ex", c] for c in commands), []),
+            "--args",
+            prog,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return p.stdout.splitlines(), p.stderr.splitlines()
 
 
@@ -44,12 +57,14 @@ def after_exec(lines: list[str], pid_of) -> list[str]:
 
 # (first program, exec'd program, its -O, the breakpoint's location); gdb puts `break
 # again` past a push rbp prologue, the stepper at the symbol: -O0 code gets `*again`
-EXECS = [("static", "dynamic", "-O2", "again"), ("dynamic", "static", "-O2", "again"),
-         ("static", "static", "-O0", "*again")]
+EXECS = [
+    ("static", "dynamic", "-O2", "again"),
+    ("dynamic", "static", "-O2", "again"),
+    ("static", "static", "-O0", "*again"),
+]
 
 
-@pytest.mark.parametrize("first,second,opt,location", EXECS,
-                         ids=[f"{a}-to-{b}{o}" for a, b, o, _ in EXECS])
+@pytest.mark.parametrize("first,second,opt,location", EXECS, ids=[f"{a}-to-{b}{o}" for a, b, o, _ in EXECS])
 def test_breakpoints_are_re_set_by_name_in_the_new_program(unwind_guest, first, second, opt, location):
     """A breakpoint on `again` (reached only in the exec'd image) stops there at the new
     program's address; symbols and frames are the new program's."""
@@ -104,9 +119,14 @@ def first_instruction(m: Machine) -> int:
     """Where the new image starts: the interpreter's entry (a dynamic program) or the
     program's own."""
     for vma in m.mem.vmas:
-        if vma.file is not None and vma.pgoff == 0 and image_of(vma.file) is not None \
-                and vma.file.elf.path.endswith(".so.2") and "ld-linux" in vma.name:
-            return vma.start + vma.file.elf.entry        # ld.so links at 0
+        if (
+            vma.file is not None
+            and vma.pgoff == 0
+            and image_of(vma.file) is not None
+            and vma.file.elf.path.endswith(".so.2")
+            and "ld-linux" in vma.name
+        ):
+            return vma.start + vma.file.elf.entry  # ld.so links at 0
     exe = m.process.exe
     return exe.elf.entry + (getattr(exe, "load_bias", 0) or 0)
 
@@ -125,8 +145,9 @@ def test_a_single_step_through_the_exec_ends_at_the_new_images_entry(unwind_gues
     s.run_until(f"*{addr:#x}")
     ev = s.step()
     entry = first_instruction(m)
-    assert (ev.reason, ev.insns, ev.rip) == ("step", 1, entry), \
+    assert (ev.reason, ev.insns, ev.rip) == ("step", 1, entry), (
         f"expected a 1-insn step to {entry:#x}, got {ev.reason} {ev.insns} {ev.rip:#x}"
+    )
     insn = s.original_insn(ev.rip)
     assert insn.bytes == m.mem.read(ev.rip, insn.size), "decoded from the old address space"
     fresh = Disassembler(m).symbolize(ev.rip)

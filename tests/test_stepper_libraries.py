@@ -25,8 +25,9 @@ def test_break_on_a_library_function_by_name_stops_at_its_first_call(at_main):
     m, st = at_main
     bp = st.break_at("malloc")
     ev = st.cont()
-    assert (ev.reason, st.rip) == ("breakpoint", bp.address), \
+    assert (ev.reason, st.rip) == ("breakpoint", bp.address), (
         f"expected a stop at malloc {bp.address:#x}, got {ev.reason} at {st.rip:#x}"
+    )
     assert m.symbolize(st.rip) == "malloc in libc.so.6", m.symbolize(st.rip)
     assert st.regs().rdi == 32, f"first malloc of the loop is malloc(32), rdi={st.regs().rdi}"
 
@@ -34,9 +35,10 @@ def test_break_on_a_library_function_by_name_stops_at_its_first_call(at_main):
 def test_a_library_symbol_named_with_its_file_resolves_there(at_main):
     m, st = at_main
     addr = st.resolve("libc:free")
-    label = m.symbolize(addr)      # free has aliases (cfree) at the same address
-    assert label.endswith(" in libc.so.6") and "+" not in label, \
+    label = m.symbolize(addr)  # free has aliases (cfree) at the same address
+    assert label.endswith(" in libc.so.6") and "+" not in label, (
         f"expected a function start in libc.so.6, got {label!r}"
+    )
     assert st.resolve("free") == addr, "bare and file-qualified names must agree"
 
 

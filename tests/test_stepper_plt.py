@@ -60,8 +60,15 @@ def test_the_call_to_malloc_is_annotated_as_malloc_plt(plt_guest):
 def test_info_symbol_is_gdbs(plt_guest):
     """NAME [+ N] in section S of FILE: the program by its path, libc by its link_map
     name; an address no symbol holds says so."""
-    commands = ["break grab", "run", "info symbol $pc", "info symbol $pc+4", "info symbol malloc",
-                "info symbol 0", "info symbol $sp"]
+    commands = [
+        "break grab",
+        "run",
+        "info symbol $pc",
+        "info symbol $pc+4",
+        "info symbol malloc",
+        "info symbol 0",
+        "info symbol $sp",
+    ]
     theirs, their_err = gdb_run(plt_guest, NO_DEBUG + commands, ())
     ours, err, _ = shell_lines(Machine.from_elf(plt_guest), commands)
     assert err == []
@@ -75,8 +82,10 @@ def test_info_symbol_names_a_plt_stub(plt_guest):
     start = next(a for a, _, name in plt_entries(open(plt_guest, "rb").read()) if name == "malloc@plt")
     ours, err, _ = shell_lines(m, ["break main", "run", f"info symbol {start + m.process.exe.load_bias + 2:#x}"])
     assert err == []
-    assert ours[-1] == f"malloc@plt + 2 in section {'.plt.sec' if '.plt.sec' in section_names(plt_guest) else '.plt'}" \
-                      f" of {plt_guest}", ours
+    assert (
+        ours[-1] == f"malloc@plt + 2 in section {'.plt.sec' if '.plt.sec' in section_names(plt_guest) else '.plt'}"
+        f" of {plt_guest}"
+    ), ours
 
 
 def section_names(path: str) -> set[str]:
@@ -105,6 +114,8 @@ def test_break_on_a_function_only_the_plt_has_yet_moves_to_the_library(plt_guest
     theirs, _ = gdb_run(plt_guest, NO_DEBUG + commands, ())
     ours, err, _ = shell_lines(Machine.from_elf(plt_guest), commands)
     assert err == []
-    drop = lambda lines: [x for x in lines if x and not x.startswith("=> ") and "libthread_db" not in x  # noqa: E731
-                          and x != "Continuing."]
+
+    def drop(lines):
+        return [x for x in lines if x and not x.startswith("=> ") and "libthread_db" not in x and x != "Continuing."]
+
     assert drop(ours) == drop(theirs), f"expected (gdb)\n{drop(theirs)}\nactual (stepper)\n{drop(ours)}"

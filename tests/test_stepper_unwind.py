@@ -24,8 +24,7 @@ from emu.frontends.stepper import Stepper, StepperShell
 from kernel_model.fs.elf import image_of
 
 C_SOURCE = Path(__file__).parent / "c" / "unwind.c"
-GDB_PREAMBLE = ["set debuginfod enabled off", "set debug-file-directory /nonexistent",
-                "set backtrace past-main on"]
+GDB_PREAMBLE = ["set debuginfod enabled off", "set debug-file-directory /nonexistent", "set backtrace past-main on"]
 FRAME = re.compile(r"^#(\d+)\s+(?:(?:(0x[0-9a-f]+) in )?(\S+) \(|(<signal handler called>))")
 
 
@@ -46,8 +45,7 @@ def unwind_guest(tmp_path_factory):
         key = (link, opt)
         if key not in cache:
             exe = out / f"unwind_{link}{opt.replace('-', '_')}"
-            cmd = [_tool("gcc"), opt, *(["-static"] if link == "static" else []),
-                   "-o", str(exe), str(C_SOURCE)]
+            cmd = [_tool("gcc"), opt, *(["-static"] if link == "static" else []), "-o", str(exe), str(C_SOURCE)]
             res = subprocess.run(cmd, capture_output=True, text=True)
             if res.returncode != 0:
                 pytest.fail(f"gcc failed: {' '.join(cmd)}\n{res.stderr}")
@@ -58,8 +56,12 @@ def unwind_guest(tmp_path_factory):
 
 
 def gdb_lines(prog: str, commands: list[str], args: tuple = ()) -> list[str]:
-    p = subprocess.run([_tool("gdb"), "-nx", "-batch", *sum((["-ex", c] for c in commands), []),
-                        "--args", prog, *args], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [_tool("gdb"), "-nx", "-batch", *sum((["-ex", c] for c in commands), []), "--args", prog, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return p.stdout.splitlines()
 
 
@@ -105,12 +107,14 @@ def same_function(a: str, b: str, prog: str) -> bool:
 
 
 def assert_same_frames(ours: list, theirs: list, prog: str, in_exe) -> None:
-    assert len(ours) == len(theirs) and theirs, \
+    assert len(ours) == len(theirs) and theirs, (
         f"bt listings: gdb {len(theirs)}, stepper {len(ours)}\n gdb: {theirs}\n ours: {ours}"
+    )
     for k, (o, t) in enumerate(zip(ours, theirs)):
         names_o, names_t = [f for f, _ in o], [f for f, _ in t]
-        assert len(o) == len(t) and all(same_function(a, b, prog) for a, b in zip(names_o, names_t)), \
+        assert len(o) == len(t) and all(same_function(a, b, prog) for a, b in zip(names_o, names_t)), (
             f"bt #{k}: expected (gdb) {names_t}, actual (stepper) {names_o}"
+        )
         pcs_o = [pc for _, pc in o]
         pcs_t = [pc for _, pc in t]
         for i, (po, pt) in enumerate(zip(pcs_o, pcs_t)):
@@ -173,20 +177,23 @@ def test_bt_through_a_signal_frame_matches_gdb(unwind_guest, link, opt):
     """A handler's caller is gdb's ``<signal handler called>`` frame (the restorer),
     unwound from the rt_sigframe's saved registers to raise() and on; from the restorer
     itself (after finish) too."""
-    out, _, _ = compare(unwind_guest, link, opt,
-                        ["handle SIGUSR1 nostop noprint pass", "break *on_usr1", "run", "bt", "stepi",
-                         "bt", "finish", "bt"], args=("signal",))
+    out, _, _ = compare(
+        unwind_guest,
+        link,
+        opt,
+        ["handle SIGUSR1 nostop noprint pass", "break *on_usr1", "run", "bt", "stepi", "bt", "finish", "bt"],
+        args=("signal",),
+    )
     listings = backtraces(out)
     assert listings[0][1][0] == "<signal handler called>", listings[0]
-    assert any(b[0][0] == "<signal handler called>" for b in listings), listings   # in the restorer
+    assert any(b[0][0] == "<signal handler called>" for b in listings), listings  # in the restorer
 
 
 # under pending return probes: the frames gdb sees natively (no probes there)
 PROBED = {
     "leaf-under-big_frame": (["break *leaf", "run", "stepi", "bt"], ("big_frame", "main")),
     "in-probed-leaf": (["break *leaf", "run", "stepi", "bt"], ("leaf",)),
-    "malloc-under-alloc": (["break *main", "run", "break {malloc}", "continue", "stepi 3", "bt"],
-                           ("alloc", "main")),
+    "malloc-under-alloc": (["break *main", "run", "break {malloc}", "continue", "stepi 3", "bt"], ("alloc", "main")),
 }
 
 
@@ -217,8 +224,12 @@ def test_finish_from_main_lands_in_the_c_runtime_as_gdb_does(unwind_guest):
     got = [line for line in out if line.startswith("$1 = ")]
     assert want and got == want, f"pc after finish: gdb {want}, stepper {got}"
     assert "__libc_start_call_main" in got[0]
-    default_gdb = subprocess.run([_tool("gdb"), "-nx", "-batch", "-ex", "break *main", "-ex", "run",
-                                  "-ex", "finish", prog], capture_output=True, text=True, timeout=120)
+    default_gdb = subprocess.run(
+        [_tool("gdb"), "-nx", "-batch", "-ex", "break *main", "-ex", "run", "-ex", "finish", prog],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     _, err, _ = shell_lines(Machine.from_elf(prog), ["break *main", "run", "finish"])
     assert err and err[-1] in default_gdb.stderr, f"gdb: {default_gdb.stderr!r}, stepper: {err}"
 

@@ -20,12 +20,13 @@ from kernel_model.errors import RegistrationError
 
 # ----------------------------------------------------------------------------- bisection
 
-@pytest.mark.parametrize("n,batch,bad", [(100, 100, {37}), (100, 25, {0, 99}),
-                                         (64, 64, {1, 2, 3, 40}), (7, 3, set())])
+
+@pytest.mark.parametrize("n,batch,bad", [(100, 100, {37}), (100, 25, {0, 99}), (64, 64, {1, 2, 3, 40}), (7, 3, set())])
 def test_bisection_finds_exactly_the_bad_sites(n, batch, bad):
     res = bisect(n, batch, lambda groups: [("bad" if bad & set(g) else None, None) for g in groups])
-    assert sorted(f.sites[0] for f in res.found) == sorted(bad), \
+    assert sorted(f.sites[0] for f in res.found) == sorted(bad), (
         f"expected {sorted(bad)}, found {[f.sites for f in res.found]}"
+    )
     assert all(len(f.sites) == 1 and not f.interaction for f in res.found)
 
 
@@ -40,6 +41,7 @@ def test_bisection_splits_hit_sites_from_the_others_first():
     def evaluate(groups):
         calls.extend(groups)
         return [("bad" if 5 in g else None, [g.index(5)] if 5 in g else []) for g in groups]
+
     res = bisect(1000, 1000, evaluate)
     assert [f.sites for f in res.found] == [(5,)]
     assert res.runs == 3, f"a batch, its hit site and the 999 others: expected 3 runs, got {res.runs}"
@@ -51,6 +53,7 @@ def test_two_probes_that_only_diverge_together_are_an_interaction():
 
 
 # ----------------------------------------------------------------------------- sites
+
 
 def test_insn_sites_are_the_boundaries_of_text_with_bytes_and_disassembly():
     m = Machine.from_guest("uprobe_targets", argv=["uprobe_targets", "1"])
@@ -75,11 +78,11 @@ def test_a_site_file_lists_offsets_and_symbols(tmp_path):
     f = tmp_path / "sites"
     f.write_text("# push and its return\ntarget_push\ntarget_push%return\n0x1083  # nop5\n")
     sites = enumerate_sites(m, str(f), program=m.process.exe.path)
-    assert [(s.symbol, s.kind) for s in sites] == [("target_push", "p"), ("target_push", "r"),
-                                                   ("target_nop5", "p")]
+    assert [(s.symbol, s.kind) for s in sites] == [("target_push", "p"), ("target_push", "r"), ("target_nop5", "p")]
 
 
 # ----------------------------------------------------------------------------- corpora
+
 
 @pytest.mark.parametrize("kernel", ["6.18", "latest"])
 @pytest.mark.parametrize("guest", sorted(GUESTS))
@@ -131,13 +134,16 @@ def test_a_dynamic_program_probed_in_ld_so_before_its_mmaps_sees_them_a_page_low
 
 # ----------------------------------------------------------------------------- a wrong emulation
 
+
 def _mis_emulated_push(monkeypatch):
     """push %reg emulated with the wrong value (one more): an emulation bug."""
+
     def wrong(au, regs, mem):
         if not arch_x86.emulate_push_stack(regs, mem, (getattr(regs, au.push_reg) + 1) & 0xFFFFFFFFFFFFFFFF):
             return False
         regs.rip = (regs.rip + au.ilen) & 0xFFFFFFFFFFFFFFFF
         return True
+
     ops = arch_x86.UprobeXolOps("wrong_push_xol_ops", emulate=wrong)
     monkeypatch.setitem(arch_x86._SETUP_OPS, "push", ops)
 
@@ -157,8 +163,9 @@ def _executed_push_sites(program, kernel):
     return out
 
 
-@pytest.mark.parametrize("guest,argv", [("uprobe_targets", ["uprobe_targets", "4"]),
-                                        ("bench_trigger", ["bench_trigger", "3", "3", "2"])])
+@pytest.mark.parametrize(
+    "guest,argv", [("uprobe_targets", ["uprobe_targets", "4"]), ("bench_trigger", ["bench_trigger", "3", "3", "2"])]
+)
 def test_a_wrong_push_emulation_is_bisected_to_exactly_the_executed_push_sites(monkeypatch, guest, argv):
     prog = guest_program(guest, argv)
     expected = _executed_push_sites(prog, "6.18")
@@ -175,7 +182,7 @@ def test_a_wrong_push_emulation_is_bisected_to_exactly_the_executed_push_sites(m
 
 def test_the_pool_finds_what_the_serial_runner_finds(monkeypatch):
     prog = guest_program("uprobe_targets")
-    _mis_emulated_push(monkeypatch)                    # the forked workers inherit it
+    _mis_emulated_push(monkeypatch)  # the forked workers inherit it
     serial = sweep(prog, "6.18", runner=SerialRunner())
     pool = sweep(prog, "6.18", runner=PoolRunner(2))
     assert findings(pool) == findings(serial) and len(serial.unclassified) == 1

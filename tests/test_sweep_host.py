@@ -38,6 +38,7 @@ def _own_boundaries(exe) -> list[str]:
     host CPU picks AVX-512 ones the model's CPU does not have, so they run only there)."""
     from emu.frontends.sweep.sites import insn_sites
     from kernel_model.fs.elf import load_elf_file
+
     return [s.key for s in insn_sites(exe, load_elf_file(exe)) if s.symbol.split("+")[0] == "main"]
 
 

@@ -27,8 +27,12 @@ def test_ray_finds_what_the_pool_finds(ray_runner):
     got = sweep(prog, "6.18", runner=ray_runner, close=False)
     want = sweep(prog, "6.18", runner=PoolRunner(2))
     assert findings(got) == findings(want) and len(findings(want)) == 2
-    assert (got.batches, got.runs, got.executed, sorted(got.refused)) == \
-        (want.batches, want.runs, want.executed, sorted(want.refused))
+    assert (got.batches, got.runs, got.executed, sorted(got.refused)) == (
+        want.batches,
+        want.runs,
+        want.executed,
+        sorted(want.refused),
+    )
     # both actors ran cases, and each loaded the program once for all of them
     assert ray.get([a.images.remote() for a in ray_runner.actors]) == [1, 1]
     assert sum(ray.get([a.executed.remote() for a in ray_runner.actors])) == got.executed

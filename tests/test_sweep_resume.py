@@ -37,11 +37,12 @@ def _wrong_push(monkeypatch):
             return False
         regs.rip = (regs.rip + au.ilen) & ((1 << 64) - 1)
         return True
+
     monkeypatch.setitem(arch_x86._SETUP_OPS, "push", arch_x86.UprobeXolOps("wrong", emulate=wrong))
 
 
 def test_an_interrupted_sweep_resumes_without_rerunning_finished_cases(tmp_path, monkeypatch):
-    _wrong_push(monkeypatch)                      # a sweep with some bisection to do
+    _wrong_push(monkeypatch)  # a sweep with some bisection to do
     prog = guest_program("uprobe_targets")
     full = sweep(prog, "6.18", batch=64)
     assert full.executed >= 8, full.executed
@@ -55,8 +56,9 @@ def test_an_interrupted_sweep_resumes_without_rerunning_finished_cases(tmp_path,
     runner = SerialRunner()
     resumed = sweep(prog, "6.18", runner=runner, store=store, batch=64)
     store.close()
-    assert runner.runner.executed == full.executed - 5, \
+    assert runner.runner.executed == full.executed - 5, (
         f"expected {full.executed - 5} cases run after resuming, got {runner.runner.executed}"
+    )
     assert (resumed.runs, findings(resumed)) == (full.runs, findings(full))
     assert len(_case_lines(path)) == full.executed
 
@@ -110,19 +112,33 @@ def test_cli_unclassified_divergence_exits_1_and_streams_jsonl(tmp_path, capsys,
 
 def test_the_repro_command_reproduces_the_divergence(capsys, monkeypatch):
     _wrong_push(monkeypatch)
-    rc = main(["sweep", "--kernel", "6.18", "--site", "guest:uprobe_targets:0x108d", "--no-progress", "guest:uprobe_targets", "4"])
+    rc = main(
+        [
+            "sweep",
+            "--kernel",
+            "6.18",
+            "--site",
+            "guest:uprobe_targets:0x108d",
+            "--no-progress",
+            "guest:uprobe_targets",
+            "4",
+        ]
+    )
     text = capsys.readouterr().out
     assert rc == 1 and "first: registers: rbp reference 0x0 probed 0x4" in text, text
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["sweep", "--kernel", "6.18,nope", "guest:fib"], "unknown kernel profile 'nope'"),
-    (["sweep", "--resume", "guest:fib"], "--resume needs --jsonl FILE"),
-    (["sweep", "/nonexistent/prog"], "/nonexistent/prog: no such file"),
-    (["sweep", "--sites", "/nonexistent/list", "guest:fib"], "is neither insn, func, ret nor a file"),
-    (["sweep", "--site", "no_such_symbol", "guest:fib"], "no_such_symbol"),
-    (["sweep", "--jobs", "2", "--ray", "auto", "guest:fib"], "give --jobs or --ray, not both"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["sweep", "--kernel", "6.18,nope", "guest:fib"], "unknown kernel profile 'nope'"),
+        (["sweep", "--resume", "guest:fib"], "--resume needs --jsonl FILE"),
+        (["sweep", "/nonexistent/prog"], "/nonexistent/prog: no such file"),
+        (["sweep", "--sites", "/nonexistent/list", "guest:fib"], "is neither insn, func, ret nor a file"),
+        (["sweep", "--site", "no_such_symbol", "guest:fib"], "no_such_symbol"),
+        (["sweep", "--jobs", "2", "--ray", "auto", "guest:fib"], "give --jobs or --ray, not both"),
+    ],
+)
 def test_cli_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     rc = main(argv)
     err = capsys.readouterr().err

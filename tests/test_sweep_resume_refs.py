@@ -34,6 +34,7 @@ def reference_runs(monkeypatch):
     def counting(self, case):
         count["n"] += not case.sites
         return execute(self, case)
+
     monkeypatch.setattr(CaseRunner, "execute", counting)
     return count
 
@@ -53,12 +54,16 @@ def test_a_resumed_sweep_does_not_repeat_the_reference_runs(tmp_path, reference_
     assert (reference_runs["n"], first.reference_runs) == (2, 2)
     reference_runs["n"] = 0
     again, runner = _sweep(prog, path, True)
-    assert (reference_runs["n"], again.reference_runs, runner.runner.executed) == (0, 0, 0), \
-        f"expected no run at all on resume, got {reference_runs['n']} reference, " \
-        f"{runner.runner.executed} probed"
+    assert (reference_runs["n"], again.reference_runs, runner.runner.executed) == (0, 0, 0), (
+        f"expected no run at all on resume, got {reference_runs['n']} reference, {runner.runner.executed} probed"
+    )
     assert again.reference_note == f"reused from {path}"
-    assert (again.sites, again.noise, again.ref_digest, again.reference) == \
-        (first.sites, first.noise, first.ref_digest, first.reference)
+    assert (again.sites, again.noise, again.ref_digest, again.reference) == (
+        first.sites,
+        first.noise,
+        first.ref_digest,
+        first.reference,
+    )
     assert (again.runs, findings(again)) == (first.runs, findings(first))
 
 
@@ -67,19 +72,18 @@ def _changed_binary(tmp_path):
     write_guest("fib", exe)
 
     def change():
-        with open(exe, "ab") as f:           # one byte more: another SHA-256, the same program
+        with open(exe, "ab") as f:  # one byte more: another SHA-256, the same program
             f.write(b"\0")
         return Program.of(exe, [exe, "30"])
+
     return Program.of(exe, [exe, "30"]), change
 
 
 # change -> (tmp_path -> (the first program, () -> the changed one), sweep kwargs, the note's word)
 CHANGES = {
     "binary": (_changed_binary, {}, "binary (SHA-256 differs)"),
-    "argv": (lambda _: (guest_program("fib", ["fib", "30"]), lambda: guest_program("fib", ["fib", "31"])),
-             {}, "argv"),
-    "seed": (lambda _: (guest_program("fib"), lambda: Program.of("guest:fib", ["fib", "30"], seed=5)),
-             {}, "seed"),
+    "argv": (lambda _: (guest_program("fib", ["fib", "30"]), lambda: guest_program("fib", ["fib", "31"])), {}, "argv"),
+    "seed": (lambda _: (guest_program("fib"), lambda: Program.of("guest:fib", ["fib", "30"], seed=5)), {}, "seed"),
     "sites": (lambda _: (guest_program("fib"), lambda: guest_program("fib")), {"mode": "func"}, "--sites"),
 }
 
@@ -93,10 +97,10 @@ def test_the_reference_runs_are_run_again_when_the_description_changed(tmp_path,
     reference_runs["n"] = 0
     second = changed()
     again, _ = _sweep(second, path, True, **second_kw)
-    assert (reference_runs["n"], again.reference_runs) == (2, 2), \
+    assert (reference_runs["n"], again.reference_runs) == (2, 2), (
         f"expected the 2 reference runs again after a changed {change}, got {reference_runs['n']}"
-    assert again.reference_note == f"run again: the ones in {path} were for another {named}", \
-        again.reference_note
+    )
+    assert again.reference_note == f"run again: the ones in {path} were for another {named}", again.reference_note
     reference_runs["n"] = 0
     _sweep(second, path, True, **second_kw)
     assert reference_runs["n"] == 0, "the changed description's reference runs were not recorded"
@@ -138,12 +142,14 @@ def test_cli_says_the_reference_runs_were_reused(tmp_path, capsys):
 @needs_tracefs
 def test_a_resumed_host_sweep_does_not_repeat_the_native_runs(tmp_path, monkeypatch, build_c):
     from emu.frontends.sweep import host as host_mod
+
     native = {"n": 0}
     run_native = host_mod.run_native
 
     def counting(*a, **kw):
         native["n"] += 1
         return run_native(*a, **kw)
+
     monkeypatch.setattr(host_mod, "run_native", counting)
     exe = build_c("sweep_stderr.c")
     prog = Program.of(exe, [exe, "ab"])
@@ -157,17 +163,23 @@ def test_a_resumed_host_sweep_does_not_repeat_the_native_runs(tmp_path, monkeypa
             return host_mod.host_sweep(prog, model, batch=batch, store=store)
         finally:
             store.close()
+
     first = host(False, 2)
     assert (native["n"], first.executed, first.reused) == (4, 4, 0), (native, first.executed)
     native["n"] = 0
     again = host(True, 2)
-    assert (native["n"], again.executed, again.reused) == (0, 0, 4), \
+    assert (native["n"], again.executed, again.reused) == (0, 0, 4), (
         f"expected no native run on resume, got {native['n']}"
-    assert (again.reference, again.compared, again.runs, again.found) == \
-        (first.reference, first.compared, first.runs, first.found)
+    )
+    assert (again.reference, again.compared, again.runs, again.found) == (
+        first.reference,
+        first.compared,
+        first.runs,
+        first.found,
+    )
     assert f"  4 native run(s) reused from {path}, 0 run now" in again.lines()
     native["n"] = 0
-    other = host(True, 4)                    # other batches: only the references are reused
+    other = host(True, 4)  # other batches: only the references are reused
     assert (native["n"], other.reused) == (1, 2), (native, other.reused)
 
 

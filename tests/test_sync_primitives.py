@@ -24,8 +24,10 @@ def test_spinlock_acquire_is_an_exclusive_lock_and_release_a_store():
     lock.lock(log, 3)
     assert lock.owner == 3
     lock.unlock(log, 3)
-    assert (lock.owner, _records(log, 3)) == (None, [("uprobes_treelock", None, LOCK),
-                                                     ("uprobes_treelock", None, UNLOCK)])
+    assert (lock.owner, _records(log, 3)) == (
+        None,
+        [("uprobes_treelock", None, LOCK), ("uprobes_treelock", None, UNLOCK)],
+    )
 
 
 def test_spinlock_taken_twice_is_a_modeling_error():
@@ -35,8 +37,9 @@ def test_spinlock_taken_twice_is_a_modeling_error():
         lock.lock(None, 1)
 
 
-@pytest.mark.parametrize("cls,enter,leave", [(RwLock, "read_lock", "read_unlock"),
-                                             (RwSemaphore, "down_read", "up_read")])
+@pytest.mark.parametrize(
+    "cls,enter,leave", [(RwLock, "read_lock", "read_unlock"), (RwSemaphore, "down_read", "up_read")]
+)
 def test_reader_sections_are_two_atomics_on_the_lock_line(cls, enter, leave):
     log, lock = AccessLog(), cls("mm.mmap_lock", 7)
     getattr(lock, enter)(log, 1)
@@ -56,8 +59,11 @@ def test_percpu_rwsem_readers_write_only_their_own_cpu_line():
     log, sem = AccessLog(), PercpuRwSemaphore("uprobes_treelock")
     sem.down_read(log, 4)
     sem.up_read(log, 4)
-    assert _records(log, 4) == [("uprobes_treelock.rss", None, READ), ("uprobes_treelock.read_count", 4, WRITE),
-                                ("uprobes_treelock.read_count", 4, WRITE)]
+    assert _records(log, 4) == [
+        ("uprobes_treelock.rss", None, READ),
+        ("uprobes_treelock.read_count", 4, WRITE),
+        ("uprobes_treelock.read_count", 4, WRITE),
+    ]
     assert sem.readers() == 0
 
 

@@ -49,8 +49,9 @@ def test_the_enosys_message_names_an_unregistered_syscall_as_not_modeled(nr, nam
 
 
 def test_the_enosys_message_of_a_profile_syscall_names_the_profiles():
-    assert enosys_detail(335, 1) == ("last syscall 335 (uretprobe) is not modeled by this kernel profile "
-                                     "(only by 6.11 and later): ENOSYS, 1 times")
+    assert enosys_detail(335, 1) == (
+        "last syscall 335 (uretprobe) is not modeled by this kernel profile (only by 6.11 and later): ENOSYS, 1 times"
+    )
 
 
 def test_a_run_spinning_on_an_unmodeled_syscall_says_what_the_registry_says():

@@ -42,11 +42,12 @@ def modeled_syscalls() -> set[str]:
 
 def test_the_page_lists_every_modeled_syscall_and_nothing_else():
     listed, modeled = set(page_syscalls()), modeled_syscalls()
-    assert listed == modeled, (f"the syscall page is wrong: modeled but not listed "
-                               f"{sorted(modeled - listed)}, listed but not modeled {sorted(listed - modeled)}")
+    assert listed == modeled, (
+        f"the syscall page is wrong: modeled but not listed "
+        f"{sorted(modeled - listed)}, listed but not modeled {sorted(listed - modeled)}"
+    )
 
 
 def test_the_page_lists_each_syscall_once():
     twice = sorted(n for n, k in Counter(page_syscalls()).items() if k > 1)
     assert twice == [], f"listed in more than one place: {twice}"
-

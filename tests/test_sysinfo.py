@@ -38,7 +38,7 @@ def test_phys_pages_is_mem_total_over_the_page_size(sysinfo_exe, mem_total):
     kw = {} if mem_total is None else {"mem_total": mem_total}
     r = Machine.from_elf(sysinfo_exe, **kw).run()
     f = fields(r.stdout.decode())
-    want = (mem_total or DEFAULT_MEM_TOTAL)
+    want = mem_total or DEFAULT_MEM_TOTAL
     assert f["totalram"] == str(want), f
     assert f["phys_pages"] == str(want // 4096), f"sysconf(_SC_PHYS_PAGES): want {want // 4096}, got {f}"
 
@@ -51,11 +51,20 @@ def test_fields_in_the_kernels_struct_sysinfo_layout(sysinfo_exe):
     f = fields(r.stdout.decode())
     mapped = sum(v.size for v in m.mem.vmas)
     assert f == {
-        "uptime": "7", "loads": "0,0,0",                  # 7 s of nanosleep on the virtual clock
-        "totalram": str(1 << 30), "freeram": str((1 << 30) - mapped), "sharedram": "0",
-        "bufferram": "0", "totalswap": "0", "freeswap": "0", "procs": "1", "totalhigh": "0",
-        "freehigh": "0", "mem_unit": "1",
-        "phys_pages": str((1 << 30) // 4096), "avphys_pages": str(((1 << 30) - mapped) // 4096),
+        "uptime": "7",
+        "loads": "0,0,0",  # 7 s of nanosleep on the virtual clock
+        "totalram": str(1 << 30),
+        "freeram": str((1 << 30) - mapped),
+        "sharedram": "0",
+        "bufferram": "0",
+        "totalswap": "0",
+        "freeswap": "0",
+        "procs": "1",
+        "totalhigh": "0",
+        "freehigh": "0",
+        "mem_unit": "1",
+        "phys_pages": str((1 << 30) // 4096),
+        "avphys_pages": str(((1 << 30) - mapped) // 4096),
     }
 
 
@@ -71,7 +80,7 @@ _start:
     syscall
 .data
 buf:
-    .byte {', '.join(['0xaa'] * 120)}
+    .byte {", ".join(["0xaa"] * 120)}
 """)
     r = m.run()
     assert r.exit_code == 0

@@ -21,12 +21,14 @@ def test_the_readme_example_file_passes(pytester):
 
 def test_plugin_is_registered_as_a_pytest11_entry_point():
     from importlib.metadata import entry_points
+
     eps = [ep for ep in entry_points(group="pytest11") if ep.value == "emu.frontends.testing"]
     assert eps, "pip install . registers the pytest11 entry point 'uprobe_emu'"
 
 
 def test_failure_prints_only_differing_registers_in_gdb_layout(pytester):
-    pytester.makepyfile(test_regs="""
+    pytester.makepyfile(
+        test_regs="""
         from emu.frontends.testing import snapshot
 
         def test_differs(emu_asm):
@@ -36,7 +38,8 @@ def test_failure_prints_only_differing_registers_in_gdb_layout(pytester):
             ra = run_to(a, a.resolve("_start") + 7)
             rb = run_to(b, b.resolve("_start") + 7)
             assert ra == rb
-    """)
+    """
+    )
     result = pytester.runpytest()
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
@@ -47,12 +50,14 @@ def test_failure_prints_only_differing_registers_in_gdb_layout(pytester):
 
 
 def test_expect_signal_failure_message(pytester):
-    pytester.makepyfile(test_sig="""
+    pytester.makepyfile(
+        test_sig="""
         from emu.frontends.testing import expect_signal
 
         def test_wrong(emu_machine):
             expect_signal(emu_machine(guest="exit42"), "SIGSEGV")
-    """)
+    """
+    )
     result = pytester.runpytest()
     result.assert_outcomes(failed=1)
     assert "expected the guest to die of SIGSEGV, but it exited with status 42" in result.stdout.str()
@@ -74,9 +79,18 @@ def test_regs_compares_against_a_partial_dict():
 
 
 def test_gdb_layout_matches_gdb_columns():
-    r = Regs({"rax": 0x4A16F0, "rdx": 0x1FB143BF0DDE9675, "rsp": 0x7FFFFFFFE5F0, "eflags": 0x206,
-              "rip": 0x401005, "cs": 0x33, "r9": 2**64 - 1},
-             symbolize=lambda a: "_init+0x5" if a == 0x401005 else None)
+    r = Regs(
+        {
+            "rax": 0x4A16F0,
+            "rdx": 0x1FB143BF0DDE9675,
+            "rsp": 0x7FFFFFFFE5F0,
+            "eflags": 0x206,
+            "rip": 0x401005,
+            "cs": 0x33,
+            "r9": 2**64 - 1,
+        },
+        symbolize=lambda a: "_init+0x5" if a == 0x401005 else None,
+    )
     # lines as gdb 13 prints them (measured on this machine)
     assert r.gdb().splitlines() == [
         "rax            0x4a16f0            4855536",

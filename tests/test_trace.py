@@ -99,10 +99,11 @@ def check_golden(name: str, text: str) -> None:
     expected = path.read_text()
     if text != expected:
         import difflib
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
-                                            f"golden/{path.name}", "actual", n=2))
-        pytest.fail(f"trace differs from golden/{path.name} (UPDATE_GOLDEN=1 to accept):\n"
-                    + diff[:6000])
+
+        diff = "".join(
+            difflib.unified_diff(expected.splitlines(True), text.splitlines(True), f"golden/{path.name}", "actual", n=2)
+        )
+        pytest.fail(f"trace differs from golden/{path.name} (UPDATE_GOLDEN=1 to accept):\n" + diff[:6000])
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -139,9 +140,9 @@ _PREFIXES = ("addr32 ", "data16 ", "cs ", "ds ", "es ", "ss ", "notrack ", "bnd 
 def _signed_hex(text: str) -> str:
     v = int(text, 0)
     if 1 << 63 <= v < 1 << 64:
-        v -= 1 << 64                             # objdump: 64-bit two's complement
+        v -= 1 << 64  # objdump: 64-bit two's complement
     elif 1 << 31 <= v < 1 << 32:
-        v -= 1 << 32                             # a sign-extended imm32
+        v -= 1 << 32  # a sign-extended imm32
     return hex(v)
 
 
@@ -157,14 +158,14 @@ def normalize(asm: str) -> str:
     ops = ops.strip()
     sizes = ("qword", "dword", "word", "byte", "[")
     if mnem.startswith("rep") and " " in ops and not ops.startswith(sizes):
-        more, _, ops = ops.partition(" ")           # "rep stosq ...": mnemonic has two words
+        more, _, ops = ops.partition(" ")  # "rep stosq ...": mnemonic has two words
         mnem += " " + more
     mnem = _STRING_OPS.sub(r"\1\2", mnem)
     ops = re.sub(r"\b(?:cs|ds|es|ss):", "", ops)
     ops = re.sub(r"\b([fg]s):\[(-?(?:0x)?[0-9a-f]+)\]", r"\1:\2", ops)
     ops = ops.replace(" ", "")
     if re.fullmatch(r"[0-9a-f]+", ops) and mnem.split()[-1].startswith(("j", "call", "loop")):
-        ops = "0x" + ops                        # objdump: `call 401020`
+        ops = "0x" + ops  # objdump: `call 401020`
     ops = _NUM.sub(lambda m: _signed_hex(m.group(1)), ops)
     ops = ops.replace("+-", "-")
     ops = re.sub(r"\*0x1(?=[\]+-])", "", ops)
@@ -183,6 +184,7 @@ def objdump(path: Path) -> dict[int, tuple[bytes, str]]:
 
 # ----------------------------------------------------------------------------- goldens
 
+
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_golden_text_trace(name):
     text, result = trace_of(scenario_machine(name))
@@ -199,6 +201,7 @@ def test_golden_builtin_guest_hello():
 
 
 # ----------------------------------------------------------------------------- what a trace shows
+
 
 def test_each_probe_path_is_visible_in_the_trace():
     text, _ = trace_of(scenario_machine("xol-latest"))
@@ -226,16 +229,24 @@ def test_optimized_path_first_int3_then_call_trampoline_and_syscall_336():
     ev = events(text)
     first_opt = next(i for i, e in enumerate(ev) if e.startswith("optimized: 0x"))
     assert ev[first_opt - 3].startswith("[uprobes-trampoline] mapped at")
-    assert [e.split(":")[0] for e in ev[first_opt - 2:first_opt]] == [
-        f"text_poke {site + 1:#x} <site+0x1>", f"text_poke {site:#x} <site>"]
+    assert [e.split(":")[0] for e in ev[first_opt - 2 : first_opt]] == [
+        f"text_poke {site + 1:#x} <site+0x1>",
+        f"text_poke {site:#x} <site>",
+    ]
     assert ev[first_opt + 1].startswith("emulated 'nop dword ptr [rax + rax]'")
-    later = ev[first_opt + 2:]
+    later = ev[first_opt + 2 :]
     i = later.index("*** syscall 336 uprobe()")
     assert later[i + 1].startswith(f"sys_uprobe: the optimized probe at {site:#x} <site>")
     assert later[i + 2].startswith(f"uprobe syscall: uprobe hit at {site:#x} <site>")
     lines = text.splitlines()
-    assert any(re.match(rf"  {site:x}:\te8 [0-9a-f ]+\tcall +0x[0-9a-f]+ <\[uprobes-trampoline\]>"
-                        r"  # optimized uprobe$", ln) for ln in lines)
+    assert any(
+        re.match(
+            rf"  {site:x}:\te8 [0-9a-f ]+\tcall +0x[0-9a-f]+ <\[uprobes-trampoline\]>"
+            r"  # optimized uprobe$",
+            ln,
+        )
+        for ln in lines
+    )
 
 
 def test_register_changes_follow_each_instruction():
@@ -258,8 +269,10 @@ def test_exit_and_signal_end_the_trace():
     assert lines[-2] == "    rip=0x401007", "the faulting instruction did not complete"
     assert lines[-1] == "# end: 2 instructions traced (guest killed by SIGSEGV)"
     text, _ = trace_of(Machine.from_guest("exit42"))
-    assert text.splitlines()[-2:] == ["    # syscall 60 exit(0x2a)",
-                                      f"# end: {len(listing(text))} instructions traced (guest exited)"]
+    assert text.splitlines()[-2:] == [
+        "    # syscall 60 exit(0x2a)",
+        f"# end: {len(listing(text))} instructions traced (guest exited)",
+    ]
 
 
 def test_decode_cache_follows_text_writes():
@@ -302,6 +315,7 @@ patchme:
     ret
 """)
     from kernel_model.mm.mm_types import PROT_EXEC, PROT_READ, PROT_WRITE
+
     m.mem.protect(0x401000, 0x1000, PROT_READ | PROT_WRITE | PROT_EXEC)
     text, _ = trace_of(m)
     patchme = m.resolve("patchme")
@@ -318,6 +332,7 @@ def test_memory_writes_when_asked():
 
 # ----------------------------------------------------------------------------- objdump
 
+
 def _objdump_check(elf: bytes, tmp_path: Path, text: str) -> int:
     path = tmp_path / "guest.elf"
     path.write_bytes(elf)
@@ -325,12 +340,11 @@ def _objdump_check(elf: bytes, tmp_path: Path, text: str) -> int:
     checked = 0
     for addr, raw, asm in listing(text):
         if addr not in ref:
-            continue                                 # kernel-model code, or a patched site
+            continue  # kernel-model code, or a patched site
         ref_raw, ref_asm = ref[addr]
         if raw != ref_raw:
-            continue                                 # int3 / optimized call: not the file's bytes
-        assert normalize(asm) == normalize(ref_asm), \
-            f"{addr:#x}: trace {asm!r} vs objdump {ref_asm!r}"
+            continue  # int3 / optimized call: not the file's bytes
+        assert normalize(asm) == normalize(ref_asm), f"{addr:#x}: trace {asm!r} vs objdump {ref_asm!r}"
         checked += 1
     return checked
 
@@ -363,8 +377,9 @@ def test_normalize_covers_the_dialect_differences():
     assert normalize("nop    DWORD PTR [rax+rax*1+0x0]") == normalize("nop dword ptr [rax + rax]")
     assert normalize("mov    ebx,0x2") == normalize("mov    ebx, 2")
     assert normalize("call   401012 <func>") == normalize("call   0x401012 <func>")
-    assert normalize("mov    rax,QWORD PTR [rip+0xfe1]        # 402000 <value>") == \
-        normalize("mov    rax, qword ptr [rip + 0xfe1]        # 402000 <value>")
+    assert normalize("mov    rax,QWORD PTR [rip+0xfe1]        # 402000 <value>") == normalize(
+        "mov    rax, qword ptr [rip + 0xfe1]        # 402000 <value>"
+    )
     assert normalize("mov    r8,QWORD PTR [rsp]") != normalize("mov r9, qword ptr [rsp]")
     assert normalize("mov    rbx,QWORD PTR fs:0x10") == normalize("mov    rbx, qword ptr fs:[0x10]")
     assert normalize("lea    rax,[rip+0xfffffffffffcd004]") == normalize("lea    rax, [rip - 0x32ffc]")
@@ -374,6 +389,7 @@ def test_normalize_covers_the_dialect_differences():
 
 
 # ----------------------------------------------------------------------------- jsonl
+
 
 def test_jsonl_parses_and_carries_the_text_content():
     text, _ = trace_of(scenario_machine("xol-latest"))
@@ -414,8 +430,25 @@ def test_tenet_lines():
     for ln in lines:
         assert _TENET.match(ln), ln
     first = dict(kv.split("=") for kv in lines[0].split(","))
-    assert list(first) == ["rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9",
-                           "r10", "r11", "r12", "r13", "r14", "r15", "rip"]
+    assert list(first) == [
+        "rax",
+        "rbx",
+        "rcx",
+        "rdx",
+        "rsi",
+        "rdi",
+        "rbp",
+        "rsp",
+        "r8",
+        "r9",
+        "r10",
+        "r11",
+        "r12",
+        "r13",
+        "r14",
+        "r15",
+        "rip",
+    ]
     rips = [int(re.search(r"rip=(0x[0-9a-f]+)", ln).group(1), 16) for ln in lines]
     assert rips == [a for a, _, _ in listing(text)], "one line per instruction, in order"
     # replaying the deltas gives every register change of the text trace
@@ -429,11 +462,12 @@ def test_tenet_lines():
     # the emulated push (the kernel's write) and the call's push are both memory writes
     call_i = next(i for i, (_, _, asm) in enumerate(listing(text)) if asm.startswith("call"))
     assert re.search(r",mw=0x[0-9a-f]+:0a10400000000000$", lines[call_i + 1])
-    push = lines[call_i + 2]            # after the int3 at func: hijack + emulated push
+    push = lines[call_i + 2]  # after the int3 at func: hijack + emulated push
     assert re.search(r"mw=0x[0-9a-f]+:00e0ffffff7f0000,mw=0x[0-9a-f]+:0000000000000000$", push), push
 
 
 # ----------------------------------------------------------------------------- chrome
+
 
 def check_chrome(doc: dict) -> list[dict]:
     assert isinstance(doc, dict) and isinstance(doc["traceEvents"], list)
@@ -487,6 +521,7 @@ def test_chrome_trace_starting_inside_a_function_keeps_spans_nested():
 
 # ----------------------------------------------------------------------------- --from / --count
 
+
 def test_from_symbol_starts_at_its_first_instruction_once():
     m = Machine.from_asm(GUEST)
     text, result = trace_of(m, start="func", count=4)
@@ -501,8 +536,9 @@ def test_count_stops_tracing_and_the_guest_runs_on():
     m = Machine.from_guest("fib", argv=["fib", "1000"])
     text, result = trace_of(m, count=25)
     assert len(listing(text)) == 25
-    assert result.reason == "exit" and result.exit_code == Machine.from_guest(
-        "fib", argv=["fib", "1000"]).run().exit_code
+    assert (
+        result.reason == "exit" and result.exit_code == Machine.from_guest("fib", argv=["fib", "1000"]).run().exit_code
+    )
 
 
 def test_hooks_and_listeners_are_removed_after_tracing():
@@ -570,6 +606,7 @@ def test_every_format_traces_the_same_instruction_count(fmt):
 
 # ----------------------------------------------------------------------------- threads
 
+
 def test_threads_each_keep_their_own_trace_state(build_c):
     """Threads share the CPU between time slices: each switch is marked, a thread's
     exit does not end the trace, and every thread gets its own Chrome track."""
@@ -592,6 +629,7 @@ def test_threads_each_keep_their_own_trace_state(build_c):
 
 
 # ----------------------------------------------------------------------------- CLI
+
 
 def test_cli_text_trace_to_stdout_keeps_guest_output_in_place():
     p = cli("trace", "guest:hello")
@@ -626,7 +664,19 @@ def test_cli_machine_readable_trace_on_stdout_moves_guest_output_to_stderr():
 
 def test_cli_from_count_and_probe_events(tmp_path):
     path = tmp_path / "t.txt"
-    p = cli("trace", "--from", "fib_loop", "--count", "12", "-o", str(path), "-e", "p:f/loop guest:fib:fib_loop %ax", "guest:fib", "5")
+    p = cli(
+        "trace",
+        "--from",
+        "fib_loop",
+        "--count",
+        "12",
+        "-o",
+        str(path),
+        "-e",
+        "p:f/loop guest:fib:fib_loop %ax",
+        "guest:fib",
+        "5",
+    )
     assert p.returncode == 5, p.stderr.decode()
     text = path.read_text()
     assert len(listing(text)) == 12
@@ -638,11 +688,15 @@ def test_cli_from_count_and_probe_events(tmp_path):
     assert ev[2] == "handler of consumer #1 f/loop returns 0"
 
 
-@pytest.mark.parametrize("args,fragment", [
-    (("trace", "--from", "nosuch", "guest:hello"), "unknown symbol 'nosuch'"),
-    (("trace", "--format", "xml", "guest:hello"), "invalid choice"),
-    (("trace", "--count", "-3", "guest:hello"), "must be 0 or more"),
-    (("trace", "-o", "/nonexistent/dir/t.txt", "guest:hello"), "cannot write the trace"),
-], ids=["unknown-symbol", "bad-format", "negative-count", "bad-output"])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (("trace", "--from", "nosuch", "guest:hello"), "unknown symbol 'nosuch'"),
+        (("trace", "--format", "xml", "guest:hello"), "invalid choice"),
+        (("trace", "--count", "-3", "guest:hello"), "must be 0 or more"),
+        (("trace", "-o", "/nonexistent/dir/t.txt", "guest:hello"), "cannot write the trace"),
+    ],
+    ids=["unknown-symbol", "bad-format", "negative-count", "bad-output"],
+)
 def test_cli_bad_input_is_one_line(args, fragment):
     assert fragment in one_line_error(cli(*args))

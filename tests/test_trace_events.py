@@ -45,27 +45,31 @@ def payload(line: str) -> str:
     return line.split(": ", 1)[1]
 
 
-@pytest.mark.parametrize("arg,expected", [
-    ("%di", "arg1=0x402000"),
-    ("%si:s64", "arg1=-2"),
-    ("%si:s8", "arg1=-2"),
-    ("%si:u8", "arg1=254"),
-    ("%dx:x16", "arg1=0x1234"),
-    ("%dx:u32", "arg1=4660"),
-    ("+0(%di):string", 'arg1="probe me"'),
-    ("+0(%di):u8", "arg1=112"),
-    ("+0(%di):char", "arg1='p'"),
-    ("@0x402009", "arg1=0x1122334455667788"),
-    ("@+0x2009:x32", "arg1=0x55667788"),
-    ("$stack0", "arg1=0x40101c"),
-    ("$stack1", "arg1=0x55"),
-    ("+8(%sp):u64", "arg1=85"),
-    ("$comm", 'arg1="tgt"'),
-    ("\\42", "arg1=0x2a"),
-    ("val=%dx", "val=0x1234"),
-    ("+0(+0(%sp)):x8", "arg1=0x48"),
-    ("+0(%ax):u64", "arg1=0"),
-], ids=lambda v: v if isinstance(v, str) and len(v) < 20 else None)
+@pytest.mark.parametrize(
+    "arg,expected",
+    [
+        ("%di", "arg1=0x402000"),
+        ("%si:s64", "arg1=-2"),
+        ("%si:s8", "arg1=-2"),
+        ("%si:u8", "arg1=254"),
+        ("%dx:x16", "arg1=0x1234"),
+        ("%dx:u32", "arg1=4660"),
+        ("+0(%di):string", 'arg1="probe me"'),
+        ("+0(%di):u8", "arg1=112"),
+        ("+0(%di):char", "arg1='p'"),
+        ("@0x402009", "arg1=0x1122334455667788"),
+        ("@+0x2009:x32", "arg1=0x55667788"),
+        ("$stack0", "arg1=0x40101c"),
+        ("$stack1", "arg1=0x55"),
+        ("+8(%sp):u64", "arg1=85"),
+        ("$comm", 'arg1="tgt"'),
+        ("\\42", "arg1=0x2a"),
+        ("val=%dx", "val=0x1234"),
+        ("+0(+0(%sp)):x8", "arg1=0x48"),
+        ("+0(%ax):u64", "arg1=0"),
+    ],
+    ids=lambda v: v if isinstance(v, str) and len(v) < 20 else None,
+)
 def test_entry_fetcharg_formats_like_the_kernel(arg, expected):
     m, (ev,) = run_with(f"p:t/e /bin/tgt:func {arg}")
     assert ev.lines == [f"{ev.lines[0].split(': ', 1)[0]}: e: (0x401026) {expected}"], ev.lines
@@ -73,7 +77,7 @@ def test_entry_fetcharg_formats_like_the_kernel(arg, expected):
 
 def test_string_from_an_unreadable_address_prints_fault():
     m, (ev,) = run_with("p:t/e /bin/tgt:func +0(%ax):string")
-    assert payload(ev.lines[0]) == 'e: (0x401026) arg1=(fault)'
+    assert payload(ev.lines[0]) == "e: (0x401026) arg1=(fault)"
 
 
 def test_return_event_prints_return_and_function_addresses():
@@ -138,15 +142,23 @@ def test_events_are_written_to_the_output_stream():
 
 # ------------------------------------------------------------ per-CPU args buffer
 
-@pytest.mark.parametrize("kernel,ftrace,fills", [
-    ("6.9", True, 1), ("6.9", False, 1),        # always filled before 6.10
-    ("6.10", True, 1), ("6.10", False, 0),      # lazily: only for an ftrace consumer
-    ("latest", False, 0),
-], ids=["6.9-ftrace", "6.9-program-only", "6.10-ftrace", "6.10-program-only", "latest-program-only"])
+
+@pytest.mark.parametrize(
+    "kernel,ftrace,fills",
+    [
+        ("6.9", True, 1),
+        ("6.9", False, 1),  # always filled before 6.10
+        ("6.10", True, 1),
+        ("6.10", False, 0),  # lazily: only for an ftrace consumer
+        ("latest", False, 0),
+    ],
+    ids=["6.9-ftrace", "6.9-program-only", "6.10-ftrace", "6.10-program-only", "latest-program-only"],
+)
 def test_args_buffer_is_filled_per_profile(kernel, ftrace, fills):
     seen = []
-    m, (ev,) = run_with("p:t/e /bin/tgt:func %di", kernel=kernel, ftrace=ftrace,
-                        programs=[lambda ctx: seen.append(ctx.regs.rdi)])
+    m, (ev,) = run_with(
+        "p:t/e /bin/tgt:func %di", kernel=kernel, ftrace=ftrace, programs=[lambda ctx: seen.append(ctx.regs.rdi)]
+    )
     assert seen == [0x402000], "the program ran either way"
     assert m.counters.args_buffer_fills == fills
     assert len(ev.lines) == (1 if ftrace else 0)
@@ -154,6 +166,7 @@ def test_args_buffer_is_filled_per_profile(kernel, ftrace, fills):
 
 def test_cli_events_file(tmp_path):
     from cli_helpers import cli
+
     out = tmp_path / "events.txt"
     p = cli("run", "-e", "p:f/loop guest:fib:fib_loop %ax %bx", "--events", str(out), "guest:fib", "4")
     assert p.returncode == 3 and p.stderr == b""
@@ -168,5 +181,6 @@ def test_cli_events_file(tmp_path):
 
 def test_cli_bad_spec_is_one_line():
     from cli_helpers import cli, one_line_error
+
     line = one_line_error(cli("run", "-e", "p:f/loop guest:fib:fib_loop %zz", "guest:fib"))
     assert "zz" in line

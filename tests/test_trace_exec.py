@@ -23,7 +23,7 @@ from cli_helpers import cli
 from emu import Machine
 from emu.frontends.trace import Tracer
 
-NEW_COMM = "a_long_program_"          # "a_long_program_name"[:15] (__set_task_comm)
+NEW_COMM = "a_long_program_"  # "a_long_program_name"[:15] (__set_task_comm)
 WORK = 3
 
 
@@ -63,14 +63,15 @@ def test_trace_goes_on_in_the_exec_d_image(programs):
     lines = text.splitlines()
     exec_line = f"    # exec: task 1000 ({NEW_COMM}) now runs {programs[1]} in a new address space"
     assert lines.count(exec_line) == 1, f"expected {exec_line!r} once; the trace ends with {lines[-3:]}"
-    after = text[text.index(exec_line):]
+    after = text[text.index(exec_line) :]
     regs = after.splitlines()[1]
     first_rip = re.search(r" rip=(0x[0-9a-f]+)", lines[1]).group(1)
-    assert regs.startswith("# registers: rax=0x0 ") and f" rip={first_rip} " in regs, \
+    assert regs.startswith("# registers: rax=0x0 ") and f" rip={first_rip} " in regs, (
         f"expected the new image's registers at ld.so's entry {first_rip}, got {regs!r}"
+    )
     new = headers(after)
     assert "work_loop" in new and "malloc in libc.so.6" in new, f"headers after the exec: {new[:40]}"
-    assert "before_exec" in headers(text[:text.index(exec_line)]) and "before_exec" not in new
+    assert "before_exec" in headers(text[: text.index(exec_line)]) and "before_exec" not in new
     assert lines[-1] == f"# end: {t.insns} instructions traced (guest exited)", lines[-1]
 
 
@@ -78,8 +79,7 @@ def test_ftrace_lines_after_exec_have_the_new_comm_and_equal_an_untraced_run(pro
     exe, copy = programs
     specs = [f"p:g/wl {copy}:work_loop n=%di:s32", "uprobe:libc:malloc"]
     text, _, _ = traced(programs, events=specs)
-    in_trace = [line[len("    # ftrace: "):] for line in text.splitlines()
-                if line.startswith("    # ftrace: ")]
+    in_trace = [line[len("    # ftrace: ") :] for line in text.splitlines() if line.startswith("    # ftrace: ")]
     args = [a for s in specs for a in ("-e", s)]
     untraced = cli("run", *args, exe, "exec", copy, "work", str(WORK))
     assert untraced.returncode == 0, untraced.stderr
@@ -99,11 +99,15 @@ def test_counters_of_a_traced_run_equal_an_untraced_one(programs):
         assert got == want, f"{name}: traced {got} != untraced {want}"
 
 
-@pytest.mark.parametrize("start, label", [
-    ("libc:malloc", "malloc in libc.so.6"),
-    ("malloc", "malloc in libc.so.6"),
-    ("work_loop", "work_loop"),
-], ids=["path-symbol", "bare-library-symbol", "new-program-symbol"])
+@pytest.mark.parametrize(
+    "start, label",
+    [
+        ("libc:malloc", "malloc in libc.so.6"),
+        ("malloc", "malloc in libc.so.6"),
+        ("work_loop", "work_loop"),
+    ],
+    ids=["path-symbol", "bare-library-symbol", "new-program-symbol"],
+)
 def test_from_a_symbol_reached_only_after_the_exec(programs, start, label):
     """The first image never calls malloc nor reaches work_loop: the start is found in
     the new image (libc mapped by its ld.so, work_loop in the new program)."""
@@ -117,8 +121,11 @@ def test_from_a_symbol_reached_only_after_the_exec(programs, start, label):
 def test_jsonl_symbolizes_instructions_of_the_new_image_with_their_library(programs):
     text, _, _ = traced(programs, fmt="jsonl", start="libc:malloc")
     insns = [json.loads(line) for line in text.splitlines() if '"type":"insn"' in line]
-    assert insns[0]["sym"] == "malloc in libc.so.6" and insns[1]["sym"].startswith("malloc+0x") \
-        and insns[1]["sym"].endswith(" in libc.so.6"), insns[:2]
+    assert (
+        insns[0]["sym"] == "malloc in libc.so.6"
+        and insns[1]["sym"].startswith("malloc+0x")
+        and insns[1]["sym"].endswith(" in libc.so.6")
+    ), insns[:2]
 
 
 def test_jsonl_exec_event(programs):
@@ -168,7 +175,7 @@ def test_a_vfork_child_that_execs_leaves_the_trace(build_c):
     line = "    # exec: task 1001 (exe) now runs /proc/self/exe in a new address space (it leaves this trace)"
     assert lines.count(line) == 1, [x for x in lines if "exec:" in x]
     i = lines.index(line)
-    assert lines[i + 2] == "# task 1000 (exec) is on the CPU", lines[i:i + 3]
+    assert lines[i + 2] == "# task 1000 (exec) is on the CPU", lines[i : i + 3]
 
 
 def test_cli_a_bare_symbol_no_mapped_file_has_is_reported(programs, tmp_path):
@@ -177,5 +184,7 @@ def test_cli_a_bare_symbol_no_mapped_file_has_is_reported(programs, tmp_path):
     exe = programs[0]
     p = cli("trace", "--from", "no_such_symbol", "-o", str(tmp_path / "t"), exe, "work", "1")
     assert p.returncode == 0, p.stderr
-    assert p.stderr.decode().splitlines()[-1] == "uprobe-emu: trace: no_such_symbol was never " \
-        "reached (neither the program nor a file it mapped has it)", p.stderr
+    assert (
+        p.stderr.decode().splitlines()[-1] == "uprobe-emu: trace: no_such_symbol was never "
+        "reached (neither the program nor a file it mapped has it)"
+    ), p.stderr

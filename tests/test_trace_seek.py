@@ -46,7 +46,7 @@ buf:
     .quad 0
     .quad 0
 """
-END = 3012                   # the instruction after the store
+END = 3012  # the instruction after the store
 
 
 @pytest.fixture
@@ -61,9 +61,10 @@ def traced():
 def test_last_write_of_a_register_written_long_before_is_found_across_checkpoints(traced):
     m, ts = traced
     hit = ts.last_write("rbx")
-    assert (hit.position, hit.rip, hit.text, hit.old, hit.new) == (2, m.resolve("_start") + 14, "add rbx, 3", 2, 5), \
+    assert (hit.position, hit.rip, hit.text, hit.old, hit.new) == (2, m.resolve("_start") + 14, "add rbx, 3", 2, 5), (
         hit.describe()
-    assert ts.position == END and m.pc == m.resolve("store") + 4   # the query does not move
+    )
+    assert ts.position == END and m.pc == m.resolve("store") + 4  # the query does not move
 
 
 def test_a_write_of_the_same_value_counts(traced):
@@ -108,8 +109,7 @@ def test_seek_back_and_forth_reaches_the_state_of_a_run_of_n_instructions(traced
     assert m.pc == m.resolve("store") + 4
 
 
-@pytest.mark.parametrize("what, message", [("zz", "unknown register"), ("0x10", "not mapped"),
-                                           ("0x401000:0", "SIZE")])
+@pytest.mark.parametrize("what, message", [("zz", "unknown register"), ("0x10", "not mapped"), ("0x401000:0", "SIZE")])
 def test_bad_queries_are_input_errors(traced, what, message):
     _, ts = traced
     with pytest.raises(InputError, match=message):
@@ -123,7 +123,7 @@ def test_a_probed_instruction_writes_from_its_out_of_line_slot(build_c):
     m.uprobes.register("work", handler=lambda c: hits.append(m.insn_clock()))
     ts = TraceSeek(m, interval=2000)
     m.run()
-    ts.seek(hits[0] + 1)                # the int3, then the out-of-line step of mov eax, 1
+    ts.seek(hits[0] + 1)  # the int3, then the out-of-line step of mov eax, 1
     assert m.pc == m.resolve("work") + 5, hex(m.pc)
     hit = ts.last_write("rax")
     vma = m.mem.find_vma(hit.rip)
@@ -132,25 +132,45 @@ def test_a_probed_instruction_writes_from_its_out_of_line_slot(build_c):
 
 def test_cli_seek_starts_the_trace_at_instruction_n_and_answers_last_write(tmp_path):
     from emu.asm import asm_to_elf
+
     elf, _ = asm_to_elf(GUEST)
     exe = tmp_path / "g"
     exe.write_bytes(elf)
-    proc = cli("trace", "--seek", "3005", "--last-write", "rbx", "--format", "jsonl", "--count", "1", "--checkpoint-interval", "500", str(exe))
+    proc = cli(
+        "trace",
+        "--seek",
+        "3005",
+        "--last-write",
+        "rbx",
+        "--format",
+        "jsonl",
+        "--count",
+        "1",
+        "--checkpoint-interval",
+        "500",
+        str(exe),
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     err = proc.stderr.decode()
-    assert "last write to rbx before instruction 3005: instruction 2 at 0x40100e <_start+0xe>: " \
-           "add rbx, 3 (0x2 -> 0x5)" in err, err
+    assert (
+        "last write to rbx before instruction 3005: instruction 2 at 0x40100e <_start+0xe>: "
+        "add rbx, 3 (0x2 -> 0x5)" in err
+    ), err
     rows = [json.loads(line) for line in proc.stdout.decode().splitlines() if line.startswith("{")]
     insns = [r for r in rows if r.get("type") == "insn"]
-    assert [r["sym"] for r in insns] == ["again"], rows       # instruction 3005 is the first traced
+    assert [r["sym"] for r in insns] == ["again"], rows  # instruction 3005 is the first traced
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--seek", "99999"], "before 99999"),
-    (["--seek", "3", "--last-write", "xyz"], "unknown register"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--seek", "99999"], "before 99999"),
+        (["--seek", "3", "--last-write", "xyz"], "unknown register"),
+    ],
+)
 def test_cli_bad_seek_requests_are_one_line_errors(tmp_path, args, message):
     from emu.asm import asm_to_elf
+
     elf, _ = asm_to_elf(GUEST)
     exe = tmp_path / "g"
     exe.write_bytes(elf)

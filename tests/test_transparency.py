@@ -64,7 +64,7 @@ from kernel_model.arch.x86.ptrace import TF
 from kernel_model.profiles import KernelProfile
 
 PROFILES = ["6.10", "6.18", "latest"]
-BUDGET = 5_000_000               # instructions: every guest here needs far fewer
+BUDGET = 5_000_000  # instructions: every guest here needs far fewer
 
 
 def not_transparent(insn) -> bool:
@@ -73,6 +73,7 @@ def not_transparent(insn) -> bool:
 
 
 # ============================================================================ the check
+
 
 def check_transparent(make, select, *, exclude=not_transparent, allow_refused=None):
     """Run ``make()`` three times: plain (the reference end state), with the counting
@@ -94,12 +95,13 @@ def check_transparent(make, select, *, exclude=not_transparent, allow_refused=No
     probes.shadowed = shadowed
     got = plain_run(m, max_insns=BUDGET)
     diffs = compare(ref, got, probes, m) + hit_mismatches(ref, probes)
-    refused = [(insn, err) for insn, err in probes.refused.values()
-               if not (allow_refused and allow_refused(insn, err))]
+    refused = [(insn, err) for insn, err in probes.refused.values() if not (allow_refused and allow_refused(insn, err))]
     diffs += [f"refused: {insn!r}: {err}" for insn, err in refused if ref.counts.get(insn.addr)]
-    assert not diffs, (f"probed run (kernel {m.profile.name}, {len(probes.consumers)} probes, "
-                       f"{sum(c.hits for c in probes.consumers.values())} hits) is not "
-                       f"transparent:" + report(diffs))
+    assert not diffs, (
+        f"probed run (kernel {m.profile.name}, {len(probes.consumers)} probes, "
+        f"{sum(c.hits for c in probes.consumers.values())} hits) is not "
+        f"transparent:" + report(diffs)
+    )
     return ref, probes, m
 
 
@@ -143,8 +145,9 @@ def _guest_cases():
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("guest,kw", list(_guest_cases()))
 def test_builtin_guest_probed_on_every_boundary_is_transparent(guest, kw, profile):
-    ref, probes, _ = check_transparent(lambda: Machine.from_guest(guest, kernel=profile, **kw),
-                                       boundaries, allow_refused=_padding_nop)
+    ref, probes, _ = check_transparent(
+        lambda: Machine.from_guest(guest, kernel=profile, **kw), boundaries, allow_refused=_padding_nop
+    )
     assert sum(ref.counts.values()) > 0
     executed = {a for a, n in ref.counts.items() if n}
     unprobed = executed - set(probes.consumers) - set(probes.refused) - probes.shadowed
@@ -154,10 +157,21 @@ def test_builtin_guest_probed_on_every_boundary_is_transparent(guest, kw, profil
 # ============================================================================ gcc-built guests
 
 OWN_FUNCTIONS = {
-    "transparency.c": ("main", "fact", "fib_rec", "classify", "poly", "dot", "checksum", "fill",
-                       "copy_record", "twice", "square", "apply_all"),
-    "transparency_calls.c": ("main", "cmp_int", "sum_va", "dive", "harmonic", "divmix", "bits",
-                             "red_zone_leaf"),
+    "transparency.c": (
+        "main",
+        "fact",
+        "fib_rec",
+        "classify",
+        "poly",
+        "dot",
+        "checksum",
+        "fill",
+        "copy_record",
+        "twice",
+        "square",
+        "apply_all",
+    ),
+    "transparency_calls.c": ("main", "cmp_int", "sum_va", "dive", "harmonic", "divmix", "bits", "red_zone_leaf"),
 }
 GLIBC_PICKS = ("strlen", "memcpy", "strchr", "strcmp", "strcat", "strncpy")
 FLAVOURS = ("-static", "-static-pie")
@@ -204,8 +218,7 @@ def test_gcc_guest_glibc_ifunc_targets_probed_on_every_boundary(c_guests, profil
     # the picks cover strlen and memcpy at least (memcpy may be a __memmove_ alias)
     assert any(n.startswith("__strlen_") for n in picked), picked
     assert any(n.startswith(("__memcpy_", "__memmove_")) for n in picked), picked
-    ref, probes, _ = check_transparent(_c_guest(exe, profile),
-                                       lambda m: boundaries(m, names=picked))
+    ref, probes, _ = check_transparent(_c_guest(exe, profile), lambda m: boundaries(m, names=picked))
     assert sum(c.hits for c in probes.consumers.values()) > 100
 
 
@@ -219,13 +232,12 @@ FAULT_ENDINGS = {
     # the task's last registers kept the slot state - rip in the XOL page, TF set, the
     # scratch register (rdi: div's ModRM.reg is 6) holding vaddr + ilen - because the
     # divide-error path ran the abort fixups on a copy of the registers only.
-    "div_by_zero_riprel": "mov rdi, 0x5555\n    mov eax, 5\n    xor edx, edx\n"
-                          "    div qword ptr [rip + zero]",
+    "div_by_zero_riprel": "mov rdi, 0x5555\n    mov eax, 5\n    xor edx, edx\n    div qword ptr [rip + zero]",
     "ud2": "mov rbx, 7\n    ud2",
     "riprel_load_unmapped_scratch_si": "mov rsi, 0x5555\n    mov rax, qword ptr [rip + 0x10000000]",
     "riprel_load_unmapped_scratch_di": "mov rdi, 0x5555\n    mov rsi, qword ptr [rip + 0x10000000]",
     "riprel_load_unmapped_scratch_bx": "mov rbx, 0x5555\n    mov rdi, 3\n"
-                                       "    andn rsi, rdi, qword ptr [rip + 0x10000000]",
+    "    andn rsi, rdi, qword ptr [rip + 0x10000000]",
     "store_to_text": "lea rax, [rip + _start]\n    mov byte ptr [rax], 1",
     "jmp_through_bad_pointer": "jmp qword ptr [rip + badptr]",
     "call_through_bad_pointer": "call qword ptr [rip + badptr]",
@@ -237,8 +249,10 @@ FAULT_ENDINGS = {
 
 
 def _fault_guest(body: str) -> str:
-    return (f"_start:\n    {body}\n    mov eax, 231\n    xor edi, edi\n    syscall\n"
-            ".data\nbadptr:\n    .quad 0x1000\nzero:\n    .quad 0\n")
+    return (
+        f"_start:\n    {body}\n    mov eax, 231\n    xor edi, edi\n    syscall\n"
+        ".data\nbadptr:\n    .quad 0x1000\nzero:\n    .quad 0\n"
+    )
 
 
 def _int3_or_padding(insn, err) -> bool:
@@ -249,8 +263,9 @@ def _int3_or_padding(insn, err) -> bool:
 @pytest.mark.parametrize("case", sorted(FAULT_ENDINGS))
 def test_guest_killed_inside_a_probed_instruction_is_transparent(case, profile):
     src = _fault_guest(FAULT_ENDINGS[case])
-    ref, _, _ = check_transparent(lambda: Machine.from_asm(src, kernel=profile), boundaries,
-                                  allow_refused=_int3_or_padding)
+    ref, _, _ = check_transparent(
+        lambda: Machine.from_asm(src, kernel=profile), boundaries, allow_refused=_int3_or_padding
+    )
     assert ref.snap.result.reason == "signal", ref.snap.result.describe()
 
 
@@ -344,8 +359,7 @@ def test_probed_pushf_pushes_the_single_step_tf(profile):
     r = m.run()
     assert r.reason == "exit"
     assert not plain.regs.rdx & TF
-    assert m.regs.rdx == plain.regs.rdx | TF, \
-        f"pushed flags: expected {plain.regs.rdx | TF:#x}, got {m.regs.rdx:#x}"
+    assert m.regs.rdx == plain.regs.rdx | TF, f"pushed flags: expected {plain.regs.rdx | TF:#x}, got {m.regs.rdx:#x}"
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -422,9 +436,13 @@ next:
 """
 
 # pause (f3 90) and the same instruction with redundant prefixes, as the CPU decodes them
-PAUSE_FORMS = {"pause": "0xf3, 0x90", "rep_rep_pause": "0xf3, 0xf3, 0x90",
-               "fs_pause": "0x64, 0xf3, 0x90", "pause_rex": "0xf3, 0x40, 0x90",
-               "pause_rex_w": "0xf3, 0x48, 0x90"}
+PAUSE_FORMS = {
+    "pause": "0xf3, 0x90",
+    "rep_rep_pause": "0xf3, 0xf3, 0x90",
+    "fs_pause": "0x64, 0xf3, 0x90",
+    "pause_rex": "0xf3, 0x40, 0x90",
+    "pause_rex_w": "0xf3, 0x48, 0x90",
+}
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -449,16 +467,19 @@ def test_probed_pause_single_steps_exactly_one_instruction(form, profile):
     r = m.run()
     assert r.reason == "exit", r.describe()
     want = m.resolve("next") + 7
-    assert (m.regs.rbx, nxt.hits) == (want, 1), \
+    assert (m.regs.rbx, nxt.hits) == (want, 1), (
         f"rbx/hits on next: expected ({want:#x}, 1), got ({m.regs.rbx:#x}, {nxt.hits})"
+    )
     assert m.read_regs().as_dict() == plain.read_regs().as_dict()
 
 
 # ============================================================================ the helper itself
 
+
 def test_comparison_sees_a_handler_that_changes_a_register():
     def make():
         return Machine.from_guest("fib", argv=["fib", "20"])
+
     m_ref = make()
     insns = boundaries(m_ref)
     ref = reference_run(m_ref, ranges_of(insns))
@@ -467,6 +488,7 @@ def test_comparison_sees_a_handler_that_changes_a_register():
 
     def meddle(ctx):
         ctx.regs.rbx ^= 1
+
     probes = probe_all(m, [i for i in insns if i.addr == target], handler=meddle)
     diffs = compare(ref, plain_run(m), probes, m)
     assert diffs and any("rbx" in d or "outcome" in d for d in diffs), diffs
@@ -510,24 +532,79 @@ def test_boundaries_of_a_static_glibc_guest_are_its_own_functions(c_guests):
 
 POOL = ("rax", "rbx", "rdx", "rsi", "rdi", "rbp", "r8", "r9", "r10")
 READ_ONLY = ("r12", "r13")
-NUM = {n: i for i, n in enumerate(("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi",
-                                   "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"))}
-R32 = {"rax": "eax", "rbx": "ebx", "rdx": "edx", "rsi": "esi", "rdi": "edi", "rbp": "ebp",
-       "r8": "r8d", "r9": "r9d", "r10": "r10d", "r12": "r12d", "r13": "r13d"}
-R16 = {"rax": "ax", "rbx": "bx", "rdx": "dx", "rsi": "si", "rdi": "di", "rbp": "bp",
-       "r8": "r8w", "r9": "r9w", "r10": "r10w", "r12": "r12w", "r13": "r13w"}
-R8 = {"rax": "al", "rbx": "bl", "rdx": "dl", "rsi": "sil", "rdi": "dil", "rbp": "bpl",
-      "r8": "r8b", "r9": "r9b", "r10": "r10b", "r12": "r12b", "r13": "r13b"}
+NUM = {
+    n: i
+    for i, n in enumerate(
+        ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15")
+    )
+}
+R32 = {
+    "rax": "eax",
+    "rbx": "ebx",
+    "rdx": "edx",
+    "rsi": "esi",
+    "rdi": "edi",
+    "rbp": "ebp",
+    "r8": "r8d",
+    "r9": "r9d",
+    "r10": "r10d",
+    "r12": "r12d",
+    "r13": "r13d",
+}
+R16 = {
+    "rax": "ax",
+    "rbx": "bx",
+    "rdx": "dx",
+    "rsi": "si",
+    "rdi": "di",
+    "rbp": "bp",
+    "r8": "r8w",
+    "r9": "r9w",
+    "r10": "r10w",
+    "r12": "r12w",
+    "r13": "r13w",
+}
+R8 = {
+    "rax": "al",
+    "rbx": "bl",
+    "rdx": "dl",
+    "rsi": "sil",
+    "rdi": "dil",
+    "rbp": "bpl",
+    "r8": "r8b",
+    "r9": "r9b",
+    "r10": "r10b",
+    "r12": "r12b",
+    "r13": "r13b",
+}
 CC = ("o", "no", "b", "ae", "e", "ne", "be", "a", "s", "ns", "p", "np", "l", "ge", "le", "g")
 LOOP_COUNTERS = ("r15", "r14")
 DATA_QWORDS = 8
-FLAG_MASKS = (0x001, 0x004, 0x040, 0x080, 0x800, 0x8C5, 0x041, 0x880)   # CF PF ZF SF OF ...
+FLAG_MASKS = (0x001, 0x004, 0x040, 0x080, 0x800, 0x8C5, 0x041, 0x880)  # CF PF ZF SF OF ...
 
-NOPS = [bytes.fromhex(h) for h in (
-    "90", "6690", "0f1f00", "0f1f4000", "0f1f440000", "660f1f440000", "0f1f8000000000",
-    "0f1f840000000000", "4889c0", "4889db", "4d89c0", "488d4000", "488d6d00", "eb00",
-    "e900000000", "f390", "89c0")]
-NOP10 = bytes.fromhex("662e0f1f840000000000")     # refused before 7.3 (CS prefix)
+NOPS = [
+    bytes.fromhex(h)
+    for h in (
+        "90",
+        "6690",
+        "0f1f00",
+        "0f1f4000",
+        "0f1f440000",
+        "660f1f440000",
+        "0f1f8000000000",
+        "0f1f840000000000",
+        "4889c0",
+        "4889db",
+        "4d89c0",
+        "488d4000",
+        "488d6d00",
+        "eb00",
+        "e900000000",
+        "f390",
+        "89c0",
+    )
+]
+NOP10 = bytes.fromhex("662e0f1f840000000000")  # refused before 7.3 (CS prefix)
 # xchg %r8,%rax / xchg %r8d,%eax: NOPs to kernels before insn_is_nop() (a kernel bug)
 REX_B_XCHG = [bytes.fromhex("4990"), bytes.fromhex("4190")]
 
@@ -548,7 +625,7 @@ def _bytes(data: bytes) -> str:
 class Gen:
     """Draws one program; ``draw`` is hypothesis' draw function."""
 
-    MAX_DYNAMIC = 1200       # estimated executed instructions per program
+    MAX_DYNAMIC = 1200  # estimated executed instructions per program
 
     def __init__(self, draw, nop_policy: str):
         self.draw = draw
@@ -571,8 +648,13 @@ class Gen:
         return self.pick(POOL + READ_ONLY)
 
     def imm32(self):
-        return self.draw(st.one_of(st.integers(-128, 127), st.integers(-2**31, 2**31 - 1),
-                                   st.sampled_from([0, 1, -1, 0x7FFFFFFF, -0x80000000])))
+        return self.draw(
+            st.one_of(
+                st.integers(-128, 127),
+                st.integers(-(2**31), 2**31 - 1),
+                st.sampled_from([0, 1, -1, 0x7FFFFFFF, -0x80000000]),
+            )
+        )
 
     def slot(self):
         return f"buf + {8 * self.draw(st.integers(0, DATA_QWORDS - 1))}"
@@ -590,25 +672,32 @@ class Gen:
         if kind == 1:
             return [f"{self.pick(('mov', 'add', 'sub', 'xor', 'and', 'or', 'cmp'))} {d}, {self.imm32()}"]
         if kind == 2:
-            return [f"imul {d}, {s}"] if self.draw(st.booleans()) else \
-                   [f"imul {d}, {s}, {self.imm32()}"]
+            return [f"imul {d}, {s}"] if self.draw(st.booleans()) else [f"imul {d}, {s}, {self.imm32()}"]
         if kind == 3:
             s2 = self.src()
             return [f"lea {d}, [{s} + {s2}*{self.pick((1, 2, 4, 8))} + {self.imm32()}]"]
         if kind == 4:
             return [f"{self.pick(('shl', 'shr', 'sar', 'rol', 'ror'))} {d}, {self.draw(st.integers(1, 63))}"]
         if kind == 5:
-            return [self.pick((f"movzx {R32[d]}, {R8[s]}", f"movzx {R32[d]}, {R16[s]}",
-                               f"movsx {d}, {R8[s]}", f"movsxd {d}, {R32[s]}"))]
+            return [
+                self.pick(
+                    (
+                        f"movzx {R32[d]}, {R8[s]}",
+                        f"movzx {R32[d]}, {R16[s]}",
+                        f"movsx {d}, {R8[s]}",
+                        f"movsxd {d}, {R32[s]}",
+                    )
+                )
+            ]
         if kind == 6:
             d2 = self.reg()
             if d == d2:
                 return [f"not {d}"]
             if {d, d2} == {"rax", "r8"} and self.nop_policy != "insn_is_nop":
-                return [_bytes(bytes.fromhex("4c87c0"))]     # the same xchg, 87 /r form
+                return [_bytes(bytes.fromhex("4c87c0"))]  # the same xchg, 87 /r form
             return [f"xchg {d}, {d2}"]
         if kind == 7:
-            return [f"{self.pick(('add', 'sub', 'xor'))} {R32[d]}, {R32[s]}"]   # zero-extends
+            return [f"{self.pick(('add', 'sub', 'xor'))} {R32[d]}, {R32[s]}"]  # zero-extends
         if kind == 8:
             return [f"{self.pick(('neg', 'not', 'inc', 'dec', 'bswap'))} {d}"]
         if kind == 9:
@@ -626,7 +715,7 @@ class Gen:
             return [f"test {a}, {b}"]
         if kind == 2:
             return [f"{self.pick(('add', 'sub', 'and', 'xor'))} {a}, {b}"]
-        d = self.reg()                       # popf with chosen arithmetic flags
+        d = self.reg()  # popf with chosen arithmetic flags
         return ["pushfq", f"pop {d}", f"xor {d}, {self.pick(FLAG_MASKS)}", f"push {d}", "popfq"]
 
     def stack_op(self) -> list[str]:
@@ -637,18 +726,17 @@ class Gen:
         if kind == 1:
             return [f"push {self.pick(('r14', 'r15', 'r12', 'r13'))}", f"pop {d}"]  # 41 5x
         if kind == 2:
-            return ["push rsp", f"pop {d}"]                           # pushes the old rsp
+            return ["push rsp", f"pop {d}"]  # pushes the old rsp
         if kind == 3:
-            return [f"mov r11, {s}", "push r11", f"pop {d}"]          # 41 53, emulated
+            return [f"mov r11, {s}", "push r11", f"pop {d}"]  # 41 53, emulated
         if kind == 4:
             low = self.pick(("rax", "rbx", "rdx", "rsi", "rdi", "rbp"))
-            return [_bytes(bytes([0x48, 0x50 + NUM[low]])), f"pop {d}"]   # REX.W push: XOL
+            return [_bytes(bytes([0x48, 0x50 + NUM[low]])), f"pop {d}"]  # REX.W push: XOL
         if kind == 5:
             return [f"push {self.imm32()}", f"add qword ptr [rsp], {s}", f"pop {d}"]
         if kind == 6:
             s2, d2 = self.src(), self.reg()
-            return [f"push {s}", f"push {s2}", "push qword ptr [rsp + 8]", f"pop {d}",
-                    f"pop {d2}", "add rsp, 8"]
+            return [f"push {s}", f"push {s2}", "push qword ptr [rsp + 8]", f"pop {d}", f"pop {d2}", "add rsp, 8"]
         if kind == 7:
             return ["push rbp", "mov rbp, rsp", f"push {s}", f"push {self.src()}", "leave"]
         return ["pushfq", f"pop {d}"] if self.draw(st.booleans()) else ["pushfq", "popfq"]
@@ -659,34 +747,46 @@ class Gen:
         vvvv 7)."""
         d, s, at = self.reg(), self.src(), self.slot()
         group = self.draw(st.integers(0, 3))
-        if group == 0:                                               # scratch si
-            return [self.pick((
-                f"mov {d}, qword ptr [rip + {at}]",
-                f"mov qword ptr [rip + {at}], {s}",
-                f"{self.pick(('add', 'sub', 'xor', 'or'))} qword ptr [rip + {at}], {s}",
-                f"{self.pick(('add', 'sub', 'and'))} qword ptr [rip + {at}], {self.draw(st.integers(-128, 127))}",
-                f"mov dword ptr [rip + {at}], {self.imm32()}",
-                f"movzx {R32[d]}, byte ptr [rip + {at}]",
-                f"lea {d}, [rip + {at}]",
-                f"cmp qword ptr [rip + {at}], {s}",
-                f"xchg qword ptr [rip + {at}], {d}",
-                f"inc qword ptr [rip + {at}]",
-                f"mov rdi, qword ptr [rip + {at}]",
-                f"mov qword ptr [rip + {at}], rdi",
-            ))]
-        if group == 1:                                               # scratch di
-            return [self.pick((f"mov rsi, qword ptr [rip + {at}]",
-                               f"mov qword ptr [rip + {at}], rsi",
-                               f"lea rsi, [rip + {at}]",
-                               f"push qword ptr [rip + {at}]\n    pop rsi"))]
-        if group == 2:                                               # VEX: scratch bx
-            return [self.pick((f"andn rsi, rdi, qword ptr [rip + {at}]",
-                               f"shlx rsi, qword ptr [rip + {at}], rdi"))]
+        if group == 0:  # scratch si
+            return [
+                self.pick(
+                    (
+                        f"mov {d}, qword ptr [rip + {at}]",
+                        f"mov qword ptr [rip + {at}], {s}",
+                        f"{self.pick(('add', 'sub', 'xor', 'or'))} qword ptr [rip + {at}], {s}",
+                        f"{self.pick(('add', 'sub', 'and'))} qword ptr [rip + {at}], "
+                        f"{self.draw(st.integers(-128, 127))}",
+                        f"mov dword ptr [rip + {at}], {self.imm32()}",
+                        f"movzx {R32[d]}, byte ptr [rip + {at}]",
+                        f"lea {d}, [rip + {at}]",
+                        f"cmp qword ptr [rip + {at}], {s}",
+                        f"xchg qword ptr [rip + {at}], {d}",
+                        f"inc qword ptr [rip + {at}]",
+                        f"mov rdi, qword ptr [rip + {at}]",
+                        f"mov qword ptr [rip + {at}], rdi",
+                    )
+                )
+            ]
+        if group == 1:  # scratch di
+            return [
+                self.pick(
+                    (
+                        f"mov rsi, qword ptr [rip + {at}]",
+                        f"mov qword ptr [rip + {at}], rsi",
+                        f"lea rsi, [rip + {at}]",
+                        f"push qword ptr [rip + {at}]\n    pop rsi",
+                    )
+                )
+            ]
+        if group == 2:  # VEX: scratch bx
+            return [self.pick((f"andn rsi, rdi, qword ptr [rip + {at}]", f"shlx rsi, qword ptr [rip + {at}], rdi"))]
         if self.draw(st.booleans()):
             return [f"push qword ptr [rip + {at}]", f"pop qword ptr [rip + {self.slot()}]"]
         x = self.draw(st.integers(0, 7))
-        return [f"movdqu xmm{x}, xmmword ptr [rip + buf]",
-                f"movdqu xmmword ptr [rip + buf + {16 * self.draw(st.integers(1, 3))}], xmm{x}"]
+        return [
+            f"movdqu xmm{x}, xmmword ptr [rip + buf]",
+            f"movdqu xmmword ptr [rip + buf + {16 * self.draw(st.integers(1, 3))}], xmm{x}",
+        ]
 
     def nop(self) -> list[str]:
         forms = NOPS + [NOP10] + (REX_B_XCHG if self.nop_policy == "insn_is_nop" else [])
@@ -695,20 +795,22 @@ class Gen:
     def special(self) -> list[str]:
         kind = self.draw(st.integers(0, 5))
         if kind == 0:
-            return ["mov eax, 39", "syscall"]                        # getpid: rcx/r11 change
+            return ["mov eax, 39", "syscall"]  # getpid: rcx/r11 change
         if kind == 1:
             d = self.pick(tuple(r for r in POOL if r not in ("rax", "rdx")))
-            return [f"mov {d}, {self.src()}", f"or {d}, 1", "xor edx, edx",
-                    f"mov rax, {self.src()}", f"div {d}"]
+            return [f"mov {d}, {self.src()}", f"or {d}, 1", "xor edx, edx", f"mov rax, {self.src()}", f"div {d}"]
         if kind == 2:
             d = self.reg()
-            return [f"mov ecx, {self.draw(st.integers(0, 63))}",
-                    f"{self.pick(('shl', 'shr', 'sar', 'rol'))} {d}, cl"]
+            return [f"mov ecx, {self.draw(st.integers(0, 63))}", f"{self.pick(('shl', 'shr', 'sar', 'rol'))} {d}, cl"]
         if kind == 3:
             n = self.draw(st.integers(0, 4))
             op = self.pick(("rep movsb", "rep stosb", "repe cmpsb", "rep movsq"))
-            return ["lea rsi, [rip + buf]", f"lea rdi, [rip + buf + {8 * self.draw(st.integers(0, 3))}]",
-                    f"mov ecx, {n}", op]
+            return [
+                "lea rsi, [rip + buf]",
+                f"lea rdi, [rip + buf + {8 * self.draw(st.integers(0, 3))}]",
+                f"mov ecx, {n}",
+                op,
+            ]
         if kind == 4:
             d = self.reg()
             return [f"cmpxchg {d}, {self.src()}"]
@@ -716,8 +818,7 @@ class Gen:
 
     def snippet(self) -> list[str]:
         kind = self.draw(st.integers(0, 5))
-        return (self.simple, self.simple, self.stack_op, self.memory_op, self.nop,
-                self.special)[kind]()
+        return (self.simple, self.simple, self.stack_op, self.memory_op, self.nop, self.special)[kind]()
 
     # -- control flow --------------------------------------------------------------------
     def simple_bytes(self) -> bytes:
@@ -730,14 +831,14 @@ class Gen:
         cc0, form0 = self.draw(st.integers(0, 15)), self.draw(st.integers(0, 3))
         for k in range(self.draw(st.integers(1, 16))):
             cc, form = (cc0 + k) % 16, (form0 + k) % 4
-            if form == 0:                                # assembler-chosen (rel8)
+            if form == 0:  # assembler-chosen (rel8)
                 lbl = self.label("skip")
                 out += [f"j{CC[cc]} {lbl}"] + self.simple() + [f"{lbl}:"]
                 continue
             body = self.simple_bytes()
-            if form == 1:                                # jcc rel8
+            if form == 1:  # jcc rel8
                 out.append(_bytes(bytes([0x70 + cc, len(body)]) + body))
-            else:                                        # jcc rel32 (0f 8x)
+            else:  # jcc rel32 (0f 8x)
                 out.append(_bytes(bytes([0x0F, 0x80 + cc]) + len(body).to_bytes(4, "little") + body))
         return out
 
@@ -749,10 +850,10 @@ class Gen:
         if form == 1:
             return [_bytes(b"\xe9" + len(junk).to_bytes(4, "little") + junk)]
         target = f"ij_{next(self.ids)}"
-        if form == 2:                                    # jmp reg: FF /4, no ip fixup
+        if form == 2:  # jmp reg: FF /4, no ip fixup
             d = self.reg()
             return [f"lea {d}, [rip + {target}]", f"jmp {d}", _bytes(junk), f"{target}:"]
-        slot = f"jt_{target}"                            # jmp [rip+x]: FF /4, rip-relative
+        slot = f"jt_{target}"  # jmp [rip+x]: FF /4, rip-relative
         self.data += [f"{slot}:", f"    .quad {target}"]
         return [f"jmp qword ptr [rip + {slot}]", _bytes(junk), f"{target}:"]
 
@@ -761,14 +862,14 @@ class Gen:
         n = self.draw(st.integers(1, 4))
         body = self.simple_bytes()
         form = self.draw(st.integers(0, 3))
-        head = bytes([0xB9]) + n.to_bytes(4, "little")                   # mov ecx, n
-        if form == 0:                                                     # loop rel8
+        head = bytes([0xB9]) + n.to_bytes(4, "little")  # mov ecx, n
+        if form == 0:  # loop rel8
             tail = bytes([0xE2, (-(len(body) + 2)) & 0xFF])
-        elif form == 1:                                                   # dec ecx; jnz rel8
+        elif form == 1:  # dec ecx; jnz rel8
             tail = bytes([0xFF, 0xC9, 0x75, (-(len(body) + 4)) & 0xFF])
-        elif form == 2:                                                   # dec ecx; jnz rel32
+        elif form == 2:  # dec ecx; jnz rel32
             tail = bytes([0xFF, 0xC9, 0x0F, 0x85]) + (-(len(body) + 8)).to_bytes(4, "little", signed=True)
-        else:                                                             # jrcxz over the body
+        else:  # jrcxz over the body
             n = self.draw(st.integers(0, 1))
             head = bytes([0xB9]) + n.to_bytes(4, "little")
             return [_bytes(head + bytes([0xE3, len(body)]) + body)]
@@ -785,22 +886,28 @@ class Gen:
         pre = [f"push {self.src()}"] if self.stdcall[j] else []
         form = self.draw(st.integers(0, 2))
         if form == 0:
-            return pre + [f"call f{j}"]                                   # E8: emulated
+            return pre + [f"call f{j}"]  # E8: emulated
         if form == 1:
-            d = self.reg()                                                # FF /2: FIX_CALL
+            d = self.reg()  # FF /2: FIX_CALL
             return [f"lea {d}, [rip + f{j}]"] + pre + [f"call {d}"]
-        return pre + [f"call qword ptr [rip + fptr{j}]"]                 # FF 15: + rip-rel
+        return pre + [f"call qword ptr [rip + fptr{j}]"]  # FF 15: + rip-rel
 
     def loop(self, fidx: int, depth: int, mult: int) -> list[str]:
         n = self.draw(st.integers(1, 3))
         ctr = LOOP_COUNTERS[depth]
         head = self.label("loop")
         body = self.block(fidx, depth + 1, mult * n, max_items=4)
-        return [f"push {ctr}", f"mov {R32.get(ctr, ctr + 'd')}, {n}", f"{head}:", *body,
-                f"dec {ctr}", f"jnz {head}", f"pop {ctr}"]
+        return [
+            f"push {ctr}",
+            f"mov {R32.get(ctr, ctr + 'd')}, {n}",
+            f"{head}:",
+            *body,
+            f"dec {ctr}",
+            f"jnz {head}",
+            f"pop {ctr}",
+        ]
 
-    def block(self, fidx: int, depth: int, mult: int, min_items: int = 1,
-              max_items: int = 6) -> list[str]:
+    def block(self, fidx: int, depth: int, mult: int, min_items: int = 1, max_items: int = 6) -> list[str]:
         out = []
         for _ in range(self.draw(st.integers(min_items, max_items))):
             kind = self.draw(st.integers(0, 10))
@@ -827,22 +934,38 @@ class Gen:
     def program(self) -> str:
         self.nfuncs = self.draw(st.integers(0, 3))
         funcs = {}
-        for i in range(self.nfuncs, 0, -1):            # callees first: their cost is known
+        for i in range(self.nfuncs, 0, -1):  # callees first: their cost is known
             self.stdcall[i] = self.draw(st.booleans())
             start = self.dynamic
             body = self.block(i, 0, 1, min_items=2)
             self.cost[i] = max(1, self.dynamic - start) + 2
             self.dynamic = start
             funcs[i] = [f"f{i}:", *body, "ret 8" if self.stdcall[i] else "ret"]
-        values = [self.draw(st.one_of(st.integers(0, 2**64 - 1), st.integers(-5, 5),
-                                      st.sampled_from([2**63, 2**63 - 1, 2**32, 0x80])))
-                  for _ in POOL + READ_ONLY]
+        values = [
+            self.draw(
+                st.one_of(
+                    st.integers(0, 2**64 - 1), st.integers(-5, 5), st.sampled_from([2**63, 2**63 - 1, 2**32, 0x80])
+                )
+            )
+            for _ in POOL + READ_ONLY
+        ]
         init = [f"mov {r}, {v & 0xFFFFFFFFFFFFFFFF:#x}" for r, v in zip(POOL + READ_ONLY, values)]
         main = self.block(0, 0, 1, min_items=4, max_items=12)
-        tail = ["mov eax, 1", "mov edi, 1", "lea rsi, [rip + buf]", f"mov edx, {8 * DATA_QWORDS}",
-                "syscall", "mov edi, ebx", "mov eax, 231", "syscall"]
-        data = [".data", "buf:"] + [f"    .quad {self.draw(st.integers(0, 2**64 - 1)):#x}"
-                                    for _ in range(DATA_QWORDS)] + ["    .quad 0"] * 4
+        tail = [
+            "mov eax, 1",
+            "mov edi, 1",
+            "lea rsi, [rip + buf]",
+            f"mov edx, {8 * DATA_QWORDS}",
+            "syscall",
+            "mov edi, ebx",
+            "mov eax, 231",
+            "syscall",
+        ]
+        data = (
+            [".data", "buf:"]
+            + [f"    .quad {self.draw(st.integers(0, 2**64 - 1)):#x}" for _ in range(DATA_QWORDS)]
+            + ["    .quad 0"] * 4
+        )
         data += [f"fptr{i}:\n    .quad f{i}" for i in funcs] + self.data
         lines = ["_start:", *init, *main, *tail]
         for i in sorted(funcs):
@@ -864,6 +987,7 @@ def _gen_refusal_ok(profile):
         if _padding_nop(insn, err) and insn.raw != NOP10:
             return True
         return insn.raw == NOP10 and nop10_refused and "bad prefix 0x2e" in str(err)
+
     return ok
 
 
@@ -871,9 +995,14 @@ def _gen_refusal_ok(profile):
 # take minutes.  Examples are derandomized, so a failure reproduces exactly; its program
 # is printed in full (reduce it by hand: check_transparent on a smaller source).
 GEN_PHASES = (Phase.explicit, Phase.reuse, Phase.generate)
-GEN_SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, database=None,
-                        phases=GEN_PHASES,
-                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+GEN_SETTINGS = settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    phases=GEN_PHASES,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -881,7 +1010,7 @@ GEN_SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, databa
 @given(data=st.data())
 def test_generated_program_probed_on_every_boundary_is_transparent(profile, data):
     src = data.draw(programs(KernelProfile.get(profile).nop_emulation), label="program")
-    make = lambda: Machine.from_asm(src, kernel=profile)     # noqa: E731
+    make = lambda: Machine.from_asm(src, kernel=profile)  # noqa: E731
     ref, probes, m = check_transparent(make, boundaries, allow_refused=_gen_refusal_ok(profile))
     all_insns = boundaries(m)
     probed_or_refused = set(probes.consumers) | set(probes.refused) | probes.shadowed
@@ -892,19 +1021,25 @@ def test_generated_program_probed_on_every_boundary_is_transparent(profile, data
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-@settings(max_examples=15, deadline=None, derandomize=True, database=None, phases=GEN_PHASES,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=15,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    phases=GEN_PHASES,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(data=st.data())
 def test_generated_program_probed_on_any_subset_is_transparent(profile, data):
     """'any set of instruction boundaries': a drawn subset, not only all of them."""
     src = data.draw(programs(KernelProfile.get(profile).nop_emulation), label="program")
-    make = lambda: Machine.from_asm(src, kernel=profile)     # noqa: E731
+    make = lambda: Machine.from_asm(src, kernel=profile)  # noqa: E731
     insns = boundaries(make())
-    chosen = data.draw(st.sets(st.sampled_from(sorted(i.addr for i in insns)), max_size=len(insns)),
-                       label="probed")
+    chosen = data.draw(st.sets(st.sampled_from(sorted(i.addr for i in insns)), max_size=len(insns)), label="probed")
 
     def select(m):
         return [i for i in boundaries(m) if i.addr in chosen]
+
     if chosen:
         check_transparent(make, select, allow_refused=_gen_refusal_ok(profile))
 
@@ -913,6 +1048,7 @@ def _classes(insns, analyzed) -> set:
     """What the kernel's analysis makes of each instruction: kind, branch form, fixups,
     scratch register, and the XOL instructions with their own step semantics."""
     from kernel_model.arch.x86.lib.insn import FIX_CALL, FIX_IP, FIX_SETF
+
     out = set()
     for insn, au in zip(insns, analyzed):
         if au.kind == "jcc":
@@ -924,8 +1060,11 @@ def _classes(insns, analyzed) -> set:
         elif au.kind != "xol":
             out.add((au.kind,))
         else:
-            fix = ("ip" if au.fixups & FIX_IP else "") + ("call" if au.fixups & FIX_CALL else "") + \
-                  ("setf" if au.fixups & FIX_SETF else "")
+            fix = (
+                ("ip" if au.fixups & FIX_IP else "")
+                + ("call" if au.fixups & FIX_CALL else "")
+                + ("setf" if au.fixups & FIX_SETF else "")
+            )
             out.add(("xol", fix or "none", au.scratch))
             mnem = insn.text.split()[0]
             if mnem in ("syscall", "loop", "jrcxz", "ret", "popfq", "leave") or insn.is_rep_string:
@@ -944,8 +1083,13 @@ def test_generated_programs_cover_every_emulated_and_xol_class():
 
     seen: set = set()
 
-    @settings(max_examples=60, deadline=None, derandomize=True, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=60,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(src=programs("insn_is_nop"))
     def collect(src):
         blob, text_len, _ = assemble(src)
@@ -955,21 +1099,39 @@ def test_generated_programs_cover_every_emulated_and_xol_class():
                 continue
             off = insn.addr - TEXT_VADDR
             try:
-                analyzed.append(analyze_insn(blob[off:off + 16], nop_policy="insn_is_nop",
-                                             optimize="nop10", vaddr=insn.addr))
+                analyzed.append(
+                    analyze_insn(blob[off : off + 16], nop_policy="insn_is_nop", optimize="nop10", vaddr=insn.addr)
+                )
                 insns.append(insn)
             except RegistrationError:
                 pass
         seen.update(_classes(insns, analyzed))
 
     collect()
-    want = {("nop",), ("call",), ("jmp", "rel8"), ("jmp", "rel32"), ("push", "plain"),
-            ("push", "rex41"), ("xol", "ip", None), ("xol", "ip", "rsi"), ("xol", "ip", "rdi"),
-            ("xol", "ip", "rbx"), ("xol", "call", None), ("xol", "call", "rsi"),
-            ("xol", "none", None), ("xol", "none", "rsi"), ("xol", "ipsetf", None),
-            ("xol-insn", "syscall"), ("xol-insn", "loop"), ("xol-insn", "jrcxz"),
-            ("xol-insn", "ret"), ("xol-insn", "popfq"), ("xol-insn", "leave"),
-            ("xol-insn", "rep")}
+    want = {
+        ("nop",),
+        ("call",),
+        ("jmp", "rel8"),
+        ("jmp", "rel32"),
+        ("push", "plain"),
+        ("push", "rex41"),
+        ("xol", "ip", None),
+        ("xol", "ip", "rsi"),
+        ("xol", "ip", "rdi"),
+        ("xol", "ip", "rbx"),
+        ("xol", "call", None),
+        ("xol", "call", "rsi"),
+        ("xol", "none", None),
+        ("xol", "none", "rsi"),
+        ("xol", "ipsetf", None),
+        ("xol-insn", "syscall"),
+        ("xol-insn", "loop"),
+        ("xol-insn", "jrcxz"),
+        ("xol-insn", "ret"),
+        ("xol-insn", "popfq"),
+        ("xol-insn", "leave"),
+        ("xol-insn", "rep"),
+    }
     want |= {("jcc", 0x70 + cc, form) for cc in range(16) for form in ("rel8", "rel32")}
     missing = want - seen
     assert not missing, f"classes never generated: {sorted(missing, key=str)}"

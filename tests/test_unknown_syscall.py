@@ -26,10 +26,13 @@ def test_an_unknown_syscall_returns_enosys_and_is_counted_by_name():
     assert dict(m.counters.unknown_syscalls) == {"442:mount_setattr": 1}, m.counters.unknown_syscalls
 
 
-@pytest.mark.parametrize("limits, reason", [
-    ({"timeout": 0.5}, "timeout"),
-    ({"max_insns": 30_000}, "budget"),
-])
+@pytest.mark.parametrize(
+    "limits, reason",
+    [
+        ({"timeout": 0.5}, "timeout"),
+        ({"max_insns": 30_000}, "budget"),
+    ],
+)
 @pytest.mark.parametrize("nr, named", [(442, "442 (mount_setattr)"), (1000, "1000")])
 def test_a_guest_spinning_on_one_is_stopped_with_a_message_naming_it(limits, reason, nr, named):
     m = Machine.from_asm(spin(nr))

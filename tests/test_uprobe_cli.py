@@ -16,15 +16,26 @@ from emu import Machine
 
 GUEST = "guest:uprobe_targets"
 ROUNDS = 4
-LINE = re.compile(r"^\s*(?P<comm>\S+)-(?P<pid>\d+)\s+\[000\] d\.\.1\.\s+\d+\.\d{6}: "
-                  r"(?P<event>\S+): \((?P<ip>0x[0-9a-f]+)\)(?P<args>.*)$")
+LINE = re.compile(
+    r"^\s*(?P<comm>\S+)-(?P<pid>\d+)\s+\[000\] d\.\.1\.\s+\d+\.\d{6}: "
+    r"(?P<event>\S+): \((?P<ip>0x[0-9a-f]+)\)(?P<args>.*)$"
+)
 
 
 @pytest.fixture(scope="module")
 def symbols():
     m = Machine.from_guest("uprobe_targets")
-    names = ("target_nop", "target_nop5", "target_push", "target_call", "target_jmp", "target_jcc",
-             "target_riprel", "target_ret", "target_lock")
+    names = (
+        "target_nop",
+        "target_nop5",
+        "target_push",
+        "target_call",
+        "target_jmp",
+        "target_jcc",
+        "target_riprel",
+        "target_ret",
+        "target_lock",
+    )
     return {n: m.resolve(n) for n in names}
 
 
@@ -44,8 +55,16 @@ def hit_lines(text: str) -> list[re.Match]:
     return out
 
 
-CLASS_TARGETS = ["target_nop", "target_nop5", "target_push", "target_call", "target_jmp",
-                 "target_jcc", "target_riprel", "target_ret"]
+CLASS_TARGETS = [
+    "target_nop",
+    "target_nop5",
+    "target_push",
+    "target_call",
+    "target_jmp",
+    "target_jcc",
+    "target_riprel",
+    "target_ret",
+]
 
 
 @pytest.fixture(scope="module")
@@ -60,15 +79,17 @@ def every_class_run():
 @pytest.mark.parametrize("target", CLASS_TARGETS)
 def test_one_ftrace_line_per_hit_at_the_probe_address(target, every_class_run, symbols):
     lines = [ln for ln in hit_lines(every_class_run.stderr.decode()) if ln["event"] == f"ev_{target}"]
-    assert [int(ln["ip"], 16) for ln in lines] == [symbols[target]] * ROUNDS, \
+    assert [int(ln["ip"], 16) for ln in lines] == [symbols[target]] * ROUNDS, (
         f"{target}: expected {ROUNDS} lines at {symbols[target]:#x}, got {[ln.group(0) for ln in lines]}"
+    )
     assert {ln["comm"] for ln in lines} == {"guest:uprobe_ta"}, "comm is the 15-char task name"
     assert len({ln["pid"] for ln in lines}) == 1
 
 
 def test_probed_guest_keeps_its_output_and_status(every_class_run, plain_status):
-    assert every_class_run.returncode == plain_status, \
+    assert every_class_run.returncode == plain_status, (
         f"status: expected the unprobed {plain_status}, got {every_class_run.returncode}"
+    )
     assert every_class_run.stdout == b""
 
 

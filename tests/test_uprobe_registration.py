@@ -49,10 +49,12 @@ def counting(hits: list, tag=None, rc=0):
     def handler(ctx):
         hits.append(tag if tag is not None else ctx.vaddr)
         return rc
+
     return handler
 
 
 # ------------------------------------------------------------------- targets and install
+
 
 @pytest.mark.parametrize("how", ["symbol", "symbol+off", "address", "path-offset"])
 def test_every_target_form_names_the_same_probe(how):
@@ -60,7 +62,7 @@ def test_every_target_form_names_the_same_probe(how):
     addr = m.resolve("second")
     target = {
         "symbol": "second",
-        "symbol+off": "probe+4",                    # add r13, 1 is 4 bytes
+        "symbol+off": "probe+4",  # add r13, 1 is 4 bytes
         "address": addr,
         "path-offset": (m.process.exe.path, file_offset(m, "second")),
     }[how]
@@ -77,8 +79,9 @@ def test_install_writes_one_int3_into_the_process_and_never_the_file():
     file_before = m.process.exe.data
     m.uprobes.register("probe", handler=lambda ctx: 0)
     after = m.mem.read(addr - 8, 32)
-    assert after == before[:8] + b"\xcc" + before[9:], \
+    assert after == before[:8] + b"\xcc" + before[9:], (
         f"text around the probe: expected only byte 8 -> cc, got {before.hex(' ')} -> {after.hex(' ')}"
+    )
     assert m.process.exe.data == file_before and m.process.exe.read(off, 1) == before[8:9]
     assert m.counters.text_writes == 1
 
@@ -110,10 +113,10 @@ def test_probe_on_a_writable_mapping_is_not_installed():
 def test_analysis_uses_the_file_bytes_not_the_process_text():
     """The instruction copy comes from the page cache: a process whose text was patched
     (not with int3) before registration single-steps the FILE's instruction."""
-    src = guest("probe:\n    .byte 0x48, 0x89, 0xd8")          # mov rax, rbx
+    src = guest("probe:\n    .byte 0x48, 0x89, 0xd8")  # mov rax, rbx
     m = Machine.from_asm(src)
     addr = m.resolve("probe")
-    m.mem.text_poke(addr, bytes.fromhex("4889c8"))              # process: mov rax, rcx
+    m.mem.text_poke(addr, bytes.fromhex("4889c8"))  # process: mov rax, rcx
     m.uprobes.register("probe", handler=lambda ctx: 0)
     m.run(max_insns=100_000)
     rax = guest_regs(m)["rax"]
@@ -152,14 +155,17 @@ def test_adopted_int3_hits_as_the_uprobe():
 
 # ------------------------------------------------------------------- refusals
 
-ERROR_GUEST = guest("""
+ERROR_GUEST = guest(
+    """
 probe:
     nop
-""", tail="""
+""",
+    tail="""
 bad:
     {bytes}
     ret
-""")
+""",
+)
 
 REFUSED = {
     # name: (.byte list, errno) -- uprobe_register() and arch_uprobe_analyze_insn()
@@ -196,16 +202,24 @@ def test_refused_instruction_fails_registration_with_the_kernels_errno(name):
     m = Machine.from_asm(ERROR_GUEST.format(bytes=f".byte {encoding}"))
     with pytest.raises(RegistrationError) as info:
         m.uprobes.register("bad", handler=lambda ctx: 0)
-    assert info.value.errno_name == errno_name, \
+    assert info.value.errno_name == errno_name, (
         f"{name}: expected {errno_name}, got {info.value.errno_name} ({info.value})"
+    )
     assert m.mem.read(m.resolve("bad"), 1) == bytes.fromhex(encoding.split(",")[0][2:])
     _assert_nothing_installed(m)
 
 
-@pytest.mark.parametrize("encoding,text", [
-    ("0x0f, 0x05", "syscall"), ("0x0f, 0x0b", "ud2"), ("0x0f, 0xa2", "cpuid"),
-    ("0x0f, 0x01, 0xd0", "xgetbv"), ("0x0f, 0xae, 0xf8", "sfence"),
-], ids=["syscall", "ud2", "cpuid", "xgetbv", "sfence"])
+@pytest.mark.parametrize(
+    "encoding,text",
+    [
+        ("0x0f, 0x05", "syscall"),
+        ("0x0f, 0x0b", "ud2"),
+        ("0x0f, 0xa2", "cpuid"),
+        ("0x0f, 0x01, 0xd0", "xgetbv"),
+        ("0x0f, 0xae, 0xf8", "sfence"),
+    ],
+    ids=["syscall", "ud2", "cpuid", "xgetbv", "sfence"],
+)
 def test_every_0f_escaped_opcode_registers(encoding, text):
     """Quirk: 0x0f is good in good_insns_64, so good_2byte_insns is never consulted."""
     m = Machine.from_asm(ERROR_GUEST.format(bytes=f".byte {encoding}"))
@@ -242,14 +256,16 @@ def test_failed_registration_leaves_other_probes_working():
 
 # ------------------------------------------------------------------- unregister
 
+
 def test_unregister_restores_the_original_byte():
     m = Machine.from_asm(LOOP)
     addr = m.resolve("probe")
     orig = m.mem.read(addr, 16)
     uc = m.uprobes.register("probe", handler=lambda ctx: 0)
     m.uprobes.unregister(uc)
-    assert m.mem.read(addr, 16) == orig, \
+    assert m.mem.read(addr, 16) == orig, (
         f"text after unregister: expected {orig.hex(' ')}, got {m.mem.read(addr, 16).hex(' ')}"
+    )
     assert m.uprobes.tree == {} and m.counters.text_writes == 2
 
 
@@ -264,12 +280,15 @@ def test_unregistering_one_of_two_consumers_keeps_the_int3():
     assert (len(a), len(b)) == (0, 5)
 
 
-REX_B_RIPREL = guest("""
+REX_B_RIPREL = guest(
+    """
 probe:
     .byte 0x49, 0x8b, 0x05
     .long val - after_load
 after_load:
-""", data="val:\n    .quad 0x1122334455667788")
+""",
+    data="val:\n    .quad 0x1122334455667788",
+)
 
 
 def test_unregister_writes_back_the_analyzed_rex_byte():
@@ -280,22 +299,25 @@ def test_unregister_writes_back_the_analyzed_rex_byte():
     addr = m.resolve("probe")
     uc = m.uprobes.register("probe", handler=lambda ctx: 0)
     m.uprobes.unregister(uc)
-    assert m.mem.read(addr, 3) == bytes.fromhex("488b05"), \
+    assert m.mem.read(addr, 3) == bytes.fromhex("488b05"), (
         f"restored bytes: expected 48 8b 05, got {m.mem.read(addr, 3).hex(' ')}"
+    )
     assert m.process.exe.read(file_offset(m, "probe"), 1) == b"\x49", "the file keeps 0x49"
     r = m.run(max_insns=100_000)
     assert r.reason == "exit" and guest_regs(m)["rax"] == 0x1122334455667788
 
 
 def test_unregister_of_a_rip_relative_insn_without_rex_at_byte_0_restores_the_file_byte():
-    m = Machine.from_asm(guest("probe:\n    .byte 0x8b, 0x05\n    .long val - after_load\nafter_load:",
-                               data="val:\n    .quad 7"))
+    m = Machine.from_asm(
+        guest("probe:\n    .byte 0x8b, 0x05\n    .long val - after_load\nafter_load:", data="val:\n    .quad 7")
+    )
     uc = m.uprobes.register("probe", handler=lambda ctx: 0)
     m.uprobes.unregister(uc)
     assert m.mem.read(m.resolve("probe"), 2) == bytes.fromhex("8b05")
 
 
 # ------------------------------------------------------------------- UPROBE_HANDLER_REMOVE
+
 
 class Flip:
     """A filter that wants the process until told otherwise."""
@@ -313,6 +335,7 @@ def _remove_after_first(hits, flip=None):
         if flip is not None:
             flip.wants = False
         return UPROBE_HANDLER_REMOVE
+
     return handler
 
 
@@ -332,8 +355,9 @@ def test_remove_with_no_filter_wanting_the_process_removes_the_int3():
 def test_remove_is_vetoed_by_the_consumers_own_filter(filt):
     m = Machine.from_asm(LOOP)
     hits = []
-    m.uprobes.register("probe", handler=_remove_after_first(hits),
-                       filter=None if filt == "no-filter" else (lambda proc: True))
+    m.uprobes.register(
+        "probe", handler=_remove_after_first(hits), filter=None if filt == "no-filter" else (lambda proc: True)
+    )
     m.run(max_insns=100_000)
     assert len(hits) == 5, f"hits: expected 5 (removal vetoed), got {len(hits)}"
     assert m.counters.text_writes == 1
@@ -382,6 +406,7 @@ def test_filter_decides_install_only_for_the_new_consumer():
 
 
 # ------------------------------------------------------------------- changes while running
+
 
 def test_register_and_unregister_from_a_syscall_are_seen_at_once():
     """getpid runs once per iteration (5); the probe on ``probe`` (top of the loop) is
@@ -494,7 +519,8 @@ def test_unregister_removes_the_int3_from_text_made_writable_after_install():
 
 # ------------------------------------------------------------------- USDT semaphore updates
 
-SEMA_LOOP = guest("""
+SEMA_LOOP = guest(
+    """
     mov r12d, 3
 again:
 probe:
@@ -503,7 +529,9 @@ probe:
     jnz again
     mov eax, 39
     syscall
-""", data="sema:\n    .short 0")
+""",
+    data="sema:\n    .short 0",
+)
 
 
 def _semaphore(m):
@@ -519,11 +547,10 @@ def test_semaphore_is_not_decremented_twice_by_remove_then_unregister():
     addr, off = _semaphore(m)
     read = lambda: int.from_bytes(m.mem.read(addr, 2), "little", signed=True)  # noqa: E731
     flip, seen = Flip(), {}
-    uc = m.uprobes.register("probe", handler=_remove_after_first([], flip), filter=flip,
-                            ref_ctr_offset=off)
+    uc = m.uprobes.register("probe", handler=_remove_after_first([], flip), filter=flip, ref_ctr_offset=off)
     real = m.syscalls.table[39]
 
-    def getpid(task, regs, *args):          # after the loop, while the guest is alive
+    def getpid(task, regs, *args):  # after the loop, while the guest is alive
         seen["after_remove"] = read()
         m.uprobes.unregister(uc)
         seen["after_unregister"] = read()

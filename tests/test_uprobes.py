@@ -64,9 +64,9 @@ jump_target:
 @dataclass
 class Case:
     body: str
-    how: str                      # "emulated" | "xol"
+    how: str  # "emulated" | "xol"
     hits: int = 1
-    check: object = None          # optional fn(machine) -> (ok, message)
+    check: object = None  # optional fn(machine) -> (ok, message)
     notes: str = ""
 
     def source(self) -> str:
@@ -77,12 +77,14 @@ def _r9_is(label):
     def check(m, r):
         want = m.resolve(label)
         return r.r9 == want, f"r9 (pushed return address): expected {want:#x}, got {r.r9:#x}"
+
     return check
 
 
 def _r9_eq(value):
     def check(m, r):
         return r.r9 == value, f"r9: expected {value:#x}, got {r.r9:#x}"
+
     return check
 
 
@@ -97,97 +99,129 @@ def _marker_run(m, r):
 CASES = {
     # -- emulated: nop, push, call rel32, jmp, jcc (branch_setup_xol_ops, push_setup_xol_ops)
     "nop-90": Case("probe:\n    .byte 0x90", "emulated"),
-    "push-rbp": Case("probe:\n    push rbp\n    pop r9", "emulated",
-                     check=_r9_eq(0x0B0B0B0B0B0B0B0B)),
-    "push-r12-41-54": Case("probe:\n    .byte 0x41, 0x54\n    pop r9", "emulated",
-                           check=_r9_eq(0x1212121212121212)),
+    "push-rbp": Case("probe:\n    push rbp\n    pop r9", "emulated", check=_r9_eq(0x0B0B0B0B0B0B0B0B)),
+    "push-r12-41-54": Case("probe:\n    .byte 0x41, 0x54\n    pop r9", "emulated", check=_r9_eq(0x1212121212121212)),
     "push-rsp-pushes-old-rsp": Case(
-        "    mov r10, rsp\nprobe:\n    push rsp\n    pop r9", "emulated",
-        check=lambda m, r: (r.r9 == r.r10,
-                         f"push %rsp pushed {r.r9:#x}, expected the old rsp {r.r10:#x}")),
-    "call-rel32": Case("probe:\n    call func\nafter_call:\n    nop", "emulated",
-                       check=_r9_is("after_call")),
+        "    mov r10, rsp\nprobe:\n    push rsp\n    pop r9",
+        "emulated",
+        check=lambda m, r: (r.r9 == r.r10, f"push %rsp pushed {r.r9:#x}, expected the old rsp {r.r10:#x}"),
+    ),
+    "call-rel32": Case("probe:\n    call func\nafter_call:\n    nop", "emulated", check=_r9_is("after_call")),
     "jmp-rel8": Case(f"probe:\n    .byte 0xeb, 0x06\n    {MARKER}", "emulated", check=_marker_skipped),
-    "jmp-rel32": Case(f"probe:\n    .byte 0xe9, 0x06, 0, 0, 0\n    {MARKER}", "emulated",
-                      check=_marker_skipped),
-    "jcc-rel8-taken": Case(f"    cmp rbx, rbx\nprobe:\n    .byte 0x74, 0x06\n    {MARKER}", "emulated",
-                           check=_marker_skipped),
-    "jcc-rel8-not-taken": Case(f"    cmp rbx, rbx\nprobe:\n    .byte 0x75, 0x06\n    {MARKER}",
-                               "emulated", check=_marker_run),
-    "jcc-rel32-taken": Case(f"    cmp rbx, rbx\nprobe:\n    .byte 0x0f, 0x84, 0x06, 0, 0, 0\n    {MARKER}",
-                            "emulated", check=_marker_skipped),
+    "jmp-rel32": Case(f"probe:\n    .byte 0xe9, 0x06, 0, 0, 0\n    {MARKER}", "emulated", check=_marker_skipped),
+    "jcc-rel8-taken": Case(
+        f"    cmp rbx, rbx\nprobe:\n    .byte 0x74, 0x06\n    {MARKER}", "emulated", check=_marker_skipped
+    ),
+    "jcc-rel8-not-taken": Case(
+        f"    cmp rbx, rbx\nprobe:\n    .byte 0x75, 0x06\n    {MARKER}", "emulated", check=_marker_run
+    ),
+    "jcc-rel32-taken": Case(
+        f"    cmp rbx, rbx\nprobe:\n    .byte 0x0f, 0x84, 0x06, 0, 0, 0\n    {MARKER}",
+        "emulated",
+        check=_marker_skipped,
+    ),
     "jcc-rel32-not-taken": Case(
-        f"    cmp rbx, rbx\nprobe:\n    .byte 0x0f, 0x85, 0x06, 0, 0, 0\n    {MARKER}", "emulated",
-        check=_marker_run),
+        f"    cmp rbx, rbx\nprobe:\n    .byte 0x0f, 0x85, 0x06, 0, 0, 0\n    {MARKER}", "emulated", check=_marker_run
+    ),
     "jcc-rel8-backward-loop": Case(
         "    mov ecx, 3\n    xor r9d, r9d\ntop:\n    add r9, 1\n    dec ecx\nprobe:\n    .byte 0x75, 0xf8",
-        "emulated", hits=3, check=_r9_eq(3)),
+        "emulated",
+        hits=3,
+        check=_r9_eq(3),
+    ),
     # -- single-stepped out of line (default_xol_ops) --------------------------------------
-    "push-rax-48-50-not-emulated": Case("probe:\n    .byte 0x48, 0x50\n    pop r9", "xol",
-                                        check=_r9_eq(0x0A0A0A0A0A0A0A0A)),
+    "push-rax-48-50-not-emulated": Case(
+        "probe:\n    .byte 0x48, 0x50\n    pop r9", "xol", check=_r9_eq(0x0A0A0A0A0A0A0A0A)
+    ),
     "mov-reg-reg": Case("probe:\n    mov rax, rbx", "xol"),
     "add-sets-flags": Case("    mov rdx, -1\nprobe:\n    add rbx, rdx", "xol"),
-    "mov-eax-eax-zero-extends": Case("probe:\n    .byte 0x89, 0xc0", "xol",
-                                     check=lambda m, r: (r.rax == 0x0A0A0A0A,
-                                                      f"rax: expected 0xa0a0a0a, got {r.rax:#x}")),
+    "mov-eax-eax-zero-extends": Case(
+        "probe:\n    .byte 0x89, 0xc0",
+        "xol",
+        check=lambda m, r: (r.rax == 0x0A0A0A0A, f"rax: expected 0xa0a0a0a, got {r.rax:#x}"),
+    ),
     "ret-no-fix-ip": Case("    call ret_func\n    jmp done\nret_func:\nprobe:\n    ret", "xol"),
-    "ret-imm16": Case("    sub rsp, 8\n    call ret8_func\n    jmp done\nret8_func:\nprobe:\n"
-                      "    .byte 0xc2, 0x08, 0x00", "xol"),
-    "loop-rel8-fix-ip": Case("    mov ecx, 3\n    xor r9d, r9d\ntop:\n    add r9, 1\nprobe:\n"
-                             "    .byte 0xe2, 0xfa", "xol", hits=3, check=_r9_eq(3)),
-    "call-reg-fix-call": Case("    lea rax, [rip + func]\nprobe:\n    call rax\nafter_call:\n    nop",
-                              "xol", check=_r9_is("after_call")),
-    "call-mem-fix-call": Case("    lea rbx, [rip + fptr]\nprobe:\n    call qword ptr [rbx]\n"
-                              "after_call:\n    nop", "xol", check=_r9_is("after_call")),
-    "call-riprel-fix-call": Case("probe:\n    call qword ptr [rip + fptr]\nafter_call:\n    nop", "xol",
-                                 check=_r9_is("after_call")),
-    "jmp-reg": Case(f"    lea rax, [rip + jump_target]\nprobe:\n    jmp rax\n    {MARKER}", "xol",
-                    check=_r9_eq(0x77)),
-    "jmp-mem": Case(f"    lea rbx, [rip + jptr]\nprobe:\n    jmp qword ptr [rbx]\n    {MARKER}", "xol",
-                    check=_r9_eq(0x77)),
-    "jmp-riprel": Case(f"probe:\n    jmp qword ptr [rip + jptr]\n    {MARKER}", "xol",
-                       check=_r9_eq(0x77)),
-    "mov-load-riprel": Case("probe:\n    mov rax, qword ptr [rip + val]", "xol",
-                            check=lambda m, r: (r.rax == 0x1122334455667788,
-                                             f"rax: expected 0x1122334455667788, got {r.rax:#x}")),
-    "mov-load-riprel-into-rsi": Case("probe:\n    mov rsi, qword ptr [rip + val]", "xol",
-                                     check=lambda m, r: (r.rsi == 0x1122334455667788,
-                                                      f"rsi: expected 0x1122334455667788, got {r.rsi:#x}")),
+    "ret-imm16": Case(
+        "    sub rsp, 8\n    call ret8_func\n    jmp done\nret8_func:\nprobe:\n    .byte 0xc2, 0x08, 0x00", "xol"
+    ),
+    "loop-rel8-fix-ip": Case(
+        "    mov ecx, 3\n    xor r9d, r9d\ntop:\n    add r9, 1\nprobe:\n    .byte 0xe2, 0xfa",
+        "xol",
+        hits=3,
+        check=_r9_eq(3),
+    ),
+    "call-reg-fix-call": Case(
+        "    lea rax, [rip + func]\nprobe:\n    call rax\nafter_call:\n    nop", "xol", check=_r9_is("after_call")
+    ),
+    "call-mem-fix-call": Case(
+        "    lea rbx, [rip + fptr]\nprobe:\n    call qword ptr [rbx]\nafter_call:\n    nop",
+        "xol",
+        check=_r9_is("after_call"),
+    ),
+    "call-riprel-fix-call": Case(
+        "probe:\n    call qword ptr [rip + fptr]\nafter_call:\n    nop", "xol", check=_r9_is("after_call")
+    ),
+    "jmp-reg": Case(f"    lea rax, [rip + jump_target]\nprobe:\n    jmp rax\n    {MARKER}", "xol", check=_r9_eq(0x77)),
+    "jmp-mem": Case(
+        f"    lea rbx, [rip + jptr]\nprobe:\n    jmp qword ptr [rbx]\n    {MARKER}", "xol", check=_r9_eq(0x77)
+    ),
+    "jmp-riprel": Case(f"probe:\n    jmp qword ptr [rip + jptr]\n    {MARKER}", "xol", check=_r9_eq(0x77)),
+    "mov-load-riprel": Case(
+        "probe:\n    mov rax, qword ptr [rip + val]",
+        "xol",
+        check=lambda m, r: (r.rax == 0x1122334455667788, f"rax: expected 0x1122334455667788, got {r.rax:#x}"),
+    ),
+    "mov-load-riprel-into-rsi": Case(
+        "probe:\n    mov rsi, qword ptr [rip + val]",
+        "xol",
+        check=lambda m, r: (r.rsi == 0x1122334455667788, f"rsi: expected 0x1122334455667788, got {r.rsi:#x}"),
+    ),
     "mov-store-riprel": Case("probe:\n    mov qword ptr [rip + out], rbx", "xol"),
     "mov-store-riprel-imm32": Case("probe:\n    mov dword ptr [rip + out], 0x12345678", "xol"),
-    "rex-b-riprel-load": Case("probe:\n    .byte 0x49, 0x8b, 0x05\n    .long val - after_load\nafter_load:",
-                              "xol"),
-    "movups-load-riprel": Case("probe:\n    movups xmm0, xmmword ptr [rip + val]\n"
-                               "    movups xmmword ptr [rip + out], xmm0", "xol"),
-    "movups-store-riprel": Case("    movups xmm3, xmmword ptr [rip + val]\nprobe:\n"
-                                "    movups xmmword ptr [rip + out], xmm3", "xol"),
-    "movdqu-load-riprel": Case("probe:\n    movdqu xmm1, xmmword ptr [rip + val]\n"
-                               "    movdqu xmmword ptr [rip + out], xmm1", "xol"),
-    "movdqu-xmm9-load-riprel": Case("probe:\n    movdqu xmm9, xmmword ptr [rip + val]\n"
-                                    "    movdqu xmmword ptr [rip + out], xmm9", "xol"),
-    "vex-vmovups-load-riprel": Case("probe:\n    .byte 0xc5, 0xf8, 0x10, 0x05\n    .long val - after_vex\n"
-                                    "after_vex:\n    movups xmmword ptr [rip + out], xmm0", "xol"),
+    "rex-b-riprel-load": Case("probe:\n    .byte 0x49, 0x8b, 0x05\n    .long val - after_load\nafter_load:", "xol"),
+    "movups-load-riprel": Case(
+        "probe:\n    movups xmm0, xmmword ptr [rip + val]\n    movups xmmword ptr [rip + out], xmm0", "xol"
+    ),
+    "movups-store-riprel": Case(
+        "    movups xmm3, xmmword ptr [rip + val]\nprobe:\n    movups xmmword ptr [rip + out], xmm3", "xol"
+    ),
+    "movdqu-load-riprel": Case(
+        "probe:\n    movdqu xmm1, xmmword ptr [rip + val]\n    movdqu xmmword ptr [rip + out], xmm1", "xol"
+    ),
+    "movdqu-xmm9-load-riprel": Case(
+        "probe:\n    movdqu xmm9, xmmword ptr [rip + val]\n    movdqu xmmword ptr [rip + out], xmm9", "xol"
+    ),
+    "vex-vmovups-load-riprel": Case(
+        "probe:\n    .byte 0xc5, 0xf8, 0x10, 0x05\n    .long val - after_vex\n"
+        "after_vex:\n    movups xmmword ptr [rip + out], xmm0",
+        "xol",
+    ),
     "vex-vaddps-riprel-scratch-rbx": Case(
         "    movups xmm7, xmmword ptr [rip + val]\nprobe:\n"
         "    .byte 0xc5, 0xc0, 0x58, 0x35\n    .long val - after_vex\nafter_vex:\n"
-        "    movups xmmword ptr [rip + out], xmm6", "xol",
-        notes="ModRM.reg = 6 and VEX.vvvv = 7: the kernel picks rbx as the scratch register"),
-    "lea-riprel": Case("probe:\n    lea rax, [rip + val]", "xol",
-                       check=lambda m, r: (r.rax == m.resolve("val"),
-                                        f"rax: expected {m.resolve('val'):#x}, got {r.rax:#x}")),
+        "    movups xmmword ptr [rip + out], xmm6",
+        "xol",
+        notes="ModRM.reg = 6 and VEX.vvvv = 7: the kernel picks rbx as the scratch register",
+    ),
+    "lea-riprel": Case(
+        "probe:\n    lea rax, [rip + val]",
+        "xol",
+        check=lambda m, r: (r.rax == m.resolve("val"), f"rax: expected {m.resolve('val'):#x}, got {r.rax:#x}"),
+    ),
     "lea-base-disp": Case("probe:\n    lea rdx, [rbx + 8]", "xol"),
-    "popfq-keeps-popped-flags": Case("    push 0x8d7\nprobe:\n    popfq\n    pushfq\n    pop r9", "xol",
-                                     check=_r9_eq(0x8D7 | 0x2)),
+    "popfq-keeps-popped-flags": Case(
+        "    push 0x8d7\nprobe:\n    popfq\n    pushfq\n    pop r9", "xol", check=_r9_eq(0x8D7 | 0x2)
+    ),
     "movsb-no-rep": Case("    lea rsi, [rip + buf]\n    lea rdi, [rip + dst]\nprobe:\n    movsb", "xol"),
     # rep string ops under TF trap after each iteration; FIX_IP then points at the int3
     # again, so the probe hits once per iteration (rcx times).
     "rep-movsb-hits-per-iteration": Case(
-        "    lea rsi, [rip + buf]\n    lea rdi, [rip + dst]\n    mov ecx, 5\nprobe:\n    rep movsb",
-        "xol", hits=5),
+        "    lea rsi, [rip + buf]\n    lea rdi, [rip + dst]\n    mov ecx, 5\nprobe:\n    rep movsb", "xol", hits=5
+    ),
     "rep-stosb-hits-per-iteration": Case(
-        "    lea rdi, [rip + dst]\n    mov ecx, 3\n    mov al, 0x41\nprobe:\n    rep stosb", "xol", hits=3),
-    "rep-stosb-zero-count": Case(
-        "    lea rdi, [rip + dst]\n    xor ecx, ecx\nprobe:\n    rep stosb", "xol", hits=1),
+        "    lea rdi, [rip + dst]\n    mov ecx, 3\n    mov al, 0x41\nprobe:\n    rep stosb", "xol", hits=3
+    ),
+    "rep-stosb-zero-count": Case("    lea rdi, [rip + dst]\n    xor ecx, ecx\nprobe:\n    rep stosb", "xol", hits=1),
     "nop5-0f1f4400-latest": Case("probe:\n    .byte 0x0f, 0x1f, 0x44, 0x00, 0x00", "emulated"),
 }
 
@@ -214,13 +248,11 @@ def test_probed_instruction_is_transparent_and_takes_the_kernels_path(name):
 # <= 6.17 "case 0x90" (any prefix), 6.18 x86_nops[len] or 0x90, 6.19+ insn_is_nop().
 NOP_POLICY_CASES = {
     "66-90": ("0x66, 0x90", {"6.17": "emulated", "6.18": "emulated", "latest": "emulated"}),
-    "nop5-0f-1f-44-00-00": ("0x0f, 0x1f, 0x44, 0x00, 0x00",
-                            {"6.17": "xol", "6.18": "emulated", "latest": "emulated"}),
+    "nop5-0f-1f-44-00-00": ("0x0f, 0x1f, 0x44, 0x00, 0x00", {"6.17": "xol", "6.18": "emulated", "latest": "emulated"}),
     "f3-90-pause": ("0xf3, 0x90", {"6.17": "emulated", "6.18": "emulated", "latest": "xol"}),
     "nop3-0f-1f-00": ("0x0f, 0x1f, 0x00", {"6.17": "xol", "6.18": "emulated", "latest": "emulated"}),
     "mov-rax-rax-48-89-c0": ("0x48, 0x89, 0xc0", {"6.17": "xol", "6.18": "xol", "latest": "emulated"}),
-    "lea-rbx-0-rbx-48-8d-5b-00": ("0x48, 0x8d, 0x5b, 0x00",
-                                  {"6.17": "xol", "6.18": "xol", "latest": "emulated"}),
+    "lea-rbx-0-rbx-48-8d-5b-00": ("0x48, 0x8d, 0x5b, 0x00", {"6.17": "xol", "6.18": "xol", "latest": "emulated"}),
     "jmp-plus-0-e9": ("0xe9, 0, 0, 0, 0", {"6.17": "emulated", "6.18": "emulated", "latest": "emulated"}),
 }
 PROFILES = ("6.17", "6.18", "latest")
@@ -236,8 +268,9 @@ def test_nop_emulation_follows_the_profiles_policy(name, kernel):
     assert r.reason == "exit", r.describe()
     assert_same_state(final_state(plain), final_state(probed))
     want = expected_counters(1, how[kernel])
-    assert probe_counters(probed) == want, \
+    assert probe_counters(probed) == want, (
         f"{name} on {kernel}: expected {how[kernel]} {want}, got {probe_counters(probed)}"
+    )
 
 
 XCHG_R8_RAX = guest("probe:\n    .byte 0x41, 0x90\n    nop")
@@ -250,8 +283,9 @@ def test_rex_b_0x90_xchg_is_skipped_as_a_nop_before_insn_is_nop(kernel):
     exchange (and the zero-extension of both registers) never happens."""
     m, _, _ = run_guest(XCHG_R8_RAX, ["probe"], kernel=kernel, optimize=None)
     regs = guest_regs(m)
-    assert (regs["rax"], regs["r8"]) == (0x0A0A0A0A0A0A0A0A, 0x0808080808080808), \
+    assert (regs["rax"], regs["r8"]) == (0x0A0A0A0A0A0A0A0A, 0x0808080808080808), (
         f"rax/r8 were exchanged: rax={regs['rax']:#x} r8={regs['r8']:#x}"
+    )
     assert probe_counters(m) == expected_counters(1, "emulated")
 
 
@@ -259,8 +293,9 @@ def test_rex_b_0x90_xchg_is_single_stepped_with_insn_is_nop():
     plain, _, _ = run_guest(XCHG_R8_RAX)
     m, _, _ = run_guest(XCHG_R8_RAX, ["probe"], kernel="latest")
     regs = guest_regs(m)
-    assert (regs["rax"], regs["r8"]) == (0x08080808, 0x0A0A0A0A), \
+    assert (regs["rax"], regs["r8"]) == (0x08080808, 0x0A0A0A0A), (
         f"xchg did not run: rax={regs['rax']:#x} r8={regs['r8']:#x}"
+    )
     assert_same_state(final_state(plain), final_state(m))
     assert probe_counters(m) == expected_counters(1, "xol")
 
@@ -286,10 +321,12 @@ def test_probed_syscall_leaves_rcx_pointing_into_the_xol_slot():
     base, want = guest_regs(plain), guest_regs(m)
     slot1 = 0x7FFFFFFFE000 + 128
     assert base["r12"] == m.resolve("after_syscall"), "unprobed: rcx = next rip"
-    assert want["r12"] == slot1 + 2, \
+    assert want["r12"] == slot1 + 2, (
         f"rcx after the probed syscall: expected slot 1 + 2 = {slot1 + 2:#x}, got {want['r12']:#x}"
-    assert want["r13"] == base["r13"] | TF, \
+    )
+    assert want["r13"] == base["r13"] | TF, (
         f"r11 after the probed syscall: expected {base['r13'] | TF:#x} (TF set), got {want['r13']:#x}"
+    )
     assert want["rax"] == base["rax"], "the syscall itself ran once (getpid result)"
     assert want["eflags"] & TF == 0, "TF cleared after the single-step"
     assert dict(m.counters.syscalls) == {39: 1, 231: 1}
@@ -332,12 +369,11 @@ target:
     nop
     mov r9, 0x77
 """)
-EMULATED_PUSH = "push rbx\n    pop r10"               # 53: emulated, 1 byte
-XOL_MOV = ".byte 0x48, 0x89, 0xd8"                    # mov rax, rbx: single-stepped
+EMULATED_PUSH = "push rbx\n    pop r10"  # 53: emulated, 1 byte
+XOL_MOV = ".byte 0x48, 0x89, 0xd8"  # mov rax, rbx: single-stepped
 
 
-@pytest.mark.parametrize("insn,how", [(EMULATED_PUSH, "emulated"), (XOL_MOV, "xol")],
-                         ids=["emulated-push", "xol-mov"])
+@pytest.mark.parametrize("insn,how", [(EMULATED_PUSH, "emulated"), (XOL_MOV, "xol")], ids=["emulated-push", "xol-mov"])
 def test_handler_sees_the_probe_address_and_the_guests_registers(insn, how):
     seen = []
 
@@ -348,23 +384,26 @@ def test_handler_sees_the_probe_address_and_the_guests_registers(insn, how):
     probe = m.resolve("probe")
     assert len(seen) == 1, f"handler ran {len(seen)} times"
     rip, vaddr, rbx, rsp, cookie = seen[0]
-    assert (rip, vaddr) == (probe, probe), \
+    assert (rip, vaddr) == (probe, probe), (
         f"handler rip/vaddr: expected {probe:#x}, got {rip:#x}/{vaddr:#x} (not the int3 + 1)"
+    )
     assert rbx == 0x1B1B1B1B1B1B1B1B, f"handler rbx: expected 0x1b1b1b1b1b1b1b1b, got {rbx:#x}"
     assert rsp == guest_regs(m)["rsp"], "handler rsp: expected the rsp at the probe"
     assert cookie == 0
 
 
-@pytest.mark.parametrize("insn,how,reg", [(EMULATED_PUSH, "emulated", "r10"), (XOL_MOV, "xol", "rax")],
-                         ids=["emulated-push", "xol-mov"])
+@pytest.mark.parametrize(
+    "insn,how,reg", [(EMULATED_PUSH, "emulated", "r10"), (XOL_MOV, "xol", "rax")], ids=["emulated-push", "xol-mov"]
+)
 def test_handler_register_writes_reach_the_guest(insn, how, reg):
     def handler(ctx):
         ctx.regs.rbx = 0x600DCAFE
 
     m, r, _ = run_guest(HANDLER_GUEST.format(insn=insn), ["probe"], handler=handler)
     regs = guest_regs(m)
-    assert regs[reg] == 0x600DCAFE, \
+    assert regs[reg] == 0x600DCAFE, (
         f"{reg} (copied from rbx by the probed insn): expected 0x600dcafe, got {regs[reg]:#x}"
+    )
     assert regs["rbx"] == 0x600DCAFE
     assert probe_counters(m) == expected_counters(1, how)
 
@@ -377,28 +416,27 @@ def _jump_to_target(ctx):
 @pytest.mark.parametrize("insn", [EMULATED_PUSH, XOL_MOV], ids=["emulated-push", "xol-mov"])
 def test_handler_moving_rip_skips_the_probed_insn_since_6_18(insn, kernel):
     """6.18+: ip != bp_vaddr after the handlers -> neither emulated nor single-stepped."""
-    m, r, _ = run_guest(HANDLER_GUEST.format(insn=insn), ["probe"], handler=_jump_to_target,
-                        kernel=kernel)
+    m, r, _ = run_guest(HANDLER_GUEST.format(insn=insn), ["probe"], handler=_jump_to_target, kernel=kernel)
     plain, _, _ = run_guest(HANDLER_GUEST.format(insn=insn))
     regs, base = guest_regs(m), guest_regs(plain)
     assert regs["r9"] == 0x77 and regs["r8"] != 0xDEAD, "execution did not continue at target"
-    assert regs["rsp"] == base["rsp"], \
-        f"rsp: expected {base['rsp']:#x} (nothing pushed), got {regs['rsp']:#x}"
+    assert regs["rsp"] == base["rsp"], f"rsp: expected {base['rsp']:#x} (nothing pushed), got {regs['rsp']:#x}"
     assert regs["rax"] == 0x0A0A0A0A0A0A0A0A, f"mov rax, rbx ran: rax={regs['rax']:#x}"
-    assert probe_counters(m) == expected_counters(1, "skipped"), \
+    assert probe_counters(m) == expected_counters(1, "skipped"), (
         f"expected neither emulation nor single-step, got {probe_counters(m)}"
+    )
 
 
 def test_handler_moving_rip_before_6_18_emulates_the_insn_at_the_new_ip():
     """<= 6.17: handle_swbp goes on to arch_uprobe_skip_sstep() with the handler's ip:
     the emulated ``push %rbx`` runs at ``target`` and ip becomes target + 1."""
-    m, r, _ = run_guest(HANDLER_GUEST.format(insn=EMULATED_PUSH), ["probe"], handler=_jump_to_target,
-                        kernel="6.17")
+    m, r, _ = run_guest(HANDLER_GUEST.format(insn=EMULATED_PUSH), ["probe"], handler=_jump_to_target, kernel="6.17")
     plain, _, _ = run_guest(HANDLER_GUEST.format(insn=EMULATED_PUSH), kernel="6.17")
     regs, base = guest_regs(m), guest_regs(plain)
     assert regs["r9"] == 0x77 and regs["r8"] != 0xDEAD, "execution did not continue after target"
-    assert regs["rsp"] == base["rsp"] - 8, \
+    assert regs["rsp"] == base["rsp"] - 8, (
         f"rsp: expected {base['rsp'] - 8:#x} (push emulated, pop skipped), got {regs['rsp']:#x}"
+    )
     pushed = int.from_bytes(m.mem.read(regs["rsp"], 8), "little")
     assert pushed == 0x1B1B1B1B1B1B1B1B, f"pushed value: expected rbx, got {pushed:#x}"
     assert probe_counters(m) == expected_counters(1, "emulated")
@@ -434,8 +472,7 @@ def test_handlers_run_newest_registered_first_on_every_hit(insn):
     r = m.run(max_insns=100_000)
     assert r.reason == "exit", r.describe()
     assert calls == ["third", "second", "first"] * 4, f"handler order: {calls}"
-    assert m.counters.uprobe_hits == 4 and m.counters.text_writes == 1, \
-        "three consumers share one uprobe and one int3"
+    assert m.counters.uprobe_hits == 4 and m.counters.text_writes == 1, "three consumers share one uprobe and one int3"
 
 
 def test_consumer_added_by_a_handler_to_the_hit_uprobe_runs_from_the_next_hit():
@@ -494,8 +531,9 @@ def test_fault_in_the_xol_slot_is_reported_at_the_probe_address(name):
     assert r.rip == probe, f"signal rip: expected the probe {probe:#x}, got {r.rip:#x} <{r.rip_symbol}>"
     assert r.fault_addr == want_addr, f"fault address: expected {want_addr:#x}, got {r.fault_addr:#x}"
     assert (r0.rip, r0.fault_addr) == (r.rip, r.fault_addr), "as reported without the probe"
-    assert probe_counters(m) == dict(bp_traps=1, db_traps=0, emulated=0, xol_singlesteps=1,
-                                     uprobe_hits=1, text_writes=1)
+    assert probe_counters(m) == dict(
+        bp_traps=1, db_traps=0, emulated=0, xol_singlesteps=1, uprobe_hits=1, text_writes=1
+    )
 
 
 @pytest.mark.parametrize("name", list(FAULT_CASES), ids=list(FAULT_CASES))
@@ -522,9 +560,11 @@ def test_faulting_rip_relative_insn_restores_the_scratch_register():
 SET_TF = "    pushfq\n    or qword ptr [rsp], 0x100\n    popfq\n"
 
 
-@pytest.mark.parametrize("insn,ilen,how", [("nop", 1, "emulated"), ("push rbx", 1, "emulated"),
-                                           ("mov rax, rbx", 3, "xol")],
-                         ids=["emulated-nop", "emulated-push", "xol-mov"])
+@pytest.mark.parametrize(
+    "insn,ilen,how",
+    [("nop", 1, "emulated"), ("push rbx", 1, "emulated"), ("mov rax, rbx", 3, "xol")],
+    ids=["emulated-nop", "emulated-push", "xol-mov"],
+)
 def test_guest_that_set_tf_gets_sigtrap_after_the_probed_insn(insn, ilen, how):
     """TF set by the guest: an emulated insn sends SIGTRAP right after the emulation
     (arch_uprobe_skip_sstep), an XOL one after the fixups (saved_tf); either way the
@@ -554,8 +594,9 @@ def test_int3_that_is_not_a_probe_is_sigtrap_while_probes_exist():
     stray = m.resolve("stray")
     assert (r.reason, r.signal_name) == ("signal", "SIGTRAP"), r.describe()
     assert r.rip == stray + 1, f"SIGTRAP rip: expected {stray + 1:#x}, got {r.rip:#x}"
-    assert probe_counters(m) == dict(bp_traps=2, db_traps=0, emulated=1, xol_singlesteps=0,
-                                     uprobe_hits=1, text_writes=1)
+    assert probe_counters(m) == dict(
+        bp_traps=2, db_traps=0, emulated=1, xol_singlesteps=0, uprobe_hits=1, text_writes=1
+    )
 
 
 # ------------------------------------------------------------------- the XOL area
@@ -579,38 +620,46 @@ def test_xol_area_is_one_execute_only_page_at_the_hint():
     vmas = _uprobes_vmas(m)
     assert len(vmas) == 1, f"[uprobes] mappings: {vmas}"
     v = vmas[0]
-    assert (v.start, v.size, v.perms()) == (XOL_HINT, 4096, "--xp"), \
+    assert (v.start, v.size, v.perms()) == (XOL_HINT, 4096, "--xp"), (
         f"[uprobes]: expected {XOL_HINT:#x} 4096 --xp, got {v.start:#x} {v.size} {v.perms()}"
+    )
     assert f"{XOL_HINT:08x}-{XOL_HINT + 4096:08x} --xp" in m.mem.maps()
     assert m.counters.xol_singlesteps == 4
 
 
-@pytest.mark.parametrize("kernel,slot0", [
-    ("6.10", b"\xcc"),
-    ("6.11", TRAMPOLINE_17),
-    ("6.17", TRAMPOLINE_17),
-    ("6.18", TRAMPOLINE_17 + b"\xcc"),
-    ("latest", TRAMPOLINE_17 + b"\xcc"),
-])
+@pytest.mark.parametrize(
+    "kernel,slot0",
+    [
+        ("6.10", b"\xcc"),
+        ("6.11", TRAMPOLINE_17),
+        ("6.17", TRAMPOLINE_17),
+        ("6.18", TRAMPOLINE_17 + b"\xcc"),
+        ("latest", TRAMPOLINE_17 + b"\xcc"),
+    ],
+)
 def test_xol_slot_0_holds_the_profiles_uretprobe_trampoline(kernel, slot0):
     m, r, _ = run_guest(guest("probe:\n    mov rax, rbx"), ["probe"], kernel=kernel)
     got = m.mem.read(XOL_HINT, 128)
-    assert got[:len(slot0)] == slot0, f"slot 0: expected {slot0.hex(' ')}, got {got[:18].hex(' ')}"
-    assert got[len(slot0):] == bytes(128 - len(slot0)), "rest of slot 0 is zero-filled"
+    assert got[: len(slot0)] == slot0, f"slot 0: expected {slot0.hex(' ')}, got {got[:18].hex(' ')}"
+    assert got[len(slot0) :] == bytes(128 - len(slot0)), "rest of slot 0 is zero-filled"
 
 
-@pytest.mark.parametrize("insn,ixol", [
-    ("mov rax, rbx", "48 89 d8"),
-    ("mov rax, qword ptr [rip + val]", "48 8b 86"),       # rip-relative -> disp32(%rsi)
-    ("mov rsi, qword ptr [rip + val]", "48 8b b7"),       # reg = rsi -> disp32(%rdi)
-], ids=["plain", "riprel-scratch-rsi", "riprel-scratch-rdi"])
+@pytest.mark.parametrize(
+    "insn,ixol",
+    [
+        ("mov rax, rbx", "48 89 d8"),
+        ("mov rax, qword ptr [rip + val]", "48 8b 86"),  # rip-relative -> disp32(%rsi)
+        ("mov rsi, qword ptr [rip + val]", "48 8b b7"),  # reg = rsi -> disp32(%rdi)
+    ],
+    ids=["plain", "riprel-scratch-rsi", "riprel-scratch-rdi"],
+)
 def test_xol_slot_1_gets_the_16_analyzed_bytes_from_the_file(insn, ixol):
     src = guest(f"probe:\n    {insn}", DATA, TAIL)
     m, r, _ = run_guest(src, ["probe"])
     exe = m.process.exe
     offset = m.mem.find_vma(m.resolve("probe")).offset_of(m.resolve("probe"))
     file16 = exe.read(offset, 16)
-    want = bytes.fromhex(ixol) + file16[len(bytes.fromhex(ixol)):]
+    want = bytes.fromhex(ixol) + file16[len(bytes.fromhex(ixol)) :]
     slot1 = m.mem.read(XOL_HINT + 128, 128)
     assert slot1[:16] == want, f"slot 1: expected {want.hex(' ')}, got {slot1[:16].hex(' ')}"
     assert slot1[16:] == bytes(112), "only 16 bytes are copied into the slot"
@@ -645,14 +694,17 @@ def test_no_room_for_the_xol_area_restarts_the_probe_and_reruns_the_handlers():
     assert r.reason == "exit", r.describe()
     assert len(hits) == 3 and set(hits) == {m.resolve("probe")}, f"handler runs: {hits}"
     assert guest_regs(m)["rax"] == 0x1B1B1B1B1B1B1B1B
-    assert probe_counters(m) == dict(bp_traps=3, db_traps=1, emulated=0, xol_singlesteps=1,
-                                     uprobe_hits=3, text_writes=1)
+    assert probe_counters(m) == dict(
+        bp_traps=3, db_traps=1, emulated=0, xol_singlesteps=1, uprobe_hits=3, text_writes=1
+    )
 
 
 # ------------------------------------------------------------------- emulation fallbacks
 
-@pytest.mark.parametrize("insn", ["call func", "push rbx", ".byte 0x41, 0x54"],
-                         ids=["call-rel32", "push-rbx", "push-r12"])
+
+@pytest.mark.parametrize(
+    "insn", ["call func", "push rbx", ".byte 0x41, 0x54"], ids=["call-rel32", "push-rbx", "push-r12"]
+)
 def test_emulation_whose_stack_write_faults_falls_back_to_xol_and_faults_there(insn):
     """emulate_push_stack() failing makes the emulation return false: the insn (the
     mangled ``call +0`` for a call) runs out of line, faults on the same stack, and the
@@ -663,8 +715,9 @@ def test_emulation_whose_stack_write_faults_falls_back_to_xol_and_faults_there(i
     probe = m.resolve("probe")
     assert (r.signal_name, r.rip, r.fault_addr) == ("SIGSEGV", probe, 0x8), r.describe()
     assert (r0.signal_name, r0.rip, r0.fault_addr) == (r.signal_name, r.rip, r.fault_addr)
-    assert probe_counters(m) == dict(bp_traps=1, db_traps=0, emulated=0, xol_singlesteps=1,
-                                     uprobe_hits=1, text_writes=1)
+    assert probe_counters(m) == dict(
+        bp_traps=1, db_traps=0, emulated=0, xol_singlesteps=1, uprobe_hits=1, text_writes=1
+    )
 
 
 def test_call_fallback_that_succeeds_out_of_line_is_undone_and_restarted():
@@ -680,10 +733,10 @@ def test_call_fallback_that_succeeds_out_of_line_is_undone_and_restarted():
 
     def handler(ctx):
         hits.append(ctx.regs.rsp)
-        if len(hits) == 1:                    # the emulated push will fault...
+        if len(hits) == 1:  # the emulated push will fault...
             m.mem.protect(top_page, 0x1000, PROT_READ)
 
-    def grow_stack(event):                    # ...but the XOL step will not
+    def grow_stack(event):  # ...but the XOL step will not
         m.mem.protect(top_page, 0x1000, PROT_READ | PROT_WRITE)
 
     m.uprobes.register("probe", handler=handler)
@@ -693,5 +746,6 @@ def test_call_fallback_that_succeeds_out_of_line_is_undone_and_restarted():
     assert len(hits) == 2 and hits[0] == hits[1], f"handler rsp per hit: {[hex(h) for h in hits]}"
     assert stack.start <= hits[0] < stack.end
     assert_same_state(final_state(plain), final_state(m))
-    assert probe_counters(m) == dict(bp_traps=2, db_traps=1, emulated=1, xol_singlesteps=1,
-                                     uprobe_hits=2, text_writes=1)
+    assert probe_counters(m) == dict(
+        bp_traps=2, db_traps=1, emulated=1, xol_singlesteps=1, uprobe_hits=2, text_writes=1
+    )

@@ -19,7 +19,8 @@ ITERATIONS = 4
 # caller frame), then wrapper tail-calling target (a chained pair: the general path)
 PLAIN_PER_ITERATION, CHAINED_PER_ITERATION = 3, 1
 
-SRC = guest(f"""
+SRC = guest(
+    f"""
     mov r12d, {ITERATIONS}
     xor ebx, ebx
 again:
@@ -32,7 +33,8 @@ again:
     add rbx, rax
     dec r12d
     jnz again
-""", tail="""
+""",
+    tail="""
 target:
     test r13d, r13d
     jz leaf
@@ -46,7 +48,8 @@ leaf:
 wrapper:
     xor r13d, r13d
     jmp target
-""")
+""",
+)
 
 KERNELS = ["6.9", "6.10", "6.11", "6.12", "6.13", "latest"]
 
@@ -64,29 +67,42 @@ def _run(kernel: str, consumer: str, specialized: bool, monkeypatch) -> dict:
     def counted(self, task, regs, sync=None):
         general[0] += 1
         return real(self, task, regs, sync)
+
     monkeypatch.setattr(Uretprobes, "uprobe_handle_trampoline", counted)
     seen = []
 
     def record(ctx):
         utask = ctx.task.utask
         r = ctx.regs
-        seen.append((ctx.func, r.rip, r.rsp, r.rax, r.rcx, r.r11, r.eflags,
-                     len(utask.return_instances), utask.depth))
+        seen.append((ctx.func, r.rip, r.rsp, r.rax, r.rcx, r.r11, r.eflags, len(utask.return_instances), utask.depth))
         return 0
+
     passes = []
     for sym in ("target", "wrapper"):
         if consumer == "handler":
             passes.append(m.uprobes.register(sym, ret_handler=record))
         else:
-            passes.append(m.uprobes.add_event(f"r:grp/{sym} {m.process.exe.path}:{_offset(m, sym):#x}",
-                                              ftrace=consumer == "ftrace", programs=[record]))
+            passes.append(
+                m.uprobes.add_event(
+                    f"r:grp/{sym} {m.process.exe.path}:{_offset(m, sym):#x}",
+                    ftrace=consumer == "ftrace",
+                    programs=[record],
+                )
+            )
     r = m.run(max_insns=200_000)
     assert (r.reason, r.exit_code) == ("exit", 0), r.describe()
     hits = [(p.hits, getattr(p, "nhit", None)) for p in passes]
     lines = [p.lines for p in passes] if consumer == "ftrace" else None
     utask = m.task.utask
-    return {"state": final_state(m), "counters": m.counters.snapshot(), "seen": seen, "hits": hits,
-            "lines": lines, "depth": (utask.depth, len(utask.return_instances)), "general": general[0]}
+    return {
+        "state": final_state(m),
+        "counters": m.counters.snapshot(),
+        "seen": seen,
+        "hits": hits,
+        "lines": lines,
+        "depth": (utask.depth, len(utask.return_instances)),
+        "general": general[0],
+    }
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -96,8 +112,9 @@ def test_the_specialised_return_path_does_what_the_general_one_does(monkeypatch,
     general = _run(kernel, consumer, False, monkeypatch)
     returns = ITERATIONS * (PLAIN_PER_ITERATION + CHAINED_PER_ITERATION)
     assert general["general"] == returns, "the general run did not take the general trampoline"
-    assert fast["general"] == ITERATIONS * CHAINED_PER_ITERATION, \
+    assert fast["general"] == ITERATIONS * CHAINED_PER_ITERATION, (
         f"the common case took the general trampoline ({fast['general']} of {returns} returns)"
+    )
     for key in ("counters", "seen", "hits", "lines", "depth"):
         assert fast[key] == general[key], (key, fast[key], general[key])
     assert fast["state"] == general["state"]

@@ -30,34 +30,38 @@ RI = uretprobes.RI_SIZEOF
 
 def counts(m) -> dict:
     c = m.counters
-    return {"allocated": c.ri_allocated, "reused": c.ri_reused, "freed": c.ri_freed,
-            "peak_bytes": c.ri_peak_bytes}
+    return {"allocated": c.ri_allocated, "reused": c.ri_reused, "freed": c.ri_freed, "peak_bytes": c.ri_peak_bytes}
 
 
 def run_probed(src, kernel, alloc, symbols, **kw):
     m = machine(src, kernel, alloc)
     rets = []
     for s in symbols:
-        m.uprobes.register(s, ret_handler=lambda ctx, s=s: rets.append((s, ctx.regs.rax, ctx.regs.rip)),
-                           **kw)
+        m.uprobes.register(s, ret_handler=lambda ctx, s=s: rets.append((s, ctx.regs.rax, ctx.regs.rip)), **kw)
     r = m.run(max_insns=5_000_000)
     return m, r, rets
 
 
 # ----------------------------------------------------------------------------- same behaviour
 
+
 @pytest.mark.parametrize("kernel", TRAMPOLINE_PROFILES)
-@pytest.mark.parametrize("src,symbols", [
-    (REC_GUEST, ("rec", "leaf")), (TAIL_GUEST, ("tail_a", "tail_b")),
-    (deep_guest(80, times=2), ("deep",)), (call_loop_guest(20), ("f",))],
-    ids=["recursion", "tail-call", "deep-80x2", "loop-20"])
+@pytest.mark.parametrize(
+    "src,symbols",
+    [
+        (REC_GUEST, ("rec", "leaf")),
+        (TAIL_GUEST, ("tail_a", "tail_b")),
+        (deep_guest(80, times=2), ("deep",)),
+        (call_loop_guest(20), ("f",)),
+    ],
+    ids=["recursion", "tail-call", "deep-80x2", "loop-20"],
+)
 def test_policies_are_indistinguishable_to_the_guest_and_the_handlers(kernel, src, symbols):
     outcomes = {}
     for alloc in ALLOCS:
         m, r, rets = run_probed(src, kernel, alloc, symbols)
         regs = m.regs.snapshot().pt_regs()
-        outcomes[alloc] = (r.reason, r.exit_code, rets, regs, m.counters.uretprobe_hits,
-                           m.counters.ri_dropped_depth)
+        outcomes[alloc] = (r.reason, r.exit_code, rets, regs, m.counters.uretprobe_hits, m.counters.ri_dropped_depth)
         assert_ri_balanced(m)
     assert outcomes["array64"] == outcomes["kmalloc"], "array64 differs from kmalloc"
     assert outcomes["pool"] == outcomes["kmalloc"], "pool differs from kmalloc"
@@ -65,8 +69,14 @@ def test_policies_are_indistinguishable_to_the_guest_and_the_handlers(kernel, sr
 
 def test_profiles_pick_kmalloc_before_6_14_and_the_pool_from_6_14():
     picks = {v: KernelProfile.get(v).ri_alloc for v in ("6.10", "6.11", "6.13", "6.14", "6.18", "latest")}
-    assert picks == {"6.10": "kmalloc", "6.11": "kmalloc", "6.13": "kmalloc",
-                     "6.14": "pool", "6.18": "pool", "latest": "pool"}
+    assert picks == {
+        "6.10": "kmalloc",
+        "6.11": "kmalloc",
+        "6.13": "kmalloc",
+        "6.14": "pool",
+        "6.18": "pool",
+        "latest": "pool",
+    }
 
 
 # ----------------------------------------------------------------------------- counters
@@ -109,13 +119,16 @@ def test_array64_allocates_64_on_first_use_and_takes_every_instance_from_it(kern
     assert counts(m) == expected, f"expected {expected}, got {counts(m)}"
 
 
-@pytest.mark.parametrize("alloc,expected", [
-    ("kmalloc", {"allocated": 160, "reused": 0, "freed": 160, "peak_bytes": 65 * RI}),
-    # the 65th instance is allocated by handler_chain before prepare_uretprobe drops it,
-    # then recycled for the next 15 dropped hits and for the second round
-    ("pool", {"allocated": 65, "reused": 95, "freed": 0, "peak_bytes": 65 * RI}),
-    ("array64", {"allocated": 64, "reused": 128, "freed": 0, "peak_bytes": 64 * RI}),
-])
+@pytest.mark.parametrize(
+    "alloc,expected",
+    [
+        ("kmalloc", {"allocated": 160, "reused": 0, "freed": 160, "peak_bytes": 65 * RI}),
+        # the 65th instance is allocated by handler_chain before prepare_uretprobe drops it,
+        # then recycled for the next 15 dropped hits and for the second round
+        ("pool", {"allocated": 65, "reused": 95, "freed": 0, "peak_bytes": 65 * RI}),
+        ("array64", {"allocated": 64, "reused": 128, "freed": 0, "peak_bytes": 64 * RI}),
+    ],
+)
 def test_depth_limit_counters_per_policy(alloc, expected):
     """Two rounds of 80-deep recursion (160 hits, 32 dropped for depth)."""
     m, r, rets = run_probed(deep_guest(80, times=2), "6.18", alloc, ("deep",))
@@ -133,8 +146,9 @@ def test_kmalloc_before_6_13_allocates_only_past_the_depth_check(kernel, allocat
     m, r, rets = run_probed(deep_guest(80), kernel, "kmalloc", ("deep",))
     assert r.exit_code == 79 and len(rets) == 64 and m.counters.ri_dropped_depth == 16
     c = m.counters
-    assert (c.ri_allocated, c.ri_freed) == (allocated, allocated), \
+    assert (c.ri_allocated, c.ri_freed) == (allocated, allocated), (
         f"[{kernel}] allocated/freed: expected {allocated}, got {c.ri_allocated}/{c.ri_freed}"
+    )
     assert m.uprobes.uret.bytes_held == 0
 
 
@@ -143,28 +157,29 @@ def test_peak_bytes_are_bounded_by_depth_not_by_hits(alloc):
     """10-deep recursion repeated 30 times = 300 hits: the peak is 10 instances."""
     m, r, _ = run_probed(deep_guest(10, times=30), "6.18", alloc, ("deep",))
     assert m.counters.uprobe_hits == 300
-    assert m.counters.ri_peak_bytes == 10 * RI, \
-        f"[{alloc}] peak: expected {10 * RI}, got {m.counters.ri_peak_bytes}"
+    assert m.counters.ri_peak_bytes == 10 * RI, f"[{alloc}] peak: expected {10 * RI}, got {m.counters.ri_peak_bytes}"
 
 
 # ----------------------------------------------------------------------------- session extras
 
+
 def two_session_consumers(m, sym):
     for tag in (1, 2):
-        m.uprobes.register(sym, handler=lambda ctx, t=tag: setattr(ctx, "cookie", t),
-                           ret_handler=lambda ctx: None)
+        m.uprobes.register(sym, handler=lambda ctx, t=tag: setattr(ctx, "cookie", t), ret_handler=lambda ctx: None)
 
 
-@pytest.mark.parametrize("alloc,expected_peak", [
-    ("kmalloc", RI + 16), ("pool", RI + 16), ("array64", MAX_DEPTH * RI + 16)])
+@pytest.mark.parametrize(
+    "alloc,expected_peak", [("kmalloc", RI + 16), ("pool", RI + 16), ("array64", MAX_DEPTH * RI + 16)]
+)
 def test_extra_session_consumer_array_is_kept_with_a_recycled_instance(alloc, expected_peak):
     """A second session consumer needs a 16-byte extra_consumers array; a pooled instance
     keeps it, so 50 hits cost one instance + one array, not 50 arrays."""
     m = machine(call_loop_guest(N), "6.18", alloc)
     two_session_consumers(m, "f")
     assert m.run(max_insns=1_000_000).exit_code == (N * N) & 0xFF
-    assert m.counters.ri_peak_bytes == expected_peak, \
+    assert m.counters.ri_peak_bytes == expected_peak, (
         f"[{alloc}] peak: expected {expected_peak}, got {m.counters.ri_peak_bytes}"
+    )
 
 
 def test_kmalloc_frees_exactly_what_it_allocated_with_extras_and_depth_drops():
@@ -178,6 +193,7 @@ def test_kmalloc_frees_exactly_what_it_allocated_with_extras_and_depth_drops():
 
 
 # ----------------------------------------------------------------------------- struct size
+
 
 class _Hprobe(ctypes.Structure):
     _fields_ = [("state", ctypes.c_int), ("srcu_idx", ctypes.c_int), ("uprobe", ctypes.c_void_p)]
@@ -193,10 +209,19 @@ class _ReturnConsumer(ctypes.Structure):
 
 class _ReturnInstance(ctypes.Structure):
     """The field list of struct return_instance (include/linux/uprobes.h, 6.14+)."""
-    _fields_ = [("hprobe", _Hprobe), ("func", ctypes.c_ulong), ("stack", ctypes.c_ulong),
-                ("orig_ret_vaddr", ctypes.c_ulong), ("chained", ctypes.c_bool),
-                ("cons_cnt", ctypes.c_int), ("next", ctypes.c_void_p), ("rcu", _RcuHead),
-                ("consumer", _ReturnConsumer), ("extra_consumers", ctypes.c_void_p)]
+
+    _fields_ = [
+        ("hprobe", _Hprobe),
+        ("func", ctypes.c_ulong),
+        ("stack", ctypes.c_ulong),
+        ("orig_ret_vaddr", ctypes.c_ulong),
+        ("chained", ctypes.c_bool),
+        ("cons_cnt", ctypes.c_int),
+        ("next", ctypes.c_void_p),
+        ("rcu", _RcuHead),
+        ("consumer", _ReturnConsumer),
+        ("extra_consumers", ctypes.c_void_p),
+    ]
 
 
 def test_ri_sizeof_is_the_cacheline_aligned_struct_size():

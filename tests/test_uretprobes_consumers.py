@@ -47,6 +47,7 @@ g:
 
 # ----------------------------------------------------------------------------- sessions
 
+
 @pytest.mark.parametrize("kernel,overrides", SESSION_PROFILES)
 def test_session_consumer_sees_its_entry_cookie_at_return(kernel, overrides):
     """A consumer with handler + ret_handler is a session consumer (6.13+): the cookie its
@@ -61,11 +62,11 @@ def test_session_consumer_sees_its_entry_cookie_at_return(kernel, overrides):
 
     def on_ret(ctx):
         seen.append((ctx.cookie, ctx.regs.rax))
+
     m.uprobes.register("rec", handler=on_entry, ret_handler=on_ret)
     assert m.run(max_insns=100_000).exit_code == 104
     # innermost rec(0) returns first with 101, rec(3) last with 104
-    assert seen == [(0xC00C1E00 + k, 101 + k) for k in range(4)], \
-        [(hex(c), v) for c, v in seen]
+    assert seen == [(0xC00C1E00 + k, 101 + k) for k in range(4)], [(hex(c), v) for c, v in seen]
 
 
 @pytest.mark.parametrize("kernel,overrides", SESSION_PROFILES)
@@ -75,9 +76,11 @@ def test_two_session_consumers_keep_separate_cookies(kernel, overrides):
     seen = []
     m = machine(REC_GUEST, kernel, **overrides)
     for tag in (0xA0, 0xB0):
-        m.uprobes.register("leaf",
-                           handler=lambda ctx, t=tag: setattr(ctx, "cookie", t + ctx.regs.rdi),
-                           ret_handler=lambda ctx, t=tag: seen.append((t, ctx.cookie - t)))
+        m.uprobes.register(
+            "leaf",
+            handler=lambda ctx, t=tag: setattr(ctx, "cookie", t + ctx.regs.rdi),
+            ret_handler=lambda ctx, t=tag: seen.append((t, ctx.cookie - t)),
+        )
     m.run(max_insns=100_000)
     # leaf args in call order: 100, 101, 102, 103; newest consumer (0xB0) first
     assert seen == [(t, x) for x in (100, 101, 102, 103) for t in (0xB0, 0xA0)]
@@ -87,13 +90,15 @@ def test_two_session_consumers_keep_separate_cookies(kernel, overrides):
 def test_before_6_13_there_are_no_sessions_ret_handler_gets_no_cookie(kernel):
     seen = []
     m = machine(REC_GUEST, kernel)
-    m.uprobes.register("leaf", handler=lambda ctx: setattr(ctx, "cookie", 7),
-                       ret_handler=lambda ctx: seen.append(ctx.cookie))
+    m.uprobes.register(
+        "leaf", handler=lambda ctx: setattr(ctx, "cookie", 7), ret_handler=lambda ctx: seen.append(ctx.cookie)
+    )
     m.run(max_insns=100_000)
     assert seen == [None] * 4
 
 
 # ----------------------------------------------------------------------------- unregister
+
 
 @pytest.mark.parametrize("kernel", TRAMPOLINE_PROFILES)
 def test_consumer_unregistered_between_entry_and_return_is_not_called(kernel):
@@ -137,12 +142,14 @@ def test_consumer_unregistered_by_an_earlier_return_handler_is_skipped(kernel):
         if older in older.uprobe.consumers:
             m.uprobes.unregister(older)
             m.uprobes.register("g", ret_handler=lambda c: calls.append("added"))
+
     m.uprobes.register("g", ret_handler=newer)
     assert m.run(max_insns=100_000).exit_code == 13
     assert calls == ["newer"]
 
 
 # ----------------------------------------------------------------------------- IGNORE / REMOVE
+
 
 @pytest.mark.parametrize("rc", [UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE], ids=["IGNORE", "REMOVE"])
 @pytest.mark.parametrize("kernel,overrides", SESSION_PROFILES)
@@ -152,13 +159,17 @@ def test_entry_handler_rc_ignore_or_remove_records_no_return_instance(kernel, ov
     (REMOVE from a filterless consumer does not remove the breakpoint.)"""
     entries, rets = [], []
     m = machine(call_loop_guest(3), kernel, **overrides)
-    m.uprobes.register("f", handler=lambda ctx: entries.append(1) or rc,
-                       ret_handler=lambda ctx: rets.append(1))
+    m.uprobes.register("f", handler=lambda ctx: entries.append(1) or rc, ret_handler=lambda ctx: rets.append(1))
     r = m.run(max_insns=100_000)
     assert r.exit_code == 9
     c = m.counters
-    actual = {"entries": len(entries), "rets": len(rets), "ri_allocated": c.ri_allocated,
-              "bp_traps": c.bp_traps, "sys_uretprobe": c.syscalls[NR_URETPROBE]}
+    actual = {
+        "entries": len(entries),
+        "rets": len(rets),
+        "ri_allocated": c.ri_allocated,
+        "bp_traps": c.bp_traps,
+        "sys_uretprobe": c.syscalls[NR_URETPROBE],
+    }
     expected = {"entries": 3, "rets": 0, "ri_allocated": 0, "bp_traps": 3, "sys_uretprobe": 0}
     assert actual == expected, f"expected {expected}, got {actual}"
 
@@ -179,6 +190,7 @@ def test_ignoring_session_consumer_is_skipped_while_another_consumer_returns(ker
 
 # ----------------------------------------------------------------------------- late registration
 
+
 @pytest.mark.parametrize("kernel,overrides", SESSION_PROFILES)
 def test_non_session_ret_handler_registered_after_the_entry_hit_is_called(kernel, overrides):
     """handle_uretprobe_chain(): a return-only consumer added between the entry hit and the
@@ -190,8 +202,10 @@ def test_non_session_ret_handler_registered_after_the_entry_hit_is_called(kernel
 
     def register_late(ctx):
         m.uprobes.register("outer", ret_handler=lambda c: calls.append(("late", c.cookie)))
-        m.uprobes.register("outer", handler=lambda c: None,
-                           ret_handler=lambda c: calls.append(("late-session", c.cookie)))
+        m.uprobes.register(
+            "outer", handler=lambda c: None, ret_handler=lambda c: calls.append(("late-session", c.cookie))
+        )
+
     m.uprobes.register("g", handler=register_late)
     assert m.run(max_insns=100_000).exit_code == 13
     # walk order newest first: late-session (skipped), late, early
@@ -205,10 +219,10 @@ def test_ret_handler_view_real_return_address_return_value_function(kernel):
     views = []
     m = machine(NESTED_GUEST, kernel)
     for sym in ("outer", "g"):
-        m.uprobes.register(sym, ret_handler=lambda ctx: views.append(
-            (ctx.func, ctx.regs.rip, ctx.regs.rax, ctx.is_return)))
+        m.uprobes.register(
+            sym, ret_handler=lambda ctx: views.append((ctx.func, ctx.regs.rip, ctx.regs.rax, ctx.is_return))
+        )
     assert m.run(max_insns=100_000).exit_code == 13
-    g_ret = m.resolve("outer") + 4 + 5        # push rbp; mov rbp,rsp; call g -> next insn
-    assert views == [(m.resolve("g"), g_ret, 12, True),
-                     (m.resolve("outer"), m.resolve("after_outer"), 13, True)]
+    g_ret = m.resolve("outer") + 4 + 5  # push rbp; mov rbp,rsp; call g -> next insn
+    assert views == [(m.resolve("g"), g_ret, 12, True), (m.resolve("outer"), m.resolve("after_outer"), 13, True)]
     assert_ri_balanced(m)

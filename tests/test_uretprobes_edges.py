@@ -23,9 +23,16 @@ from test_uretprobes_support import (
 SYSCALL_TRAMPOLINE = bytes.fromhex("50 51 41 53 48 c7 c0 4f 01 00 00 0f 05 41 5b 59 c3")
 
 
-@pytest.mark.parametrize("kernel,expected", [
-    ("6.10", b"\xcc"), ("6.11", SYSCALL_TRAMPOLINE), ("6.17", SYSCALL_TRAMPOLINE),
-    ("6.18", SYSCALL_TRAMPOLINE + b"\xcc"), ("latest", SYSCALL_TRAMPOLINE + b"\xcc")])
+@pytest.mark.parametrize(
+    "kernel,expected",
+    [
+        ("6.10", b"\xcc"),
+        ("6.11", SYSCALL_TRAMPOLINE),
+        ("6.17", SYSCALL_TRAMPOLINE),
+        ("6.18", SYSCALL_TRAMPOLINE + b"\xcc"),
+        ("latest", SYSCALL_TRAMPOLINE + b"\xcc"),
+    ],
+)
 def test_xol_slot_0_holds_the_profiles_trampoline(kernel, expected):
     m = machine(call_loop_guest(1), kernel)
     m.uprobes.register("f", ret_handler=lambda ctx: None)
@@ -104,6 +111,7 @@ def test_ret_handler_can_redirect_the_return(kernel):
     def on_ret(ctx):
         assert ctx.regs.rip == m.resolve("normal_return")
         ctx.regs.rip = m.resolve("elsewhere")
+
     m.uprobes.register("f", ret_handler=on_ret)
     r = m.run(max_insns=10_000)
     assert (r.reason, r.exit_code) == ("exit", 42), r.describe()
@@ -133,8 +141,11 @@ def test_entry_handler_changing_ip_records_the_new_ip_as_func(kernel, overrides)
     skips the probed instruction.)"""
     seen = []
     m = machine(SKIP_GUEST, kernel, **overrides)
-    m.uprobes.register("f", handler=lambda ctx: setattr(ctx.regs, "rip", m.resolve("f2")),
-                       ret_handler=lambda ctx: seen.append((ctx.func, ctx.regs.rip, ctx.regs.rax)))
+    m.uprobes.register(
+        "f",
+        handler=lambda ctx: setattr(ctx.regs, "rip", m.resolve("f2")),
+        ret_handler=lambda ctx: seen.append((ctx.func, ctx.regs.rip, ctx.regs.rax)),
+    )
     r = m.run(max_insns=10_000)
     assert r.exit_code == 105
     assert seen == [(m.resolve("f2"), m.resolve("after_f"), 105)]
@@ -174,5 +185,5 @@ def test_return_probe_not_at_function_entry_overwrites_whatever_is_at_sp(kernel)
     tramp = trampoline_vaddr(m)
     assert m.regs.r12 == tramp, f"rbx after f: expected the trampoline {tramp:#x}, got {m.regs.r12:#x}"
     assert rets == []
-    [ri] = leaked(m)                  # the instance stays pending: its frame looks alive
+    [ri] = leaked(m)  # the instance stays pending: its frame looks alive
     assert ri.orig_ret_vaddr == 0x1234

@@ -42,17 +42,21 @@ U64 = 0xFFFFFFFFFFFFFFFF
 
 def uretprobe_on(symbol, seen=None, ret_handler=None):
     """A probe(m) callback registering a return-only consumer that records ctx views."""
+
     def probe(m):
         def on_ret(ctx):
             if seen is not None:
                 seen.append({"regs": ctx.regs.pt_regs(), "func": ctx.func, "rip": ctx.regs.rip})
             if ret_handler is not None:
                 ret_handler(ctx)
+
         m.uprobes.register(symbol, ret_handler=on_ret)
+
     return probe
 
 
 # ----------------------------------------------------------------------------- regs_equal
+
 
 @pytest.mark.parametrize("alloc", ALLOCS)
 @pytest.mark.parametrize("kernel", TRAMPOLINE_PROFILES)
@@ -74,8 +78,9 @@ def test_uretprobe_regs_equal_same_snapshots_with_and_without_the_uretprobe(kern
     """Both register snapshots (before/after, both triggers) are bit-identical to the run
     without any probe: the uretprobe is invisible to the guest."""
     _, _, plain = run_regs_guest(kernel, alloc)
-    _, _, probed = run_regs_guest(kernel, alloc, lambda m: (
-        uretprobe_on("uretprobe_regs_trigger")(m), uretprobe_on("trigger_all")(m)))
+    _, _, probed = run_regs_guest(
+        kernel, alloc, lambda m: (uretprobe_on("uretprobe_regs_trigger")(m), uretprobe_on("trigger_all")(m))
+    )
     for buf in plain:
         d = diff_regs(plain[buf], probed[buf])
         assert not d, f"[{kernel}] {buf} differs from the unprobed run: {fmt_diff(d)}"
@@ -91,10 +96,12 @@ def test_uretprobe_preserves_every_register_the_trigger_sets(kernel):
     after = s["after_all"]
     d = diff_regs(ALL_VALUES, after)
     assert not d, f"[{kernel}] caller after trigger_all: {fmt_diff(d)}"
-    assert after["eflags"] & 0xFFF == ALL_FLAGS, \
+    assert after["eflags"] & 0xFFF == ALL_FLAGS, (
         f"[{kernel}] eflags: expected {ALL_FLAGS:#x} in the low bits, got {after['eflags']:#x}"
-    assert after["rsp"] == s["before_all"]["rsp"], \
+    )
+    assert after["rsp"] == s["before_all"]["rsp"], (
         f"[{kernel}] rsp: expected {s['before_all']['rsp']:#x}, got {after['rsp']:#x}"
+    )
 
 
 @pytest.mark.parametrize("kernel", TRAMPOLINE_PROFILES)
@@ -112,8 +119,9 @@ def test_uretprobe_ret_handler_sees_the_caller_registers(kernel):
     d = diff_regs(expected, view, GPRS + ("eflags", "rsp"))
     assert not d, f"[{kernel}] ret handler regs vs caller after the call: {fmt_diff(d)}"
     assert view["rax"] == KEEP_RAX
-    assert seen[0]["rip"] == view["rip"] == m.resolve("harness_keep_ret"), \
+    assert seen[0]["rip"] == view["rip"] == m.resolve("harness_keep_ret"), (
         f"rip: expected the return address {m.resolve('harness_keep_ret'):#x}, got {view['rip']:#x}"
+    )
     assert seen[0]["func"] == m.resolve("uretprobe_regs_trigger")
     assert (view["cs"], view["ss"]) == (0x33, 0x2B)
 
@@ -125,8 +133,7 @@ def test_ret_handler_sees_syscall_path_orig_rax_minus_one():
     assert seen[0]["regs"]["orig_rax"] == -1
 
 
-@pytest.mark.parametrize("slots", [("rax",), ("rcx",), ("r11",), ("rax", "rcx", "r11")],
-                         ids=lambda s: "+".join(s))
+@pytest.mark.parametrize("slots", [("rax",), ("rcx",), ("r11",), ("rax", "rcx", "r11")], ids=lambda s: "+".join(s))
 def test_regs_equal_would_catch_a_trampoline_that_loses_rax_rcx_r11(slots):
     """The check above is not vacuous: the machine's `syscall` really clobbers rcx/r11
     (and rax holds 335), so a trampoline that did not save and restore them would be
@@ -139,12 +146,12 @@ def test_regs_equal_would_catch_a_trampoline_that_loses_rax_rcx_r11(slots):
 
         def broken(task, regs, *args):
             tramp = trampoline_vaddr(m)
-            clobbered_at_entry.update(rcx=regs.rcx, r11=regs.r11, rax=regs.rax,
-                                      eflags=regs.eflags, tramp=tramp)
+            clobbered_at_entry.update(rcx=regs.rcx, r11=regs.r11, rax=regs.rax, eflags=regs.eflags, tramp=tramp)
             slot = {"r11": 0, "rcx": 8, "rax": 16}
             for name in slots:
                 m.mem.write_u64(regs.rsp + slot[name], getattr(regs, name))
             return real(task, regs, *args)
+
         m.syscalls.register(NR_URETPROBE, broken)
 
     m, r, s = run_regs_guest("6.18", None, probe)
@@ -159,9 +166,17 @@ def test_regs_equal_would_catch_a_trampoline_that_loses_rax_rcx_r11(slots):
 
 # ----------------------------------------------------------------------------- regs_change
 
-CHANGED = {"rax": 0x12345678DEADBEEF, "rcx": 0x87654321FEEBDAED, "r11": U64,
-           "rdx": 0x0D0D0D0D0D0D0D0D, "rsi": 0x0E0E0E0E0E0E0E0E, "r8": 0x0808080808080808,
-           "r15": 0x0F0F0F0F0F0F0F0F, "rbx": 0x0B0B0B0B0B0B0B0B, "rbp": 0x0BBB0BBB0BBB0BBB}
+CHANGED = {
+    "rax": 0x12345678DEADBEEF,
+    "rcx": 0x87654321FEEBDAED,
+    "r11": U64,
+    "rdx": 0x0D0D0D0D0D0D0D0D,
+    "rsi": 0x0E0E0E0E0E0E0E0E,
+    "r8": 0x0808080808080808,
+    "r15": 0x0F0F0F0F0F0F0F0F,
+    "rbx": 0x0B0B0B0B0B0B0B0B,
+    "rbp": 0x0BBB0BBB0BBB0BBB,
+}
 
 
 @pytest.mark.parametrize("alloc", ALLOCS)
@@ -169,11 +184,12 @@ CHANGED = {"rax": 0x12345678DEADBEEF, "rcx": 0x87654321FEEBDAED, "r11": U64,
 def test_regs_change_ret_handler_values_reach_the_caller(kernel, alloc):
     """regs_change (G1): a return handler sets rax, rcx, r11 (and others); the caller sees
     exactly those values and every other slot unchanged."""
+
     def set_regs(ctx):
         for name, v in CHANGED.items():
             setattr(ctx.regs, name, v)
-    m, r, s = run_regs_guest(kernel, alloc, uretprobe_on("uretprobe_regs_trigger",
-                                                         ret_handler=set_regs))
+
+    m, r, s = run_regs_guest(kernel, alloc, uretprobe_on("uretprobe_regs_trigger", ret_handler=set_regs))
     assert (r.reason, r.exit_code) == ("exit", 0), r.describe()
     expected = dict(s["before_keep"], **CHANGED)
     d = diff_regs(expected, s["after_keep"])
@@ -184,12 +200,16 @@ def test_regs_change_ret_handler_values_reach_the_caller(kernel, alloc):
 def test_regs_change_entry_rcx_and_return_rax_r11(kernel):
     """regs_change (G2+): the entry handler sets rcx, the return handler sets rax and r11;
     all three reach the caller."""
+
     def probe(m):
         def on_entry(ctx):
             ctx.regs.rcx = CHANGED["rcx"]
+
         def on_ret(ctx):
             ctx.regs.rax, ctx.regs.r11 = CHANGED["rax"], CHANGED["r11"]
+
         m.uprobes.register("uretprobe_regs_trigger", handler=on_entry, ret_handler=on_ret)
+
     m, r, s = run_regs_guest(kernel, None, probe)
     expected = dict(s["before_keep"], rax=CHANGED["rax"], rcx=CHANGED["rcx"], r11=CHANGED["r11"])
     d = diff_regs(expected, s["after_keep"])
@@ -226,18 +246,23 @@ def test_ret_handler_moving_rsp_returns_with_full_registers(kernel, change):
     pt_regs (IRET path) straight to the original return address - the trampoline's
     pop/pop/ret do not run, rsp is the handler's, rcx/r11 are the pre-trampoline values
     (or the handler's).  The int3 trampoline gives the same result."""
+
     def on_ret(ctx):
         ctx.regs.rsp = ctx.regs.rsp - 64
         if change != "rsp":
             ctx.regs.rcx, ctx.regs.r11 = 0x1C, 0x11
+
     m = machine(RSP_GUEST, kernel)
     m.uprobes.register("trigger", ret_handler=on_ret)
     r = m.run(max_insns=100_000)
     assert (r.reason, r.exit_code) == ("exit", 0), r.describe()
     regs = m.regs.snapshot()
-    expected = {"r12": regs.rbx - 64, "r15": 0xDEADBEEF,
-                "r13": 0x0C0C0C0C0C0C0C0C if change == "rsp" else 0x1C,
-                "r14": 0x0B0B0B0B0B0B0B0B if change == "rsp" else 0x11}
+    expected = {
+        "r12": regs.rbx - 64,
+        "r15": 0xDEADBEEF,
+        "r13": 0x0C0C0C0C0C0C0C0C if change == "rsp" else 0x1C,
+        "r14": 0x0B0B0B0B0B0B0B0B if change == "rsp" else 0x11,
+    }
     actual = {k: getattr(regs, k) for k in expected}
     d = diff_regs(expected, actual)
     assert not d, f"[{kernel}] after the return (r12=rsp, r13=rcx, r14=r11, r15=rax): {fmt_diff(d)}"
@@ -256,6 +281,7 @@ def test_full_regs_return_skips_the_trampoline_tail():
 
 
 # ----------------------------------------------------------------------------- syscall 335 misuse
+
 
 @pytest.mark.parametrize("kernel", ["6.11", "6.18", "latest"])
 def test_uretprobe_syscall_call_from_a_fake_trampoline_is_sigill(kernel):
@@ -363,11 +389,11 @@ def test_both_trampolines_give_identical_guest_results():
     outcomes = {}
     for kernel in ("6.10", "6.11", "6.18", "latest"):
         for alloc in ALLOCS:
-            m, r, s = run_regs_guest(kernel, alloc, lambda m: (
-                uretprobe_on("uretprobe_regs_trigger")(m), uretprobe_on("trigger_all")(m)))
+            m, r, s = run_regs_guest(
+                kernel, alloc, lambda m: (uretprobe_on("uretprobe_regs_trigger")(m), uretprobe_on("trigger_all")(m))
+            )
             final = m.regs.snapshot().pt_regs()
-            outcomes[(kernel, alloc)] = (r.exit_code, r.stdout, s,
-                                         {k: final[k] for k in USER_SLOTS})
+            outcomes[(kernel, alloc)] = (r.exit_code, r.stdout, s, {k: final[k] for k in USER_SLOTS})
     ref_key = ("6.10", "kmalloc")
     for key, val in outcomes.items():
         assert val == outcomes[ref_key], f"{key} differs from {ref_key}"

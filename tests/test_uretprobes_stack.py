@@ -39,8 +39,8 @@ def record_events(m, symbols):
         m.uprobes.register(
             name,
             handler=lambda ctx, name=name: events.append(("entry", name, ctx.regs.rdi, None)),
-            ret_handler=lambda ctx, name=name: events.append(
-                ("return", name, ctx.regs.rax, label_of(ctx.regs.rip))))
+            ret_handler=lambda ctx, name=name: events.append(("return", name, ctx.regs.rax, label_of(ctx.regs.rip))),
+        )
     return events
 
 
@@ -49,6 +49,7 @@ def fmt_events(ev):
 
 
 # ----------------------------------------------------------------------------- recursion
+
 
 @pytest.mark.parametrize("alloc", ALLOCS)
 @pytest.mark.parametrize("kernel", TRAMPOLINE_PROFILES)
@@ -61,10 +62,11 @@ def test_recursion_entry_and_return_handlers_in_exact_order(kernel, alloc):
     r = m.run(max_insns=100_000)
     assert (r.reason, r.exit_code) == ("exit", 104), r.describe()
     expected = rec_expected(3)
-    assert events == expected, f"[{kernel}] handler order\nexpected:\n{fmt_events(expected)}\n" \
-                               f"got:\n{fmt_events(events)}"
+    assert events == expected, (
+        f"[{kernel}] handler order\nexpected:\n{fmt_events(expected)}\ngot:\n{fmt_events(events)}"
+    )
     c = m.counters
-    assert (c.uprobe_hits, c.uretprobe_hits) == (8, 8)       # 4 rec + 4 leaf
+    assert (c.uprobe_hits, c.uretprobe_hits) == (8, 8)  # 4 rec + 4 leaf
     assert c.syscalls[NR_URETPROBE] == (0 if is_int3(m) else 8)
     assert_ri_balanced(m)
 
@@ -90,15 +92,18 @@ def test_consumers_on_one_probe_run_newest_first_at_entry_and_at_return(kernel):
     order = []
     m = machine(REC_GUEST, kernel)
     for name in ("A", "B", "C"):
-        m.uprobes.register("leaf", handler=lambda ctx, n=name: order.append(("entry", n)),
-                           ret_handler=lambda ctx, n=name: order.append(("return", n)))
+        m.uprobes.register(
+            "leaf",
+            handler=lambda ctx, n=name: order.append(("entry", n)),
+            ret_handler=lambda ctx, n=name: order.append(("return", n)),
+        )
     m.run(max_insns=100_000)
-    one_call = [("entry", "C"), ("entry", "B"), ("entry", "A"),
-                ("return", "C"), ("return", "B"), ("return", "A")]
+    one_call = [("entry", "C"), ("entry", "B"), ("entry", "A"), ("return", "C"), ("return", "B"), ("return", "A")]
     assert order == one_call * 4
 
 
 # ----------------------------------------------------------------------------- tail calls
+
 
 @pytest.mark.parametrize("alloc", ALLOCS)
 @pytest.mark.parametrize("kernel", TRAMPOLINE_PROFILES)
@@ -109,20 +114,21 @@ def test_tail_call_one_trampoline_hit_two_return_handlers_innermost_first(kernel
     rets, hijacks = [], []
     m = machine(TAIL_GUEST, kernel, alloc)
     for name in ("tail_a", "tail_b"):
-        m.uprobes.register(name, ret_handler=lambda ctx: rets.append(
-            (m.symbolize(ctx.func), ctx.regs.rip, ctx.regs.rax)))
+        m.uprobes.register(
+            name, ret_handler=lambda ctx: rets.append((m.symbolize(ctx.func), ctx.regs.rip, ctx.regs.rax))
+        )
     m.events.subscribe(lambda e: hijacks.append((e.chained, e.orig)), UretprobeHijack)
     r = m.run(max_insns=100_000)
     assert (r.reason, r.exit_code) == ("exit", 16), r.describe()
     after_a = m.resolve("after_a")
     expected = [("tail_b", after_a, 16), ("tail_a", after_a, 16)]
     assert rets == expected, f"[{kernel}] return handlers: expected {expected}, got {rets}"
-    assert hijacks == [(False, after_a), (True, after_a)], \
-        f"hijacks (chained, orig): {hijacks}"
+    assert hijacks == [(False, after_a), (True, after_a)], f"hijacks (chained, orig): {hijacks}"
     c = m.counters
     trampoline_trips = {"bp_traps": c.bp_traps - c.uprobe_hits, "syscall335": c.syscalls[NR_URETPROBE]}
-    assert trampoline_trips == ({"bp_traps": 1, "syscall335": 0} if is_int3(m)
-                                else {"bp_traps": 0, "syscall335": 1}), trampoline_trips
+    assert trampoline_trips == ({"bp_traps": 1, "syscall335": 0} if is_int3(m) else {"bp_traps": 0, "syscall335": 1}), (
+        trampoline_trips
+    )
     assert (c.uprobe_hits, c.uretprobe_hits) == (2, 2)
     assert_ri_balanced(m)
 
@@ -134,9 +140,12 @@ def test_tail_call_chained_instance_copies_the_callers_original_return():
     m = machine(TAIL_GUEST, "latest")
     m.uprobes.register("tail_a", ret_handler=lambda ctx: None)
     m.uprobes.register("tail_b", ret_handler=lambda ctx: None)
-    m.events.subscribe(lambda e: snap.append(
-        [(ri.func, ri.stack, ri.orig_ret_vaddr, ri.chained) for ri in e.task.utask.return_instances]),
-        UretprobeHijack)
+    m.events.subscribe(
+        lambda e: snap.append(
+            [(ri.func, ri.stack, ri.orig_ret_vaddr, ri.chained) for ri in e.task.utask.return_instances]
+        ),
+        UretprobeHijack,
+    )
     m.run(max_insns=100_000)
     a, b, ret = m.resolve("tail_a"), m.resolve("tail_b"), m.resolve("after_a")
     stack = snap[-1][0][1]
@@ -151,14 +160,22 @@ def test_chain_instances_are_unlinked_one_at_a_time(kernel):
     views = []
     m = machine(TAIL_GUEST, kernel)
     for name in ("tail_a", "tail_b"):
-        m.uprobes.register(name, ret_handler=lambda ctx: views.append(
-            (m.symbolize(ctx.func), ctx.task.utask.depth,
-             [m.symbolize(ri.func) for ri in ctx.task.utask.return_instances])))
+        m.uprobes.register(
+            name,
+            ret_handler=lambda ctx: views.append(
+                (
+                    m.symbolize(ctx.func),
+                    ctx.task.utask.depth,
+                    [m.symbolize(ri.func) for ri in ctx.task.utask.return_instances],
+                )
+            ),
+        )
     m.run(max_insns=100_000)
     assert views == [("tail_b", 1, ["tail_a"]), ("tail_a", 0, [])]
 
 
 # ----------------------------------------------------------------------------- depth limit
+
 
 @pytest.mark.parametrize("alloc", ALLOCS)
 @pytest.mark.parametrize("kernel", TRAMPOLINE_PROFILES)
@@ -168,19 +185,27 @@ def test_80_deep_recursion_runs_64_return_handlers_and_drops_16(kernel, alloc):
     and the result is unchanged."""
     entries, rets = [], []
     m = machine(deep_guest(80), kernel, alloc)
-    m.uprobes.register("deep", handler=lambda ctx: entries.append(ctx.regs.rdi),
-                       ret_handler=lambda ctx: rets.append(ctx.regs.rax))
+    m.uprobes.register(
+        "deep", handler=lambda ctx: entries.append(ctx.regs.rdi), ret_handler=lambda ctx: rets.append(ctx.regs.rax)
+    )
     r = m.run(max_insns=1_000_000)
     assert (r.reason, r.exit_code) == ("exit", 79), r.describe()
     assert entries == list(range(79, -1, -1))
     # deep(k) returns k; calls with k = 15..0 are nested deeper than 64
     assert rets == list(range(16, 80)), f"return values seen: {rets}"
     c = m.counters
-    actual = {"uprobe_hits": c.uprobe_hits, "uretprobe_hits": c.uretprobe_hits,
-              "ri_dropped_depth": c.ri_dropped_depth,
-              "sys_uretprobe": c.syscalls[NR_URETPROBE]}
-    expected = {"uprobe_hits": 80, "uretprobe_hits": 64, "ri_dropped_depth": 16,
-                "sys_uretprobe": 0 if is_int3(m) else 64}
+    actual = {
+        "uprobe_hits": c.uprobe_hits,
+        "uretprobe_hits": c.uretprobe_hits,
+        "ri_dropped_depth": c.ri_dropped_depth,
+        "sys_uretprobe": c.syscalls[NR_URETPROBE],
+    }
+    expected = {
+        "uprobe_hits": 80,
+        "uretprobe_hits": 64,
+        "ri_dropped_depth": 16,
+        "sys_uretprobe": 0 if is_int3(m) else 64,
+    }
     assert actual == expected, f"[{kernel}/{alloc}] expected {expected}, got {actual}"
     assert_ri_balanced(m)
 
@@ -220,15 +245,17 @@ def run_longjmp(build_c, kernel, alloc=None, **overrides):
     events, discarded, depth_at_hijack = [], [], []
     for name in LJ_PROBED:
         m.uprobes.register(
-            name, handler=lambda ctx, n=name: events.append(("entry", n, ctx.regs.rdi & 0xFFFFFFFF)),
-            ret_handler=lambda ctx, n=name: events.append(("return", n, ctx.regs.rax & 0xFFFFFFFF)))
+            name,
+            handler=lambda ctx, n=name: events.append(("entry", n, ctx.regs.rdi & 0xFFFFFFFF)),
+            ret_handler=lambda ctx, n=name: events.append(("return", n, ctx.regs.rax & 0xFFFFFFFF)),
+        )
 
     def listen(e):
         if isinstance(e, RiDiscarded):
             discarded.append(m.symbolize(e.ri.func))
         else:
-            depth_at_hijack.append((m.symbolize(e.task.utask.return_instances[-1].func),
-                                    e.task.utask.depth))
+            depth_at_hijack.append((m.symbolize(e.task.utask.return_instances[-1].func), e.task.utask.depth))
+
     m.events.subscribe(listen, RiDiscarded, UretprobeHijack)
     r = m.run(max_insns=50_000_000)
     return m, r, events, discarded, depth_at_hijack

@@ -85,17 +85,15 @@ def leaked(m: Machine) -> list:
 def assert_ri_balanced(m: Machine) -> None:
     """Every return instance obtained from the policy went back to it."""
     c, ut, policy = m.counters, m.task.utask, m.profile.ri_alloc
-    assert leaked(m) == [] and ut.depth == 0, \
-        f"pending return instances at exit: {leaked(m)}, depth {ut.depth}"
+    assert leaked(m) == [] and ut.depth == 0, f"pending return instances at exit: {leaked(m)}, depth {ut.depth}"
     if policy == "kmalloc":
-        assert c.ri_allocated == c.ri_freed, \
-            f"kmalloc: allocated {c.ri_allocated} != freed {c.ri_freed}"
+        assert c.ri_allocated == c.ri_freed, f"kmalloc: allocated {c.ri_allocated} != freed {c.ri_freed}"
     elif policy == "pool":
-        assert len(ut.ri_pool) == c.ri_allocated, \
+        assert len(ut.ri_pool) == c.ri_allocated, (
             f"pool: {c.ri_allocated} allocated but {len(ut.ri_pool)} back in the pool"
+        )
     else:
-        assert len(ut.ri_array) == MAX_DEPTH, \
-            f"array64: {len(ut.ri_array)} of {MAX_DEPTH} instances back in the array"
+        assert len(ut.ri_array) == MAX_DEPTH, f"array64: {len(ut.ri_array)} of {MAX_DEPTH} instances back in the array"
 
 
 # ----------------------------------------------------------------------------- regs harness
@@ -106,8 +104,7 @@ def assert_ri_balanced(m: Machine) -> None:
 # runs between the two snapshots (pushfq/push/mov/pop do not touch the flags).
 
 PT_OFF = {name: 8 * i for i, name in enumerate(PT_REGS_ORDER)}
-GPRS = ("r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8",
-        "rax", "rcx", "rdx", "rsi", "rdi")
+GPRS = ("r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx", "rdx", "rsi", "rdi")
 # The 17 slots a user program can snapshot; orig_rax, rip, cs, ss stay 0 in both buffers
 # (as in the selftest harness).
 USER_SLOTS = GPRS + ("eflags", "rsp")
@@ -117,27 +114,32 @@ USER_SLOTS = GPRS + ("eflags", "rsp")
 ALL_VALUES = {r: 0xA5A5_0000_0000_0000 | (i + 1) << 8 | (i + 1) for i, r in enumerate(GPRS)}
 ALL_FLAGS = 0xCD7
 KEEP_RAX = 0xDEADBEEF
-START_FLAGS = 0x8C5          # CF PF SF OF, set by _start before the harnesses run
+START_FLAGS = 0x8C5  # CF PF SF OF, set by _start before the harnesses run
 START_VALUES = {r: 0x5A00_0000_0000_0000 | (i + 1) << 16 | 0x1234 for i, r in enumerate(GPRS)}
 
 
 def _harness(name: str, trigger: str) -> str:
     out = [f"{name}:"]
     out += [f"    mov qword ptr [rdi + {PT_OFF[r]}], {r}" for r in GPRS]
-    out += ["    pushfq", f"    pop qword ptr [rdi + {PT_OFF['eflags']}]",
-            f"    mov qword ptr [rdi + {PT_OFF['rsp']}], rsp",
-            "    push rsi",
-            f"    call {trigger}",
-            f"{name}_ret:",                    # the real return address of the trigger
-            "    pushfq",
-            "    push rax",
-            "    mov rax, qword ptr [rsp + 16]"]
+    out += [
+        "    pushfq",
+        f"    pop qword ptr [rdi + {PT_OFF['eflags']}]",
+        f"    mov qword ptr [rdi + {PT_OFF['rsp']}], rsp",
+        "    push rsi",
+        f"    call {trigger}",
+        f"{name}_ret:",  # the real return address of the trigger
+        "    pushfq",
+        "    push rax",
+        "    mov rax, qword ptr [rsp + 16]",
+    ]
     out += [f"    mov qword ptr [rax + {PT_OFF[r]}], {r}" for r in GPRS if r != "rax"]
-    out += [f"    pop qword ptr [rax + {PT_OFF['rax']}]",
-            f"    pop qword ptr [rax + {PT_OFF['eflags']}]",
-            "    lea rsp, [rsp + 8]",
-            f"    mov qword ptr [rax + {PT_OFF['rsp']}], rsp",
-            "    ret"]
+    out += [
+        f"    pop qword ptr [rax + {PT_OFF['rax']}]",
+        f"    pop qword ptr [rax + {PT_OFF['eflags']}]",
+        "    lea rsp, [rsp + 8]",
+        f"    mov qword ptr [rax + {PT_OFF['rsp']}], rsp",
+        "    ret",
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -147,7 +149,7 @@ def _buffers(*names: str) -> str:
 
 REGS_GUEST = (
     "_start:\n"
-    "    pushfq\n    pop rax\n    and rax, -0xcd6\n"     # clear the arithmetic flags and DF
+    "    pushfq\n    pop rax\n    and rax, -0xcd6\n"  # clear the arithmetic flags and DF
     f"    or rax, {START_FLAGS:#x}\n    push rax\n    popfq\n"
     + "".join(f"    mov {r}, {START_VALUES[r]:#x}\n" for r in GPRS if r not in ("rdi", "rsi"))
     + "    lea rdi, [rip + before_keep]\n    lea rsi, [rip + after_keep]\n"
@@ -170,7 +172,7 @@ REGS_GUEST = (
 
 def read_pt_regs(m: Machine, label: str) -> dict:
     raw = m.mem.read(m.resolve(label), 8 * len(PT_REGS_ORDER))
-    return {n: int.from_bytes(raw[8 * i:8 * i + 8], "little") for i, n in enumerate(PT_REGS_ORDER)}
+    return {n: int.from_bytes(raw[8 * i : 8 * i + 8], "little") for i, n in enumerate(PT_REGS_ORDER)}
 
 
 def run_regs_guest(kernel: str, alloc: str | None = None, probe=None, **overrides):
@@ -367,6 +369,7 @@ f:
 
 
 # ----------------------------------------------------------------------------- baselines
+
 
 def test_regs_harness_without_probes_sees_trigger_keep_change_only_rax():
     m, r, s = run_regs_guest("latest")

@@ -18,8 +18,10 @@ from emu.asm import asm_to_elf
 N = 3
 # f(i) = 2i + 1 for i = 0..2
 RETVALS = [1, 3, 5]
-LINE = re.compile(r"^\s*(?P<comm>\S+)-(?P<pid>\d+)\s+\[000\] d\.\.1\.\s+\d+\.\d{6}: "
-                  r"(?P<event>\S+): \(0x(?P<ip>[0-9a-f]+) <- 0x(?P<func>[0-9a-f]+)\)(?P<args>.*)$")
+LINE = re.compile(
+    r"^\s*(?P<comm>\S+)-(?P<pid>\d+)\s+\[000\] d\.\.1\.\s+\d+\.\d{6}: "
+    r"(?P<event>\S+): \(0x(?P<ip>[0-9a-f]+) <- 0x(?P<func>[0-9a-f]+)\)(?P<args>.*)$"
+)
 
 
 def parse(lines):
@@ -44,16 +46,14 @@ def test_r_event_with_retval_records_return_address_function_and_value(kernel):
     assert m.counters.syscalls[NR_URETPROBE] == (0 if is_int3(m) else N)
 
 
-@pytest.mark.parametrize("spec", ["asm-guest:f%return", "uretprobe:asm-guest:f", "r asm-guest:f",
-                                  "ur:asm-guest:f"])
+@pytest.mark.parametrize("spec", ["asm-guest:f%return", "uretprobe:asm-guest:f", "r asm-guest:f", "ur:asm-guest:f"])
 def test_return_probe_spellings_make_the_same_event(spec):
     m = machine(call_loop_guest(N), "6.18")
     ev = m.uprobes.add_event(spec)
     m.run(max_insns=100_000)
     assert ev.spec.is_return
     assert ev.event == "f__return", "a probe on a symbol is named as perf names it"
-    assert [(e, ip, fn) for e, ip, fn, _ in parse(ev.lines)] == \
-        [(ev.event, m.resolve("after_f"), m.resolve("f"))] * N
+    assert [(e, ip, fn) for e, ip, fn, _ in parse(ev.lines)] == [(ev.event, m.resolve("after_f"), m.resolve("f"))] * N
     assert m.uprobes.trace.uprobe_events().startswith(f"r:uprobes/{ev.event} asm-guest:")
 
 
@@ -66,6 +66,7 @@ def test_named_retval_with_type():
 
 def test_retval_on_an_entry_probe_is_refused():
     from kernel_model.errors import EmuError
+
     m = machine(call_loop_guest(N), "6.18")
     with pytest.raises(EmuError, match="retval"):
         m.uprobes.add_event("p:grp/bad asm-guest:f $retval")
@@ -80,7 +81,8 @@ def test_tail_call_return_events_innermost_first(kernel):
     after_a = m.resolve("after_a")
     assert parse(m.uprobes.trace.lines) == [
         ("b", after_a, m.resolve("tail_b"), "arg1=0x10"),
-        ("a", after_a, m.resolve("tail_a"), "arg1=0x10")]
+        ("a", after_a, m.resolve("tail_a"), "arg1=0x10"),
+    ]
 
 
 def test_entry_and_return_events_interleave_in_call_order():
@@ -90,11 +92,16 @@ def test_entry_and_return_events_interleave_in_call_order():
     m.run(max_insns=100_000)
     payload = [line.split(": ", 1)[1] for line in m.uprobes.trace.lines]
     f, ret = m.resolve("f"), m.resolve("after_f")
-    assert payload == [f"in: ({f:#x}) x=0x0", f"out: ({ret:#x} <- {f:#x}) arg1=0x1",
-                       f"in: ({f:#x}) x=0x1", f"out: ({ret:#x} <- {f:#x}) arg1=0x3"]
+    assert payload == [
+        f"in: ({f:#x}) x=0x0",
+        f"out: ({ret:#x} <- {f:#x}) arg1=0x1",
+        f"in: ({f:#x}) x=0x1",
+        f"out: ({ret:#x} <- {f:#x}) arg1=0x3",
+    ]
 
 
 # ----------------------------------------------------------------------------- CLI
+
 
 @pytest.fixture(scope="module")
 def loop_elf(tmp_path_factory):
@@ -128,18 +135,33 @@ def test_cli_return_probes_on_a_gcc_guest_with_longjmp(build_c, tmp_path):
     abandoned by longjmp print nothing."""
     exe = build_c("uretprobe_longjmp.c", "-static")
     out = tmp_path / "events.txt"
-    proc = cli("run", "-e", f"r:lj/leaf {exe}:leaf $retval:s32", "-e", f"{exe}:outer%return", "-e", f"r:lj/inner {exe}:inner", "--events-file", str(out), exe)
+    proc = cli(
+        "run",
+        "-e",
+        f"r:lj/leaf {exe}:leaf $retval:s32",
+        "-e",
+        f"{exe}:outer%return",
+        "-e",
+        f"r:lj/inner {exe}:inner",
+        "--events-file",
+        str(out),
+        exe,
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     assert proc.stdout == b"total=1008\n"
     events = [(e, a) for e, _, _, a in parse(out.read_text().splitlines())]
-    assert events == [("leaf", "arg1=0"), ("leaf", "arg1=2"), ("leaf", "arg1=4"),
-                      ("outer__return", "")], events
+    assert events == [("leaf", "arg1=0"), ("leaf", "arg1=2"), ("leaf", "arg1=4"), ("outer__return", "")], events
 
 
 @pytest.mark.parametrize("kernel", ["6.10", "latest"])
-@pytest.mark.parametrize("spec", ["r:grp/push guest:uprobe_targets:target_push $retval",
-                                  "guest:uprobe_targets:target_push%return",
-                                  "uretprobe:guest:uprobe_targets:target_push"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "r:grp/push guest:uprobe_targets:target_push $retval",
+        "guest:uprobe_targets:target_push%return",
+        "uretprobe:guest:uprobe_targets:target_push",
+    ],
+)
 def test_cli_return_probe_on_a_builtin_guest(spec, kernel):
     """`uprobe-emu run -e SPEC guest:NAME`: one return line per call (one call per round),
     each naming the function and its real return address; the guest's status is the

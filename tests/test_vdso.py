@@ -28,8 +28,7 @@ def _exports(image: bytes) -> set[tuple[str, str, str, str]]:
     out = set()
     for i, sym in enumerate(dynsym.iter_symbols()):
         if sym.name and sym["st_shndx"] != "SHN_UNDEF":
-            ver = names.get(versym.get_symbol(i)["ndx"] if isinstance(versym.get_symbol(i)["ndx"], int)
-                            else 0, "")
+            ver = names.get(versym.get_symbol(i)["ndx"] if isinstance(versym.get_symbol(i)["ndx"], int) else 0, "")
             out.add((sym.name, sym["st_info"]["type"], sym["st_info"]["bind"], ver))
     return out
 
@@ -53,11 +52,9 @@ def test_the_image_exports_the_host_kernels_symbols_and_versions():
 
 def test_the_image_is_a_soname_d_shared_object_of_the_hosts_size():
     elf = ELFFile(io.BytesIO(vdso_image()))
-    soname = next(t.soname for t in elf.get_section_by_name(".dynamic").iter_tags()
-                  if t.entry.d_tag == "DT_SONAME")
+    soname = next(t.soname for t in elf.get_section_by_name(".dynamic").iter_tags() if t.entry.d_tag == "DT_SONAME")
     host_size = len(_host_vdso())
-    assert (elf["e_type"], soname, len(vdso_image()), VDSO_SIZE) == \
-        ("ET_DYN", "linux-vdso.so.1", host_size, host_size)
+    assert (elf["e_type"], soname, len(vdso_image()), VDSO_SIZE) == ("ET_DYN", "linux-vdso.so.1", host_size, host_size)
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +70,7 @@ def _run_counting(exe: str, n: int):
         if e.nr in CLOCK_CALLS or e.nr == 309:
             vma = m.mem.find_vma(e.rip)
             calls[(e.nr, vma.name if vma else None)] += 1
+
     m.events.subscribe(on_syscall, ev.Syscall)
     r = m.run(timeout=60)
     assert (r.reason, r.exit_code) == ("exit", 0), r.describe()
@@ -83,8 +81,9 @@ def test_the_mapped_vdso_is_the_image_at_at_sysinfo_ehdr(clock_exe):
     m = Machine.from_elf(clock_exe)
     vdso = next(v for v in m.mem.vmas if v.name == "[vdso]")
     image = vdso_image(linux_version_code(m.profile.release))
-    assert (m.auxv[33], m.mem.read(vdso.start, vdso.size)) == (vdso.start, image), \
+    assert (m.auxv[33], m.mem.read(vdso.start, vdso.size)) == (vdso.start, image), (
         f"AT_SYSINFO_EHDR {m.auxv.get(33, 0):#x}, [vdso] at {vdso.start:#x}"
+    )
 
 
 def test_glibc_time_calls_go_through_the_vdso(clock_exe):
@@ -107,19 +106,20 @@ def test_the_vdso_answers_from_the_virtual_clock(clock_exe):
     ], r.stdout
 
 
-@pytest.mark.parametrize("clk, expected", [(1, 0), (5, 0), (6, 0), (99, -errno.EINVAL)],
-                         ids=["monotonic", "realtime-coarse", "monotonic-coarse", "bad-clock"])
+@pytest.mark.parametrize(
+    "clk, expected",
+    [(1, 0), (5, 0), (6, 0), (99, -errno.EINVAL)],
+    ids=["monotonic", "realtime-coarse", "monotonic-coarse", "bad-clock"],
+)
 def test_clock_getres_the_vdso_fallback(clk, expected):
     assert run_syscall(229, clk, 0) == expected
 
 
-@pytest.mark.parametrize("release, code", [("6.18.0", 0x061200), ("6.1.55-uprobe", 0x060137),
-                                           ("7.2", 0x070200)])
+@pytest.mark.parametrize("release, code", [("6.18.0", 0x061200), ("6.1.55-uprobe", 0x060137), ("7.2", 0x070200)])
 def test_the_linux_note_carries_the_profiles_version(release, code):
     elf = ELFFile(io.BytesIO(vdso_image(linux_version_code(release))))
     note = next(elf.get_section_by_name(".note").iter_notes())
-    assert (note["n_name"], note["n_type"], note["n_descdata"]) == \
-        ("Linux", 0, code.to_bytes(4, "little")), note
+    assert (note["n_name"], note["n_type"], note["n_descdata"]) == ("Linux", 0, code.to_bytes(4, "little")), note
 
 
 def test_getcpu_says_cpu_0():

@@ -12,13 +12,13 @@ OCREAT, OEXCL, OTRUNC = 0o100, 0o200, 0o1000
 
 # (operation on ../ro, the errno or value natively on the read-only bind mount)
 PINNED = [
-    ("mkdir,../ro/dir,0755", "EEXIST"),          # filename_create: EEXIST before EROFS
+    ("mkdir,../ro/dir,0755", "EEXIST"),  # filename_create: EEXIST before EROFS
     ("mkdir,../ro/f,0755", "EEXIST"),
     ("mkdir,../ro/new,0755", "EROFS"),
     ("mkdir,../ro/new/,0755", "EROFS"),
     ("mkdir,../ro/nope/new,0755", "ENOENT"),
     ("mkdir,../ro/.,0755", "EEXIST"),
-    ("unlink,../ro/missing", "EROFS"),           # do_unlinkat: mnt_want_write before the lookup
+    ("unlink,../ro/missing", "EROFS"),  # do_unlinkat: mnt_want_write before the lookup
     ("unlink,../ro/f", "EROFS"),
     ("unlink,../ro/dir", "EROFS"),
     ("unlink,../ro/f/", "EROFS"),
@@ -29,7 +29,7 @@ PINNED = [
     ("rmdir,../ro/f", "EROFS"),
     ("rmdir,../ro/.", "EINVAL"),
     ("rmdir,../ro/dir/..", "ENOTEMPTY"),
-    (f"open,../ro/f,{OCREAT},0644", "3"),         # O_RDONLY|O_CREAT of an existing file opens it
+    (f"open,../ro/f,{OCREAT},0644", "3"),  # O_RDONLY|O_CREAT of an existing file opens it
     (f"open,../ro/new,{OCREAT},0644", "EROFS"),
     (f"open,../ro/f,{OCREAT | OEXCL},0644", "EEXIST"),
     ("open,../ro/f,1", "EROFS"),
@@ -46,7 +46,7 @@ PINNED = [
     ("rename,../ro/.,../ro/x", "EBUSY"),
     ("symlink,a,../ro/f", "EEXIST"),
     ("symlink,a,../ro/new", "EROFS"),
-    ("symlink,a,../ro/new/", "ENOENT"),          # a trailing slash only mkdir may have
+    ("symlink,a,../ro/new/", "ENOENT"),  # a trailing slash only mkdir may have
     ("symlink,a,../ro/f/", "EEXIST"),
     ("link,../ro/f,../ro/new/", "ENOENT"),
     ("link,../ro/f,../ro/dir", "EEXIST"),

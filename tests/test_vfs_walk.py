@@ -30,18 +30,21 @@ def ops(build_c, root, operations, **kw):
     return r.stdout.decode().splitlines()
 
 
-@pytest.mark.parametrize("op,want", [
-    ("rename,../g2/f,x", "EXDEV"),               # another grant: another mount
-    ("link,../g2/f,x", "EXDEV"),
-    ("rename,f,../g2/x", "EXDEV"),
-    ("rename,../ro/f,x", "EXDEV"),               # the read-only sysroot: EXDEV before EROFS
-    ("rename,f,../ro/x", "EXDEV"),
-    ("rename,../ro/missing,x", "EXDEV"),         # before the lookup, too
-    ("link,../ro/f,x", "EXDEV"),                 # from the read-only mount
-    ("link,f,../ro/x", "EROFS"),                 # into it: filename_create's EROFS comes first
-    ("rename,f,g", "0"),
-    ("link,f,h", "0"),
-])
+@pytest.mark.parametrize(
+    "op,want",
+    [
+        ("rename,../g2/f,x", "EXDEV"),  # another grant: another mount
+        ("link,../g2/f,x", "EXDEV"),
+        ("rename,f,../g2/x", "EXDEV"),
+        ("rename,../ro/f,x", "EXDEV"),  # the read-only sysroot: EXDEV before EROFS
+        ("rename,f,../ro/x", "EXDEV"),
+        ("rename,../ro/missing,x", "EXDEV"),  # before the lookup, too
+        ("link,../ro/f,x", "EXDEV"),  # from the read-only mount
+        ("link,f,../ro/x", "EROFS"),  # into it: filename_create's EROFS comes first
+        ("rename,f,g", "0"),
+        ("link,f,h", "0"),
+    ],
+)
 def test_rename_and_link_across_mounts_are_exdev(build_c, two_grants, op, want):
     """The read-only cases were measured natively between a read-only bind mount and
     the file system beneath it."""
@@ -53,17 +56,32 @@ def test_rename_and_link_across_mounts_are_exdev(build_c, two_grants, op, want):
 def test_a_symlink_out_of_a_grant_cannot_write_outside(build_c, two_grants):
     g1 = two_grants / "g1"
     (g1 / "out").symlink_to(two_grants / "ro" / "f")
-    out = ops(build_c, two_grants, ["open,out,1", "open,out,0x241,0644", "truncate,out,0", "open,out,0",
-                                    "read,10"], grant_dirs=[str(g1)], cwd=str(g1))
-    assert out == ["open,out,1 -> EROFS", "open,out,0x241,0644 -> EROFS", "truncate,out,0 -> EROFS",
-                   "open,out,0 -> 3", "read,10 -> 2 'ro'"]
+    out = ops(
+        build_c,
+        two_grants,
+        ["open,out,1", "open,out,0x241,0644", "truncate,out,0", "open,out,0", "read,10"],
+        grant_dirs=[str(g1)],
+        cwd=str(g1),
+    )
+    assert out == [
+        "open,out,1 -> EROFS",
+        "open,out,0x241,0644 -> EROFS",
+        "truncate,out,0 -> EROFS",
+        "open,out,0 -> 3",
+        "read,10 -> 2 'ro'",
+    ]
     assert (two_grants / "ro" / "f").read_text() == "ro"
 
 
 def test_dotdot_above_a_grant_is_the_parent_mount(build_c, two_grants):
     g1 = two_grants / "g1"
-    out = ops(build_c, two_grants, ["open,../ro/f,0", "read,10", "open,../ro/new,0x41,0644"],
-              grant_dirs=[str(g1)], cwd=str(g1))
+    out = ops(
+        build_c,
+        two_grants,
+        ["open,../ro/f,0", "read,10", "open,../ro/new,0x41,0644"],
+        grant_dirs=[str(g1)],
+        cwd=str(g1),
+    )
     assert out == ["open,../ro/f,0 -> 3", "read,10 -> 2 'ro'", "open,../ro/new,0x41,0644 -> EROFS"]
 
 
@@ -72,14 +90,36 @@ def test_a_grant_inside_a_sysroot_is_mounted_where_it_appears(build_c, tmp_path)
     (root / "etc").mkdir(parents=True)
     (root / "etc" / "passwd").write_text("sysroot passwd")
     (root / "data").mkdir()
-    out = ops(build_c, tmp_path, ["open,/etc/passwd,0", "read,64", "open,/data/new,0x41,0644",
-                                  "write,hi", "open,/etc/new,0x41,0644", "getcwd,100", "chdir,/..",
-                                  "getcwd,100", "open,../../../etc/passwd,0", "read,64"],
-              sysroot=str(root), grant_dirs=[str(root / "data")])
-    assert out == ["open,/etc/passwd,0 -> 3", "read,64 -> 14 'sysroot passwd'",
-                   "open,/data/new,0x41,0644 -> 4", "write,hi -> 2", "open,/etc/new,0x41,0644 -> EROFS",
-                   "getcwd,100 -> 2 '/'", "chdir,/.. -> 0", "getcwd,100 -> 2 '/'",
-                   "open,../../../etc/passwd,0 -> 5", "read,64 -> 14 'sysroot passwd'"]
+    out = ops(
+        build_c,
+        tmp_path,
+        [
+            "open,/etc/passwd,0",
+            "read,64",
+            "open,/data/new,0x41,0644",
+            "write,hi",
+            "open,/etc/new,0x41,0644",
+            "getcwd,100",
+            "chdir,/..",
+            "getcwd,100",
+            "open,../../../etc/passwd,0",
+            "read,64",
+        ],
+        sysroot=str(root),
+        grant_dirs=[str(root / "data")],
+    )
+    assert out == [
+        "open,/etc/passwd,0 -> 3",
+        "read,64 -> 14 'sysroot passwd'",
+        "open,/data/new,0x41,0644 -> 4",
+        "write,hi -> 2",
+        "open,/etc/new,0x41,0644 -> EROFS",
+        "getcwd,100 -> 2 '/'",
+        "chdir,/.. -> 0",
+        "getcwd,100 -> 2 '/'",
+        "open,../../../etc/passwd,0 -> 5",
+        "read,64 -> 14 'sysroot passwd'",
+    ]
     assert (root / "data" / "new").read_text() == "hi"
 
 
@@ -115,8 +155,13 @@ def test_the_working_directory_under_a_sysroot_is_its_guest_path(tmp_path, monke
 
 def test_host_fifos_and_devices_stat_but_do_not_open(build_c, tmp_path):
     os.mkfifo(tmp_path / "fifo")
-    out = ops(build_c, tmp_path, ["stat,fifo", "open,fifo,0", "open,fifo,1", "open,/dev/null,0x8000000"],
-              grant_dirs=[str(tmp_path)], cwd=str(tmp_path))
+    out = ops(
+        build_c,
+        tmp_path,
+        ["stat,fifo", "open,fifo,0", "open,fifo,1", "open,/dev/null,0x8000000"],
+        grant_dirs=[str(tmp_path)],
+        cwd=str(tmp_path),
+    )
     assert out[0].startswith("stat,fifo -> mode=10644 ")
     assert out[1:3] == ["open,fifo,0 -> EACCES", "open,fifo,1 -> EACCES"]
 
@@ -124,8 +169,13 @@ def test_host_fifos_and_devices_stat_but_do_not_open(build_c, tmp_path):
 def test_device_nodes_are_never_created(build_c, tmp_path):
     """Natively root may mknod a device (0); the model refuses (EPERM) rather than make a
     host device node, and leaves nothing behind."""
-    out = ops(build_c, tmp_path, ["mknod,null,020666,0x103", "mknod,blk,060600,0x801"],
-              grant_dirs=[str(tmp_path)], cwd=str(tmp_path))
+    out = ops(
+        build_c,
+        tmp_path,
+        ["mknod,null,020666,0x103", "mknod,blk,060600,0x801"],
+        grant_dirs=[str(tmp_path)],
+        cwd=str(tmp_path),
+    )
     assert out == ["mknod,null,020666,0x103 -> EPERM", "mknod,blk,060600,0x801 -> EPERM"]
     assert not (tmp_path / "null").exists() and not (tmp_path / "blk").exists()
 
@@ -139,17 +189,20 @@ def test_an_unprivileged_guest_cannot_read_a_root_only_file(build_c, tmp_path):
     assert out[1].startswith("stat,secret -> mode=100600 nlink=1 uid=0 gid=0 ")
 
 
-@pytest.mark.parametrize("kw,msg", [
-    ({"sysroot": "/nonexistent-sysroot"}, "sysroot"),
-    ({"grant_dirs": ["/nonexistent-grant"]}, "grant dir"),
-    ({"grant_dir": "/etc/passwd"}, "grant dir"),
-    ({"cwd": "relative"}, "cwd"),
-    ({"cwd": "/nonexistent-cwd"}, "cwd"),
-    ({"cwd": 5}, "cwd"),
-    ({"sysroot": 5}, "sysroot"),
-    ({"grant_dirs": 5}, "grant_dirs"),
-    ({"grant_dirs": [5]}, "grant dir"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"sysroot": "/nonexistent-sysroot"}, "sysroot"),
+        ({"grant_dirs": ["/nonexistent-grant"]}, "grant dir"),
+        ({"grant_dir": "/etc/passwd"}, "grant dir"),
+        ({"cwd": "relative"}, "cwd"),
+        ({"cwd": "/nonexistent-cwd"}, "cwd"),
+        ({"cwd": 5}, "cwd"),
+        ({"sysroot": 5}, "sysroot"),
+        ({"grant_dirs": 5}, "grant_dirs"),
+        ({"grant_dirs": [5]}, "grant dir"),
+    ],
+)
 def test_bad_view_configuration_is_an_input_error(kw, msg):
     with pytest.raises(EmuError, match=msg):
         Machine.from_asm("_start:\n    hlt\n", **kw)
@@ -166,6 +219,19 @@ def test_cli_grant_dir_repeats(build_c, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
-    p = cli("run", "--grant-dir", str(a), "--grant-dir", str(b), exe, f"open,{a}/x,0x41,0644", f"open,{b}/y,0x41,0644", f"open,{tmp_path}/z,0x41,0644")
-    assert p.stdout.decode().splitlines() == [f"open,{a}/x,0x41,0644 -> 3", f"open,{b}/y,0x41,0644 -> 4",
-                                              f"open,{tmp_path}/z,0x41,0644 -> EROFS"], p.stderr
+    p = cli(
+        "run",
+        "--grant-dir",
+        str(a),
+        "--grant-dir",
+        str(b),
+        exe,
+        f"open,{a}/x,0x41,0644",
+        f"open,{b}/y,0x41,0644",
+        f"open,{tmp_path}/z,0x41,0644",
+    )
+    assert p.stdout.decode().splitlines() == [
+        f"open,{a}/x,0x41,0644 -> 3",
+        f"open,{b}/y,0x41,0644 -> 4",
+        f"open,{tmp_path}/z,0x41,0644 -> EROFS",
+    ], p.stderr

@@ -11,12 +11,14 @@ import pytest
 
 from emu import Machine
 
-EXPECTED = (b"nohang: r=0 signo=0 pid=0\n"
-            b"nowait: r=0 code=1 status=4 pid_ok=1\n"
-            b"reaped: r=0 code=1 status=4 pid_ok=1\n"
-            b"killed: r=0 code=2 status=15 pid_ok=1\n"
-            b"none: r=-1 errno=10\n"
-            b"noflags: r=-1 errno=22\n")
+EXPECTED = (
+    b"nohang: r=0 signo=0 pid=0\n"
+    b"nowait: r=0 code=1 status=4 pid_ok=1\n"
+    b"reaped: r=0 code=1 status=4 pid_ok=1\n"
+    b"killed: r=0 code=2 status=15 pid_ok=1\n"
+    b"none: r=-1 errno=10\n"
+    b"noflags: r=-1 errno=22\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +30,9 @@ def test_matches_native(guest):
     native = subprocess.run([guest], capture_output=True, timeout=60)
     assert native.stdout == EXPECTED, f"the host disagrees with the spec: {native.stdout!r}"
     r = Machine.from_elf(guest).run(timeout=60)
-    assert (r.reason, r.exit_code, r.stdout) == ("exit", 0, EXPECTED), \
+    assert (r.reason, r.exit_code, r.stdout) == ("exit", 0, EXPECTED), (
         f"expected {EXPECTED!r}, got {r.stdout!r} ({r.describe()})"
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

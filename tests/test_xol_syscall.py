@@ -33,7 +33,7 @@ from emu import Machine
 from kernel_model.profiles import KernelProfile
 
 PROFILES = KernelProfile.names()
-SLOT1 = 0x80                 # the first single-step slot's offset in the XOL page
+SLOT1 = 0x80  # the first single-step slot's offset in the XOL page
 BUSYBOX = "/bin/busybox"
 
 # Five sites, each a probed getpid syscall followed by one instruction class; the
@@ -243,13 +243,11 @@ def guests(tmp_path_factory):
         pytest.fail("gcc is required to build the guests (install gcc)")
     out = tmp_path_factory.mktemp("xolsys")
     paths = {}
-    for name, src in (("sites", SITES), ("ret", RET), ("fault", FAULT), ("user_tf", USER_TF),
-                      ("fork", FORK)):
+    for name, src in (("sites", SITES), ("ret", RET), ("fault", FAULT), ("user_tf", USER_TF), ("fork", FORK)):
         s = out / f"{name}.S"
         s.write_text(src)
         exe = out / name
-        res = subprocess.run([gcc, "-nostdlib", "-static", "-o", str(exe), str(s)],
-                             capture_output=True, text=True)
+        res = subprocess.run([gcc, "-nostdlib", "-static", "-o", str(exe), str(s)], capture_output=True, text=True)
         assert res.returncode == 0, res.stderr
         paths[name] = str(exe)
     return paths
@@ -273,6 +271,7 @@ def slot1(m) -> int:
 
 
 # ============================================================================ the model
+
 
 @pytest.fixture(scope="module")
 def sites_runs(guests):
@@ -316,7 +315,7 @@ def test_a_relative_jump_after_the_syscall_lands_on_its_target(sites_runs, profi
 @pytest.mark.parametrize("profile", PROFILES)
 def test_a_rip_relative_follower_computes_from_the_slot(sites_runs, profile):
     m, r, _ = sites_runs[profile]
-    want = slot1(m) + 2 + 7                      # lea 0(%rip) is 7 bytes, at slot + 2
+    want = slot1(m) + 2 + 7  # lea 0(%rip) is 7 bytes, at slot + 2
     assert quads(r.stdout)[3] == want, f"expected {want:#x}, got {quads(r.stdout)[3]:#x}"
 
 
@@ -341,8 +340,9 @@ def test_syscall_then_ret_kills_the_task_at_the_corrected_return_address(guests,
     m, r, hits = run_probed(guests["ret"], ["sc7"], profile)
     slot = slot1(m)
     want = (m.resolve("back") + m.resolve("sc7") - slot) & (2**64 - 1)
-    assert (r.reason, r.signal_name, r.rip) == ("signal", "SIGSEGV", want), \
+    assert (r.reason, r.signal_name, r.rip) == ("signal", "SIGSEGV", want), (
         f"expected SIGSEGV at {want:#x}, got {r.describe()}"
+    )
     assert hits == {"sc7": 1}
 
 
@@ -351,8 +351,9 @@ def test_a_fault_after_the_syscall_reports_the_syscall_and_runs_it_again(guests,
     m, r, hits = run_probed(guests["fault"], ["sc6", "n6"], profile)
     assert r.reason == "exit" and r.exit_code == 0, r.describe()
     rip_seen, faults = quads(r.stdout)[7:9]
-    assert (rip_seen, faults) == (m.resolve("sc6"), 1), \
+    assert (rip_seen, faults) == (m.resolve("sc6"), 1), (
         f"expected the handler to see rip {m.resolve('sc6'):#x} once, got {rip_seen:#x} x{faults}"
+    )
     assert hits == {"sc6": 2, "n6": 0}, hits
     # the restart runs the syscall again with rax = what the first one returned (the pid)
     got = (m.counters.syscalls[39], m.counters.syscalls[m.process.pid])
@@ -380,8 +381,7 @@ def test_a_guest_stepping_over_a_syscall_traps_one_instruction_later(guests):
 def test_a_probed_fork_kills_the_child_in_the_slot_it_does_not_have(guests, profile):
     m, r, hits = run_probed(guests["fork"], ["scf", "nf"], profile)
     status = struct.unpack("<i", r.stdout)[0]
-    assert (r.exit_code, status) == (0, 11), \
-        f"expected the child killed by SIGSEGV (status 11), got status {status:#x}"
+    assert (r.exit_code, status) == (0, 11), f"expected the child killed by SIGSEGV (status 11), got status {status:#x}"
     assert hits == {"scf": 1, "nf": 0}
 
 
@@ -412,11 +412,13 @@ def test_busybox_write_wrapper_follower_is_not_hit():
     assert r.stdout == b"hi\n", r.describe()
     syscall_hits = sum(consumers[sc].hits for sc, _ in busybox_write_pairs())
     follower_hits = sum(consumers[n].hits for _, n in busybox_write_pairs())
-    assert (syscall_hits, follower_hits) == (1, 0), \
+    assert (syscall_hits, follower_hits) == (1, 0), (
         f"expected 1 write-syscall hit and 0 follower hits, got {syscall_hits}, {follower_hits}"
+    )
 
 
 # ============================================================================ the host
+
 
 def _diff(path, specs, *argv):
     p = cli("diff", *[a for s in specs for a in ("-e", s)], path, *argv, timeout=300)
@@ -432,15 +434,19 @@ def _diff(path, specs, *argv):
 def test_host_agrees_on_syscalls_followed_by_every_instruction_class(guests):
     exe = guests["sites"]
     specs = [f"p {exe}:{n} %cx %r11" for n in SITE_PROBES]
-    assert _diff(exe, specs) == 7       # sc1..sc5, t2 and f4; no follower
+    assert _diff(exe, specs) == 7  # sc1..sc5, t2 and f4; no follower
 
 
 @needs_tracefs
-@pytest.mark.parametrize("guest,probes,events", [
-    ("ret", ["sc7"], 1),
-    ("fault", ["sc6", "n6"], 2),
-    ("fork", ["scf", "nf"], 1),
-], ids=["syscall-ret", "fault-in-slot", "fork-child"])
+@pytest.mark.parametrize(
+    "guest,probes,events",
+    [
+        ("ret", ["sc7"], 1),
+        ("fault", ["sc6", "n6"], 2),
+        ("fork", ["scf", "nf"], 1),
+    ],
+    ids=["syscall-ret", "fault-in-slot", "fork-child"],
+)
 def test_host_agrees_on_what_the_follower_does(guests, guest, probes, events):
     exe = guests[guest]
     assert _diff(exe, [f"p {exe}:{n} %cx" for n in probes]) == events
@@ -455,4 +461,3 @@ def test_host_agrees_on_a_guest_stepping_over_a_syscall(guests):
 @needs_tracefs
 def test_host_agrees_on_busybox_write_wrapper():
     assert _diff(BUSYBOX, busybox_specs(), "echo", "hi") == 1
-

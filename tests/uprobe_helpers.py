@@ -47,7 +47,7 @@ done:
 # The six counters every entry-probe spec pins.
 PROBE_COUNTERS = ("bp_traps", "db_traps", "emulated", "xol_singlesteps", "uprobe_hits", "text_writes")
 
-STACK_WINDOW = 0x4000      # bytes of the stack top compared between runs
+STACK_WINDOW = 0x4000  # bytes of the stack top compared between runs
 
 
 def guest(body: str, data: str = "", tail: str = "") -> str:
@@ -59,8 +59,7 @@ def guest(body: str, data: str = "", tail: str = "") -> str:
     return src
 
 
-def run_guest(src: str, probes=(), *, kernel: str = "latest", handler=None,
-              max_insns: int = 200_000, **overrides):
+def run_guest(src: str, probes=(), *, kernel: str = "latest", handler=None, max_insns: int = 200_000, **overrides):
     """Build ``src``, register a consumer on every target in ``probes``, run it.
 
     Returns (machine, result, consumers).  ``handler`` defaults to one that changes
@@ -81,8 +80,14 @@ def probe_counters(m) -> dict:
 def expected_counters(hits: int, how: str, installs: int = 1) -> dict:
     """Counters of ``hits`` hits on one probe that is ``"emulated"`` or ``"xol"``."""
     xol = hits if how == "xol" else 0
-    return dict(bp_traps=hits, db_traps=xol, emulated=hits if how == "emulated" else 0,
-                xol_singlesteps=xol, uprobe_hits=hits, text_writes=installs)
+    return dict(
+        bp_traps=hits,
+        db_traps=xol,
+        emulated=hits if how == "emulated" else 0,
+        xol_singlesteps=xol,
+        uprobe_hits=hits,
+        text_writes=installs,
+    )
 
 
 def guest_regs(m) -> dict:
@@ -116,8 +121,7 @@ def final_state(m) -> dict:
 
 def regs_diff(expected: dict, actual: dict, names=GPR_NAMES) -> str:
     """'rax: expected 0x1, got 0x2; ...' for the registers that differ."""
-    out = [f"{n}: expected {expected[n]:#x}, got {actual[n]:#x}"
-           for n in names if expected[n] != actual[n]]
+    out = [f"{n}: expected {expected[n]:#x}, got {actual[n]:#x}" for n in names if expected[n] != actual[n]]
     return "; ".join(out) or "registers equal"
 
 
@@ -127,8 +131,9 @@ def mem_diff(expected: dict, actual: dict) -> str:
         a, b = expected.get(where, b""), actual.get(where, b"")
         if a != b:
             first = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), min(len(a), len(b)))
-            out.append(f"{where}+{first:#x}: expected {a[first:first + 8].hex(' ')}, "
-                       f"got {b[first:first + 8].hex(' ')}")
+            out.append(
+                f"{where}+{first:#x}: expected {a[first : first + 8].hex(' ')}, got {b[first : first + 8].hex(' ')}"
+            )
     return "; ".join(out) or "memory equal"
 
 

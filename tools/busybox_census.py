@@ -12,7 +12,8 @@ directory).
 
 Output: one line per applet, ``same``, ``differs`` (the first differing line of stdout,
 stderr or the directory left behind, and both exit codes; ``BY_DESIGN`` notes where the
-model describes its own machine) or ``n/c`` (the reason), then the totals.  ``--only A,B`` limits the run, ``--json FILE`` writes every result.
+model describes its own machine) or ``n/c`` (the reason), then the totals.  ``--only A,B`` limits the run, ``--json
+FILE`` writes every result.
 
     python tools/busybox_census.py [--busybox /bin/busybox] [--only cat,sort] [--json out.json]
 """
@@ -42,16 +43,16 @@ from pathlib import Path
 DEFAULT_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/root", "LANG": "C"}
 NATIVE_TIMEOUT = 20
 EMU_TIMEOUT = 30
-FIXED_MTIME = 946684800            # 2000-01-01T00:00:00Z: every input file's mtime
+FIXED_MTIME = 946684800  # 2000-01-01T00:00:00Z: every input file's mtime
 
-A_TXT = (b"alpha beta\nGamma\tdelta\nalpha beta\nepsilon zeta eta\n"
-         b"  indented line\nlast line without upper\n")
+A_TXT = b"alpha beta\nGamma\tdelta\nalpha beta\nepsilon zeta eta\n  indented line\nlast line without upper\n"
 B_TXT = b"alpha beta\nGamma\tdelta\nthird changed\nepsilon zeta eta\n"
 
 
 @dataclass(frozen=True)
 class Case:
     """One invocation: ``busybox APPLET *args`` with ``stdin`` (a work-dir file name)."""
+
     args: tuple = ()
     stdin: str = "empty"
 
@@ -68,33 +69,136 @@ HOSTPROC = "output depends on the host's processes or login records"
 RANDOM = "output is random (uuid, salt, name)"
 
 NOT_COMPARABLE = {
-    **{a: NETWORK for a in (
-        "arp", "arping", "brctl", "dnsdomainname", "ftpget", "ftpput", "httpd", "ifconfig",
-        "ifdown", "ifup", "ip", "ipneigh", "logger", "nameif", "nc", "netstat", "nslookup",
-        "ping", "ping6", "rdate", "route", "ssl_client", "tc", "telnet", "telnetd", "tftp",
-        "traceroute", "traceroute6", "tunctl", "udhcpc", "udhcpd", "uevent", "vconfig", "wget")},
-    **{a: ROOT for a in (
-        "acpid", "blkdiscard", "blockdev", "chroot", "crond", "crontab", "depmod", "devmem",
-        "dmesg", "dpkg", "fatattr", "fdisk", "findfs", "freeramdisk", "fsfreeze", "fstrim",
-        "halt", "hwclock", "i2cdetect", "i2cdump", "i2cget", "i2cset", "i2ctransfer", "init",
-        "insmod", "klogd", "linuxrc", "logread", "losetup", "lsmod", "lsscsi", "mdev",
-        "modinfo", "modprobe", "mount", "mt", "nsenter", "partprobe", "pivot_root", "poweroff", "reboot",
-        "resume", "rmmod", "run-init", "swapoff", "swapon", "switch_root", "syslogd",
-        "ubirename", "umount", "unshare", "watchdog", "adjtimex")},
-    **{a: TERMINAL for a in (
-        "chvt", "deallocvt", "dumpkmap", "getty", "loadfont", "loadkmap", "login", "microcom",
-        "openvt", "passwd", "setkeycodes", "su", "sulogin", "top", "vi", "watch")},
+    **{
+        a: NETWORK
+        for a in (
+            "arp",
+            "arping",
+            "brctl",
+            "dnsdomainname",
+            "ftpget",
+            "ftpput",
+            "httpd",
+            "ifconfig",
+            "ifdown",
+            "ifup",
+            "ip",
+            "ipneigh",
+            "logger",
+            "nameif",
+            "nc",
+            "netstat",
+            "nslookup",
+            "ping",
+            "ping6",
+            "rdate",
+            "route",
+            "ssl_client",
+            "tc",
+            "telnet",
+            "telnetd",
+            "tftp",
+            "traceroute",
+            "traceroute6",
+            "tunctl",
+            "udhcpc",
+            "udhcpd",
+            "uevent",
+            "vconfig",
+            "wget",
+        )
+    },
+    **{
+        a: ROOT
+        for a in (
+            "acpid",
+            "blkdiscard",
+            "blockdev",
+            "chroot",
+            "crond",
+            "crontab",
+            "depmod",
+            "devmem",
+            "dmesg",
+            "dpkg",
+            "fatattr",
+            "fdisk",
+            "findfs",
+            "freeramdisk",
+            "fsfreeze",
+            "fstrim",
+            "halt",
+            "hwclock",
+            "i2cdetect",
+            "i2cdump",
+            "i2cget",
+            "i2cset",
+            "i2ctransfer",
+            "init",
+            "insmod",
+            "klogd",
+            "linuxrc",
+            "logread",
+            "losetup",
+            "lsmod",
+            "lsscsi",
+            "mdev",
+            "modinfo",
+            "modprobe",
+            "mount",
+            "mt",
+            "nsenter",
+            "partprobe",
+            "pivot_root",
+            "poweroff",
+            "reboot",
+            "resume",
+            "rmmod",
+            "run-init",
+            "swapoff",
+            "swapon",
+            "switch_root",
+            "syslogd",
+            "ubirename",
+            "umount",
+            "unshare",
+            "watchdog",
+            "adjtimex",
+        )
+    },
+    **{
+        a: TERMINAL
+        for a in (
+            "chvt",
+            "deallocvt",
+            "dumpkmap",
+            "getty",
+            "loadfont",
+            "loadkmap",
+            "login",
+            "microcom",
+            "openvt",
+            "passwd",
+            "setkeycodes",
+            "su",
+            "sulogin",
+            "top",
+            "vi",
+            "watch",
+        )
+    },
     **{a: CLOCK for a in ("time", "ts", "uptime")},
-    **{a: HOSTPROC for a in (
-        "last", "ps", "renice", "taskset", "w", "who", "df")},
+    **{a: HOSTPROC for a in ("last", "ps", "renice", "taskset", "w", "who", "df")},
     **{a: RANDOM for a in ("mkdosfs", "mke2fs", "mkswap", "mktemp")},
     "yes": "writes forever (needs a reader that exits)",
 }
 
 # Run and reported, but expected to differ: the model describes its own machine.
 BY_DESIGN = {
-    "hostname": "uname: the modeled nodename", "uname": "uname: the modeled kernel",
-    "hostid": "gethostid from the modeled nodename", "nproc": "the model has one CPU",
+    "hostname": "uname: the modeled nodename",
+    "uname": "uname: the modeled kernel",
+    "hostid": "gethostid from the modeled nodename",
+    "nproc": "the model has one CPU",
     "free": "sysinfo and /proc/meminfo describe the modeled RAM (--mem-total)",
 }
 
@@ -282,9 +386,12 @@ def _targz(members: dict) -> bytes:
 
 def _deb_bytes() -> bytes:
     control = b"Package: demo\nVersion: 1.0\nArchitecture: all\nMaintainer: x <x@y>\nDescription: demo\n"
-    return (b"!<arch>\n" + _ar_member("debian-binary", b"2.0\n")
-            + _ar_member("control.tar.gz", _targz({"./control": control}))
-            + _ar_member("data.tar.gz", _targz({"./usr/share/demo/a.txt": A_TXT})))
+    return (
+        b"!<arch>\n"
+        + _ar_member("debian-binary", b"2.0\n")
+        + _ar_member("control.tar.gz", _targz({"./control": control}))
+        + _ar_member("data.tar.gz", _targz({"./usr/share/demo/a.txt": A_TXT}))
+    )
 
 
 def _zip_bytes() -> bytes:
@@ -298,14 +405,24 @@ def _zip_bytes() -> bytes:
 def make_template(root: Path, busybox: str) -> None:
     """The input files every run starts from (made natively, once, then copied)."""
     files = {
-        "a.txt": A_TXT, "b.txt": B_TXT, "c.txt": b"scratch file\n", "empty": b"",
-        "sorted.txt": b"a\na\nb\nc\nc\nc\n", "crlf.txt": b"one\r\ntwo\r\n",
-        "bc.in": b"2^10\nscale=3\n1/7\n", "ed.in": b"2p\n$p\nq\n",
+        "a.txt": A_TXT,
+        "b.txt": B_TXT,
+        "c.txt": b"scratch file\n",
+        "empty": b"",
+        "sorted.txt": b"a\na\nb\nc\nc\nc\n",
+        "crlf.txt": b"one\r\ntwo\r\n",
+        "bc.in": b"2^10\nscale=3\n1/7\n",
+        "ed.in": b"2p\n$p\nq\n",
         "mimfile": b"hello:\n\techo hello from mim\n",
-        "a.gz": gzip.compress(A_TXT, mtime=0), "a.bz2": bz2.compress(A_TXT),
-        "a.xz": lzma.compress(A_TXT), "a.lzma": lzma.compress(A_TXT, format=lzma.FORMAT_ALONE),
-        "a.tar": _tar_bytes(), "a.deb": _deb_bytes(), "a.zip": _zip_bytes(),
-        "sub/inner.txt": b"inner\n", "sub/run.sh": b"#!/bin/sh\necho run\n",
+        "a.gz": gzip.compress(A_TXT, mtime=0),
+        "a.bz2": bz2.compress(A_TXT),
+        "a.xz": lzma.compress(A_TXT),
+        "a.lzma": lzma.compress(A_TXT, format=lzma.FORMAT_ALONE),
+        "a.tar": _tar_bytes(),
+        "a.deb": _deb_bytes(),
+        "a.zip": _zip_bytes(),
+        "sub/inner.txt": b"inner\n",
+        "sub/run.sh": b"#!/bin/sh\necho run\n",
         "sub2/x/y.txt": b"y\n",
     }
     for name, data in files.items():
@@ -402,8 +519,13 @@ def census(busybox: str, emu_cmd: list, applets: list, base: Path):
         fresh(template, work)
         native = run_one(argv, work, c.stdin, NATIVE_TIMEOUT, DEFAULT_ENV)
         fresh(template, work)
-        emu = run_one([*emu_cmd, "run", "--timeout", str(EMU_TIMEOUT), "--grant-dir", str(work),
-                       busybox, *argv[1:]], work, c.stdin, EMU_TIMEOUT + 10, None)
+        emu = run_one(
+            [*emu_cmd, "run", "--timeout", str(EMU_TIMEOUT), "--grant-dir", str(work), busybox, *argv[1:]],
+            work,
+            c.stdin,
+            EMU_TIMEOUT + 10,
+            None,
+        )
         diff = first_difference(native, emu)
         codes = f"(exit native {native.code}, emu {emu.code})"
         note = f" [by design: {BY_DESIGN[applet]}]" if applet in BY_DESIGN else ""
@@ -439,11 +561,12 @@ def main(argv=None) -> int:
     for applet, verdict, detail in results:
         print(f"{verdict:8} {applet:{width}}  {detail}".rstrip())
     totals = {v: sum(1 for _, r, _ in results if r == v) for v in ("same", "differs", "n/c")}
-    print(f"total {len(results)}: same {totals['same']}, differs {totals['differs']}, "
-          f"not comparable {totals['n/c']} ({time.monotonic() - start:.0f} s)")
+    print(
+        f"total {len(results)}: same {totals['same']}, differs {totals['differs']}, "
+        f"not comparable {totals['n/c']} ({time.monotonic() - start:.0f} s)"
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps([dict(applet=a, verdict=v, detail=d) for a, v, d in results],
-                                              indent=1))
+        Path(args.json).write_text(json.dumps([dict(applet=a, verdict=v, detail=d) for a, v, d in results], indent=1))
     return 0
 
 

@@ -94,9 +94,16 @@ def render_cli() -> str:
     from emu.frontends.cli import build_parser
 
     parser = build_parser()
-    lines = ["# Command-line reference", "",
-             "Generated from the argument parser at build time: what `uprobe-emu COMMAND --help` says.", "",
-             "```text", parser.format_usage().strip(), "```", ""]
+    lines = [
+        "# Command-line reference",
+        "",
+        "Generated from the argument parser at build time: what `uprobe-emu COMMAND --help` says.",
+        "",
+        "```text",
+        parser.format_usage().strip(),
+        "```",
+        "",
+    ]
     if parser.description:
         lines += [md_text(parser.description), ""]
     lines += ["| option | |", "|---|---|"]
@@ -130,8 +137,7 @@ def _comments(source: str) -> dict[int, tuple[str, bool]]:
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
             out[tok.start[0]] = tok.string.lstrip("#").strip()
-        elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
-                              tokenize.ENDMARKER):
+        elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER):
             code_lines.update(range(tok.start[0], tok.end[0] + 1))
     return {n: (text, n in code_lines) for n, text in out.items()}
 
@@ -160,8 +166,11 @@ def profile_changes(source: str | None = None) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     start = build.body[0].lineno
     for stmt in build.body:
-        if isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Subscript) and \
-                isinstance(stmt.targets[0].slice, ast.Constant):
+        if (
+            isinstance(stmt, ast.Assign)
+            and isinstance(stmt.targets[0], ast.Subscript)
+            and isinstance(stmt.targets[0].slice, ast.Constant)
+        ):
             out[stmt.targets[0].slice.value] = _notes(comments, start, stmt.end_lineno)
             start = stmt.end_lineno + 1
     return out
@@ -196,26 +205,40 @@ def render_profiles() -> str:
     profiles = [KernelProfile.get(n) for n in names]
     changes = profile_changes()
     meaning = switch_notes()
-    lines = ["# Kernel profiles", "",
-             "Generated from `kernel_model/profiles.py` at build time. A profile is one kernel release's "
-             "values of the uprobes switches; `--kernel V` (CLI) or `Machine(kernel=V)` picks one, and "
-             "`--kernel V:switch=value` or `Machine(kernel=V, switch=value)` overrides a switch "
-             "(see [Kernel profiles](../guide/kernel-profiles.md)).", "",
-             "## What each release changed", "",
-             "| profile | uname -r | switches changed from the profile above | kernel changes |", "|---|---|---|---|"]
+    lines = [
+        "# Kernel profiles",
+        "",
+        "Generated from `kernel_model/profiles.py` at build time. A profile is one kernel release's "
+        "values of the uprobes switches; `--kernel V` (CLI) or `Machine(kernel=V)` picks one, and "
+        "`--kernel V:switch=value` or `Machine(kernel=V, switch=value)` overrides a switch "
+        "(see [Kernel profiles](../guide/kernel-profiles.md)).",
+        "",
+        "## What each release changed",
+        "",
+        "| profile | uname -r | switches changed from the profile above | kernel changes |",
+        "|---|---|---|---|",
+    ]
     prev = None
     for prof in profiles:
         if prev is None:
             changed = "the base: every switch as in the table below"
         else:
-            diff = [f"`{k}={_value(getattr(prof, k))}`" for k in KernelProfile.SWITCHES
-                    if getattr(prof, k) != getattr(prev, k)]
+            diff = [
+                f"`{k}={_value(getattr(prof, k))}`"
+                for k in KernelProfile.SWITCHES
+                if getattr(prof, k) != getattr(prev, k)
+            ]
             changed = ", ".join(diff) if diff else "none"
         notes = "; ".join(md_text(n) for n in changes.get(prof.name, []))
         lines.append(f"| {prof.name} | {prof.release} | {changed} | {notes} |")
         prev = prof
-    lines += ["", "## Every switch of every profile", "",
-              "| switch | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    lines += [
+        "",
+        "## Every switch of every profile",
+        "",
+        "| switch | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
     for k in KernelProfile.SWITCHES:
         lines.append(f"| `{k}` | " + " | ".join(md_text(_value(getattr(p, k))) for p in profiles) + " |")
     lines += ["", "## What the switches mean", "", "| switch | values and releases |", "|---|---|"]
@@ -229,20 +252,28 @@ def render_syscalls() -> str:
     """The syscall table page: every syscall the machine models, from the registry."""
     from kernel_model.arch.x86.entry.syscall_table import render_markdown
 
-    return "\n".join([
-        "# Syscall table", "",
-        "Every syscall the machine models (`Machine().syscalls.table`), generated from the syscall "
-        "registry at build time. Each handler is registered where its subsystem lives with "
-        "`@syscall(nr, name)` (`partial=\"...\"` says what of it is not modeled); "
-        "`kernel_model/arch/x86/entry/syscall_table.py` collects them, builds each machine's dispatch table "
-        "and renders this table. Any other number returns `-ENOSYS` and is counted by `nr:name` in "
-        "`m.counters.unknown_syscalls`; `uprobe-emu run --counters` prints them, and a run stopped while its "
-        "task retried one names it (`last syscall 442 (mount_setattr) is not modeled`).", "",
-        render_markdown()])
+    return "\n".join(
+        [
+            "# Syscall table",
+            "",
+            "Every syscall the machine models (`Machine().syscalls.table`), generated from the syscall "
+            "registry at build time. Each handler is registered where its subsystem lives with "
+            '`@syscall(nr, name)` (`partial="..."` says what of it is not modeled); '
+            "`kernel_model/arch/x86/entry/syscall_table.py` collects them, builds each machine's dispatch table "
+            "and renders this table. Any other number returns `-ENOSYS` and is counted by `nr:name` in "
+            "`m.counters.unknown_syscalls`; `uprobe-emu run --counters` prints them, and a run stopped while its "
+            "task retried one names it (`last syscall 442 (mount_setattr) is not modeled`).",
+            "",
+            render_markdown(),
+        ]
+    )
 
 
-PAGES = {"reference/cli.md": render_cli, "reference/profiles.md": render_profiles,
-         "reference/syscalls.md": render_syscalls}
+PAGES = {
+    "reference/cli.md": render_cli,
+    "reference/profiles.md": render_profiles,
+    "reference/syscalls.md": render_syscalls,
+}
 
 
 # ------------------------------------------------------------------ the MkDocs hook

@@ -7,7 +7,7 @@ Syntax: capstone's **Intel** syntax by default (``mov rax, 0x3c``, ``nop dword p
     0000000000401000 <_start>:
       401000:	48 c7 c0 3c 00 00 00 	mov    rax, 0x3c
       40100c:	48 bb 88 77 66 55 44 	movabs rbx, 0x1122334455667788
-      401013:	33 22 11 
+      401013:	33 22 11
       401016:	e8 16 00 00 00       	call   0x401031 <func>
 
 i.e. two spaces, the address right-aligned in 6 hex digits, ``:``, TAB, up to 7 bytes as
@@ -40,9 +40,34 @@ from emu.probes.symbols import image_of, link_vaddr
 from kernel_model.mm.mm_types import GuestFault
 
 MAX_INSN_BYTES = 15
-_BRANCHES = frozenset({"call", "jmp", "jo", "jno", "jb", "jae", "je", "jne", "jbe", "ja", "js",
-                       "jns", "jp", "jnp", "jl", "jge", "jle", "jg", "jrcxz", "jecxz", "loop",
-                       "loope", "loopne", "xbegin"})
+_BRANCHES = frozenset(
+    {
+        "call",
+        "jmp",
+        "jo",
+        "jno",
+        "jb",
+        "jae",
+        "je",
+        "jne",
+        "jbe",
+        "ja",
+        "js",
+        "jns",
+        "jp",
+        "jnp",
+        "jl",
+        "jge",
+        "jle",
+        "jg",
+        "jrcxz",
+        "jecxz",
+        "loop",
+        "loope",
+        "loopne",
+        "xbegin",
+    }
+)
 
 
 class Insn(NamedTuple):
@@ -212,7 +237,7 @@ def format_objdump_line(insn: Insn, symbolize: Callable[[int], str | None] | Non
         text += annotation(insn, symbolize)
     lines = [f"{head}{first:<21}\t{text}"]
     for i in range(7, len(raw), 7):
-        chunk = raw[i:i + 7]
+        chunk = raw[i : i + 7]
         lines.append(f"  {insn.address + i:6x}:\t" + " ".join(f"{b:02x}" for b in chunk) + " ")
     return "\n".join(lines)
 
@@ -241,14 +266,14 @@ def _riprel_target(insn: Insn) -> int | None:
     """The address a ``[rip + disp]`` operand names (capstone prints the displacement)."""
     ops = insn.op_str
     i = ops.find("(%rip)")
-    if i >= 0:                                   # AT&T: disp(%rip)
+    if i >= 0:  # AT&T: disp(%rip)
         num = ops[:i].rsplit(" ", 1)[-1].lstrip("*") or "0"
         try:
             return (insn.next + int(num, 0)) & 0xFFFFFFFFFFFFFFFF
         except ValueError:
             return None
     i = ops.find("rip")
-    rest = ops[i + 3:].lstrip()
+    rest = ops[i + 3 :].lstrip()
     sign = 1
     if rest.startswith("+"):
         rest = rest[1:].lstrip()

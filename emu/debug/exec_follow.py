@@ -29,7 +29,7 @@ _EXECVE, _EXECVEAT = 59, 322
 _MMAP, _MPROTECT = 9, 10
 EXEC_STOP = "exec of the followed process"
 MAP_STOP = "a mapping of the followed process changed"
-_MAX_EXEC_NOTES = 256                    # exec messages kept until a front end takes them
+_MAX_EXEC_NOTES = 256  # exec messages kept until a front end takes them
 
 
 class ExecFollower:
@@ -41,13 +41,13 @@ class ExecFollower:
         exec following (the image last seen, the messages of execs since)."""
         self.unwinder = Unwinder(self)
         self.past_main = False
-        self.exec_notes: list[tuple[str, str]] = []      # (stream "out" | "err", line)
-        self._pending_bps: dict[int, Breakpoint] = {}     # not resolved (yet): a library not loaded
-        self.exec_followed = False                        # set at each exec followed
-        self.exec_count = 0                               # execs followed so far
-        self.last_exec_path: str | None = None            # the program of the last one
+        self.exec_notes: list[tuple[str, str]] = []  # (stream "out" | "err", line)
+        self._pending_bps: dict[int, Breakpoint] = {}  # not resolved (yet): a library not loaded
+        self.exec_followed = False  # set at each exec followed
+        self.exec_count = 0  # execs followed so far
+        self.last_exec_path: str | None = None  # the program of the last one
         self.catchpoints: dict[int, Catchpoint] = {}
-        self.stop_at_exec = False                         # stop at every exec (a gdb stub's exec events)
+        self.stop_at_exec = False  # stop at every exec (a gdb stub's exec events)
         self._exec_caught = False
         proc = self._followed()
         self._image = (proc, proc.mem)
@@ -72,9 +72,9 @@ class ExecFollower:
         self._image = (proc, proc.mem)
         self.exec_followed = True
         for hook in self._hooks.values():
-            m.remove_hook(hook)              # the old address space is gone
+            m.remove_hook(hook)  # the old address space is gone
         self._hooks.clear()
-        self._goal = None                    # a step's or finish's goal was in the old image
+        self._goal = None  # a step's or finish's goal was in the old image
         self.disasm = ProgramDisassembler(m, self.read_program, self.symbol)
         self.raw_disasm = Disassembler(m)
         self._sites = None
@@ -85,7 +85,7 @@ class ExecFollower:
         self.exec_count += 1
         self.last_exec_path = path
         self._reset_breakpoints()
-        del self.exec_notes[:-_MAX_EXEC_NOTES]          # nobody reads them (a gdb stub)
+        del self.exec_notes[:-_MAX_EXEC_NOTES]  # nobody reads them (a gdb stub)
         self._sync_hooks()
         return True
 
@@ -101,7 +101,7 @@ class ExecFollower:
                 bp.trampoline = False
             except (StepperError, GuestFault) as e:
                 plt = self.plt.address(f"{bp.location}@plt") if bp.location.isidentifier() else None
-                if plt is not None:                 # gdb's linespec takes the PLT stub
+                if plt is not None:  # gdb's linespec takes the PLT stub
                     bp.address, bp.trampoline = plt, True
                     self.breakpoints[number] = bp
                     continue
@@ -144,7 +144,7 @@ class ExecFollower:
                 continue
             vma = self.machine.mem.find_vma(addr)
             if vma is None or not vma.prot & PROT_EXEC:
-                continue                   # ld.so mapped the file, not yet its text
+                continue  # ld.so mapped the file, not yet its text
             bp.address = addr
             del self._pending_bps[number]
             self.breakpoints[number] = bp
@@ -160,8 +160,12 @@ class ExecFollower:
     def _on_map_syscall(self, event) -> None:
         # a successful mmap/mprotect of the followed process while breakpoints wait for
         # a library: stop the free run to re-set them
-        if event.nr in (_MMAP, _MPROTECT) and event.ret < 1 << 63 and self.re_set_wanted() \
-                and event.task.process is self._image[0]:
+        if (
+            event.nr in (_MMAP, _MPROTECT)
+            and event.ret < 1 << 63
+            and self.re_set_wanted()
+            and event.task.process is self._image[0]
+        ):
             self.machine.stop(MAP_STOP)
 
     def catch_exec(self) -> Catchpoint:
@@ -214,8 +218,7 @@ class ExecFollower:
             while True:
                 left = max(deadline - time.monotonic(), 1e-3) if deadline else None
                 result = m.run(max_insns=self.max_insns, timeout=left)
-                if result.reason != "stopped" or result.detail not in (EXEC_STOP, MAP_STOP) \
-                        or self._hit is not None:
+                if result.reason != "stopped" or result.detail not in (EXEC_STOP, MAP_STOP) or self._hit is not None:
                     return result
                 if result.detail == MAP_STOP:
                     self.resolve_pending()

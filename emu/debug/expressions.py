@@ -38,8 +38,13 @@ def evaluate(stepper, expr: str) -> tuple[int, str]:
     # gdb's arithmetic: a pointer keeps its type, else the widest integer wins
     kind = next((k for k in kinds if k.endswith("_ptr")), None)
     if kind is None:
-        kind = kinds[0] if len(kinds) == 1 else f"int{max(int(k[3:]) for k in kinds if k.startswith('int'))}" \
-            if all(k.startswith("int") for k in kinds) else "int64"
+        kind = (
+            kinds[0]
+            if len(kinds) == 1
+            else f"int{max(int(k[3:]) for k in kinds if k.startswith('int'))}"
+            if all(k.startswith("int") for k in kinds)
+            else "int64"
+        )
     return total & _MASK, kind
 
 
@@ -58,7 +63,7 @@ def _term(stepper, term: str) -> tuple[int, str]:
         value = int(term, 0)
     except ValueError:
         pass
-    else:                           # gdb types a literal as int when it fits, else long
+    else:  # gdb types a literal as int when it fits, else long
         return value, "int32" if value < 1 << 31 else "int64"
 
     name = term[1:] if term.startswith("&") else term
@@ -66,7 +71,7 @@ def _term(stepper, term: str) -> tuple[int, str]:
         return stepper.machine.resolve(name), "code_ptr"
     except SymbolError:
         pass
-    try:                            # a shared library's symbol, or NAME@plt, as gdb finds them
+    try:  # a shared library's symbol, or NAME@plt, as gdb finds them
         return stepper.resolve(name), "code_ptr"
     except StepperError:
         raise StepperError(f'No symbol "{name}" in current context.') from None

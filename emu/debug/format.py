@@ -17,12 +17,38 @@ INFO_REGISTERS = GPR_NAMES[:16] + ("rip", "eflags", "cs", "ss", "ds", "es", "fs"
 SEGMENTS = {"cs": 0x33, "ss": 0x2B, "ds": 0, "es": 0, "fs": 0, "gs": 0}
 ALIASES = {"pc": "rip", "sp": "rsp", "fp": "rbp", "ps": "eflags"}
 _KINDS = {"rbp": "data_ptr", "rsp": "data_ptr", "rip": "code_ptr", "eflags": "flags"}
-_SUB32 = {"eax": "rax", "ebx": "rbx", "ecx": "rcx", "edx": "rdx", "esi": "rsi", "edi": "rdi",
-          "ebp": "rbp", "esp": "rsp", **{f"r{i}d": f"r{i}" for i in range(8, 16)}}
-_SUB16 = {"ax": "rax", "bx": "rbx", "cx": "rcx", "dx": "rdx", "si": "rsi", "di": "rdi",
-          "bp": "rbp", **{f"r{i}w": f"r{i}" for i in range(8, 16)}}
-_SUB8 = {"al": "rax", "bl": "rbx", "cl": "rcx", "dl": "rdx", "sil": "rsi", "dil": "rdi",
-         "bpl": "rbp", "spl": "rsp", **{f"r{i}l": f"r{i}" for i in range(8, 16)}}
+_SUB32 = {
+    "eax": "rax",
+    "ebx": "rbx",
+    "ecx": "rcx",
+    "edx": "rdx",
+    "esi": "rsi",
+    "edi": "rdi",
+    "ebp": "rbp",
+    "esp": "rsp",
+    **{f"r{i}d": f"r{i}" for i in range(8, 16)},
+}
+_SUB16 = {
+    "ax": "rax",
+    "bx": "rbx",
+    "cx": "rcx",
+    "dx": "rdx",
+    "si": "rsi",
+    "di": "rdi",
+    "bp": "rbp",
+    **{f"r{i}w": f"r{i}" for i in range(8, 16)},
+}
+_SUB8 = {
+    "al": "rax",
+    "bl": "rbx",
+    "cl": "rcx",
+    "dl": "rdx",
+    "sil": "rsi",
+    "dil": "rdi",
+    "bpl": "rbp",
+    "spl": "rsp",
+    **{f"r{i}l": f"r{i}" for i in range(8, 16)},
+}
 _SUB8H = {"ah": "rax", "bh": "rbx", "ch": "rcx", "dh": "rdx"}
 
 
@@ -89,7 +115,7 @@ def gdb_label(machine, addr: int) -> str | None:
     if vma is None or vma.file is None or image_of(vma.file) is None:
         return None
     elf = vma.file.elf
-    link = link_vaddr(vma.file, vma, addr)       # a library: through the file offset
+    link = link_vaddr(vma.file, vma, addr)  # a library: through the file offset
     hit = elf.symbolize(link)
     if hit is None:
         best = None
@@ -103,5 +129,16 @@ def gdb_label(machine, addr: int) -> str | None:
     name, off = hit
     return f"{name}+{off}" if off else name
 
-__all__ = ["INFO_REGISTERS", "ALIASES", "SEGMENTS", "subreg", "register_value", "signed",
-           "natural", "register_line", "format_register", "gdb_label"]
+
+__all__ = [
+    "INFO_REGISTERS",
+    "ALIASES",
+    "SEGMENTS",
+    "subreg",
+    "register_value",
+    "signed",
+    "natural",
+    "register_line",
+    "format_register",
+    "gdb_label",
+]

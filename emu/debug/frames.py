@@ -55,7 +55,7 @@ class FrameWalker:
             push_at, mov_at, _ = pro
             if rip <= push_at:
                 return rsp, rbp
-            if rip <= mov_at:                # rbp pushed, not yet the frame pointer
+            if rip <= mov_at:  # rbp pushed, not yet the frame pointer
                 return rsp + 8, rbp
             return self._rbp_slot(rbp)
         # No prologue at the symbol: a frameless function, or a label inside a function

@@ -21,7 +21,7 @@ from elftools.elf.relocation import RelocationSection
 from emu.probes.symbols import image_of, link_vaddr
 
 _PLT_SECTIONS = (".plt", ".plt.sec", ".plt.got")
-_JMP_GOT = b"\xff\x25"                  # jmp qword ptr [rip + disp32]
+_JMP_GOT = b"\xff\x25"  # jmp qword ptr [rip + disp32]
 _MAX_PLT_ENTRIES = 1 << 16
 
 
@@ -59,11 +59,11 @@ def plt_tables(data: bytes) -> tuple[list[tuple[int, int, str]], dict[int, str]]
             base, body = sec["sh_addr"], sec.data()
             step = 8 if name == ".plt.got" else 16
             for off in range(0, min(len(body), step * _MAX_PLT_ENTRIES), step):
-                entry = body[off:off + step]
+                entry = body[off : off + step]
                 at = entry.find(_JMP_GOT)
                 if at < 0 or at + 6 > len(entry):
                     continue
-                disp = int.from_bytes(entry[at + 2:at + 6], "little", signed=True)
+                disp = int.from_bytes(entry[at + 2 : at + 6], "little", signed=True)
                 slot = base + off + at + 6 + disp
                 if slot in slots:
                     out.append((base + off, step, f"{slots[slot]}@plt"))
@@ -77,8 +77,11 @@ def alloc_sections(data: bytes) -> list[tuple[int, int, str]]:
     gdb's ``info symbol`` names: ``.text``, ``.plt``, ``.bss``...)."""
     try:
         elf = ELFFile(io.BytesIO(data))
-        return [(sec["sh_addr"], sec["sh_size"], sec.name) for sec in elf.iter_sections()
-                if sec["sh_flags"] & 2 and sec["sh_size"]]           # SHF_ALLOC
+        return [
+            (sec["sh_addr"], sec["sh_size"], sec.name)
+            for sec in elf.iter_sections()
+            if sec["sh_flags"] & 2 and sec["sh_size"]
+        ]  # SHF_ALLOC
     except (ELFError, ValueError, KeyError, AttributeError):
         return []
 
@@ -88,8 +91,8 @@ class PltNames:
 
     def __init__(self, machine):
         self.machine = machine
-        self._tables: dict[int, tuple] = {}     # id(ElfImage) -> (image, stubs, GOT slot names)
-        self._sections: dict[int, tuple[object, list]] = {}   # id(ElfImage) -> (image, sections)
+        self._tables: dict[int, tuple] = {}  # id(ElfImage) -> (image, stubs, GOT slot names)
+        self._sections: dict[int, tuple[object, list]] = {}  # id(ElfImage) -> (image, sections)
 
     def _entries(self, elf) -> list:
         hit = self._tables.get(id(elf))

@@ -55,8 +55,11 @@ class ProgramView:
                 continue
             if now != orig[:size] and (optimized or now[:1] == b"\xcc"):
                 out.append((vaddr, orig[:size], "a probed instruction"))
-        return out + [(slot, ret, "a hijacked return address") for slot, ret in self._hijacked_slots()
-                      if addr - 8 < slot < addr + n]
+        return out + [
+            (slot, ret, "a hijacked return address")
+            for slot, ret in self._hijacked_slots()
+            if addr - 8 < slot < addr + n
+        ]
 
     def _hijacked_slots(self) -> list[tuple[int, bytes]]:
         """Stack slots holding the uretprobe trampoline in place of a return address."""
@@ -67,7 +70,7 @@ class ProgramView:
         tramp = tramp.to_bytes(8, "little")
         out = []
         for task in m.process.tasks:
-            for ri in reversed(pending_returns(task) or ()):     # oldest first
+            for ri in reversed(pending_returns(task) or ()):  # oldest first
                 try:
                     if m.mem.read(ri.stack, 8) == tramp:
                         out.append((ri.stack, (ri.orig_ret_vaddr & _MASK).to_bytes(8, "little")))
@@ -82,7 +85,7 @@ class ProgramView:
         for where, prog, _ in self.shadows(addr, n):
             lo, hi = max(addr, where), min(addr + n, where + len(prog))
             if lo < hi:
-                data[lo - addr:hi - addr] = prog[lo - where:hi - where]
+                data[lo - addr : hi - addr] = prog[lo - where : hi - where]
         return bytes(data)
 
     def write_program(self, addr: int, data: bytes) -> None:
@@ -99,14 +102,13 @@ class ProgramView:
             lo, hi = max(addr, where), min(end, where + len(prog))
             if lo >= hi:
                 continue
-            if data[lo - addr:hi - addr] != prog[lo - where:hi - where]:
-                raise StepperError(f"Cannot write {where:#x}: it would change {what} "
-                                   "the uprobes model keeps there.")
+            if data[lo - addr : hi - addr] != prog[lo - where : hi - where]:
+                raise StepperError(f"Cannot write {where:#x}: it would change {what} the uprobes model keeps there.")
             keep.append((lo, hi))
         pos = addr
         for lo, hi in sorted(keep) + [(end, end)]:
             if pos < lo:
-                self.machine.mem.text_poke(pos, data[pos - addr:lo - addr], count=False)
+                self.machine.mem.text_poke(pos, data[pos - addr : lo - addr], count=False)
             pos = max(pos, hi)
 
     def _text_written(self, start: int, end: int) -> None:
@@ -130,7 +132,7 @@ class ProgramView:
         start = addr - off
         size = self.plt.size(addr)
         if size is not None:
-            return name, start, start + size            # a PLT stub: its entry
+            return name, start, start + size  # a PLT stub: its entry
         bias = getattr(vma.file, "load_bias", 0)
         sym = vma.file.elf.symbols.get(name)
         end = start + sym.size if sym is not None and sym.size else 0

@@ -25,7 +25,7 @@ from emu.replay.checkpoint import DEFAULT_MAX_CHECKPOINTS, CheckpointError, Reco
 from kernel_model.mm.mm_types import GuestFault
 
 # Stepping back replays up to one interval per stop: keep it short for a debugger.
-HISTORY_START = "history-start"          # StopEvent.reason at the start of the recording
+HISTORY_START = "history-start"  # StopEvent.reason at the start of the recording
 _CALL_SIZES = (5, 2, 3, 6, 7, 4)
 
 
@@ -33,12 +33,18 @@ class ReverseStepper:
     """The reverse verbs of one stepper; :meth:`of` makes (once) the recorder that
     records the machine from now on."""
 
-    def __init__(self, stepper: Stepper, *, interval: int = DEFAULT_STEPPER_INTERVAL,
-                 max_checkpoints: int = DEFAULT_MAX_CHECKPOINTS):
+    def __init__(
+        self,
+        stepper: Stepper,
+        *,
+        interval: int = DEFAULT_STEPPER_INTERVAL,
+        max_checkpoints: int = DEFAULT_MAX_CHECKPOINTS,
+    ):
         self.s = stepper
         m = stepper.machine
-        self.rec = m.recorder if m.recorder is not None else \
-            Recorder(m, interval=interval, max_checkpoints=max_checkpoints)
+        self.rec = (
+            m.recorder if m.recorder is not None else Recorder(m, interval=interval, max_checkpoints=max_checkpoints)
+        )
 
     @classmethod
     def of(cls, stepper: Stepper, **kw) -> "ReverseStepper":
@@ -68,7 +74,7 @@ class ReverseStepper:
             if self._returned_to(here):
                 call = self._call_before(here.rip)
                 if call is not None:
-                    hit = self._last_hit({call}, lambda m: m.read_regs().rsp == here.rsp)
+                    hit = self._last_hit({call}, lambda m, here=here: m.read_regs().rsp == here.rsp)
                     if hit is not None:
                         self.rec.seek(hit[0])
         return self._stop("step", "reverse-step")
@@ -176,27 +182,29 @@ class ReverseStepper:
         for cp in sorted((c for c in rec.checkpoints if c.position < now), key=lambda c: -c.position):
             hits: list[tuple] = []
 
-            def seen(_addr, _size, hits=hits):
-                at = m.insn_clock() - 1          # the clock counts the instruction about to run
+            def seen(_addr, _size, hits=hits, hi=hi):
+                at = m.insn_clock() - 1  # the clock counts the instruction about to run
                 if at < hi and (predicate is None or predicate(m)):
                     hits.append((at, None))
 
-            def accessed(access, addr, size, _value, hits=hits):
-                at = m.insn_clock()              # the state after the accessing instruction
+            def accessed(access, addr, size, _value, hits=hits, hi=hi):
+                at = m.insn_clock()  # the state after the accessing instruction
                 if at <= hi and at < now and (not hits or hits[-1][0] != at or hits[-1][1] is None):
                     wp = s.watch_match(access, addr, size)
                     if wp is not None:
                         hits.append((at, (wp, addr)))
+
             proc = getattr(m, "main_process", m.process)
             rec.replay_from(cp, cp.position)
             hooks = [m.add_code_hook(seen, a, a, process=proc) for a in addrs]
             if watch:
                 for wp in s.watchpoints.values():
                     if wp.enabled:
-                        lo = max(0, wp.address - 15)     # the widest access reaching the bytes
-                        hooks += [m.add_mem_hook(accessed, lo, wp.address + wp.size - 1,
-                                                 access=kind, process=proc)
-                                  for kind in ("read", "write")]
+                        lo = max(0, wp.address - 15)  # the widest access reaching the bytes
+                        hooks += [
+                            m.add_mem_hook(accessed, lo, wp.address + wp.size - 1, access=kind, process=proc)
+                            for kind in ("read", "write")
+                        ]
             try:
                 rec.seek(hi)
             finally:
@@ -212,7 +220,7 @@ class ReverseStepper:
     def _stop(self, reason: str, verb: str, bp=None) -> StopEvent:
         s = self.s
         s.exited = bool(s.machine.exited)
-        s._sites = None                  # the text may differ from before the seek
+        s._sites = None  # the text may differ from before the seek
         return s._event(reason, verb, bp=bp)
 
 

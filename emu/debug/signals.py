@@ -36,7 +36,7 @@ SIGNAL_STOP = "a signal of the followed process"
 _SEGV_MAPERR, _SEGV_ACCERR = 1, 2
 _SI_USER = 0
 _SIGSEGV, _SIGKILL, _SIGSTOP = 11, 9, 19
-_KILL_SYSCALLS = {62: _SI_USER, 200: SI_TKILL, 234: SI_TKILL}      # kill, tkill, tgkill
+_KILL_SYSCALLS = {62: _SI_USER, 200: SI_TKILL, 234: SI_TKILL}  # kill, tkill, tgkill
 
 
 @dataclass(eq=False)
@@ -50,7 +50,7 @@ class SignalStop:
     regs: object
     info: bytes
     result: object = None
-    handler: int | None = None          # where a handler took it (the task stands there)
+    handler: int | None = None  # where a handler took it (the task stands there)
 
 
 class SignalStopper:
@@ -63,14 +63,17 @@ class SignalStopper:
         self.pass_signals: frozenset[int] = frozenset()
         self.signal_stop: SignalStop | None = None
         self._signal_caught: SignalStop | None = None
-        self._last_kill: tuple | None = None          # (task, si_code, pid) of a kill-type syscall
+        self._last_kill: tuple | None = None  # (task, si_code, pid) of a kill-type syscall
 
     def _signal_subscriptions(self) -> list:
         if not self.stop_at_signals:
             return []
         bus = self.machine.events
-        return [bus.subscribe(self._on_signal, ev.Signal), bus.subscribe(self._on_kill_syscall, ev.Syscall),
-                bus.subscribe(self._on_signal_handler, ev.SignalHandler)]
+        return [
+            bus.subscribe(self._on_signal, ev.Signal),
+            bus.subscribe(self._on_kill_syscall, ev.Syscall),
+            bus.subscribe(self._on_signal_handler, ev.SignalHandler),
+        ]
 
     def _on_kill_syscall(self, event) -> None:
         code = _KILL_SYSCALLS.get(event.nr)
@@ -80,15 +83,19 @@ class SignalStopper:
     def _on_signal(self, event) -> None:
         """The model starts delivering a signal: record it and stop the run (the first
         one of a run; SIGKILL and SIGSTOP are never seen by a tracer)."""
-        if self._signal_caught is not None or event.signo in (_SIGKILL, _SIGSTOP) \
-                or event.signo in self.pass_signals or event.task.process is not self._followed():
+        if (
+            self._signal_caught is not None
+            or event.signo in (_SIGKILL, _SIGSTOP)
+            or event.signo in self.pass_signals
+            or event.task.process is not self._followed()
+        ):
             return
         m = self.machine
         regs = m.read_regs()
-        regs.rip = event.rip                 # in a syscall: its return address, as ptrace shows it
+        regs.rip = event.rip  # in a syscall: its return address, as ptrace shows it
         self._signal_caught = SignalStop(event.signo, event.task, regs, self._rebuilt_siginfo(event))
         if self._armed:
-            m.stop(SIGNAL_STOP)              # a free run (a single step ends by itself)
+            m.stop(SIGNAL_STOP)  # a free run (a single step ends by itself)
 
     def _on_signal_handler(self, event) -> None:
         caught = self._signal_caught
@@ -110,7 +117,7 @@ class SignalStopper:
             else:
                 code = _SEGV_MAPERR if self.machine.mem.find_vma(addr) is None else _SEGV_ACCERR
             return siginfo(signo, code, addr)
-        return siginfo(signo, 1, addr)                 # ILL_ILLOPC, FPE_INTDIV, BUS_ADRALN...
+        return siginfo(signo, 1, addr)  # ILL_ILLOPC, FPE_INTDIV, BUS_ADRALN...
 
     def _signal_event(self, verb: str, result):
         """The stop at a caught signal (after the run): ``"signal_received"``."""
@@ -121,9 +128,9 @@ class SignalStopper:
             regs = self.machine.read_regs()
             if regs.rip == caught.handler:
                 try:
-                    caught.info = bytes(self.machine.mem.read(regs.rsi, 128))   # the frame's siginfo
+                    caught.info = bytes(self.machine.mem.read(regs.rsi, 128))  # the frame's siginfo
                 except GuestFault:
-                    pass                                                         # keep the rebuilt one
+                    pass  # keep the rebuilt one
         self.signal_stop = caught
         ev_ = self._event("signal_received", verb)
         ev_.stop_signal = caught.signo

@@ -72,9 +72,9 @@ from kernel_model.mm.mm_types import PROT_EXEC, GuestFault
 
 _MASK = 0xFFFFFFFFFFFFFFFF
 _TRANSITIONAL_VMAS = ("[uprobes]", "[uprobes-trampoline]")
-_STUCK = 100_000                         # hidden instructions before we call a step stuck
-DEFAULT_TIMEOUT = 120.0                  # seconds of each free run
-_ACCESS_REACH = 15                       # an access of up to 16 bytes may start this far before
+_STUCK = 100_000  # hidden instructions before we call a step stuck
+DEFAULT_TIMEOUT = 120.0  # seconds of each free run
+_ACCESS_REACH = 15  # an access of up to 16 bytes may start this far before
 
 
 class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
@@ -87,8 +87,7 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
         timeout: wall-clock seconds of each free run; None for none.
     """
 
-    def __init__(self, machine, *, max_insns: int | None = None,
-                 timeout: float | None = DEFAULT_TIMEOUT):
+    def __init__(self, machine, *, max_insns: int | None = None, timeout: float | None = DEFAULT_TIMEOUT):
         self.machine = machine
         self.max_insns = max_insns
         self.timeout = timeout
@@ -97,20 +96,20 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
         self.plt = PltNames(machine)
         self.breakpoints: dict[int, Breakpoint] = {}
         self.watchpoints: dict[int, Watchpoint] = {}
-        self.insns = 0                   # guest instructions single-stepped, exact
-        self.hidden_insns = 0            # kernel-model (transitional) instructions stepped
+        self.insns = 0  # guest instructions single-stepped, exact
+        self.hidden_insns = 0  # kernel-model (transitional) instructions stepped
         self.last_event: StopEvent | None = None
         self.exited = bool(machine.exited)
         self._next_number = 1
-        self._hooks: dict[int, tuple] = {}   # address -> (Uc, hook handle)
+        self._hooks: dict[int, tuple] = {}  # address -> (Uc, hook handle)
         self._goal: tuple[int, int | None] | None = None
         self._armed = False
         self._hit: tuple[str, Breakpoint | None] | None = None
         self._sites: tuple[int, dict] | None = None  # (uprobes in the tree, {vaddr: Uprobe})
-        self._watch_hooks: dict[tuple, list] = {}     # (address, size) -> [Hook, Hook]
+        self._watch_hooks: dict[tuple, list] = {}  # (address, size) -> [Hook, Hook]
         self._watch_hit: tuple[Watchpoint, int] | None = None
-        self._watch_stop = False         # a watch hit stops a free run (not a step)
-        self._watch_undo: list = []      # (address, old bytes) of the stopped instruction
+        self._watch_stop = False  # a watch hit stops a free run (not a step)
+        self._watch_undo: list = []  # (address, old bytes) of the stopped instruction
         self._watch_armed_step = False
         machine.mem.text_write_listeners.append(self._text_written)
         self._init_frames_and_exec()
@@ -240,8 +239,11 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
         try:
             addr = self.resolve(target)
         except StepperError:
-            addr = self.plt.address(f"{target}@plt") if isinstance(target, str) and \
-                not target.startswith("*") and "+" not in target and ":" not in target else None
+            addr = (
+                self.plt.address(f"{target}@plt")
+                if isinstance(target, str) and not target.startswith("*") and "+" not in target and ":" not in target
+                else None
+            )
             if addr is None:
                 raise
             trampoline = True
@@ -249,8 +251,9 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
         if vma is None or not vma.prot & PROT_EXEC:
             raise StepperError(f"Cannot insert breakpoint at {addr:#x}: not in executable memory.")
         if vma.name in _TRANSITIONAL_VMAS:
-            raise StepperError(f"Cannot insert breakpoint at {addr:#x}: it is in {vma.name}, "
-                               "which stepping executes through.")
+            raise StepperError(
+                f"Cannot insert breakpoint at {addr:#x}: it is in {vma.name}, which stepping executes through."
+            )
         loc = target if isinstance(target, str) else f"*{addr:#x}"
         bp = Breakpoint(self._next_number, addr, loc, trampoline=trampoline)
         self._next_number += 1
@@ -321,8 +324,8 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
                 # for the widest access (16 bytes) that can reach the watched bytes
                 lo = max(0, addr - _ACCESS_REACH)
                 self._watch_hooks[(addr, size)] = [
-                    m.add_mem_hook(self._on_mem, lo, addr + size - 1, access=a, process=proc)
-                    for a in ("read", "write")]
+                    m.add_mem_hook(self._on_mem, lo, addr + size - 1, access=a, process=proc) for a in ("read", "write")
+                ]
 
     def _on_mem(self, access: str, addr: int, size: int, _value) -> None:
         """A guest access to a watched range.  In a free run the hit stops the machine;
@@ -351,11 +354,16 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
         trampolines) are not the program's; an instruction single-stepped out of line is."""
         m = self.machine
         vma = m.mem.find_vma(m.pc)
-        if vma is not None and vma.special and vma.name in _TRANSITIONAL_VMAS and \
-                not in_single_step(m.task):
+        if vma is not None and vma.special and vma.name in _TRANSITIONAL_VMAS and not in_single_step(m.task):
             return None
-        return next((w for w in self.watchpoints.values() if w.enabled and w.covers(addr, size)
-                     and w.kind in (access, "access")), None)
+        return next(
+            (
+                w
+                for w in self.watchpoints.values()
+                if w.enabled and w.covers(addr, size) and w.kind in (access, "access")
+            ),
+            None,
+        )
 
     def _sync_hooks(self) -> None:
         # hooks live on the main process's CPU (like gdb's default: the parent is
@@ -381,8 +389,7 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
                 self.machine.stop("breakpoint")
                 return
         goal = self._goal
-        if goal is not None and addr == goal[0] and \
-                (goal[1] is None or self.machine.reg_read("rsp") >= goal[1]):
+        if goal is not None and addr == goal[0] and (goal[1] is None or self.machine.reg_read("rsp") >= goal[1]):
             self._hit = ("goal", None)
             self.machine.stop("goal")
 
@@ -398,7 +405,7 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
         if ended is not None:
             return ended
         if stop is not None and stop.handler is not None:
-            return self._event("step", "step", insns=0)      # the signal's step: to its handler
+            return self._event("step", "step", insns=0)  # the signal's step: to its handler
         if task is not None and task is not self.machine.task:
             self.machine.select_task(task)
         handles = self._signal_subscriptions()
@@ -494,11 +501,9 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
             raise StepperError(message)
 
     def _enabled_bp_at(self, addr: int) -> Breakpoint | None:
-        return next((bp for bp in self.breakpoints.values()
-                     if bp.address == addr and bp.enabled), None)
+        return next((bp for bp in self.breakpoints.values() if bp.address == addr and bp.enabled), None)
 
-    def _event(self, reason: str, verb: str, *, bp=None, insns=None, result=None,
-               detail: str = "") -> StopEvent:
+    def _event(self, reason: str, verb: str, *, bp=None, insns=None, result=None, detail: str = "") -> StopEvent:
         rip = None if self.exited else self.rip
         sym = self.symbolize(rip) if rip is not None else None
         ev = StopEvent(reason, rip, sym, verb, bp, insns, result, detail)
@@ -509,8 +514,7 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
     def _terminal(self, result: RunResult, verb: str, insns=None) -> StopEvent:
         if result.reason in ("exit", "signal"):
             self.exited = True
-            ev = StopEvent(result.reason, result.rip, result.rip_symbol, verb, None, insns, result,
-                           result.describe())
+            ev = StopEvent(result.reason, result.rip, result.rip_symbol, verb, None, insns, result, result.describe())
             self.last_event = ev
             self.on_stop(ev)
             return ev
@@ -532,7 +536,7 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
             before = self.insns
             self._watch_hit, self._watch_armed_step = None, True
             try:
-                res = self._step_insn()      # step off without triggering it
+                res = self._step_insn()  # step off without triggering it
             finally:
                 self._watch_armed_step = False
             insns = self.insns - before
@@ -626,7 +630,7 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
         res = self._exec1()
         if res is not None:
             if res.reason == "exit":
-                self.insns += 1             # exit/exit_group retired; a faulting insn did not
+                self.insns += 1  # exit/exit_group retired; a faulting insn did not
             return res
         retries = n = 0
         while True:
@@ -634,13 +638,17 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
             if self._transitional(rip):
                 pass
             elif patched and start < rip < start + orig.size:
-                pass                        # between the lea and the call of an nop10 site
-            elif rip == start and patched and c.bp_traps > traps and c.uprobe_hits == hits \
-                    and retries < 3:
-                retries += 1                # the kernel restarted the probed insn
-            elif rip == start and orig is not None and orig.mnemonic.startswith("rep") \
-                    and m.read_regs().rcx == 0 and n == 0:
-                pass                        # Unicorn's extra exit step of a finished rep
+                pass  # between the lea and the call of an nop10 site
+            elif rip == start and patched and c.bp_traps > traps and c.uprobe_hits == hits and retries < 3:
+                retries += 1  # the kernel restarted the probed insn
+            elif (
+                rip == start
+                and orig is not None
+                and orig.mnemonic.startswith("rep")
+                and m.read_regs().rcx == 0
+                and n == 0
+            ):
+                pass  # Unicorn's extra exit step of a finished rep
             else:
                 break
             n += 1
@@ -684,5 +692,15 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
         return self.label(addr)
 
 
-__all__ = ["Stepper", "StopEvent", "Breakpoint", "Catchpoint", "Watchpoint", "Frame", "StepperError",
-           "ProgramDisassembler", "WATCH_KINDS", "DEFAULT_TIMEOUT"]
+__all__ = [
+    "Stepper",
+    "StopEvent",
+    "Breakpoint",
+    "Catchpoint",
+    "Watchpoint",
+    "Frame",
+    "StepperError",
+    "ProgramDisassembler",
+    "WATCH_KINDS",
+    "DEFAULT_TIMEOUT",
+]

@@ -22,7 +22,7 @@ class Breakpoint:
     location: str
     enabled: bool = True
     hits: int = 0
-    trampoline: bool = False            # at NAME@plt until a library defines NAME (gdb's choice)
+    trampoline: bool = False  # at NAME@plt until a library defines NAME (gdb's choice)
 
 
 @dataclass(eq=False)
@@ -87,7 +87,7 @@ class StopEvent:
     data_addr: int | None = None
     catchpoint: Catchpoint | None = None
     exec_path: str | None = None
-    stop_signal: int | None = None      # "signal_received": the signal (Linux number)
+    stop_signal: int | None = None  # "signal_received": the signal (Linux number)
 
     @property
     def exit_code(self) -> int | None:
@@ -107,6 +107,6 @@ class Frame:
     pc: int
     function: str | None
     uretprobe: bool = False
-    slot: int | None = None             # where this frame's return address is saved
-    cfa: int | None = None              # the caller's rsp once this frame has returned
-    signal: bool = False                # a signal delivery's frame (gdb: <signal handler called>)
+    slot: int | None = None  # where this frame's return address is saved
+    cfa: int | None = None  # the caller's rsp once this frame has returned
+    signal: bool = False  # a signal delivery's frame (gdb: <signal handler called>)

@@ -45,12 +45,28 @@ from kernel_model.mm.mm_types import PROT_EXEC, GuestFault
 
 _MASK = 0xFFFFFFFFFFFFFFFF
 # the x86-64 psABI's DWARF register numbers: 0-15 the general registers, 16 the return address
-DWARF_GPRS = ("rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp",
-              "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15")
+DWARF_GPRS = (
+    "rax",
+    "rdx",
+    "rcx",
+    "rbx",
+    "rsi",
+    "rdi",
+    "rbp",
+    "rsp",
+    "r8",
+    "r9",
+    "r10",
+    "r11",
+    "r12",
+    "r13",
+    "r14",
+    "r15",
+)
 RBP, RSP, RA = 6, 7, 16
 # the signal restorer (glibc's __restore_rt): mov rax, 15 (rt_sigreturn); syscall - the
 # bytes gdb's amd64_linux_sigtramp_p looks for
-SIGTRAMP_CODE = bytes.fromhex("48c7c00f000000" "0f05")
+SIGTRAMP_CODE = bytes.fromhex("48c7c00f0000000f05")
 
 
 class NoCfi(Exception):
@@ -67,12 +83,21 @@ def _cmp(op):
 
 
 _BINARY = {
-    "DW_OP_plus": operator.add, "DW_OP_minus": operator.sub, "DW_OP_mul": operator.mul,
-    "DW_OP_and": operator.and_, "DW_OP_or": operator.or_, "DW_OP_xor": operator.xor,
-    "DW_OP_shl": lambda a, b: a << (b & 63), "DW_OP_shr": lambda a, b: (a & _MASK) >> (b & 63),
+    "DW_OP_plus": operator.add,
+    "DW_OP_minus": operator.sub,
+    "DW_OP_mul": operator.mul,
+    "DW_OP_and": operator.and_,
+    "DW_OP_or": operator.or_,
+    "DW_OP_xor": operator.xor,
+    "DW_OP_shl": lambda a, b: a << (b & 63),
+    "DW_OP_shr": lambda a, b: (a & _MASK) >> (b & 63),
     "DW_OP_shra": lambda a, b: _signed(a) >> (b & 63),
-    "DW_OP_ge": _cmp(operator.ge), "DW_OP_gt": _cmp(operator.gt), "DW_OP_le": _cmp(operator.le),
-    "DW_OP_lt": _cmp(operator.lt), "DW_OP_eq": _cmp(operator.eq), "DW_OP_ne": _cmp(operator.ne),
+    "DW_OP_ge": _cmp(operator.ge),
+    "DW_OP_gt": _cmp(operator.gt),
+    "DW_OP_le": _cmp(operator.le),
+    "DW_OP_lt": _cmp(operator.lt),
+    "DW_OP_eq": _cmp(operator.eq),
+    "DW_OP_ne": _cmp(operator.ne),
 }
 
 
@@ -121,8 +146,7 @@ def eh_frame_hdr_index(hdr, eh_frame) -> list[tuple[int, int]] | None:
     if hdr is None or eh_frame is None:
         return None
     data, base = hdr.data(), hdr["sh_addr"]
-    if len(data) < 12 or data[0] != 1 or data[1] & 0x0F not in (0x03, 0x0B) or data[2] != 0x03 \
-            or data[3] != 0x3B:
+    if len(data) < 12 or data[0] != 1 or data[1] & 0x0F not in (0x03, 0x0B) or data[2] != 0x03 or data[3] != 0x3B:
         return None
     (count,) = struct.unpack_from("<I", data, 8)
     if 12 + 8 * count > len(data):
@@ -130,8 +154,7 @@ def eh_frame_hdr_index(hdr, eh_frame) -> list[tuple[int, int]] | None:
     flat = struct.unpack_from(f"<{2 * count}i", data, 12)
     eh_addr, eh_size = eh_frame["sh_addr"], eh_frame["sh_size"]
     index = [(base + flat[k], base + flat[k + 1] - eh_addr) for k in range(0, 2 * count, 2)]
-    if any(not 0 <= off < eh_size for _, off in index) or \
-            any(a[0] > b[0] for a, b in zip(index, index[1:])):
+    if any(not 0 <= off < eh_size for _, off in index) or any(a[0] > b[0] for a, b in zip(index, index[1:])):
         return None
     return index
 
@@ -146,8 +169,8 @@ class CfiTable:
 
     def __init__(self, image):
         self._starts: list[int] = []
-        self._targets: list = []               # per start: its FDE, or its .eh_frame offset
-        self._cfi = None                        # CallFrameInfo for the indexed lookups
+        self._targets: list = []  # per start: its FDE, or its .eh_frame offset
+        self._cfi = None  # CallFrameInfo for the indexed lookups
         self._fdes: dict[int, FDE | None] = {}
         self._rows: dict[int, list] = {}
         self._parser = None
@@ -163,16 +186,19 @@ class CfiTable:
             index = eh_frame_hdr_index(elf.get_section_by_name(".eh_frame_hdr"), eh_frame)
             if index is not None:
                 sec = dwarf.eh_frame_sec
-                self._cfi = CallFrameInfo(stream=sec.stream, size=sec.size, address=sec.address,
-                                          base_structs=dwarf.structs, for_eh_frame=True)
+                self._cfi = CallFrameInfo(
+                    stream=sec.stream, size=sec.size, address=sec.address, base_structs=dwarf.structs, for_eh_frame=True
+                )
                 self._starts = [start for start, _ in index]
                 self._targets = [off for _, off in index]
                 return
             entries = dwarf.EH_CFI_entries()
         except Exception:  # noqa: BLE001 - pyelftools raises many kinds on a bad file
             return
-        fdes = sorted(((e.header.initial_location, e) for e in entries
-                       if isinstance(e, FDE) and e.header.address_range), key=lambda t: t[0])
+        fdes = sorted(
+            ((e.header.initial_location, e) for e in entries if isinstance(e, FDE) and e.header.address_range),
+            key=lambda t: t[0],
+        )
         self._starts = [start for start, _ in fdes]
         self._targets = [fde for _, fde in fdes]
 
@@ -185,7 +211,7 @@ class CfiTable:
             return target
         if i not in self._fdes:
             try:
-                entry = self._cfi._parse_entry_at(target)   # pyelftools' FDE (and CIE) parser
+                entry = self._cfi._parse_entry_at(target)  # pyelftools' FDE (and CIE) parser
             except Exception:  # noqa: BLE001 - a malformed FDE is no CFI
                 entry = None
             self._fdes[i] = entry if isinstance(entry, FDE) else None
@@ -279,7 +305,7 @@ class Unwinder:
             return evaluate(table.expression(arg), regs, self._read, push=cfa), None
         if kind == RegisterRule.UNDEFINED:
             return None, None
-        raise NoCfi(f"rule {kind}")                 # SAME_VALUE/ARCHITECTURAL: handled by caller
+        raise NoCfi(f"rule {kind}")  # SAME_VALUE/ARCHITECTURAL: handled by caller
 
     def cfi_step(self, pc: int, regs: dict, exact: bool):
         """Unwind one frame with CFI: ``(slot, cfa, return address, caller's registers)``,
@@ -294,7 +320,7 @@ class Unwinder:
         row = table.row(link)
         if row is None:
             raise NoCfi("no FDE")
-        regs = {**regs, RA: pc}             # DW_OP_breg16 is the frame's rip (the PLT's CFA)
+        regs = {**regs, RA: pc}  # DW_OP_breg16 is the frame's rip (the PLT's CFA)
         rule = row["cfa"]
         if rule.expr is not None:
             cfa = evaluate(table.expression(rule.expr), regs, self._read)
@@ -307,8 +333,7 @@ class Unwinder:
             return None
         caller = dict(regs)
         for regno, r in row.items():
-            if regno in ("pc", "cfa", RA) or r.type in (RegisterRule.SAME_VALUE,
-                                                        RegisterRule.ARCHITECTURAL):
+            if regno in ("pc", "cfa", RA) or r.type in (RegisterRule.SAME_VALUE, RegisterRule.ARCHITECTURAL):
                 continue
             value, _ = self._rule_value(table, r, cfa, regs)
             if value is None:
@@ -349,8 +374,7 @@ class Unwinder:
         """No CFI: the stepper's frame-pointer guess, as before CFI was read."""
         s = self.stepper
         if exact:
-            slot, rbp = s._frame0_slot(SimpleNamespace(rip=pc, rsp=regs.get(RSP, 0),
-                                                       rbp=regs.get(RBP, 0)))
+            slot, rbp = s._frame0_slot(SimpleNamespace(rip=pc, rsp=regs.get(RSP, 0), rbp=regs.get(RBP, 0)))
         else:
             slot, rbp = s._rbp_slot(regs.get(RBP, 0))
         if slot is None:
@@ -377,8 +401,9 @@ class Unwinder:
         exact = True
         while len(frames) < max_frames:
             f = frames[-1]
-            if (f.function == "main" and not past_main) or (entry is not None and f.function == entry[0]
-                                                            and self._in_exe(f.pc)):
+            if (f.function == "main" and not past_main) or (
+                entry is not None and f.function == entry[0] and self._in_exe(f.pc)
+            ):
                 break
             try:
                 step = self._step(f, pc, regs, exact)
@@ -388,7 +413,7 @@ class Unwinder:
                 break
             slot, cfa, ret, caller = step
             if cfa <= prev_cfa and not f.signal:
-                break                       # not above the previous frame: corrupt stack
+                break  # not above the previous frame: corrupt stack
             via = tramp is not None and ret == tramp
             if via:
                 ret = self._original_return(slot, pending, used)
@@ -402,8 +427,9 @@ class Unwinder:
             # signal interrupted is exact (gdb's get_frame_address_in_block)
             exact = f.signal
             sig = not exact and self.is_sigtramp(ret)
-            frames.append(frame_type(len(frames), ret, self._function(ret if exact or sig else ret - 1),
-                                     via, signal=sig))
+            frames.append(
+                frame_type(len(frames), ret, self._function(ret if exact or sig else ret - 1), via, signal=sig)
+            )
             pc, regs, prev_cfa = ret, caller, cfa
         return frames
 

@@ -35,7 +35,7 @@ from kernel_model.errors import EmuError
 
 STACK_TOP = 0x7FF000010000
 STACK_SIZE = 0x10000
-XOL_PAGE = 0x7FF000100000      # the floors' out-of-line slot / trampoline page
+XOL_PAGE = 0x7FF000100000  # the floors' out-of-line slot / trampoline page
 _RBP_MARK = 0x5EED_0000_0B0B_0000
 W_RAX, W_RCX, W_RSP, W_RBP, W_R11 = (WINDOW_SLOT[GPR_NAMES.index(r)] for r in ("rax", "rcx", "rsp", "rbp", "r11"))
 
@@ -55,13 +55,16 @@ def _bare_uc(file, int3_site: str | None = None, stack=None) -> Uc:
     """``file`` (a MappedFile of the bench guest) loaded as the loader lays it out;
     ``stack``: a host buffer to map as the stack (as the machine maps guest memory)."""
     uc = Uc(UC_ARCH_X86, UC_MODE_64)
-    for seg in file.elf.segments:          # the loader's layout: text r-x, data rw-
+    for seg in file.elf.segments:  # the loader's layout: text r-x, data rw-
         start = seg.vaddr & ~0xFFF
         end = (seg.vaddr + seg.memsz + 0xFFF) & ~0xFFF
-        prot = (UC_PROT_READ if seg.flags & 4 else 0) | (UC_PROT_WRITE if seg.flags & 2 else 0) | \
-            (UC_PROT_EXEC if seg.flags & 1 else 0)
+        prot = (
+            (UC_PROT_READ if seg.flags & 4 else 0)
+            | (UC_PROT_WRITE if seg.flags & 2 else 0)
+            | (UC_PROT_EXEC if seg.flags & 1 else 0)
+        )
         uc.mem_map(start, end - start, prot)
-        uc.mem_write(seg.vaddr, file.data[seg.offset:seg.offset + seg.filesz])
+        uc.mem_write(seg.vaddr, file.data[seg.offset : seg.offset + seg.filesz])
     if stack is None:
         uc.mem_map(STACK_TOP - STACK_SIZE, STACK_SIZE, UC_PROT_READ | UC_PROT_WRITE)
     else:
@@ -73,8 +76,14 @@ def _bare_uc(file, int3_site: str | None = None, stack=None) -> Uc:
 
 MODES = ("none", "int3", "int3-native", "code-hook", "syscall")
 # hand-inlined probe hits: (loop, probed symbol) of each
-FLOORS = MappingProxyType({"floor-nop": (2, "uprobe_target_nop"), "floor-push": (3, "uprobe_target_push"),
-                           "floor-ret": (4, "uprobe_target_ret"), "floor-uretprobe": (2, "uprobe_target_nop")})
+FLOORS = MappingProxyType(
+    {
+        "floor-nop": (2, "uprobe_target_nop"),
+        "floor-push": (3, "uprobe_target_push"),
+        "floor-ret": (4, "uprobe_target_ret"),
+        "floor-uretprobe": (2, "uprobe_target_nop"),
+    }
+)
 _INTR_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p)
 _SYSCALL_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 
@@ -85,8 +94,16 @@ def _empty_hook(*_args) -> None:
 
 def _add_native_hook(uc: Uc, kind: int, fptr, *extra) -> None:
     handle = ctypes.c_size_t()
-    if uclib.uc_hook_add(uc._uch, ctypes.byref(handle), kind, ctypes.cast(fptr, ctypes.c_void_p), None,
-                         ctypes.c_uint64(1), ctypes.c_uint64(0), *extra):
+    if uclib.uc_hook_add(
+        uc._uch,
+        ctypes.byref(handle),
+        kind,
+        ctypes.cast(fptr, ctypes.c_void_p),
+        None,
+        ctypes.c_uint64(1),
+        ctypes.c_uint64(0),
+        *extra,
+    ):
         raise EmuError("cannot add a native hook")
 
 
@@ -111,24 +128,26 @@ def _floor_hooks(uc: Uc, mode: str, site: int, stack, count) -> list:
         push = mode == "floor-push"
 
         def on_trap(_uch, _intno, _data):
-            sites[win[W_RIP] - 1](None)        # regs->ip - 1: the probed address
-            if push:                            # push %rbp, emulated; rip is past it
+            sites[win[W_RIP] - 1](None)  # regs->ip - 1: the probed address
+            if push:  # push %rbp, emulated; rip is past it
                 sp = win[W_RSP] - 8
                 u64.pack_into(mem, sp - base, win[W_RBP])
                 win[W_RSP] = sp
+
         keep.append(_INTR_CB(on_trap))
         _add_native_hook(uc, UC_HOOK_INTR, keep[0])
     elif mode == "floor-ret":
         uc.mem_map(XOL_PAGE, 0x1000, UC_PROT_READ | UC_PROT_EXEC)
-        uc.mem_write(XOL_PAGE, b"\xc3")      # the slot: a copy of the probed ret
+        uc.mem_write(XOL_PAGE, b"\xc3")  # the slot: a copy of the probed ret
 
         def on_trap(_uch, intno, _data):
             if intno == 3:
                 sites[win[W_RIP] - 1](None)
-                win[W_RIP] = XOL_PAGE           # pre_xol: rip to the slot, TF set
+                win[W_RIP] = XOL_PAGE  # pre_xol: rip to the slot, TF set
                 win[W_EFLAGS] |= TF
-            else:                               # #DB after the slot: ret set rip itself
+            else:  # #DB after the slot: ret set rip itself
                 win[W_EFLAGS] &= ~TF
+
         keep.append(_INTR_CB(on_trap))
         _add_native_hook(uc, UC_HOOK_INTR, keep[0])
     else:
@@ -140,22 +159,23 @@ def _floor_hooks(uc: Uc, mode: str, site: int, stack, count) -> list:
         read_reg = uclib.uc_reg_read
         three = struct.Struct("<3Q")
 
-        def on_trap(_uch, _intno, _data):      # entry: hijack the return address
+        def on_trap(_uch, _intno, _data):  # entry: hijack the return address
             off = win[W_RSP] - base
             ris.append(u64.unpack_from(mem, off)[0])
             u64.pack_into(mem, off, XOL_PAGE)
 
-        def on_syscall(_uch, _data):            # sys_uretprobe
+        def on_syscall(_uch, _data):  # sys_uretprobe
             ip = win[W_RIP] + 2
             if ip != check:
                 raise EmuError("syscall outside the trampoline")
             off = win[W_RSP] - base
             _r11, cx, ax = three.unpack_from(mem, off)
             ris_top = ris.pop()
-            sites[site](None)                   # the return consumer
+            sites[site](None)  # the return consumer
             three.pack_into(mem, off, _r11, cx, ris_top)
             read_reg(uc._uch, X.UC_X86_REG_EFLAGS, ctypes.byref(flags))
             win[W_RAX], win[W_RCX], win[W_R11] = ax, ip, flags.value
+
         keep += [_INTR_CB(on_trap), _SYSCALL_CB(on_syscall)]
         _add_native_hook(uc, UC_HOOK_INTR, keep[0])
         _add_native_hook(uc, UC_HOOK_INSN, keep[1], ctypes.c_int(X.UC_X86_INS_SYSCALL))
@@ -182,21 +202,30 @@ def bare_run(file, loop: int, n: int, mode: str = "none") -> float:
         uc = _bare_uc(file, target, stack)
     else:
         uc = _bare_uc(file, "uprobe_target_nop" if int3 else None)
-    keep: object = None                 # what must outlive the run: the native callbacks
+    keep: object = None  # what must outlive the run: the native callbacks
     hits = [0]
     if int3:
         loop = 2
     if mode in FLOORS:
+
         def count(_ctx):
             hits[0] += 1
+
         keep = _floor_hooks(uc, mode, file.elf.resolve(FLOORS[mode][1]).value, stack, count)
     elif mode == "int3":
         uc.hook_add(UC_HOOK_INTR, lambda uc, intno, data: None)
     elif mode == "int3-native":
         keep = native = _INTR_CB(_empty_hook)
         handle = ctypes.c_size_t()
-        if uclib.uc_hook_add(uc._uch, ctypes.byref(handle), UC_HOOK_INTR, ctypes.cast(native, ctypes.c_void_p),
-                             None, ctypes.c_uint64(1), ctypes.c_uint64(0)):
+        if uclib.uc_hook_add(
+            uc._uch,
+            ctypes.byref(handle),
+            UC_HOOK_INTR,
+            ctypes.cast(native, ctypes.c_void_p),
+            None,
+            ctypes.c_uint64(1),
+            ctypes.c_uint64(0),
+        ):
             raise EmuError("cannot add the native interrupt hook")
     elif mode == "code-hook":
         site = file.elf.resolve("uprobe_target_nop").value
@@ -210,12 +239,12 @@ def bare_run(file, loop: int, n: int, mode: str = "none") -> float:
     uc.reg_write(X.UC_X86_REG_RSP, sp)
     uc.reg_write(X.UC_X86_REG_R12, n)
     uc.reg_write(X.UC_X86_REG_R14, loop)
-    uc.reg_write(X.UC_X86_REG_RBP, _RBP_MARK)   # callee-saved: the loop must give it back
+    uc.reg_write(X.UC_X86_REG_RBP, _RBP_MARK)  # callee-saved: the loop must give it back
     start = file.elf.resolve("dispatch").value
     t0 = time.perf_counter()
     uc.emu_start(start, done)
     dt = time.perf_counter() - t0
-    del keep                                 # the native callback outlived the run
+    del keep  # the native callback outlived the run
     if uc.reg_read(X.UC_X86_REG_R12) != 0:
         raise EmuError("bare Unicorn baseline did not complete its loop")
     if mode in FLOORS and hits[0] != n:
@@ -228,10 +257,10 @@ def bare_run(file, loop: int, n: int, mode: str = "none") -> float:
 # ----------------------------------------------------------------------------- per-unit engine costs
 
 _CODE_PAGE = 0x400000
-_ADD_RAX_1 = b"\x48\x83\xc0\x01"             # add rax, 1
-_JMP_NEXT = b"\xeb\x00"                      # jmp to the next instruction: ends the block
-_NOP2 = b"\x66\x90"                          # a two-byte nop: the same count, one block
-_LOOP_TAIL = b"\x48\xff\xc9"                 # dec rcx (jnz back appended)
+_ADD_RAX_1 = b"\x48\x83\xc0\x01"  # add rax, 1
+_JMP_NEXT = b"\xeb\x00"  # jmp to the next instruction: ends the block
+_NOP2 = b"\x66\x90"  # a two-byte nop: the same count, one block
+_LOOP_TAIL = b"\x48\xff\xc9"  # dec rcx (jnz back appended)
 BLOCKS_PER_ITERATION = 64
 
 
@@ -252,7 +281,7 @@ def _timed_loop(code: bytes, n: int, hook=None) -> float:
     if hook is not None:
         keep = _SYSCALL_CB(hook)
         _add_native_hook(uc, UC_HOOK_INSN, keep, ctypes.c_int(X.UC_X86_INS_SYSCALL))
-    uc.reg_write(X.UC_X86_REG_RCX, 1)              # translate once, untimed
+    uc.reg_write(X.UC_X86_REG_RCX, 1)  # translate once, untimed
     uc.emu_start(_CODE_PAGE, _CODE_PAGE + len(code))
     uc.reg_write(X.UC_X86_REG_RCX, n)
     t0 = time.perf_counter()

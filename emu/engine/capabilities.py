@@ -38,24 +38,39 @@ def engine_capabilities() -> list[dict]:
     counter = instruction_counter_available()
     excp = exception_state_known()
     return [
-        {"name": "register window", "ok": window,
-         "detail": "registers read and written in Unicorn's CPU state in place; breakpoint fast paths "
-                   "for probed emulated instructions" if window else
-         "CPU state layout not recognised: one native batch call per trap instead, and every probe hit "
-         "through the general int3 path"},
-        {"name": "native block quantum", "ok": quantum,
-         "detail": "time slices counted by a native block hook" if quantum else
-         "no executable page or not x86-64 Linux: slices counted per instruction (slower with threads)"},
-        {"name": "instruction counter", "ok": counter,
-         "detail": "exact instruction budgets and reverse execution" if counter else
-         "Unicorn's emu_counter not found: no exact budgets, no reverse execution"},
-        {"name": "exception state", "ok": excp,
-         "detail": "page faults read their error code and end their delivery in place" if excp else
-         "CPU exception fields not found: error codes rebuilt, repeated page faults become double faults"},
+        {
+            "name": "register window",
+            "ok": window,
+            "detail": "registers read and written in Unicorn's CPU state in place; breakpoint fast paths "
+            "for probed emulated instructions"
+            if window
+            else "CPU state layout not recognised: one native batch call per trap instead, and every probe hit "
+            "through the general int3 path",
+        },
+        {
+            "name": "native block quantum",
+            "ok": quantum,
+            "detail": "time slices counted by a native block hook"
+            if quantum
+            else "no executable page or not x86-64 Linux: slices counted per instruction (slower with threads)",
+        },
+        {
+            "name": "instruction counter",
+            "ok": counter,
+            "detail": "exact instruction budgets and reverse execution"
+            if counter
+            else "Unicorn's emu_counter not found: no exact budgets, no reverse execution",
+        },
+        {
+            "name": "exception state",
+            "ok": excp,
+            "detail": "page faults read their error code and end their delivery in place"
+            if excp
+            else "CPU exception fields not found: error codes rebuilt, repeated page faults become double faults",
+        },
     ]
 
 
 def describe(caps: list[dict]) -> str:
     """One line: ``engine: register window in place, ...`` with each fallback named."""
-    return "engine: " + "; ".join(f"{c['name']} {'in use' if c['ok'] else 'FALLBACK'} ({c['detail']})"
-                                  for c in caps)
+    return "engine: " + "; ".join(f"{c['name']} {'in use' if c['ok'] else 'FALLBACK'} ({c['detail']})" for c in caps)

@@ -103,30 +103,30 @@ class Cpu(Engine):
     checkpoint_keep = ("fpu", "_live_hooks", "_retired_thunks", "tb_mode", "ram", "_ucs", "fault_retry")
 
     quantum: BlockQuantum
-    handler: TrapHandler          # set_trap_handler, before the first address space
+    handler: TrapHandler  # set_trap_handler, before the first address space
 
     def __init__(self) -> None:
-        self.fpu = FpuUnit()                # XSAVE images of the tasks' FPU state
-        self.ram = PhysicalMemory()         # the machine's RAM, physical memory of every instance
-        self._ucs: weakref.WeakSet[Uc] = weakref.WeakSet()     # the live instances (each maps every zone)
+        self.fpu = FpuUnit()  # XSAVE images of the tasks' FPU state
+        self.ram = PhysicalMemory()  # the machine's RAM, physical memory of every instance
+        self._ucs: weakref.WeakSet[Uc] = weakref.WeakSet()  # the live instances (each maps every zone)
         self.ram.zone_listeners.append(self._map_zone)
         self.ram.on_recycle = self._drop_all_translations
-        self.quantum = BlockQuantum()       # the time slice, counted natively in blocks
-        self.handler = None                 # type: ignore[assignment]  # until set_trap_handler
-        self.running = False                # inside emu_start
-        self.in_step = False                # a single step: a hook added then does not restart
+        self.quantum = BlockQuantum()  # the time slice, counted natively in blocks
+        self.handler = None  # type: ignore[assignment]  # until set_trap_handler
+        self.running = False  # inside emu_start
+        self.in_step = False  # a single step: a hook added then does not restart
         self.stopped_by_hook = False
         self.hook_error: BaseException | None = None
         self.pending_fault: tuple[str, int] | None = None
-        self.tb_mode: tuple[Uc, str] | None = None      # (uc, "step" | "free"): see translation_mode
-        self._retired_thunks: list = []     # ctypes callbacks of removed hooks (see remove_hook)
+        self.tb_mode: tuple[Uc, str] | None = None  # (uc, "step" | "free"): see translation_mode
+        self._retired_thunks: list = []  # ctypes callbacks of removed hooks (see remove_hook)
         self._live_hooks: set = set()
-        self.icount = 0                     # instructions retired by counted runs and steps
-        self.emu_base = 0                   # icount when the current emu_start began
-        self.emu_count = 0                  # that emu_start's count (0: not counted)
-        self.in_code_hook = False           # a front end's code or memory hook is running
-        self.stop_precounted = False        # it stopped the CPU before its instruction ran
-        self.emu_uc = None                  # the Unicorn instance of the last emu_start
+        self.icount = 0  # instructions retired by counted runs and steps
+        self.emu_base = 0  # icount when the current emu_start began
+        self.emu_count = 0  # that emu_start's count (0: not counted)
+        self.in_code_hook = False  # a front end's code or memory hook is running
+        self.stop_precounted = False  # it stopped the CPU before its instruction ran
+        self.emu_uc = None  # the Unicorn instance of the last emu_start
         # (rip, code hook thunks) after a handled page fault: the faulting instruction runs
         # again, and each hook that saw it once must not see it twice
         self.fault_retry: tuple | None = None
@@ -143,12 +143,12 @@ class Cpu(Engine):
             mmu.map_ram(uc, zone)
         # The machine's state of an instance rides on it as uemu_* attributes (a Uc has a
         # __dict__): what its hooks and the checkpoint find from the instance alone.
-        uc.uemu_ram = self.ram              # type: ignore[attr-defined]  # the RAM outlives every instance
+        uc.uemu_ram = self.ram  # type: ignore[attr-defined]  # the RAM outlives every instance
         self._ucs.add(uc)
         mem = Memory(uc, counters, limit, self.ram)
-        uc.uemu_mem = weakref.ref(mem)      # type: ignore[attr-defined]  # the mm whose tables it walks
+        uc.uemu_mem = weakref.ref(mem)  # type: ignore[attr-defined]  # the mm whose tables it walks
         regfile = RegisterFile(uc)
-        mem.release_listeners.append(regfile.release)     # no register access into a closed CPU
+        mem.release_listeners.append(regfile.release)  # no register access into a closed CPU
         self._install_hooks(uc, regfile)
         self.fpu.init(uc)
         return uc, mem, regfile
@@ -159,8 +159,11 @@ class Cpu(Engine):
         if not self._live_hooks:
             return
         rip = uc.reg_read(X.UC_X86_REG_RIP)
-        thunks = {h.thunk for h in self._live_hooks if h.thunk is not None and h.uc is uc
-                  and (h.begin > h.end or h.begin <= rip <= h.end)}
+        thunks = {
+            h.thunk
+            for h in self._live_hooks
+            if h.thunk is not None and h.uc is uc and (h.begin > h.end or h.begin <= rip <= h.end)
+        }
         self.fault_retry = (rip, thunks) if thunks else None
 
     def _map_zone(self, zone) -> None:
@@ -183,8 +186,8 @@ class Cpu(Engine):
         Unicorn instance, with the trap hooks, behind the same Memory."""
         uc, unused, regfile = self.new_space(mem.counters, mem.limit)
         mem.adopt(uc)
-        unused.pt.release()                 # its empty Memory is not used (after the adopt:
-        uc.uemu_mem = weakref.ref(mem)      # type: ignore[attr-defined]  # (the RAM has a user throughout)
+        unused.pt.release()  # its empty Memory is not used (after the adopt:
+        uc.uemu_mem = weakref.ref(mem)  # type: ignore[attr-defined]  # (the RAM has a user throughout)
         mem.release_listeners.append(regfile.release)
         return uc, regfile
 
@@ -202,13 +205,13 @@ class Cpu(Engine):
         general_protection = h.exc_general_protection
         access_fault = h.trap_access_fault
         failed = self.trap_failed
-        fast: dict = {}                     # breakpoint address -> fast path (see set_breakpoint_fast_path)
+        fast: dict = {}  # breakpoint address -> fast path (see set_breakpoint_fast_path)
         uc.uemu_fast_int3 = fast
         win = regfile.window
-        uc.uemu_fast_ok = win is not None   # the fast paths read and store rip in place
+        uc.uemu_fast_ok = win is not None  # the fast paths read and store rip in place
 
         def on_interrupt(_uch, intno, _data):
-            try:                            # vectors as plain ints: Vector.BP, Vector.DB
+            try:  # vectors as plain ints: Vector.BP, Vector.DB
                 if intno == 3:
                     if fast:
                         site = fast.get(win[W_RIP] - 1)
@@ -228,7 +231,7 @@ class Cpu(Engine):
                 elif intno == 1:
                     debug(uc)
                 else:
-                    delivered(uc)           # #DE, #GP: no double fault for the next one
+                    delivered(uc)  # #DE, #GP: no double fault for the next one
                     if intno == 13 and not is_int(uc):
                         general_protection(uc)
                     else:
@@ -247,11 +250,21 @@ class Cpu(Engine):
                 failed(e, uc)
 
         native = (_INTR_CB(on_interrupt), _SYSCALL_CB(on_syscall))
-        for kind, fptr, extra in ((UC_HOOK_INTR, native[0], ()),
-                                  (UC_HOOK_INSN, native[1], (ctypes.c_int(X.UC_X86_INS_SYSCALL),))):
+        for kind, fptr, extra in (
+            (UC_HOOK_INTR, native[0], ()),
+            (UC_HOOK_INSN, native[1], (ctypes.c_int(X.UC_X86_INS_SYSCALL),)),
+        ):
             handle = ctypes.c_size_t()
-            status = uclib.uc_hook_add(uc._uch, ctypes.byref(handle), kind, ctypes.cast(fptr, ctypes.c_void_p),
-                                       None, ctypes.c_uint64(1), ctypes.c_uint64(0), *extra)
+            status = uclib.uc_hook_add(
+                uc._uch,
+                ctypes.byref(handle),
+                kind,
+                ctypes.cast(fptr, ctypes.c_void_p),
+                None,
+                ctypes.c_uint64(1),
+                ctypes.c_uint64(0),
+                *extra,
+            )
             if status:
                 raise UcError(status)
         uc.uemu_native_hooks = native
@@ -291,7 +304,7 @@ class Cpu(Engine):
         self.quantum.arm(blocks)
         self.emu_uc = uc
         self.running = True
-        mmu.exception_delivered(uc)         # see there: the last emu_start's end left one
+        mmu.exception_delivered(uc)  # see there: the last emu_start's end left one
         self.fault_retry = None
         try:
             uc.emu_start(rip, _NEVER, timeout=int(timeout * 1_000_000) if timeout else 0, count=count)
@@ -332,10 +345,10 @@ class Cpu(Engine):
         # given the process a new one (the old lives until Unicorn has left it)
         ran = emu_counter(self.emu_uc if self.emu_uc is not None and self.emu_uc._uch else uc)
         if ran is None:
-            return count if not stopped_early else 1     # at least the trapping insn
+            return count if not stopped_early else 1  # at least the trapping insn
         ran = min(ran, count)
         if self.stop_precounted and not self.running:
-            ran -= 1                 # a code hook stopped before its instruction
+            ran -= 1  # a code hook stopped before its instruction
         return max(0 if self.stop_precounted else 1, ran)
 
     def insn_clock(self, uc) -> int:
@@ -415,7 +428,7 @@ class Cpu(Engine):
         try:
             first = mem.read_byte(rip)
             if first not in _LEGACY_PREFIXES:
-                return 0                    # a pause starts with a legacy prefix (f3)
+                return 0  # a pause starts with a legacy prefix (f3)
             code = mem.read(rip, 15)
         except GuestFault:
             return 0
@@ -426,7 +439,7 @@ class Cpu(Engine):
             i += 1
         if 0x40 <= code[i] <= 0x4F:
             if code[i] & 1:
-                return 0                    # REX.B 90 is xchg %r8,%rax
+                return 0  # REX.B 90 is xchg %r8,%rax
             i += 1
         return i + 1 if rep and code[i] == 0x90 else 0
 
@@ -454,6 +467,7 @@ class Cpu(Engine):
         if not count:
             return True
         from capstone import CS_ARCH_X86, CS_MODE_64, Cs  # only here: a run does not load it
+
         cs = Cs(CS_ARCH_X86, CS_MODE_64)
         for k in range(2, 16):
             try:
@@ -479,10 +493,11 @@ class Cpu(Engine):
         if getattr(fn, "native", False):
             thunk = fn
         else:
+
             def thunk(_handle, address, size, _user_data):
                 retry = self.fault_retry
                 if retry is not None and address == retry[0] and thunk in retry[1]:
-                    retry[1].discard(thunk)      # the instruction a handled fault re-runs
+                    retry[1].discard(thunk)  # the instruction a handled fault re-runs
                     return
                 self.in_code_hook = True
                 try:
@@ -491,16 +506,23 @@ class Cpu(Engine):
                     self.hook_failed(e, uc)
                 finally:
                     self.in_code_hook = False
+
         fptr = _CODE_CB(thunk)
         handle = ctypes.c_size_t()
-        status = uclib.uc_hook_add(uc._uch, ctypes.byref(handle), UC_HOOK_CODE,
-                                   ctypes.cast(fptr, ctypes.c_void_p), None,
-                                   ctypes.c_uint64(begin), ctypes.c_uint64(end))
+        status = uclib.uc_hook_add(
+            uc._uch,
+            ctypes.byref(handle),
+            UC_HOOK_CODE,
+            ctypes.cast(fptr, ctypes.c_void_p),
+            None,
+            ctypes.c_uint64(begin),
+            ctypes.c_uint64(end),
+        )
         if status:
             raise UcError(status)
         hook = Hook(uc, handle.value, fptr, begin, end)
         hook.thunk = thunk
-        self._live_hooks.add(hook)       # the native thunk lives as long as the hook
+        self._live_hooks.add(hook)  # the native thunk lives as long as the hook
         self._flush_range(uc, begin, end)
         return hook
 
@@ -519,16 +541,17 @@ class Cpu(Engine):
                 fn(access, address, size, value)
             finally:
                 self.in_code_hook = False
+
         hook = PagedMemHook(uc, uc.uemu_mem(), kind, begin, end, cb)
         self._live_hooks.add(hook)
-        self._flush_range(uc, 1, 0)         # translations made without a memory hook skip it
+        self._flush_range(uc, 1, 0)  # translations made without a memory hook skip it
         return hook
 
     def remove_hook(self, hook: HookHandle) -> None:
         """Remove a hook of :meth:`add_code_hook` / :meth:`add_mem_hook` (idempotent)."""
         if hook.handle is None or hook.uc is None:
             return
-        if hook.uc._uch is None:             # its address space is gone (exit, exec)
+        if hook.uc._uch is None:  # its address space is gone (exit, exec)
             self._live_hooks.discard(hook)
             hook.handle = None
             return
@@ -537,7 +560,7 @@ class Cpu(Engine):
         elif hook.binding:
             hook.uc.hook_del(hook.handle)
         else:
-            uclib.uc_hook_del(hook.uc._uch, ctypes.c_size_t(hook.handle))   # type: ignore[arg-type]  # a Hook's int
+            uclib.uc_hook_del(hook.uc._uch, ctypes.c_size_t(hook.handle))  # type: ignore[arg-type]  # a Hook's int
             # keep the ctypes thunk alive: Unicorn may still be inside this very callback
             self._retired_thunks.append(hook.fptr)
             del self._retired_thunks[:-64]

@@ -17,14 +17,20 @@ _FPU_CODE, _FPU_BUF = 0x10000, 0x11000
 # the scratch instance's own page tables (the borrowed state has paging on): PML4, PDPT,
 # PD and PT, mapping the code and buffer pages one to one
 _FPU_PML4 = 0x12000
-_FPU_TABLES = {_FPU_PML4: 0x13000 | 0x67, 0x13000: 0x14000 | 0x67, 0x14000: 0x15000 | 0x67,
-               0x15000 + (_FPU_CODE >> 12) * 8: _FPU_CODE | 0x67,
-               0x15000 + (_FPU_BUF >> 12) * 8: _FPU_BUF | 0x67}
+_FPU_TABLES = {
+    _FPU_PML4: 0x13000 | 0x67,
+    0x13000: 0x14000 | 0x67,
+    0x14000: 0x15000 | 0x67,
+    0x15000 + (_FPU_CODE >> 12) * 8: _FPU_CODE | 0x67,
+    0x15000 + (_FPU_BUF >> 12) * 8: _FPU_BUF | 0x67,
+}
 # the instructions, each at its own address (written once: no retranslation per use)
 _XSAVE, _XRSTOR, _FXRSTOR = _FPU_CODE, _FPU_CODE + 16, _FPU_CODE + 32
-_FPU_TEXT = {_XSAVE: b"\x48\x0f\xae\x27",     # xsave64 (%rdi)
-             _XRSTOR: b"\x48\x0f\xae\x2f",    # xrstor64 (%rdi)
-             _FXRSTOR: b"\x48\x0f\xae\x0f"}   # fxrstor64 (%rdi)
+_FPU_TEXT = {
+    _XSAVE: b"\x48\x0f\xae\x27",  # xsave64 (%rdi)
+    _XRSTOR: b"\x48\x0f\xae\x2f",  # xrstor64 (%rdi)
+    _FXRSTOR: b"\x48\x0f\xae\x0f",
+}  # fxrstor64 (%rdi)
 # the registers the scratch run uses: rdi, rax, rdx, rip, eflags
 _FPU_REGS = (X.UC_X86_REG_RDI, X.UC_X86_REG_RAX, X.UC_X86_REG_RDX, X.UC_X86_REG_RIP, X.UC_X86_REG_EFLAGS)
 
@@ -51,7 +57,7 @@ class FpuUnit(Fpu):
     def _scratch(self) -> Uc:
         if self._uc is None:
             uc = Uc(UC_ARCH_X86, UC_MODE_64)
-            uc.ctl_set_tcg_buffer_size(4 << 20)     # three instructions: not the default 1 GiB
+            uc.ctl_set_tcg_buffer_size(4 << 20)  # three instructions: not the default 1 GiB
             uc.mem_map(_FPU_CODE, 0x6000)
             for at, insn in _FPU_TEXT.items():
                 uc.mem_write(at, insn)
@@ -61,7 +67,7 @@ class FpuUnit(Fpu):
         return self._uc
 
     def _batch(self, fn, ptrs) -> None:
-        status = fn(self._uc._uch, self._ids, ptrs, len(_FPU_REGS))     # type: ignore[union-attr]  # made by then
+        status = fn(self._uc._uch, self._ids, ptrs, len(_FPU_REGS))  # type: ignore[union-attr]  # made by then
         if status:
             raise UcError(status)
 
@@ -74,12 +80,12 @@ class FpuUnit(Fpu):
         cr3 = s.reg_read(X.UC_X86_REG_CR3)
         paged = s.reg_read(X.UC_X86_REG_CR0) >> 31
         if paged:
-            s.reg_write(X.UC_X86_REG_CR3, _FPU_PML4)        # the scratch's own tables
+            s.reg_write(X.UC_X86_REG_CR3, _FPU_PML4)  # the scratch's own tables
         self._batch(uclib.uc_reg_read_batch, self._saved_ptrs)
         if image is not None:
             s.mem_write(_FPU_BUF, image)
         self._setup[:] = [_FPU_BUF, rfbm & 0xFFFFFFFF, rfbm >> 32, at, self._saved[4] & ~TF]
-        self._batch(uclib.uc_reg_write_batch, self._setup_ptrs)   # no single-step trap in here
+        self._batch(uclib.uc_reg_write_batch, self._setup_ptrs)  # no single-step trap in here
         s.emu_start(at, at + 4)
         out = bytes(s.mem_read(_FPU_BUF, fpu.USER_XSTATE_SIZE))
         if image is not None:
@@ -107,7 +113,7 @@ class FpuUnit(Fpu):
         """FXRSTOR the legacy region (fx-only restore); False on a reserved MXCSR bit."""
         if not fpu.valid_for_restore(image, header=False):
             return False
-        self._run(uc, _FXRSTOR, 0, image[:fpu.FXSAVE_SIZE].ljust(fpu.USER_XSTATE_SIZE, b"\0"))
+        self._run(uc, _FXRSTOR, 0, image[: fpu.FXSAVE_SIZE].ljust(fpu.USER_XSTATE_SIZE, b"\0"))
         return True
 
     def init(self, uc: Uc, features: int = fpu.USER_XFEATURES) -> None:

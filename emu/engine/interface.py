@@ -27,11 +27,12 @@ from typing import Protocol
 class Vector(IntEnum):
     """The exception vectors the engine tells apart (any other vector is a software
     ``int $n``, reported with its number)."""
-    DE = 0          # divide error
-    DB = 1          # debug: single-step (TF)
-    BP = 3          # breakpoint: int3
-    GP = 13         # general protection fault (a non-canonical address, a privileged instruction)
-    PF = 14         # page fault (CR2: the address)
+
+    DE = 0  # divide error
+    DB = 1  # debug: single-step (TF)
+    BP = 3  # breakpoint: int3
+    GP = 13  # general protection fault (a non-canonical address, a privileged instruction)
+    PF = 14  # page fault (CR2: the address)
 
 
 # What a breakpoint fast path returns when the registers were stored by the trap's
@@ -247,7 +248,7 @@ class Engine(ABC):
 
     @abstractmethod
     def translation_mode(self, cpu, mode: str) -> None:
-        """"step" or "run": counted single steps and free runs need different
+        """ "step" or "run": counted single steps and free runs need different
         translations."""
 
     @abstractmethod

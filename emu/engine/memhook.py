@@ -21,10 +21,10 @@ class PagedMemHook:
     def __init__(self, uc, mem, kind: int, begin: int, end: int, call):
         self.uc, self.mem, self.kind = uc, mem, kind
         self.begin, self.end = begin, end
-        self.call = call                   # (virtual address, size, value) -> None
-        self.handle: PagedMemHook | None = self    # not None while installed (see Cpu.remove_hook)
-        self.thunk = None                  # not a code hook
-        self._runs: list = []              # Unicorn handles, one per run of frames
+        self.call = call  # (virtual address, size, value) -> None
+        self.handle: PagedMemHook | None = self  # not None while installed (see Cpu.remove_hook)
+        self.thunk = None  # not a code hook
+        self._runs: list = []  # Unicorn handles, one per run of frames
         self._everywhere = None
         if begin > end:
             self._everywhere = uc.hook_add(kind, self._on_any, None, 1, 0)
@@ -40,7 +40,7 @@ class PagedMemHook:
             self.uc.hook_del(handle)
         self._runs = []
         ptes = self.mem.pt.ptes
-        run = None                          # [first vpn, first frame, last vpn]
+        run = None  # [first vpn, first frame, last vpn]
         for vpn in self.mem.pt.vpns_in(self.begin, self.end + 1):
             frame = ptes[vpn] & PTE_PFN_MASK
             if run is not None and vpn == run[2] + 1 and frame == run[1] + ((vpn - run[0]) << 12):
@@ -56,8 +56,9 @@ class PagedMemHook:
         lo = max(self.begin, first << 12)
         hi = min(self.end, (last << 12) | 0xFFF)
         base = first << 12
-        self._runs.append(self.uc.hook_add(self.kind, self._on_page, (base, frame),
-                                           frame + lo - base, frame + hi - base))
+        self._runs.append(
+            self.uc.hook_add(self.kind, self._on_page, (base, frame), frame + lo - base, frame + hi - base)
+        )
 
     def _moved(self, _vpn: int) -> None:
         self._rebuild()

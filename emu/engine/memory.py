@@ -66,9 +66,9 @@ _NO_VMAS: tuple = ()
 # (lo, hi, view, base): [lo, hi) of the guest reads or writes straight through ``view``
 # of the frame, at ``addr - base``
 _Window = tuple[int, int, memoryview, int]
-_NO_PAGE: _Window = (1, 0, memoryview(b""), 0)     # an empty window (lo > hi: never looked into)
+_NO_PAGE: _Window = (1, 0, memoryview(b""), 0)  # an empty window (lo > hi: never looked into)
 _PROT_RW, _PROT_RWX = PROT_READ | PROT_WRITE, PROT_READ | PROT_WRITE | PROT_EXEC
-FAULT_AROUND_PAGES = 16             # do_fault_around's window (fault_around_bytes = 64 KiB)
+FAULT_AROUND_PAGES = 16  # do_fault_around's window (fault_around_bytes = 64 KiB)
 
 
 class Memory:
@@ -86,23 +86,23 @@ class Memory:
         self.counters = counters
         self.limit = limit if limit is not None else MemoryLimit(None)
         self.ram = ram
-        self.pt = PageTable(ram) if ram is not None else None      # type: ignore[assignment]
+        self.pt = PageTable(ram) if ram is not None else None  # type: ignore[assignment]
         self.vmas: list[Vma] = []
         self._starts: list[int] = []
-        self.vma_gen = 0                       # bumped by every change of the VMA list
-        self._by_file: tuple = (-1, {})        # (vma_gen, {file: [Vma]}): see file_vmas
-        self._last: Vma | None = None          # last mapping a user access checked
-        self._rpage: _Window = _NO_PAGE        # a page user reads may read straight from
-        self._wpage: _Window = _NO_PAGE        # a page user writes may write straight into
-        self._kpage: _Window = _NO_PAGE        # the page the last raw read read from
-        self.text_write_listeners: list = []   # callables (start, end) -> None
-        self.release_listeners: list = []      # callables () -> None, run as the engine closes
+        self.vma_gen = 0  # bumped by every change of the VMA list
+        self._by_file: tuple = (-1, {})  # (vma_gen, {file: [Vma]}): see file_vmas
+        self._last: Vma | None = None  # last mapping a user access checked
+        self._rpage: _Window = _NO_PAGE  # a page user reads may read straight from
+        self._wpage: _Window = _NO_PAGE  # a page user writes may write straight into
+        self._kpage: _Window = _NO_PAGE  # the page the last raw read read from
+        self.text_write_listeners: list = []  # callables (start, end) -> None
+        self.release_listeners: list = []  # callables () -> None, run as the engine closes
         if uc is not None and self.pt is not None:
             mmu.enable_paging(uc, self.pt.pgd)
 
     # -- lookup -------------------------------------------------------------
     def _reindex(self) -> None:
-        self.vma_gen += 1                # what was looked up by address may have moved
+        self.vma_gen += 1  # what was looked up by address may have moved
         self._last = None
         self._rpage = self._wpage = self._kpage = _NO_PAGE
         self.vmas.sort(key=lambda v: v.start)
@@ -155,8 +155,9 @@ class Memory:
         """Pages that have a frame (what /proc/PID/statm calls resident)."""
         return len(self.pt.ptes) if self.pt is not None else 0
 
-    def get_unmapped_area(self, length: int, hint: int | None = None,
-                          low: int = MMAP_MIN_ADDR, high: int = MMAP_BASE) -> int | None:
+    def get_unmapped_area(
+        self, length: int, hint: int | None = None, low: int = MMAP_MIN_ADDR, high: int = MMAP_BASE
+    ) -> int | None:
         """The kernel's top-down search: the hint if free, else the highest free gap
         below ``high`` (and above ``low``)."""
         length = page_up(length)
@@ -305,21 +306,22 @@ class Memory:
         """Read the file's pages into fresh frames for [start, end) (filemap_fault;
         the whole range at once, the file as it is now).  Pages wholly past the end of
         the file stay unpopulated: they fault in as zeros."""
-        vma: Vma = self.find_vma(start)      # type: ignore[assignment]  # [start, end) is mapped
+        vma: Vma = self.find_vma(start)  # type: ignore[assignment]  # [start, end) is mapped
         pt, ram = self.pt, self.ram
         n = max(0, min((end - start) >> 12, (file.size - offset + PAGE_SIZE - 1) >> 12))
         frames = ram.alloc_run(n)
         ram.file_frames.update(frames)
         if vma.prot & PROT_EXEC:
             ram.exec_frames.update(frames)
-        consecutive = n and frames[-1] - frames[0] == (n - 1) * PAGE_SIZE and \
-            ram.zone_of(frames[0]) is ram.zone_of(frames[-1])
+        consecutive = (
+            n and frames[-1] - frames[0] == (n - 1) * PAGE_SIZE and ram.zone_of(frames[0]) is ram.zone_of(frames[-1])
+        )
         if host_fd is not None and consecutive:
             host, want, off = ram.host(frames[0]), n * PAGE_SIZE, offset
             while want > 0:
                 got = _libc.pread(host_fd, host, want, off)
                 if got <= 0:
-                    break                      # EOF (or a read error): the rest stays zero
+                    break  # EOF (or a read error): the rest stays zero
                 host, want, off = host + got, want - got, off + got
         else:
             for i, frame in enumerate(frames):
@@ -338,9 +340,19 @@ class Memory:
         self._tables_changed()
 
     # -- mapping --------------------------------------------------------------
-    def map(self, start: int, size: int, prot: int, name: str = "", *,
-            file: MappedFile | None = None, pgoff: int = 0, data: bytes = b"",
-            special: bool = False, mayprot: int | None = None) -> Vma:
+    def map(
+        self,
+        start: int,
+        size: int,
+        prot: int,
+        name: str = "",
+        *,
+        file: MappedFile | None = None,
+        pgoff: int = 0,
+        data: bytes = b"",
+        special: bool = False,
+        mayprot: int | None = None,
+    ) -> Vma:
         """Map [start, start+size) (replacing what was there, as MAP_FIXED does).
 
         Raises :class:`MemoryLimitExceeded` past the memory limit or vm.max_map_count;
@@ -351,16 +363,24 @@ class Memory:
         if len(self.vmas) >= MAX_MAP_COUNT:
             raise MemoryLimitExceeded(f"more than {MAX_MAP_COUNT} mappings (vm.max_map_count)")
         overlap = self.mapped_bytes(start, end)
-        self.limit.charge(end - start - overlap)     # raises before anything changes
+        self.limit.charge(end - start - overlap)  # raises before anything changes
         if overlap:
-            self.unmap(start, end - start)           # uncharges the replaced bytes,
-            self.limit.used += overlap               # which the new mapping now holds
-        vma = Vma(start, end, prot, name, file, pgoff, special,
-                  mayprot=prot if special and mayprot is None else PROT_ALL if mayprot is None else mayprot)
+            self.unmap(start, end - start)  # uncharges the replaced bytes,
+            self.limit.used += overlap  # which the new mapping now holds
+        vma = Vma(
+            start,
+            end,
+            prot,
+            name,
+            file,
+            pgoff,
+            special,
+            mayprot=prot if special and mayprot is None else PROT_ALL if mayprot is None else mayprot,
+        )
         self.vmas.append(vma)
         self._reindex()
         if data:
-            self._raw_write(start, bytes(data[:end - start]))
+            self._raw_write(start, bytes(data[: end - start]))
             if file is not None:
                 self._as_file_pages(start, end)
         return self._merge_anon(vma)
@@ -376,8 +396,18 @@ class Memory:
                 pt.set_pte(vpn, pte & ~PAGE_RW)
         self._tables_changed()
 
-    def map_file(self, start: int, size: int, prot: int, file: MappedFile, pgoff: int, host_fd: int,
-                 *, shared: bool = False, name: str = "") -> Vma:
+    def map_file(
+        self,
+        start: int,
+        size: int,
+        prot: int,
+        file: MappedFile,
+        pgoff: int,
+        host_fd: int,
+        *,
+        shared: bool = False,
+        name: str = "",
+    ) -> Vma:
         """A file mapping (mmap_region with a file): [start, start+size) shows the file
         from offset ``pgoff``.  The file's pages are read from ``host_fd`` straight into
         fresh frames (no Python copy); the part of the last page past EOF, and whole
@@ -435,9 +465,17 @@ class Memory:
 
     @staticmethod
     def _mergeable(lo: Vma, hi: Vma) -> bool:
-        return lo.end == hi.start and lo.file is None and hi.file is None and not lo.special and \
-            not hi.special and lo.prot == hi.prot and lo.name == hi.name and lo.mayprot == hi.mayprot and \
-            lo.flags == hi.flags
+        return (
+            lo.end == hi.start
+            and lo.file is None
+            and hi.file is None
+            and not lo.special
+            and not hi.special
+            and lo.prot == hi.prot
+            and lo.name == hi.name
+            and lo.mayprot == hi.mayprot
+            and lo.flags == hi.flags
+        )
 
     def unmap(self, start: int, size: int) -> None:
         start, end = page_down(start), page_up(start + size)
@@ -460,8 +498,18 @@ class Memory:
     @staticmethod
     def _piece(v: Vma, lo: int, hi: int, prot: int) -> Vma:
         """The part [lo, hi) of ``v`` as its own VMA (split_vma)."""
-        return Vma(lo, hi, prot, v.name, v.file, v.pgoff + (lo - v.start) if v.file else 0,
-                   v.special, set(v.flags), v.mayprot, v.shared)
+        return Vma(
+            lo,
+            hi,
+            prot,
+            v.name,
+            v.file,
+            v.pgoff + (lo - v.start) if v.file else 0,
+            v.special,
+            set(v.flags),
+            v.mayprot,
+            v.shared,
+        )
 
     def protect(self, start: int, size: int, prot: int) -> bool:
         """mprotect_fixup + change_pte_range: the VMAs split and the present pages of
@@ -487,7 +535,7 @@ class Memory:
         vpns = pt.vpns_in(start, end)
         for vpn in vpns:
             frame = pt.ptes[vpn] & PTE_PFN_MASK
-            vma: Vma = self.find_vma(vpn << 12)     # type: ignore[assignment]  # a page with a frame is mapped
+            vma: Vma = self.find_vma(vpn << 12)  # type: ignore[assignment]  # a page with a frame is mapped
             exclusive = ram.page_count(frame) == 1 and frame not in ram.file_frames and not vma.shared
             pt.set_pte(vpn, frame | self._pte_flags(vma, exclusive))
             if prot & PROT_EXEC:
@@ -561,8 +609,11 @@ class Memory:
             vpn = va >> 12
             old = pt.ptes.get(vpn)
             flags = ptes[va]
-            if old is not None and ram.page_count(old & PTE_PFN_MASK) == 1 and \
-                    old & PTE_PFN_MASK not in ram.file_frames:
+            if (
+                old is not None
+                and ram.page_count(old & PTE_PFN_MASK) == 1
+                and old & PTE_PFN_MASK not in ram.file_frames
+            ):
                 frame = old & PTE_PFN_MASK
                 if ram.read(frame, 0, PAGE_SIZE) != data:
                     ram.write(frame, 0, data)
@@ -601,7 +652,7 @@ class Memory:
         if uc is not None:
             finalizer = getattr(uc, "_Uc__finalizer", None)
             if finalizer is not None:
-                finalizer()                       # uc_close now, not at garbage collection
+                finalizer()  # uc_close now, not at garbage collection
             uc._callbacks.clear()
             uc._uch = None
         self._rpage = self._wpage = self._kpage = _NO_PAGE
@@ -627,7 +678,7 @@ class Memory:
         within one page is remembered (``_kpage``, dropped with the other windows)."""
         lo, hi, view, base = self._kpage
         if lo <= addr and addr + n <= hi and n >= 0:
-            return bytes(view[addr - base:addr - base + n])
+            return bytes(view[addr - base : addr - base + n])
         if self.uc is None or n < 0 or addr < 0:
             raise GuestFault(addr, "read")
         ram = self.ram
@@ -636,13 +687,13 @@ class Memory:
             view, base = ram.page_view(self._page(addr) & PTE_PFN_MASK)
             page = addr - off
             self._kpage = (page, page + PAGE_SIZE, view, page - base)
-            return bytes(view[base + off:base + off + n])
+            return bytes(view[base + off : base + off + n])
         out = []
         while n > 0:
             off = addr & 0xFFF
             k = min(n, PAGE_SIZE - off)
             view, base = ram.page_view(self._page(addr) & PTE_PFN_MASK)
-            out.append(bytes(view[base + off:base + off + k]))
+            out.append(bytes(view[base + off : base + off + k]))
             addr += k
             n -= k
         return out[0] if len(out) == 1 else b"".join(out)
@@ -666,7 +717,7 @@ class Memory:
             k = min(n - pos, PAGE_SIZE - off)
             pte = entry_of(addr)
             view, base = ram.page_view(pte & PTE_PFN_MASK)
-            view[base + off:base + off + k] = data[pos:pos + k]
+            view[base + off : base + off + k] = data[pos : pos + k]
             if pte & PAGE_PRESENT and not pte & PAGE_NX:
                 mmu.drop_code(self.uc, addr, k)
             addr += k
@@ -699,12 +750,12 @@ class Memory:
     def _check(self, addr: int, n: int, need: int, access: str) -> None:
         v = self._last
         if v is not None and v.start <= addr and addr + n <= v.end and v.prot & need:
-            return                                   # the common case: same mapping again
+            return  # the common case: same mapping again
         a, end = addr, addr + n
         while a < end:
             v = self.find_vma(a)
             if v is None and self.uc is not None:
-                v = self.expand_stack(a)             # a signal frame below the stack
+                v = self.expand_stack(a)  # a signal frame below the stack
             if v is None or not (v.prot & need):
                 raise GuestFault(a, access)
             a = v.end
@@ -818,7 +869,7 @@ class Memory:
             self._raw_write(addr, data)
             self.counters.text_writes += 1
         else:
-            self._write_pages(addr, data, self._page)      # in place
+            self._write_pages(addr, data, self._page)  # in place
         self._notify(addr, addr + len(data))
 
     def _notify(self, start: int, end: int) -> None:

@@ -105,7 +105,7 @@ def _env(uc) -> int | None:
     if layout is None:
         return None
     uch = uc._uch.value if isinstance(uc._uch, ctypes.c_void_p) else int(uc._uch)
-    cpu = ctypes.c_uint64.from_address(uch + layout[0]).value     # type: ignore[operator]  # a live handle
+    cpu = ctypes.c_uint64.from_address(uch + layout[0]).value  # type: ignore[operator]  # a live handle
     return cpu + layout[1] if cpu else None
 
 
@@ -115,8 +115,8 @@ def _debug_registers_offset() -> int | None:
     by writing patterns to DR0-DR3 through the API and looking for them in the CPU
     state; None if not found (then the fields after it are not used)."""
     uc = Uc(UC_ARCH_X86, UC_MODE_64)
-    uc.ctl_set_tcg_buffer_size(1 << 20)      # never runs: not the default 1 GiB of address space
-    uc.reg_read(X.UC_X86_REG_RAX)            # the CPU exists from here on
+    uc.ctl_set_tcg_buffer_size(1 << 20)  # never runs: not the default 1 GiB of address space
+    uc.reg_read(X.UC_X86_REG_RAX)  # the CPU exists from here on
     env = _env(uc)
     if env is None:
         return None
@@ -151,12 +151,11 @@ class _ExceptionFields:
 
 
 def _fields(uc) -> _ExceptionFields | None:
-    fields: Any = getattr(uc, "uemu_exception_fields", False)     # found once, kept on the instance
+    fields: Any = getattr(uc, "uemu_exception_fields", False)  # found once, kept on the instance
     if fields is False:
         off = _debug_registers_offset()
         env = _env(uc) if off is not None else None
-        fields = uc.uemu_exception_fields = \
-            _ExceptionFields(env + off) if env is not None and off is not None else None
+        fields = uc.uemu_exception_fields = _ExceptionFields(env + off) if env is not None and off is not None else None
     return fields
 
 

@@ -28,7 +28,7 @@ def emu_counter_offset() -> int | None:
     dumps = []
     for n in counts:
         uc = Uc(UC_ARCH_X86, UC_MODE_64)
-        uc.ctl_set_tcg_buffer_size(4 << 20)      # a scratch: not the default 1 GiB of address space
+        uc.ctl_set_tcg_buffer_size(4 << 20)  # a scratch: not the default 1 GiB of address space
         uc.mem_map(0x1000, 0x1000)
         uc.mem_write(0x1000, b"\x90" * 0x1000)
         uc.emu_start(0x1000, 0x2000, count=n)
@@ -50,7 +50,7 @@ def refund_instruction(uc: Uc) -> None:
     off = emu_counter_offset()
     if off is None:
         return
-    at = ctypes.cast(uc._uch, ctypes.c_void_p).value + off     # type: ignore[operator]  # a live handle
+    at = ctypes.cast(uc._uch, ctypes.c_void_p).value + off  # type: ignore[operator]  # a live handle
     counter = ctypes.c_uint64.from_address(at)
     if counter.value:
         counter.value -= 1
@@ -63,7 +63,7 @@ def emu_counter(uc: Uc) -> int | None:
     if off is None:
         return None
     base = ctypes.cast(uc._uch, ctypes.c_void_p).value
-    return struct.unpack("<Q", ctypes.string_at(base + off, 8))[0]     # type: ignore[operator]  # a live handle
+    return struct.unpack("<Q", ctypes.string_at(base + off, 8))[0]  # type: ignore[operator]  # a live handle
 
 
 # The counter value of a disarmed quantum: never reaches zero.
@@ -79,11 +79,14 @@ def _block_stub() -> tuple[mmap.mmap, int] | None:
     if not sys.platform.startswith("linux") or os.uname().machine != "x86_64":
         return None
     stop = ctypes.cast(uclib.uc_emu_stop, ctypes.c_void_p).value
-    code = (b"\x48\xff\x09"                            # dec qword ptr [rcx]
-            b"\x7e\x01"                                # jle 1f
-            b"\xc3"                                    # ret
-            b"\x48\xb8" + struct.pack("<Q", stop) +    # 1: movabs rax, uc_emu_stop
-            b"\xff\xe0")                               # jmp rax
+    code = (
+        b"\x48\xff\x09"  # dec qword ptr [rcx]
+        b"\x7e\x01"  # jle 1f
+        b"\xc3"  # ret
+        b"\x48\xb8"
+        + struct.pack("<Q", stop)  # 1: movabs rax, uc_emu_stop
+        + b"\xff\xe0"
+    )  # jmp rax
     try:
         page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
     except OSError:
@@ -109,7 +112,7 @@ class BlockQuantum(Quantum):
         self._stub = stub[1] if stub else None
         self._left = ctypes.c_int64(_DISARMED)
         self._armed = _DISARMED
-        self._hooked = weakref.WeakKeyDictionary()     # Unicorn instance -> its hook's handle
+        self._hooked = weakref.WeakKeyDictionary()  # Unicorn instance -> its hook's handle
 
     @property
     def native(self) -> bool:
@@ -122,9 +125,15 @@ class BlockQuantum(Quantum):
         if uc in self._hooked:
             return
         handle = ctypes.c_size_t()
-        status = uclib.uc_hook_add(uc._uch, ctypes.byref(handle), UC_HOOK_BLOCK,
-                                   ctypes.c_void_p(self._stub), ctypes.c_void_p(ctypes.addressof(self._left)),
-                                   ctypes.c_uint64(1), ctypes.c_uint64(0))
+        status = uclib.uc_hook_add(
+            uc._uch,
+            ctypes.byref(handle),
+            UC_HOOK_BLOCK,
+            ctypes.c_void_p(self._stub),
+            ctypes.c_void_p(ctypes.addressof(self._left)),
+            ctypes.c_uint64(1),
+            ctypes.c_uint64(0),
+        )
         if status:
             raise UcError(status)
         uc.ctl_flush_tb()

@@ -41,22 +41,41 @@ _UC_IDS = tuple(getattr(X, "UC_X86_REG_" + n.upper()) for n in GPR_NAMES)
 _EFLAGS_ID = X.UC_X86_REG_EFLAGS
 # CPUX86State.regs[] order (R_EAX, R_ECX, R_EDX, R_EBX, R_ESP, R_EBP, R_ESI, R_EDI,
 # r8..r15), then eip and eflags: the window's 18 words.
-_QEMU_ORDER = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi",
-               "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip", "eflags")
+_QEMU_ORDER = (
+    "rax",
+    "rcx",
+    "rdx",
+    "rbx",
+    "rsp",
+    "rbp",
+    "rsi",
+    "rdi",
+    "r8",
+    "r9",
+    "r10",
+    "r11",
+    "r12",
+    "r13",
+    "r14",
+    "r15",
+    "rip",
+    "eflags",
+)
 WINDOW_WORDS = len(_QEMU_ORDER)
 W_RIP, W_EFLAGS = 16, 17
 # GPR_NAMES index -> window word, for the 17 registers the window holds exactly
 WINDOW_SLOT = {GPR_NAMES.index(n): k for k, n in enumerate(_QEMU_ORDER[:W_EFLAGS])}
 W_RCX, W_RDX, W_RSI, W_RDI, W_R8, W_R9, W_R10, W_R11 = (
-    _QEMU_ORDER.index(n) for n in ("rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11"))
+    _QEMU_ORDER.index(n) for n in ("rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11")
+)
 N_REGS = len(GPR_NAMES)
 # what the window does not hold exactly: eflags, fs_base, gs_base
-EXTRA = tuple(i for i in range(len(GPR_NAMES)) if i not in WINDOW_SLOT)     # (17, 18, 19)
+EXTRA = tuple(i for i in range(len(GPR_NAMES)) if i not in WINDOW_SLOT)  # (17, 18, 19)
 _MASK64 = 0xFFFFFFFFFFFFFFFF
 
 
 _SECOND_SALT = 0x0000_5EC0_0000_0000
-_MOVED_SALT = 0x0000_0000_A110_0000      # the second pattern of each instance (_candidates)
+_MOVED_SALT = 0x0000_0000_A110_0000  # the second pattern of each instance (_candidates)
 
 
 def _pattern(k: int) -> int:
@@ -124,8 +143,9 @@ def _read_cache() -> dict:
 
 def _load_cached_layout() -> tuple[int, int] | None:
     entry = _read_cache().get(_library_identity())
-    if not (isinstance(entry, list) and len(entry) == 2
-            and all(isinstance(v, int) and 0 <= v < 1 << 24 for v in entry)):
+    if not (
+        isinstance(entry, list) and len(entry) == 2 and all(isinstance(v, int) and 0 <= v < 1 << 24 for v in entry)
+    ):
         return None
     return entry[0], entry[1]
 
@@ -136,7 +156,7 @@ def _store_cached_layout(layout: tuple[int, int]) -> None:
     path = layout_cache_path()
     entries = _read_cache()
     entries.pop(_library_identity(), None)
-    entries = dict(list(entries.items())[-(_CACHED_LIBRARIES - 1):])      # the most recent ones
+    entries = dict(list(entries.items())[-(_CACHED_LIBRARIES - 1) :])  # the most recent ones
     entries[_library_identity()] = list(layout)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -165,10 +185,10 @@ def _layout_holds(fd: int, layout: tuple[int, int]) -> bool:
 
 def _scratch_uc() -> Uc:
     uc = Uc(UC_ARCH_X86, UC_MODE_64)
-    uc.ctl_set_tcg_buffer_size(4 << 20)      # a scratch: not the default 1 GiB of address space
+    uc.ctl_set_tcg_buffer_size(4 << 20)  # a scratch: not the default 1 GiB of address space
     uc.mem_map(0x1000, 0x1000)
     uc.mem_write(0x1000, b"\x90" * 16)
-    uc.emu_start(0x1000, 0x1004)          # the CPU exists and has run
+    uc.emu_start(0x1000, 0x1004)  # the CPU exists and has run
     return uc
 
 
@@ -276,7 +296,7 @@ def _read_or_none(fd: int, n: int, at: int) -> bytes | None:
 
 def _uch(uc: Uc) -> int:
     h = uc._uch
-    return h.value if isinstance(h, ctypes.c_void_p) else int(h)     # type: ignore[return-value]  # not NULL: live
+    return h.value if isinstance(h, ctypes.c_void_p) else int(h)  # type: ignore[return-value]  # not NULL: live
 
 
 def _verify_layout(cpu_off: int, env_off: int) -> bool:
@@ -292,7 +312,7 @@ def _verify_layout(cpu_off: int, env_off: int) -> bool:
         win[k] = 0x7700 + k
         if uc.reg_read(getattr(X, "UC_X86_REG_" + name.upper())) != 0x7700 + k:
             return False
-    for flags in (0x302, 0x202):          # TF in, TF out: the control bits are in the word
+    for flags in (0x302, 0x202):  # TF in, TF out: the control bits are in the word
         uc.reg_write(X.UC_X86_REG_EFLAGS, flags)
         if win[W_EFLAGS] & TF != flags & TF:
             return False
@@ -392,7 +412,7 @@ class RegisterFile:
                 raise UcError(status)
             return self._bufv.tolist()
         v = self.read_window()
-        v[17:] = self.read_extra()        # EXTRA: the last three
+        v[17:] = self.read_extra()  # EXTRA: the last three
         return v
 
     def read_window(self) -> list[int]:
@@ -400,7 +420,7 @@ class RegisterFile:
         win = self.window
         if win is None:
             return self.read_all()
-        if self._uc._uch is None:         # _handle(), inline
+        if self._uc._uch is None:  # _handle(), inline
             raise UcError(UCC.UC_ERR_HANDLE)
         ax, cx, dx, bx, sp, bp, si, di, r8, r9, r10, r11, r12, r13, r14, r15, ip, _ = win.tolist()
         return [ax, bx, cx, dx, si, di, bp, sp, r8, r9, r10, r11, r12, r13, r14, r15, ip, 0, 0, 0]
@@ -419,9 +439,9 @@ class RegisterFile:
         win = self.window
         if win is None:
             return PtRegs(self.read_all(), orig_rax)
-        if self._uc._uch is None:         # _handle(), inline
+        if self._uc._uch is None:  # _handle(), inline
             raise UcError(UCC.UC_ERR_HANDLE)
-        regs = self._trap_regs                # PtRegs.at_trap, inline, on the one object
+        regs = self._trap_regs  # PtRegs.at_trap, inline, on the one object
         regs._v = regs._orig = regs._load = regs._flags = None
         regs._loadx = self
         regs.orig_rax = orig_rax
@@ -443,7 +463,7 @@ class RegisterFile:
         if win is None:
             regs = PtRegs.at_syscall(self.read_all())
             return regs, (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9)
-        flags = self.read_eflags()        # checks the handle
+        flags = self.read_eflags()  # checks the handle
         regs = self._syscall_regs
         regs._loadx = self
         regs._flags = flags
@@ -460,7 +480,7 @@ class RegisterFile:
     def read_eflags(self) -> int:
         """eflags, computed by Unicorn: one native read of that register alone."""
         uch = self._uc._uch
-        if uch is None:                   # _handle(), inline
+        if uch is None:  # _handle(), inline
             raise UcError(UCC.UC_ERR_HANDLE)
         status = self._read1(uch, _EFLAGS_ID, self._flags_ptr)
         if status:
@@ -499,7 +519,7 @@ class RegisterFile:
         if self._uc._uch is None:
             raise UcError(UCC.UC_ERR_HANDLE)
         win[W_RIP] = (int(regs.rip) - 2) & _MASK64
-        if bool(regs.tf) != bool(regs._tf0):      # (eflags not set: its TF bit is _tf0)
+        if bool(regs.tf) != bool(regs._tf0):  # (eflags not set: its TF bit is _tf0)
             win[W_EFLAGS] = (win[W_EFLAGS] & ~TF) | (TF if regs.tf else 0)
 
     def write(self, changes: dict[int, int], *, in_trap: bool = False) -> None:
@@ -509,7 +529,7 @@ class RegisterFile:
         if not changes:
             return
         win = self.window
-        if win is not None and self._uc._uch is None:     # _handle(), inline
+        if win is not None and self._uc._uch is None:  # _handle(), inline
             raise UcError(UCC.UC_ERR_HANDLE)
         k = 0
         wid, wbuf = self._wid, self._wbuf
@@ -520,7 +540,7 @@ class RegisterFile:
                 continue
             slot = WINDOW_SLOT.get(i) if win is not None else None
             if slot is not None and (slot != W_RIP or in_trap):
-                win[slot] = v & _MASK64       # type: ignore[index]  # a slot is only found with the window
+                win[slot] = v & _MASK64  # type: ignore[index]  # a slot is only found with the window
                 continue
             wid[k] = _UC_IDS[i]
             wbuf[k] = v & _MASK64
@@ -530,7 +550,7 @@ class RegisterFile:
             if status:
                 raise UcError(status)
         if tf is not None:
-            if win is not None:           # _write_tf, inline
+            if win is not None:  # _write_tf, inline
                 win[W_EFLAGS] = (win[W_EFLAGS] & ~TF) | (TF if tf else 0)
             else:
                 self._write_tf(tf)
@@ -566,14 +586,14 @@ class TrapRegs(PtRegs):
 
     if TYPE_CHECKING:
         _rf: RegisterFile
-        _w: memoryview                    # the CPU state's rax..r15 (RegisterFile.window)
-        _flags: int | None                # eflags read at a syscall's entry (None: not read)
+        _w: memoryview  # the CPU state's rax..r15 (RegisterFile.window)
+        _flags: int | None  # eflags read at a syscall's entry (None: not read)
 
     @classmethod
     def _over(cls, rf: RegisterFile) -> "TrapRegs":
         """The registers object of ``rf``'s traps (its fields are set at each entry)."""
         self = cls.__new__(cls)
-        self._rf, self._w = rf, rf.window     # type: ignore[assignment]  # made only with a window
+        self._rf, self._w = rf, rf.window  # type: ignore[assignment]  # made only with a window
         self._v = self._orig = self._load = self._loadx = self._flags = None
         self._dirty = set()
         self.orig_rax, self.rip = -1, 0
@@ -592,7 +612,7 @@ class TrapRegs(PtRegs):
         x = self._v
         v[RIP] = self.rip & _MASK64
         v[EFLAGS] = (x[EFLAGS] & ~TF) | (TF if self.tf else 0)
-        v[EFLAGS + 1:] = x[EFLAGS + 1:]
+        v[EFLAGS + 1 :] = x[EFLAGS + 1 :]
         return v
 
 
@@ -605,7 +625,7 @@ def _in_place_property(slot: int) -> property:
     def get_(self):
         try:
             return self._w[slot]
-        except ValueError:                 # released with its engine
+        except ValueError:  # released with its engine
             raise UcError(UCC.UC_ERR_HANDLE) from None
 
     def set_(self, value):
@@ -613,6 +633,7 @@ def _in_place_property(slot: int) -> property:
             self._w[slot] = value & mask
         except (TypeError, ValueError):
             _set_slow(self, slot, value)
+
     return property(get_, set_)
 
 
@@ -620,12 +641,12 @@ def _set_slow(regs: TrapRegs, slot: int, value) -> None:
     value = int(value) & _MASK64
     try:
         regs._w[slot] = value
-    except ValueError:                     # released with its engine
+    except ValueError:  # released with its engine
         raise UcError(UCC.UC_ERR_HANDLE) from None
 
 
 for _i, _slot in WINDOW_SLOT.items():
-    if _i != RIP:                          # rip stays the snapshot's plain attribute
+    if _i != RIP:  # rip stays the snapshot's plain attribute
         setattr(TrapRegs, GPR_NAMES[_i], _in_place_property(_slot))
 del _i, _slot
 
@@ -642,7 +663,7 @@ def _trap_eflags(self):
 
 
 # (the checker knows a register property as PtRegs declares it, not as the property it is)
-TrapRegs.eflags = property(_trap_eflags, vars(PtRegs)["eflags"].fset)     # type: ignore[assignment]
+TrapRegs.eflags = property(_trap_eflags, vars(PtRegs)["eflags"].fset)  # type: ignore[assignment]
 
 
 class SnapshotReader:
@@ -664,7 +685,7 @@ class SnapshotReader:
         self.n = ctypes.c_int(n)
         self.uch = uc._uch if isinstance(uc._uch, ctypes.c_void_p) else ctypes.c_void_p(uc._uch)
         self.fn = _unprototyped("uc_reg_read_batch")
-        self.uc = uc      # keeps the engine alive as long as the reader
+        self.uc = uc  # keeps the engine alive as long as the reader
 
     def __call__(self) -> int:
         """The registers now, as a snapshot int."""

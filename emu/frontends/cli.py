@@ -26,16 +26,22 @@ from kernel_model.errors import EmuError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog="uprobe-emu",
-                           description="Run x86_64 guests on Unicorn under a model of Linux uprobes.",
-                           epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CommandParser(
+        prog="uprobe-emu",
+        description="Run x86_64 guests on Unicorn under a model of Linux uprobes.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
 
-    run = sub.add_parser("run", help="run a guest (PROGRAM: an ELF path or guest:NAME)",
-                         usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
-                         description="Run PROGRAM with ARGS: options come before PROGRAM, every "
-                                     "word after it goes to the program unchanged.")
+    run = sub.add_parser(
+        "run",
+        help="run a guest (PROGRAM: an ELF path or guest:NAME)",
+        usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
+        description="Run PROGRAM with ARGS: options come before PROGRAM, every "
+        "word after it goes to the program unchanged.",
+    )
     run.add_argument("program", metavar="PROGRAM")
     run.add_argument("args", nargs="*", metavar="ARGS")
     add_machine_options(run)
@@ -56,8 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 # The argument definitions of the other subcommands: light modules that import none of
 # their command's code, so building the parser loads neither the machine nor a front end.
-CLI_MODULES = ("emu.frontends.trace.args", "emu.frontends.stepper.args", "emu.frontends.bench.args",
-               "emu.frontends.hostdiff_args", "emu.frontends.gdbstub.args", "emu.frontends.sweep.args")
+CLI_MODULES = (
+    "emu.frontends.trace.args",
+    "emu.frontends.stepper.args",
+    "emu.frontends.bench.args",
+    "emu.frontends.hostdiff_args",
+    "emu.frontends.gdbstub.args",
+    "emu.frontends.sweep.args",
+)
 
 
 EXAMPLES = """\
@@ -124,7 +136,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     options.  Other commands parse as argparse does."""
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     if not argv or argv[0].startswith("-") or argv[0] not in subparsers.choices:
-        args = parser.parse_args(argv)          # --help, --version, or a usage error
+        args = parser.parse_args(argv)  # --help, --version, or a usage error
         if args.command is None:
             raise UsageError("uprobe-emu: a COMMAND is required ('uprobe-emu' alone shows examples)")
         return args
@@ -134,7 +146,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     else:
         options, program, guest_args = split_program_words(sub, argv[1:])
         if program is None:
-            sub.parse_args([*options, "--", "PROGRAM"])     # --help, or the error of a bad option
+            sub.parse_args([*options, "--", "PROGRAM"])  # --help, or the error of a bad option
             raise UsageError(f"{sub.prog}: PROGRAM is missing (usage: {sub.prog} [OPTIONS] [--] PROGRAM [ARGS...])")
         args = sub.parse_args([*options, "--", program])
         args.args = guest_args
@@ -156,9 +168,9 @@ def split_program_words(sub: argparse.ArgumentParser, words: list[str]) -> tuple
     while i < len(words):
         word = words[i]
         if word == "--":
-            return words[:i], (words[i + 1] if i + 1 < len(words) else None), words[i + 2:]
+            return words[:i], (words[i + 1] if i + 1 < len(words) else None), words[i + 2 :]
         if not word.startswith("-") or word == "-":
-            return words[:i], word, words[i + 1:]
+            return words[:i], word, words[i + 1 :]
         if word.startswith("--"):
             name = word.split("=", 1)[0]
             matches = [name] if name in takes_value else [s for s in longs if s.startswith(name)]

@@ -32,9 +32,23 @@ _MOUNT_PREFIX = "uemu-tracefs-"
 # Signals whose default action ends the process: each one raises Terminated while the
 # host has our probes, so the cleanup runs (SIGKILL cannot be caught: the next run's
 # sweep removes what it left).  SIGINT keeps Python's KeyboardInterrupt.
-_FATAL_SIGNALS = tuple(getattr(signal, n) for n in (
-    "SIGHUP", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGXCPU", "SIGXFSZ",
-    "SIGVTALRM", "SIGPROF", "SIGPWR") if hasattr(signal, n))
+_FATAL_SIGNALS = tuple(
+    getattr(signal, n)
+    for n in (
+        "SIGHUP",
+        "SIGQUIT",
+        "SIGTERM",
+        "SIGUSR1",
+        "SIGUSR2",
+        "SIGALRM",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGPWR",
+    )
+    if hasattr(signal, n)
+)
 _DEFERRED_SIGNALS = (signal.SIGINT, *_FATAL_SIGNALS)
 
 
@@ -101,8 +115,10 @@ def fatal_signals_clean_up():
     signal as it would have.  Nested uses are one; outside the main thread a no-op.
     Only around the native run: the main thread waits in Python there, while a model
     run may sit in Unicorn, where a Python handler would not run until it returns."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is _raise_terminated:
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is _raise_terminated
+    ):
         yield
         return
     old = {s: signal.signal(s, _raise_terminated) for s in _FATAL_SIGNALS}
@@ -114,7 +130,7 @@ def fatal_signals_clean_up():
         old = {}
         signal.signal(t.signum, signal.SIG_DFL)
         os.kill(os.getpid(), t.signum)
-        raise                                  # only if the signal did not end us
+        raise  # only if the signal did not end us
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -138,7 +154,7 @@ def _private_mount_tag(mountpoint: str) -> str | None:
     base = os.path.basename(mountpoint)
     if not base.startswith(_MOUNT_PREFIX):
         return None
-    return base[len(_MOUNT_PREFIX):].rsplit("-", 1)[0]
+    return base[len(_MOUNT_PREFIX) :].rsplit("-", 1)[0]
 
 
 def find_tracefs() -> str | None:
@@ -170,7 +186,7 @@ class Tracefs:
             raise HostKernelError("the host kernel's uprobes need root (tracefs uprobe_events)")
         self._mounted = None
         try:
-            with deferred_signals():          # a held-back signal is raised on leaving
+            with deferred_signals():  # a held-back signal is raised on leaving
                 sweep_mounts()
                 self.path = find_tracefs()
                 if self.path is None:
@@ -204,8 +220,7 @@ class Tracefs:
     def read(self, rel: str) -> str:
         """A tracefs file's text; bytes that are not UTF-8 (a string fetcharg's) become
         ``\\xNN``, as the model's formatting writes them."""
-        with open(os.path.join(self.path, rel), encoding="utf-8", errors="backslashreplace",
-                  newline="") as f:
+        with open(os.path.join(self.path, rel), encoding="utf-8", errors="backslashreplace", newline="") as f:
             return f.read()
 
     def close(self) -> None:
@@ -222,7 +237,7 @@ class Tracefs:
 # (\t \n \v \f \r, space, and 0xa0 in lib/ctype.c); NUL ends the string.  Other control
 # bytes are refused too: no program path needs them.
 _INTERPRETED = frozenset(range(0x00, 0x21)) | {0x23, 0x7F, 0xA0}
-_LINE_MAX = 4096 - 2           # WRITE_BUFSIZE less the '\n' and the NUL
+_LINE_MAX = 4096 - 2  # WRITE_BUFSIZE less the '\n' and the NUL
 
 
 def check_field(what: str, value: str) -> bytes:
@@ -236,8 +251,9 @@ def check_field(what: str, value: str) -> bytes:
     return raw
 
 
-def probe_command(kind: str, group: str, event: str, path: str, offset: int, args: str = "",
-                  ref_ctr_offset: int = 0) -> str:
+def probe_command(
+    kind: str, group: str, event: str, path: str, offset: int, args: str = "", ref_ctr_offset: int = 0
+) -> str:
     """One ``uprobe_events`` definition, every field checked so that the line is exactly
     one command with exactly these fields (trace_uprobe.c's __trace_uprobe_create():
     ``[pr]:GROUP/EVENT PATH:OFFSET[(REF_CTR_OFFSET)] FETCHARGS...``; a USDT semaphore's
@@ -254,11 +270,13 @@ def probe_command(kind: str, group: str, event: str, path: str, offset: int, arg
     for what, value in (("offset", offset), ("semaphore offset", ref_ctr_offset)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InputError(f"diff: the probe's {what} {value!r} is not a file offset")
-    line = f"{kind}:{group}/{event} {path}:{offset:#x}" + \
-        (f"({ref_ctr_offset:#x})" if ref_ctr_offset else "") + (f" {args}" if args else "")
+    line = (
+        f"{kind}:{group}/{event} {path}:{offset:#x}"
+        + (f"({ref_ctr_offset:#x})" if ref_ctr_offset else "")
+        + (f" {args}" if args else "")
+    )
     if len(os.fsencode(line)) > _LINE_MAX:
-        raise InputError(f"diff: the probe definition for {path!r} is longer than tracefs "
-                         f"accepts ({_LINE_MAX} bytes)")
+        raise InputError(f"diff: the probe definition for {path!r} is longer than tracefs accepts ({_LINE_MAX} bytes)")
     return line
 
 
@@ -298,19 +316,21 @@ class HostProbes:
         self.group = run_tag()
         self.instance = f"instances/{self.group}"
         # every definition is checked before anything is written
-        self.definitions = [probe_command(p.kind, self.group, p.event, p.host_path or path,
-                                          p.offset, p.args, p.ref_ctr_offset) for p in probes]
+        self.definitions = [
+            probe_command(p.kind, self.group, p.event, p.host_path or path, p.offset, p.args, p.ref_ctr_offset)
+            for p in probes
+        ]
         self.created: list[str] = []
         self.instance_made = False
         self.syscalls = syscalls
-        self.tracer = threading.get_native_id()     # the thread that forks the child
+        self.tracer = threading.get_native_id()  # the thread that forks the child
 
     def __enter__(self):
         try:
-            with deferred_signals():          # a held-back signal is raised on leaving
+            with deferred_signals():  # a held-back signal is raised on leaving
                 sweep_leftovers(self.t)
                 for d in self.definitions:
-                    self.t.write("uprobe_events", d + "\n")      # one command per write
+                    self.t.write("uprobe_events", d + "\n")  # one command per write
                     self.created.append(d.split()[0].split(":", 1)[1])
                 os.mkdir(os.path.join(self.t.path, self.instance))
                 self.instance_made = True
@@ -318,7 +338,7 @@ class HostProbes:
                     self._trace_syscalls()
                 if self.created:
                     self.t.write(f"{self.instance}/events/{self.group}/enable", "1")
-                for rel in SCHED_EVENTS:      # who descends from whom, and since when
+                for rel in SCHED_EVENTS:  # who descends from whom, and since when
                     if os.path.exists(os.path.join(self.t.path, self.instance, rel)):
                         self.t.write(f"{self.instance}/{rel}", "1")
         except BaseException:
@@ -372,8 +392,7 @@ class HostProbes:
     def _cleanup(self) -> None:
         errors = []
         if self.instance_made:
-            for rel in (f"events/{self.group}/enable", *SCHED_EVENTS,
-                        *(SYSCALL_EVENTS if self.syscalls else ())):
+            for rel in (f"events/{self.group}/enable", *SCHED_EVENTS, *(SYSCALL_EVENTS if self.syscalls else ())):
                 if os.path.exists(os.path.join(self.t.path, self.instance, rel)):
                     try:
                         self.t.write(f"{self.instance}/{rel}", "0")

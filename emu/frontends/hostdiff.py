@@ -66,10 +66,13 @@ from kernel_model.profiles import KernelProfile
 
 FORK_LINE = re.compile(
     r"^\s*.+?-\d+\s+\[\d+\].*?: sched_process_fork: comm=.* pid=(?P<parent>\d+) "
-    r"child_comm=.* child_pid=(?P<child>\d+)")
-EXEC_LINE = re.compile(r"^\s*.+?-\d+\s+\[\d+\].*?: sched_process_exec: filename=.* pid=(?P<pid>\d+) "
-                       r"old_pid=\d+$")
-ADDR_NO_RANDOMIZE = 0x0040000      # include/uapi/linux/personality.h
+    r"child_comm=.* child_pid=(?P<child>\d+)"
+)
+EXEC_LINE = re.compile(
+    r"^\s*.+?-\d+\s+\[\d+\].*?: sched_process_exec: filename=.* pid=(?P<pid>\d+) "
+    r"old_pid=\d+$"
+)
+ADDR_NO_RANDOMIZE = 0x0040000  # include/uapi/linux/personality.h
 # The head of any trace line (task-pid [cpu] flags timestamp: ); a line without one
 # continues the previous event: the kernel prints a string fetcharg's bytes as they are
 # (print_type_string: "%s"), so a newline in the string splits the event's line.
@@ -78,21 +81,24 @@ LINE_HEAD = re.compile(r"^\s*.+?-\d+\s+\[\d+\]\s+(\S+\s+)?\d+\.\d+: ")
 # (include/trace/events/syscalls.h); an rt_sigreturn returns as NR -1 (orig_ax).
 SYSCALL_LINE = re.compile(
     r"^\s*.+?-(?P<pid>\d+)\s+\[\d+\]\s+(?:\S+\s+)?\d+\.\d+: sys_(?P<dir>enter|exit): "
-    r"NR (?P<nr>-?\d+) (?:\((?P<args>[0-9a-f]+(?:, [0-9a-f]+){5})\)|= (?P<ret>-?\d+))$")
+    r"NR (?P<nr>-?\d+) (?:\((?P<args>[0-9a-f]+(?:, [0-9a-f]+){5})\)|= (?P<ret>-?\d+))$"
+)
 U64 = (1 << 64) - 1
 TRACE_LINE = re.compile(
     r"^\s*(?P<task>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<flags>\S+\s+)?(?P<ts>\d+\.\d+): "
-    r"(?P<event>[\w.-]+): \((?P<ip>0x[0-9a-f]+)(?: <- (?P<func>0x[0-9a-f]+))?\)(?P<args>.*)$", re.S)
+    r"(?P<event>[\w.-]+): \((?P<ip>0x[0-9a-f]+)(?: <- (?P<func>0x[0-9a-f]+))?\)(?P<args>.*)$",
+    re.S,
+)
 
 
 @dataclass(frozen=True)
 class Event:
-    name: str          # event name as created (ev0, ev1, ... mapped back to the user's spec)
-    kind: str          # "entry" | "return"
-    ip: int            # link-time address
+    name: str  # event name as created (ev0, ev1, ... mapped back to the user's spec)
+    kind: str  # "entry" | "return"
+    ip: int  # link-time address
     func: int | None
     args: str
-    tid: int = field(default=0, compare=False)   # the thread that hit (kept out of ==)
+    tid: int = field(default=0, compare=False)  # the thread that hit (kept out of ==)
 
     def describe(self) -> str:
         """One line: control bytes of string fetchargs (a newline) shown escaped."""
@@ -104,12 +110,12 @@ class Event:
 class RunRecord:
     """One side of a comparison."""
 
-    status: str                      # "exit N" | "signal NAME"
+    status: str  # "exit N" | "signal NAME"
     stdout: bytes
     events: list = field(default_factory=list)
     stderr: bytes = b""
-    syscalls: dict | None = None     # tid -> [(nr, args, ret)] (run_native(syscalls=True))
-    lost_events: int = 0             # events the trace buffer lost (the trace is incomplete)
+    syscalls: dict | None = None  # tid -> [(nr, args, ret)] (run_native(syscalls=True))
+    lost_events: int = 0  # events the trace buffer lost (the trace is incomplete)
 
 
 def parse_trace(text: str) -> list[dict]:
@@ -129,10 +135,10 @@ def _event_lines(text: str) -> list[str]:
     for line in text.split("\n"):
         if LINE_HEAD.match(line):
             events.append(line)
-        elif events:                      # (the "# tracer" header comes before any event)
+        elif events:  # (the "# tracer" header comes before any event)
             events[-1] += "\n" + line
     if events and text.endswith("\n"):
-        events[-1] = events[-1][:-1]      # the newline that ends the last line
+        events[-1] = events[-1][:-1]  # the newline that ends the last line
     return events
 
 
@@ -154,17 +160,18 @@ def host_profile_name(release: str | None = None) -> str:
 
 # ----------------------------------------------------------------------------- specs
 
+
 @dataclass
 class ResolvedProbe:
     spec_text: str
-    event: str               # our event name (ev0...) in our group
-    kind: str                # "p" | "r"
-    offset: int              # file offset
-    link_vaddr: int          # link-time address of the probe
-    args: str                # fetchargs text as written
-    host_path: str | None = None    # the probed file on the host (None: the program)
-    model_path: str | None = None   # the same file as the model's guest names it
-    ref_ctr_offset: int = 0         # a USDT semaphore's file offset (0: none)
+    event: str  # our event name (ev0...) in our group
+    kind: str  # "p" | "r"
+    offset: int  # file offset
+    link_vaddr: int  # link-time address of the probe
+    args: str  # fetchargs text as written
+    host_path: str | None = None  # the probed file on the host (None: the program)
+    model_path: str | None = None  # the same file as the model's guest names it
+    ref_ctr_offset: int = 0  # a USDT semaphore's file offset (0: none)
 
 
 def _host_path_of(file) -> str:
@@ -182,15 +189,16 @@ def _host_path_of(file) -> str:
     raise InputError(f"diff: {file.path} has no host path the host kernel could probe")
 
 
-def resolve_specs(path: str, specs: list[str], aliases: tuple = (),
-                  kernel: str | None = None) -> tuple[list[ResolvedProbe], object]:
+def resolve_specs(
+    path: str, specs: list[str], aliases: tuple = (), kernel: str | None = None
+) -> tuple[list[ResolvedProbe], object]:
     """Resolve user specs as ``run -e`` does (``ProbeTargets.find_file`` and
     ``symbol_offset`` on a machine with the program loaded: the program's symbols, any
     file by path, a library by short name) to (file, kind, file offset, fetchargs).
     A spec path in ``aliases`` (the PROGRAM as given, e.g. ``guest:hello``) is the
     program.  A ``usdt:`` spec is one probe per site (:func:`_usdt_probes`), attached as
     libbpf attaches on the ``kernel`` profile (the nop-combo rule)."""
-    check_field("program path", path)       # the program is probed and run: refuse it first
+    check_field("program path", path)  # the program is probed and run: refuse it first
     kw: dict[str, Any] = {"kernel": kernel} if kernel else {}
     m = Machine.from_elf(path, argv=[path], **kw)
     up = m.uprobes
@@ -220,8 +228,9 @@ def resolve_specs(path: str, specs: list[str], aliases: tuple = (),
         link = elf.offset_to_vaddr(offset) if elf is not None else offset
         args = " ".join(a.name + "=" + a.source for a in spec.args)
         host = None if file is m.process.exe else _host_path_of(file)
-        out.append(ResolvedProbe(text, f"ev{i}", spec.kind, offset, link, args, host,
-                                 None if host is None else file.path))
+        out.append(
+            ResolvedProbe(text, f"ev{i}", spec.kind, offset, link, args, host, None if host is None else file.path)
+        )
     exe = m.process.exe
     return out, exe.elf if exe is not None else None
 
@@ -241,9 +250,19 @@ def _usdt_probes(m, text: str, event: str, aliases: tuple) -> list[ResolvedProbe
     out = []
     for j, note in enumerate(find_usdt_notes(file, provider, name)):
         offset, ref = usdt_attach_offsets(file, note, m.profile)
-        out.append(ResolvedProbe(text, event if j == 0 else f"{event}_{j}", "p", offset,
-                                 file.elf.offset_to_vaddr(offset), "", host,
-                                 None if host is None else file.path, ref))
+        out.append(
+            ResolvedProbe(
+                text,
+                event if j == 0 else f"{event}_{j}",
+                "p",
+                offset,
+                file.elf.offset_to_vaddr(offset),
+                "",
+                host,
+                None if host is None else file.path,
+                ref,
+            )
+        )
     return out
 
 
@@ -267,8 +286,9 @@ def _events_from_lines(lines: list[dict], probes: list[ResolvedProbe], program: 
         bias = biases[p.host_path or program]
         ip, tid = int(rec["ip"], 16), int(rec["pid"])
         if rec["func"]:
-            out.append(Event(p.spec_text, "return", ip - biases.get(program, 0),
-                             int(rec["func"], 16) - bias, rec["args"], tid))
+            out.append(
+                Event(p.spec_text, "return", ip - biases.get(program, 0), int(rec["func"], 16) - bias, rec["args"], tid)
+            )
         else:
             out.append(Event(p.spec_text, "entry", ip - bias, None, rec["args"], tid))
     return out
@@ -296,11 +316,11 @@ def parse_syscalls(text: str, tids) -> dict:
 def since_exec(text: str, pid: int) -> str:
     """The trace from ``pid``'s exec on: before it, the forked child still runs the
     parent's program (Python's preexec code calls malloc too)."""
-    lines = text.split("\n")             # only \n ends a trace line (not \v, \f...)
+    lines = text.split("\n")  # only \n ends a trace line (not \v, \f...)
     for i, line in enumerate(lines):
         m = EXEC_LINE.match(line)
         if m and int(m.group("pid")) == pid:
-            return "\n".join(lines[i + 1:])
+            return "\n".join(lines[i + 1 :])
     return text
 
 
@@ -323,6 +343,7 @@ def descendants(text: str, root: int) -> set[int]:
 
 # ----------------------------------------------------------------------------- runs
 
+
 def _popen_native(cmd: list[str], mask, no_randomize: bool = True) -> subprocess.Popen:
     """The native process; it starts with the signal mask ``mask`` (ours before
     :func:`deferred_signals` blocked anything) and, if ``no_randomize``,
@@ -338,18 +359,26 @@ def _popen_native(cmd: list[str], mask, no_randomize: bool = True) -> subprocess
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if not no_randomize:
             return
-        current = personality(0xFFFFFFFF)               # query
+        current = personality(0xFFFFFFFF)  # query
         if current == -1 or personality(current | ADDR_NO_RANDOMIZE) == -1:
             raise OSError(ctypes.get_errno(), "personality(ADDR_NO_RANDOMIZE)")
 
     env = dict(item.split("=", 1) for item in DEFAULT_ENV)
-    return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, preexec_fn=child_setup, env=env)
+    return subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=child_setup, env=env
+    )
 
 
-def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: bytes,
-               timeout: float, no_randomize: bool | None = None, *,
-               syscalls: bool = False) -> RunRecord:
+def run_native(
+    path: str,
+    argv: list[str],
+    probes: list[ResolvedProbe],
+    stdin: bytes,
+    timeout: float,
+    no_randomize: bool | None = None,
+    *,
+    syscalls: bool = False,
+) -> RunRecord:
     """Run the program natively (unsandboxed, as root) under host probes (none: an
     unprobed run).  The probes, the trace instance and a tracefs mount of ours are
     removed however the run ends: an error, Ctrl-C or a fatal signal (SIGKILL: by the
@@ -365,9 +394,8 @@ def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: b
     if no_randomize is None:
         no_randomize = load_elf_file(path).interp is not None
     with fatal_signals_clean_up():
-        for p in probes:                      # refuse a bad field before touching tracefs
-            probe_command(p.kind, run_tag(), p.event, p.host_path or path, p.offset, p.args,
-                          p.ref_ctr_offset)
+        for p in probes:  # refuse a bad field before touching tracefs
+            probe_command(p.kind, run_tag(), p.event, p.host_path or path, p.offset, p.args, p.ref_ctr_offset)
         tracefs = None
         try:
             tracefs = Tracefs()
@@ -385,7 +413,7 @@ def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: b
                     raise HostKernelError(f"the native run did not finish in {timeout} s") from None
                 finally:
                     for child in procs:
-                        if child.returncode is None:    # a signal or an error: never orphaned
+                        if child.returncode is None:  # a signal or an error: never orphaned
                             child.kill()
                             child.wait()
                 hp.stop()
@@ -401,19 +429,28 @@ def run_native(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: b
         status = f"signal {signal.Signals(-proc.returncode).name}"
     else:
         status = f"exit {proc.returncode}"
-    return RunRecord(status, out, _events_from_lines(lines, probes, path), err,
-                     parse_syscalls(text, ours) if syscalls else None, lost)
+    return RunRecord(
+        status,
+        out,
+        _events_from_lines(lines, probes, path),
+        err,
+        parse_syscalls(text, ours) if syscalls else None,
+        lost,
+    )
 
 
-def run_model(path: str, argv: list[str], probes: list[ResolvedProbe], stdin: bytes,
-              kernel: str, max_insns: int | None) -> RunRecord:
+def run_model(
+    path: str, argv: list[str], probes: list[ResolvedProbe], stdin: bytes, kernel: str, max_insns: int | None
+) -> RunRecord:
     m = Machine.from_elf(path, argv=argv, stdin=stdin, kernel=kernel)
     group = "uemu"
     for p in probes:
         try:
-            m.uprobes.add_event(f"{p.kind}:{group}/{p.event} {p.model_path or path}:{p.offset:#x}" +
-                                (f"({p.ref_ctr_offset:#x})" if p.ref_ctr_offset else "") +
-                                (f" {p.args}" if p.args else ""))
+            m.uprobes.add_event(
+                f"{p.kind}:{group}/{p.event} {p.model_path or path}:{p.offset:#x}"
+                + (f"({p.ref_ctr_offset:#x})" if p.ref_ctr_offset else "")
+                + (f" {p.args}" if p.args else "")
+            )
         except RegistrationError:
             # The host's probes exist before the program maps the file: analysis runs at
             # mmap time and a refusal there is silent (the probe is never installed).
@@ -452,12 +489,12 @@ def compare(native: RunRecord, model: RunRecord, context: int = 3) -> list[str]:
     if native.stdout != model.stdout:
         a, b = native.stdout, model.stdout
         i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
-        out.append(f"stdout differs at byte {i}: host {a[max(0, i - 20):i + 20]!r}, "
-                   f"model {b[max(0, i - 20):i + 20]!r}")
+        out.append(
+            f"stdout differs at byte {i}: host {a[max(0, i - 20) : i + 20]!r}, model {b[max(0, i - 20) : i + 20]!r}"
+        )
     host_threads, model_threads = per_thread(native.events), per_thread(model.events)
     if len(host_threads) != len(model_threads):
-        out.append(f"threads with events differ: host {len(host_threads)}, "
-                   f"model {len(model_threads)}")
+        out.append(f"threads with events differ: host {len(host_threads)}, model {len(model_threads)}")
     for n in range(max(len(host_threads), len(model_threads))):
         tid_a, ev_a = host_threads[n] if n < len(host_threads) else (None, [])
         tid_b, ev_b = model_threads[n] if n < len(model_threads) else (None, [])
@@ -465,8 +502,11 @@ def compare(native: RunRecord, model: RunRecord, context: int = 3) -> list[str]:
             x = ev_a[i] if i < len(ev_a) else None
             y = ev_b[i] if i < len(ev_b) else None
             if x != y:
-                where = "" if n == 0 and len(host_threads) <= 1 and len(model_threads) <= 1 else \
-                    f" of thread #{n + 1} (host tid {tid_a}, model tid {tid_b})"
+                where = (
+                    ""
+                    if n == 0 and len(host_threads) <= 1 and len(model_threads) <= 1
+                    else f" of thread #{n + 1} (host tid {tid_a}, model tid {tid_b})"
+                )
                 out.append(f"event stream{where} differs at event #{i + 1}:")
                 for k in range(max(0, i - context), i):
                     out.append(f"    both : {ev_a[k].describe()}")
@@ -477,6 +517,7 @@ def compare(native: RunRecord, model: RunRecord, context: int = 3) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- CLI
+
 
 def cmd_diff(args) -> int:
     stdin = read_stdin_file(args.stdin)
@@ -493,8 +534,10 @@ def cmd_diff(args) -> int:
                 os.unlink(os.path.join(tmpdir, f))
             os.rmdir(tmpdir)
     problems = compare(native, model)
-    summary = (f"host {os.uname().release} vs model {kernel}: {native.status}, "
-               f"{len(native.stdout)} bytes of stdout, {len(native.events)} events")
+    summary = (
+        f"host {os.uname().release} vs model {kernel}: {native.status}, "
+        f"{len(native.stdout)} bytes of stdout, {len(native.events)} events"
+    )
     if not problems:
         print(f"agree: {summary}")
         return 0
@@ -508,7 +551,7 @@ def _program_path(program: str) -> tuple[str, str | None]:
     """A real file for the native run: guest:NAME is written out as an ELF."""
     if program.startswith("guest:"):
         tmpdir = tempfile.mkdtemp(prefix="uemu-guest-")
-        name = program[len("guest:"):]
+        name = program[len("guest:") :]
         path = os.path.join(tmpdir, name)
         write_guest(name, path)
         os.chmod(path, 0o755)
@@ -519,4 +562,3 @@ def _program_path(program: str) -> tuple[str, str | None]:
         # The native run would fail in execve() with EACCES; say so before any probe.
         raise InputError(f"{program}: not executable (the host run needs execute permission)")
     return os.path.abspath(program), None
-

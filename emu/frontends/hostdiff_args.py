@@ -13,24 +13,34 @@ if TYPE_CHECKING:
 
 
 def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentParser], None]) -> None:
-    p = sub.add_parser("diff", usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
-                       help="run a guest under the host kernel's uprobes and the model; compare",
-                       description="Run PROGRAM natively with the probes created through tracefs "
-                                   "and in the model under the matching kernel profile, then "
-                                   "compare exit status, stdout and the ordered event stream. "
-                                   "The native side needs root and runs PROGRAM UNSANDBOXED AS "
-                                   "ROOT: diff only programs you trust. Host probes, the trace "
-                                   "instance and any tracefs mount of ours are removed on exit, "
-                                   "error, Ctrl-C and fatal signals; after a SIGKILL the next "
-                                   "run removes them.")
+    p = sub.add_parser(
+        "diff",
+        usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
+        help="run a guest under the host kernel's uprobes and the model; compare",
+        description="Run PROGRAM natively with the probes created through tracefs "
+        "and in the model under the matching kernel profile, then "
+        "compare exit status, stdout and the ordered event stream. "
+        "The native side needs root and runs PROGRAM UNSANDBOXED AS "
+        "ROOT: diff only programs you trust. Host probes, the trace "
+        "instance and any tracefs mount of ours are removed on exit, "
+        "error, Ctrl-C and fatal signals; after a SIGKILL the next "
+        "run removes them.",
+    )
     p.add_argument("program", metavar="PROGRAM")
     p.add_argument("args", nargs="*", metavar="ARGS")
-    p.add_argument("-e", "--event", action="append", default=[], metavar="SPEC", required=True,
-                   help="probe spec (tracefs p:/r: with fetchargs, PATH:SYMBOL[%%return], ...)")
-    p.add_argument("--kernel", default="auto", metavar="auto|V",
-                   help="model profile; auto = the host's release")
+    p.add_argument(
+        "-e",
+        "--event",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        required=True,
+        help="probe spec (tracefs p:/r: with fetchargs, PATH:SYMBOL[%%return], ...)",
+    )
+    p.add_argument("--kernel", default="auto", metavar="auto|V", help="model profile; auto = the host's release")
     p.add_argument("--stdin", metavar="FILE")
     p.add_argument("--timeout", type=seconds, default=60.0, metavar="S")
-    p.add_argument("--max-insns", type=count, default=0, metavar="N",
-                   help="exact instruction budget of the model run (0 = none)")
+    p.add_argument(
+        "--max-insns", type=count, default=0, metavar="N", help="exact instruction budget of the model run (0 = none)"
+    )
     p.set_defaults(func=lazy_command("emu.frontends.hostdiff", "cmd_diff"))

@@ -17,6 +17,7 @@ from kernel_model.errors import EmuError
 
 def cmd_guests(args) -> int:
     from guest_programs import GUESTS, write_guest  # a run of guest:NAME loads them itself
+
     for name in sorted(GUESTS):
         print(f"guest:{name:<18} {GUESTS[name].description}")
     if args.write:
@@ -25,8 +26,7 @@ def cmd_guests(args) -> int:
             for name in GUESTS:
                 write_guest(name, os.path.join(args.write, name))
         except OSError as e:
-            raise EmuError(f"cannot write the guests into {args.write!r}: "
-                           f"{e.strerror or e}") from None
+            raise EmuError(f"cannot write the guests into {args.write!r}: {e.strerror or e}") from None
     return 0
 
 
@@ -65,27 +65,35 @@ def make_machine(args, passthrough: bool = True, own_stdin: bool = True):
     """The machine of a CLI run.  With ``passthrough`` the guest's fds 0-2 are
     described as this command's own (a terminal, a file or a pipe), as they would be
     natively; otherwise its output is captured, so fds 1 and 2 are pipes."""
-    for opt, value in [("--sysroot", getattr(args, "sysroot", "/"))] + \
-            [("--grant-dir", d) for d in getattr(args, "grant_dir", None) or []]:
+    for opt, value in [("--sysroot", getattr(args, "sysroot", "/"))] + [
+        ("--grant-dir", d) for d in getattr(args, "grant_dir", None) or []
+    ]:
         if not os.path.isdir(value):
             raise EmuError(f"{opt} {value!r} is not a directory")
     extra = list(getattr(args, "args", []) or [])
     prog = args.program
-    guest_argv = [prog[len("guest:"):] if prog.startswith("guest:") else prog] + extra
+    guest_argv = [prog[len("guest:") :] if prog.startswith("guest:") else prog] + extra
     if getattr(args, "verbose", False):
         print(f"uprobe-emu: {describe_engine(engine_capabilities())}", file=sys.stderr)
     stdin = _open_stdin(args, own_stdin and passthrough)
     try:
-        return Machine.from_program(args.program, argv=guest_argv, kernel=args.kernel, stdin=stdin,
-                                    passthrough=passthrough, sysroot=getattr(args, "sysroot", "/"),
-                                    grant_dirs=getattr(args, "grant_dir", None) or [],
-                                    seed=getattr(args, "seed", 0),
-                                    **_sched_option(args),
-                                    stdio="host" if passthrough else "pipe",
-                                    mem_total=getattr(args, "mem_total", None),
-                                    uid=getattr(args, "uid", None), gid=getattr(args, "gid", None),
-                                    groups=getattr(args, "groups", None),
-                                    **_memory_option(args))
+        return Machine.from_program(
+            args.program,
+            argv=guest_argv,
+            kernel=args.kernel,
+            stdin=stdin,
+            passthrough=passthrough,
+            sysroot=getattr(args, "sysroot", "/"),
+            grant_dirs=getattr(args, "grant_dir", None) or [],
+            seed=getattr(args, "seed", 0),
+            **_sched_option(args),
+            stdio="host" if passthrough else "pipe",
+            mem_total=getattr(args, "mem_total", None),
+            uid=getattr(args, "uid", None),
+            gid=getattr(args, "gid", None),
+            groups=getattr(args, "groups", None),
+            **_memory_option(args),
+        )
     finally:
         if isinstance(stdin, int) and stdin != 0:
             os.close(stdin)

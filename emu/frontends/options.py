@@ -37,7 +37,6 @@ def print_error(line: str) -> None:
     print(printable(line), file=sys.stderr)
 
 
-
 class CommandParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and exit code 2."""
 
@@ -121,52 +120,115 @@ def port_number(text: str) -> int:
 
 
 def add_machine_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kernel", default="latest", metavar="V",
-                   help=f"kernel profile ({', '.join(KernelProfile.names())}); default latest")
-    p.add_argument("--max-insns", type=count, default=0, metavar="N",
-                   help="exact instruction budget (default 0 = none: full speed, the timeout "
-                        "bounds the run; a budget costs ~5x on hot loops)")
-    p.add_argument("--timeout", type=seconds, default=120.0, metavar="S",
-                   help="wall-clock limit (default 120; 0 = none)")
-    p.add_argument("--max-memory", type=_size, default=None, metavar="SIZE",
-                   help="limit of the guest's mappings over all its processes (e.g. 512M, "
-                        "default 4G); past it mmap/brk/fork fail with ENOMEM")
-    p.add_argument("--stdin", metavar="FILE",
-                   help="file the guest reads on fd 0, as it reads (default: this command's stdin)")
-    p.add_argument("--mem-total", type=_size, default=None, metavar="SIZE",
-                   help="RAM the guest's sysinfo reports, e.g. 512M, 8G (default 4G)")
-    p.add_argument("--uid", type=_id, default=None, metavar="N",
-                   help="the guest's real/effective/saved uid (default: yours; 0 = root, "
-                        "allowed to change ids)")
-    p.add_argument("--gid", type=_id, default=None, metavar="N",
-                   help="the guest's gid (default: yours)")
-    p.add_argument("--groups", type=_id_list, default=None, metavar="N,N...",
-                   help="the guest's supplementary groups (default: yours when neither "
-                        "--uid nor --gid is given, else none; '' = none)")
-    p.add_argument("--sysroot", metavar="DIR", default="/",
-                   help="host directory the guest sees, read-only, as / (default: /)")
-    p.add_argument("--grant-dir", metavar="DIR", action="append", default=[],
-                   help="host directory the guest may also write in, seen where it lies "
-                        "(repeatable; default: none)")
-    p.add_argument("--seed", type=_int, default=0, metavar="N",
-                   help="seed of the scheduler's interleaving and of getrandom (default 0)")
-    p.add_argument("--sched-slice", type=_sched_slice, default=None, metavar="MIN:MAX",
-                   help="time slice of a task while several can run, in translated blocks "
-                        f"(default {MIN_SLICE}:{MAX_SLICE}; short slices such as 1:40 shake out races)")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="say on stderr which of the engine's speed tricks work on this host "
-                        "(register window, native block quantum, instruction counter) and what runs instead")
-    p.add_argument("--cpus", type=cpus_count, default=None, metavar="N",
-                   help=f"CPUs of the machine, 1-{NR_CPUS} (default 1): up to N tasks run at once "
-                        "in virtual time, each where its affinity allows")
-    p.add_argument("-e", "--event", action="append", default=[], metavar="SPEC",
-                   help="probe spec: tracefs 'p:[GRP/]EV PATH:OFF [ARGS]', 'r:...', "
-                        "'PATH:SYMBOL[+OFF][%%return]', 'uprobe:PATH:SYM', 'uretprobe:PATH:SYM'"
-                        " (PATH: any file of the guest's view, mapped yet or not, or a "
-                        "library's short name: 'uprobe:libc:malloc')")
-    p.add_argument("--pid", type=_pid, default=None, metavar="N",
-                   help="probes fire only in the process with this pid (as bpftrace -p, "
-                        "perf -p)")
+    p.add_argument(
+        "--kernel",
+        default="latest",
+        metavar="V",
+        help=f"kernel profile ({', '.join(KernelProfile.names())}); default latest",
+    )
+    p.add_argument(
+        "--max-insns",
+        type=count,
+        default=0,
+        metavar="N",
+        help="exact instruction budget (default 0 = none: full speed, the timeout "
+        "bounds the run; a budget costs ~5x on hot loops)",
+    )
+    p.add_argument(
+        "--timeout", type=seconds, default=120.0, metavar="S", help="wall-clock limit (default 120; 0 = none)"
+    )
+    p.add_argument(
+        "--max-memory",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help="limit of the guest's mappings over all its processes (e.g. 512M, "
+        "default 4G); past it mmap/brk/fork fail with ENOMEM",
+    )
+    p.add_argument(
+        "--stdin", metavar="FILE", help="file the guest reads on fd 0, as it reads (default: this command's stdin)"
+    )
+    p.add_argument(
+        "--mem-total",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help="RAM the guest's sysinfo reports, e.g. 512M, 8G (default 4G)",
+    )
+    p.add_argument(
+        "--uid",
+        type=_id,
+        default=None,
+        metavar="N",
+        help="the guest's real/effective/saved uid (default: yours; 0 = root, allowed to change ids)",
+    )
+    p.add_argument("--gid", type=_id, default=None, metavar="N", help="the guest's gid (default: yours)")
+    p.add_argument(
+        "--groups",
+        type=_id_list,
+        default=None,
+        metavar="N,N...",
+        help="the guest's supplementary groups (default: yours when neither "
+        "--uid nor --gid is given, else none; '' = none)",
+    )
+    p.add_argument(
+        "--sysroot", metavar="DIR", default="/", help="host directory the guest sees, read-only, as / (default: /)"
+    )
+    p.add_argument(
+        "--grant-dir",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="host directory the guest may also write in, seen where it lies (repeatable; default: none)",
+    )
+    p.add_argument(
+        "--seed",
+        type=_int,
+        default=0,
+        metavar="N",
+        help="seed of the scheduler's interleaving and of getrandom (default 0)",
+    )
+    p.add_argument(
+        "--sched-slice",
+        type=_sched_slice,
+        default=None,
+        metavar="MIN:MAX",
+        help="time slice of a task while several can run, in translated blocks "
+        f"(default {MIN_SLICE}:{MAX_SLICE}; short slices such as 1:40 shake out races)",
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="say on stderr which of the engine's speed tricks work on this host "
+        "(register window, native block quantum, instruction counter) and what runs instead",
+    )
+    p.add_argument(
+        "--cpus",
+        type=cpus_count,
+        default=None,
+        metavar="N",
+        help=f"CPUs of the machine, 1-{NR_CPUS} (default 1): up to N tasks run at once "
+        "in virtual time, each where its affinity allows",
+    )
+    p.add_argument(
+        "-e",
+        "--event",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="probe spec: tracefs 'p:[GRP/]EV PATH:OFF [ARGS]', 'r:...', "
+        "'PATH:SYMBOL[+OFF][%%return]', 'uprobe:PATH:SYM', 'uretprobe:PATH:SYM'"
+        " (PATH: any file of the guest's view, mapped yet or not, or a "
+        "library's short name: 'uprobe:libc:malloc')",
+    )
+    p.add_argument(
+        "--pid",
+        type=_pid,
+        default=None,
+        metavar="N",
+        help="probes fire only in the process with this pid (as bpftrace -p, perf -p)",
+    )
 
 
 def _pid(text: str) -> int:
@@ -178,16 +240,22 @@ def _pid(text: str) -> int:
 
 def add_events_option(p: argparse.ArgumentParser, default: str = "stderr") -> None:
     """``--events FILE`` of every command that runs probes (run, step, gdbserver)."""
-    p.add_argument("--events-file", "--events", dest="events_file", metavar="FILE",
-                   help=f"write probe hit lines here instead of {default}")
-
+    p.add_argument(
+        "--events-file",
+        "--events",
+        dest="events_file",
+        metavar="FILE",
+        help=f"write probe hit lines here instead of {default}",
+    )
 
 
 def lazy_command(module: str, function: str) -> Callable[[argparse.Namespace], int]:
     """A subcommand's ``func``: imports ``module`` when the command runs, so the
     parser of every command can be built without loading any of them."""
+
     def run(args: argparse.Namespace) -> int:
         command: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), function)
         return command(args)
+
     run.__qualname__ = run.__name__ = function
     return run

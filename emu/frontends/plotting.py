@@ -26,7 +26,7 @@ FORMATS = ("png", "svg", "pdf")
 INSTALL = "pip install 'uprobe-emu[plot]'"
 MIN_MATPLOTLIB = (3, 8)
 DPI = 100
-LINE_SIZE = (8.0, 5.0)          # inches: M/s against CPUs
+LINE_SIZE = (8.0, 5.0)  # inches: M/s against CPUs
 BAR_HEIGHT = 5.0
 MAX_BAR_WIDTH = 30.0
 
@@ -85,8 +85,9 @@ def check_plot_path(path: str) -> str:
         raise InputError(f"--plot needs matplotlib: {INSTALL}") from None
     found = tuple(int(p) for p in matplotlib.__version__.split(".")[:2] if p.isdigit())
     if found < MIN_MATPLOTLIB:
-        raise InputError(f"--plot needs matplotlib 3.8 or later (found {matplotlib.__version__}): "
-                         f"pip install -U 'uprobe-emu[plot]'")
+        raise InputError(
+            f"--plot needs matplotlib 3.8 or later (found {matplotlib.__version__}): pip install -U 'uprobe-emu[plot]'"
+        )
     return fmt
 
 
@@ -131,7 +132,7 @@ def draw(chart: Chart, path: str) -> None:
     if chart.categories is None:
         _lines(ax, chart)
         if all(isinstance(v, int) for s in chart.series for v in s.x):
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # CPU counts
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # CPU counts
     else:
         handles = _bars(ax, chart)
     ax.set_ylabel(chart.ylabel)
@@ -140,7 +141,7 @@ def draw(chart: Chart, path: str) -> None:
     ax.set_ylim(bottom=0)
     values = [v for s in chart.series for v in s.y]
     if values and all(isinstance(v, int) for v in values):
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))       # counts: no fractional ticks
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts: no fractional ticks
     ax.grid(True, axis="y", alpha=0.3)
     if chart.series:
         ax.legend(handles=handles, fontsize=8)
@@ -173,10 +174,8 @@ def _bars(ax, chart: Chart) -> list:
         xs = [where[c] + shift for c in s.x]
         yerr = None
         if s.low is not None and s.high is not None:
-            yerr = [[max(0.0, y - lo) for y, lo in zip(s.y, s.low)],
-                    [max(0.0, hi - y) for y, hi in zip(s.y, s.high)]]
-        bars = ax.bar(xs, s.y, width, yerr=yerr, capsize=2 if yerr else 0, label=s.label,
-                      color=f"C{s.color % 10}")
+            yerr = [[max(0.0, y - lo) for y, lo in zip(s.y, s.low)], [max(0.0, hi - y) for y, hi in zip(s.y, s.high)]]
+        bars = ax.bar(xs, s.y, width, yerr=yerr, capsize=2 if yerr else 0, label=s.label, color=f"C{s.color % 10}")
         for rect, c in zip(bars.patches, s.x):
             rect.set_gid(f"bar:{s.label}:{c}")
         if s.text is not None:
@@ -184,11 +183,10 @@ def _bars(ax, chart: Chart) -> list:
         for c in cats:
             if c not in s.x:
                 ax.text(where[c] + shift, 0, "n/a", rotation=90, ha="center", va="bottom", fontsize=7)
-    per_category = figure_size(chart)[0] * 72 / max(len(cats), 1)        # points
+    per_category = figure_size(chart)[0] * 72 / max(len(cats), 1)  # points
     rotate = max((len(c) for c in cats), default=0) * 8 * 0.6 > per_category * 0.9
-    ax.set_xticks(range(len(cats)), cats, rotation=30 if rotate else 0, ha="right" if rotate else "center",
-                  fontsize=8)
-    ax.set_xlim(-0.6, len(cats) - 0.4)          # every category's slot, bars or not
+    ax.set_xticks(range(len(cats)), cats, rotation=30 if rotate else 0, ha="right" if rotate else "center", fontsize=8)
+    ax.set_xlim(-0.6, len(cats) - 0.4)  # every category's slot, bars or not
     top = max((h for s in chart.series for h in (s.high or s.y)), default=0)
     if not top or not math.isfinite(top):
         ax.set_ylim(0, 1)
@@ -201,5 +199,13 @@ def _lines(ax, chart: Chart) -> None:
         if s.kind == "line":
             ax.plot(s.x, s.y, color=color, marker="o", markersize=3, label=s.label, gid=f"line:{s.label}")
         else:
-            ax.plot(s.x, s.y, color=color, linestyle="none", marker="x", markersize=7, label=s.label,
-                    gid=f"markers:{s.label}")
+            ax.plot(
+                s.x,
+                s.y,
+                color=color,
+                linestyle="none",
+                marker="x",
+                markersize=7,
+                label=s.label,
+                gid=f"markers:{s.label}",
+            )

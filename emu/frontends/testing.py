@@ -83,6 +83,7 @@ class Regs(Mapping):
         # lazy: pytest loads this plugin in every run of a project that installs us; the
         # stepper package pulls in the machine and Unicorn
         from emu.debug.format import register_line
+
         return register_line(name, self._v[name] if value is None else value, self._gdb_label)
 
     def _gdb_label(self, addr: int) -> str | None:
@@ -140,17 +141,18 @@ def expect_signal(what, signal: str, *, addr: int | None = None, rip: int | None
     """Assert a run ended with ``signal`` (and the fault/rip addresses when given).
     ``what`` is a RunResult or a Machine (which is then run)."""
     result = what.run() if hasattr(what, "run") and hasattr(what, "uc") else what
-    assert result.reason == "signal" and result.signal_name == signal, \
+    assert result.reason == "signal" and result.signal_name == signal, (
         f"expected the guest to die of {signal}, but it {result.describe()}"
+    )
     if addr is not None:
-        assert result.fault_addr == addr, \
-            f"expected fault address {addr:#x}, got {result.fault_addr!r:}"
+        assert result.fault_addr == addr, f"expected fault address {addr:#x}, got {result.fault_addr!r:}"
     if rip is not None:
         assert result.rip == rip, f"expected rip {rip:#x}, got {result.rip:#x}"
     return result
 
 
 # ----------------------------------------------------------------------------- pytest hooks
+
 
 def pytest_assertrepr_compare(config, op, left, right):
     if op != "==" or not (isinstance(left, Regs) or isinstance(right, Regs)):
@@ -160,8 +162,9 @@ def pytest_assertrepr_compare(config, op, left, right):
         diff = a.diff(b)
     except TypeError:
         return None
-    lines = [f"register snapshots differ in {len(diff)} register(s) "
-             f"({', '.join(diff)}); left, then right, in gdb's layout:"]
+    lines = [
+        f"register snapshots differ in {len(diff)} register(s) ({', '.join(diff)}); left, then right, in gdb's layout:"
+    ]
     for name, (mine, theirs) in diff.items():
         lines.append("  - " + a.gdb_line(name, mine))
         lines.append("  + " + a.gdb_line(name, theirs))
@@ -181,7 +184,7 @@ def emu_machine():
             return Machine.from_guest(guest, **kw)
         if asm is not None:
             return Machine.from_asm(asm, **kw)
-        assert elf is not None                  # exactly one was given
+        assert elf is not None  # exactly one was given
         return Machine.from_elf(elf, **kw)
 
     return make

@@ -3,7 +3,8 @@
 bpftrace resolves a probe path without a ``/`` as bcc's ``bcc_procutils_which_so``
 does: a library already mapped by the traced process whose name starts with
 ``lib<NAME>.so``, else the first ``/etc/ld.so.cache`` entry whose soname starts with
-``lib<NAME>.so`` - ``<NAME>.so`` when NAME starts with ``lib``, as in ``libc`` - (the cache ldconfig writes, searched in its order), else - our
+``lib<NAME>.so`` - ``<NAME>.so`` when NAME starts with ``lib``, as in ``libc`` - (the cache ldconfig writes, searched
+in its order), else - our
 addition, for a sysroot without a cache - the dynamic linker's default directories.
 The guest's view of the files (its sysroot) is what is searched.
 """
@@ -16,16 +17,15 @@ CACHE_PATH = "/etc/ld.so.cache"
 MAX_CACHE_BYTES = 16 << 20
 _NEW_MAGIC = b"glibc-ld.so.cache1.1"
 _OLD_MAGIC = b"ld.so-1.7.0"
-_NEW_HEADER = struct.Struct("<20sIIB3xI12x")       # magic, nlibs, len_strings, flags, ext offset
-_NEW_ENTRY = struct.Struct("<iIIIQ")               # flags, key, value, osversion, hwcap
+_NEW_HEADER = struct.Struct("<20sIIB3xI12x")  # magic, nlibs, len_strings, flags, ext offset
+_NEW_ENTRY = struct.Struct("<iIIIQ")  # flags, key, value, osversion, hwcap
 _OLD_ENTRY = struct.Struct("<iII")
-DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64",
-                "/lib", "/usr/lib")
+DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
 
 
 def _cstr(data: bytes, at: int) -> str:
     end = data.find(b"\0", at)
-    return data[at:end if end >= 0 else len(data)].decode("utf-8", "replace")
+    return data[at : end if end >= 0 else len(data)].decode("utf-8", "replace")
 
 
 def parse_ld_cache(data: bytes) -> list[tuple[str, str]]:
@@ -36,7 +36,7 @@ def parse_ld_cache(data: bytes) -> list[tuple[str, str]]:
         (nlibs,) = struct.unpack_from("<I", data, 12)
         start = 16 + nlibs * _OLD_ENTRY.size
         start = (start + 7) & ~7
-    if data[start:start + len(_NEW_MAGIC)] != _NEW_MAGIC or len(data) < start + _NEW_HEADER.size:
+    if data[start : start + len(_NEW_MAGIC)] != _NEW_MAGIC or len(data) < start + _NEW_HEADER.size:
         return []
     _, nlibs, _, _, _ = _NEW_HEADER.unpack_from(data, start)
     out = []
@@ -56,11 +56,11 @@ def short_name_candidates(name: str, mapped_paths, read_guest_file) -> list[str]
     ld.so cache, then ``lib<name>.so`` / ``<name>`` in the default directories.
     ``read_guest_file(path) -> bytes | None`` reads the guest's view of a file."""
     if ".so" in name:
-        prefix = name                                   # libc.so.6: the soname itself
+        prefix = name  # libc.so.6: the soname itself
     elif name.startswith("lib"):
-        prefix = f"{name}.so"                           # libc (bpftrace's spelling)
+        prefix = f"{name}.so"  # libc (bpftrace's spelling)
     else:
-        prefix = f"lib{name}.so"                        # c (bcc's which_so)
+        prefix = f"lib{name}.so"  # c (bcc's which_so)
     out = [p for p in mapped_paths if p.rsplit("/", 1)[-1].startswith(prefix)]
     data = read_guest_file(CACHE_PATH)
     if data:

@@ -32,8 +32,15 @@ from kernel_model.trace.trace_probe import (
     kstrtoul,
 )
 
-__all__ = ["UserProbeSpec", "ProbeSpec", "parse_probe_spec", "parse_user_spec", "perf_event_name",
-           "is_good_name", "is_good_system_name"]
+__all__ = [
+    "UserProbeSpec",
+    "ProbeSpec",
+    "parse_probe_spec",
+    "parse_user_spec",
+    "perf_event_name",
+    "is_good_name",
+    "is_good_system_name",
+]
 
 _SYMBOL_RE = re.compile(r"[A-Za-z_.][A-Za-z0-9_.$@]*\Z")
 _BPFTRACE_HEADS = ("uprobe", "u", "uretprobe", "ur")
@@ -69,14 +76,16 @@ def perf_event_name(symbol: str, is_return: bool) -> str:
     base = symbol[1:] if symbol.startswith(".") else symbol
     cut = re.search(r"[.@]", base)
     if cut and cut.start() > 0:
-        base = base[:cut.start()]
+        base = base[: cut.start()]
     name = base + ("__return" if is_return else "")
     if len(name) >= MAX_EVENT_NAME_LEN:
-        raise ProbeSpecError(f"the event name {name!r} is too long (>= {MAX_EVENT_NAME_LEN} "
-                             "bytes): name the event, p:[GRP/]EVENT")
+        raise ProbeSpecError(
+            f"the event name {name!r} is too long (>= {MAX_EVENT_NAME_LEN} bytes): name the event, p:[GRP/]EVENT"
+        )
     if not is_good_name(name):
-        raise ProbeSpecError(f"{name!r} (from symbol {symbol!r}) is an invalid event name: "
-                             "name the event, p:[GRP/]EVENT")
+        raise ProbeSpecError(
+            f"{name!r} (from symbol {symbol!r}) is an invalid event name: name the event, p:[GRP/]EVENT"
+        )
     return name
 
 
@@ -84,8 +93,7 @@ class UserProbeParser(TraceProbeParser):
     """The kernel's parser plus the symbol and bpftrace forms."""
 
     spec_class = UserProbeSpec
-    probe_types = ("p[:[GRP/][EVENT]], r[:[GRP/][EVENT]], -:[GRP/]EVENT or "
-                   "uprobe:/uretprobe:PATH:FUNC")
+    probe_types = "p[:[GRP/][EVENT]], r[:[GRP/][EVENT]], -:[GRP/]EVENT or uprobe:/uretprobe:PATH:FUNC"
     location_forms = "PATH:OFFSET or PATH:SYMBOL"
     where_forms = "an OFFSET (starting with a digit) or a SYMBOL"
 
@@ -95,23 +103,23 @@ class UserProbeParser(TraceProbeParser):
             colon = head.find(":")
             if colon > 0 and head[:colon] in _BPFTRACE_HEADS:
                 return self._parse_bpftrace(head, hpos, colon)
-        return super().parse()      # type: ignore[return-value]  # made by spec_class: a UserProbeSpec
+        return super().parse()  # type: ignore[return-value]  # made by spec_class: a UserProbeSpec
 
     def _check_pathless(self, loc: str, lpos: int) -> None:
         """A bare ``SYMBOL`` is one in the main program."""
         if not _starts_symbol(loc[:1]):
-            raise self.error(f"Missing ':OFFSET' or ':SYMBOL' in {loc!r}: expected "
-                             "PATH:OFFSET, PATH:SYMBOL or SYMBOL", lpos)
+            raise self.error(
+                f"Missing ':OFFSET' or ':SYMBOL' in {loc!r}: expected PATH:OFFSET, PATH:SYMBOL or SYMBOL", lpos
+            )
 
-    def _parse_where(self, spec: UserProbeSpec, where: str, wpos: int) -> None:   # type: ignore[override]  # ditto
+    def _parse_where(self, spec: UserProbeSpec, where: str, wpos: int) -> None:  # type: ignore[override]  # ditto
         if not isdigit(where[:1]) and _starts_symbol(where[:1]):
             spec.form = "symbol"
             spec.symbol, spec.sym_offset = self._parse_symbol(where, wpos)
             return
         super()._parse_where(spec, where, wpos)
 
-    def _parse_symbol(self, where: str, wpos: int, *, allow_offset: bool = True
-                      ) -> tuple[str, int]:
+    def _parse_symbol(self, where: str, wpos: int, *, allow_offset: bool = True) -> tuple[str, int]:
         plus = where.find("+")
         sym = where if plus < 0 else where[:plus]
         if any(c in sym for c in "*?[]"):
@@ -121,41 +129,41 @@ class UserProbeParser(TraceProbeParser):
         if plus < 0:
             return sym, 0
         if not allow_offset:
-            raise self.error("uretprobe does not accept a +OFFSET: a return probe must be "
-                             "on a function entry", wpos + plus)
-        off = kstrtoul(where[plus + 1:], 0)
+            raise self.error(
+                "uretprobe does not accept a +OFFSET: a return probe must be on a function entry", wpos + plus
+            )
+        off = kstrtoul(where[plus + 1 :], 0)
         if off is None:
-            raise self.error(f"Invalid symbol offset {where[plus + 1:]!r}", wpos + plus + 1)
+            raise self.error(f"Invalid symbol offset {where[plus + 1 :]!r}", wpos + plus + 1)
         return sym, off
 
     def _parse_bpftrace(self, head: str, hpos: int, colon: int) -> UserProbeSpec:
         if len(self.words) > 1:
-            raise self.error("A bpftrace probe (uprobe:PATH:FUNC) takes no fetch arguments",
-                             self.words[1][1])
+            raise self.error("A bpftrace probe (uprobe:PATH:FUNC) takes no fetch arguments", self.words[1][1])
         kind = "r" if head[:colon] in ("uretprobe", "ur") else "p"
-        body, bpos = head[colon + 1:], hpos + colon + 1
+        body, bpos = head[colon + 1 :], hpos + colon + 1
         cut = body.rfind(":")
         if cut < 0:
-            raise self.error(f"Expected {head[:colon]}:PATH:FUNCTION or "
-                             f"{head[:colon]}:PATH:0xADDRESS", bpos + len(body))
-        path, where, wpos = body[:cut], body[cut + 1:], bpos + cut + 1
+            raise self.error(
+                f"Expected {head[:colon]}:PATH:FUNCTION or {head[:colon]}:PATH:0xADDRESS", bpos + len(body)
+            )
+        path, where, wpos = body[:cut], body[cut + 1 :], bpos + cut + 1
         if not path:
             raise self.error("Empty PATH in the bpftrace probe", bpos)
-        spec = UserProbeSpec(kind=kind, group=DEFAULT_GROUP, event=None, path=path,
-                             form="bpftrace", text=self.text)
+        spec = UserProbeSpec(kind=kind, group=DEFAULT_GROUP, event=None, path=path, form="bpftrace", text=self.text)
         if isdigit(where[:1]):
             addr = kstrtoul(where, 0)
             if addr is None:
                 raise self.error(f"Invalid address {where!r}", wpos)
             spec.address = addr
         elif _starts_symbol(where[:1]):
-            spec.symbol, spec.sym_offset = self._parse_symbol(
-                where, wpos, allow_offset=(kind == "p"))
+            spec.symbol, spec.sym_offset = self._parse_symbol(where, wpos, allow_offset=(kind == "p"))
         elif not where:
             raise self.error("Missing FUNCTION or ADDRESS after the last ':'", wpos)
         else:
-            raise self.error(f"Invalid probe location {where!r}: expected a FUNCTION, "
-                             "FUNCTION+OFFSET or 0xADDRESS", wpos)
+            raise self.error(
+                f"Invalid probe location {where!r}: expected a FUNCTION, FUNCTION+OFFSET or 0xADDRESS", wpos
+            )
         return spec
 
 

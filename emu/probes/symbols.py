@@ -12,8 +12,7 @@ from __future__ import annotations
 from kernel_model.fs.elf import ElfImage, Symbol, UsdtNote, image_of, link_vaddr, load_elf_file, parse_elf
 from kernel_model.mm.mm_types import MappedFile
 
-__all__ = ["ElfImage", "Symbol", "UsdtNote", "image_of", "link_vaddr", "load_elf_file", "parse_elf",
-           "probe_file"]
+__all__ = ["ElfImage", "Symbol", "UsdtNote", "image_of", "link_vaddr", "load_elf_file", "parse_elf", "probe_file"]
 
 
 def probe_file(path: str, data: bytes) -> MappedFile:

@@ -27,7 +27,7 @@ class ProbeTargets:
 
     def __init__(self, machine):
         self.machine = machine
-        self.notes: list[str] = []           # remarks on registrations (IFUNC targets)
+        self.notes: list[str] = []  # remarks on registrations (IFUNC targets)
 
     def resolve_target(self, target) -> tuple[MappedFile, int]:
         """symbol, "symbol+off", "PATH:symbol[+off]" (any file: a library mapped
@@ -42,7 +42,7 @@ class ProbeTargets:
                 raise SymbolError(f"address {target:#x} is not in a file-backed mapping")
             return vma.file, vma.offset_of(target)
         if isinstance(target, str) and ":" in target:
-            path, _, sym = target.rpartition(":")          # "PATH:SYMBOL[+OFF]"
+            path, _, sym = target.rpartition(":")  # "PATH:SYMBOL[+OFF]"
             name, _, off = sym.partition("+")
             try:
                 delta = int(off, 0) if off else 0
@@ -97,14 +97,15 @@ class ProbeTargets:
         for f in files:
             if os.path.basename(f.path) == path:
                 return f
-        for candidate in short_name_candidates(path, [f.d_path or f.path for f in files],
-                                               self._read_guest_file):
+        for candidate in short_name_candidates(path, [f.d_path or f.path for f in files], self._read_guest_file):
             opened = self.open_file(candidate)
             if isinstance(opened, MappedFile):
                 return opened
-        raise SymbolError(f"{path!r} is neither mapped by the guest (mapped: "
-                          f"{', '.join(f.path for f in files) or 'nothing'}) nor a library "
-                          f"{path!r} names in the ld.so cache or default directories")
+        raise SymbolError(
+            f"{path!r} is neither mapped by the guest (mapped: "
+            f"{', '.join(f.path for f in files) or 'nothing'}) nor a library "
+            f"{path!r} names in the ld.so cache or default directories"
+        )
 
     def open_file(self, path: str) -> MappedFile | str:
         """The page cache's file (one per inode) for guest ``path``, opened as the
@@ -151,7 +152,9 @@ class ProbeTargets:
             raise SymbolError(f"{file.path} has no symbols")
         sym = elf.resolve(name)
         if sym.type == "GNU_IFUNC":
-            self.notes.append(f"{name} in {os.path.basename(file.path)} is an IFUNC symbol: the probe "
-                              f"is on its resolver, which runs when the dynamic linker binds "
-                              f"{name.partition('@')[0]}, not at each call")
+            self.notes.append(
+                f"{name} in {os.path.basename(file.path)} is an IFUNC symbol: the probe "
+                f"is on its resolver, which runs when the dynamic linker binds "
+                f"{name.partition('@')[0]}, not at each call"
+            )
         return file, elf.vaddr_to_offset(sym.value + delta)

@@ -37,12 +37,13 @@ def parse_usdt_spec(text: str) -> tuple[str, str | None, str]:
 
 def find_usdt_notes(file, provider: str | None, name: str) -> list:
     elf = file.elf
-    notes = [n for n in (elf.usdt if elf else [])
-             if n.name == name and (provider is None or n.provider == provider)]
+    notes = [n for n in (elf.usdt if elf else []) if n.name == name and (provider is None or n.provider == provider)]
     if not notes:
         known = sorted({f"{n.provider}:{n.name}" for n in (elf.usdt if elf else [])})
-        raise SymbolError(f"no USDT probe {provider + ':' if provider else ''}{name} in "
-                          f"{file.path} (has: {', '.join(known) or 'none'})")
+        raise SymbolError(
+            f"no USDT probe {provider + ':' if provider else ''}{name} in "
+            f"{file.path} (has: {', '.join(known) or 'none'})"
+        )
     return notes
 
 
@@ -51,8 +52,7 @@ def usdt_attach_offsets(file, note, profile) -> tuple[int, int]:
     elf = file.elf
     offset = elf.vaddr_to_offset(note.pc)
     combo = {"nop5": COMBO_NOP5, "nop10": COMBO_NOP10}.get(profile.optimize or "")
-    if combo is not None and profile.has_uprobe_syscall and \
-            file.read(offset, len(combo)) == combo:
+    if combo is not None and profile.has_uprobe_syscall and file.read(offset, len(combo)) == combo:
         offset += 1
     ref = elf.vaddr_to_offset(note.semaphore) if note.semaphore else 0
     return offset, ref

@@ -35,7 +35,7 @@ class UserUprobes:
         object.__setattr__(self, "targets", ProbeTargets(machine))
 
     def __getattr__(self, name):
-        if name.startswith("__") or name in _OWN:      # (an object being restored or copied)
+        if name.startswith("__") or name in _OWN:  # (an object being restored or copied)
             raise AttributeError(name)
         return getattr(self.core, name)
 
@@ -67,14 +67,24 @@ class UserUprobes:
         return self.targets.symbol_offset(file, name, delta)
 
     # -- consumers -----------------------------------------------------------------
-    def register(self, target, handler=None, ret_handler=None, filter=None, *,
-                 ref_ctr_offset: int = 0, name: str = "", is_trace: bool = False) -> UprobeConsumer:
+    def register(
+        self,
+        target,
+        handler=None,
+        ret_handler=None,
+        filter=None,
+        *,
+        ref_ctr_offset: int = 0,
+        name: str = "",
+        is_trace: bool = False,
+    ) -> UprobeConsumer:
         """``uprobe_register`` on whatever ``target`` names (see
         :meth:`ProbeTargets.resolve_target`): returns the consumer (pass it to
         :meth:`unregister`)."""
         file, offset = self.targets.resolve_target(target)
-        return self.core.uprobe_register(file, offset, UprobeConsumer(handler, ret_handler, filter,
-                                         name=name, is_trace=is_trace), ref_ctr_offset)
+        return self.core.uprobe_register(
+            file, offset, UprobeConsumer(handler, ret_handler, filter, name=name, is_trace=is_trace), ref_ctr_offset
+        )
 
     def register_usdt(self, spec: str, handler=None, ret_handler=None, filter=None) -> list:
         """Attach a consumer to every site of ``usdt:PATH:[PROVIDER:]NAME`` (libbpf's
@@ -86,8 +96,7 @@ class UserUprobes:
         out = []
         for note in find_usdt_notes(file, provider, name):
             offset, ref = usdt_attach_offsets(file, note, core.profile)
-            out.append(core.uprobe_register(file, offset, UprobeConsumer(handler, ret_handler, filter),
-                                            ref))
+            out.append(core.uprobe_register(file, offset, UprobeConsumer(handler, ret_handler, filter), ref))
         return out
 
     # -- tracefs events ------------------------------------------------------------
@@ -105,8 +114,9 @@ class UserUprobes:
             return None
         file, offset = self.targets.resolve_spec(parsed)
         # perf names a probe on a symbol after it (``malloc``, ``malloc__return``)
-        event = parsed.event or (perf_event_name(parsed.symbol, parsed.is_return)
-                                 if parsed.symbol is not None else None)
+        event = parsed.event or (
+            perf_event_name(parsed.symbol, parsed.is_return) if parsed.symbol is not None else None
+        )
         return trace.trace_uprobe_create(parsed, file, offset, event=event, **kw)
 
     def _add_usdt(self, text: str, **kw):

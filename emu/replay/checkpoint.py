@@ -87,8 +87,10 @@ class CheckpointError(EmuError):
 
 # =============================================================================== model state
 
+
 class _Ref:
     """A value pickled by reference (a code object, a module's globals)."""
+
     __slots__ = ("obj",)
 
     def __init__(self, obj):
@@ -131,12 +133,33 @@ def _frozen(obj) -> bool:
 
 def _identity(obj) -> bool:
     """A mutable project object: saved as its attributes, restored in place."""
-    return (_is_project(obj) and hasattr(obj, "__dict__") and not isinstance(obj, (type, BaseException))
-            and not _by_reference(type(obj)) and not _frozen(obj))
+    return (
+        _is_project(obj)
+        and hasattr(obj, "__dict__")
+        and not isinstance(obj, (type, BaseException))
+        and not _by_reference(type(obj))
+        and not _frozen(obj)
+    )
 
 
-_BY_VALUE = (int, float, complex, str, bytes, bytearray, bool, type(None), list, tuple, dict, set, frozenset,
-             deque, range, slice)
+_BY_VALUE = (
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    bytearray,
+    bool,
+    type(None),
+    list,
+    tuple,
+    dict,
+    set,
+    frozenset,
+    deque,
+    range,
+    slice,
+)
 
 
 _PLAIN = frozenset(_BY_VALUE)
@@ -149,20 +172,21 @@ def _kind_of_type(cls) -> str:
     if cls in (types.FunctionType, types.MethodType):
         return "object"
     if mod.startswith("emu.frontends"):
-        return "ref"                          # a front end's object: never rolled back
+        return "ref"  # a front end's object: never rolled back
     if issubclass(cls, (bytearray, list, dict, set, weakref.WeakKeyDictionary)):
-        return "value"                        # a container subclass (OutputBuffer, Counter)
+        return "value"  # a container subclass (OutputBuffer, Counter)
     if cls is _Ref:
         return "ref"
     project = mod.split(".", 1)[0] in _PROJECT
     params = getattr(cls, "__dataclass_params__", None)
     frozen = params is not None and params.frozen
     if project and not issubclass(cls, (type, BaseException)) and not frozen and not _by_reference(cls):
-        return "identity" if getattr(cls, "__dictoffset__", 0) else "value"   # slotted: immutable values
+        return "identity" if getattr(cls, "__dictoffset__", 0) else "value"  # slotted: immutable values
     if issubclass(cls, (types.CellType, types.BuiltinFunctionType, type)):
-        return "value"                        # see reducer_override
-    if mod in ("random", "collections", "functools", "enum", "itertools") or (params is not None and not frozen
-                                                                              and not project):
+        return "value"  # see reducer_override
+    if mod in ("random", "collections", "functools", "enum", "itertools") or (
+        params is not None and not frozen and not project
+    ):
         return "value"
     return "ref"
 
@@ -198,7 +222,7 @@ class _StatePickler(pickle.Pickler):
         if kind == "ref":
             return self._ref(obj.obj if cls is _Ref else obj)
         if cls is types.FunctionType:
-            return None if _is_project_fn(obj) else self._ref(obj)    # a caller's handler: by reference
+            return None if _is_project_fn(obj) else self._ref(obj)  # a caller's handler: by reference
         owner = obj.__self__
         if owner is self.objects[0] or self.kinds.get(type(owner)) == "identity" or _identity(owner):
             return None
@@ -215,8 +239,10 @@ class _StatePickler(pickle.Pickler):
     def reducer_override(self, obj):
         if isinstance(obj, types.FunctionType) and (obj.__closure__ or "<" in obj.__qualname__):
             cells = obj.__closure__
-            return (_make_function, (_Ref(obj.__code__), _Ref(obj.__globals__), obj.__name__, obj.__defaults__,
-                                     obj.__kwdefaults__, cells))
+            return (
+                _make_function,
+                (_Ref(obj.__code__), _Ref(obj.__globals__), obj.__name__, obj.__defaults__, obj.__kwdefaults__, cells),
+            )
         if isinstance(obj, bytearray) and type(obj) is not bytearray:
             return (_make_bytearray, (type(obj), bytes(obj), dict(vars(obj))))
         if isinstance(obj, weakref.WeakKeyDictionary):
@@ -280,6 +306,7 @@ def restore_state(blob: bytes, objects: list, refs: list, remap: dict) -> None:
 
 # =============================================================================== memory
 
+
 @dataclass
 class SpaceImage:
     """One address space at a checkpoint: ``ptes``, the leaf page-table flags of
@@ -289,8 +316,8 @@ class SpaceImage:
 
     ptes: dict
     pages: dict
-    new_bytes: int = 0                # bytes of pages not shared with the previous image
-    uc: object = None                 # the Unicorn instance it was on
+    new_bytes: int = 0  # bytes of pages not shared with the previous image
+    uc: object = None  # the Unicorn instance it was on
 
 
 def snapshot_space(mem: Memory, previous: SpaceImage | None) -> SpaceImage:
@@ -315,6 +342,7 @@ def restore_space(mem: Memory, image: SpaceImage) -> None:
 
 # =============================================================================== checkpoints
 
+
 @dataclass(eq=False)
 class Checkpoint:
     """The machine at instruction ``position`` (see the module docstring)."""
@@ -323,10 +351,10 @@ class Checkpoint:
     blob: bytes
     objects: list
     refs: list
-    spaces: dict                      # Memory -> SpaceImage, for every live address space
-    cpu: tuple | None                 # (Memory, context) of the task on the CPU
-    extra: dict = field(default_factory=dict)   # the recorder's own positions
-    host_fds: list = field(default_factory=list)   # (open file object, dup of its host fd)
+    spaces: dict  # Memory -> SpaceImage, for every live address space
+    cpu: tuple | None  # (Memory, context) of the task on the CPU
+    extra: dict = field(default_factory=dict)  # the recorder's own positions
+    host_fds: list = field(default_factory=list)  # (open file object, dup of its host fd)
 
     def __post_init__(self):
         weakref.finalize(self, _close_fds, self.host_fds)
@@ -335,8 +363,11 @@ class Checkpoint:
     def nbytes(self) -> int:
         """What this checkpoint holds of its own: the pickled state and the pages it
         does not share with the one before."""
-        return len(self.blob) + sum(img.new_bytes for img in self.spaces.values()) + \
-            sum(16 * len(img.pages) for img in self.spaces.values())
+        return (
+            len(self.blob)
+            + sum(img.new_bytes for img in self.spaces.values())
+            + sum(16 * len(img.pages) for img in self.spaces.values())
+        )
 
 
 def _close_fds(pairs: list) -> None:
@@ -398,7 +429,7 @@ def restore_checkpoint(machine, cp: Checkpoint) -> None:
     """Put ``machine`` back into the state of ``cp``: model state, every address
     space of that time (one that was released since gets a new Unicorn instance),
     the CPU."""
-    remap: dict[int, object] = {}       # id(a released CPU or register file) -> its successor
+    remap: dict[int, object] = {}  # id(a released CPU or register file) -> its successor
     for mem, image in cp.spaces.items():
         if mem.released or machine.engine.closed(mem.uc) or mem.uc is not image.uc:
             _revive_space(machine, mem, remap, cp)
@@ -427,6 +458,7 @@ def _revive_space(machine, mem: Memory, remap: dict, cp: Checkpoint) -> None:
 
 # =============================================================================== recorder
 
+
 class GatedWriter:
     """The trace output (tracefs lines streamed to a file) while recording: a line a
     replay writes again is dropped (see :meth:`Recorder.admit`)."""
@@ -450,9 +482,9 @@ class GatedWriter:
 
 @dataclass
 class _Op:
-    start: int                        # instruction clock before the operation
-    kind: str                         # "step" | "run"
-    insns: int                        # instructions it executed
+    start: int  # instruction clock before the operation
+    kind: str  # "step" | "run"
+    insns: int  # instructions it executed
 
 
 class Recorder:
@@ -466,8 +498,9 @@ class Recorder:
 
     checkpoint_by_reference = True
 
-    def __init__(self, machine: Machine, *, interval: int = DEFAULT_INTERVAL,
-                 max_checkpoints: int = DEFAULT_MAX_CHECKPOINTS) -> None:
+    def __init__(
+        self, machine: Machine, *, interval: int = DEFAULT_INTERVAL, max_checkpoints: int = DEFAULT_MAX_CHECKPOINTS
+    ) -> None:
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise CheckpointError(f"checkpoint interval must be an instruction count >= 1, not {interval!r}")
         if isinstance(max_checkpoints, bool) or not isinstance(max_checkpoints, int) or max_checkpoints < 2:
@@ -487,13 +520,13 @@ class Recorder:
         # what already left the machine: per-stream bytes, events by (insn, index)
         self._out_pos = {1: 0, 2: 0}
         self._out_high = {1: 0, 2: 0}
-        self._keys = {"events": (-1, 0), "lines": (-1, 0)}     # (instruction, index) of the last one
-        self._high = {"events": (-1, 0), "lines": (-1, 0)}     # the furthest one delivered
-        self.on_replayed_event = None     # fn(event) for events a replay does not deliver
-        self._kinds: dict = {}            # type -> how the state pickler saves it
+        self._keys = {"events": (-1, 0), "lines": (-1, 0)}  # (instruction, index) of the last one
+        self._high = {"events": (-1, 0), "lines": (-1, 0)}  # the furthest one delivered
+        self.on_replayed_event = None  # fn(event) for events a replay does not deliver
+        self._kinds: dict = {}  # type -> how the state pickler saves it
         machine.recorder = self
         machine.events.gate = self._gate
-        machine.flush_translations()          # blocks of an uncounted run would not count
+        machine.flush_translations()  # blocks of an uncounted run would not count
         self.checkpoint()
 
     # ------------------------------------------------------------------ public
@@ -541,12 +574,11 @@ class Recorder:
         if isinstance(position, bool) or not isinstance(position, int):
             raise CheckpointError(f"an instruction position is an integer, not {position!r}")
         if position < self.start or position > self.end:
-            raise CheckpointError(f"instruction {position} is outside the recorded history "
-                                  f"({self.start}..{self.end})")
+            raise CheckpointError(f"instruction {position} is outside the recorded history ({self.start}..{self.end})")
         if position == self.position:
             return
         if position > self.position and not self.m.exited:
-            self.replay(self.history(self.position), position)     # forward in the history
+            self.replay(self.history(self.position), position)  # forward in the history
             return
         cp = max((c for c in self.checkpoints if c.position <= position), key=lambda c: c.position)
         self.replay_from(cp, position)
@@ -584,13 +616,17 @@ class Recorder:
         finally:
             self.replaying = False
         if m.icount != until and not m.exited:
-            raise CheckpointError(f"replay reached instruction {m.icount}, not {until}: "
-                                  "the history was changed from outside")
+            raise CheckpointError(
+                f"replay reached instruction {m.icount}, not {until}: the history was changed from outside"
+            )
 
     def history(self, since: int | None = None) -> list:
         """Copies of the logged operations that end after ``since`` (default: all)."""
-        return [_Op(op.start, op.kind, op.insns) for op in self.ops
-                if since is None or op.start + op.insns > since or op.start >= since]
+        return [
+            _Op(op.start, op.kind, op.insns)
+            for op in self.ops
+            if since is None or op.start + op.insns > since or op.start >= since
+        ]
 
     def stats(self) -> dict:
         """What the checkpoints cost: ``checkpoints``, ``bytes`` (state + unique pages
@@ -605,24 +641,33 @@ class Recorder:
                         seen.add(id(data))
                         total += len(data)
         insns = max(1, self.position - self.start)
-        return {"checkpoints": len(self.checkpoints), "bytes": total, "insns": self.position - self.start,
-                "interval": self.interval, "dropped": self.dropped,
-                "bytes_per_million_insns": total * 1_000_000 // insns}
+        return {
+            "checkpoints": len(self.checkpoints),
+            "bytes": total,
+            "insns": self.position - self.start,
+            "interval": self.interval,
+            "dropped": self.dropped,
+            "bytes_per_million_insns": total * 1_000_000 // insns,
+        }
 
     # ------------------------------------------------------------------ driving
-    def run(self, max_insns: int | None = None, timeout: float | None = 120.0, *,
-            raise_on_signal: bool = False) -> RunResult:
+    def run(
+        self, max_insns: int | None = None, timeout: float | None = 120.0, *, raise_on_signal: bool = False
+    ) -> RunResult:
         """``Machine.run`` in counted pieces that end at checkpoint boundaries."""
         m = self.m
         self._gate_trace_output()
         if not self.replaying:
-            self._truncate_ops(m.icount)       # from here on a new history
+            self._truncate_ops(m.icount)  # from here on a new history
         deadline = time.perf_counter() + timeout if timeout else None
         left = max_insns
         while True:
             self._maybe_checkpoint()
-            chunk = self.interval - (m.icount - self.checkpoints[-1].position) if not self.replaying \
+            chunk = (
+                self.interval - (m.icount - self.checkpoints[-1].position)
+                if not self.replaying
                 else (left if left is not None else self.interval)
+            )
             chunk = max(1, chunk)
             if left is not None:
                 chunk = min(chunk, left)
@@ -665,9 +710,14 @@ class Recorder:
         if self.replaying:
             return
         self._truncate_ops(start)
-        if kind == "run" and self.ops and self.ops[-1].kind == "run" and \
-                self.ops[-1].start + self.ops[-1].insns == start and insns:
-            self.ops[-1].insns += insns      # one run in pieces is one run: replays identically
+        if (
+            kind == "run"
+            and self.ops
+            and self.ops[-1].kind == "run"
+            and self.ops[-1].start + self.ops[-1].insns == start
+            and insns
+        ):
+            self.ops[-1].insns += insns  # one run in pieces is one run: replays identically
             return
         if insns:
             self.ops.append(_Op(start, kind, insns))
@@ -704,7 +754,7 @@ class Recorder:
         self._out_pos[fd] = pos + len(data)
         high = self._out_high[fd]
         self._out_high[fd] = max(high, pos + len(data))
-        return data[max(0, high - pos):]
+        return data[max(0, high - pos) :]
 
     def admit(self, stream: str) -> bool:
         """Is this event or trace line (``stream``) new, past the furthest point any
@@ -732,5 +782,12 @@ class Recorder:
             trace.output = GatedWriter(trace.output, self)
 
 
-__all__ = ["Recorder", "Checkpoint", "CheckpointError", "take_checkpoint", "restore_checkpoint",
-           "DEFAULT_INTERVAL", "DEFAULT_MAX_CHECKPOINTS"]
+__all__ = [
+    "Recorder",
+    "Checkpoint",
+    "CheckpointError",
+    "take_checkpoint",
+    "restore_checkpoint",
+    "DEFAULT_INTERVAL",
+    "DEFAULT_MAX_CHECKPOINTS",
+]

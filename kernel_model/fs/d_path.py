@@ -1,5 +1,4 @@
-"""getcwd (fs/d_path.c): the working directory's path in the guest's view.
-"""
+"""getcwd (fs/d_path.c): the working directory's path in the guest's view."""
 
 from __future__ import annotations
 

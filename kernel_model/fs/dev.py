@@ -34,21 +34,34 @@ from kernel_model.fs.file import READ_CHUNK, HostInput, OpenFile, OutputSink, Ow
 from kernel_model.fs.fs_types import Attrs, SpecialNode
 from kernel_model.fs.libfs import DirNode, LinkNode, access_mode, keep_open_flags, may_open
 
-DEVTMPFS_DEV = os.makedev(0, 6)          # st_dev of the host's devtmpfs (0:6)
-DEVPTS_DEV = os.makedev(0, 24)           # and of its devpts (0:24), when no terminal tells
-BOGO_DIRENT_SIZE = 20                    # shmem: a directory's size grows by this per entry
+DEVTMPFS_DEV = os.makedev(0, 6)  # st_dev of the host's devtmpfs (0:6)
+DEVPTS_DEV = os.makedev(0, 24)  # and of its devpts (0:24), when no terminal tells
+BOGO_DIRENT_SIZE = 20  # shmem: a directory's size grows by this per entry
 POLL_SLICE_MS = 50
 O_NONBLOCK = 0o4000
 CHR_MODE = S.S_IFCHR | 0o666
 # name: (major, minor, inode) as devtmpfs numbers them on this kernel
-CHAR_DEVICES = MappingProxyType({
-    "null": (1, 3, 3), "zero": (1, 5, 4), "full": (1, 7, 5), "random": (1, 8, 6),
-    "urandom": (1, 9, 7), "tty": (5, 0, 9),
-})
-LINKS = MappingProxyType({"fd": ("/proc/self/fd", 111), "stdin": ("/proc/self/fd/0", 112),
-                          "stdout": ("/proc/self/fd/1", 113), "stderr": ("/proc/self/fd/2", 114)})
+CHAR_DEVICES = MappingProxyType(
+    {
+        "null": (1, 3, 3),
+        "zero": (1, 5, 4),
+        "full": (1, 7, 5),
+        "random": (1, 8, 6),
+        "urandom": (1, 9, 7),
+        "tty": (5, 0, 9),
+    }
+)
+LINKS = MappingProxyType(
+    {
+        "fd": ("/proc/self/fd", 111),
+        "stdin": ("/proc/self/fd/0", 112),
+        "stdout": ("/proc/self/fd/1", 113),
+        "stderr": ("/proc/self/fd/2", 114),
+    }
+)
 # readdir order: the host's (newest entry first), restricted to the modeled nodes
 ORDER = ("stderr", "stdout", "stdin", "fd", "tty", "urandom", "random", "full", "zero", "null")
+
 
 class DevFs:
     """The /dev mount of one machine.  ``root`` is its directory node."""
@@ -69,8 +82,21 @@ class DevFs:
 
     def attrs(self, mode: int, ino: int, *, rdev: int = 0, size: int = 0, nlink: int = 1) -> Attrs:
         t = self.boot_ns()
-        return Attrs(mode=mode, ino=ino, dev=DEVTMPFS_DEV, nlink=nlink, uid=0, gid=0, rdev=rdev,
-                     size=size, blksize=4096, blocks=0, atime_ns=t, mtime_ns=t, ctime_ns=t)
+        return Attrs(
+            mode=mode,
+            ino=ino,
+            dev=DEVTMPFS_DEV,
+            nlink=nlink,
+            uid=0,
+            gid=0,
+            rdev=rdev,
+            size=size,
+            blksize=4096,
+            blocks=0,
+            atime_ns=t,
+            mtime_ns=t,
+            ctime_ns=t,
+        )
 
 
 class DevLink(LinkNode):
@@ -98,7 +124,7 @@ class DevDir(DirNode):
 
     def entries(self, task):
         out = [(name, self.fs.nodes[name]) for name in ORDER]
-        return out[:4] + [("pts", self.fs.pts)] + out[4:]       # the host's place for it
+        return out[:4] + [("pts", self.fs.pts)] + out[4:]  # the host's place for it
 
 
 class PtsDir(DirNode):
@@ -115,8 +141,19 @@ class PtsDir(DirNode):
         st = self.fs.ctty.host_stat()
         dev = st.st_dev if st is not None else DEVPTS_DEV
         t = self.fs.boot_ns()
-        return Attrs(mode=S.S_IFDIR | 0o755, ino=1, dev=dev, nlink=2, uid=0, gid=0, size=0,
-                     blksize=1024, atime_ns=t, mtime_ns=t, ctime_ns=t)
+        return Attrs(
+            mode=S.S_IFDIR | 0o755,
+            ino=1,
+            dev=dev,
+            nlink=2,
+            uid=0,
+            gid=0,
+            size=0,
+            blksize=1024,
+            atime_ns=t,
+            mtime_ns=t,
+            ctime_ns=t,
+        )
 
     def entries(self, task):
         number = self.fs.ctty.pts_number()
@@ -136,9 +173,20 @@ class PtsNode(SpecialNode):
         st = self.fs.ctty.host_stat()
         if st is None:
             return self.fs.attrs(CHR_MODE, 0)
-        return Attrs(mode=st.st_mode, ino=st.st_ino, dev=st.st_dev, nlink=st.st_nlink, uid=st.st_uid,
-                     gid=st.st_gid, rdev=st.st_rdev, size=0, blksize=1024, atime_ns=st.st_atime_ns,
-                     mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns)
+        return Attrs(
+            mode=st.st_mode,
+            ino=st.st_ino,
+            dev=st.st_dev,
+            nlink=st.st_nlink,
+            uid=st.st_uid,
+            gid=st.st_gid,
+            rdev=st.st_rdev,
+            size=0,
+            blksize=1024,
+            atime_ns=st.st_atime_ns,
+            mtime_ns=st.st_mtime_ns,
+            ctime_ns=st.st_ctime_ns,
+        )
 
     def open(self, task, flags):
         a = self.attrs(task)
@@ -198,7 +246,7 @@ class DeviceFile(OpenFile):
         return self.read(count, None) if self.readable else -E.EBADF
 
     def lseek(self, offset, whence):
-        return 0                                  # null_lseek
+        return 0  # null_lseek
 
 
 class NullFile(DeviceFile):
@@ -234,7 +282,7 @@ class RandomFile(NullFile):
         return self.node.fs.m.syscalls.rng.randbytes(min(count, READ_CHUNK))
 
     def lseek(self, offset, whence):
-        return 0                                  # noop_llseek: f_pos stays 0
+        return 0  # noop_llseek: f_pos stays 0
 
 
 class ControllingTerminal(OwnsHostFd):
@@ -244,7 +292,7 @@ class ControllingTerminal(OwnsHostFd):
 
     def __init__(self, host_fd: int | None, sink_fd: int | None):
         self.own_host_fd(host_fd)
-        self.sink_fd = sink_fd                    # 1 or 2 when a stdio sink is that terminal
+        self.sink_fd = sink_fd  # 1 or 2 when a stdio sink is that terminal
 
     def pts_number(self) -> str | None:
         """N when the terminal is /dev/pts/N (a pseudo-terminal), else None."""
@@ -334,7 +382,7 @@ class TtyFile(DeviceFile, OwnsHostFd):
         return -E.ESPIPE
 
     def lseek(self, offset, whence):
-        return -E.ESPIPE                          # tty_fops: no_llseek
+        return -E.ESPIPE  # tty_fops: no_llseek
 
     def poll(self):
         """tty_poll: readable when the terminal has input; always writable."""

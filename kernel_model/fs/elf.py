@@ -109,10 +109,7 @@ class Segment:
     @property
     def perms(self) -> str:
         """``"r-x"``-style permissions, for messages and tests."""
-        return "".join(
-            ch if self.flags & bit else "-"
-            for ch, bit in (("r", PF_R), ("w", PF_W), ("x", PF_X))
-        )
+        return "".join(ch if self.flags & bit else "-" for ch, bit in (("r", PF_R), ("w", PF_W), ("x", PF_X)))
 
 
 @dataclass(frozen=True)
@@ -157,7 +154,7 @@ class ElfImage:
     read-only.
     """
 
-    checkpoint_by_reference = True     # immutable once parsed
+    checkpoint_by_reference = True  # immutable once parsed
 
     path: str
     data: bytes = field(repr=False)
@@ -231,27 +228,30 @@ class ElfImage:
         if not self.symbols:
             raise SymbolError(f"{message} (it has no symbol table; was it stripped?)")
         import difflib  # a lookup that failed: worth no import at start-up
+
         close = difflib.get_close_matches(name, list(self.symbols), n=3, cutoff=0.6)
         if close:
             message += "; did you mean " + ", ".join(repr(c) for c in close) + "?"
         raise SymbolError(message)
-
 
     def _resolve_versioned(self, name: str) -> Symbol:
         base, _, version = name.partition("@")
         default = version.startswith("@")
         version = version.lstrip("@")
         table = self._versions()
-        sym = table.get((base, version)) if default else \
-            (table.get((base, version)) or table.get((base, "hidden:" + version)))
+        sym = (
+            table.get((base, version))
+            if default
+            else (table.get((base, version)) or table.get((base, "hidden:" + version)))
+        )
         if sym is not None:
             return sym
         have = sorted({v.removeprefix("hidden:") for (n, v) in table if n == base and v})
         if have:
-            raise SymbolError(f"{self.path} has no {name!r}: {base} has version(s) "
-                              + ", ".join(have))
-        raise SymbolError(f"unknown versioned symbol {name!r} in {self.path}"
-                          + ("" if table else " (it has no symbol versions)"))
+            raise SymbolError(f"{self.path} has no {name!r}: {base} has version(s) " + ", ".join(have))
+        raise SymbolError(
+            f"unknown versioned symbol {name!r} in {self.path}" + ("" if table else " (it has no symbol versions)")
+        )
 
     def _versions(self) -> dict:
         """(name, version) -> Symbol for .dynsym, parsed on first use: the default
@@ -270,10 +270,11 @@ class ElfImage:
             if self._versions():
                 from elftools.elf.elffile import ELFFile  # only versioned lookups read with it
                 from elftools.elf.sections import SymbolTableSection
+
                 with _converted_errors(self.path, "symbol table"):
                     elf = ELFFile(io.BytesIO(self.data))
                     tab = elf.get_section_by_name(".symtab")
-                    if isinstance(tab, SymbolTableSection):     # (a .symtab of another type has none)
+                    if isinstance(tab, SymbolTableSection):  # (a .symtab of another type has none)
                         cached = frozenset(s.name for s in tab.iter_symbols() if s.name)
             self.__dict__["_symtab_name_set"] = cached
         return cached
@@ -288,13 +289,17 @@ def _read_versions(data: bytes) -> dict:
     from elftools.elf.elffile import ELFFile
     from elftools.elf.gnuversions import GNUVerDefSection, GNUVerSymSection
     from elftools.elf.sections import SymbolTableSection
+
     elf = ELFFile(io.BytesIO(data))
     versym = elf.get_section_by_name(".gnu.version")
     verdef = elf.get_section_by_name(".gnu.version_d")
     dynsym = elf.get_section_by_name(".dynsym")
-    if not (isinstance(versym, GNUVerSymSection) and isinstance(verdef, GNUVerDefSection)
-            and isinstance(dynsym, SymbolTableSection)):
-        return {}                     # (missing, or of another section type: no versions)
+    if not (
+        isinstance(versym, GNUVerSymSection)
+        and isinstance(verdef, GNUVerDefSection)
+        and isinstance(dynsym, SymbolTableSection)
+    ):
+        return {}  # (missing, or of another section type: no versions)
     names = {}
     for vd, auxes in verdef.iter_versions():
         aux = next(iter(auxes), None)
@@ -308,11 +313,15 @@ def _read_versions(data: bytes) -> dict:
         if not isinstance(ndx, int):
             continue
         version = names.get(ndx & ~_VERSYM_HIDDEN)
-        if version is None or ndx & ~_VERSYM_HIDDEN == 1:      # 1: the file's own name
+        if version is None or ndx & ~_VERSYM_HIDDEN == 1:  # 1: the file's own name
             continue
-        sym = Symbol(name=raw.name, value=raw["st_value"], size=raw["st_size"],
-                     type=_symbol_type(raw["st_info"]["type"]),
-                     bind=_symbol_bind(raw["st_info"]["bind"]))
+        sym = Symbol(
+            name=raw.name,
+            value=raw["st_value"],
+            size=raw["st_size"],
+            type=_symbol_type(raw["st_info"]["type"]),
+            bind=_symbol_bind(raw["st_info"]["bind"]),
+        )
         if ndx & _VERSYM_HIDDEN:
             table.setdefault((raw.name, "hidden:" + version), sym)
         else:
@@ -495,9 +504,13 @@ def _open_nonblocking(path: str, flags: int) -> int:
 
 
 def _file_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISSOCK, "a socket")):
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -554,9 +567,7 @@ def _parse_header(data: bytes, path: str) -> _Header:
     if data[5] != ELFDATA2LSB:
         raise ElfError(f"{path}: invalid ELF data encoding {data[5]}")
     if len(data) < ELF64_EHDR.size:
-        raise ElfError(
-            f"{path}: truncated ELF (file is {len(data)} bytes, the ELF header needs {ELF64_EHDR.size})"
-        )
+        raise ElfError(f"{path}: truncated ELF (file is {len(data)} bytes, the ELF header needs {ELF64_EHDR.size})")
     fields = ELF64_EHDR.unpack_from(data)
     (_, etype, machine, _, entry, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, shstrndx) = fields
     if machine != EM_X86_64:
@@ -568,6 +579,7 @@ def _parse_header(data: bytes, path: str) -> _Header:
 def _machine_name(machine: int) -> str:
     """``EM_AARCH64`` for 183, or the number for machines pyelftools does not know."""
     from elftools.elf.enums import ENUM_E_MACHINE  # an error message's name: not worth a start-up import
+
     for name, value in ENUM_E_MACHINE.items():
         if value == machine and name.startswith("EM_"):
             return name
@@ -625,9 +637,7 @@ def _segment(data: bytes, ph: _ProgramHeader, path: str) -> Segment:
     if ph.filesz > ph.memsz:
         raise ElfError(f"{path}: {where} has p_filesz {ph.filesz:#x} larger than p_memsz {ph.memsz:#x}")
     if ph.vaddr + ph.memsz > _USER_ADDRESS_LIMIT:
-        raise ElfError(
-            f"{path}: {where} ({ph.vaddr:#x}-{ph.vaddr + ph.memsz:#x}) lies outside the user address space"
-        )
+        raise ElfError(f"{path}: {where} ({ph.vaddr:#x}-{ph.vaddr + ph.memsz:#x}) lies outside the user address space")
     if ph.type == PT_LOAD and (ph.vaddr - ph.offset) % PAGE_SIZE:
         raise ElfError(
             f"{path}: {where} cannot be mapped: p_offset {ph.offset:#x} and p_vaddr"
@@ -644,9 +654,7 @@ def _segment(data: bytes, ph: _ProgramHeader, path: str) -> Segment:
     )
 
 
-def _reject_needed_libraries(
-    data: bytes, phdrs: list[_ProgramHeader], segments: list[Segment], path: str
-) -> None:
+def _reject_needed_libraries(data: bytes, phdrs: list[_ProgramHeader], segments: list[Segment], path: str) -> None:
     """A static-pie has a PT_DYNAMIC too (for its self-relocation) but no DT_NEEDED;
     a shared library or an interpreter-less dynamic program has DT_NEEDED entries and
     would crash on its first library call."""
@@ -665,8 +673,10 @@ def _reject_needed_libraries(
             strtab = value
     if needed:
         names = ", ".join(_dynamic_string(data, segments, strtab, off) for off in needed)
-        raise ElfError(f"{path}: needs shared libraries (DT_NEEDED {names}) but has no PT_INTERP "
-                       "to load them (a shared library, not a program)")
+        raise ElfError(
+            f"{path}: needs shared libraries (DT_NEEDED {names}) but has no PT_INTERP "
+            "to load them (a shared library, not a program)"
+        )
 
 
 def _dynamic_string(data: bytes, segments: list[Segment], strtab: int | None, offset: int) -> str:
@@ -732,8 +742,9 @@ def _section_headers(data: bytes, header: _Header, path: str) -> list[_Section]:
         raise ElfError(f"{path}: truncated ELF (section header table past end of file)")
     raw = [ELF64_SHDR.unpack_from(data, header.shoff + i * ELF64_SHDR.size) for i in range(shnum)]
     if shstrndx >= shnum:
-        raise ElfError(f"{path}: malformed ELF (section headers: section name table index {shstrndx} "
-                       f"of {shnum} sections)")
+        raise ElfError(
+            f"{path}: malformed ELF (section headers: section name table index {shstrndx} of {shnum} sections)"
+        )
     names_at = raw[shstrndx][4] if shstrndx else None
     sections = []
     for sh_name, sh_type, _flags, sh_addr, sh_offset, sh_size, sh_link, _info, _align, sh_entsize in raw:
@@ -787,9 +798,10 @@ def _symbols_of(data: bytes, table: _Section, strtab: _Section) -> Iterator[Symb
     replacement; unnamed enum values as their numbers."""
     start, count = table.offset, table.size // ELF64_SYM.size
     names = strtab.offset
-    for st_name, st_info, _other, st_shndx, value, size in \
-            ELF64_SYM.iter_unpack(data[start:start + count * ELF64_SYM.size]):
-        if not value or not st_shndx:                   # no address, or SHN_UNDEF
+    for st_name, st_info, _other, st_shndx, value, size in ELF64_SYM.iter_unpack(
+        data[start : start + count * ELF64_SYM.size]
+    ):
+        if not value or not st_shndx:  # no address, or SHN_UNDEF
             continue
         kind = _SYMBOL_TYPES.get(st_info & 0xF)
         if kind is None:
@@ -797,9 +809,14 @@ def _symbols_of(data: bytes, table: _Section, strtab: _Section) -> Iterator[Symb
         at = names + st_name
         end = data.find(b"\0", at)
         if end <= at:
-            continue                                    # empty, or no NUL (pyelftools: None)
-        yield Symbol(name=data[at:end].decode("utf-8", errors="replace"), value=value, size=size,
-                     type=kind, bind=_SYMBOL_BINDS.get(st_info >> 4) or str(st_info >> 4))
+            continue  # empty, or no NUL (pyelftools: None)
+        yield Symbol(
+            name=data[at:end].decode("utf-8", errors="replace"),
+            value=value,
+            size=size,
+            type=kind,
+            bind=_SYMBOL_BINDS.get(st_info >> 4) or str(st_info >> 4),
+        )
 
 
 def _symbol_type(name) -> str:
@@ -818,8 +835,9 @@ def _symbol_bind(name) -> str:
 # (pyelftools calls type 10 and bind 10 "LOOS"); only the address types are kept.  Other
 # binds are named by pyelftools' names, numbers it has none for by their number.
 _SYMBOL_TYPES = MappingProxyType({0: "NOTYPE", 1: "OBJECT", 2: "FUNC", 10: "GNU_IFUNC"})
-_SYMBOL_BINDS = MappingProxyType({0: "LOCAL", 1: "GLOBAL", 2: "WEAK", 3: "NUM", 10: "GNU_UNIQUE", 12: "HIOS",
-                                  13: "LOPROC", 15: "HIPROC"})
+_SYMBOL_BINDS = MappingProxyType(
+    {0: "LOCAL", 1: "GLOBAL", 2: "WEAK", 3: "NUM", 10: "GNU_UNIQUE", 12: "HIOS", 13: "LOPROC", 15: "HIPROC"}
+)
 
 
 def _symbol_dict(symbols: list[Symbol]) -> dict[str, Symbol]:

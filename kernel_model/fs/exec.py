@@ -42,13 +42,13 @@ from kernel_model.kernel.signals import RunResult
 from kernel_model.mm.mm_types import PAGE_SIZE, GuestFault, MappedFile
 from kernel_model.trace.events import Exec
 
-MAX_ARG_STRLEN = 32 * PAGE_SIZE          # include/uapi/linux/binfmts.h
+MAX_ARG_STRLEN = 32 * PAGE_SIZE  # include/uapi/linux/binfmts.h
 MAX_ARG_STRINGS = 0x7FFFFFFF
-ARG_MAX = 32 * PAGE_SIZE                 # bprm_stack_limits' floor
-STK_LIM = 8 << 20                        # _STK_LIM
-RLIMIT_STACK_CUR = 8 << 20               # what prlimit64 answers for RLIMIT_STACK
+ARG_MAX = 32 * PAGE_SIZE  # bprm_stack_limits' floor
+STK_LIM = 8 << 20  # _STK_LIM
+RLIMIT_STACK_CUR = 8 << 20  # what prlimit64 answers for RLIMIT_STACK
 BINPRM_BUF_SIZE = 256
-MAX_BINPRM_DEPTH = 5                     # exec_binprm: "if (depth > 5) return -ELOOP"
+MAX_BINPRM_DEPTH = 5  # exec_binprm: "if (depth > 5) return -ELOOP"
 # bprm_stack_limits: a quarter of the stack rlimit, at most 3/4 of _STK_LIM, at least ARG_MAX
 ARG_MAX_STRING_SPACE = max(min(STK_LIM // 4 * 3, RLIMIT_STACK_CUR // 4), ARG_MAX)
 SIGSEGV = 11
@@ -59,23 +59,25 @@ ELFMAG = b"\x7fELF"
 class ExecFile:
     """An opened executable (``struct file`` of open_exec): the guest path it was
     reached by, the host file behind it and the first BINPRM_BUF_SIZE bytes."""
+
     guest_path: str
     host_path: str
     st: os.stat_result
     buf: bytes
-    data: bytes = b""                # the whole file (up to MAX_ELF_FILE_SIZE)
+    data: bytes = b""  # the whole file (up to MAX_ELF_FILE_SIZE)
 
 
 @dataclass
 class Binprm:
     """``struct linux_binprm``: the strings the new program gets and the file chain."""
-    filename: str                    # bprm->filename: what AT_EXECFN and comm come from
+
+    filename: str  # bprm->filename: what AT_EXECFN and comm come from
     argv: list[bytes]
     envp: list[bytes]
-    room: int                        # bytes left above bprm->argmin
-    file: ExecFile                   # the file being executed (an interpreter after a #! line)
-    comm_from_dentry: bool = False   # an empty name (AT_EMPTY_PATH): comm is the file's name
-    interp: str = ""                 # bprm->interp: the script path a #! line gets
+    room: int  # bytes left above bprm->argmin
+    file: ExecFile  # the file being executed (an interpreter after a #! line)
+    comm_from_dentry: bool = False  # an empty name (AT_EMPTY_PATH): comm is the file's name
+    interp: str = ""  # bprm->interp: the script path a #! line gets
 
     def take(self, s: bytes) -> int:
         """copy_string_kernel/copy_strings' bookkeeping of one string: E2BIG past
@@ -129,7 +131,7 @@ def parse_shebang(head: bytes) -> tuple[bytes, bytes | None] | int:
         return neg(E.ENOEXEC)
     buf_end = BINPRM_BUF_SIZE - 1
     i_end = None
-    for i in range(BINPRM_BUF_SIZE):          # strnchr: stops at a NUL
+    for i in range(BINPRM_BUF_SIZE):  # strnchr: stops at a NUL
         if buf[i] == 0:
             break
         if buf[i] == 0x0A:
@@ -138,7 +140,7 @@ def parse_shebang(head: bytes) -> tuple[bytes, bytes | None] | int:
     if i_end is None:
         i_end = _next_non_spacetab(buf, 2, buf_end)
         if i_end is None or _next_terminator(buf, i_end, buf_end) is None:
-            return neg(E.ENOEXEC)               # only blanks, or a truncated name
+            return neg(E.ENOEXEC)  # only blanks, or a truncated name
         i_end = buf_end
     while _spacetab(buf[i_end - 1]):
         i_end -= 1
@@ -152,7 +154,8 @@ def parse_shebang(head: bytes) -> tuple[bytes, bytes | None] | int:
     line = buf[:i_end] + b"\0"
 
     def cstr(at: int) -> bytes:
-        return line[at:line.index(b"\0", at)]
+        return line[at : line.index(b"\0", at)]
+
     name = cstr(i_name) if i_sep is None else line[i_name:i_sep].split(b"\0")[0]
     return name, (cstr(i_arg) if i_arg is not None else None)
 
@@ -183,7 +186,7 @@ class ExecSyscalls:
         name = self.namei.pathname(filename, empty_ok=bool(flags & AT_EMPTY_PATH))
         if isinstance(name, int):
             return name
-        file = self.open_exec(task, dirfd, name, flags)          # alloc_bprm: do_open_execat
+        file = self.open_exec(task, dirfd, name, flags)  # alloc_bprm: do_open_execat
         if isinstance(file, int):
             return file
         bprm = self._alloc_bprm(dirfd, name, file)
@@ -203,7 +206,7 @@ class ExecSyscalls:
         err = bprm.take(os.fsencode(bprm.filename))
         if err:
             return err
-        for ptrs, out in ((envs, bprm.envp), (args, bprm.argv)):   # envp first, each backwards
+        for ptrs, out in ((envs, bprm.envp), (args, bprm.argv)):  # envp first, each backwards
             strs = []
             for p in reversed(ptrs):
                 s = self._arg_string(mem, p)
@@ -215,7 +218,7 @@ class ExecSyscalls:
                 strs.append(s)
             out[:] = strs[::-1]
         if not bprm.argv:
-            bprm.argv = [b""]                  # an empty argv becomes { "" } (5.18+)
+            bprm.argv = [b""]  # an empty argv becomes { "" } (5.18+)
             err = bprm.take(b"")
             if err:
                 return err
@@ -253,7 +256,7 @@ class ExecSyscalls:
         keep = ARG_MAX_STRING_SPACE // 8 + 1
         addr = ptr
         while True:
-            n = max(8, (PAGE_SIZE - (addr & (PAGE_SIZE - 1))) // 8 * 8)   # 8: a slot across pages
+            n = max(8, (PAGE_SIZE - (addr & (PAGE_SIZE - 1))) // 8 * 8)  # 8: a slot across pages
             try:
                 chunk = mem.read_user(addr, n)
             except GuestFault:
@@ -266,7 +269,7 @@ class ExecSyscalls:
             got = words if end < 0 else words[:end]
             total += len(got)
             if len(out) < keep:
-                out.extend(got[:keep - len(out)])
+                out.extend(got[: keep - len(out)])
             if total > MAX_ARG_STRINGS:
                 return neg(E.E2BIG)
             if end >= 0:
@@ -321,8 +324,7 @@ class ExecSyscalls:
             try:
                 st = os.fstat(fd)
                 host = os.readlink(f"/proc/self/fd/{fd}")
-                data = _read_up_to(fd, MAX_ELF_FILE_SIZE + 1 if st.st_size <= MAX_ELF_FILE_SIZE
-                                   else BINPRM_BUF_SIZE)
+                data = _read_up_to(fd, MAX_ELF_FILE_SIZE + 1 if st.st_size <= MAX_ELF_FILE_SIZE else BINPRM_BUF_SIZE)
             except OSError as e:
                 return neg(e.errno or E.EIO)
             finally:
@@ -370,7 +372,7 @@ class ExecSyscalls:
             if err:
                 return err
         bprm.argv = new + rest
-        bprm.interp = os.fsdecode(i_name)         # bprm_change_interp
+        bprm.interp = os.fsdecode(i_name)  # bprm_change_interp
         file = self.open_exec(task, AT_FDCWD, os.fsdecode(i_name))
         if isinstance(file, int):
             return file
@@ -399,16 +401,16 @@ class ExecSyscalls:
         st = bprm.file.st
         cache = self.m.page_cache
         mfile = cache.lookup(st.st_dev, st.st_ino) or MappedFile(
-            bprm.file.host_path, image.data, image, dev=st.st_dev, ino=st.st_ino,
-            d_path=bprm.file.guest_path)
-        if mfile.elf is None:                     # met by mmap first: now read whole
+            bprm.file.host_path, image.data, image, dev=st.st_dev, ino=st.st_ino, d_path=bprm.file.guest_path
+        )
+        if mfile.elf is None:  # met by mmap first: now read whole
             mfile.data, mfile.elf, mfile.reader, mfile.file_size = image.data, image, None, None
         mfile = cache.add(mfile)
         old_tid = task.tid
         self.begin_new_exec(task, bprm)
         self._load_new_image(task, bprm, image, mfile)
         if self.m.events and task.state != "dead":
-            self.m.events.publish(Exec(task, old_tid, bprm.filename))     # trace_sched_process_exec
+            self.m.events.publish(Exec(task, old_tid, bprm.filename))  # trace_sched_process_exec
         return None
 
     # -- begin_new_exec --------------------------------------------------------------
@@ -417,13 +419,13 @@ class ExecSyscalls:
         m = self.m
         proc = task.process
         m.de_thread(task)
-        m.exec_mmap(task)                         # new mm; mm_release of the old one
+        m.exec_mmap(task)  # new mm; mm_release of the old one
         self._exec_release_vfork(proc)
-        if proc.files.users > 1:                    # unshare_files
+        if proc.files.users > 1:  # unshare_files
             table = proc.files.fork()
             proc.files.put()
             proc.files = table
-        for fd in sorted(proc.files.cloexec):       # do_close_on_exec
+        for fd in sorted(proc.files.cloexec):  # do_close_on_exec
             proc.files.close(fd)
         self._flush_signal_handlers(proc)
         task.sigaltstack = None
@@ -471,6 +473,7 @@ class ExecSyscalls:
 
 # ============================================================================ exec_mmap
 
+
 class ExecMm(KernelBase):
     """What exec does to the task and its address space (de_thread, exec_mmap): part
     of :class:`kernel_model.kernel.kernel.Kernel`."""
@@ -504,7 +507,7 @@ class ExecMm(KernelBase):
         task.clear_child_tid = 0
         proc.cpu, proc.mem, proc.cpu_regs = self.mm_alloc()
         proc.mm_owner = None
-        proc.mm_uprobes = None               # the new mm's uprobes state: see Kernel.exec_mm
+        proc.mm_uprobes = None  # the new mm's uprobes state: see Kernel.exec_mm
         proc.mapped_files = []
         task.context = None
         if not shared:

@@ -1,5 +1,4 @@
-"""fcntl (fs/fcntl.c): the descriptor and status-flag commands.
-"""
+"""fcntl (fs/fcntl.c): the descriptor and status-flag commands."""
 
 from __future__ import annotations
 
@@ -18,7 +17,11 @@ FD_CLOEXEC = 1
 class FcntlSyscalls:
     """File control."""
 
-    @syscall(72, "fcntl", partial="descriptor and status-flag commands and F_GETPIPE_SZ; locks, leases and the rest are EINVAL")
+    @syscall(
+        72,
+        "fcntl",
+        partial="descriptor and status-flag commands and F_GETPIPE_SZ; locks, leases and the rest are EINVAL",
+    )
     def sys_fcntl(self, task, regs, fd, cmd, arg, *_):
         """do_fcntl for the descriptor and status-flag commands; others EINVAL."""
         table = task.process.files
@@ -28,7 +31,7 @@ class FcntlSyscalls:
             return neg(E.EBADF)
         cmd &= 0xFFFFFFFF
         if cmd in (F_DUPFD, F_DUPFD_CLOEXEC):
-            lowest = arg & 0xFFFFFFFF                   # an unsigned long from a C int
+            lowest = arg & 0xFFFFFFFF  # an unsigned long from a C int
             if lowest >= table.limit:
                 return neg(E.EINVAL)
             return table.install(f, lowest, cloexec=cmd == F_DUPFD_CLOEXEC)

@@ -41,22 +41,33 @@ from kernel_model.mm.mm_types import GuestFault
 
 SEEK_SET, SEEK_CUR, SEEK_END = 0, 1, 2
 TCGETS, TCSETS, TCSETSW, TCSETSF, TIOCGWINSZ = 0x5401, 0x5402, 0x5403, 0x5404, 0x5413
-TERMIOS_SIZE, WINSIZE_SIZE = 36, 8          # struct termios (asm-generic), struct winsize
-READ_CHUNK = 1 << 20                          # most bytes one read() copies from the host
-NR_OPEN_DEFAULT = 1024                        # RLIMIT_NOFILE's soft limit (see prlimit64)
-POLL_SLICE_MS = 50                            # how often a waiting read looks at the clock
-PIPE_DEV, PROC_DEV = 0xC, 0x17                # st_dev of pipefs and of procfs
+TERMIOS_SIZE, WINSIZE_SIZE = 36, 8  # struct termios (asm-generic), struct winsize
+READ_CHUNK = 1 << 20  # most bytes one read() copies from the host
+NR_OPEN_DEFAULT = 1024  # RLIMIT_NOFILE's soft limit (see prlimit64)
+POLL_SLICE_MS = 50  # how often a waiting read looks at the clock
+PIPE_DEV, PROC_DEV = 0xC, 0x17  # st_dev of pipefs and of procfs
 GUEST_UID, GUEST_GID = 1000, 1000
-DEFAULT_POLLMASK = 0x1 | 0x4 | 0x40 | 0x100   # POLLIN POLLOUT POLLRDNORM POLLWRNORM
+DEFAULT_POLLMASK = 0x1 | 0x4 | 0x40 | 0x100  # POLLIN POLLOUT POLLRDNORM POLLWRNORM
 O_LARGEFILE = 0o100000
 
 
-def stat_bytes(mode: int, *, size: int = 0, rdev: int = 0, ino: int = 1, dev: int = 0x16,
-               blksize: int = 4096, nlink: int = 1, uid: int = GUEST_UID, gid: int = GUEST_GID) -> bytes:
+def stat_bytes(
+    mode: int,
+    *,
+    size: int = 0,
+    rdev: int = 0,
+    ino: int = 1,
+    dev: int = 0x16,
+    blksize: int = 4096,
+    nlink: int = 1,
+    uid: int = GUEST_UID,
+    gid: int = GUEST_GID,
+) -> bytes:
     """struct stat (x86_64, 144 bytes): dev ino nlink mode uid gid pad rdev size blksize
     blocks, then the times (the clock's epoch is not modeled for files: zero)."""
-    return struct.pack("<QQQIIIiQqqq", dev, ino, nlink, mode, uid, gid, 0, rdev, size, blksize,
-                       (size + 511) // 512) + b"\0" * (144 - 72)
+    return struct.pack(
+        "<QQQIIIiQqqq", dev, ino, nlink, mode, uid, gid, 0, rdev, size, blksize, (size + 511) // 512
+    ) + b"\0" * (144 - 72)
 
 
 def host_stat_bytes(st: os.stat_result) -> bytes:
@@ -66,8 +77,9 @@ def host_stat_bytes(st: os.stat_result) -> bytes:
     what ttyname compares with /dev/pts/N)."""
     device = S.S_ISCHR(st.st_mode) or S.S_ISBLK(st.st_mode)
     extra = {"rdev": st.st_rdev, "dev": st.st_dev} if device else {}
-    return stat_bytes(st.st_mode, size=st.st_size, ino=st.st_ino, blksize=st.st_blksize or 4096,
-                      nlink=st.st_nlink, **extra)
+    return stat_bytes(
+        st.st_mode, size=st.st_size, ino=st.st_ino, blksize=st.st_blksize or 4096, nlink=st.st_nlink, **extra
+    )
 
 
 def seq_lseek(f, offset: int, whence: int) -> int:
@@ -94,8 +106,8 @@ class OpenFile:
     readable = False
     writable = False
     is_pipe = False
-    status_flags = 0          # the f_flags fcntl(F_SETFL) may change (O_APPEND, O_NONBLOCK...)
-    open_flags = 0            # what open() added for good (O_LARGEFILE on a regular file)
+    status_flags = 0  # the f_flags fcntl(F_SETFL) may change (O_APPEND, O_NONBLOCK...)
+    open_flags = 0  # what open() added for good (O_LARGEFILE on a regular file)
 
     def __init__(self):
         self.refs = 0
@@ -175,8 +187,8 @@ class PipeInput(OpenFile):
         self.ino = ino
 
     def read(self, count, interrupted):
-        chunk = bytes(self.data[:min(count, READ_CHUNK)])
-        del self.data[:len(chunk)]
+        chunk = bytes(self.data[: min(count, READ_CHUNK)])
+        del self.data[: len(chunk)]
         return chunk
 
     def poll(self):
@@ -253,7 +265,7 @@ def tty_ioctl(host_fd: int | None, cmd: int, arg: int, mem) -> int:
         mem.write_user(arg, data)
         return 0
     if cmd in (TCSETS, TCSETSW, TCSETSF):
-        mem.read_user(arg, TERMIOS_SIZE)     # EFAULT for a bad pointer, as the kernel
+        mem.read_user(arg, TERMIOS_SIZE)  # EFAULT for a bad pointer, as the kernel
         return 0
     return -E.ENOTTY
 
@@ -284,7 +296,7 @@ class HostDescriptor(OpenFile, OwnsHostFd):
     """An open file description backed by a host descriptor this object owns (closed
     with the last reference): positioned reads and seeks go to the host file."""
 
-    fd: int       # held while the guest can reach it (given back at a checkpoint's restore)
+    fd: int  # held while the guest can reach it (given back at a checkpoint's restore)
 
     def __init__(self, host_fd: int):
         super().__init__()
@@ -327,7 +339,7 @@ class HostInput(HostDescriptor):
                 try:
                     return os.read(self.fd, count)
                 except BlockingIOError:
-                    pass                      # another reader took it: wait again
+                    pass  # another reader took it: wait again
                 except OSError as e:
                     return _errno(e)
             if interrupted():
@@ -350,11 +362,17 @@ class HostInput(HostDescriptor):
 def attrs_stat_bytes(a) -> bytes:
     """struct stat (x86_64, 144 bytes) of an :class:`kernel_model.fs.fs_types.Attrs`, times
     included (cp_new_stat)."""
+
     def ts(ns):
         return struct.pack("<qq", ns // 1_000_000_000, ns % 1_000_000_000)
-    return struct.pack("<QQQIIIiQqqq", a.dev, a.ino, a.nlink, a.mode, a.uid, a.gid, 0, a.rdev,
-                       a.size, a.blksize, a.blocks) + ts(a.atime_ns) + ts(a.mtime_ns) + \
-        ts(a.ctime_ns) + b"\0" * 24
+
+    return (
+        struct.pack("<QQQIIIiQqqq", a.dev, a.ino, a.nlink, a.mode, a.uid, a.gid, 0, a.rdev, a.size, a.blksize, a.blocks)
+        + ts(a.atime_ns)
+        + ts(a.mtime_ns)
+        + ts(a.ctime_ns)
+        + b"\0" * 24
+    )
 
 
 def host_syscall(nr: int, *args) -> int:
@@ -369,14 +387,20 @@ def host_syscall(nr: int, *args) -> int:
 SYS_getdents64, SYS_statx = 217, 332
 AT_EMPTY_PATH = 0x1000
 STATX_SIZE = 256
-GETDENTS_CHUNK = 1 << 16                     # most bytes of entries one getdents64 copies
+GETDENTS_CHUNK = 1 << 16  # most bytes of entries one getdents64 copies
 
 
 def host_statx(fd: int, mask: int, sync: int) -> bytes | int:
     """statx(fd, "", AT_EMPTY_PATH): the host's own answer for one of its inodes."""
     buf = ctypes.create_string_buffer(STATX_SIZE)
-    ret = host_syscall(SYS_statx, ctypes.c_int(fd), ctypes.c_char_p(b""),
-                       ctypes.c_int(AT_EMPTY_PATH | sync), ctypes.c_uint(mask & 0xFFFFFFFF), buf)
+    ret = host_syscall(
+        SYS_statx,
+        ctypes.c_int(fd),
+        ctypes.c_char_p(b""),
+        ctypes.c_int(AT_EMPTY_PATH | sync),
+        ctypes.c_uint(mask & 0xFFFFFFFF),
+        buf,
+    )
     return ret if ret < 0 else buf.raw
 
 
@@ -387,8 +411,7 @@ class HostFile(HostDescriptor):
     namespace (see :mod:`kernel_model.fs.namei`).  ``acc`` is the access mode (O_RDONLY..O_RDWR, or
     3: neither read nor write, as the kernel gives it)."""
 
-    def __init__(self, host_fd: int, guest_path: str, acc: int, *, path_only: bool = False,
-                 status_flags: int = 0):
+    def __init__(self, host_fd: int, guest_path: str, acc: int, *, path_only: bool = False, status_flags: int = 0):
         super().__init__(host_fd)
         self.guest_path = "/" + guest_path.lstrip("/")
         self.path_only = path_only
@@ -399,7 +422,7 @@ class HostFile(HostDescriptor):
         self._dir = S.S_ISDIR(st.st_mode)
         self._reg = S.S_ISREG(st.st_mode)
         self.status_flags = status_flags
-        self.open_flags = (0o10000000 if path_only else O_LARGEFILE)   # O_PATH / force_o_largefile
+        self.open_flags = 0o10000000 if path_only else O_LARGEFILE  # O_PATH / force_o_largefile
 
     @property
     def f_flags(self):
@@ -574,14 +597,14 @@ class SeqFile(OpenFile):
         self.ino = ino
 
     def read(self, count, interrupted):
-        chunk = self.text[self.pos:self.pos + min(count, READ_CHUNK)]
+        chunk = self.text[self.pos : self.pos + min(count, READ_CHUNK)]
         self.pos += len(chunk)
         return chunk
 
     def pread(self, count, offset):
         if offset < 0:
             return -E.EINVAL
-        return self.text[offset:offset + min(count, READ_CHUNK)]
+        return self.text[offset : offset + min(count, READ_CHUNK)]
 
     def lseek(self, offset, whence):
         return seq_lseek(self, offset, whence)
@@ -599,7 +622,7 @@ class FdTable:
 
     def __init__(self, limit: int = NR_OPEN_DEFAULT):
         self.fds: dict[int, OpenFile] = {}
-        self.cloexec: set[int] = set()        # close_on_exec bits (FD_CLOEXEC)
+        self.cloexec: set[int] = set()  # close_on_exec bits (FD_CLOEXEC)
         self.limit = limit
         self.users = 1
 
@@ -686,6 +709,7 @@ def copy_out(task, buf: int, data) -> int:
             return neg(E.EFAULT)
     return len(data)
 
+
 class FileSyscalls:
     """dup, dup2 and dup3 (fs/file.c)."""
 
@@ -699,7 +723,7 @@ class FileSyscalls:
     @syscall(33, "dup2")
     def sys_dup2(self, task, regs, old, new, *_):
         old, new = old & 0xFFFFFFFF, new & 0xFFFFFFFF
-        if old == new:                       # ksys_dup2: only checks that old is open
+        if old == new:  # ksys_dup2: only checks that old is open
             return new if old in task.process.files else neg(E.EBADF)
         return self._dup3(task, old, new, 0)
 

@@ -32,6 +32,7 @@ class Attrs:
     """One inode's attributes as ``struct stat`` carries them (times in ns since the
     epoch).  ``dev``/``rdev`` are the kernel's encoded device numbers, as ``os.stat``
     returns them."""
+
     mode: int
     ino: int
     dev: int
@@ -48,10 +49,21 @@ class Attrs:
 
     @classmethod
     def from_host(cls, st: os.stat_result) -> "Attrs":
-        return cls(mode=st.st_mode, ino=st.st_ino, dev=st.st_dev, nlink=st.st_nlink,
-                   uid=st.st_uid, gid=st.st_gid, rdev=st.st_rdev, size=st.st_size,
-                   blksize=st.st_blksize, blocks=st.st_blocks, atime_ns=st.st_atime_ns,
-                   mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns)
+        return cls(
+            mode=st.st_mode,
+            ino=st.st_ino,
+            dev=st.st_dev,
+            nlink=st.st_nlink,
+            uid=st.st_uid,
+            gid=st.st_gid,
+            rdev=st.st_rdev,
+            size=st.st_size,
+            blksize=st.st_blksize,
+            blocks=st.st_blocks,
+            atime_ns=st.st_atime_ns,
+            mtime_ns=st.st_mtime_ns,
+            ctime_ns=st.st_ctime_ns,
+        )
 
 
 class SpecialNode:

@@ -1,5 +1,4 @@
-"""ioctl (fs/ioctl.c): the open file's own ioctl (terminals, /dev files).
-"""
+"""ioctl (fs/ioctl.c): the open file's own ioctl (terminals, /dev files)."""
 
 from __future__ import annotations
 

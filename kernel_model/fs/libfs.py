@@ -18,7 +18,7 @@ from kernel_model.fs.fs_types import Attrs, SpecialNode, dtype_of
 
 O_ACCMODE, O_WRONLY, O_RDWR, O_DIRECTORY = 3, 1, 2, 0o200000
 O_CREAT, O_EXCL, O_NOCTTY, O_TRUNC, O_CLOEXEC, O_LARGEFILE = 0o100, 0o200, 0o400, 0o1000, 0o2000000, 0o100000
-SETFL_FLAGS = 0o2000 | 0o4000 | 0o20000 | 0o40000 | 0o1000000   # O_APPEND O_NONBLOCK FASYNC O_DIRECT O_NOATIME
+SETFL_FLAGS = 0o2000 | 0o4000 | 0o20000 | 0o40000 | 0o1000000  # O_APPEND O_NONBLOCK FASYNC O_DIRECT O_NOATIME
 
 
 def access_mode(flags: int) -> tuple[bool, bool] | int:
@@ -34,8 +34,9 @@ def keep_open_flags(f, flags: int):
     the lasting open flags; O_CREAT, O_EXCL, O_NOCTTY, O_TRUNC and O_CLOEXEC are the
     open's alone.  O_LARGEFILE is forced on 64-bit."""
     f.status_flags = flags & SETFL_FLAGS
-    f.open_flags = (flags & ~(O_ACCMODE | O_CREAT | O_EXCL | O_NOCTTY | O_TRUNC | O_CLOEXEC |
-                              SETFL_FLAGS)) | O_LARGEFILE
+    f.open_flags = (
+        flags & ~(O_ACCMODE | O_CREAT | O_EXCL | O_NOCTTY | O_TRUNC | O_CLOEXEC | SETFL_FLAGS)
+    ) | O_LARGEFILE
     return f
 
 
@@ -68,7 +69,7 @@ class DirNode(SpecialNode):
     (name, node) pairs the asking task sees, in readdir order."""
 
     path = "/"
-    parent_ino = 0                     # the ``..`` getdents reports (0: this directory's own)
+    parent_ino = 0  # the ``..`` getdents reports (0: this directory's own)
 
     def entries(self, task) -> list[tuple[str, SpecialNode]]:
         return []

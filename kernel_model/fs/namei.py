@@ -63,8 +63,15 @@ class Mount:
     machine's lifetime, so the walk never names it again) or a modeled node tree,
     mounted at the guest path ``point``."""
 
-    def __init__(self, point: str, *, host: str | None = None, node: SpecialNode | None = None,
-                 writable: bool = False, mnt_id: int = 0):
+    def __init__(
+        self,
+        point: str,
+        *,
+        host: str | None = None,
+        node: SpecialNode | None = None,
+        writable: bool = False,
+        mnt_id: int = 0,
+    ):
         self.point, self.node, self.writable, self.mnt_id = point, node, writable, mnt_id
         self.host = host
         self.fd = None
@@ -81,6 +88,7 @@ class Loc:
     """A location the walk reached (``struct path``): its mount, its guest path, and
     the inode - a host ``O_PATH`` descriptor owned by the walk, a modeled node, or (a
     /proc magic link to a descriptor without a path) the open file itself."""
+
     mount: Mount
     path: str
     fd: int | None = None
@@ -96,7 +104,7 @@ class Loc:
             elif self.node is not None:
                 self._attrs = self.node.attrs(task)
             else:
-                attrs = getattr(self.file, "attrs", None)       # (not every open file has them)
+                attrs = getattr(self.file, "attrs", None)  # (not every open file has them)
                 self._attrs = attrs() if attrs is not None else Attrs(mode=S.S_IFREG | 0o600, ino=0, dev=0)
         return self._attrs
 
@@ -166,9 +174,9 @@ class Nameidata:
         self.vfs, self.task = vfs, task
         self.cred = cred if cred is not None else task.cred
         self.links = 0
-        self.checking = True                  # search permission checked (not in start())
+        self.checking = True  # search permission checked (not in start())
         self.resolve = 0
-        self.scope: list[Loc] | None = None   # RESOLVE_BENEATH/IN_ROOT: the starting stack
+        self.scope: list[Loc] | None = None  # RESOLVE_BENEATH/IN_ROOT: the starting stack
         self._fds: list[int] = []
 
     def restrict(self, resolve: int, start: list[Loc]) -> None:
@@ -184,7 +192,7 @@ class Nameidata:
         RESOLVE_NO_XDEV when that changes the mount."""
         if self.resolve & RESOLVE_BENEATH:
             return -E.EXDEV
-        new = list(self.scope) if self.resolve & RESOLVE_IN_ROOT else self.root()   # type: ignore[arg-type]  # scoped
+        new = list(self.scope) if self.resolve & RESOLVE_IN_ROOT else self.root()  # type: ignore[arg-type]  # scoped
         if self.resolve & RESOLVE_NO_XDEV and stack and new[-1].mount is not stack[-1].mount:
             return -E.EXDEV
         return new
@@ -204,7 +212,7 @@ class Nameidata:
     def mount_root(self, m: Mount) -> Loc:
         if m.node is not None:
             return Loc(m, m.point, node=m.node)
-        fd = os.dup(m.fd)          # type: ignore[arg-type]  # a mount without a node: its host directory
+        fd = os.dup(m.fd)  # type: ignore[arg-type]  # a mount without a node: its host directory
         self._fds.append(fd)
         return Loc(m, m.point, fd=fd, st=os.fstat(fd))
 
@@ -339,7 +347,7 @@ class Nameidata:
                 return _err(e)
         if isinstance(target, int):
             return target
-        if not isinstance(target, str):                 # nd_jump_link
+        if not isinstance(target, str):  # nd_jump_link
             if self.resolve & RESOLVE_NO_MAGICLINKS:
                 return -E.ELOOP
             if self.scope is not None:
@@ -377,15 +385,16 @@ class Vfs:
     directories mounted writable at their own paths; ``special``: guest path ->
     root :class:`SpecialNode` (``/proc``, ``/dev``, ``/sys``)."""
 
-    def __init__(self, sysroot: str = "/", grant_dirs: list[str] | tuple = (),
-                 special: dict[str, SpecialNode] | None = None):
+    def __init__(
+        self, sysroot: str = "/", grant_dirs: list[str] | tuple = (), special: dict[str, SpecialNode] | None = None
+    ):
         if not isinstance(sysroot, str) or not os.path.isdir(sysroot):
             raise InputError(f"sysroot {sysroot!r} is not a directory")
         self.sysroot = os.path.realpath(sysroot)
         self.root = Mount("/", host=self.sysroot, writable=False, mnt_id=1)
         self.mounts: dict[str, Mount] = {}
-        self._cwds: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # Process -> Loc
-        self.grant_dirs: dict[str, str] = {}            # host directory -> guest mount point
+        self._cwds: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Process -> Loc
+        self.grant_dirs: dict[str, str] = {}  # host directory -> guest mount point
         for i, d in enumerate(grant_dirs):
             if not isinstance(d, str) or not os.path.isdir(d):
                 raise InputError(f"grant dir {d!r} is not a directory")
@@ -403,8 +412,7 @@ class Vfs:
         """Mount a modeled filesystem's root node at the absolute guest path ``point``
         (over whatever the sysroot has there).  Writability is the nodes' business
         (their modes and ``open``), not the mount's."""
-        if not isinstance(point, str) or not point.startswith("/") or point != os.path.normpath(point) \
-                or point == "/":
+        if not isinstance(point, str) or not point.startswith("/") or point != os.path.normpath(point) or point == "/":
             raise InputError(f"mount point must be a normalized absolute path other than /, not {point!r}")
         self.mounts[point] = Mount(point, node=node, writable=True, mnt_id=30 + len(self.mounts))
 
@@ -438,7 +446,7 @@ class Vfs:
         if self.sysroot == "/":
             return real
         if real == self.sysroot or real.startswith(self.sysroot + "/"):
-            return "/" + real[len(self.sysroot):].lstrip("/")
+            return "/" + real[len(self.sysroot) :].lstrip("/")
         return None
 
     def guest_path_of_host(self, host_path: str) -> str | None:
@@ -447,7 +455,7 @@ class Vfs:
         real = os.path.realpath(host_path)
         for host in sorted(self.grant_dirs, key=len, reverse=True):
             if real == host or real.startswith(host.rstrip("/") + "/"):
-                return os.path.normpath(self.grant_dirs[host] + "/" + real[len(host):])
+                return os.path.normpath(self.grant_dirs[host] + "/" + real[len(host) :])
         guest = self._sysroot_path(real)
         if guest is None:
             return None
@@ -461,7 +469,6 @@ class Vfs:
         """inode_permission: EROFS for a write to a regular file, directory or symlink
         on a read-only mount (sb_permission), then generic_permission."""
         attrs = loc.attrs(task)
-        if mask & MAY_WRITE and not loc.mount.writable and \
-                S.S_IFMT(attrs.mode) in (S.S_IFREG, S.S_IFDIR, S.S_IFLNK):
+        if mask & MAY_WRITE and not loc.mount.writable and S.S_IFMT(attrs.mode) in (S.S_IFREG, S.S_IFDIR, S.S_IFLNK):
             return -E.EROFS
         return generic_permission(cred, attrs, mask)

@@ -159,7 +159,7 @@ class NameiSyscalls:
         directory's gid under a setgid directory).  The host made it as this process's
         user; when that differs and the host allows it, the owner is corrected."""
         cred = nd.cred
-        st: os.stat_result = parent.st     # type: ignore[assignment]  # a host directory (may_create)
+        st: os.stat_result = parent.st  # type: ignore[assignment]  # a host directory (may_create)
         gid = st.st_gid if st.st_mode & S.S_ISGID else cred.fsgid
         if os.geteuid() == 0 and (cred.fsuid, gid) != (0, os.getegid()):
             try:
@@ -197,7 +197,7 @@ class NameiSyscalls:
         if child != -E.ENOENT:
             return child
         if trailing and not allow_slash:
-            return neg(E.ENOENT)                 # only mkdir may name its new entry "x/"
+            return neg(E.ENOENT)  # only mkdir may name its new entry "x/"
         if not parent.mount.writable:
             return neg(E.EROFS)
         err = self.may_create(nd, parent)
@@ -262,14 +262,29 @@ class NameiSyscalls:
             except OSError:
                 return 0
             try:
-                host_syscall(SYS_fchmodat2, ctypes.c_int(fd), ctypes.c_char_p(b""),
-                             ctypes.c_uint(mode & 0o7777 & ~umask), ctypes.c_int(AT_EMPTY_PATH))
-                self.init_owner(nd, parent, lambda u, g: host_syscall(
-                    SYS_fchownat, ctypes.c_int(fd), ctypes.c_char_p(b""), ctypes.c_int(u), ctypes.c_int(g),
-                    ctypes.c_int(AT_EMPTY_PATH)))
+                host_syscall(
+                    SYS_fchmodat2,
+                    ctypes.c_int(fd),
+                    ctypes.c_char_p(b""),
+                    ctypes.c_uint(mode & 0o7777 & ~umask),
+                    ctypes.c_int(AT_EMPTY_PATH),
+                )
+                self.init_owner(
+                    nd,
+                    parent,
+                    lambda u, g: host_syscall(
+                        SYS_fchownat,
+                        ctypes.c_int(fd),
+                        ctypes.c_char_p(b""),
+                        ctypes.c_int(u),
+                        ctypes.c_int(g),
+                        ctypes.c_int(AT_EMPTY_PATH),
+                    ),
+                )
             finally:
                 os.close(fd)
             return 0
+
         return self._create_at(task, dirfd, path, make)
 
     @syscall(88, "symlink")
@@ -285,9 +300,9 @@ class NameiSyscalls:
         def make(nd, parent, name):
             err = host_call(os.symlink, text, name, dir_fd=parent.fd)
             if not err:
-                self.init_owner(nd, parent, lambda u, g: os.chown(name, u, g, dir_fd=parent.fd,
-                                                                   follow_symlinks=False))
+                self.init_owner(nd, parent, lambda u, g: os.chown(name, u, g, dir_fd=parent.fd, follow_symlinks=False))
             return err
+
         return self._create_at(task, dirfd, path, make)
 
     @syscall(86, "link")
@@ -305,7 +320,7 @@ class NameiSyscalls:
         if isinstance(oldname, int):
             return oldname
         if oldname == "" and not fs_capable(task.cred):
-            return neg(E.ENOENT)                 # AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH
+            return neg(E.ENOENT)  # AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH
         with self.vfs.nameidata(task) as nd:
             if oldname == "":
                 src = self.fd_loc(task, olddfd)
@@ -325,9 +340,15 @@ class NameiSyscalls:
                     return neg(E.EPERM)
                 if not self._may_linkat(nd, loc):
                     return neg(E.EPERM)
-                return host_syscall(SYS_linkat, ctypes.c_int(loc.fd), ctypes.c_char_p(b""),
-                                    ctypes.c_int(parent.fd), ctypes.c_char_p(os.fsencode(name)),
-                                    ctypes.c_int(AT_EMPTY_PATH))
+                return host_syscall(
+                    SYS_linkat,
+                    ctypes.c_int(loc.fd),
+                    ctypes.c_char_p(b""),
+                    ctypes.c_int(parent.fd),
+                    ctypes.c_char_p(os.fsencode(name)),
+                    ctypes.c_int(AT_EMPTY_PATH),
+                )
+
             newname = self.pathname(new)
             if isinstance(newname, int):
                 return newname
@@ -385,7 +406,7 @@ class NameiSyscalls:
             if isinstance(child, int):
                 return child
             if child.mount is not parent.mount:
-                return neg(E.EBUSY)                  # a mount point
+                return neg(E.EBUSY)  # a mount point
             is_dir = child.is_dir(task)
             if not rmdir and trailing:
                 return neg(E.EISDIR if is_dir else E.ENOTDIR)
@@ -422,7 +443,7 @@ class NameiSyscalls:
         if flags & RENAME_EXCHANGE and flags & (RENAME_NOREPLACE | RENAME_WHITEOUT):
             return neg(E.EINVAL)
         if flags & RENAME_WHITEOUT:
-            return neg(E.EPERM)                      # needs CAP_MKNOD and a whiteout-capable fs
+            return neg(E.EPERM)  # needs CAP_MKNOD and a whiteout-capable fs
         oldname = self.pathname(old)
         if isinstance(oldname, int):
             return oldname
@@ -460,15 +481,21 @@ class NameiSyscalls:
                 return neg(E.ENOTDIR)
             err = self.may_delete(nd, op, src)
             if not err and src.is_dir(task) and (op.st.st_dev, op.st.st_ino) != (np_.st.st_dev, np_.st.st_ino):
-                err = self.perm(nd, src, MAY_WRITE)      # vfs_rename: its ".." changes
+                err = self.perm(nd, src, MAY_WRITE)  # vfs_rename: its ".." changes
             if not err and not isinstance(dst, int):
                 err = self.may_delete(nd, np_, dst)
             elif not err:
                 err = self.perm(nd, np_, MAY_WRITE | MAY_EXEC)
             if err:
                 return err
-            ret = host_syscall(SYS_renameat2, ctypes.c_int(op.fd), ctypes.c_char_p(os.fsencode(olast)),
-                               ctypes.c_int(np_.fd), ctypes.c_char_p(os.fsencode(nlast)), ctypes.c_uint(flags))
+            ret = host_syscall(
+                SYS_renameat2,
+                ctypes.c_int(op.fd),
+                ctypes.c_char_p(os.fsencode(olast)),
+                ctypes.c_int(np_.fd),
+                ctypes.c_char_p(os.fsencode(nlast)),
+                ctypes.c_uint(flags),
+            )
             if ret == 0:
                 self._renamed(src.path, join_path(np_.path, nlast))
             return ret
@@ -477,10 +504,12 @@ class NameiSyscalls:
         """What the guest renamed stays the working directory, or the open file, of
         whoever holds it (the kernel holds the inode; this model holds the path, so
         the path follows)."""
+
         def moved(path: str) -> str | None:
             if path == old or path.startswith(old.rstrip("/") + "/"):
-                return new + path[len(old):]
+                return new + path[len(old) :]
             return None
+
         for proc in self.m.processes:
             held = self.vfs.cwd_loc(proc)
             proc.fs.pwd = moved(proc.fs.pwd) or proc.fs.pwd

@@ -53,21 +53,39 @@ from kernel_model.include.uapi.linux.fcntl import (
     O_TRUNC,
 )
 
-VALID_OPEN_FLAGS = (O_ACCMODE | O_CREAT | O_EXCL | O_NOCTTY | O_TRUNC | O_APPEND | O_NONBLOCK | O_DSYNC |
-                    FASYNC | O_DIRECT | O_LARGEFILE | O_DIRECTORY | O_NOFOLLOW | O_NOATIME | O_CLOEXEC |
-                    O_SYNC | O_PATH | O_TMPFILE)
+VALID_OPEN_FLAGS = (
+    O_ACCMODE
+    | O_CREAT
+    | O_EXCL
+    | O_NOCTTY
+    | O_TRUNC
+    | O_APPEND
+    | O_NONBLOCK
+    | O_DSYNC
+    | FASYNC
+    | O_DIRECT
+    | O_LARGEFILE
+    | O_DIRECTORY
+    | O_NOFOLLOW
+    | O_NOATIME
+    | O_CLOEXEC
+    | O_SYNC
+    | O_PATH
+    | O_TMPFILE
+)
 O_PATH_FLAGS = O_DIRECTORY | O_NOFOLLOW | O_PATH | O_CLOEXEC
 SETFL_FLAGS = O_APPEND | O_NONBLOCK | FASYNC | O_DIRECT | O_NOATIME
 RESOLVE_ALL = 0x3F
 SYS_renameat2, SYS_fchmodat2, SYS_fchownat, SYS_linkat = 316, 452, 260, 265
 SYS_fallocate = 285
 NO_ID = 0xFFFFFFFF
-OPEN_RETRIES = 16          # walks of one open that another host process's swap may restart
+OPEN_RETRIES = 16  # walks of one open that another host process's swap may restart
 
 
 class _Retry(Enum):
     """What an open answers when the inode changed between the walk and the open (another
     host process swapped it): the walk is made again."""
+
     RETRY = "retry"
 
 
@@ -120,7 +138,7 @@ class OpenSyscalls:
     def _do_open(self, task, dirfd, path, flags, mode, resolve: int = 0) -> int:
         """build_open_flags + do_filp_open, then fd_install."""
         if flags & O_TMPFILE == O_TMPFILE:
-            return neg(E.EOPNOTSUPP)      # no O_TMPFILE in the modeled filesystems
+            return neg(E.EOPNOTSUPP)  # no O_TMPFILE in the modeled filesystems
         if flags & O_PATH:
             flags &= O_PATH_FLAGS
         elif flags & O_CREAT and flags & O_DIRECTORY:
@@ -186,7 +204,7 @@ class OpenSyscalls:
             return neg(E.EEXIST)
         if child.is_link(nd.task) and (follow or trailing):
             target = child.node.follow(nd.task) if child.node is not None else ""
-            if not isinstance(target, (str, int)):       # a /proc magic link: nd_jump_link
+            if not isinstance(target, (str, int)):  # a /proc magic link: nd_jump_link
                 res = nd.follow_link(stack, child)
                 return res if isinstance(res, int) else self._open_existing(nd, res, flags)
             nd.links += 1
@@ -225,14 +243,20 @@ class OpenSyscalls:
             return neg(E.EROFS)
         err = self.namei.may_create(nd, parent)
         if err:
-            return neg(E.EACCES) if err == -E.EPERM else err     # no ->create: EACCES
+            return neg(E.EACCES) if err == -E.EPERM else err  # no ->create: EACCES
         acc = flags & O_ACCMODE
-        hflags = (acc if acc != 3 else os.O_RDWR) | O_CREAT | O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC | \
-            (flags & (O_APPEND | O_NONBLOCK | O_SYNC | O_DSYNC))
+        hflags = (
+            (acc if acc != 3 else os.O_RDWR)
+            | O_CREAT
+            | O_EXCL
+            | os.O_NOFOLLOW
+            | os.O_CLOEXEC
+            | (flags & (O_APPEND | O_NONBLOCK | O_SYNC | O_DSYNC))
+        )
         try:
             hfd = os.open(last, hflags, 0o600, dir_fd=parent.fd)
         except FileExistsError:
-            return neg(E.EEXIST) if flags & O_EXCL else RETRY    # another host process made it
+            return neg(E.EEXIST) if flags & O_EXCL else RETRY  # another host process made it
         except OSError as e:
             return -(e.errno or E.EIO)
         try:
@@ -254,8 +278,9 @@ class OpenSyscalls:
             return neg(E.ENOTDIR)
         if flags & O_PATH:
             return self._open_path(task, loc, flags)
-        if loc.file is not None:                 # a magic link to a descriptor: opened again
+        if loc.file is not None:  # a magic link to a descriptor: opened again
             from kernel_model.fs.proc.procfs import reopen
+
             return reopen(self.m, task, loc.file, flags)
         may = {0: MAY_READ, 1: MAY_WRITE, 2: MAY_READ | MAY_WRITE, 3: MAY_READ | MAY_WRITE}[acc]
         if flags & O_TRUNC:
@@ -279,7 +304,7 @@ class OpenSyscalls:
                 return d
             return loc.node.open(task, flags)
         if not (S.S_ISREG(mode) or S.S_ISDIR(mode)):
-            return neg(E.EACCES)                 # host FIFOs, sockets, devices: not opened
+            return neg(E.EACCES)  # host FIFOs, sockets, devices: not opened
         return self._reopen(nd, stack, flags, may)
 
     def _reopen(self, nd, stack, flags, may) -> OpenFile | int | _Retry:
@@ -294,19 +319,25 @@ class OpenSyscalls:
                 hfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=loc.fd)
             else:
                 name = loc.path.rsplit("/", 1)[1]
-                hflags = (acc if acc != 3 else os.O_RDWR) | os.O_NOFOLLOW | os.O_CLOEXEC | \
-                    os.O_NOCTTY | os.O_NONBLOCK | (extra & ~O_TRUNC)
+                hflags = (
+                    (acc if acc != 3 else os.O_RDWR)
+                    | os.O_NOFOLLOW
+                    | os.O_CLOEXEC
+                    | os.O_NOCTTY
+                    | os.O_NONBLOCK
+                    | (extra & ~O_TRUNC)
+                )
                 hfd = os.open(name, hflags, dir_fd=stack[-2].fd)
         except OSError as e:
             if e.errno in (E.ELOOP, E.ENOENT, E.ENOTDIR, E.EISDIR):
-                return RETRY                      # swapped mid-open by another host process
+                return RETRY  # swapped mid-open by another host process
             return -(e.errno or E.EIO)
         st = os.fstat(hfd)
         if (st.st_dev, st.st_ino) != (loc.st.st_dev, loc.st.st_ino):
             os.close(hfd)
             return RETRY
         if extra & O_TRUNC and S.S_ISREG(st.st_mode):
-            try:                                  # this very inode, even if opened O_RDONLY
+            try:  # this very inode, even if opened O_RDONLY
                 os.truncate(proc_fd(hfd), 0)
             except OSError as e:
                 os.close(hfd)
@@ -318,8 +349,9 @@ class OpenSyscalls:
     @staticmethod
     def _host_file(hfd: int, guest_path: str, flags: int) -> HostFile:
         f = HostFile(hfd, guest_path, flags & O_ACCMODE, status_flags=flags & SETFL_FLAGS)
-        f.open_flags = (flags & ~(O_ACCMODE | O_CREAT | O_EXCL | O_NOCTTY | O_TRUNC | SETFL_FLAGS |
-                                  O_CLOEXEC)) | O_LARGEFILE
+        f.open_flags = (
+            flags & ~(O_ACCMODE | O_CREAT | O_EXCL | O_NOCTTY | O_TRUNC | SETFL_FLAGS | O_CLOEXEC)
+        ) | O_LARGEFILE
         return f
 
     def _open_path(self, task, loc: Loc, flags: int) -> OpenFile | int:
@@ -362,7 +394,11 @@ class OpenSyscalls:
         cred = task.cred if flags & AT_EACCESS else self.namei.access_cred(task.cred)
         with self.vfs.nameidata(task, cred) as nd:
             if name == "":
-                loc = self.namei.fd_loc(task, dirfd) if fd_arg(dirfd) != fd_arg(AT_FDCWD) else self.namei.cwd_loc(nd, task)
+                loc = (
+                    self.namei.fd_loc(task, dirfd)
+                    if fd_arg(dirfd) != fd_arg(AT_FDCWD)
+                    else self.namei.cwd_loc(nd, task)
+                )
             else:
                 stack = self.namei.lookup(nd, task, dirfd, name, not flags & AT_SYMLINK_NOFOLLOW)
                 loc = stack if isinstance(stack, int) else stack[-1]
@@ -457,12 +493,13 @@ class OpenSyscalls:
         checks are the same kernel's (its descriptor has the guest's access mode, and
         only a granted file is writable); other files answer in vfs_fallocate's order."""
         f = fdget(task, fd)
-        if f is None or getattr(f, "path_only", False):      # fdget skips O_PATH files
+        if f is None or getattr(f, "path_only", False):  # fdget skips O_PATH files
             return neg(E.EBADF)
         mode, off, ln = mode & 0xFFFFFFFF, loff_t(offset), loff_t(length)
         if isinstance(f, HostFile) and f.is_regular:
-            return host_syscall(SYS_fallocate, ctypes.c_int(f.fd), ctypes.c_int(mode),
-                                ctypes.c_long(off), ctypes.c_long(ln))
+            return host_syscall(
+                SYS_fallocate, ctypes.c_int(f.fd), ctypes.c_int(mode), ctypes.c_long(off), ctypes.c_long(ln)
+            )
         if off < 0 or ln <= 0:
             return neg(E.EINVAL)
         if mode & ~0xFF:
@@ -491,7 +528,7 @@ class OpenSyscalls:
             if err:
                 return err
             if loc.fd is None:
-                return neg(E.EPERM)              # a modeled inode: no setattr
+                return neg(E.EPERM)  # a modeled inode: no setattr
             if not loc.mount.writable:
                 return neg(E.EROFS)
             return change(nd, loc)
@@ -505,9 +542,10 @@ class OpenSyscalls:
         mode &= 0o7777
         if not fs_capable(nd.cred) and not in_group(nd.cred, a.gid):
             mode &= ~S.S_ISGID
-        fd: int = loc.fd      # type: ignore[assignment]  # setattr_at changes only a host inode
-        ret = host_syscall(SYS_fchmodat2, ctypes.c_int(fd), ctypes.c_char_p(b""),
-                           ctypes.c_uint(mode), ctypes.c_int(AT_EMPTY_PATH))
+        fd: int = loc.fd  # type: ignore[assignment]  # setattr_at changes only a host inode
+        ret = host_syscall(
+            SYS_fchmodat2, ctypes.c_int(fd), ctypes.c_char_p(b""), ctypes.c_uint(mode), ctypes.c_int(AT_EMPTY_PATH)
+        )
         if ret == -E.ENOSYS:
             return host_call(os.chmod, proc_fd(fd), mode)
         return ret
@@ -527,9 +565,13 @@ class OpenSyscalls:
             return neg(E.EINVAL)
         if not path and not flags & AT_EMPTY_PATH:
             return neg(E.EFAULT)
-        return self.setattr_at(task, dirfd, path, flags,
-                                lambda nd, loc: self._chmod(nd, loc, mode) if not loc.is_link(task)
-                                else neg(E.EOPNOTSUPP))
+        return self.setattr_at(
+            task,
+            dirfd,
+            path,
+            flags,
+            lambda nd, loc: self._chmod(nd, loc, mode) if not loc.is_link(task) else neg(E.EOPNOTSUPP),
+        )
 
     @syscall(91, "fchmod")
     def sys_fchmod(self, task, regs, fd, mode, *_):
@@ -549,9 +591,15 @@ class OpenSyscalls:
                 return neg(E.EPERM)
             if gid != NO_ID and (cred.fsuid != a.uid or (gid != a.gid and not in_group(cred, gid))):
                 return neg(E.EPERM)
-        fd: int = loc.fd      # type: ignore[assignment]  # setattr_at changes only a host inode
-        return host_syscall(SYS_fchownat, ctypes.c_int(fd), ctypes.c_char_p(b""),
-                            ctypes.c_int(int_arg(uid)), ctypes.c_int(int_arg(gid)), ctypes.c_int(AT_EMPTY_PATH))
+        fd: int = loc.fd  # type: ignore[assignment]  # setattr_at changes only a host inode
+        return host_syscall(
+            SYS_fchownat,
+            ctypes.c_int(fd),
+            ctypes.c_char_p(b""),
+            ctypes.c_int(int_arg(uid)),
+            ctypes.c_int(int_arg(gid)),
+            ctypes.c_int(AT_EMPTY_PATH),
+        )
 
     @syscall(92, "chown")
     def sys_chown(self, task, regs, path, uid, gid, *_):

@@ -22,11 +22,11 @@ from kernel_model.include.uapi.linux.fcntl import O_CLOEXEC, O_DIRECT, O_NONBLOC
 from kernel_model.kernel.wait import sleep_on, still_asleep
 from kernel_model.mm.mm_types import GuestFault
 
-PIPE_BUF = 4096                   # writes up to this size are atomic
-PIPE_DEF_SIZE = 16 * 4096         # PIPE_DEF_BUFFERS pages
+PIPE_BUF = 4096  # writes up to this size are atomic
+PIPE_DEF_SIZE = 16 * 4096  # PIPE_DEF_BUFFERS pages
 FIONREAD = 0x541B
 SIGPIPE = 13
-PIPE_INO_BASE = 0x10000            # the first pipe's inode number
+PIPE_INO_BASE = 0x10000  # the first pipe's inode number
 POLLIN, POLLPRI, POLLOUT, POLLERR, POLLHUP, POLLNVAL = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20
 POLLRDNORM, POLLRDBAND, POLLWRNORM, POLLWRBAND = 0x40, 0x80, 0x100, 0x200
 
@@ -116,7 +116,7 @@ class PipeEnd(OpenFile):
             return b""
         if p.buf:
             chunk = bytes(p.buf[:count])
-            del p.buf[:len(chunk)]
+            del p.buf[: len(chunk)]
             p.wake_up()
             return chunk
         return b"" if p.writers == 0 else -E.EAGAIN
@@ -148,6 +148,7 @@ class PipeEnd(OpenFile):
             return -E.ENOTTY
         mem.write_user(arg, struct.pack("<i", len(self.pipe.buf)))
         return 0
+
 
 class PipeSyscalls:
     """pipe and pipe2 (fs/pipe.c), and the sleeping halves of read and write on a pipe."""
@@ -197,7 +198,7 @@ class PipeSyscalls:
 
         def retry() -> bool:
             if not still_asleep(task, token):
-                return True                  # the task died or was woken otherwise
+                return True  # the task died or was woken otherwise
             got = f.read(count)
             if got == -E.EAGAIN:
                 return False

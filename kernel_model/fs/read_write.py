@@ -33,7 +33,7 @@ class ReadWriteSyscalls:
         if f.is_pipe:
             return self.pipes.pipe_read(task, f, buf, min(count, MAX_RW_COUNT))
         if isinstance(f, HostInput):
-            return self.host_reads.host_read(task, f, buf, min(count, MAX_RW_COUNT))     # may sleep
+            return self.host_reads.host_read(task, f, buf, min(count, MAX_RW_COUNT))  # may sleep
         data = f.read(min(count, MAX_RW_COUNT), self.m.interrupted)
         if isinstance(data, int):
             return data
@@ -74,7 +74,7 @@ class ReadWriteSyscalls:
         for base, ln in vecs:
             if done >= len(data):
                 break
-            piece = data[done:done + ln]
+            piece = data[done : done + ln]
             self.m.mem.write_user(base, piece)
             done += len(piece)
         return done
@@ -101,10 +101,10 @@ class ReadWriteSyscalls:
         if isinstance(vecs, int):
             return vecs
         total = sum(n for _, n in vecs)
-        if f.is_pipe:                              # a short read of the first buffer
+        if f.is_pipe:  # a short read of the first buffer
             first = next(((b, n) for b, n in vecs if n), None)
             return 0 if first is None else self.pipes.pipe_read(task, f, first[0], first[1])
-        if isinstance(f, HostInput):                # the same short read, sleeping as read does
+        if isinstance(f, HostInput):  # the same short read, sleeping as read does
             first = next(((b, n) for b, n in vecs if n), None)
             return 0 if first is None else self.host_reads.host_read(task, f, first[0], first[1])
         data = f.read(total, self.m.interrupted) if total else b""
@@ -170,6 +170,6 @@ class ReadWriteSyscalls:
         f = fdget(task, fd)
         if f is None:
             return neg(E.EBADF)
-        if whence & 0xFFFFFFFF > 4:                # SEEK_MAX = SEEK_HOLE
+        if whence & 0xFFFFFFFF > 4:  # SEEK_MAX = SEEK_HOLE
             return neg(E.EINVAL)
         return f.lseek(loff_t(off), whence & 0xFFFFFFFF)

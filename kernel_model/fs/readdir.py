@@ -1,5 +1,4 @@
-"""getdents64 (fs/readdir.c).
-"""
+"""getdents64 (fs/readdir.c)."""
 
 from __future__ import annotations
 

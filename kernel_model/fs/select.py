@@ -53,6 +53,7 @@ class SelectSyscalls:
 
         def restart(t):
             return self._restartable_poll(t, ufds, nfds, deadline)
+
         return self._poll(task, ufds, nfds, timeout, None, restart=restart)
 
     @syscall(271, "ppoll")
@@ -122,8 +123,13 @@ class SelectSyscalls:
                 mem.write_user(ufds, out)
             return ready
 
-        pipes = [f.pipe for fd, _, _ in entries if fd >= 0
-                 for f in [task.process.files.get(fd)] if f is not None and f.is_pipe]
+        pipes = [
+            f.pipe
+            for fd, _, _ in entries
+            if fd >= 0
+            for f in [task.process.files.get(fd)]
+            if f is not None and f.is_pipe
+        ]
         return self._wait_ready(task, check, timeout, pipes, tsp, usec=False, reason="poll", restart=restart)
 
     @syscall(23, "select")
@@ -138,13 +144,14 @@ class SelectSyscalls:
         timeout = self._read_timespec(task, tsp)
         if isinstance(timeout, int) and timeout < 0:
             return timeout
-        if sig:                           # struct { const sigset_t *p; size_t size; }
+        if sig:  # struct { const sigset_t *p; size_t size; }
             uset, size = struct.unpack("<QQ", task.process.mem.read_user(sig, 16))
             err = self._set_user_sigmask(task, uset, size)
             if err:
                 return err
         return self._restore_sigmask_unless_interrupted(
-            task, self._select(task, n, inp, outp, exp, timeout, tsp or None, usec=False))
+            task, self._select(task, n, inp, outp, exp, timeout, tsp or None, usec=False)
+        )
 
     def _select(self, task, n, inp, outp, exp, timeout, tsp, usec: bool):
         """core_sys_select: the three fd_sets in, the ready ones out (all cleared when
@@ -155,8 +162,7 @@ class SelectSyscalls:
         n = min(n, task.process.files.limit)
         size = (n + 63) // 64 * 8
         mem = task.process.mem
-        sets = [(p, int.from_bytes(mem.read_user(p, size), "little") if p and size else 0)
-                for p in (inp, outp, exp)]
+        sets = [(p, int.from_bytes(mem.read_user(p, size), "little") if p and size else 0) for p in (inp, outp, exp)]
         wanted = 0
         for _, bits in sets:
             wanted |= bits
@@ -167,8 +173,7 @@ class SelectSyscalls:
 
         def check(final: bool):
             result, ready = [], 0
-            masks = {fd: task.process.files.get(fd).poll() if fd in task.process.files else POLLNVAL
-                     for fd in fds}
+            masks = {fd: task.process.files.get(fd).poll() if fd in task.process.files else POLLNVAL for fd in fds}
             for (_, bits), kind in zip(sets, (POLLIN_SET, POLLOUT_SET, POLLEX_SET)):
                 got = 0
                 for fd in fds:
@@ -236,7 +241,6 @@ class SelectSyscalls:
     def _write_remaining(task, tsp: int, ns: int, usec: bool) -> None:
         frac = ns % 1_000_000_000
         try:
-            task.process.mem.write_user(tsp, struct.pack("<qq", ns // 1_000_000_000,
-                                                         frac // 1000 if usec else frac))
+            task.process.mem.write_user(tsp, struct.pack("<qq", ns // 1_000_000_000, frac // 1000 if usec else frac))
         except GuestFault:
             pass

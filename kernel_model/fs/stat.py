@@ -41,7 +41,7 @@ class StatSyscalls:
         if flags & ~(AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | AT_EMPTY_PATH):
             return neg(E.EINVAL)
         if not path and not flags & AT_EMPTY_PATH:
-            return neg(E.EFAULT)                     # getname(NULL)
+            return neg(E.EFAULT)  # getname(NULL)
         name = self.namei.pathname(path, empty_ok=True) if path else ""
         if isinstance(name, int):
             return name
@@ -50,7 +50,7 @@ class StatSyscalls:
                 return neg(E.ENOENT)
             if fd_arg(dirfd) != fd_arg(AT_FDCWD):
                 return self.sys_fstat(task, None, dirfd, statbuf)
-            with self.vfs.nameidata(task) as nd:           # the working directory itself
+            with self.vfs.nameidata(task) as nd:  # the working directory itself
                 loc = self.namei.cwd_loc(nd, task)
                 st = loc if isinstance(loc, int) else self._stat_bytes(task, loc)
             if isinstance(st, int):
@@ -108,8 +108,11 @@ class StatSyscalls:
             if name == "":
                 if not flags & AT_EMPTY_PATH:
                     return neg(E.ENOENT)
-                loc = self.namei.fd_loc(task, dirfd) if fd_arg(dirfd) != fd_arg(AT_FDCWD) else \
-                    self.namei.cwd_loc(nd, task)
+                loc = (
+                    self.namei.fd_loc(task, dirfd)
+                    if fd_arg(dirfd) != fd_arg(AT_FDCWD)
+                    else self.namei.cwd_loc(nd, task)
+                )
             else:
                 stack = self.namei.lookup(nd, task, dirfd, name, not flags & AT_SYMLINK_NOFOLLOW)
                 loc = stack if isinstance(stack, int) else stack[-1]
@@ -129,17 +132,29 @@ class StatSyscalls:
         st = self._stat_bytes(task, loc)
         if isinstance(st, int):
             return st
-        dev, ino, nlink, mode, uid, gid, _, rdev, size, blksize, blocks = \
-            struct.unpack_from("<QQQIIIiQqqq", st)
+        dev, ino, nlink, mode, uid, gid, _, rdev, size, blksize, blocks = struct.unpack_from("<QQQIIIiQqqq", st)
         times = struct.unpack_from("<qqqqqq", st, 72)
 
         def ts(i):
             return struct.pack("<qIi", times[2 * i], times[2 * i + 1], 0)
-        out = struct.pack("<IIQIIIHHQQQQ", STATX_BASIC_STATS | STATX_MNT_ID, blksize, 0, nlink, uid, gid,
-                          mode, 0, ino, size, blocks, 0)
+
+        out = struct.pack(
+            "<IIQIIIHHQQQQ",
+            STATX_BASIC_STATS | STATX_MNT_ID,
+            blksize,
+            0,
+            nlink,
+            uid,
+            gid,
+            mode,
+            0,
+            ino,
+            size,
+            blocks,
+            0,
+        )
         out += ts(0) + b"\0" * 16 + ts(2) + ts(1)
-        out += struct.pack("<IIIIQ", os.major(rdev), os.minor(rdev), os.major(dev), os.minor(dev),
-                           loc.mount.mnt_id)
+        out += struct.pack("<IIIIQ", os.major(rdev), os.minor(rdev), os.major(dev), os.minor(dev), loc.mount.mnt_id)
         return out + b"\0" * (256 - len(out))
 
     @syscall(89, "readlink")
@@ -175,6 +190,6 @@ class StatSyscalls:
                     return -(e.errno or E.EIO)
         if isinstance(text, int):
             return text
-        data = os.fsencode(text)[:int_arg(size)]
+        data = os.fsencode(text)[: int_arg(size)]
         self.m.mem.write_user(buf, data)
         return len(data)

@@ -1,5 +1,4 @@
-"""fsync and fdatasync (fs/sync.c).
-"""
+"""fsync and fdatasync (fs/sync.c)."""
 
 from __future__ import annotations
 

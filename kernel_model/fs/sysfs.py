@@ -21,7 +21,7 @@ from kernel_model.fs.libfs import DirNode, access_mode, keep_open_flags, may_ope
 from kernel_model.include.linux.cpumask import NR_CPUS, cpulist
 
 SYSFS_DEV = 0x15
-SYSFS_ATTR_SIZE = 4096                 # a sysfs attribute's st_size: one page
+SYSFS_ATTR_SIZE = 4096  # a sysfs attribute's st_size: one page
 
 
 class SysfsFile(SeqFile):
@@ -51,7 +51,7 @@ class SysfsAttr(SpecialNode):
             return err
         _, writable = access_mode(flags)
         if writable:
-            return -E.EACCES           # kernfs_fop_open: no store() (root's override too)
+            return -E.EACCES  # kernfs_fop_open: no store() (root's override too)
         return keep_open_flags(SysfsFile(self.show().encode(), a), flags)
 
 
@@ -73,24 +73,23 @@ class SysfsDir(DirNode):
 
 def sysfs_root(machine) -> SysfsDir:
     """The /sys tree of ``machine``: devices/system/cpu with the machine's CPUs."""
+
     def nr_cpus() -> int:
         return machine.scheduler.nr_cpu_ids
 
     def cpu_list() -> str:
         return cpulist((1 << nr_cpus()) - 1) + "\n"
 
-    base = 0x1000                       # CPU directories: base + cpu
+    base = 0x1000  # CPU directories: base + cpu
     cpu_path = "/sys/devices/system/cpu"
 
     def cpu_entries():
-        out = [(name, SysfsAttr(ino, cpu_list))
-               for name, ino in (("online", 20), ("possible", 21), ("present", 22))]
+        out = [(name, SysfsAttr(ino, cpu_list)) for name, ino in (("online", 20), ("possible", 21), ("present", 22))]
         out.append(("kernel_max", SysfsAttr(23, lambda: f"{NR_CPUS - 1}\n")))
-        out += [(f"cpu{i}", SysfsDir(f"{cpu_path}/cpu{i}", base + i, [], parent_ino=13))
-                for i in range(nr_cpus())]
+        out += [(f"cpu{i}", SysfsDir(f"{cpu_path}/cpu{i}", base + i, [], parent_ino=13)) for i in range(nr_cpus())]
         return out
 
     cpu = SysfsDir(cpu_path, 13, cpu_entries, parent_ino=12)
     system = SysfsDir("/sys/devices/system", 12, [("cpu", cpu)], parent_ino=11)
     devices = SysfsDir("/sys/devices", 11, [("system", system)], parent_ino=1)
-    return SysfsDir("/sys", 1, [("devices", devices)], mode=0o555)     # /sys is r-x for all
+    return SysfsDir("/sys", 1, [("devices", devices)], mode=0o555)  # /sys is r-x for all

@@ -1,5 +1,4 @@
-"""utimensat (fs/utimes.c).
-"""
+"""utimensat (fs/utimes.c)."""
 
 from __future__ import annotations
 
@@ -65,7 +64,10 @@ class UtimesSyscalls:
                     return err
             cur = os.stat(proc_fd(loc.fd))
             t = time.time_ns()
-            vals = tuple(old if ns == UTIME_OMIT else t if ns == UTIME_NOW else sec * 1_000_000_000 + ns
-                         for (sec, ns), old in zip(spec, (cur.st_atime_ns, cur.st_mtime_ns)))
+            vals = tuple(
+                old if ns == UTIME_OMIT else t if ns == UTIME_NOW else sec * 1_000_000_000 + ns
+                for (sec, ns), old in zip(spec, (cur.st_atime_ns, cur.st_mtime_ns))
+            )
             return host_call(os.utime, proc_fd(loc.fd), ns=vals)
+
         return self.open.setattr_at(task, dirfd, path, flags, change, pre=valid)

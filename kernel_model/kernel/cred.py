@@ -18,7 +18,7 @@ from kernel_model.errors import InputError
 from kernel_model.include.linux.errno import neg
 from kernel_model.include.linux.syscalls import int_arg, syscall
 
-NO_ID = 0xFFFFFFFF                 # (uid_t)-1: "unchanged" for setre*/setres*, invalid else
+NO_ID = 0xFFFFFFFF  # (uid_t)-1: "unchanged" for setre*/setres*, invalid else
 NGROUPS_MAX = 65536
 
 
@@ -32,6 +32,7 @@ def _valid_id(value: object, what: str) -> int:
 class Cred:
     """``struct cred``'s ids: real, effective, saved and filesystem uid/gid, and the
     supplementary groups (kept sorted, as ``groups_sort`` does)."""
+
     uid: int
     euid: int
     suid: int
@@ -43,8 +44,9 @@ class Cred:
     groups: tuple[int, ...] = ()
 
     @classmethod
-    def initial(cls, uid: int | None = None, gid: int | None = None,
-                groups: tuple[int, ...] | list[int] | None = None) -> "Cred":
+    def initial(
+        cls, uid: int | None = None, gid: int | None = None, groups: tuple[int, ...] | list[int] | None = None
+    ) -> "Cred":
         """The first task's credentials: every uid ``uid`` and every gid ``gid``
         (default: the invoking user's, as ``os.getuid()``/``os.getgid()``), and the
         supplementary ``groups`` (default: the invoking user's when both ids are the
@@ -98,7 +100,7 @@ class CredSyscalls:
         return self._put_ids(((rp, c.gid), (ep, c.egid), (sp, c.sgid)))
 
     def _put_ids(self, pairs) -> int:
-        for addr, value in pairs:           # put_user one by one: EFAULT stops there
+        for addr, value in pairs:  # put_user one by one: EFAULT stops there
             self.m.mem.write_user(addr, struct.pack("<I", value))
         return 0
 
@@ -152,8 +154,9 @@ class CredSyscalls:
         effective one when the real id was given or the effective one moved off it."""
         old = task.cred
         real, eff, saved = getattr(old, kind), getattr(old, "e" + kind), getattr(old, "s" + kind)
-        if not old.privileged and ((r != NO_ID and r not in (real, eff))
-                                   or (e != NO_ID and e not in (real, eff, saved))):
+        if not old.privileged and (
+            (r != NO_ID and r not in (real, eff)) or (e != NO_ID and e not in (real, eff, saved))
+        ):
             return neg(E.EPERM)
         new_r = real if r == NO_ID else r
         new_e = eff if e == NO_ID else e

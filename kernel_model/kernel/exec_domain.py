@@ -1,5 +1,4 @@
-"""personality (kernel/exec_domain.c).
-"""
+"""personality (kernel/exec_domain.c)."""
 
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ class ExitSyscalls:
         if len(live) <= 1:
             self.m.exit_group(code & 0xFF, task)
             return None
-        self.m.task_exit(task)          # the machine leaves emu_start for the next task
+        self.m.task_exit(task)  # the machine leaves emu_start for the next task
         return None
 
     @syscall(231, "exit_group")
@@ -52,7 +52,7 @@ class ExitSyscalls:
         if task.clear_child_tid and task.process.exit_result is None:
             try:
                 task.process.mem.write_user(task.clear_child_tid, b"\0\0\0\0")
-            except Exception:   # noqa: BLE001 - a bad pointer is the guest's problem
+            except Exception:  # noqa: BLE001 - a bad pointer is the guest's problem
                 pass
             self.futex.futex_wake(task.process, task.clear_child_tid, 1)
         task.process.tasks = [t for t in task.process.tasks if t.state != "dead"] or task.process.tasks
@@ -123,7 +123,7 @@ class ExitSyscalls:
         if options & WNOHANG:
             return 0
         task.wait_args = (pid, status)
-        self.m.block(task, "wait4", interrupt=neg(ERESTARTSYS))        # do_wait
+        self.m.block(task, "wait4", interrupt=neg(ERESTARTSYS))  # do_wait
         return None
 
     @syscall(247, "waitid", partial="exited children only (no stopped or continued ones)")
@@ -131,8 +131,11 @@ class ExitSyscalls:
         """kernel_waitid: P_ALL / P_PID / P_PGID children that exited (WEXITED; stopped
         and continued children are not modeled), their siginfo in ``infop``; WNOHANG
         with none ready zeroes it and returns 0; WNOWAIT leaves the zombie."""
-        if options & ~(WNOHANG | WEXITED | WSTOPPED | WCONTINUED | WNOWAIT | 0xE0000000) \
-                or not options & (WEXITED | WSTOPPED | WCONTINUED) or idtype not in (P_ALL, P_PID, P_PGID):
+        if (
+            options & ~(WNOHANG | WEXITED | WSTOPPED | WCONTINUED | WNOWAIT | 0xE0000000)
+            or not options & (WEXITED | WSTOPPED | WCONTINUED)
+            or idtype not in (P_ALL, P_PID, P_PGID)
+        ):
             return neg(E.EINVAL)
         id_ = pid_t(id_)
         if idtype != P_ALL and id_ <= 0:
@@ -144,8 +147,8 @@ class ExitSyscalls:
             return 0
         if options & WNOHANG:
             if infop:
-                task.process.mem.write_user(infop, b"\0" * 12)        # si_signo, si_errno, si_code
-                task.process.mem.write_user(infop + 16, b"\0" * 12)   # si_pid, si_uid, si_status
+                task.process.mem.write_user(infop, b"\0" * 12)  # si_signo, si_errno, si_code
+                task.process.mem.write_user(infop + 16, b"\0" * 12)  # si_pid, si_uid, si_status
             return 0
         task.wait_args = args
         self.m.block(task, "waitid", interrupt=neg(ERESTARTSYS))
@@ -153,8 +156,7 @@ class ExitSyscalls:
 
     @staticmethod
     def _waitid_match(child, idtype, id_) -> bool:
-        return idtype == P_ALL or (idtype == P_PID and child.pid == id_) or \
-            (idtype == P_PGID and child.pgid == id_)
+        return idtype == P_ALL or (idtype == P_PID and child.pid == id_) or (idtype == P_PGID and child.pgid == id_)
 
     def _waitid_reap(self, parent, idtype, id_, infop, options) -> bool:
         """wait_task_zombie for waitid: True when an exited child was found."""
@@ -176,7 +178,6 @@ class ExitSyscalls:
         return False
 
 
-
 class TaskExit(KernelBase):
     """Exit: part of :class:`kernel_model.kernel.kernel.Kernel`."""
 
@@ -192,13 +193,13 @@ class TaskExit(KernelBase):
         for t in list(proc.tasks):
             self.do_exit(t)
         if proc is not self.main_process and proc.mm_owner is None:
-            self._released.append(proc)     # exit_mmap, once the CPU is not running it
+            self._released.append(proc)  # exit_mmap, once the CPU is not running it
         if proc is self.main_process:
             self.exited = True
             self._finish(result)
         else:
             self.syscalls.child_exited(proc)
-            if proc is self.task.process:      # the running task died: leave the engine's run
+            if proc is self.task.process:  # the running task died: leave the engine's run
                 self.engine.stop(self.cpu)
 
     def do_exit(self, task) -> None:
@@ -223,13 +224,14 @@ class TaskExit(KernelBase):
         keep = []
         for proc in self._released:
             if proc.cpu is self.task.process.cpu or any(
-                    p.mm_owner is proc and p.exit_result is None for p in self.processes):
+                p.mm_owner is proc and p.exit_result is None for p in self.processes
+            ):
                 keep.append(proc)
                 continue
             proc.mem.release()
             for t in proc.tasks:
                 t.context = None
-            proc.cpu = proc.cpu_regs = None     # type: ignore[assignment]  # released with its mm
+            proc.cpu = proc.cpu_regs = None  # type: ignore[assignment]  # released with its mm
         self._released = keep
         if not self.engine.running:
             # an address space a front end still hooks stays until its hooks are gone

@@ -50,7 +50,7 @@ class ProcessSyscalls:
 
     @syscall(435, "clone3", partial="always ENOSYS: glibc falls back to clone")
     def sys_clone3(self, task, regs, *_):
-        return neg(E.ENOSYS)              # glibc falls back to clone()
+        return neg(E.ENOSYS)  # glibc falls back to clone()
 
     def _clone(self, task, regs, flags, stack, ptid, ctid, tls):
         m = self.m
@@ -69,17 +69,17 @@ class ProcessSyscalls:
             try:
                 self._copy_mm(parent, child_proc)
             except MemoryLimitExceeded:
-                child_proc.files.put()               # the copied fd table goes with the child
+                child_proc.files.put()  # the copied fd table goes with the child
                 m.discard_process(child_proc)
-                return neg(E.ENOMEM)          # dup_mmap past the memory limit
+                return neg(E.ENOMEM)  # dup_mmap past the memory limit
         if not thread:
-            child_proc.exit_signal = flags & 0xFF      # CSIGNAL: SIGCHLD for fork/vfork
-        child = m.new_task(child_proc, comm=task.comm, cred=task.cred)   # dup_task_struct, copy_creds
-        child.sigmask = task.sigmask                # copy_process: the blocked mask is inherited
-        child.cpus_mask = task.cpus_mask            # dup_task_struct: the affinity is inherited,
-        child.cpu = task.cpu                        # and sched_fork starts it on the parent's CPU
+            child_proc.exit_signal = flags & 0xFF  # CSIGNAL: SIGCHLD for fork/vfork
+        child = m.new_task(child_proc, comm=task.comm, cred=task.cred)  # dup_task_struct, copy_creds
+        child.sigmask = task.sigmask  # copy_process: the blocked mask is inherited
+        child.cpus_mask = task.cpus_mask  # dup_task_struct: the affinity is inherited,
+        child.cpu = task.cpu  # and sched_fork starts it on the parent's CPU
         if not flags & CLONE_VM or flags & CLONE_VFORK:
-            child.sigaltstack = task.sigaltstack    # a new thread starts without one
+            child.sigaltstack = task.sigaltstack  # a new thread starts without one
         # the child resumes after the syscall with rax = 0 (the parent's regs otherwise)
         cregs = regs.copy()
         cregs.rax = 0
@@ -95,15 +95,14 @@ class ProcessSyscalls:
             child_proc.mem.write_user(ctid, struct.pack("<I", child.tid))
         if flags & CLONE_CHILD_CLEARTID:
             child.clear_child_tid = ctid
-        m.kernel.copy_process(task, child, share_mm=bool(flags & CLONE_VM),
-                              vfork=bool(flags & CLONE_VFORK))
+        m.kernel.copy_process(task, child, share_mm=bool(flags & CLONE_VM), vfork=bool(flags & CLONE_VFORK))
         if flags & CLONE_VFORK:
-            child_proc.vfork_parent_task = task     # the parent sleeps until the child exits
+            child_proc.vfork_parent_task = task  # the parent sleeps until the child exits
             task.vfork_child_tid = child.tid
             m.block(task, "vfork")
         if m.events:
             m.events.publish(Clone(task, child, flags))
-        m.yield_cpu()                    # reschedule: the child may run first
+        m.yield_cpu()  # reschedule: the child may run first
         return child.tid
 
     def _inherit(self, parent, child, flags: int = 0) -> None:
@@ -111,11 +110,11 @@ class ProcessSyscalls:
         child.mapped_files = list(parent.mapped_files)
         child.brk_start, child.brk = parent.brk_start, parent.brk
         child.sighand.action = dict(parent.sighand.action)
-        child.fs.pwd, child.fs.umask = parent.fs.pwd, parent.fs.umask       # copy_fs (CLONE_FS not modeled)
-        child.signal.rlim = None if parent.signal.rlim is None else list(parent.signal.rlim)   # copy_signal
+        child.fs.pwd, child.fs.umask = parent.fs.pwd, parent.fs.umask  # copy_fs (CLONE_FS not modeled)
+        child.signal.rlim = None if parent.signal.rlim is None else list(parent.signal.rlim)  # copy_signal
         child.personality = parent.personality
-        child.pgid, child.sid = parent.pgid, parent.sid         # copy_process: the parent's group and session
-        for f in ("start_stack", "arg_start", "arg_end", "env_start", "env_end"):   # dup_mm
+        child.pgid, child.sid = parent.pgid, parent.sid  # copy_process: the parent's group and session
+        for f in ("start_stack", "arg_start", "arg_end", "env_start", "env_end"):  # dup_mm
             setattr(child, f, getattr(parent, f))
         # copy_files: CLONE_FILES shares the table, otherwise dup_fd copies it and every
         # open file description gains a reference (closing one side leaves the other)
@@ -128,8 +127,16 @@ class ProcessSyscalls:
         for vma in parent.mem.vmas:
             if m.kernel.vma_dontcopy(vma):
                 continue
-            new = child.mem.map(vma.start, vma.size, vma.prot, vma.name, file=vma.file,
-                                pgoff=vma.pgoff, special=vma.special, mayprot=vma.mayprot)
+            new = child.mem.map(
+                vma.start,
+                vma.size,
+                vma.prot,
+                vma.name,
+                file=vma.file,
+                pgoff=vma.pgoff,
+                special=vma.special,
+                mayprot=vma.mayprot,
+            )
             child.mem.copy_pages_from(parent.mem, vma.start, vma.end)
             new.flags, new.shared = set(vma.flags), vma.shared
         m.kernel.dup_mmap(parent, child)
@@ -146,12 +153,14 @@ class ProcessSyscalls:
 
 # ============================================================================ tasks
 
+
 class TaskCreation(KernelBase):
     """Processes and tasks coming into being (copy_process, alloc_pid, copy_thread):
     part of :class:`kernel_model.kernel.kernel.Kernel`."""
 
-    def new_process(self, *, comm: str = "guest", share_mm: Process | None = None,
-                    parent: Process | None = None) -> Process:
+    def new_process(
+        self, *, comm: str = "guest", share_mm: Process | None = None, parent: Process | None = None
+    ) -> Process:
         """A process with its own address space (one engine CPU), or sharing
         ``share_mm``'s (vfork)."""
         pid = self.alloc_pid()
@@ -159,8 +168,16 @@ class TaskCreation(KernelBase):
             cpu, mem, regfile = share_mm.cpu, share_mm.mem, share_mm.cpu_regs
         else:
             cpu, mem, regfile = self.mm_alloc()
-        proc = Process(pid=pid, mem=mem, comm=comm, cpu=cpu, cpu_regs=regfile, parent=parent,
-                       ppid=parent.pid if parent else 1, counters=Counters())
+        proc = Process(
+            pid=pid,
+            mem=mem,
+            comm=comm,
+            cpu=cpu,
+            cpu_regs=regfile,
+            parent=parent,
+            ppid=parent.pid if parent else 1,
+            counters=Counters(),
+        )
         if share_mm is not None:
             proc.mm_uprobes = share_mm.mm_uprobes
             proc.mm_owner = share_mm
@@ -182,15 +199,18 @@ class TaskCreation(KernelBase):
             proc.parent.children.remove(proc)
         if proc.mm_owner is None:
             proc.mem.release()
-            proc.cpu = proc.cpu_regs = None     # type: ignore[assignment]  # released with its mm
+            proc.cpu = proc.cpu_regs = None  # type: ignore[assignment]  # released with its mm
 
-    def new_task(self, process: Process, tid: int | None = None, *, comm: str = "",
-                 cred=None) -> Task:
-        task = Task(tid=tid if tid is not None else (process.pid if not process.tasks else self.alloc_pid()),
-                    process=process, comm=comm, cred=cred)
+    def new_task(self, process: Process, tid: int | None = None, *, comm: str = "", cred=None) -> Task:
+        task = Task(
+            tid=tid if tid is not None else (process.pid if not process.tasks else self.alloc_pid()),
+            process=process,
+            comm=comm,
+            cred=cred,
+        )
         task.counters = Counters()
-        task.cpus_mask = self.scheduler.online_mask     # init_task's: every CPU
-        clock = self.syscalls                   # None while the first task is made
+        task.cpus_mask = self.scheduler.online_mask  # init_task's: every CPU
+        clock = self.syscalls  # None while the first task is made
         task.start_time_ns = clock.boot_clock_ns() if clock is not None else 0
         process.tasks.append(task)
         self.tasks.append(task)
@@ -210,7 +230,7 @@ class TaskCreation(KernelBase):
         shared = cpu is self.cpu
         saved = engine.context_save(cpu) if shared else None
         if not shared:
-            engine.fpu.copy(self.cpu, cpu)     # fpu_clone: a forked child keeps the FPU registers
+            engine.fpu.copy(self.cpu, cpu)  # fpu_clone: a forked child keeps the FPU registers
         proc.cpu_regs.write({i: v for i, v in enumerate(regs.values())})
         engine.reg_write(cpu, "rip", regs.rip)
         task.context = engine.context_save(cpu)

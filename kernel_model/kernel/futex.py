@@ -13,7 +13,7 @@ from kernel_model.kernel.time.timekeeping import CLOCK_EPOCH_NS, NSEC
 from kernel_model.kernel.wait import sleep_on, still_asleep
 
 FUTEX_WAIT, FUTEX_WAKE, FUTEX_WAIT_BITSET, FUTEX_WAKE_BITSET = 0, 1, 9, 10
-FUTEX_CMD_MASK = ~(128 | 256)          # FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME
+FUTEX_CMD_MASK = ~(128 | 256)  # FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME
 FUTEX_CLOCK_REALTIME = 256
 
 
@@ -35,9 +35,9 @@ class FutexSyscalls:
                 sec, nsec = struct.unpack("<qq", proc.mem.read_user(timeout, 16))
                 if sec < 0 or not 0 <= nsec < NSEC:
                     return neg(E.EINVAL)
-                if cmd == FUTEX_WAIT:                   # relative, on CLOCK_MONOTONIC
+                if cmd == FUTEX_WAIT:  # relative, on CLOCK_MONOTONIC
                     deadline = self.clock.ns + sec * NSEC + nsec
-                else:                                   # absolute; MONOTONIC unless CLOCK_REALTIME
+                else:  # absolute; MONOTONIC unless CLOCK_REALTIME
                     base = 0 if op & FUTEX_CLOCK_REALTIME else CLOCK_EPOCH_NS
                     deadline = base + sec * NSEC + nsec
             return self.futex_wait(task, uaddr, val, deadline)
@@ -89,7 +89,7 @@ class FutexSyscalls:
             if t.state == "blocked" and t.blocked_on == "futex" and getattr(t, "futex_key", None) == key:
                 timed = getattr(t, "futex_timeout", None)
                 if timed is not None:
-                    timed["done"] = True          # its deadline is no deadline any more
+                    timed["done"] = True  # its deadline is no deadline any more
                     t.futex_timeout = None
                 self.m.wake(t, 0)
                 woken += 1

@@ -54,27 +54,34 @@ if TYPE_CHECKING:
 SIGTRAP = SIGNALS["SIGTRAP"]
 
 
-class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCreation, ExecMm, TaskExit,
-             TrapHandler):
+class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCreation, ExecMm, TaskExit, TrapHandler):
     """One modeled kernel: made with its profile and uprobes subsystem, booted on an
     engine by :meth:`start_kernel` (the tasks, the run loop and the trap handler
     from then on), given its syscall table by :meth:`attach_syscalls`."""
 
     def __init__(self, machine: Machine, profile: str | KernelProfile = "latest", **overrides: SwitchValue) -> None:
         self.machine = machine
-        self.profile = profile if isinstance(profile, KernelProfile) else \
-            KernelProfile.get(profile, **overrides)
+        self.profile = profile if isinstance(profile, KernelProfile) else KernelProfile.get(profile, **overrides)
         self.uprobes = Uprobes(self)
         self.optimizer = Optimizer(self)
         self.trace = TraceEvents(self.uprobes)
         self.uprobes.trace = self.trace
         # Until attach_syscalls / start_kernel: None (a kernel driven without a CPU, as in the
         # uprobes unit tests, checks for it); the parts see them typed as set (KernelBase).
-        self.syscalls = None    # type: ignore[assignment]
-        self.engine = None      # type: ignore[assignment]
+        self.syscalls = None  # type: ignore[assignment]
+        self.engine = None  # type: ignore[assignment]
 
-    def start_kernel(self, engine: Engine, *, mem_limit: MemoryLimit, seed: int, sched_slice: tuple[int, int],
-                     comm: str, cred: Cred, cpus: int = 1) -> None:
+    def start_kernel(
+        self,
+        engine: Engine,
+        *,
+        mem_limit: MemoryLimit,
+        seed: int,
+        sched_slice: tuple[int, int],
+        comm: str,
+        cred: Cred,
+        cpus: int = 1,
+    ) -> None:
         """Boot on ``engine``: the first process and its task (pid 1000), on the CPU.
         The engine reports its traps here from now on."""
         self.engine = engine
@@ -84,31 +91,31 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         self.mem_limit = mem_limit
         self.scheduler = Scheduler(seed, *sched_slice, cpus=cpus)
         self.trace.set_nr_cpu_ids(cpus)
-        self.processes = []              # live processes (and zombies until reaped)
-        self.tasks = []                  # live tasks
+        self.processes = []  # live processes (and zombies until reaped)
+        self.tasks = []  # live tasks
         self.all_tasks = []
         self._next_pid = 1000
-        self._released = []             # exited processes whose mm is still to free
-        self._retired_mms = []           # address spaces an execve left
+        self._released = []  # exited processes whose mm is still to free
+        self._retired_mms = []  # address spaces an execve left
         self.task = self.new_task(self.new_process(comm=comm), cred=cred)
         self.main_process = self.task.process
-        self.scheduler.curr[0] = self.task     # the first task starts on CPU 0
+        self.scheduler.curr[0] = self.task  # the first task starts on CPU 0
         self._acct = self.counters.snapshot()
         self.exited = False
         self.last_result = None
-        self._result = None              # the run's end, once decided
-        self._last_fault = [None, 0]     # (address, rip) of the last page fault, spurious repeats of it
+        self._result = None  # the run's end, once decided
+        self._last_fault = [None, 0]  # (address, rip) of the last page fault, spurious repeats of it
         self._stop_requested = None
         self._switch_requested = False
         self._in_syscall = False
-        self._run_deadline = None        # the wall-clock end of the current run
-        self._db_after_syscall = None    # (task, rip): see do_syscall_64
-        self._slice_carry = None         # (task, insns left, insns run, multi): see run
+        self._run_deadline = None  # the wall-clock end of the current run
+        self._db_after_syscall = None  # (task, rip): see do_syscall_64
+        self._slice_carry = None  # (task, insns left, insns run, multi): see run
 
     def attach_syscalls(self, syscalls: Syscalls) -> None:
         """The syscall table the entry dispatches to; the uprobes syscalls join it."""
         self.syscalls = syscalls
-        self.scheduler.clock = [syscalls.clock_ns] * self.scheduler.nr_cpu_ids    # every CPU boots now
+        self.scheduler.clock = [syscalls.clock_ns] * self.scheduler.nr_cpu_ids  # every CPU boots now
         if self.profile.has_uretprobe_syscall:
             syscalls.register(335, self.uprobes.uret.sys_uretprobe)
         if self.profile.has_uprobe_syscall:
@@ -164,8 +171,11 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
             hit = image.symbolize(link_vaddr(file, vma, addr))
             if hit:
                 name, off = hit
-                lib = "" if getattr(file, "load_bias", None) is not None else \
-                    f" in {os.path.basename(file.d_path or file.path)}"
+                lib = (
+                    ""
+                    if getattr(file, "load_bias", None) is not None
+                    else f" in {os.path.basename(file.d_path or file.path)}"
+                )
                 return (f"{name}+{off:#x}" if off else name) + lib
         return vma.name or (file.path if file else None)
 
@@ -174,8 +184,9 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         """#BP from user mode: uprobes first (uprobe_pre_sstep_notifier), else SIGTRAP.
         (``Uprobes.handle_int3``, one frame shorter: the notifier, then handle_swbp.)"""
         uprobes = self.uprobes
-        if uprobes.uprobe_pre_sstep_notifier(task) and \
-                uprobes.handle_swbp(task, regs, (regs.rip - 1) & 0xFFFFFFFFFFFFFFFF):
+        if uprobes.uprobe_pre_sstep_notifier(task) and uprobes.handle_swbp(
+            task, regs, (regs.rip - 1) & 0xFFFFFFFFFFFFFFFF
+        ):
             return
         self.machine.send_sig(task, SIGTRAP, detail="breakpoint trap (int3)")
 
@@ -227,8 +238,11 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         if not uprobe.ref_ctr_offset:
             return None
         for vma in proc.mem.vmas:
-            if vma.file is uprobe.file and vma.prot & PROT_WRITE and \
-                    vma.pgoff <= uprobe.ref_ctr_offset < vma.pgoff + vma.size:
+            if (
+                vma.file is uprobe.file
+                and vma.prot & PROT_WRITE
+                and vma.pgoff <= uprobe.ref_ctr_offset < vma.pgoff + vma.size
+            ):
                 addr = vma.vaddr_of(uprobe.ref_ctr_offset)
                 try:
                     return addr, int.from_bytes(proc.mem.read(addr, 2), "little", signed=True)

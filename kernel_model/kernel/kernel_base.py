@@ -50,29 +50,29 @@ class KernelBase:
     uprobes: Uprobes
     optimizer: Optimizer
     trace: TraceEvents
-    syscalls: Syscalls                   # from attach_syscalls
-    engine: Engine                       # from start_kernel; None before (a kernel driven without a CPU)
+    syscalls: Syscalls  # from attach_syscalls
+    engine: Engine  # from start_kernel; None before (a kernel driven without a CPU)
     counters: Counters
     events: EventBus
     mem_limit: MemoryLimit
     scheduler: Scheduler
-    processes: list[Process]             # live processes (and zombies until reaped)
-    tasks: list[Task]                    # live tasks
+    processes: list[Process]  # live processes (and zombies until reaped)
+    tasks: list[Task]  # live tasks
     all_tasks: list[Task]
-    task: Task                           # the task on the CPU
+    task: Task  # the task on the CPU
     main_process: Process
     exited: bool
     last_result: RunResult | None
     _next_pid: int
-    _released: list[Process]             # exited processes whose mm is still to free
-    _retired_mms: list[Memory]           # address spaces an execve left
+    _released: list[Process]  # exited processes whose mm is still to free
+    _retired_mms: list[Memory]  # address spaces an execve left
     _acct: dict[str, Any]
-    _result: RunResult | None            # the run's end, once decided
-    _last_fault: list[Any]               # [(address, rip) or None, repeats] of the last page fault
+    _result: RunResult | None  # the run's end, once decided
+    _last_fault: list[Any]  # [(address, rip) or None, repeats] of the last page fault
     _stop_requested: str | None
     _switch_requested: bool
     _in_syscall: bool
-    _run_deadline: float | None          # the wall-clock end of the current run
+    _run_deadline: float | None  # the wall-clock end of the current run
     _db_after_syscall: tuple[Task, int] | None
     _slice_carry: tuple[Task, int | None, int, bool] | None
 
@@ -111,8 +111,17 @@ class KernelBase:
         def stack_limit(self, task: Task) -> int: ...
 
         # -- kernel/signal.py
-        def send_sig(self, task: Task, signo: int, *, addr: int | None = None, detail: str = "",
-                     code: int | None = None, force: bool = True, info: bytes | None = None) -> None: ...
+        def send_sig(
+            self,
+            task: Task,
+            signo: int,
+            *,
+            addr: int | None = None,
+            detail: str = "",
+            code: int | None = None,
+            force: bool = True,
+            info: bytes | None = None,
+        ) -> None: ...
         def signal_wake_up(self, task: Task) -> None: ...
         def signal_pending(self, task: Task) -> bool: ...
         def next_signal(self, task: Task, wanted: int | None = None) -> tuple[list[Any], int] | None: ...
@@ -124,10 +133,10 @@ class KernelBase:
 
         # -- kernel/fork.py
         def mm_alloc(self) -> tuple[Any, Memory, RegisterFile]: ...
-        def new_process(self, *, comm: str = "guest", share_mm: Process | None = None,
-                        parent: Process | None = None) -> Process: ...
-        def new_task(self, process: Process, tid: int | None = None, *, comm: str = "",
-                     cred: Any = None) -> Task: ...
+        def new_process(
+            self, *, comm: str = "guest", share_mm: Process | None = None, parent: Process | None = None
+        ) -> Process: ...
+        def new_task(self, process: Process, tid: int | None = None, *, comm: str = "", cred: Any = None) -> Task: ...
 
         # -- kernel/exit.py
         def do_exit(self, task: Task) -> None: ...

@@ -1,7 +1,8 @@
 """Resource limits (kernel/sys.c: do_prlimit, getrlimit/setrlimit/prlimit64).
 
 Each process holds its ``signal->rlim`` (:attr:`kernel_model.kernel.task.SignalStruct.rlim`),
-copied at fork and kept across exec; a new machine starts with the kernel's ``INIT_RLIMITS`` (include/asm-generic/resource.h), the
+copied at fork and kept across exec; a new machine starts with the kernel's ``INIT_RLIMITS``
+(include/asm-generic/resource.h), the
 process-count limits sized from the modeled RAM as ``set_max_threads`` does.
 
 What a limit changes in the model: RLIMIT_NOFILE bounds the descriptor numbers
@@ -17,12 +18,27 @@ import struct
 from kernel_model.include.linux.syscalls import pid_t, syscall
 
 RLIM_INFINITY = 0xFFFFFFFFFFFFFFFF
-(RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_DATA, RLIMIT_STACK, RLIMIT_CORE, RLIMIT_RSS, RLIMIT_NPROC,
- RLIMIT_NOFILE, RLIMIT_MEMLOCK, RLIMIT_AS, RLIMIT_LOCKS, RLIMIT_SIGPENDING, RLIMIT_MSGQUEUE,
- RLIMIT_NICE, RLIMIT_RTPRIO, RLIMIT_RTTIME) = range(16)
+(
+    RLIMIT_CPU,
+    RLIMIT_FSIZE,
+    RLIMIT_DATA,
+    RLIMIT_STACK,
+    RLIMIT_CORE,
+    RLIMIT_RSS,
+    RLIMIT_NPROC,
+    RLIMIT_NOFILE,
+    RLIMIT_MEMLOCK,
+    RLIMIT_AS,
+    RLIMIT_LOCKS,
+    RLIMIT_SIGPENDING,
+    RLIMIT_MSGQUEUE,
+    RLIMIT_NICE,
+    RLIMIT_RTPRIO,
+    RLIMIT_RTTIME,
+) = range(16)
 RLIM_NLIMITS = 16
-NR_OPEN = 1024 * 1024                  # fs.nr_open's default (sysctl_nr_open)
-THREAD_SIZE = 16 * 1024                # x86_64 kernel stacks
+NR_OPEN = 1024 * 1024  # fs.nr_open's default (sysctl_nr_open)
+THREAD_SIZE = 16 * 1024  # x86_64 kernel stacks
 MLOCK_LIMIT = 8 << 20
 MQ_BYTES_MAX = 819200
 
@@ -37,7 +53,7 @@ def init_rlimits(mem_total: int) -> list[tuple[int, int]]:
     limits[RLIMIT_STACK] = (8 << 20, RLIM_INFINITY)
     limits[RLIMIT_CORE] = (0, RLIM_INFINITY)
     limits[RLIMIT_NPROC] = (half, half)
-    limits[RLIMIT_NOFILE] = (1024, 4096)            # INR_OPEN_CUR, INR_OPEN_MAX
+    limits[RLIMIT_NOFILE] = (1024, 4096)  # INR_OPEN_CUR, INR_OPEN_MAX
     limits[RLIMIT_MEMLOCK] = (MLOCK_LIMIT, MLOCK_LIMIT)
     limits[RLIMIT_SIGPENDING] = (half, half)
     limits[RLIMIT_MSGQUEUE] = (MQ_BYTES_MAX, MQ_BYTES_MAX)
@@ -72,7 +88,7 @@ class RlimitSyscalls:
             if resource == RLIMIT_NOFILE and mx > NR_OPEN:
                 return -E.EPERM
             if mx > old[1] and not (task.cred is not None and task.cred.euid == 0):
-                return -E.EPERM                  # raising the hard limit needs CAP_SYS_RESOURCE
+                return -E.EPERM  # raising the hard limit needs CAP_SYS_RESOURCE
             limits[resource] = (cur, mx)
             if resource == RLIMIT_NOFILE:
                 proc.files.limit = min(cur, NR_OPEN)
@@ -86,8 +102,9 @@ class RlimitSyscalls:
             return task.process
         if pid < 0:
             return None
-        return next((p for p in self.m.processes if p.pid == pid and p.exit_result is None), None) or \
-            next((t.process for p in self.m.processes for t in p.tasks if t.tid == pid), None)
+        return next((p for p in self.m.processes if p.pid == pid and p.exit_result is None), None) or next(
+            (t.process for p in self.m.processes for t in p.tasks if t.tid == pid), None
+        )
 
     @syscall(302, "prlimit64")
     def sys_prlimit64(self, task, regs, pid, resource, new, old, *_):

@@ -65,8 +65,7 @@ class Scheduler:
     furthest a CPU has got, so it never goes back.  With one CPU the choices are
     exactly :meth:`pick`'s."""
 
-    def __init__(self, seed: int = 0, min_slice: int = MIN_SLICE, max_slice: int = MAX_SLICE,
-                 cpus: int = 1):
+    def __init__(self, seed: int = 0, min_slice: int = MIN_SLICE, max_slice: int = MAX_SLICE, cpus: int = 1):
         self.seed = seed
         self.rng = random.Random(seed)
         self.min_slice, self.max_slice = check_slice(min_slice, max_slice)
@@ -74,7 +73,7 @@ class Scheduler:
         self.nr_cpu_ids = check_nr_cpus(cpus)
         self.curr: list = [None] * self.nr_cpu_ids
         self.clock: list[int] = [0] * self.nr_cpu_ids
-        self.this_cpu = 0                # the CPU of the slice being run (smp_processor_id())
+        self.this_cpu = 0  # the CPU of the slice being run (smp_processor_id())
 
     @property
     def online_mask(self) -> int:
@@ -102,7 +101,7 @@ class Scheduler:
         smallest clock (the lowest-numbered on a tie) runs.  None when no task can
         run.  Sets ``this_cpu`` and each placed task's ``cpu``."""
         curr, this = self.curr, self.this_cpu
-        this_idle = curr[this] is None           # no task since the last pick (all slept)
+        this_idle = curr[this] is None  # no task since the last pick (all slept)
         runnable = sorted((t for t in tasks if t.state == "running"), key=lambda t: t.tid)
         live = {id(t) for t in runnable}
         for i, t in enumerate(curr):
@@ -135,7 +134,7 @@ class Scheduler:
             return None
         task = cands[0] if len(cands) == 1 else self.rng.choice(cands)
         waiting.remove(task)
-        task.cpu = cpu                   # set_task_cpu: it is on this CPU's run queue now
+        task.cpu = cpu  # set_task_cpu: it is on this CPU's run queue now
         return task
 
     def set_curr(self, task) -> None:
@@ -184,7 +183,7 @@ class RunQueue(KernelBase):
         engine.translation_mode(self.cpu, "run")
         start = time.perf_counter()
         deadline = start + timeout if timeout else None
-        self._run_deadline = deadline        # interrupted(): a wait for the host ends there
+        self._run_deadline = deadline  # interrupted(): a wait for the host ends there
         remaining = int(max_insns) if max_insns else None
         spurious, last_spurious = 0, None
         while True:
@@ -196,8 +195,7 @@ class RunQueue(KernelBase):
                     full, done, multi = carry[1], carry[2], carry[3]
                 else:
                     full, done = (self.scheduler.slice() if multi else None), 0
-                count = (remaining or 0) if full is None else \
-                    (full if remaining is None else min(full, remaining))
+                count = (remaining or 0) if full is None else (full if remaining is None else min(full, remaining))
                 blocks, short = None, 0 < count <= SHORT_SLICE_INSNS
             else:
                 full = done = None
@@ -208,13 +206,13 @@ class RunQueue(KernelBase):
             if left is not None and left <= 0:
                 result = self._here("timeout", self._enosys_loop_detail())
                 break
-            if self._stop_requested:         # Ctrl-C came before this run started
+            if self._stop_requested:  # Ctrl-C came before this run started
                 result = self._here("stopped", self._stop_requested)
                 break
             rip = self._rip()
             task.slices += 1
             if self._resume_exit_work(task):
-                stopped_early = True         # sent from outside a trap: deliver first
+                stopped_early = True  # sent from outside a trap: deliver first
                 insns = 0 if count else None
             else:
                 engine.emu_base, engine.emu_count = engine.icount, count
@@ -225,11 +223,15 @@ class RunQueue(KernelBase):
                 engine.emu_count = 0
                 insns = engine.insns_run(count, stopped_early, self.cpu) if count else None
                 engine.icount += insns or 0
-                if counted and not stopped_early and remaining is not None and \
-                        insns == remaining and (full is None or full > insns):
-                    self._slice_carry = (task, None if full is None else full - insns,
-                                         done + insns, multi)   # type: ignore[operator]  # counted: ints
-                elif multi:                  # the others' sleeps and timers see the time pass
+                if (
+                    counted
+                    and not stopped_early
+                    and remaining is not None
+                    and insns == remaining
+                    and (full is None or full > insns)
+                ):
+                    self._slice_carry = (task, None if full is None else full - insns, done + insns, multi)  # type: ignore[operator]  # counted: ints
+                elif multi:  # the others' sleeps and timers see the time pass
                     self._time_passes((done or 0) + self._cpu_time(blocks, insns))
             if remaining is not None:
                 remaining -= insns or 0
@@ -267,16 +269,20 @@ class RunQueue(KernelBase):
                 # every instruction counts, those before an early stop too: a guest
                 # that traps or yields forever still ends at its budget
                 rip = self._rip()
-                result = RunResult("budget", rip=rip, rip_symbol=self.symbolize(rip),
-                                   detail=self._enosys_loop_detail(),
-                                   insns=int(max_insns))      # type: ignore[arg-type]  # a budget: remaining
+                result = RunResult(
+                    "budget",
+                    rip=rip,
+                    rip_symbol=self.symbolize(rip),
+                    detail=self._enosys_loop_detail(),
+                    insns=int(max_insns),  # type: ignore[arg-type]  # a budget: remaining
+                )
                 break
-            self.syscalls.poll_host_waits()         # a host stdin reader whose input came
+            self.syscalls.poll_host_waits()  # a host stdin reader whose input came
             nxt = self._pick_next()
             if nxt is None and self.syscalls.idle():
-                nxt = self._pick_next()      # idle: the clock jumped to a deadline
+                nxt = self._pick_next()  # idle: the clock jumped to a deadline
             if nxt is None and (self._stop_requested or (deadline and time.perf_counter() >= deadline)):
-                continue                     # waiting for the host ended by a stop or the timeout
+                continue  # waiting for the host ended by a stop or the timeout
             if nxt is None:
                 result = self._here("stopped", "deadlock: every task is blocked")
                 break
@@ -320,7 +326,7 @@ class RunQueue(KernelBase):
         quantum = self.engine.quantum
         if not multi:
             if quantum.native:
-                quantum.detach(self.cpu)     # one task left: nothing counts its blocks
+                quantum.detach(self.cpu)  # one task left: nothing counts its blocks
             return count, None, 0 < count <= SHORT_SLICE_INSNS
         n = self._slice_length()
         short = n <= ALONE_SLICE or 0 < count <= SHORT_SLICE_INSNS
@@ -410,7 +416,7 @@ class RunQueue(KernelBase):
                 engine.context_restore(task.process.cpu, task.context)
                 task.context = None
         if task.rseq and task.rseq_cpu != task.cpu and self.scheduler.nr_cpu_ids > 1:
-            rseq_update_cpu_node_id(task.process.mem, task)    # it moved: rseq_migrate
+            rseq_update_cpu_node_id(task.process.mem, task)  # it moved: rseq_migrate
         if task.pending_rax is not None:
             engine.reg_write(task.process.cpu, "rax", task.pending_rax)
             task.pending_rax = None
@@ -448,7 +454,7 @@ class RunQueue(KernelBase):
             finally:
                 engine.in_step = False
             if engine.stop_precounted:
-                engine.icount -= 1           # a code hook stopped it before it ran
+                engine.icount -= 1  # a code hook stopped it before it ran
         engine.raise_hook_error()
         return self._result
 
@@ -484,7 +490,7 @@ class RunQueue(KernelBase):
         task.blocked_on = reason
         task.sleep_interrupt = interrupt
         if interrupt is not None and self.signal_pending(task):
-            self.signal_wake_up(task)        # prepare_to_wait saw the signal: no sleep
+            self.signal_wake_up(task)  # prepare_to_wait saw the signal: no sleep
 
     def wake(self, task, rax: int | None) -> None:
         """Make a sleeping task runnable; ``rax`` completes its syscall (None: it did not
@@ -497,7 +503,7 @@ class RunQueue(KernelBase):
                 task.pending_rax = rax & 0xFFFFFFFFFFFFFFFF
             quantum = self.engine.quantum
             if self.engine.running and task is not self.task and quantum.armed:
-                quantum.shorten(self.scheduler.slice())    # the woken task runs soon
+                quantum.shorten(self.scheduler.slice())  # the woken task runs soon
 
     def yield_cpu(self) -> None:
         """sched_yield and friends: reschedule after this syscall."""
@@ -510,7 +516,7 @@ class RunQueue(KernelBase):
         self._stop_requested = detail
         engine.stopped_by_hook = True
         if engine.in_code_hook:
-            engine.stop_precounted = True    # the engine counted the instruction it will not run
+            engine.stop_precounted = True  # the engine counted the instruction it will not run
         engine.emu_stop(self.cpu)
 
     def interrupted(self) -> bool:

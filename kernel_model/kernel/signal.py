@@ -44,7 +44,7 @@ from kernel_model.mm.mm_types import GuestFault
 
 SI_USER = 0
 CLD_EXITED, CLD_KILLED = 1, 2
-UNBLOCKABLE = (1 << 8) | (1 << 18)          # SIGKILL, SIGSTOP
+UNBLOCKABLE = (1 << 8) | (1 << 18)  # SIGKILL, SIGSTOP
 SIG_BLOCK, SIG_UNBLOCK, SIG_SETMASK = 0, 1, 2
 SIGALRM, SI_KERNEL = 14, 0x80
 
@@ -124,7 +124,7 @@ class SignalSyscalls:
         blocked = blocked_in(tasks, sig)
         if not blocked and (handler == SIG_IGN or (handler == SIG_DFL and sig in IGNORED_BY_DEFAULT)):
             return
-        regs.rax = 0                     # the syscall's own result, saved in a frame
+        regs.rax = 0  # the syscall's own result, saved in a frame
         if not blocked and (handler == SIG_DFL or sig == 9) and proc is not task.process:
             self.m.counters.signals[sig] += 1
             self.m.process_exit(proc, RunResult("signal", signal=sig, detail=f"sent by pid {task.process.pid}"))
@@ -153,15 +153,14 @@ class SignalSyscalls:
             return
         code, status = (CLD_EXITED, res.exit_code) if res.reason == "exit" else (CLD_KILLED, res.signal)
         info = struct.pack("<iiiiiIiiqq", sig, 0, code, 0, proc.pid, 1000, status or 0, 0, 0, 0)
-        self.m.send_process_sig(parent, sig, detail=f"child {proc.pid} exited", code=code,
-                                info=info.ljust(128, b"\0"))
+        self.m.send_process_sig(parent, sig, detail=f"child {proc.pid} exited", code=code, info=info.ljust(128, b"\0"))
 
     def expire_sigwaits(self) -> bool:
         """rt_sigtimedwait sleepers whose timeout passed answer -EAGAIN."""
         woke = False
         for t in [t for t in self.m.tasks if t.state == "blocked" and t.sigwait and t.sigwait[1] is not None]:
             if t.sigwait[1] <= self.clock.ns:
-                self.m.wake(t, neg(E.EAGAIN))        # the wait timed out
+                self.m.wake(t, neg(E.EAGAIN))  # the wait timed out
                 woke = True
         return woke
 
@@ -259,7 +258,7 @@ class SignalSyscalls:
         if deadline == self.clock.ns:
             return neg(E.EAGAIN)
         if self.m.signal_pending(task):
-            return neg(E.EINTR)             # another unblocked signal is already there
+            return neg(E.EINTR)  # another unblocked signal is already there
         task.sigwait = (wanted, deadline, uinfo, task.sigmask)
         task.sigmask &= ~wanted
         task.on_resume = lambda: self._sigwait_resume(task)
@@ -308,8 +307,8 @@ class SignalSyscalls:
         if not fpu_ok:
             self.m.send_sig(task, 11, detail="bad signal frame")
             return None
-        self._do_sigaltstack(task, regs.rsp, *saved_ss)      # restore_altstack; errors ignored
-        task.restart_block = None                # restore_sigcontext: do_no_restart_syscall
+        self._do_sigaltstack(task, regs.rsp, *saved_ss)  # restore_altstack; errors ignored
+        task.restart_block = None  # restore_sigcontext: do_no_restart_syscall
         regs.orig_rax = -1
         return regs.rax
 
@@ -383,8 +382,17 @@ class SignalSending(KernelBase):
     """Queueing, waking and dequeueing signals (kernel/signal.c): part of
     :class:`kernel_model.kernel.kernel.Kernel`."""
 
-    def send_sig(self, task, signo: int, *, addr: int | None = None, detail: str = "",
-                 code: int | None = None, force: bool = True, info: bytes | None = None) -> None:
+    def send_sig(
+        self,
+        task,
+        signo: int,
+        *,
+        addr: int | None = None,
+        detail: str = "",
+        code: int | None = None,
+        force: bool = True,
+        info: bytes | None = None,
+    ) -> None:
         """Queue a signal on ``task`` and return, as the kernel's ``force_sig_fault`` /
         ``send_sig`` do: it is delivered at the task's next exit to user mode, after the
         trap or syscall handler has returned and its registers were written back (see
@@ -394,8 +402,9 @@ class SignalSending(KernelBase):
         kills); ``force=False`` is an ordinary sent signal, which a mask holds back."""
         legacy_queue(task.pending_signals, PendingSignal(signo, addr, detail, code, force, info))
 
-    def send_process_sig(self, proc, signo: int, *, detail: str = "", code: int | None = None,
-                         info: bytes | None = None) -> None:
+    def send_process_sig(
+        self, proc, signo: int, *, detail: str = "", code: int | None = None, info: bytes | None = None
+    ) -> None:
         """A process-directed signal (kill, SIGCHLD): queued on the process's shared
         pending set; any of its tasks that does not block it takes it (complete_signal),
         and one sleeping in rt_sigsuspend wakes up."""

@@ -21,13 +21,13 @@ from kernel_model.kernel.time.timekeeping import CLOCK_EPOCH_NS
 PER_LINUX32, PER_MASK = 0x0008, 0x00FF
 TASK_COMM_LEN = 16
 PR_SET_NAME, PR_GET_NAME = 15, 16
-USER_HZ = 100                      # clock_t ticks per second (times, AT_CLKTCK)
-HZ = 250                           # the modeled kernel's tick (Debian's CONFIG_HZ)
+USER_HZ = 100  # clock_t ticks per second (times, AT_CLKTCK)
+HZ = 250  # the modeled kernel's tick (Debian's CONFIG_HZ)
 TICK_NSEC = 1_000_000_000 // HZ
-INITIAL_JIFFIES = (1 << 32) - 300 * HZ   # jiffies wrap 5 minutes after boot (linux/jiffies.h)
+INITIAL_JIFFIES = (1 << 32) - 300 * HZ  # jiffies wrap 5 minutes after boot (linux/jiffies.h)
 RUSAGE_SELF, RUSAGE_CHILDREN, RUSAGE_THREAD = 0, -1, 1
-RUSAGE_SIZE = 144                  # sizeof(struct rusage)
-TMS_SIZE = 32                      # sizeof(struct tms)
+RUSAGE_SIZE = 144  # sizeof(struct rusage)
+TMS_SIZE = 32  # sizeof(struct tms)
 
 
 class SysSyscalls:
@@ -40,10 +40,16 @@ class SysSyscalls:
 
     @syscall(63, "uname")
     def sys_uname(self, task, regs, buf, *_):
-        fields = [b"Linux", b"uprobe-emu", self.m.kernel.profile.release.encode() + b"-uprobe-emu",
-                  b"#1 SMP PREEMPT_DYNAMIC", b"x86_64", b"(none)"]
+        fields = [
+            b"Linux",
+            b"uprobe-emu",
+            self.m.kernel.profile.release.encode() + b"-uprobe-emu",
+            b"#1 SMP PREEMPT_DYNAMIC",
+            b"x86_64",
+            b"(none)",
+        ]
         if task.process.personality & PER_MASK == PER_LINUX32:
-            fields[4] = b"i686"                     # override_architecture
+            fields[4] = b"i686"  # override_architecture
         self.m.mem.write_user(buf, b"".join(f.ljust(65, b"\0") for f in fields))
         return 0
 
@@ -55,15 +61,16 @@ class SysSyscalls:
     @syscall(157, "prctl", partial="PR_SET_NAME and PR_GET_NAME; other options are ENOSYS, counted as prctl(N)")
     def sys_prctl(self, task, regs, option, arg2, *_):
         """PR_SET_NAME/PR_GET_NAME on the calling thread's ``comm`` (TASK_COMM_LEN 16:
-        15 bytes and a NUL; a name that is not UTF-8 reads back with U+FFFD).  Other options are not modeled: ENOSYS, counted as
+        15 bytes and a NUL; a name that is not UTF-8 reads back with U+FFFD).  Other options are not modeled: ENOSYS,
+        counted as
         ``prctl(N)`` among the unknown syscalls."""
         option = int_arg(option)
         if option == PR_SET_NAME:
-            raw = self.m.mem.read_cstring(arg2, TASK_COMM_LEN - 1)[:TASK_COMM_LEN - 1]
+            raw = self.m.mem.read_cstring(arg2, TASK_COMM_LEN - 1)[: TASK_COMM_LEN - 1]
             task.comm = raw.decode("utf-8", "replace")
             return 0
         if option == PR_GET_NAME:
-            name = task.comm.encode("utf-8")[:TASK_COMM_LEN - 1]
+            name = task.comm.encode("utf-8")[: TASK_COMM_LEN - 1]
             self.m.mem.write_user(arg2, name.ljust(TASK_COMM_LEN, b"\0"))
             return 0
         self.m.counters.unknown_syscalls[f"157:prctl({option})"] += 1
@@ -98,12 +105,14 @@ class SysSyscalls:
         kernel the byte counts always fit (the kernel's 2.2-compatibility scaling)."""
         ns = self.clock.ns - CLOCK_EPOCH_NS
         uptime = ns // 1_000_000_000 + (1 if ns % 1_000_000_000 else 0)
-        used = sum(v.size for mem in {id(p.mem): p.mem for p in self.m.processes
-                                      if p.exit_result is None}.values() for v in mem.vmas)
+        used = sum(
+            v.size
+            for mem in {id(p.mem): p.mem for p in self.m.processes if p.exit_result is None}.values()
+            for v in mem.vmas
+        )
         free = max(0, self.mem_total - used)
         procs = min(len(self.m.tasks), 0xFFFF)
-        data = struct.pack("<q3Q6QHH4xQQI4x", uptime, 0, 0, 0, self.mem_total, free, 0, 0, 0, 0,
-                           procs, 0, 0, 0, 1)
+        data = struct.pack("<q3Q6QHH4xQQI4x", uptime, 0, 0, 0, self.mem_total, free, 0, 0, 0, 0, procs, 0, 0, 0, 1)
         self.m.mem.write_user(info, data)
         return 0
 

@@ -72,24 +72,34 @@ from kernel_model.mm.mprotect import MprotectSyscalls
 from kernel_model.mm.mremap import MremapSyscalls
 from kernel_model.net.socket import SocketSyscalls
 
-DEFAULT_MEM_TOTAL = 4 << 30                        # the modeled machine's RAM (sysinfo)
+DEFAULT_MEM_TOTAL = 4 << 30  # the modeled machine's RAM (sysinfo)
 
 
 class Syscalls:
     """The syscall table of one machine.  ``register(nr, fn)`` adds or overrides an
     entry (the kernel model registers uretprobe/uprobe, 335/336)."""
 
-    def __init__(self, machine, *, stdin: bytes | int = b"", sysroot: str = "/",
-                 grant_dirs: list[str] | tuple = (), cwd: str | None = None, seed: int = 0,
-                 stdio: str = "pipe", mem_total: int | None = None):
+    def __init__(
+        self,
+        machine,
+        *,
+        stdin: bytes | int = b"",
+        sysroot: str = "/",
+        grant_dirs: list[str] | tuple = (),
+        cwd: str | None = None,
+        seed: int = 0,
+        stdio: str = "pipe",
+        mem_total: int | None = None,
+    ):
         self.m = machine
         mem_total = DEFAULT_MEM_TOTAL if mem_total is None else mem_total
         if not isinstance(mem_total, int) or mem_total < PAGE_SIZE:
             raise InputError(f"mem_total must be at least {PAGE_SIZE} bytes, not {mem_total!r}")
-        machine.main_process.files = self._stdio_table(stdin, stdio)   # before /dev: its terminal
+        machine.main_process.files = self._stdio_table(stdin, stdio)  # before /dev: its terminal
         self.procfs, self.devfs = ProcFs(machine), DevFs(machine)
-        self.vfs = Vfs(sysroot, grant_dirs, {"/proc": self.procfs.root, "/dev": self.devfs.root,
-                                             "/sys": sysfs_root(machine)})
+        self.vfs = Vfs(
+            sysroot, grant_dirs, {"/proc": self.procfs.root, "/dev": self.devfs.root, "/sys": sysfs_root(machine)}
+        )
         machine.main_process.fs.pwd = self._initial_cwd(cwd)
         self.mem_total = mem_total
         self.rng = random.Random(seed)
@@ -113,13 +123,40 @@ class Syscalls:
         self.open = OpenSyscalls(self)
         self.rlimits = RlimitSyscalls(self)
         self.components = (
-            ArchPrctlSyscalls(self), IoprioSyscalls(self), RandomSyscalls(self),
-            self.namei, self.open, ReadWriteSyscalls(self), StatSyscalls(self), ReaddirSyscalls(self),
-            SyncSyscalls(), DPathSyscalls(self), UtimesSyscalls(self), FcntlSyscalls(), IoctlSyscalls(self),
-            SelectSyscalls(self), FileSyscalls(), self.pipes, ExecSyscalls(self),
-            ProcessSyscalls(self), self.exit, self.futex, SchedSyscalls(self), self.signal, CredSyscalls(self),
-            SysSyscalls(self), PersonalitySyscalls(), self.rlimits, RseqSyscalls(self), self.time, self.hrtimer,
-            self.itimers, MmapSyscalls(self), MremapSyscalls(self), MprotectSyscalls(self), MadviseSyscalls(self),
+            ArchPrctlSyscalls(self),
+            IoprioSyscalls(self),
+            RandomSyscalls(self),
+            self.namei,
+            self.open,
+            ReadWriteSyscalls(self),
+            StatSyscalls(self),
+            ReaddirSyscalls(self),
+            SyncSyscalls(),
+            DPathSyscalls(self),
+            UtimesSyscalls(self),
+            FcntlSyscalls(),
+            IoctlSyscalls(self),
+            SelectSyscalls(self),
+            FileSyscalls(),
+            self.pipes,
+            ExecSyscalls(self),
+            ProcessSyscalls(self),
+            self.exit,
+            self.futex,
+            SchedSyscalls(self),
+            self.signal,
+            CredSyscalls(self),
+            SysSyscalls(self),
+            PersonalitySyscalls(),
+            self.rlimits,
+            RseqSyscalls(self),
+            self.time,
+            self.hrtimer,
+            self.itimers,
+            MmapSyscalls(self),
+            MremapSyscalls(self),
+            MprotectSyscalls(self),
+            MadviseSyscalls(self),
             SocketSyscalls(),
         )
 
@@ -179,10 +216,12 @@ class Syscalls:
 
     def next_timer_ns(self) -> int | None:
         """The earliest ITIMER_REAL expiry or rt_sigtimedwait deadline, or None."""
-        live = [p.signal.real_timer[0] for p in self.m.processes
-                if p.exit_result is None and p.signal.real_timer is not None]
-        waits = [t.sigwait[1] for t in self.m.tasks
-                 if t.state == "blocked" and t.sigwait and t.sigwait[1] is not None]
+        live = [
+            p.signal.real_timer[0]
+            for p in self.m.processes
+            if p.exit_result is None and p.signal.real_timer is not None
+        ]
+        waits = [t.sigwait[1] for t in self.m.tasks if t.state == "blocked" and t.sigwait and t.sigwait[1] is not None]
         return min(live + waits, default=None)
 
     def cpu_time_passes(self, insns: int) -> None:
@@ -222,7 +261,7 @@ class Syscalls:
         poll_at, timer_at = self.next_poll_deadline_ns(), self.next_timer_ns()
         first = min((t for t in (poll_at, timer_at) if t is not None), default=None)
         if self.host_reads.wait_host_input(first):
-            return True                      # host input came before the next deadline
+            return True  # host input came before the next deadline
         if self.interrupted():
             return False
         if timer_at is not None and (poll_at is None or timer_at <= poll_at):
@@ -306,11 +345,10 @@ class Syscalls:
             try:
                 table.install(HostInput(os.dup(stdin)))
             except OSError as e:
-                if e.errno != E.EBADF:      # a closed host stdin is a closed fd 0
+                if e.errno != E.EBADF:  # a closed host stdin is a closed fd 0
                     raise InputError(f"stdin descriptor {stdin}: {e.strerror}") from None
         else:
             table.install(PipeInput(bytes(stdin)))
         for which in (1, 2):
-            table.install(OutputSink(self.m, which, host_fd=which if stdio == "host" else None,
-                                     ino=3 + which), which)
+            table.install(OutputSink(self.m, which, host_fd=which if stdio == "host" else None, ino=3 + which), which)
         return table

@@ -28,8 +28,8 @@ class PageCache:
 
     def __init__(self) -> None:
         self.files: dict[tuple[int, int], MappedFile] = {}
-        self._paths: dict[tuple[int, int], tuple[str, int]] = {}     # (host path, st_ctime_ns)
-        self._open: dict[tuple[int, int], int] = {}       # insertion order = LRU order
+        self._paths: dict[tuple[int, int], tuple[str, int]] = {}  # (host path, st_ctime_ns)
+        self._open: dict[tuple[int, int], int] = {}  # insertion order = LRU order
         self._close = weakref.finalize(self, _close_all, self._open)
 
     def lookup(self, dev: int, ino: int) -> MappedFile | None:
@@ -54,8 +54,14 @@ class PageCache:
             self._paths[key] = (os.readlink(f"/proc/self/fd/{host_fd}"), st.st_ctime_ns)
         except OSError:
             self._paths[key] = ("", 0)
-        mfile = MappedFile(path, dev=st.st_dev, ino=st.st_ino, file_size=st.st_size, d_path=d_path,
-                           reader=functools.partial(self._read, key))
+        mfile = MappedFile(
+            path,
+            dev=st.st_dev,
+            ino=st.st_ino,
+            file_size=st.st_size,
+            d_path=d_path,
+            reader=functools.partial(self._read, key),
+        )
         self.files[key] = mfile
         return mfile
 
@@ -88,7 +94,7 @@ class PageCache:
         except OSError:
             return None
         st = os.fstat(fd)
-        if (st.st_dev, st.st_ino, st.st_ctime_ns) != (*key, ctime):   # an inode number reused
+        if (st.st_dev, st.st_ino, st.st_ctime_ns) != (*key, ctime):  # an inode number reused
             os.close(fd)
             return None
         return fd

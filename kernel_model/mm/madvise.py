@@ -1,5 +1,4 @@
-"""madvise (mm/madvise.c).
-"""
+"""madvise (mm/madvise.c)."""
 
 from __future__ import annotations
 
@@ -11,8 +10,9 @@ from kernel_model.mm.mm_types import PAGE_SIZE, page_up
 
 MADV_DONTNEED = 4
 # madvise_behavior_valid(): the advice values the kernel accepts
-MADV_VALID = frozenset((0, 1, 2, 3, 4, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
-                        23, 24, 25, 100, 101, 102, 103))
+MADV_VALID = frozenset(
+    (0, 1, 2, 3, 4, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 100, 101, 102, 103)
+)
 
 
 class MadviseSyscalls:

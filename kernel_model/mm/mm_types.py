@@ -15,14 +15,14 @@ if TYPE_CHECKING:
 PAGE_SIZE = 0x1000
 PAGE_MASK = ~(PAGE_SIZE - 1)
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
-TASK_SIZE = 0x7FFFFFFFF000          # 4-level paging user address space limit
-MMAP_BASE = 0x7FFFF7FFF000          # top-down mmap area starts below the stack gap
-MMAP_MIN_ADDR = 0x10000             # vm.mmap_min_addr (CONFIG_DEFAULT_MMAP_MIN_ADDR)
-MAX_MAP_COUNT = 65530               # vm.max_map_count (DEFAULT_MAX_MAP_COUNT)
-DEFAULT_MAX_MEMORY = 4 << 30        # bytes of guest mappings over all address spaces
+TASK_SIZE = 0x7FFFFFFFF000  # 4-level paging user address space limit
+MMAP_BASE = 0x7FFFF7FFF000  # top-down mmap area starts below the stack gap
+MMAP_MIN_ADDR = 0x10000  # vm.mmap_min_addr (CONFIG_DEFAULT_MMAP_MIN_ADDR)
+MAX_MAP_COUNT = 65530  # vm.max_map_count (DEFAULT_MAX_MAP_COUNT)
+DEFAULT_MAX_MEMORY = 4 << 30  # bytes of guest mappings over all address spaces
 PROT_ALL = 7
-STACK_LIMIT = 8 << 20               # RLIMIT_STACK's default (_STK_LIM)
-STACK_GUARD_GAP = 256 << 12         # stack_guard_gap: kept free below a growing stack
+STACK_LIMIT = 8 << 20  # RLIMIT_STACK's default (_STK_LIM)
+STACK_GUARD_GAP = 256 << 12  # stack_guard_gap: kept free below a growing stack
 
 
 def page_down(x: int) -> int:
@@ -60,8 +60,8 @@ class MemoryLimit:
     def charge(self, nbytes: int) -> None:
         if self.limit is not None and nbytes > 0 and self.used + nbytes > self.limit:
             raise MemoryLimitExceeded(
-                f"{nbytes:#x} more bytes would exceed the memory limit of {self.limit:#x}"
-                f" ({self.used:#x} in use)")
+                f"{nbytes:#x} more bytes would exceed the memory limit of {self.limit:#x} ({self.used:#x} in use)"
+            )
         self.used += nbytes
 
     def uncharge(self, nbytes: int) -> None:
@@ -79,7 +79,7 @@ class MappedFile:
     (offset, n) -> bytes reads it (``size`` bytes long) from the host.
     """
 
-    checkpoint_by_reference = True     # immutable file contents: never rolled back
+    checkpoint_by_reference = True  # immutable file contents: never rolled back
 
     path: str
     data: bytes = b""
@@ -88,7 +88,7 @@ class MappedFile:
     ino: int = 0
     reader: Callable[[int, int], bytes] | None = field(default=None, repr=False)
     file_size: int | None = None
-    d_path: str = ""              # the path /proc/PID/maps prints (d_path: symlinks resolved)
+    d_path: str = ""  # the path /proc/PID/maps prints (d_path: symlinks resolved)
 
     @property
     def size(self) -> int:
@@ -99,7 +99,7 @@ class MappedFile:
         if self.reader is not None:
             chunk = self.reader(offset, n) if 0 <= offset < self.size else b""
         else:
-            chunk = self.data[offset:offset + n] if offset < len(self.data) else b""
+            chunk = self.data[offset : offset + n] if offset < len(self.data) else b""
         return chunk + b"\0" * (n - len(chunk))
 
     def dev_string(self) -> str:
@@ -117,22 +117,25 @@ class Vma:
     start: int
     end: int
     prot: int
-    name: str = ""                # a file mapping: the path it was mapped through (d_path)
+    name: str = ""  # a file mapping: the path it was mapped through (d_path)
     file: MappedFile | None = None
-    pgoff: int = 0                # file offset of ``start`` (bytes, page aligned)
-    special: bool = False         # [uprobes], [uprobes-trampoline], [vdso]-like
+    pgoff: int = 0  # file offset of ``start`` (bytes, page aligned)
+    special: bool = False  # [uprobes], [uprobes-trampoline], [vdso]-like
     flags: set = field(default_factory=set)
-    mayprot: int = PROT_ALL       # VM_MAYREAD/MAYWRITE/MAYEXEC: what mprotect may grant
-    shared: bool = False          # VM_SHARED (a MAP_SHARED file mapping): 's' in maps
+    mayprot: int = PROT_ALL  # VM_MAYREAD/MAYWRITE/MAYEXEC: what mprotect may grant
+    shared: bool = False  # VM_SHARED (a MAP_SHARED file mapping): 's' in maps
 
     @property
     def size(self) -> int:
         return self.end - self.start
 
     def perms(self) -> str:
-        return ("r" if self.prot & PROT_READ else "-") + \
-               ("w" if self.prot & PROT_WRITE else "-") + \
-               ("x" if self.prot & PROT_EXEC else "-") + ("s" if self.shared else "p")
+        return (
+            ("r" if self.prot & PROT_READ else "-")
+            + ("w" if self.prot & PROT_WRITE else "-")
+            + ("x" if self.prot & PROT_EXEC else "-")
+            + ("s" if self.shared else "p")
+        )
 
     def offset_of(self, vaddr: int) -> int:
         """File offset of ``vaddr`` (the kernel's vaddr_to_offset)."""

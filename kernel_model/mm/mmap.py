@@ -24,8 +24,9 @@ from kernel_model.mm.mm_types import (
 MAP_SHARED, MAP_PRIVATE, MAP_SHARED_VALIDATE, MAP_TYPE = 0x01, 0x02, 0x03, 0x0F
 MAP_FIXED, MAP_ANONYMOUS, MAP_FIXED_NOREPLACE = 0x10, 0x20, 0x100000
 # LEGACY_MAP_MASK: the flags MAP_SHARED_VALIDATE accepts on a file without mmap_supported_flags
-LEGACY_MAP_MASK = 0x01 | 0x02 | 0x10 | 0x20 | 0x0100 | 0x0800 | 0x1000 | 0x2000 | 0x4000 | \
-    0x8000 | 0x10000 | 0x20000 | 0x40000
+LEGACY_MAP_MASK = (
+    0x01 | 0x02 | 0x10 | 0x20 | 0x0100 | 0x0800 | 0x1000 | 0x2000 | 0x4000 | 0x8000 | 0x10000 | 0x20000 | 0x40000
+)
 MAX_LFS_FILESIZE = (1 << 63) - 1
 
 
@@ -40,19 +41,19 @@ class MmapSyscalls:
     def sys_mmap(self, task, regs, addr, length, prot, flags, fd, off):
         """do_mmap's checks in the kernel's order."""
         if off & (PAGE_SIZE - 1):
-            return neg(E.EINVAL)                  # sys_mmap: off must be page aligned
+            return neg(E.EINVAL)  # sys_mmap: off must be page aligned
         file = None
         if not flags & MAP_ANONYMOUS:
-            file = task.process.files.get(fd_arg(fd))   # fget
+            file = task.process.files.get(fd_arg(fd))  # fget
             if file is None:
                 return neg(E.EBADF)
         if length == 0:
             return neg(E.EINVAL)
         length = page_up(length)
         if length > TASK_SIZE:
-            return neg(E.ENOMEM)                # PAGE_ALIGN wrapped, or larger than user space
+            return neg(E.ENOMEM)  # PAGE_ALIGN wrapped, or larger than user space
         if file is not None and off + length > MAX_LFS_FILESIZE:
-            return neg(E.EOVERFLOW)             # file_mmap_ok: past the largest file offset
+            return neg(E.EOVERFLOW)  # file_mmap_ok: past the largest file offset
         if prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC):
             return neg(E.EINVAL)
         where = self._mmap_address(addr, length, flags)
@@ -61,7 +62,7 @@ class MmapSyscalls:
         if file is not None:
             return self._mmap_file(task, file, where, length, prot, flags, off)
         if flags & MAP_TYPE != MAP_PRIVATE:
-            return neg(E.EINVAL)   # shared anonymous memory is not modeled
+            return neg(E.EINVAL)  # shared anonymous memory is not modeled
         try:
             self.m.mem.map(where, length, prot, "")
         except MemoryLimitExceeded:
@@ -76,7 +77,7 @@ class MmapSyscalls:
             if addr > TASK_SIZE - length:
                 return neg(E.ENOMEM)
             if addr < MMAP_MIN_ADDR:
-                return neg(E.EPERM)             # security_mmap_addr: below vm.mmap_min_addr
+                return neg(E.EPERM)  # security_mmap_addr: below vm.mmap_min_addr
             if flags & MAP_FIXED_NOREPLACE and not self.m.mem.is_free(addr, addr + length):
                 return neg(E.EEXIST)
             return addr
@@ -96,22 +97,21 @@ class MmapSyscalls:
         if not file.readable:
             return neg(E.EACCES)
         if not isinstance(file, HostFile) or file.is_dir:
-            return neg(E.ENODEV)                # no ->mmap: pipes, /proc files, directories
+            return neg(E.ENODEV)  # no ->mmap: pipes, /proc files, directories
         if shared and prot & PROT_WRITE:
-            return neg(E.ENODEV)                # a shared writable mapping would write back
+            return neg(E.ENODEV)  # a shared writable mapping would write back
         d_path = self._d_path(file)
         mfile = self.m.page_cache.file_of(file.fd, file.proc_link(), d_path)
         if mfile not in task.process.mapped_files:
             task.process.mapped_files.append(mfile)
         try:
             # a read-only descriptor's shared mapping loses VM_MAYWRITE
-            vma = self.m.mem.map_file(where, length, prot, mfile, off, file.fd, shared=shared,
-                                    name=d_path)
+            vma = self.m.mem.map_file(where, length, prot, mfile, off, file.fd, shared=shared, name=d_path)
         except MemoryLimitExceeded:
             return neg(E.ENOMEM)
         if shared:
-            vma.mayprot &= ~PROT_WRITE           # read-only descriptor: no VM_MAYWRITE; else not modeled
-        self.m.kernel.uprobe_mmap(task.process, vma)     # mmap_region -> __mmap_complete
+            vma.mayprot &= ~PROT_WRITE  # read-only descriptor: no VM_MAYWRITE; else not modeled
+        self.m.kernel.uprobe_mmap(task.process, vma)  # mmap_region -> __mmap_complete
         return where
 
     def _d_path(self, file: HostFile) -> str:
@@ -134,9 +134,8 @@ class MmapSyscalls:
         length = page_up(length)
         if length == 0:
             return neg(E.EINVAL)
-        for vma in [v for v in self.m.mem.vmas if v.file is not None and v.start < addr + length
-                    and addr < v.end]:
-            self.m.kernel.uprobe_munmap(task.process, vma, addr, addr + length)   # unmap_single_vma
+        for vma in [v for v in self.m.mem.vmas if v.file is not None and v.start < addr + length and addr < v.end]:
+            self.m.kernel.uprobe_munmap(task.process, vma, addr, addr + length)  # unmap_single_vma
         self.m.mem.unmap(addr, length)
         return 0
 

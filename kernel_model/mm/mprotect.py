@@ -1,5 +1,4 @@
-"""mprotect (mm/mprotect.c).
-"""
+"""mprotect (mm/mprotect.c)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""mremap (mm/mremap.c): grow, shrink or move a mapping.
-"""
+"""mremap (mm/mremap.c): grow, shrink or move a mapping."""
 
 from __future__ import annotations
 
@@ -38,20 +37,20 @@ class MremapSyscalls:
         if flags & MREMAP_DONTUNMAP and old_len != new_len:
             return neg(E.EINVAL)
         if flags & MREMAP_FIXED and new_addr < addr + old_len and addr < new_addr + new_len:
-            return neg(E.EINVAL)                       # the target overlaps the source
+            return neg(E.EINVAL)  # the target overlaps the source
         vma = self.m.mem.find_vma(addr)
         if vma is None:
             return neg(E.EFAULT)
         if not old_len and not vma.shared:
-            return neg(E.EINVAL)                       # "duplicating" a private mapping
+            return neg(E.EINVAL)  # "duplicating" a private mapping
         if min(old_len, new_len) > vma.end - addr:
-            return neg(E.EFAULT)                       # the old range spans VMAs
+            return neg(E.EFAULT)  # the old range spans VMAs
         if vma.special and new_len > old_len:
-            return neg(E.EFAULT)                       # VM_DONTEXPAND: special mappings
+            return neg(E.EFAULT)  # VM_DONTEXPAND: special mappings
         if flags & MREMAP_FIXED:
             self.m.mem.unmap(new_addr, new_len)
         if new_len < old_len:
-            self.m.mem.unmap(addr + new_len, old_len - new_len)        # shrink_vma
+            self.m.mem.unmap(addr + new_len, old_len - new_len)  # shrink_vma
             if not fixed:
                 return addr
             old_len = new_len
@@ -62,13 +61,16 @@ class MremapSyscalls:
         except MemoryLimitExceeded:
             return neg(E.ENOMEM)
 
-    def _mremap_grow_or_move(self, vma, addr: int, old_len: int, new_len: int, flags: int,
-                             new_addr: int) -> int:
+    def _mremap_grow_or_move(self, vma, addr: int, old_len: int, new_len: int, flags: int, new_addr: int) -> int:
         mem = self.m.mem
         end = addr + old_len
-        if not flags & (MREMAP_FIXED | MREMAP_DONTUNMAP) and end == vma.end and \
-                end + new_len - old_len <= TASK_SIZE and mem.is_free(end, addr + new_len):
-            self._remap_piece(vma, end, addr + new_len, end, 0)       # expand in place
+        if (
+            not flags & (MREMAP_FIXED | MREMAP_DONTUNMAP)
+            and end == vma.end
+            and end + new_len - old_len <= TASK_SIZE
+            and mem.is_free(end, addr + new_len)
+        ):
+            self._remap_piece(vma, end, addr + new_len, end, 0)  # expand in place
             return addr
         if not flags & MREMAP_MAYMOVE:
             return neg(E.ENOMEM)
@@ -76,10 +78,10 @@ class MremapSyscalls:
             new_addr = mem.get_unmapped_area(new_len)
             if new_addr is None:
                 return neg(E.ENOMEM)
-        self._remap_piece(vma, new_addr, new_addr + new_len, addr, old_len)   # move_vma
+        self._remap_piece(vma, new_addr, new_addr + new_len, addr, old_len)  # move_vma
         mem.copy_within(addr, new_addr, old_len)
         if flags & MREMAP_DONTUNMAP:
-            if vma.file is not None:                    # the old range faults in afresh
+            if vma.file is not None:  # the old range faults in afresh
                 mem.fill_from_file(addr, addr + old_len, vma.file, vma.offset_of(addr))
             else:
                 mem.discard(addr, old_len)
@@ -92,9 +94,16 @@ class MremapSyscalls:
         on; past the ``copied`` bytes that move with it, a file mapping reads the file.
         Grown in place it stays one VMA (vma_expand)."""
         mem = self.m.mem
-        new = mem.map(start, end - start, vma.prot, vma.name, file=vma.file,
-                      pgoff=vma.offset_of(src) if vma.file else 0, special=vma.special,
-                      mayprot=vma.mayprot)
+        new = mem.map(
+            start,
+            end - start,
+            vma.prot,
+            vma.name,
+            file=vma.file,
+            pgoff=vma.offset_of(src) if vma.file else 0,
+            special=vma.special,
+            mayprot=vma.mayprot,
+        )
         new.flags, new.shared = set(vma.flags), vma.shared
         if vma.file is not None:
             mem.fill_from_file(start + copied, end, vma.file, vma.offset_of(src) + copied)

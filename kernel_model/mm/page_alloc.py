@@ -25,14 +25,13 @@ from collections.abc import Callable
 
 from kernel_model.mm.mm_types import PAGE_SIZE, MemoryLimitExceeded
 
-ZONE_SIZE = 64 << 20                    # bytes of guest RAM per host mapping
-ZONE_BASE = 1 << 32                     # guest-physical address of the first zone
-MAX_ZONES = 1024                        # 64 GiB of guest RAM at most
+ZONE_SIZE = 64 << 20  # bytes of guest RAM per host mapping
+ZONE_BASE = 1 << 32  # guest-physical address of the first zone
+MAX_ZONES = 1024  # 64 GiB of guest RAM at most
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_long)
+_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
 _libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _MAP_FAILED = ctypes.c_void_p(-1).value
@@ -66,21 +65,21 @@ def _free_zones(zones: list) -> None:
 class PhysicalMemory:
     """The machine's RAM and its page allocator (see the module docstring)."""
 
-    checkpoint_by_reference = True      # the frames are restored page by page (Memory.restore_image)
+    checkpoint_by_reference = True  # the frames are restored page by page (Memory.restore_image)
 
     def __init__(self, zone_size: int = ZONE_SIZE):
         self.zone_size = zone_size
         self.zones: list[Zone] = []
-        self._free: list[int] = []       # frames ready for reuse (zeroed)
+        self._free: list[int] = []  # frames ready for reuse (zeroed)
         self._dirty_code: list[int] = []  # freed frames that held code: reused after on_recycle
-        self._next = ZONE_BASE           # first frame never handed out
-        self._end = ZONE_BASE            # end of the zones so far
-        self.refcount: dict[int, int] = {}   # frame -> page_count (frames in use only)
-        self.exec_frames: set[int] = set()   # frames some page table maps executable
-        self.file_frames: set[int] = set()   # frames holding a file's page (the page cache's)
-        self.zone_listeners: list = []   # callables (Zone) -> None: a CPU instance maps it
-        self.users = 0                   # live page tables (address spaces) over this RAM
-        self.on_recycle: Callable[[], None] | None = None    # every CPU instance drops its translations
+        self._next = ZONE_BASE  # first frame never handed out
+        self._end = ZONE_BASE  # end of the zones so far
+        self.refcount: dict[int, int] = {}  # frame -> page_count (frames in use only)
+        self.exec_frames: set[int] = set()  # frames some page table maps executable
+        self.file_frames: set[int] = set()  # frames holding a file's page (the page cache's)
+        self.zone_listeners: list = []  # callables (Zone) -> None: a CPU instance maps it
+        self.users = 0  # live page tables (address spaces) over this RAM
+        self.on_recycle: Callable[[], None] | None = None  # every CPU instance drops its translations
         self._finalizer = weakref.finalize(self, _free_zones, self.zones)
 
     # -- frames -----------------------------------------------------------------------
@@ -146,8 +145,11 @@ class PhysicalMemory:
         freed.sort()
         start = prev = freed[0]
         for frame in [*freed[1:], None]:
-            if frame is not None and frame == prev + PAGE_SIZE and \
-                    (frame - ZONE_BASE) // self.zone_size == (start - ZONE_BASE) // self.zone_size:
+            if (
+                frame is not None
+                and frame == prev + PAGE_SIZE
+                and (frame - ZONE_BASE) // self.zone_size == (start - ZONE_BASE) // self.zone_size
+            ):
                 prev = frame
                 continue
             _libc.madvise(self.host(start), prev + PAGE_SIZE - start, _MADV_DONTNEED)
@@ -204,4 +206,3 @@ class PhysicalMemory:
         self.exec_frames.clear()
         self.file_frames.clear()
         self._next = self._end = ZONE_BASE
-

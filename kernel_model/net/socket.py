@@ -34,7 +34,7 @@ class SocketSyscalls:
         if not 0 <= type_ & SOCK_TYPE_MASK < SOCK_MAX:
             return neg(E.EINVAL)
         if family in (AF_UNIX, AF_INET, AF_INET6):
-            return neg(E.EACCES)                     # security_socket_create
+            return neg(E.EACCES)  # security_socket_create
         return neg(E.EAFNOSUPPORT)
 
     def _sockfd_lookup(self, task, fd) -> int:
@@ -66,6 +66,6 @@ class SocketSyscalls:
     @syscall(46, "sendmsg", partial=NOT_A_SOCKET)
     @syscall(47, "recvmsg", partial=NOT_A_SOCKET)
     def sys_sendmsg(self, task, regs, fd, msg, flags, *_):
-        if flags & MSG_CMSG_COMPAT:                   # forbid_cmsg_compat
+        if flags & MSG_CMSG_COMPAT:  # forbid_cmsg_compat
             return neg(E.EINVAL)
         return self._sockfd_lookup(task, fd)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, TypeVar
 if TYPE_CHECKING:
     from typing import dataclass_transform
 else:
+
     def dataclass_transform(**_kwargs):
         """The marker tells the type checker only (and Python 3.10 has no typing.dataclass_transform)."""
         return lambda fn: fn
@@ -30,7 +31,7 @@ class Event:
 
     __slots__ = ()
     kind: ClassVar[str] = "event"
-    __match_args__: ClassVar[tuple[str, ...]] = ()     # the field names (set by @dataclass)
+    __match_args__: ClassVar[tuple[str, ...]] = ()  # the field names (set by @dataclass)
 
     def fields(self) -> dict[str, Any]:
         """The event's fields as a dict (for generic renderers)."""
@@ -43,13 +44,16 @@ _E = TypeVar("_E", bound=Event)
 @dataclass_transform(frozen_default=True)
 def _event(kind: str) -> Callable[[type[_E]], type[_E]]:
     """Declare an event class: a frozen, slotted dataclass with a ``kind`` name."""
+
     def wrap(cls: type[_E]) -> type[_E]:
         cls.kind = kind
         return dataclass(frozen=True, slots=True)(cls)
+
     return wrap
 
 
 # ----------------------------------------------------------------- machine: syscalls, signals
+
 
 @_event("syscall")
 class Syscall(Event):
@@ -96,6 +100,7 @@ class Exec(Event):
     """The kernel's ``sched_process_exec`` tracepoint (exec_binprm, once the new image
     is loaded): ``task`` runs ``filename`` in a new address space; ``old_tid`` is its
     tid before de_thread gave it the leader's."""
+
     task: object
     old_tid: int
     filename: str
@@ -108,6 +113,7 @@ class UnicornQuirk(Event):
 
 
 # ----------------------------------------------------------------- uprobes: entry, XOL
+
 
 @_event("text_poke")
 class TextPoke(Event):
@@ -180,6 +186,7 @@ class XolDone(Event):
 @_event("ref_ctr")
 class RefCtrUpdate(Event):
     """``update_ref_ctr``: the USDT semaphore of process ``pid`` at ``vaddr`` changed."""
+
     pid: int
     vaddr: int
     old: int
@@ -187,6 +194,7 @@ class RefCtrUpdate(Event):
 
 
 # ----------------------------------------------------------------- uretprobes
+
 
 @_event("uretprobe_depth")
 class UretprobeDepth(Event):
@@ -231,6 +239,7 @@ class SysUretprobe(Event):
 
 # ----------------------------------------------------------------- optimized sites
 
+
 @_event("trampoline_mapped")
 class TrampolineMapped(Event):
     vaddr: int
@@ -267,15 +276,15 @@ class EventBus:
     ``publish`` walks a snapshot, so a subscriber may unsubscribe itself (or another)
     while an event is being delivered; an unsubscribed one is not called again."""
 
-    checkpoint_by_reference = True     # its subscribers are the front ends'
+    checkpoint_by_reference = True  # its subscribers are the front ends'
 
     __slots__ = ("_subs", "_snapshot", "_next", "gate", "active")
 
     def __init__(self) -> None:
-        self._subs: dict[int, tuple[Subscriber, tuple[type[Event], ...] | None]] = {}   # handle -> (fn, types)
+        self._subs: dict[int, tuple[Subscriber, tuple[type[Event], ...] | None]] = {}  # handle -> (fn, types)
         self._snapshot: tuple[tuple[int, tuple[Subscriber, tuple[type[Event], ...] | None]], ...] = ()
         self._next = 1
-        self.gate: Callable[[Event], bool] | None = None   # False drops the event (a replay's repeats)
+        self.gate: Callable[[Event], bool] | None = None  # False drops the event (a replay's repeats)
         self.active = False
 
     def __bool__(self) -> bool:

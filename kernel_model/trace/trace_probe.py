@@ -6,7 +6,8 @@ This module models the text side of the kernel's uprobe trace events:
   and the generic argument parser ``traceprobe_parse_probe_arg()``
   (kernel/trace/trace_probe.c) do (the tools' spellings - perf's ``PATH:SYMBOL[+OFF]``,
   bpftrace's ``uprobe:PATH:FUNC`` - are :mod:`emu.probes.probe_spec`'s);
-* fetching and printing the arguments at a probe hit (:mod:`.trace_probe_tmpl`), as ``process_fetch_insn()`` (trace_uprobe.c), ``process_fetch_insn_bottom()``
+* fetching and printing the arguments at a probe hit (:mod:`.trace_probe_tmpl`), as ``process_fetch_insn()``
+(trace_uprobe.c), ``process_fetch_insn_bottom()``
   (trace_probe_tmpl.h) and the ``print_type_*`` functions (trace_probe.c) do;
 * the three text formats userspace reads back: the ``uprobe_events`` listing
   (``trace_uprobe_show()``), a ``trace`` line (``trace_print_context()`` in
@@ -63,11 +64,24 @@ from kernel_model.trace.trace_probe_tmpl import (
 )
 
 __all__ = [
-    "ProbeSpec", "TraceProbeParser", "parse_probe_spec", "parse_fetch_arg", "default_event_name",
-    "kstrtoul", "isdigit", "is_good_name", "is_good_system_name",
-    "format_listing", "format_trace_line", "format_profile_line",
-    "MAX_TRACE_ARGS", "MAX_EVENT_NAME_LEN", "MAX_ARG_NAME_LEN", "MAX_ARGSTR_LEN",
-    "MAX_ARRAY_LEN", "DEFAULT_GROUP",
+    "ProbeSpec",
+    "TraceProbeParser",
+    "parse_probe_spec",
+    "parse_fetch_arg",
+    "default_event_name",
+    "kstrtoul",
+    "isdigit",
+    "is_good_name",
+    "is_good_system_name",
+    "format_listing",
+    "format_trace_line",
+    "format_profile_line",
+    "MAX_TRACE_ARGS",
+    "MAX_EVENT_NAME_LEN",
+    "MAX_ARG_NAME_LEN",
+    "MAX_ARGSTR_LEN",
+    "MAX_ARRAY_LEN",
+    "DEFAULT_GROUP",
 ]
 
 # --- kernel limits (kernel/trace/trace_probe.h, include/linux/trace_events.h) -----------
@@ -76,29 +90,56 @@ MAX_ARGSTR_LEN = 63
 MAX_ARRAY_LEN = 64
 MAX_ARG_NAME_LEN = 32
 MAX_EVENT_NAME_LEN = 64
-FETCH_INSN_MAX = 16             # fetch + deref*N + store + end
-DEFAULT_GROUP = "uprobes"       # UPROBE_EVENT_SYSTEM
-DEFAULT_FETCH_TYPE = "x64"      # x##BITS_PER_LONG
+FETCH_INSN_MAX = 16  # fetch + deref*N + store + end
+DEFAULT_GROUP = "uprobes"  # UPROBE_EVENT_SYSTEM
+DEFAULT_FETCH_TYPE = "x64"  # x##BITS_PER_LONG
 
 _U64 = (1 << 64) - 1
 
 # regoffset_table in arch/x86/kernel/ptrace.c (CONFIG_X86_64) -> our register names.
-REGISTER_NAMES = MappingProxyType({
-    "r15": "r15", "r14": "r14", "r13": "r13", "r12": "r12",
-    "r11": "r11", "r10": "r10", "r9": "r9", "r8": "r8",
-    "bx": "rbx", "cx": "rcx", "dx": "rdx", "si": "rsi", "di": "rdi", "bp": "rbp",
-    "ax": "rax", "orig_ax": "orig_rax", "ip": "rip", "cs": "cs", "flags": "eflags",
-    "sp": "rsp", "ss": "ss",
-})
+REGISTER_NAMES = MappingProxyType(
+    {
+        "r15": "r15",
+        "r14": "r14",
+        "r13": "r13",
+        "r12": "r12",
+        "r11": "r11",
+        "r10": "r10",
+        "r9": "r9",
+        "r8": "r8",
+        "bx": "rbx",
+        "cx": "rcx",
+        "dx": "rdx",
+        "si": "rsi",
+        "di": "rdi",
+        "bp": "rbp",
+        "ax": "rax",
+        "orig_ax": "orig_rax",
+        "ip": "rip",
+        "cs": "cs",
+        "flags": "eflags",
+        "sp": "rsp",
+        "ss": "ss",
+    }
+)
 
 # reserved_field_names[] in trace_probe.c
-_RESERVED_FIELD_NAMES = frozenset({
-    "common_type", "common_flags", "common_preempt_count", "common_pid", "common_tgid",
-    "__probe_ip", "__probe_ret_ip", "__probe_func",
-})
+_RESERVED_FIELD_NAMES = frozenset(
+    {
+        "common_type",
+        "common_flags",
+        "common_preempt_count",
+        "common_pid",
+        "common_tgid",
+        "__probe_ip",
+        "__probe_ret_ip",
+        "__probe_func",
+    }
+)
 
 
 # --- numbers the kernel's way (lib/kstrtox.c) --------------------------------------------
+
 
 def _kstrtoull_nosign(s: str, base: int) -> int | None:
     """``_kstrtoull()``: digits only, base 0 auto-detects ``0x`` / leading ``0`` (octal)."""
@@ -142,8 +183,8 @@ def _kstrtol(s: str, base: int = 0) -> int | None:
 def _simple_strtoul(s: str, i: int) -> tuple[int, int]:
     """``simple_strtoul(s + i, &end, 0)``: parse as many digits as fit; returns (value, end)."""
     base, j = 10, i
-    if s[j:j + 1] == "0":
-        if s[j + 1:j + 2] in ("x", "X") and s[j + 2:j + 3] and s[j + 2] in "0123456789abcdefABCDEF":
+    if s[j : j + 1] == "0":
+        if s[j + 1 : j + 2] in ("x", "X") and s[j + 2 : j + 3] and s[j + 2] in "0123456789abcdefABCDEF":
             base, j = 16, j + 2
         else:
             base = 8
@@ -171,6 +212,7 @@ def is_good_system_name(name: str) -> bool:
 
 # --- fetch argument parser (trace_probe.c) --------------------------------------------------
 
+
 class _ArgParser:
     """``traceprobe_parse_probe_arg()`` for one argument; ``pos`` = its column in ``spec``."""
 
@@ -186,23 +228,20 @@ class _ArgParser:
         if eq >= 0:
             name = text[:eq]
             if eq > MAX_ARG_NAME_LEN:
-                raise self.error(f"Argument name is too long ({eq} > {MAX_ARG_NAME_LEN} "
-                                 f"characters): {name!r}", pos)
+                raise self.error(f"Argument name is too long ({eq} > {MAX_ARG_NAME_LEN} characters): {name!r}", pos)
             if eq == 0:
                 raise self.error("Argument name is not specified before '='", pos)
-            body, body_pos = text[eq + 1:], pos + eq + 1
+            body, body_pos = text[eq + 1 :], pos + eq + 1
         else:
             name, body, body_pos = f"arg{index}", text, pos
         if not is_good_name(name):
-            raise self.error(f"Argument name {name!r} must follow the same rules as "
-                             "C identifiers", pos)
+            raise self.error(f"Argument name {name!r} must follow the same rules as C identifiers", pos)
         if name in _RESERVED_FIELD_NAMES:
             raise self.error(f"Argument name {name!r} is reserved", pos)
         if name in used:
             raise self.error(f"This argument name is already used: {name!r}", pos)
         if len(body) > MAX_ARGSTR_LEN:
-            raise self.error(f"Argument expression is too long ({len(body)} > "
-                             f"{MAX_ARGSTR_LEN} characters)", body_pos)
+            raise self.error(f"Argument expression is too long ({len(body)} > {MAX_ARGSTR_LEN} characters)", body_pos)
         if not body:
             raise self.error("No argument expression", body_pos)
         return self._parse_body(name, body, body_pos)
@@ -210,9 +249,9 @@ class _ArgParser:
     def _parse_body(self, name: str, body: str, pos: int) -> FetchArg:
         """``traceprobe_parse_probe_arg_body()``: split ``:TYPE[N]``, parse, check store."""
         colon = body.find(":")
-        expr, tname, tpos = body, None, pos         # tpos: the type's column (the body's without one)
+        expr, tname, tpos = body, None, pos  # tpos: the type's column (the body's without one)
         if colon >= 0:
-            expr, tname, tpos = body[:colon], body[colon + 1:], pos + colon + 1
+            expr, tname, tpos = body[:colon], body[colon + 1 :], pos + colon + 1
         count = 0
         if tname is not None and "[" in tname:
             lb = tname.index("[")
@@ -221,12 +260,11 @@ class _ArgParser:
                 raise self.error("Array is not closed: missing ']'", tpos + len(tname))
             if rb != len(tname) - 1:
                 raise self.error("Array has wrong suffix after ']'", tpos + rb + 1)
-            n = kstrtoul(tname[lb + 1:rb], 0)
+            n = kstrtoul(tname[lb + 1 : rb], 0)
             if not n or n > 0xFFFFFFFF:
-                raise self.error(f"Invalid array size {tname[lb + 1:rb]!r}", tpos + lb + 1)
+                raise self.error(f"Invalid array size {tname[lb + 1 : rb]!r}", tpos + lb + 1)
             if n > MAX_ARRAY_LEN:
-                raise self.error(f"Array number is too big ({n} > {MAX_ARRAY_LEN})",
-                                 tpos + lb + 1)
+                raise self.error(f"Array number is too big ({n} > {MAX_ARRAY_LEN})", tpos + lb + 1)
             count, tname = n, tname[:lb]
 
         bitfield = None
@@ -240,36 +278,30 @@ class _ArgParser:
             if ftype.startswith("b"):
                 ftype, bitfield = self._parse_bitfield(ftype, tpos)
             elif ftype not in BASIC_TYPES and ftype not in STRING_TYPES:
-                why = (" (symbol/symstr are not available with uprobes)"
-                       if ftype in ("symbol", "symstr") else "")
+                why = " (symbol/symstr are not available with uprobes)" if ftype in ("symbol", "symstr") else ""
                 raise self.error(f"Unknown type {ftype!r} is specified{why}", tpos)
 
         node = self._parse_node(expr, pos, depth=1)
         if ftype in STRING_TYPES and not isinstance(node, (Deref, Imm, Comm, ImmString)):
             raise self.error(f"String accepts only memory argument: use +0({expr}):{ftype}", tpos)
         if count and not isinstance(node, Deref):
-            raise self.error("An array type needs a memory argument (+OFFS(...), @ADDR "
-                             "or @+OFFSET)", tpos)
-        return FetchArg(name=name, source=body, type=ftype, node=node, count=count,
-                        bitfield=bitfield)
+            raise self.error("An array type needs a memory argument (+OFFS(...), @ADDR or @+OFFSET)", tpos)
+        return FetchArg(name=name, source=body, type=ftype, node=node, count=count, bitfield=bitfield)
 
     def _parse_bitfield(self, t: str, tpos: int) -> tuple[str, tuple[int, int]]:
         """``find_fetch_type()``'s bitfield case + ``__parse_bitfield_probe_arg()``."""
         slash = t.find("/")
-        container = kstrtoul(t[slash + 1:], 0) if slash >= 0 else None
+        container = kstrtoul(t[slash + 1 :], 0) if slash >= 0 else None
         if container not in (8, 16, 32, 64):
-            raise self.error(f"Unknown type {t!r} is specified (a bitfield is "
-                             "b<width>@<offset>/<8|16|32|64>)", tpos)
+            raise self.error(f"Unknown type {t!r} is specified (a bitfield is b<width>@<offset>/<8|16|32|64>)", tpos)
         width, end = _simple_strtoul(t, 1)
-        if width == 0 or t[end:end + 1] != "@":
-            raise self.error(f"Invalid bitfield {t!r}: expected b<width>@<offset>/<size> "
-                             "with a non-zero width", tpos)
+        if width == 0 or t[end : end + 1] != "@":
+            raise self.error(f"Invalid bitfield {t!r}: expected b<width>@<offset>/<size> with a non-zero width", tpos)
         offset, end2 = _simple_strtoul(t, end + 1)
-        if end2 == end + 1 or t[end2:end2 + 1] != "/":
+        if end2 == end + 1 or t[end2 : end2 + 1] != "/":
             raise self.error(f"Invalid bitfield {t!r}: missing bit offset", tpos)
         if width + offset > container:
-            raise self.error(f"Invalid bitfield {t!r}: width + offset exceeds the "
-                             f"{container}-bit container", tpos)
+            raise self.error(f"Invalid bitfield {t!r}: width + offset exceeds the {container}-bit container", tpos)
         return f"u{container}", (width, offset)
 
     def _parse_node(self, s: str, pos: int, depth: int) -> FetchNode:
@@ -280,8 +312,10 @@ class _ArgParser:
         if head == "%":
             reg = REGISTER_NAMES.get(s[1:])
             if reg is None:
-                raise self.error(f"Invalid register name {s!r} (x86_64 names: "
-                                 + " ".join("%" + k for k in REGISTER_NAMES) + ")", pos)
+                raise self.error(
+                    f"Invalid register name {s!r} (x86_64 names: " + " ".join("%" + k for k in REGISTER_NAMES) + ")",
+                    pos,
+                )
             return Reg(reg)
         if head == "@":
             return self._parse_mem(s, pos, depth)
@@ -297,8 +331,11 @@ class _ArgParser:
             if v is None:
                 raise self.error(f"Invalid immediate value {s[1:]!r}", pos + 1)
             return Imm(v & _U64)
-        raise self.error(f"Invalid fetch argument {s!r} (expected %REG, @ADDR, @+OFFSET, "
-                         "$stackN, $stack, $retval, $comm, \\IMM or +|-OFFS(FETCHARG))", pos)
+        raise self.error(
+            f"Invalid fetch argument {s!r} (expected %REG, @ADDR, @+OFFSET, "
+            "$stackN, $stack, $retval, $comm, \\IMM or +|-OFFS(FETCHARG))",
+            pos,
+        )
 
     @staticmethod
     def _str_to_immediate(s: str) -> int | None:
@@ -315,8 +352,7 @@ class _ArgParser:
         """``parse_probe_vars()``."""
         if var == "retval":
             if not self.is_return:
-                raise self.error("$retval is not available on probe: it needs a return "
-                                 "probe (r: or %return)", pos)
+                raise self.error("$retval is not available on probe: it needs a return probe (r: or %return)", pos)
             return Retval()
         if var.startswith("stack"):
             rest = var[5:]
@@ -328,8 +364,7 @@ class _ArgParser:
                     return Stack(n)
         elif var in ("comm", "COMM"):
             return Comm()
-        raise self.error(f"Invalid $-variable '${var}' (expected $stackN, $stack, $retval "
-                         "or $comm)", pos)
+        raise self.error(f"Invalid $-variable '${var}' (expected $stackN, $stack, $retval or $comm)", pos)
 
     def _parse_mem(self, s: str, pos: int, depth: int) -> FetchNode:
         """``@ADDR`` and ``@+OFFSET`` (``@SYMBOL`` is kprobe-only)."""
@@ -344,8 +379,7 @@ class _ArgParser:
             if off is None:
                 raise self.error(f"Invalid file offset value {s[2:]!r}", pos)
             return Deref(0, FileOffset(off))
-        raise self.error(f"Symbol is not available with uprobe: {s!r} (use @ADDR or "
-                         "@+OFFSET)", pos)
+        raise self.error(f"Symbol is not available with uprobe: {s!r} (use @ADDR or @+OFFSET)", pos)
 
     def _parse_deref(self, s: str, pos: int, depth: int) -> FetchNode:
         """``+|-[u]OFFS(FETCHARG)``; the ``u`` changes nothing for uprobes."""
@@ -366,36 +400,39 @@ class _ArgParser:
         if rp < lp:
             raise self.error("Dereference brace is not closed", pos + len(s))
         if rp != len(rest) - 1:
-            raise self.error(f"Unexpected text {rest[rp + 1:]!r} after the dereference",
-                             rest_pos + rp + 1)
+            raise self.error(f"Unexpected text {rest[rp + 1 :]!r} after the dereference", rest_pos + rp + 1)
         self._check_depth(depth, pos)
-        inner = self._parse_node(rest[lp + 1:rp], inner_pos, depth + 1)
+        inner = self._parse_node(rest[lp + 1 : rp], inner_pos, depth + 1)
         if isinstance(inner, (Comm, ImmString)):
-            raise self.error("$comm can not be dereferenced (nor can an immediate string)",
-                             inner_pos)
+            raise self.error("$comm can not be dereferenced (nor can an immediate string)", inner_pos)
         return Deref(offset, inner)
 
     def _check_depth(self, depth: int, pos: int) -> None:
         # fetch_insn[FETCH_INSN_MAX]: the last slot is the END sentinel; one slot for the
         # stage-1 fetch, one per dereference.
         if depth > FETCH_INSN_MAX - 2:
-            raise self.error(f"Dereference is too much nested (at most {FETCH_INSN_MAX - 2} "
-                             "levels)", pos)
+            raise self.error(f"Dereference is too much nested (at most {FETCH_INSN_MAX - 2} levels)", pos)
 
 
-def parse_fetch_arg(text: str, index: int = 1, *, is_return: bool = False,
-                    used_names: frozenset[str] | set[str] = frozenset(),
-                    spec: str | None = None, position: int = 0) -> FetchArg:
+def parse_fetch_arg(
+    text: str,
+    index: int = 1,
+    *,
+    is_return: bool = False,
+    used_names: frozenset[str] | set[str] = frozenset(),
+    spec: str | None = None,
+    position: int = 0,
+) -> FetchArg:
     """Parse one ``[NAME=]FETCHARG[:TYPE]`` word: ``traceprobe_parse_probe_arg()``.
 
     ``index`` is 1-based (the default name is ``arg<index>``); ``used_names`` are the
     names of the earlier arguments; ``spec``/``position`` locate errors in a larger text.
     """
-    return _ArgParser(text if spec is None else spec, is_return).parse(
-        text, index, position, used_names)
+    return _ArgParser(text if spec is None else spec, is_return).parse(text, index, position, used_names)
 
 
 # --- probe spec ------------------------------------------------------------------------------
+
 
 @dataclass
 class ProbeSpec:
@@ -442,9 +479,9 @@ def default_event_name(kind: str, path: str, offset: int) -> str:
     tail = path.rsplit("/", 1)[-1]
     cut = re.search(r"[.\-_]", tail)
     if cut:
-        tail = tail[:cut.start()]
+        tail = tail[: cut.start()]
     tail = re.sub(r"[^A-Za-z0-9]", "_", tail)
-    return f"p_{tail}_0x{offset & _U64:x}"[:MAX_EVENT_NAME_LEN - 1]
+    return f"p_{tail}_0x{offset & _U64:x}"[: MAX_EVENT_NAME_LEN - 1]
 
 
 class TraceProbeParser:
@@ -482,23 +519,22 @@ class TraceProbeParser:
         event: str | None = None
         if len(head) > 1:
             if head[1] != ":":
-                raise self.error(f"Unexpected {head[1:]!r} after {kind!r}: write "
-                                 f"{kind}:[GRP/]EVENT", hpos + 1)
+                raise self.error(f"Unexpected {head[1:]!r} after {kind!r}: write {kind}:[GRP/]EVENT", hpos + 1)
             group, event = self._parse_event_name(head[2:], hpos + 2, allow_default=True)
         if len(self.words) < 2:
-            raise self.error(f"Missing probe location: expected {self.location_forms}",
-                             hpos + len(head))
+            raise self.error(f"Missing probe location: expected {self.location_forms}", hpos + len(head))
         loc, lpos = self.words[1]
         if len(self.words) - 2 > MAX_TRACE_ARGS:
-            raise self.error(f"Too many arguments ({len(self.words) - 2} > "
-                             f"{MAX_TRACE_ARGS})", self.words[2 + MAX_TRACE_ARGS][1])
+            raise self.error(
+                f"Too many arguments ({len(self.words) - 2} > {MAX_TRACE_ARGS})", self.words[2 + MAX_TRACE_ARGS][1]
+            )
 
-        cut = loc.rfind(":")      # the LAST ':' splits, in case PATH contains ':' too
+        cut = loc.rfind(":")  # the LAST ':' splits, in case PATH contains ':' too
         if cut < 0:
             path, where, wpos = "", loc, lpos
             self._check_pathless(loc, lpos)
         else:
-            path, where, wpos = loc[:cut], loc[cut + 1:], lpos + cut + 1
+            path, where, wpos = loc[:cut], loc[cut + 1 :], lpos + cut + 1
             if not path:
                 raise self.error("Empty PATH before ':'", lpos)
 
@@ -507,8 +543,7 @@ class TraceProbeParser:
         if is_return:
             kind = "r"
 
-        spec = self.spec_class(kind=kind, group=group, event=event, path=path,
-                               ref_ctr_offset=ref, text=self.text)
+        spec = self.spec_class(kind=kind, group=group, event=event, path=path, ref_ctr_offset=ref, text=self.text)
         self._parse_where(spec, where, wpos)
 
         used: set[str] = set()
@@ -526,12 +561,10 @@ class TraceProbeParser:
     def _parse_where(self, spec: ProbeSpec, where: str, wpos: int) -> None:
         """What follows the last ``:``: the file OFFSET (``kstrtoul``)."""
         if not isdigit(where[:1]):
-            raise self.error(f"Invalid probe location {where!r}: after the last ':' expected "
-                             f"{self.where_forms}", wpos)
+            raise self.error(f"Invalid probe location {where!r}: after the last ':' expected {self.where_forms}", wpos)
         offset = kstrtoul(where, 0)
         if offset is None:
-            raise self.error(f"Invalid uprobe offset {where!r} (a file offset: "
-                             "decimal, 0x hex or 0 octal)", wpos)
+            raise self.error(f"Invalid uprobe offset {where!r} (a file offset: decimal, 0x hex or 0 octal)", wpos)
         spec.offset = offset
         if spec.event is None:
             spec.event = default_event_name(spec.kind, spec.path, offset)
@@ -545,25 +578,23 @@ class TraceProbeParser:
         if rp < 0:
             raise self.error("Reference counter brace is not closed", wpos + len(where))
         if rp != len(where) - 1:
-            raise self.error(f"Reference counter has wrong suffix {where[rp + 1:]!r} "
-                             "(the (REF) must come last)", wpos + rp + 1)
-        ref = kstrtoul(where[lp + 1:rp], 0)
+            raise self.error(
+                f"Reference counter has wrong suffix {where[rp + 1 :]!r} (the (REF) must come last)", wpos + rp + 1
+            )
+        ref = kstrtoul(where[lp + 1 : rp], 0)
         if ref is None:
-            raise self.error(f"Invalid reference counter offset {where[lp + 1:rp]!r}",
-                             wpos + lp + 1)
-        return (ref or None), where[:lp]     # 0 means "no reference counter"
+            raise self.error(f"Invalid reference counter offset {where[lp + 1 : rp]!r}", wpos + lp + 1)
+        return (ref or None), where[:lp]  # 0 means "no reference counter"
 
     def _split_return(self, where: str, wpos: int) -> tuple[str, bool]:
         pct = where.find("%")
         if pct < 0:
             return where, False
         if where[pct:] != "%return":
-            raise self.error(f"Invalid probed address suffix {where[pct:]!r} (only "
-                             "%return)", wpos + pct)
+            raise self.error(f"Invalid probed address suffix {where[pct:]!r} (only %return)", wpos + pct)
         return where[:pct], True
 
-    def _parse_event_name(self, ev: str, pos: int, *, allow_default: bool
-                          ) -> tuple[str | None, str | None]:
+    def _parse_event_name(self, ev: str, pos: int, *, allow_default: bool) -> tuple[str | None, str | None]:
         """``traceprobe_parse_event_name()``: ``[GRP/]EVENT`` (or ``GRP.EVENT``).
 
         With ``allow_default=False`` this is the delete request's split in
@@ -578,23 +609,19 @@ class TraceProbeParser:
             if slash == 0:
                 raise self.error("Group name is not specified", pos)
             if slash + 1 > MAX_EVENT_NAME_LEN:
-                raise self.error(f"Group name is too long ({slash} > "
-                                 f"{MAX_EVENT_NAME_LEN - 1} characters)", pos)
+                raise self.error(f"Group name is too long ({slash} > {MAX_EVENT_NAME_LEN - 1} characters)", pos)
             group = ev[:slash]
             if not is_good_system_name(group):
-                raise self.error(f"Group name {group!r} must follow the same rules as "
-                                 "C identifiers", pos)
-            ev, pos = ev[slash + 1:], pos + slash + 1
+                raise self.error(f"Group name {group!r} must follow the same rules as C identifiers", pos)
+            ev, pos = ev[slash + 1 :], pos + slash + 1
         if not ev:
             if slash >= 0 and allow_default:
                 return group, None
             raise self.error("Event name is not specified", pos)
         if len(ev) > MAX_EVENT_NAME_LEN:
-            raise self.error(f"Event name is too long ({len(ev)} > {MAX_EVENT_NAME_LEN} "
-                             "characters)", pos)
+            raise self.error(f"Event name is too long ({len(ev)} > {MAX_EVENT_NAME_LEN} characters)", pos)
         if not is_good_name(ev):
-            raise self.error(f"Event name {ev!r} must follow the same rules as C "
-                             "identifiers", pos)
+            raise self.error(f"Event name {ev!r} must follow the same rules as C identifiers", pos)
         return group, ev
 
     # -: ----------------------------------------------------------------------------------
@@ -602,8 +629,7 @@ class TraceProbeParser:
         if head[1:2] != ":":
             raise self.error("A delete request is written -:[GRP/]EVENT", hpos + 1)
         if len(self.words) > 1:
-            raise self.error("A delete request takes nothing after -:[GRP/]EVENT",
-                             self.words[1][1])
+            raise self.error("A delete request takes nothing after -:[GRP/]EVENT", self.words[1][1])
         group, event = self._parse_event_name(head[2:], hpos + 2, allow_default=False)
         return self.spec_class(kind="-", group=group, event=event, path="", text=self.text)
 
@@ -624,6 +650,7 @@ def parse_probe_spec(text: str) -> ProbeSpec:
 
 # --- output formats ---------------------------------------------------------------------------
 
+
 def format_listing(spec: ProbeSpec, offset: int | None = None) -> str:
     """One line of ``cat uprobe_events``: ``trace_uprobe_show()`` (no trailing newline).
 
@@ -643,9 +670,18 @@ def format_listing(spec: ProbeSpec, offset: int | None = None) -> str:
     return line + "".join(f" {a.name}={a.source}" for a in spec.args)
 
 
-def format_trace_line(*, comm: str, pid: int, cpu: int, timestamp: float, event: str,
-                      ip: int, func: int | None, args: Sequence[tuple[FetchArg, object]],
-                      flags: str = "d..1.") -> str:
+def format_trace_line(
+    *,
+    comm: str,
+    pid: int,
+    cpu: int,
+    timestamp: float,
+    event: str,
+    ip: int,
+    func: int | None,
+    args: Sequence[tuple[FetchArg, object]],
+    flags: str = "d..1.",
+) -> str:
     """One line of the ``trace`` file for a uprobe event (no trailing newline).
 
     Prefix: ``trace_print_context()`` -- ``"%16s-%-7d [%03d] "``, the 5-character
@@ -656,8 +692,7 @@ def format_trace_line(*, comm: str, pid: int, cpu: int, timestamp: float, event:
     """
     usecs = math.floor(timestamp * 1_000_000 + 0.5)
     secs, usec_rem = divmod(usecs, 1_000_000)
-    head = (f"{comm[:TASK_COMM_LEN - 1]:>16}-{pid:<7d} [{cpu:03d}] {flags} "
-            f"{secs:5d}.{usec_rem:06d}: ")
+    head = f"{comm[: TASK_COMM_LEN - 1]:>16}-{pid:<7d} [{cpu:03d}] {flags} {secs:5d}.{usec_rem:06d}: "
     where = f"(0x{ip & _U64:x})" if func is None else f"(0x{ip & _U64:x} <- 0x{func & _U64:x})"
     return head + f"{event}: {where}" + "".join(f" {a.name}={a.format(v)}" for a, v in args)
 

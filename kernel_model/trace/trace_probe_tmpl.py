@@ -14,34 +14,48 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Protocol, Union
 
-MAX_STRING_SIZE = 4096          # PATH_MAX
+MAX_STRING_SIZE = 4096  # PATH_MAX
 TASK_COMM_LEN = 16
 
 _U64 = (1 << 64) - 1
 
 # probe_fetch_types[] in trace_probe.c: name -> (size in bytes, signed).  "symbol" and
 # "symstr" exist too but find_fetch_type() refuses them for uprobes (TPARG_FL_USER).
-BASIC_TYPES = MappingProxyType({
-    "u8": (1, False), "u16": (2, False), "u32": (4, False), "u64": (8, False),
-    "s8": (1, True), "s16": (2, True), "s32": (4, True), "s64": (8, True),
-    "x8": (1, False), "x16": (2, False), "x32": (4, False), "x64": (8, False),
-    "char": (1, False),
-})
+BASIC_TYPES = MappingProxyType(
+    {
+        "u8": (1, False),
+        "u16": (2, False),
+        "u32": (4, False),
+        "u64": (8, False),
+        "s8": (1, True),
+        "s16": (2, True),
+        "s32": (4, True),
+        "s64": (8, True),
+        "x8": (1, False),
+        "x16": (2, False),
+        "x32": (4, False),
+        "x64": (8, False),
+        "char": (1, False),
+    }
+)
 STRING_TYPES = frozenset({"string", "ustring"})
 
 # --- the fetch tree ------------------------------------------------------------------------
 # One node per kernel fetch_insn stage-1 op; Deref is FETCH_OP_DEREF / FETCH_OP_UDEREF
 # (identical for uprobes: both are copy_from_user).
 
+
 @dataclass(frozen=True)
 class Reg:
     """``%REG`` (FETCH_OP_REG); ``name`` is our register name (``rax``, ``eflags``...)."""
+
     name: str
 
 
 @dataclass(frozen=True)
 class Stack:
     """``$stackN`` (FETCH_OP_STACK): the word at ``sp + 8*N``, 0 if unreadable."""
+
     n: int
 
 
@@ -63,24 +77,28 @@ class Comm:
 @dataclass(frozen=True)
 class Imm:
     """``\\IMM`` or the address of ``@ADDR`` (FETCH_OP_IMM), as an unsigned long."""
+
     value: int
 
 
 @dataclass(frozen=True)
 class ImmString:
     """``\\"text"`` (FETCH_OP_DATA): an immediate string."""
+
     text: str
 
 
 @dataclass(frozen=True)
 class FileOffset:
     """``@+OFFSET`` before its dereference (FETCH_OP_FOFFS): ``translate_user_vaddr()``."""
+
     offset: int
 
 
 @dataclass(frozen=True)
 class Deref:
     """``+OFFS(inner)``, ``@ADDR``, ``@+OFFSET``: memory at ``value(inner) + offset``."""
+
     offset: int
     inner: "FetchNode"
 
@@ -144,6 +162,7 @@ def _value(node: FetchNode, ctx: FetchContext) -> int:
 
 # --- one fetch argument ---------------------------------------------------------------------
 
+
 def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", errors="backslashreplace")
 
@@ -192,7 +211,7 @@ class FetchArg:
                 # FETCH_OP_ST_MEM: read exactly `size` bytes at the final address.
                 raw = self._read_elem(ctx, _value(self.node.inner, ctx) + self.node.offset)
             else:
-                raw = _value(self.node, ctx)          # FETCH_OP_ST_RAW: truncating store
+                raw = _value(self.node, ctx)  # FETCH_OP_ST_RAW: truncating store
         except _Fault:
             return None
         return self._typed(raw)
@@ -202,14 +221,14 @@ class FetchArg:
             data = ctx.read(addr & _U64, self.size)
         except Exception as exc:
             raise _Fault(addr) from exc
-        return int.from_bytes(data[:self.size], "little")
+        return int.from_bytes(data[: self.size], "little")
 
     def _typed(self, raw: int) -> int:
         """Store as the type's width (``fetch_store_raw``), apply the bitfield, sign."""
         size, signed = BASIC_TYPES[self.type]
         bits = 8 * size
         v = raw & ((1 << bits) - 1)
-        if self.bitfield is not None:           # fetch_apply_bitfield()
+        if self.bitfield is not None:  # fetch_apply_bitfield()
             width, offset = self.bitfield
             lshift, rshift = bits - (width + offset), bits - width
             v = ((v << lshift) & ((1 << bits) - 1)) >> rshift
@@ -221,13 +240,13 @@ class FetchArg:
         """``fetch_store_string()``: the string, or None when it cannot be stored."""
         node = self.node
         if isinstance(node, Comm):
-            return ctx.comm[:TASK_COMM_LEN - 1]
+            return ctx.comm[: TASK_COMM_LEN - 1]
         if isinstance(node, ImmString):
             return node.text
         try:
             if isinstance(node, Deref):
                 addr = _value(node.inner, ctx) + node.offset
-            else:                               # Imm: the immediate is the address
+            else:  # Imm: the immediate is the address
                 addr = _value(node, ctx)
         except _Fault:
             return None
@@ -247,14 +266,14 @@ class FetchArg:
     def _fetch_array(self, ctx: FetchContext) -> list:
         """FETCH_OP_LP_ARRAY: elements side by side at the memory argument's address."""
         node = self.node
-        assert isinstance(node, Deref)          # the parser only allows memory arrays
+        assert isinstance(node, Deref)  # the parser only allows memory arrays
         try:
             base = _value(node.inner, ctx) + node.offset
         except _Fault:
             return [None] * self.count
         out: list = []
         for i in range(self.count):
-            if self.is_string:                  # an array of char * at base
+            if self.is_string:  # an array of char * at base
                 try:
                     out.append(self._read_string(ctx, _read_word(ctx, base + 8 * i)))
                 except _Fault:

@@ -66,8 +66,8 @@ class TraceEvent:
     path: str
     offset: int
     consumer: UprobeConsumer | None = None
-    ftrace: bool = True                  # write lines to the trace output
-    programs: list = field(default_factory=list)   # BPF-like callables(ctx)
+    ftrace: bool = True  # write lines to the trace output
+    programs: list = field(default_factory=list)  # BPF-like callables(ctx)
     # trace_uprobe->nhit: one shared counter (``nhit``) before 6.12, one per CPU
     # (``nhits[cpu]``) from 6.12 (10cdb82aa77f) on a machine of several CPUs
     nhit: int = 0
@@ -96,12 +96,12 @@ class TraceEvents:
         self.uprobes = uprobes
         self.machine = uprobes.machine
         self.events: list[TraceEvent] = []
-        self.output = None                 # file-like for trace lines; None = keep only
+        self.output = None  # file-like for trace lines; None = keep only
         self._log: list[tuple[TraceEvent, str]] = []
         # the lazy args buffer seed: "always" fills it for every hit (profiles are frozen)
         self._always_buffer = uprobes.profile.args_buffer == "always"
         self._nr_cpu_ids = 1
-        self._percpu_nhit = False           # per-CPU nhit counters (set_nr_cpu_ids)
+        self._percpu_nhit = False  # per-CPU nhit counters (set_nr_cpu_ids)
         self._sync = uprobes.sync
 
     @property
@@ -117,8 +117,18 @@ class TraceEvents:
         """The buffered lines of one event (``TraceEvent.lines``)."""
         return [line for e, line in self._log if e is ev]
 
-    def trace_uprobe_create(self, spec: ProbeSpec, file, offset: int, *, event: str | None = None,
-                            output=None, ftrace: bool = True, programs=(), filter=None) -> TraceEvent:
+    def trace_uprobe_create(
+        self,
+        spec: ProbeSpec,
+        file,
+        offset: int,
+        *,
+        event: str | None = None,
+        output=None,
+        ftrace: bool = True,
+        programs=(),
+        filter=None,
+    ) -> TraceEvent:
         """``__trace_uprobe_create()`` once the path is looked up (``kern_path``): an
         event on (file, offset) named ``event``, else ``spec.event``, else as
         the kernel names one (``p_busybox_0xebf0``).  A second event with the same
@@ -126,13 +136,13 @@ class TraceEvents:
         event = event or spec.event or default_event_name("p", file.path, offset)
         group = spec.group or "uprobes"
         if any(e.group == group and e.event == event for e in self.events):
-            raise ProbeSpecError(f"event {group}/{event} already exists (name this probe: "
-                                 f"p:{group}/EVENT ...)", spec.text, 0)
-        ev = TraceEvent(spec, group, event, file.path, offset, ftrace=ftrace,
-                        programs=list(programs), owner=self)
+            raise ProbeSpecError(
+                f"event {group}/{event} already exists (name this probe: p:{group}/EVENT ...)", spec.text, 0
+            )
+        ev = TraceEvent(spec, group, event, file.path, offset, ftrace=ftrace, programs=list(programs), owner=self)
         if output is not None:
             self.output = output
-        dispatch = functools.partial(self._dispatch, ev)      # no Python frame of its own
+        dispatch = functools.partial(self._dispatch, ev)  # no Python frame of its own
         handler = None if spec.is_return else dispatch
         ret_handler = dispatch if spec.is_return else None
         uc = UprobeConsumer(handler, ret_handler, filter, name=ev.name, is_trace=True)
@@ -197,7 +207,7 @@ class TraceEvents:
         if self._sync.log is not None:
             self._sync.uprobe_dispatcher(ctx.task, ev, ev.ftrace or self._always_buffer, ctx.is_return)
         if not ev.ftrace and not self._always_buffer:
-            return 0                    # no ftrace consumer and a lazy buffer: not filled
+            return 0  # no ftrace consumer and a lazy buffer: not filled
         counters = self.machine.counters
         counters.args_buffer_fills += 1
         fctx = _FetchCtx(ctx, ctx.func if ctx.is_return else ctx.vaddr, ev.offset)
@@ -209,8 +219,16 @@ class TraceEvents:
             ip, func = ctx.regs.rip, ctx.func
         else:
             ip, func = ctx.vaddr, None
-        line = format_trace_line(comm=ctx.task.comm, pid=ctx.task.tid, cpu=ctx.task.cpu, timestamp=ts,
-                                 event=ev.event, ip=ip, func=func, args=values)
+        line = format_trace_line(
+            comm=ctx.task.comm,
+            pid=ctx.task.tid,
+            cpu=ctx.task.cpu,
+            timestamp=ts,
+            event=ev.event,
+            ip=ip,
+            func=func,
+            args=values,
+        )
         if self.output is None:
             self._log.append((ev, line))
         else:
@@ -223,8 +241,15 @@ class TraceEvents:
         out = []
         for ev in self.events:
             spec = ev.spec
-            listed = ProbeSpec(spec.kind, ev.group, ev.event, ev.path, offset=ev.offset,
-                               ref_ctr_offset=spec.ref_ctr_offset, args=spec.args)
+            listed = ProbeSpec(
+                spec.kind,
+                ev.group,
+                ev.event,
+                ev.path,
+                offset=ev.offset,
+                ref_ctr_offset=spec.ref_ctr_offset,
+                args=spec.args,
+            )
             out.append(format_listing(listed, ev.offset))
         return "".join(line + "\n" for line in out)
 

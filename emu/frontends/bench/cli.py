@@ -48,15 +48,21 @@ def config_from_args(args) -> Config:
         raise InputError("--workers must be at least 1")
     costmodel.get_machine(args.cost_profile)
     q = args.quick
-    cfg = Config(scenarios=names, columns=cols, consumer=args.consumer,
-                 iterations=args.iterations if args.iterations is not None else (2000 if q else None),
-                 warmup=args.warmup if args.warmup is not None else (2 if q else 10),
-                 repeat=args.repeat if args.repeat is not None else (1 if q else 3),
-                 seconds=args.seconds if args.seconds is not None else (0.05 if q else 0.5),
-                 workers=args.workers, cost_profile=args.cost_profile, growth=not args.no_growth,
-                 checks=not args.no_checks)
+    cfg = Config(
+        scenarios=names,
+        columns=cols,
+        consumer=args.consumer,
+        iterations=args.iterations if args.iterations is not None else (2000 if q else None),
+        warmup=args.warmup if args.warmup is not None else (2 if q else 10),
+        repeat=args.repeat if args.repeat is not None else (1 if q else 3),
+        seconds=args.seconds if args.seconds is not None else (0.05 if q else 0.5),
+        workers=args.workers,
+        cost_profile=args.cost_profile,
+        growth=not args.no_growth,
+        checks=not args.no_checks,
+    )
     cfg.host_iterations = args.iterations
-    cfg.growth_repeat = max(cfg.repeat, 5)      # growth timings: pairs and a best of 5
+    cfg.growth_repeat = max(cfg.repeat, 5)  # growth timings: pairs and a best of 5
     if q:
         cfg.attach_count = 5_000
         cfg.ri_iterations = 500
@@ -75,8 +81,9 @@ def _consoles():
 
 
 def cmd_bench(args) -> int:
-    if getattr(args, "plot", None) and (args.threads or getattr(args, "engine", False)
-                                        or getattr(args, "sweep", False)):
+    if getattr(args, "plot", None) and (
+        args.threads or getattr(args, "engine", False) or getattr(args, "sweep", False)
+    ):
         raise InputError("--plot draws the scenarios or --cpus, not --threads, --engine or --sweep")
     if args.threads:
         return cmd_threads(args, _consoles()[0])
@@ -98,11 +105,18 @@ def cmd_bench(args) -> int:
         if programs_only:
             raise InputError("--plot draws the scenarios or --cpus, not --programs alone")
         from emu.frontends.bench.plot import check_plot_path
+
         check_plot_path(args.plot)
     out, err = _consoles()
     with JsonReport(args.json) as json_out:
-        with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=err, transient=err.is_terminal) as progress:
+        with Progress(
+            TextColumn("{task.description:<40}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=err.is_terminal,
+        ) as progress:
             report = programs_report(cfg) if programs_only else run_bench(cfg, progress)
             report["engine"] = engine_capabilities()
             report["unit_costs"] = engine_costs.unit_costs(cfg.repeat)
@@ -123,6 +137,7 @@ def cmd_bench(args) -> int:
         json_out.write(report)
     if getattr(args, "plot", None):
         from emu.frontends.bench.plot import plot_bench
+
         plot_bench(report, args.plot)
         out.print(f"plot: {args.plot}", markup=False, highlight=False)
     return 0
@@ -143,21 +158,30 @@ def cmd_scaling(args) -> int:
     cols = _columns(args)
     if args.plot:
         from emu.frontends.bench.plot import check_plot_path
+
         check_plot_path(args.plot)
     out, err = _consoles()
     with JsonReport(args.json) as json_out:
-        with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=err, transient=err.is_terminal) as progress:
+        with Progress(
+            TextColumn("{task.description:<40}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=err.is_terminal,
+        ) as progress:
             prices = scaling.FITTED
             if args.fit:
                 task = progress.add_task(f"fitting on {scaling.FIT_TABLE}", total=None)
                 prices, _ = scaling.fit_prices(progress=lambda: progress.advance(task))
-            report = scaling_report.run_scaling(cols, scenarios, cpus, prices=prices,
-                                                with_checks=not args.no_checks, progress=progress)
+            report = scaling_report.run_scaling(
+                cols, scenarios, cpus, prices=prices, with_checks=not args.no_checks, progress=progress
+            )
         scaling_report.render_scaling(report, out)
         json_out.write(report)
     if args.plot:
         from emu.frontends.bench.plot import plot_bench
+
         plot_bench(report, args.plot)
         out.print(f"plot: {args.plot}", markup=False, highlight=False)
     return 0
@@ -175,8 +199,13 @@ def cmd_detach(args) -> int:
 def cmd_sweep_target(args) -> int:
     out, err = _consoles()
     with JsonReport(args.json) as json_out:
-        with Progress(TextColumn("{task.description:<40}"), BarColumn(), TimeElapsedColumn(), console=err,
-                      transient=err.is_terminal) as progress:
+        with Progress(
+            TextColumn("{task.description:<40}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=err.is_terminal,
+        ) as progress:
             report = run_sweep_target(args.workers, args.kernel, progress)
         report["engine"] = engine_capabilities()
         out.print(escape(describe_engine(report["engine"])), highlight=False)
@@ -191,8 +220,14 @@ def cmd_engine(args) -> int:
     if repeat < 1:
         raise InputError("--repeat must be at least 1")
     with JsonReport(args.json) as json_out:
-        with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=err, transient=err.is_terminal) as progress:
+        with Progress(
+            TextColumn("{task.description:<40}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=err.is_terminal,
+        ) as progress:
             report = engine_costs.run_engine(repeat, progress)
             report["unit_costs"] = engine_costs.unit_costs(repeat)
         report["engine"] = engine_capabilities()

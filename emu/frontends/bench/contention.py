@@ -91,8 +91,8 @@ class Prices:
     contend: float = 0.1
     ht: float = 1.5
     turbo: float = 0.0
-    jitter: float = 0.0         # each trigger's private work varies uniformly by +-this fraction
-    scale: float = 1.0          # private work: the cost model's ns times this
+    jitter: float = 0.0  # each trigger's private work varies uniformly by +-this fraction
+    scale: float = 1.0  # private work: the cost model's ns times this
 
     def replace(self, **kw) -> "Prices":
         d = dict(self.__dict__)
@@ -104,17 +104,24 @@ class _Line:
     __slots__ = ("free_at", "pending", "holder", "waiters", "visits")
 
     def __init__(self):
-        self.free_at = 0.0              # when its last queued transfer completes
-        self.pending: deque = deque()   # completion times of queued transfers
-        self.holder = -1                # spinlock: CPU holding it
-        self.waiters: deque = deque()   # spinlock: CPUs waiting, in order
+        self.free_at = 0.0  # when its last queued transfer completes
+        self.pending: deque = deque()  # completion times of queued transfers
+        self.holder = -1  # spinlock: CPU holding it
+        self.waiters: deque = deque()  # spinlock: CPUs waiting, in order
         # core -> [when its copy arrives, when it is taken away (INF: still there),
         # exclusive]: the directory, in the order the transfers were queued
         self.visits: dict = {}
 
 
-def simulate(programs: list[tuple[float, tuple]], topo: Topology, prices: Prices, *,
-             warmup: int = 20, measure: int = 100, seed: int = 0) -> float:
+def simulate(
+    programs: list[tuple[float, tuple]],
+    topo: Topology,
+    prices: Prices,
+    *,
+    warmup: int = 20,
+    measure: int = 100,
+    seed: int = 0,
+) -> float:
     """Total triggers per microsecond (= M/s) of ``len(programs)`` CPUs, CPU i running
     ``programs[i] = (work_ns, ((op, line), ...))`` in a loop.  ``line`` is any hashable
     naming a cache line (None for ``MB``)."""
@@ -133,8 +140,9 @@ def simulate(programs: list[tuple[float, tuple]], topo: Topology, prices: Prices
         per_socket[sock] = per_socket.get(sock, 0) + 1
     span = max(1, topo.cores_per_socket - 1)
     clock = [1.0 + prices.turbo * (per_socket[place[c][0]] - 1) / span for c in range(n)]
-    work = [programs[c][0] * prices.scale * clock[c] * (prices.ht if busy_cores[place[c][1]] > 1 else 1.0)
-            for c in range(n)]
+    work = [
+        programs[c][0] * prices.scale * clock[c] * (prices.ht if busy_cores[place[c][1]] > 1 else 1.0) for c in range(n)
+    ]
     ops = [programs[c][1] for c in range(n)]
     lines: dict = {}
     atomic_of = [prices.atomic * clock[c] for c in range(n)]
@@ -156,7 +164,7 @@ def simulate(programs: list[tuple[float, tuple]], topo: Topology, prices: Prices
             return done
         others = [h for h, v in line.visits.items() if v[1] == INF and h != core]
         if not others:
-            cost = local if visit is not None and visit[1] == INF else x_core    # an upgrade / from the LLC
+            cost = local if visit is not None and visit[1] == INF else x_core  # an upgrade / from the LLC
         else:
             sock = socket_of_core[core]
             far = [socket_of_core[h] != sock for h in others]
@@ -175,13 +183,13 @@ def simulate(programs: list[tuple[float, tuple]], topo: Topology, prices: Prices
         for h in others:
             v = line.visits[h]
             if exclusive:
-                v[1] = start                               # its copy is invalidated
+                v[1] = start  # its copy is invalidated
             else:
-                v[2] = False                               # an owner's copy becomes shared
+                v[2] = False  # an owner's copy becomes shared
         line.visits[core] = [arrive, INF, exclusive]
         return done
 
-    pos = [0] * n                       # next op index (len = trigger done)
+    pos = [0] * n  # next op index (len = trigger done)
     done_count = [0] * n
     target_lo, target_hi = n * warmup, n * (warmup + measure)
     total = 0
@@ -229,7 +237,7 @@ def simulate(programs: list[tuple[float, tuple]], topo: Topology, prices: Prices
             t = xfer(line, core, t, True, atomic_of[c])
         elif op == LOCK:
             if line.holder >= 0:
-                line.waiters.append(c)          # parked until the release
+                line.waiters.append(c)  # parked until the release
                 continue
             line.holder = c
             t = xfer(line, core, t, True, atomic_of[c])

@@ -24,23 +24,29 @@ from emu.frontends.bench.scenarios import SLED_SIZE, new_machine, parse_column
 from emu.inspect import grace_periods
 from kernel_model.errors import InputError
 
-PROBES = 4             # probes registered per counting run (counts are per probe, exact)
+PROBES = 4  # probes registered per counting run (counts are per probe, exact)
 
-PRICES = MappingProxyType({
-    "probe": (0.04, "s per probe attached and detached without grace periods: fitted on users' "
-                    "6.8 report (0.04 s per probe; 6.8 waited for none)"),
-    "rcu_tasks_trace": (0.034, "s per synchronize_rcu_tasks_trace: the ~34 ms per perf_event fd close "
-                               "reported on the lists"),
-    "uprobes_srcu": (0.010, "s per synchronize_srcu: a prior (a few jiffies with no long readers)"),
-    "uretprobes_srcu": (0.010, "s per synchronize_srcu(&uretprobes_srcu): the same prior"),
-})
+PRICES = MappingProxyType(
+    {
+        "probe": (
+            0.04,
+            "s per probe attached and detached without grace periods: fitted on users' "
+            "6.8 report (0.04 s per probe; 6.8 waited for none)",
+        ),
+        "rcu_tasks_trace": (
+            0.034,
+            "s per synchronize_rcu_tasks_trace: the ~34 ms per perf_event fd close reported on the lists",
+        ),
+        "uprobes_srcu": (0.010, "s per synchronize_srcu: a prior (a few jiffies with no long readers)"),
+        "uretprobes_srcu": (0.010, "s per synchronize_srcu(&uretprobes_srcu): the same prior"),
+    }
+)
 
 # (what, kernel column, per-probe seconds or ratio, source)
 REPORTS = (
     ("per probe, one perf_event each", "6.9", 0.04, "users: ~0.04 s per probe on 6.8 (fitted)"),
     ("per probe, one perf_event each", "6.12", 0.25, "users: ~0.25 s per probe on 6.12"),
-    ("separate / uprobe_multi, 1,000 probes", "6.13", 90.0 / 22.0,
-     "users: attach 90 s -> 22 s with uprobe_multi"),
+    ("separate / uprobe_multi, 1,000 probes", "6.13", 90.0 / 22.0, "users: attach 90 s -> 22 s with uprobe_multi"),
 )
 
 
@@ -81,8 +87,14 @@ def project(column: str, n: int) -> dict:
     per = PRICES["probe"][0]
     separate = n * (per + _gp_seconds(gp["single"]))
     multi = n * per + _gp_seconds(gp["batch"])
-    return {"column": column, "probes": n, "grace_periods_per_probe": gp["single"],
-            "grace_periods_per_batch": gp["batch"], "separate_s": separate, "uprobe_multi_s": multi}
+    return {
+        "column": column,
+        "probes": n,
+        "grace_periods_per_probe": gp["single"],
+        "grace_periods_per_batch": gp["batch"],
+        "separate_s": separate,
+        "uprobe_multi_s": multi,
+    }
 
 
 def run_detach(columns: list[str], n: int) -> dict:
@@ -91,22 +103,43 @@ def run_detach(columns: list[str], n: int) -> dict:
     for what, col, published, source in REPORTS:
         p = project(col, 1000)
         got = p["separate_s"] / 1000 if what.startswith("per probe") else p["separate_s"] / p["uprobe_multi_s"]
-        checks.append({"what": what, "column": col, "projected": got, "published": published,
-                       "error": got / published - 1.0, "source": source})
-    return {"probes": n, "rows": rows, "checks": checks,
-            "prices": {k: {"value": v, "source": s} for k, (v, s) in PRICES.items()}}
+        checks.append(
+            {
+                "what": what,
+                "column": col,
+                "projected": got,
+                "published": published,
+                "error": got / published - 1.0,
+                "source": source,
+            }
+        )
+    return {
+        "probes": n,
+        "rows": rows,
+        "checks": checks,
+        "prices": {k: {"value": v, "source": s} for k, (v, s) in PRICES.items()},
+    }
 
 
 def render_detach(report: dict, console) -> None:
-    t = Table(title=f"attach + detach {report['probes']} probes (grace periods counted in the model, "
-                    "priced below)", title_justify="left")
+    t = Table(
+        title=f"attach + detach {report['probes']} probes (grace periods counted in the model, priced below)",
+        title_justify="left",
+    )
     for name in ("kernel", "grace periods per probe", "per batch", "one perf_event each", "uprobe_multi"):
         t.add_column(name, justify="right")
     for r in report["rows"]:
+
         def gps(d):
             return ", ".join(f"{k} {v:g}" for k, v in d.items() if v) or "none"
-        t.add_row(escape(r["column"]), gps(r["grace_periods_per_probe"]), gps(r["grace_periods_per_batch"]),
-                  f"{r['separate_s']:.2f} s", f"{r['uprobe_multi_s']:.2f} s")
+
+        t.add_row(
+            escape(r["column"]),
+            gps(r["grace_periods_per_probe"]),
+            gps(r["grace_periods_per_batch"]),
+            f"{r['separate_s']:.2f} s",
+            f"{r['uprobe_multi_s']:.2f} s",
+        )
     console.print(t)
     pt = Table(title="prices", title_justify="left")
     for name in ("price", "value", "from"):
@@ -118,6 +151,12 @@ def render_detach(report: dict, console) -> None:
     for name in ("what", "kernel", "projected", "reported", "error", "source"):
         ct.add_column(name)
     for c in report["checks"]:
-        ct.add_row(escape(c["what"]), c["column"], f"{c['projected']:.3g}", f"{c['published']:.3g}",
-                   f"{c['error']:+.0%}", escape(c["source"]))
+        ct.add_row(
+            escape(c["what"]),
+            c["column"],
+            f"{c['projected']:.3g}",
+            f"{c['published']:.3g}",
+            f"{c['error']:+.0%}",
+            escape(c["source"]),
+        )
     console.print(ct)

@@ -87,7 +87,7 @@ failed:
 """
 
 
-BLOCK_ITERATIONS = 100_000          # x baseline.BLOCKS_PER_ITERATION blocks
+BLOCK_ITERATIONS = 100_000  # x baseline.BLOCKS_PER_ITERATION blocks
 SYSCALLS = 20_000
 
 _GETPID = """
@@ -123,7 +123,7 @@ def _timed_run(kind: str) -> float:
     r = m.run(max_insns=None, timeout=300)
     if r.reason != "exit" or r.exit_code != 0:
         raise EmuError(f"engine guest {kind}: {r.describe()}")
-    del m                                  # the address spaces go with the machine
+    del m  # the address spaces go with the machine
     return time.perf_counter() - t0
 
 
@@ -139,17 +139,35 @@ def run_engine(repeat: int = 3, progress=None) -> dict:
                 progress.advance(task)
     ratio = best["stores"] / best["loads"]
     per = 1e9 / LOOP_ITERATIONS
-    return {"iterations": LOOP_ITERATIONS, "mappings": MAPPINGS, "repeat": repeat,
-            "loads_seconds": best["loads"], "stores_seconds": best["stores"], "maps_seconds": best["maps"],
-            "ns_per_load_iteration": best["loads"] * per, "ns_per_store_iteration": best["stores"] * per,
-            "targets": [
-                {"target": "guest stores / loads (same loop)", "value": ratio, "op": "<=",
-                 "limit": STORE_RATIO_TARGET, "ok": ratio <= STORE_RATIO_TARGET,
-                 "note": f"{best['loads'] * 1e3:.0f} ms loads, {best['stores'] * 1e3:.0f} ms stores, "
-                         f"{LOOP_ITERATIONS:,} iterations of 5"},
-                {"target": f"{MAPPINGS:,} one-page mmaps and exit, seconds", "value": best["maps"], "op": "<=",
-                 "limit": MAPPINGS_SECONDS_TARGET, "ok": best["maps"] <= MAPPINGS_SECONDS_TARGET,
-                 "note": "build, run and tear down the machine"}]}
+    return {
+        "iterations": LOOP_ITERATIONS,
+        "mappings": MAPPINGS,
+        "repeat": repeat,
+        "loads_seconds": best["loads"],
+        "stores_seconds": best["stores"],
+        "maps_seconds": best["maps"],
+        "ns_per_load_iteration": best["loads"] * per,
+        "ns_per_store_iteration": best["stores"] * per,
+        "targets": [
+            {
+                "target": "guest stores / loads (same loop)",
+                "value": ratio,
+                "op": "<=",
+                "limit": STORE_RATIO_TARGET,
+                "ok": ratio <= STORE_RATIO_TARGET,
+                "note": f"{best['loads'] * 1e3:.0f} ms loads, {best['stores'] * 1e3:.0f} ms stores, "
+                f"{LOOP_ITERATIONS:,} iterations of 5",
+            },
+            {
+                "target": f"{MAPPINGS:,} one-page mmaps and exit, seconds",
+                "value": best["maps"],
+                "op": "<=",
+                "limit": MAPPINGS_SECONDS_TARGET,
+                "ok": best["maps"] <= MAPPINGS_SECONDS_TARGET,
+                "note": "build, run and tear down the machine",
+            },
+        ],
+    }
 
 
 def _timed_syscalls() -> float:
@@ -176,6 +194,12 @@ def unit_costs(repeat: int = 3) -> dict:
         model = min(model, _timed_syscalls())
     blocks = BLOCK_ITERATIONS * baseline.BLOCKS_PER_ITERATION
     floor_ns, model_ns = floor * 1e9 / SYSCALLS, model * 1e9 / SYSCALLS
-    return {"per_block_ns": (chained - straight) * 1e9 / blocks, "blocks": blocks,
-            "per_syscall_ns": model_ns - floor_ns, "syscall_floor_ns": floor_ns, "model_syscall_ns": model_ns,
-            "syscalls": SYSCALLS, "repeat": max(1, repeat)}
+    return {
+        "per_block_ns": (chained - straight) * 1e9 / blocks,
+        "blocks": blocks,
+        "per_syscall_ns": model_ns - floor_ns,
+        "syscall_floor_ns": floor_ns,
+        "model_syscall_ns": model_ns,
+        "syscalls": SYSCALLS,
+        "repeat": max(1, repeat),
+    }

@@ -21,8 +21,9 @@ if TYPE_CHECKING:
     from emu.frontends.bench.report import Config
 
 
-def host_native(scen_name: str, n: int | None, warmup: int, repeat: int, seconds: float,
-                tracefs, path: str, profile) -> dict:
+def host_native(
+    scen_name: str, n: int | None, warmup: int, repeat: int, seconds: float, tracefs, path: str, profile
+) -> dict:
     """Run the trigger ELF natively with a tracefs uprobe (instance tracing off); time
     N iterations minus a 0-iteration run."""
     scen = SCENARIOS[scen_name]
@@ -76,16 +77,27 @@ def host_native(scen_name: str, n: int | None, warmup: int, repeat: int, seconds
     except HostKernelError as e:
         out.update(status="n/a", reason=str(e))
         return out
-    assert n is not None        # calibrate() sized it
+    assert n is not None  # calibrate() sized it
     expect = repeat * (n + 2 * warmup)
     if hits == 0:
-        out.update(status="n/a", reason="probe never installed: 0 of "
-                   f"{expect} expected hits (the kernel refused the instruction when the ELF was "
-                   "mapped, as prepare_uprobe does; tracefs accepted the event)", hits=0,
-                   expected_hits=expect)
+        out.update(
+            status="n/a",
+            reason="probe never installed: 0 of "
+            f"{expect} expected hits (the kernel refused the instruction when the ELF was "
+            "mapped, as prepare_uprobe does; tracefs accepted the event)",
+            hits=0,
+            expected_hits=expect,
+        )
         return out
-    out.update(status="ok", iterations=n, samples_mops=samples, mops=mops_stats(samples),
-               probe=f"{kind}:{path}:{off:#x}", hits=hits, expected_hits=expect)
+    out.update(
+        status="ok",
+        iterations=n,
+        samples_mops=samples,
+        mops=mops_stats(samples),
+        probe=f"{kind}:{path}:{off:#x}",
+        hits=hits,
+        expected_hits=expect,
+    )
     return out
 
 
@@ -122,8 +134,7 @@ def run_host(cfg: Config, progress=None) -> dict:
                 if progress:
                     progress.update(task, description=f"host {s}")
                 try:
-                    r = host_native(s, cfg.host_iterations, cfg.warmup, cfg.repeat, cfg.seconds,
-                                    tracefs, path, profile)
+                    r = host_native(s, cfg.host_iterations, cfg.warmup, cfg.repeat, cfg.seconds, tracefs, path, profile)
                 except HostKernelError as e:
                     r = {"scenario": s, "status": "n/a", "reason": str(e)}
                 rows.append(r)
@@ -136,8 +147,7 @@ def run_host(cfg: Config, progress=None) -> dict:
                     r["model_insns"] = ftr["insns_per_iter"]
                     r["features"] = costmodel.features_from_events(dict(ftr["per_iter"], insns=ftr["insns_per_iter"]))
                 if r.get("status") == "ok" and ftr.get("status") == "ok":
-                    mm = measure_scenario(s, col, cfg.consumer, cfg.iterations, cfg.warmup, 1,
-                                          min(cfg.seconds, 0.3))
+                    mm = measure_scenario(s, col, cfg.consumer, cfg.iterations, cfg.warmup, 1, min(cfg.seconds, 0.3))
                     r["model_mops"] = mm["mops"]["median"] if mm.get("status") == "ok" else None
                 if progress:
                     progress.advance(task)
@@ -156,17 +166,30 @@ def run_host(cfg: Config, progress=None) -> dict:
     live: dict[str, Any] | None = None
     okrows = {r["scenario"]: r for r in rows if r.get("status") == "ok" and "features" in r}
     if len(okrows) >= len(costmodel.FIT_FEATURES):
-        table = costmodel.PublishedTable("host-live", "this host, measured now", (costmodel.Column("host", prof_name),),
-                                         {s: (r["mops"]["median"],) for s, r in okrows.items()})
+        table = costmodel.PublishedTable(
+            "host-live",
+            "this host, measured now",
+            (costmodel.Column("host", prof_name),),
+            {s: (r["mops"]["median"],) for s, r in okrows.items()},
+        )
         try:
-            lp = costmodel.fit_profile("host-live", "this host, measured now", table,
-                                       {(prof_name, s): r["features"] for s, r in okrows.items()})
+            lp = costmodel.fit_profile(
+                "host-live",
+                "this host, measured now",
+                table,
+                {(prof_name, s): r["features"] for s, r in okrows.items()},
+            )
             live = {"coef_ns": lp.coef, "residuals": {k[1]: v for k, v in lp.residuals.items()}}
             for r in okrows.values():
                 r["live_projected_mops"] = lp.project_mops(r["features"])
         except ValueError as e:
             live = {"error": str(e)}
-    return {"release": os.uname().release, "profile": prof_name, "cost_profile": cost.name,
-            "rows": rows, "live_fit": live,
-            "method": "tracefs uprobe/uretprobe event enabled in a private instance whose tracing_on is 0; "
-                      "wall time of N iterations minus a 0-iteration run of the same ELF"}
+    return {
+        "release": os.uname().release,
+        "profile": prof_name,
+        "cost_profile": cost.name,
+        "rows": rows,
+        "live_fit": live,
+        "method": "tracefs uprobe/uretprobe event enabled in a private instance whose tracing_on is 0; "
+        "wall time of N iterations minus a 0-iteration run of the same ELF",
+    }

@@ -45,11 +45,18 @@ from kernel_model.trace.events import Syscall
 
 COUNT_WARMUP, COUNT_N1, COUNT_N2 = 3, 2, 5
 # the hand-inlined hit timed next to each run of a scenario with a hit-cost target
-FLOOR_MODES = MappingProxyType({"uprobe-nop": "floor-nop", "uprobe-push": "floor-push", "uprobe-ret": "floor-ret",
-                                "uretprobe-nop": "floor-uretprobe"})
+FLOOR_MODES = MappingProxyType(
+    {
+        "uprobe-nop": "floor-nop",
+        "uprobe-push": "floor-push",
+        "uprobe-ret": "floor-ret",
+        "uretprobe-nop": "floor-uretprobe",
+    }
+)
 
 
 # ----------------------------------------------------------------------------- counter snapshots
+
 
 def _snapshot(m) -> dict:
     return m.counters.snapshot()
@@ -94,9 +101,23 @@ def _without(d: dict, nr_counts: dict) -> dict:
 
 
 # Counters reported per iteration (others are zero in every scenario or cumulative).
-EVENT_KEYS = ("bp_traps", "db_traps", "syscalls", "emulated", "xol_singlesteps", "uprobe_hits",
-              "uretprobe_hits", "ri_allocated", "ri_reused", "ri_freed", "ri_dropped_depth",
-              "args_buffer_fills", "text_writes", "optimized", "uprobe_syscalls")
+EVENT_KEYS = (
+    "bp_traps",
+    "db_traps",
+    "syscalls",
+    "emulated",
+    "xol_singlesteps",
+    "uprobe_hits",
+    "uretprobe_hits",
+    "ri_allocated",
+    "ri_reused",
+    "ri_freed",
+    "ri_dropped_depth",
+    "args_buffer_fills",
+    "text_writes",
+    "optimized",
+    "uprobe_syscalls",
+)
 
 
 def _events(d: dict) -> dict:
@@ -104,6 +125,7 @@ def _events(d: dict) -> dict:
 
 
 # ----------------------------------------------------------------------------- model runs
+
 
 def count_events(scen: Scenario, col: ColumnSpec, consumer: str = "program") -> dict:
     """Exact per-iteration events after the warm-up, guest instructions included.
@@ -143,9 +165,14 @@ def count_events(scen: Scenario, col: ColumnSpec, consumer: str = "program") -> 
     # the int3 instruction itself is the trap (priced as int3), not a guest instruction
     ins = ((i2 - i1) - (i1 - i0)) / dn - bp
     warm = _events(_without(_delta({}, s0), {MARKER_NR: 1}))
-    return {"status": "ok", "per_iter": per, "insns_per_iter": _num(ins),
-            "hits_per_iter": _num(((h2 - h1) - (h1 - h0)) / dn),
-            "warmup_events": warm, "exact": _is_exact(per) and float(ins).is_integer()}
+    return {
+        "status": "ok",
+        "per_iter": per,
+        "insns_per_iter": _num(ins),
+        "hits_per_iter": _num(((h2 - h1) - (h1 - h0)) / dn),
+        "warmup_events": warm,
+        "exact": _is_exact(per) and float(ins).is_integer(),
+    }
 
 
 def _is_exact(per: dict) -> bool:
@@ -185,8 +212,16 @@ def round_iterations(x: float, lo: int, hi: int) -> int:
     return max(lo, round(x, -digits) if digits > 0 else x)
 
 
-def measure_scenario(scen_name: str, col: ColumnSpec, consumer: str, iterations: int | None,
-                     warmup: int, repeat: int, seconds: float, adjacent: tuple | None = None) -> dict:
+def measure_scenario(
+    scen_name: str,
+    col: ColumnSpec,
+    consumer: str,
+    iterations: int | None,
+    warmup: int,
+    repeat: int,
+    seconds: float,
+    adjacent: tuple | None = None,
+) -> dict:
     """Count run + timed runs of one scenario in one column.
 
     ``adjacent=(n_free, n_int3)``: after each timed run, also time the bare-Unicorn
@@ -221,20 +256,37 @@ def measure_scenario(scen_name: str, col: ColumnSpec, consumer: str, iterations:
             if floor_mode:
                 try:
                     floor.append(ni / bare_run(0, ni, floor_mode) / 1e6)
-                except EmuError as e:       # e.g. no CPU state in place: no floor to show
+                except EmuError as e:  # e.g. no CPU state in place: no floor to show
                     floor_mode, floor_error = None, str(e)
     per_iter = counted["per_iter"]
     timed = _events(_scale(runs[0]["totals"], n))
-    consistent = timed == per_iter and all(r["totals"] == runs[0]["totals"] for r in runs) and \
-        runs[0]["hits"] == n * (0 if scen.kind == "none" else 1)
-    out.update(status="ok", iterations=n, warmup=warmup, samples_mops=samples,
-               mops=mops_stats(samples), per_iter=per_iter, insns_per_iter=counted["insns_per_iter"],
-               hits_per_iter=counted["hits_per_iter"], warmup_events=counted["warmup_events"],
-               exact=counted["exact"], consistent=consistent, timed_per_iter=timed)
+    consistent = (
+        timed == per_iter
+        and all(r["totals"] == runs[0]["totals"] for r in runs)
+        and runs[0]["hits"] == n * (0 if scen.kind == "none" else 1)
+    )
+    out.update(
+        status="ok",
+        iterations=n,
+        warmup=warmup,
+        samples_mops=samples,
+        mops=mops_stats(samples),
+        per_iter=per_iter,
+        insns_per_iter=counted["insns_per_iter"],
+        hits_per_iter=counted["hits_per_iter"],
+        warmup_events=counted["warmup_events"],
+        exact=counted["exact"],
+        consistent=consistent,
+        timed_per_iter=timed,
+    )
     if adjacent:
-        out["adjacent_baselines"] = {"hook_free_mops": mops_stats(free), "int3_hook_mops": mops_stats(int3),
-                                     "code_hook_mops": mops_stats(code), "int3_native_mops": mops_stats(native),
-                                     "iterations": list(adjacent)}
+        out["adjacent_baselines"] = {
+            "hook_free_mops": mops_stats(free),
+            "int3_hook_mops": mops_stats(int3),
+            "code_hook_mops": mops_stats(code),
+            "int3_native_mops": mops_stats(native),
+            "iterations": list(adjacent),
+        }
         if floor_mode:
             out["adjacent_baselines"]["floor_mops"] = mops_stats(floor)
             out["adjacent_baselines"]["floor_mode"] = floor_mode
@@ -248,6 +300,7 @@ def mops_stats(samples: list[float]) -> dict:
 
 
 # ----------------------------------------------------------------------------- bare Unicorn
+
 
 def bare_run(loop: int, n: int, mode: str = "none") -> float:
     """Seconds for ``n`` iterations of a guest loop on a bare Unicorn instance (see
@@ -264,11 +317,17 @@ def measure_baseline(loop: int, mode: str, iterations: int | None, repeat: int, 
         n = iterations
     samples = [n / bare_run(loop, n, mode) / 1e6 for _ in range(repeat)]
     nop_loop = mode in ("int3", "int3-native", "code-hook")
-    return {"loop": LOOP_NAMES[2 if nop_loop else loop], "mode": mode, "iterations": n,
-            "samples_mops": samples, "mops": mops_stats(samples)}
+    return {
+        "loop": LOOP_NAMES[2 if nop_loop else loop],
+        "mode": mode,
+        "iterations": n,
+        "samples_mops": samples,
+        "mops": mops_stats(samples),
+    }
 
 
 # ----------------------------------------------------------------------------- growth
+
 
 def _probe_count_sample(col: ColumnSpec, consumer: str, count: int, n: int, warmup: int) -> tuple:
     scen = SCENARIOS["uprobe-nop"]
@@ -298,8 +357,7 @@ def _probe_count_sample(col: ColumnSpec, consumer: str, count: int, n: int, warm
     return n / dt / 1e6, reg_s, _events(_scale(d, n)), len(registered_uprobes(m))
 
 
-def growth_probe_counts(col: ColumnSpec, consumer: str, counts: tuple, n: int, warmup: int,
-                        repeat: int) -> list:
+def growth_probe_counts(col: ColumnSpec, consumer: str, counts: tuple, n: int, warmup: int, repeat: int) -> list:
     """uprobe-nop with ``count`` probes registered in the process (count-1 of them on the
     sled), for each count; the counts are interleaved run by run so that a change of
     machine load hits them alike."""
@@ -314,9 +372,19 @@ def growth_probe_counts(col: ColumnSpec, consumer: str, counts: tuple, n: int, w
     for c in counts:
         st = mops_stats(samples[c])
         reg_s, per, tree = info[c]
-        rows.append({"probes": c, "iterations": n, "register_seconds": reg_s, "samples_mops": samples[c],
-                     "mops": st, "ns_per_hit": 1000.0 / st["median"], "best_ns_per_hit": 1000.0 / st["max"],
-                     "per_iter": per, "uprobes_in_tree": tree})
+        rows.append(
+            {
+                "probes": c,
+                "iterations": n,
+                "register_seconds": reg_s,
+                "samples_mops": samples[c],
+                "mops": st,
+                "ns_per_hit": 1000.0 / st["median"],
+                "best_ns_per_hit": 1000.0 / st["max"],
+                "per_iter": per,
+                "uprobes_in_tree": tree,
+            }
+        )
     one = rows[0]
     for r in rows:
         # each repeat's ratio is taken against the one-probe run next to it in time, so
@@ -361,10 +429,18 @@ def growth_attach(col: ColumnSpec, count: int = SLED_SIZE, repeat: int = 1) -> d
     if len(writes) != 1:
         raise EmuError(f"attach wrote {sorted(writes)} text bytes in its repeats: not one count")
     dt = min(attach_s)
-    return {"probes": count, "repeat": len(samples), "attach_seconds": dt, "attach_samples": attach_s,
-            "median_attach_seconds": statistics.median(attach_s), "us_per_probe": dt / count * 1e6,
-            "text_writes": writes.pop(), "detach_seconds": min(detach_s), "detach_samples": detach_s,
-            "kernel_reference_seconds": 0.2}
+    return {
+        "probes": count,
+        "repeat": len(samples),
+        "attach_seconds": dt,
+        "attach_samples": attach_s,
+        "median_attach_seconds": statistics.median(attach_s),
+        "us_per_probe": dt / count * 1e6,
+        "text_writes": writes.pop(),
+        "detach_seconds": min(detach_s),
+        "detach_samples": detach_s,
+        "kernel_reference_seconds": 0.2,
+    }
 
 
 def _ri_run(col: ColumnSpec, iterations: int) -> tuple:
@@ -393,10 +469,22 @@ def growth_ri(col: ColumnSpec, policy: str, iterations: int) -> dict:
     c = ColumnSpec(col.kernel, tuple(sorted(dict(col.overrides, ri_alloc=policy).items())))
     small, _, _ = _ri_run(c, max(1, iterations // 10))
     k, hits, dt = _ri_run(c, iterations)
-    return {"policy": policy, "column": c.label, "iterations": iterations, "depth": 2,
-            "uretprobe_hits": k.uretprobe_hits, "handler_calls": hits,
-            "ri_allocated": k.ri_allocated, "ri_reused": k.ri_reused, "ri_freed": k.ri_freed,
-            "ri_peak_bytes": k.ri_peak_bytes, "seconds": dt,
-            "tenth": {"uretprobe_hits": small.uretprobe_hits, "ri_allocated": small.ri_allocated,
-                      "ri_peak_bytes": small.ri_peak_bytes},
-            "bounded": small.ri_peak_bytes == k.ri_peak_bytes}
+    return {
+        "policy": policy,
+        "column": c.label,
+        "iterations": iterations,
+        "depth": 2,
+        "uretprobe_hits": k.uretprobe_hits,
+        "handler_calls": hits,
+        "ri_allocated": k.ri_allocated,
+        "ri_reused": k.ri_reused,
+        "ri_freed": k.ri_freed,
+        "ri_peak_bytes": k.ri_peak_bytes,
+        "seconds": dt,
+        "tenth": {
+            "uretprobe_hits": small.uretprobe_hits,
+            "ri_allocated": small.ri_allocated,
+            "ri_peak_bytes": small.ri_peak_bytes,
+        },
+        "bounded": small.ri_peak_bytes == k.ri_peak_bytes,
+    }

@@ -29,11 +29,23 @@ def bench_series(report: dict) -> list[Series]:
         return _scaling_series(report)
     out = []
     for i, col in enumerate(c["label"] for c in report["columns"]):
-        ok = [(e["name"], e["results"][col]["mops"]) for e in report["scenarios"]
-              if e["results"][col].get("status") == "ok"]
-        out.append(Series(col, tuple(n for n, _ in ok), tuple(m["median"] for _, m in ok), "bar", i,
-                          tuple(format_value(m["median"]) for _, m in ok),
-                          tuple(m["min"] for _, m in ok), tuple(m["max"] for _, m in ok)))
+        ok = [
+            (e["name"], e["results"][col]["mops"])
+            for e in report["scenarios"]
+            if e["results"][col].get("status") == "ok"
+        ]
+        out.append(
+            Series(
+                col,
+                tuple(n for n, _ in ok),
+                tuple(m["median"] for _, m in ok),
+                "bar",
+                i,
+                tuple(format_value(m["median"]) for _, m in ok),
+                tuple(m["min"] for _, m in ok),
+                tuple(m["max"] for _, m in ok),
+            )
+        )
     return out
 
 
@@ -41,17 +53,31 @@ def _scaling_series(report: dict) -> list[Series]:
     out, seen = [], set()
     for i, c in enumerate(report["curves"]):
         xs = sorted(c["values"], key=int)
-        out.append(Series(f"{c['column']} {c['scenario']} (projected)", tuple(int(n) for n in xs),
-                          tuple(c["values"][n] for n in xs), "line", i))
+        out.append(
+            Series(
+                f"{c['column']} {c['scenario']} (projected)",
+                tuple(int(n) for n in xs),
+                tuple(c["values"][n] for n in xs),
+                "line",
+                i,
+            )
+        )
         if c["published"]:
-            pub = c["published"][0]              # the row the table prints in brackets
+            pub = c["published"][0]  # the row the table prints in brackets
             key = (pub["table"], pub["row"])
             if key in seen or not pub["values"]:
                 continue
             seen.add(key)
             px = sorted(pub["values"], key=int)
-            out.append(Series(f"{pub['table']}: {pub['row']} (published)", tuple(int(n) for n in px),
-                              tuple(pub["values"][n] for n in px), "markers", i))
+            out.append(
+                Series(
+                    f"{pub['table']}: {pub['row']} (published)",
+                    tuple(int(n) for n in px),
+                    tuple(pub["values"][n] for n in px),
+                    "markers",
+                    i,
+                )
+            )
     return out
 
 
@@ -69,18 +95,30 @@ def bench_chart(report: dict) -> Chart:
         cols = list(dict.fromkeys(c["column"] for c in report["curves"]))
         scens = list(dict.fromkeys(c["scenario"] for c in report["curves"]))
         topo = report.get("topology") or {}
-        machine = ("{sockets} sockets x {cores_per_socket} cores x {threads_per_core} threads".format(**topo)
-                   if topo else "the published tables' machine")
-        return Chart(f"uprobe-emu bench --cpus: projected {UNIT} against CPUs, {' vs '.join(cols)} "
-                     f"({', '.join(scens)})\ncontention model on the emulator's recorded accesses, {machine}",
-                     "CPUs (producer threads, one per CPU)", f"{UNIT} (all CPUs)", series)
+        machine = (
+            "{sockets} sockets x {cores_per_socket} cores x {threads_per_core} threads".format(**topo)
+            if topo
+            else "the published tables' machine"
+        )
+        return Chart(
+            f"uprobe-emu bench --cpus: projected {UNIT} against CPUs, {' vs '.join(cols)} "
+            f"({', '.join(scens)})\ncontention model on the emulator's recorded accesses, {machine}",
+            "CPUs (producer threads, one per CPU)",
+            f"{UNIT} (all CPUs)",
+            series,
+        )
     cols = [c["label"] for c in report["columns"]]
     cfg = report.get("config", {})
     runs = cfg.get("repeat")
     how = f"median of {runs} run{'s' if runs != 1 else ''} (bar: min-max)" if runs else "median"
-    return Chart(f"uprobe-emu bench: emulated {UNIT}, {' vs '.join(cols)}; {how}, "
-                 f"consumer={cfg.get('consumer', 'program')}\nengine: {_engine(report)}",
-                 "scenario", f"{UNIT} (emulated)", series, tuple(e["name"] for e in report["scenarios"]))
+    return Chart(
+        f"uprobe-emu bench: emulated {UNIT}, {' vs '.join(cols)}; {how}, "
+        f"consumer={cfg.get('consumer', 'program')}\nengine: {_engine(report)}",
+        "scenario",
+        f"{UNIT} (emulated)",
+        series,
+        tuple(e["name"] for e in report["scenarios"]),
+    )
 
 
 def plot_bench(report: dict, path: str) -> None:

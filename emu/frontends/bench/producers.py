@@ -23,10 +23,11 @@ from kernel_model.errors import InputError
 
 GUEST = "bench_producers"
 GUEST_PATH = "/guest/bench_producers"
-ITERATIONS = 6                 # per thread: the middle trigger is past every first-time path
+ITERATIONS = 6  # per thread: the middle trigger is past every first-time path
 MAX_THREADS = 128
 
-_DRIVER = """
+_DRIVER = (
+    """
 _start:
     mov rsi, [rsp + 16]
     call parse_dec
@@ -52,7 +53,9 @@ _start:
 clone_next:
     cmp rbx, r13
     jae run_main
-""" + CLONE_THREAD.format(child="thread_start") + """    inc rbx
+"""
+    + CLONE_THREAD.format(child="thread_start")
+    + """    inc rbx
     jmp clone_next
 thread_start:
     call producer
@@ -63,7 +66,9 @@ run_main:
     xor ebx, ebx
     call producer
     mov ebx, 1
-""" + JOIN_THREADS.format(done="bench_done") + """bench_done:
+"""
+    + JOIN_THREADS.format(done="bench_done")
+    + """bench_done:
     mov eax, 231
     xor edi, edi
     syscall
@@ -84,6 +89,7 @@ producer:
     call dispatch
     ret
 """
+)
 
 
 @functools.cache
@@ -101,12 +107,17 @@ def record_triggers(col, scen, threads: int, iterations: int = ITERATIONS) -> li
     (the middle one)."""
     if not 1 <= threads <= MAX_THREADS:
         raise InputError(f"1..{MAX_THREADS} producer threads, not {threads}")
-    m = Machine.from_bytes(producers_elf(), GUEST_PATH,
-                           argv=[GUEST, str(scen.loop), str(iterations), str(threads)],
-                           kernel=col.kernel, cpus=threads, **dict(col.overrides))
+    m = Machine.from_bytes(
+        producers_elf(),
+        GUEST_PATH,
+        argv=[GUEST, str(scen.loop), str(iterations), str(threads)],
+        kernel=col.kernel,
+        cpus=threads,
+        **dict(col.overrides),
+    )
     attach(m, scen, "program", [0])
     log = m.record_accesses()
-    assert log is not None      # recording was asked for
+    assert log is not None  # recording was asked for
     r = m.run(max_insns=None, timeout=120)
     if r.reason != "exit" or r.exit_code != 0:
         raise InputError(f"bench_producers on {col.label}: guest ended: {r.describe()}")
@@ -114,7 +125,9 @@ def record_triggers(col, scen, threads: int, iterations: int = ITERATIONS) -> li
     for cpu in range(threads):
         trig = log.triggers(cpu)
         if len(trig) < iterations:
-            raise InputError(f"bench_producers on {col.label}: CPU {cpu} made {len(trig)} triggers, "
-                             f"not {iterations} (is the producer pinned?)")
+            raise InputError(
+                f"bench_producers on {col.label}: CPU {cpu} made {len(trig)} triggers, "
+                f"not {iterations} (is the producer pinned?)"
+            )
         out.append(trig[len(trig) // 2])
     return out

@@ -52,10 +52,10 @@ TARGET_PROGRAMS = ("busybox-sha256sum", "sha256sum", "xz", "sort", "python3", "b
 PROGRAMS = ("glibc-startup", "malloc-loop", "shell-pipeline") + TARGET_PROGRAMS
 GEOMEAN_TARGET, WORST_TARGET = 8.0, 20.0
 DATA_BYTES = 10_000_000
-XZ_BYTES = 1_000_000           # xz -1 of random data runs ~3 s natively per 10 MB: 1 MB
+XZ_BYTES = 1_000_000  # xz -1 of random data runs ~3 s natively per 10 MB: 1 MB
 SORT_LINES = 200_000
 BASH_LOOP = "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done"
-HELLO_C = "#include <stdio.h>\nint main(void) { puts(\"hello\"); return 0; }\n"
+HELLO_C = '#include <stdio.h>\nint main(void) { puts("hello"); return 0; }\n'
 
 
 def _native_seconds(argv: list[str], repeat: int) -> float:
@@ -71,8 +71,7 @@ def _native_seconds(argv: list[str], repeat: int) -> float:
 
 
 def _model_run(argv: list[str], probes: tuple, kernel: str, grant: str | None = None) -> dict:
-    m = Machine.from_elf(argv[0], argv=argv, kernel=kernel, grant_dirs=[grant] if grant else (),
-                         cwd=grant)
+    m = Machine.from_elf(argv[0], argv=argv, kernel=kernel, grant_dirs=[grant] if grant else (), cwd=grant)
     hits = [0]
 
     def count(_ctx):
@@ -86,8 +85,13 @@ def _model_run(argv: list[str], probes: tuple, kernel: str, grant: str | None = 
     if r.reason != "exit" or r.exit_code != 0:
         raise EmuError(f"{' '.join(argv)} in the model: {r.describe()}")
     syscalls = sum(m.counters.syscalls.values())
-    return {"seconds": dt, "syscalls": syscalls, "probe_hits": hits[0], "bp_traps": m.counters.bp_traps,
-            "stdout": bytes(r.stdout)}
+    return {
+        "seconds": dt,
+        "syscalls": syscalls,
+        "probe_hits": hits[0],
+        "bp_traps": m.counters.bp_traps,
+        "stdout": bytes(r.stdout),
+    }
 
 
 def _build_malloc_loop(tmp: str) -> str:
@@ -177,13 +181,21 @@ def run_programs(kernel: str = "latest", repeat: int = 3, progress=None) -> list
                 best = min(runs, key=lambda r: r["seconds"])
                 native = _native_seconds(argv, repeat)
                 events = best["syscalls"] + best["probe_hits"]
-                row.update(status="ok", argv=[os.path.basename(argv[0])] + argv[1:], probes=list(probes),
-                           model_seconds=best["seconds"], native_seconds=native,
-                           slowdown=best["seconds"] / native if native > 0 else None,
-                           syscalls=best["syscalls"], probe_hits=best["probe_hits"], events=events,
-                           events_per_second=events / best["seconds"] if best["seconds"] > 0 else None,
-                           consistent=all((r["syscalls"], r["probe_hits"]) == (best["syscalls"], best["probe_hits"])
-                                          for r in runs))
+                row.update(
+                    status="ok",
+                    argv=[os.path.basename(argv[0])] + argv[1:],
+                    probes=list(probes),
+                    model_seconds=best["seconds"],
+                    native_seconds=native,
+                    slowdown=best["seconds"] / native if native > 0 else None,
+                    syscalls=best["syscalls"],
+                    probe_hits=best["probe_hits"],
+                    events=events,
+                    events_per_second=events / best["seconds"] if best["seconds"] > 0 else None,
+                    consistent=all(
+                        (r["syscalls"], r["probe_hits"]) == (best["syscalls"], best["probe_hits"]) for r in runs
+                    ),
+                )
             except (EmuError, OSError, subprocess.SubprocessError) as e:
                 row.update(status="n/a", reason=str(e))
             rows.append(row)
@@ -200,12 +212,33 @@ def program_targets(rows: list[dict]) -> list[dict]:
     ok = {r["program"]: r["slowdown"] for r in rows if r.get("status") == "ok" and r.get("slowdown")}
     if not all(p in ok for p in TARGET_PROGRAMS):
         missing = [p for p in TARGET_PROGRAMS if p not in ok]
-        return [{"target": "real programs, geometric mean x native", "value": float("nan"), "op": "<=",
-                 "limit": GEOMEAN_TARGET, "ok": False, "note": "not measured: " + ", ".join(missing)}]
+        return [
+            {
+                "target": "real programs, geometric mean x native",
+                "value": float("nan"),
+                "op": "<=",
+                "limit": GEOMEAN_TARGET,
+                "ok": False,
+                "note": "not measured: " + ", ".join(missing),
+            }
+        ]
     vals = [ok[p] for p in TARGET_PROGRAMS]
     worst = max(TARGET_PROGRAMS, key=lambda p: ok[p])
-    return [{"target": "real programs, geometric mean x native", "value": statistics.geometric_mean(vals),
-             "op": "<=", "limit": GEOMEAN_TARGET, "ok": statistics.geometric_mean(vals) <= GEOMEAN_TARGET,
-             "note": ", ".join(f"{p} {ok[p]:.0f}x" for p in TARGET_PROGRAMS)},
-            {"target": "real programs, worst x native", "value": ok[worst], "op": "<=", "limit": WORST_TARGET,
-             "ok": ok[worst] <= WORST_TARGET, "note": worst}]
+    return [
+        {
+            "target": "real programs, geometric mean x native",
+            "value": statistics.geometric_mean(vals),
+            "op": "<=",
+            "limit": GEOMEAN_TARGET,
+            "ok": statistics.geometric_mean(vals) <= GEOMEAN_TARGET,
+            "note": ", ".join(f"{p} {ok[p]:.0f}x" for p in TARGET_PROGRAMS),
+        },
+        {
+            "target": "real programs, worst x native",
+            "value": ok[worst],
+            "op": "<=",
+            "limit": WORST_TARGET,
+            "ok": ok[worst] <= WORST_TARGET,
+            "note": worst,
+        },
+    ]

@@ -28,8 +28,7 @@ from kernel_model.errors import EmuError
 
 SCHEMA = "uprobe-emu.bench/1"
 # Hit-path targets: model M/s over the bare int3 + empty-hook loop, timed in the same run.
-TARGET_INT3_RATIOS = (("uprobe-nop", 0.20), ("uprobe-push", 0.15), ("uprobe-ret", 0.15),
-                      ("uretprobe-nop", 0.15))
+TARGET_INT3_RATIOS = (("uprobe-nop", 0.20), ("uprobe-push", 0.15), ("uprobe-ret", 0.15), ("uretprobe-nop", 0.15))
 
 
 @dataclass
@@ -53,11 +52,12 @@ class Config:
     ri_policies: tuple = ("kmalloc", "array64", "pool")
     growth_iterations: int | None = None
     growth_repeat: int = 5
-    adjacent: tuple | None = (1_000_000, 100_000)   # bare iterations timed next to each run
+    adjacent: tuple | None = (1_000_000, 100_000)  # bare iterations timed next to each run
     host_iterations: int | None = None
 
 
 # ----------------------------------------------------------------------------- orchestration
+
 
 def _job(args):
     kind, payload = args
@@ -117,18 +117,22 @@ def _job_label(job) -> str:
 def run_bench(cfg: Config, progress=None) -> dict:
     cost = costmodel.get_machine(cfg.cost_profile)
     loops = sorted({SCENARIOS[s].loop for s in cfg.scenarios})
-    jobs = [("baseline", (lp, "none", cfg.iterations and max(cfg.iterations, 10_000), cfg.repeat,
-                          cfg.seconds / 2)) for lp in loops]
-    jobs += [("baseline", (2, mode, cfg.iterations and max(cfg.iterations, 10_000), cfg.repeat,
-                           cfg.seconds / 2)) for mode in ("int3", "int3-native", "code-hook")]
-    jobs += [("baseline", (1, "syscall", cfg.iterations and max(cfg.iterations, 10_000), cfg.repeat,
-                           cfg.seconds / 2))]
-    scen_jobs = [("scenario", (s, c, cfg.consumer, cfg.iterations, cfg.warmup, cfg.repeat, cfg.seconds,
-                               cfg.adjacent))
-                 for s in cfg.scenarios for c in cfg.columns]
+    jobs = [
+        ("baseline", (lp, "none", cfg.iterations and max(cfg.iterations, 10_000), cfg.repeat, cfg.seconds / 2))
+        for lp in loops
+    ]
+    jobs += [
+        ("baseline", (2, mode, cfg.iterations and max(cfg.iterations, 10_000), cfg.repeat, cfg.seconds / 2))
+        for mode in ("int3", "int3-native", "code-hook")
+    ]
+    jobs += [("baseline", (1, "syscall", cfg.iterations and max(cfg.iterations, 10_000), cfg.repeat, cfg.seconds / 2))]
+    scen_jobs = [
+        ("scenario", (s, c, cfg.consumer, cfg.iterations, cfg.warmup, cfg.repeat, cfg.seconds, cfg.adjacent))
+        for s in cfg.scenarios
+        for c in cfg.columns
+    ]
     check_cols = [column_from_costmodel(c) for c in costmodel.required_columns()] if cfg.checks else []
-    table_scens = sorted({s for t in costmodel.TABLES.values() for s in t.rows} |
-                         set(costmodel.HOST_ANCHORS.rows))
+    table_scens = sorted({s for t in costmodel.TABLES.values() for s in t.rows} | set(costmodel.HOST_ANCHORS.rows))
     count_jobs: list[tuple[str, tuple]] = []
     for c in check_cols:
         for s in table_scens:
@@ -139,8 +143,7 @@ def run_bench(cfg: Config, progress=None) -> dict:
     if cfg.growth:
         base = cfg.columns[0]
         gi = cfg.growth_iterations or 50_000
-        growth_jobs.append(("probes", (base, cfg.consumer, tuple(cfg.probe_counts), gi,
-                                       cfg.warmup, cfg.growth_repeat)))
+        growth_jobs.append(("probes", (base, cfg.consumer, tuple(cfg.probe_counts), gi, cfg.warmup, cfg.growth_repeat)))
         growth_jobs.append(("attach", (base, cfg.attach_count, cfg.growth_repeat)))
         for pol in cfg.ri_policies:
             growth_jobs.append(("ri", (base, pol, cfg.ri_iterations)))
@@ -154,22 +157,37 @@ def run_bench(cfg: Config, progress=None) -> dict:
 
 # ----------------------------------------------------------------------------- report
 
+
 def programs_report(cfg: Config) -> dict:
     """The report of ``bench --programs`` alone: the host, the configuration, and the
     ``programs`` rows the command adds."""
-    return {"schema": SCHEMA, "host": _host(),
-            "config": {"kernel": cfg.columns[0].label, "repeat": cfg.repeat}, "programs": []}
+    return {
+        "schema": SCHEMA,
+        "host": _host(),
+        "config": {"kernel": cfg.columns[0].label, "repeat": cfg.repeat},
+        "programs": [],
+    }
 
 
 def _host() -> dict:
-    return {"release": os.uname().release, "machine": os.uname().machine,
-            "python": sys.version.split()[0], "cpus": os.cpu_count(), "unicorn": baseline.unicorn_version(),
-            "cpu_state_in_place": baseline.cpu_state_in_place()}
+    return {
+        "release": os.uname().release,
+        "machine": os.uname().machine,
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "unicorn": baseline.unicorn_version(),
+        "cpu_state_in_place": baseline.cpu_state_in_place(),
+    }
 
 
 def _assemble(cfg: Config, cost, results: list) -> dict:
-    baselines: dict[str, Any] = {"hook_free": {}, "int3_hook": None, "int3_native": None, "code_hook": None,
-                 "syscall_hook": None}
+    baselines: dict[str, Any] = {
+        "hook_free": {},
+        "int3_hook": None,
+        "int3_native": None,
+        "code_hook": None,
+        "syscall_hook": None,
+    }
     measured, counts = {}, {}
     growth: dict[str, Any] = {"probe_count": [], "attach": None, "ri_memory": []}
     for kind, payload, res in results:
@@ -211,7 +229,7 @@ def _assemble(cfg: Config, cost, results: list) -> dict:
                 bare = baselines["hook_free"].get(LOOP_NAMES[scen.loop])
                 med = res["mops"]["median"]
                 adj = res.get("adjacent_baselines")
-                if adj:           # baselines timed right next to each model run
+                if adj:  # baselines timed right next to each model run
                     res["ratio_hook_free"] = med / adj["hook_free_mops"]["median"]
                     res["ratio_int3"] = med / adj["int3_hook_mops"]["median"]
                     res["ratio_code_hook"] = med / adj["code_hook_mops"]["median"]
@@ -219,7 +237,7 @@ def _assemble(cfg: Config, cost, results: list) -> dict:
                     # the floor: the native empty trap callback against the int3 baseline
                     res["floor_int3"] = adj["int3_native_mops"]["median"] / adj["int3_hook_mops"]["median"]
                     res["floor_code_hook"] = adj["int3_native_mops"]["median"] / adj["code_hook_mops"]["median"]
-                    if "floor_mops" in adj:     # the hand-inlined hit, against the same baselines
+                    if "floor_mops" in adj:  # the hand-inlined hit, against the same baselines
                         res["floor_inline_int3"] = adj["floor_mops"]["median"] / adj["int3_hook_mops"]["median"]
                         res["floor_inline_code_hook"] = adj["floor_mops"]["median"] / adj["code_hook_mops"]["median"]
                 else:
@@ -249,9 +267,15 @@ def _assemble(cfg: Config, cost, results: list) -> dict:
             for b in cfg.columns[1:]:
                 rb = entry["results"][b.label]
                 if ra.get("status") == "ok" and rb.get("status") == "ok":
-                    ratios.append({"scenario": entry["name"], "column": b.label, "vs": a.label,
-                                   "measured": rb["mops"]["median"] / ra["mops"]["median"],
-                                   "projected": rb["projected_mops"] / ra["projected_mops"]})
+                    ratios.append(
+                        {
+                            "scenario": entry["name"],
+                            "column": b.label,
+                            "vs": a.label,
+                            "measured": rb["mops"]["median"] / ra["mops"]["median"],
+                            "projected": rb["projected_mops"] / ra["projected_mops"],
+                        }
+                    )
     checks = []
     if counts:
         ev_prog: dict = {}
@@ -262,23 +286,41 @@ def _assemble(cfg: Config, cost, results: list) -> dict:
             fv = costmodel.features_from_events(dict(res["per_iter"], insns=res["insns_per_iter"]))
             (ev_prog if consumer == "program" else ev_ftrace)[(key, s)] = fv
         checks = [c.as_dict() for c in costmodel.ratio_checks(cost, ev_prog)]
-        counts_out = {f"{s}@{k}/{c}": {"per_iter": r.get("per_iter"), "insns_per_iter": r.get("insns_per_iter"),
-                                      "status": r.get("status")} for (s, k, c), r in counts.items()}
+        counts_out = {
+            f"{s}@{k}/{c}": {
+                "per_iter": r.get("per_iter"),
+                "insns_per_iter": r.get("insns_per_iter"),
+                "status": r.get("status"),
+            }
+            for (s, k, c), r in counts.items()
+        }
     else:
         counts_out = {}
     report = {
         "schema": SCHEMA,
         "host": _host(),
-        "config": {"scenarios": cfg.scenarios, "consumer": cfg.consumer, "iterations": cfg.iterations,
-                   "warmup": cfg.warmup, "repeat": cfg.repeat, "seconds": cfg.seconds,
-                   "workers": cfg.workers, "cost_profile": cfg.cost_profile},
+        "config": {
+            "scenarios": cfg.scenarios,
+            "consumer": cfg.consumer,
+            "iterations": cfg.iterations,
+            "warmup": cfg.warmup,
+            "repeat": cfg.repeat,
+            "seconds": cfg.seconds,
+            "workers": cfg.workers,
+            "cost_profile": cfg.cost_profile,
+        },
         "columns": [c.as_dict() for c in cfg.columns],
         "baselines": baselines,
         "scenarios": scenarios,
         "ratios": ratios,
-        "cost_profile": {"name": cost.name, "description": cost.description, "coef_ns": cost.coef,
-                         "fitted": list(cost.fitted), "source": cost.source,
-                         "fit_residuals": {f"{k[1]} ({k[0]})": v for k, v in cost.residuals.items()}},
+        "cost_profile": {
+            "name": cost.name,
+            "description": cost.description,
+            "coef_ns": cost.coef,
+            "fitted": list(cost.fitted),
+            "source": cost.source,
+            "fit_residuals": {f"{k[1]} ({k[0]})": v for k, v in cost.residuals.items()},
+        },
         "projection_checks": checks,
         "check_counts": counts_out,
         "growth": growth if cfg.growth else None,
@@ -301,19 +343,31 @@ def targets(report: dict) -> list:
         out.append({"target": name, "value": value, "op": op, "limit": limit, "ok": ok, "note": note})
 
     def floors(inline, native):
-        notes = [f"hand-inlined hit: {inline:.2f}" if inline else "",
-                 f"floor (native empty trap callback): {native:.2f}" if native else ""]
+        notes = [
+            f"hand-inlined hit: {inline:.2f}" if inline else "",
+            f"floor (native empty trap callback): {native:.2f}" if native else "",
+        ]
         return "; ".join(n for n in notes if n)
 
     for scen, lim in TARGET_INT3_RATIOS:
         r = res.get(scen)
         if r and r.get("status") == "ok" and "ratio_int3" in r:
-            add(f"{scen} / empty-int3-hook baseline", r["ratio_int3"], ">=", lim,
-                floors(r.get("floor_inline_int3"), r.get("floor_int3")))
+            add(
+                f"{scen} / empty-int3-hook baseline",
+                r["ratio_int3"],
+                ">=",
+                lim,
+                floors(r.get("floor_inline_int3"), r.get("floor_int3")),
+            )
     r = res.get("uprobe-nop")
     if r and r.get("status") == "ok" and "ratio_code_hook" in r:
-        add("full semantics vs no semantics: uprobe-nop / Qiling-style code hook", r["ratio_code_hook"], ">=",
-            1.0, floors(r.get("floor_inline_code_hook"), r.get("floor_code_hook")))
+        add(
+            "full semantics vs no semantics: uprobe-nop / Qiling-style code hook",
+            r["ratio_code_hook"],
+            ">=",
+            1.0,
+            floors(r.get("floor_inline_code_hook"), r.get("floor_code_hook")),
+        )
     r = res.get("usermode-count")
     if r and r.get("status") == "ok":
         add("usermode-count / hook-free Unicorn", r["ratio_hook_free"], ">=", 0.7)
@@ -321,15 +375,21 @@ def targets(report: dict) -> list:
     pcs = [x for x in g.get("probe_count") or [] if "cost_vs_one_probe" in x]
     if pcs:
         last = pcs[-1]
-        add(f"per-hit cost, {last['probes']:,} probes / 1 probe (median)", last["cost_vs_one_probe"], "<=", 1.1,
-            f"best runs: {last['best_cost_vs_one_probe']:.2f}")
+        add(
+            f"per-hit cost, {last['probes']:,} probes / 1 probe (median)",
+            last["cost_vs_one_probe"],
+            "<=",
+            1.1,
+            f"best runs: {last['best_cost_vs_one_probe']:.2f}",
+        )
     a = g.get("attach")
     if a and "attach_seconds" in a:
         scale = SLED_SIZE / a["probes"]
         secs = a["attach_seconds"] * scale
-        notes = [f"best of {a['repeat']}, median {a['median_attach_seconds'] * scale:.2f}"
-                 if a.get("repeat", 1) > 1 else "",
-                 "" if a["probes"] == SLED_SIZE else f"extrapolated from {a['probes']:,}"]
+        notes = [
+            f"best of {a['repeat']}, median {a['median_attach_seconds'] * scale:.2f}" if a.get("repeat", 1) > 1 else "",
+            "" if a["probes"] == SLED_SIZE else f"extrapolated from {a['probes']:,}",
+        ]
         add("attach 50,000 probes (s)", secs, "<=", 1.0, "; ".join(n for n in notes if n))
     checks = report.get("projection_checks") or []
     cal = [abs(c["error"]) for c in checks if c["calibration"]]
@@ -337,8 +397,13 @@ def targets(report: dict) -> list:
     if cal:
         add("max |error| of projected ratios, calibration table", max(cal), "<=", 0.15)
     if oth:
-        add("max |error| of projected ratios, other tables", max(oth), "<=", 0.25,
-            f"{sum(e <= 0.25 for e in oth)}/{len(oth)} pairs within")
+        add(
+            "max |error| of projected ratios, other tables",
+            max(oth),
+            "<=",
+            0.25,
+            f"{sum(e <= 0.25 for e in oth)}/{len(oth)} pairs within",
+        )
     return out
 
 
@@ -362,6 +427,7 @@ def _ri_extrapolate(rows: list) -> None:
 
 
 # ----------------------------------------------------------------------------- JSON file
+
 
 class JsonReport:
     """``--json FILE``, opened before the run so a bad path fails in a second, not after

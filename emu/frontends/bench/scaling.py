@@ -29,22 +29,39 @@ from emu.frontends.bench.scaling_tables import CHECK_TABLES, FIT_TABLE, TABLES
 from emu.frontends.bench.scenarios import SCENARIOS, parse_column
 from kernel_model.errors import InputError
 
-TOPOLOGY = Topology(sockets=2, cores_per_socket=20, threads_per_core=2)    # Xeon Gold 6138 x 2
+TOPOLOGY = Topology(sockets=2, cores_per_socket=20, threads_per_core=2)  # Xeon Gold 6138 x 2
 
-PRIORS = MappingProxyType({
-    "local": (0.5, "an L1 hit: one or two cycles"),
-    "ht": (1.5, "a hardware thread sharing its core with a busy sibling runs at ~2/3 speed "
-                "(Intel's 'up to 30%' more throughput per core from Hyper-Threading)"),
-    "turbo": (0.37, "Xeon Gold 6138: 3.7 GHz single-core turbo, 2.7 GHz all-core turbo "
-                    "(Intel's specification)"),
-    "jitter": (0.1, "a trigger's private work varies +-10% (interrupts, private cache misses); "
-                    "enough to keep identical CPUs out of lockstep"),
-})
+PRIORS = MappingProxyType(
+    {
+        "local": (0.5, "an L1 hit: one or two cycles"),
+        "ht": (
+            1.5,
+            "a hardware thread sharing its core with a busy sibling runs at ~2/3 speed "
+            "(Intel's 'up to 30%' more throughput per core from Hyper-Threading)",
+        ),
+        "turbo": (0.37, "Xeon Gold 6138: 3.7 GHz single-core turbo, 2.7 GHz all-core turbo (Intel's specification)"),
+        "jitter": (
+            0.1,
+            "a trigger's private work varies +-10% (interrupts, private cache misses); "
+            "enough to keep identical CPUs out of lockstep",
+        ),
+    }
+)
 FIT_PRICES = ("scale", "atomic", "mb", "xfer_core", "xfer_socket", "contend")
 
 # fit_prices() on S1 (see the README for the command); the priors are PRIORS'
-FITTED = Prices(local=0.5, ht=1.5, turbo=0.37, jitter=0.1, scale=0.922, atomic=4.73, mb=6.33,
-                xfer_core=52.6, xfer_socket=92.8, contend=0.0162)
+FITTED = Prices(
+    local=0.5,
+    ht=1.5,
+    turbo=0.37,
+    jitter=0.1,
+    scale=0.922,
+    atomic=4.73,
+    mb=6.33,
+    xfer_core=52.6,
+    xfer_socket=92.8,
+    contend=0.0162,
+)
 
 QUICK_CPUS = (1, 2, 4, 8, 16, 32, 64)
 FULL_CPUS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 24, 32, 40, 48, 56, 64, 72, 80)
@@ -75,6 +92,7 @@ def parse_cpus(text: str) -> tuple[int, ...]:
 
 # ----------------------------------------------------------------------------- programs
 
+
 @functools.cache
 def work_ns(column: str, scenario: str) -> float:
     """The private work of one trigger: the single-CPU cost model (intel-2025) priced on
@@ -97,8 +115,7 @@ def programs(column: str, scenario: str, n: int) -> tuple:
     out = []
     for cpu in range(n):
         trig = per_cpu[cpu]
-        out.append((work, tuple((OP_OF_KIND[a.kind], None if a.kind == "mb" else (a.obj, a.inst))
-                                for a in trig)))
+        out.append((work, tuple((OP_OF_KIND[a.kind], None if a.kind == "mb" else (a.obj, a.inst)) for a in trig)))
     return tuple(out)
 
 
@@ -107,6 +124,7 @@ def project(column: str, scenario: str, cpus, prices: Prices = FITTED, *, measur
 
 
 # ----------------------------------------------------------------------------- fit and checks
+
 
 def fit_objective(prices: Prices, table=FIT_TABLE, measure: int = 40) -> list[float]:
     """Relative errors of every point of the fitted table (an id or a table)."""
@@ -118,8 +136,9 @@ def fit_objective(prices: Prices, table=FIT_TABLE, measure: int = 40) -> list[fl
     return errs
 
 
-def fit_prices(start: Prices = FITTED, table=FIT_TABLE, *, keys=FIT_PRICES, measure: int = 40,
-               progress=None) -> tuple[Prices, list[float]]:
+def fit_prices(
+    start: Prices = FITTED, table=FIT_TABLE, *, keys=FIT_PRICES, measure: int = 40, progress=None
+) -> tuple[Prices, list[float]]:
     """Minimize the sum of squared relative errors over ``keys`` (the priors held) with
     Nelder-Mead - the projection is a simulation, piecewise in the prices, so no
     gradients; needs scipy (``pip install 'uprobe-emu[fit]'``).  Returns the prices
@@ -135,8 +154,12 @@ def fit_prices(start: Prices = FITTED, table=FIT_TABLE, *, keys=FIT_PRICES, meas
         p = start.replace(**{k: max(float(v), 1e-6) for k, v in zip(keys, x)})
         return sum(e * e for e in fit_objective(p, table, measure))
 
-    res = minimize(cost, [getattr(start, k) for k in keys], method="Nelder-Mead",
-                   options={"maxfev": 300, "xatol": 1e-3, "fatol": 1e-5})
+    res = minimize(
+        cost,
+        [getattr(start, k) for k in keys],
+        method="Nelder-Mead",
+        options={"maxfev": 300, "xatol": 1e-3, "fatol": 1e-5},
+    )
     best = start.replace(**{k: max(float(v), 1e-6) for k, v in zip(keys, res.x)})
     return best, fit_objective(best, table, measure)
 
@@ -144,12 +167,12 @@ def fit_prices(start: Prices = FITTED, table=FIT_TABLE, *, keys=FIT_PRICES, meas
 @dataclass(frozen=True)
 class Check:
     table: str
-    what: str           # "fit" | "speedup" | "ratio" | "peak"
+    what: str  # "fit" | "speedup" | "ratio" | "peak"
     row: str
     cpus: int | None
     projected: float
     published: float
-    apart: int = 0      # peak: columns between the projected and the published peak
+    apart: int = 0  # peak: columns between the projected and the published peak
 
     @property
     def error(self) -> float:
@@ -167,9 +190,17 @@ class Check:
         return abs(self.error) <= self.tolerance + 1e-12
 
     def as_dict(self) -> dict:
-        return {"table": self.table, "what": self.what, "row": self.row, "cpus": self.cpus,
-                "projected": self.projected, "published": self.published, "error": self.error,
-                "tolerance": self.tolerance, "passes": self.passes}
+        return {
+            "table": self.table,
+            "what": self.what,
+            "row": self.row,
+            "cpus": self.cpus,
+            "projected": self.projected,
+            "published": self.published,
+            "error": self.error,
+            "tolerance": self.tolerance,
+            "passes": self.passes,
+        }
 
 
 def _peak_column(cpus, values) -> int:
@@ -192,8 +223,11 @@ def checks(prices: Prices = FITTED, tables=None, *, measure: int = 60, progress=
             if tid == FIT_TABLE:
                 out.extend(Check(tid, "fit", row.label, n, g, v) for n, g, v in zip(t.cpus, got, row.values))
                 continue
-            out.extend(Check(tid, "speedup", row.label, n, g / got[0], v / row.values[0])
-                       for n, g, v in zip(t.cpus, got, row.values) if n != 1)
+            out.extend(
+                Check(tid, "speedup", row.label, n, g / got[0], v / row.values[0])
+                for n, g, v in zip(t.cpus, got, row.values)
+                if n != 1
+            )
             pi, qi = _peak_column(t.cpus, got), _peak_column(t.cpus, row.values)
             out.append(Check(tid, "peak", row.label, None, t.cpus[pi], t.cpus[qi], abs(pi - qi)))
         if tid == FIT_TABLE:
@@ -201,8 +235,9 @@ def checks(prices: Prices = FITTED, tables=None, *, measure: int = 60, progress=
         for before, after in t.comparisons:
             b, a = proj[before], proj[after]
             rb, ra = t.row(before).values, t.row(after).values
-            out.extend(Check(tid, "ratio", f"{after} / {before}", n, a[i] / b[i], ra[i] / rb[i])
-                       for i, n in enumerate(t.cpus))
+            out.extend(
+                Check(tid, "ratio", f"{after} / {before}", n, a[i] / b[i], ra[i] / rb[i]) for i, n in enumerate(t.cpus)
+            )
     return out
 
 

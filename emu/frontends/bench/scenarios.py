@@ -30,41 +30,64 @@ from kernel_model.profiles import KernelProfile
 
 GUEST = "bench_trigger"
 GUEST_PATH = "/guest/bench_trigger"
-MARKER_NR = 110          # getppid: the guest's phase marker
+MARKER_NR = 110  # getppid: the guest's phase marker
 EXIT_NR = 231
 SLED_SIZE = 50_000
 
 
 # ----------------------------------------------------------------------------- scenarios
 
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    loop: int                  # the guest's LOOP argument
-    target: str | None         # probed symbol (None: no probe)
-    kind: str                  # "none" | "entry" | "return"
+    loop: int  # the guest's LOOP argument
+    target: str | None  # probed symbol (None: no probe)
+    kind: str  # "none" | "entry" | "return"
     usdt: bool = False
     description: str = ""
 
 
 def _scenarios() -> dict:
-    out = [Scenario("usermode-count", 0, None, "none", description="call uprobe_target_nop, bump a counter"),
-           Scenario("syscall-count", 1, None, "none", description="syscall(getpgid), bump a counter")]
+    out = [
+        Scenario("usermode-count", 0, None, "none", description="call uprobe_target_nop, bump a counter"),
+        Scenario("syscall-count", 1, None, "none", description="syscall(getpgid), bump a counter"),
+    ]
     for kind, word in (("entry", "uprobe"), ("return", "uretprobe")):
         for i, t in enumerate(("nop", "push", "ret", "nop5", "nop10")):
-            out.append(Scenario(f"{word}-{t}", 2 + i, f"uprobe_target_{t}", kind,
-                                description=f"{word} on uprobe_target_{t}"))
+            out.append(
+                Scenario(f"{word}-{t}", 2 + i, f"uprobe_target_{t}", kind, description=f"{word} on uprobe_target_{t}")
+            )
     for i, t in enumerate(("nop", "nop5", "nop10")):
-        out.append(Scenario(f"usdt-{t}", 7 + i, f"usdt_site_{t}", "entry", usdt=True,
-                            description=f"USDT site '{'nop' if t == 'nop' else 'nop; ' + t}' "
-                                        "(libbpf nop-combo rule)"))
+        out.append(
+            Scenario(
+                f"usdt-{t}",
+                7 + i,
+                f"usdt_site_{t}",
+                "entry",
+                usdt=True,
+                description=f"USDT site '{'nop' if t == 'nop' else 'nop; ' + t}' (libbpf nop-combo rule)",
+            )
+        )
     return {s.name: s for s in out}
 
 
 # read-only tables (no module-level mutable state)
 SCENARIOS = MappingProxyType(_scenarios())
-LOOP_NAMES = MappingProxyType({0: "usermode", 1: "syscall", 2: "nop", 3: "push", 4: "ret", 5: "nop5",
-                               6: "nop10", 7: "usdt-nop", 8: "usdt-nop5", 9: "usdt-nop10"})
+LOOP_NAMES = MappingProxyType(
+    {
+        0: "usermode",
+        1: "syscall",
+        2: "nop",
+        3: "push",
+        4: "ret",
+        5: "nop5",
+        6: "nop10",
+        7: "usdt-nop",
+        8: "usdt-nop5",
+        9: "usdt-nop10",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -113,7 +136,7 @@ def parse_column(text: str, extra: dict | None = None) -> ColumnSpec:
         ov[k.strip()] = _switch_value(v.strip())
     ov.update(extra or {})
     spec = ColumnSpec(kernel.strip(), tuple(sorted(ov.items())))
-    spec.profile()                     # validates names and switches (InputError)
+    spec.profile()  # validates names and switches (InputError)
     return spec
 
 
@@ -122,6 +145,7 @@ def column_from_costmodel(col) -> ColumnSpec:
 
 
 # ----------------------------------------------------------------------------- guest
+
 
 def guest_elf() -> bytes:
     return build_guest(GUEST)[0]
@@ -156,8 +180,9 @@ def site_offset(file, scen: Scenario, profile) -> int:
 
 def new_machine(col: ColumnSpec, loop: int, n: int, warmup: int, n2: int = 0, *, sled: bool = False):
     argv = [GUEST, str(loop), str(n), str(warmup), str(n2)]
-    return Machine.from_bytes(growth_elf() if sled else guest_elf(), GUEST_PATH, argv=argv,
-                              kernel=col.kernel, **dict(col.overrides))
+    return Machine.from_bytes(
+        growth_elf() if sled else guest_elf(), GUEST_PATH, argv=argv, kernel=col.kernel, **dict(col.overrides)
+    )
 
 
 def attach(m, scen: Scenario, consumer: str, box: list):
@@ -177,5 +202,6 @@ def attach(m, scen: Scenario, consumer: str, box: list):
         return m.uprobes.register((file.path, off), handler=count)
     if consumer not in ("program", "ftrace"):
         raise InputError(f"unknown consumer {consumer!r} (handler, program, ftrace)")
-    return m.uprobes.add_event(f"{'r' if ret else 'p'}:bench/trigger {file.path}:{off:#x}",
-                               ftrace=consumer == "ftrace", programs=[count])
+    return m.uprobes.add_event(
+        f"{'r' if ret else 'p'}:bench/trigger {file.path}:{off:#x}", ftrace=consumer == "ftrace", programs=[count]
+    )

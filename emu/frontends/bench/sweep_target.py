@@ -36,11 +36,24 @@ def run_sweep_target(workers: int, kernel: str = "latest", progress=None) -> dic
     seconds = time.perf_counter() - t0
     runs = sweep.runs + sweep.reference_runs
     minutes = seconds / 60
-    row = {"target": f"sweep --libraries --sites insn of {SWEEP_PROGRAM}, minutes ({workers} workers)",
-           "value": minutes, "op": "<=", "limit": SWEEP_MINUTES_TARGET, "ok": minutes <= SWEEP_MINUTES_TARGET,
-           "note": f"{len(sweep.sites):,} sites, {runs:,} runs, {seconds * 1000 * workers / max(runs, 1):.0f} ms "
-                   f"of a worker per run; {len(sweep.divergences):,} divergences, "
-                   f"{len(sweep.unclassified)} unclassified"}
-    return {"program": SWEEP_PROGRAM, "kernel": kernel, "workers": workers, "seconds": seconds,
-            "sites": len(sweep.sites), "runs": runs, "divergences": len(sweep.divergences),
-            "unclassified": len(sweep.unclassified), "targets": [row]}
+    row = {
+        "target": f"sweep --libraries --sites insn of {SWEEP_PROGRAM}, minutes ({workers} workers)",
+        "value": minutes,
+        "op": "<=",
+        "limit": SWEEP_MINUTES_TARGET,
+        "ok": minutes <= SWEEP_MINUTES_TARGET,
+        "note": f"{len(sweep.sites):,} sites, {runs:,} runs, {seconds * 1000 * workers / max(runs, 1):.0f} ms "
+        f"of a worker per run; {len(sweep.divergences):,} divergences, "
+        f"{len(sweep.unclassified)} unclassified",
+    }
+    return {
+        "program": SWEEP_PROGRAM,
+        "kernel": kernel,
+        "workers": workers,
+        "seconds": seconds,
+        "sites": len(sweep.sites),
+        "runs": runs,
+        "divergences": len(sweep.divergences),
+        "unclassified": len(sweep.unclassified),
+        "targets": [row],
+    }

@@ -21,9 +21,9 @@ from emu.machine import Machine
 from kernel_model.errors import InputError
 
 GUEST_PATH = "/bench/threads"
-THREADS = (0, 1, 4)            # 0: the main thread does the work
-TARGET = 2.0                   # W on 4 threads / W on 1 thread
-INSNS_PER_ROUND = 6            # the loop body below
+THREADS = (0, 1, 4)  # 0: the main thread does the work
+TARGET = 2.0  # W on 4 threads / W on 1 thread
+INSNS_PER_ROUND = 6  # the loop body below
 DEFAULT_ROUNDS, QUICK_ROUNDS = 20_000_000, 2_000_000
 
 # Thread rbx of a group: cloned on the (rbx + 1)th 64 KiB stack of the area at rbp, its tid
@@ -66,7 +66,8 @@ wait_done:
 # Threads: clone(CLONE_VM|FS|FILES|SIGHAND|THREAD|SYSVSEM|PARENT_SETTID|CHILD_CLEARTID)
 # on 64 KiB mmap'd stacks; main waits on each tid word with FUTEX_WAIT until the
 # kernel clears it at the thread's exit.
-_SOURCE = """
+_SOURCE = (
+    """
 _start:
     mov r12, [rsp]
     xor r13, r13
@@ -107,7 +108,9 @@ spawn:
 clone_next:
     cmp rbx, r13
     jae wait_all
-""" + CLONE_THREAD.format(child="thread") + """    inc rbx
+"""
+    + CLONE_THREAD.format(child="thread")
+    + """    inc rbx
     jmp clone_next
 thread:
     mov rcx, r15
@@ -117,7 +120,9 @@ thread:
     syscall
 wait_all:
     xor ebx, ebx
-""" + JOIN_THREADS.format(done="done") + """done:
+"""
+    + JOIN_THREADS.format(done="done")
+    + """done:
     xor edi, edi
     mov eax, 231
     syscall
@@ -151,6 +156,7 @@ parse_digit:
 parse_done:
     ret
 """
+)
 
 
 @functools.cache
@@ -166,8 +172,7 @@ def run_once(threads: int, rounds: int, seed: int = 0) -> dict:
     seconds = time.perf_counter() - t0
     if (r.reason, r.exit_code) != ("exit", 0):
         raise RuntimeError(f"threads guest: {r.describe()}")
-    return {"seconds": seconds, "slices": sum(t.slices for t in m.all_tasks),
-            "switches": len(m.scheduler.history)}
+    return {"seconds": seconds, "slices": sum(t.slices for t in m.all_tasks), "switches": len(m.scheduler.history)}
 
 
 def measure(rounds: int, repeat: int) -> dict:
@@ -176,19 +181,37 @@ def measure(rounds: int, repeat: int) -> dict:
     for n in THREADS:
         runs = [run_once(n, rounds) for _ in range(repeat)]
         best = min(runs, key=lambda x: x["seconds"])
-        rows.append({"threads": n, **best, "samples": [x["seconds"] for x in runs],
-                     "mips": rounds * INSNS_PER_ROUND / best["seconds"] / 1e6})
+        rows.append(
+            {
+                "threads": n,
+                **best,
+                "samples": [x["seconds"] for x in runs],
+                "mips": rounds * INSNS_PER_ROUND / best["seconds"] / 1e6,
+            }
+        )
     by = {r["threads"]: r["seconds"] for r in rows}
     ratio = by[4] / by[1]
-    return {"rounds": rounds, "repeat": repeat, "rows": rows,
-            "one_thread_vs_main": by[1] / by[0], "four_vs_one": ratio,
-            "target": {"target": "W on 4 threads / W on 1 thread", "value": ratio, "op": "<=",
-                       "limit": TARGET, "ok": ratio <= TARGET}}
+    return {
+        "rounds": rounds,
+        "repeat": repeat,
+        "rows": rows,
+        "one_thread_vs_main": by[1] / by[0],
+        "four_vs_one": ratio,
+        "target": {
+            "target": "W on 4 threads / W on 1 thread",
+            "value": ratio,
+            "op": "<=",
+            "limit": TARGET,
+            "ok": ratio <= TARGET,
+        },
+    }
 
 
 def render(result: dict, console) -> None:
-    t = Table(title=f"threads: {result['rounds']:,} loop rounds split over N threads "
-                    f"(best of {result['repeat']})", title_justify="left")
+    t = Table(
+        title=f"threads: {result['rounds']:,} loop rounds split over N threads (best of {result['repeat']})",
+        title_justify="left",
+    )
     for h in ("configuration", "seconds", "M insns/s", "emu_starts", "switches"):
         t.add_column(h, justify="left" if h == "configuration" else "right")
     for r in result["rows"]:
@@ -197,8 +220,9 @@ def render(result: dict, console) -> None:
     console.print(t)
     tg = result["target"]
     console.print(f"1 thread / main thread: {result['one_thread_vs_main']:.2f}x")
-    console.print(f"{tg['target']}: {tg['value']:.2f}x (target {tg['op']} {tg['limit']:g}): "
-                  f"{'met' if tg['ok'] else 'MISSED'}")
+    console.print(
+        f"{tg['target']}: {tg['value']:.2f}x (target {tg['op']} {tg['limit']:g}): {'met' if tg['ok'] else 'MISSED'}"
+    )
 
 
 def cmd_threads(args, out) -> int:

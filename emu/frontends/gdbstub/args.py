@@ -14,19 +14,26 @@ if TYPE_CHECKING:
 
 
 def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentParser], None]) -> None:
-    p = sub.add_parser("gdbserver", usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
-                       help="serve a guest to gdb (target remote :PORT)",
-                       description="Load PROGRAM under the uprobes model and wait for gdb on "
-                                   "127.0.0.1:PORT; gdb's breakpoints are kept apart from uprobes. "
-                                   "After gdb detaches the guest runs to its end and the exit "
-                                   "code is its own, as with run.")
+    p = sub.add_parser(
+        "gdbserver",
+        usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
+        help="serve a guest to gdb (target remote :PORT)",
+        description="Load PROGRAM under the uprobes model and wait for gdb on "
+        "127.0.0.1:PORT; gdb's breakpoints are kept apart from uprobes. "
+        "After gdb detaches the guest runs to its end and the exit "
+        "code is its own, as with run.",
+    )
     p.add_argument("program", metavar="PROGRAM")
     p.add_argument("args", nargs="*", metavar="ARGS")
     add_machine_options(p)
     add_events_option(p)
     p.add_argument("--port", type=port_number, default=1234, metavar="N")
     p.add_argument("--host", default="127.0.0.1", help="listen address (loopback by default)")
-    p.add_argument("--checkpoint-interval", type=int, default=DEFAULT_STEPPER_INTERVAL, metavar="N",
-                   help="record for gdb's reverse-stepi/reverse-continue with a checkpoint every N "
-                        "instructions (0: no recording)")
+    p.add_argument(
+        "--checkpoint-interval",
+        type=int,
+        default=DEFAULT_STEPPER_INTERVAL,
+        metavar="N",
+        help="record for gdb's reverse-stepi/reverse-continue with a checkpoint every N instructions (0: no recording)",
+    )
     p.set_defaults(func=lazy_command("emu.frontends.gdbstub.cli", "cmd_gdbserver"))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from emu.frontends.launch import add_cli_events, events_output, make_machine, report_result
 from emu.frontends.gdbstub.stub import serve_once
+from emu.frontends.launch import add_cli_events, events_output, make_machine, report_result
 from kernel_model.errors import InputError
 
 
@@ -16,9 +16,15 @@ def cmd_gdbserver(args) -> int:
     with events_output(args) as out:
         if args.event:
             add_cli_events(m, args, out)
-        result = serve_once(m, args.host, args.port,
-                            ready=lambda port: print(f"uprobe-emu: listening for gdb on {args.host}:{port}",
-                                                     file=sys.stderr, flush=True),
-                            max_insns=args.max_insns or None, timeout=args.timeout or None,
-                            checkpoint_interval=args.checkpoint_interval)
+        result = serve_once(
+            m,
+            args.host,
+            args.port,
+            ready=lambda port: print(
+                f"uprobe-emu: listening for gdb on {args.host}:{port}", file=sys.stderr, flush=True
+            ),
+            max_insns=args.max_insns or None,
+            timeout=args.timeout or None,
+            checkpoint_interval=args.checkpoint_interval,
+        )
     return 0 if result is None else report_result(result, m)

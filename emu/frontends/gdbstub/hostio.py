@@ -25,16 +25,32 @@ from emu.frontends.gdbstub.packets import PACKET_SIZE, Malformed, escape_binary,
 # gdb's File-I/O errno values (gdb/gdbsupport/fileio.h)
 FILEIO_EPERM, FILEIO_ENOENT, FILEIO_EBADF, FILEIO_EACCES = 1, 2, 9, 13
 FILEIO_EINVAL, FILEIO_EMFILE, FILEIO_EUNKNOWN = 22, 24, 9999
-_FILEIO_ERRNO = {errno.EPERM: 1, errno.ENOENT: 2, errno.EINTR: 4, errno.EBADF: 9, errno.EACCES: 13,
-                 errno.EFAULT: 14, errno.EBUSY: 16, errno.EEXIST: 17, errno.ENODEV: 19,
-                 errno.ENOTDIR: 20, errno.EISDIR: 21, errno.EINVAL: 22, errno.ENFILE: 23,
-                 errno.EMFILE: 24, errno.EFBIG: 27, errno.ENOSPC: 28, errno.ESPIPE: 29,
-                 errno.EROFS: 30, errno.ENAMETOOLONG: 91}
+_FILEIO_ERRNO = {
+    errno.EPERM: 1,
+    errno.ENOENT: 2,
+    errno.EINTR: 4,
+    errno.EBADF: 9,
+    errno.EACCES: 13,
+    errno.EFAULT: 14,
+    errno.EBUSY: 16,
+    errno.EEXIST: 17,
+    errno.ENODEV: 19,
+    errno.ENOTDIR: 20,
+    errno.EISDIR: 21,
+    errno.EINVAL: 22,
+    errno.ENFILE: 23,
+    errno.EMFILE: 24,
+    errno.EFBIG: 27,
+    errno.ENOSPC: 28,
+    errno.ESPIPE: 29,
+    errno.EROFS: 30,
+    errno.ENAMETOOLONG: 91,
+}
 _FILEIO_ACCMODE, _FILEIO_O_RDONLY = 3, 0
-MAX_OPEN = 64                      # descriptors a debugger may hold at once (EMFILE past it)
+MAX_OPEN = 64  # descriptors a debugger may hold at once (EMFILE past it)
 # the most file bytes one reply carries: every byte may need an escape, plus "F<len>;"
 MAX_PREAD = (PACKET_SIZE - 32) // 2
-_STAT = struct.Struct("<QQQIIIiQqqqqqqqqq")      # x86_64 struct stat (144 bytes)
+_STAT = struct.Struct("<QQQIIIiQqqqqqqqqq")  # x86_64 struct stat (144 bytes)
 
 
 def fileio_errno(err: int) -> int:
@@ -45,11 +61,26 @@ def fileio_errno(err: int) -> int:
 def fio_stat(stat: bytes) -> bytes:
     """gdb's ``struct fio_stat`` (big-endian, 64 bytes) of an x86_64 ``struct stat``:
     32-bit device, inode, mode, link count, ids and times, 64-bit sizes."""
-    (dev, ino, nlink, mode, uid, gid, _pad, rdev, size, blksize, blocks,
-     atime, _ans, mtime, _mns, ctime, _cns) = _STAT.unpack_from(stat.ljust(_STAT.size, b"\0"))
+    (dev, ino, nlink, mode, uid, gid, _pad, rdev, size, blksize, blocks, atime, _ans, mtime, _mns, ctime, _cns) = (
+        _STAT.unpack_from(stat.ljust(_STAT.size, b"\0"))
+    )
     m32 = 0xFFFFFFFF
-    return struct.pack(">IIIIIIIQQQIII", dev & m32, ino & m32, mode, nlink & m32, uid, gid, rdev & m32,
-                       size, blksize, blocks, atime & m32, mtime & m32, ctime & m32)
+    return struct.pack(
+        ">IIIIIIIQQQIII",
+        dev & m32,
+        ino & m32,
+        mode,
+        nlink & m32,
+        uid,
+        gid,
+        rdev & m32,
+        size,
+        blksize,
+        blocks,
+        atime & m32,
+        mtime & m32,
+        ctime & m32,
+    )
 
 
 class HostIO:
@@ -63,9 +94,16 @@ class HostIO:
     def handle(self, rest: bytes) -> str:
         """The reply to ``vFile:<rest>``."""
         op, _, args = rest.partition(b":")
-        handler = {b"setfs": self._setfs, b"open": self._open, b"pread": self._pread,
-                   b"pwrite": self._pwrite, b"close": self._close, b"fstat": self._fstat,
-                   b"readlink": self._readlink, b"unlink": self._unlink}.get(op)
+        handler = {
+            b"setfs": self._setfs,
+            b"open": self._open,
+            b"pread": self._pread,
+            b"pwrite": self._pwrite,
+            b"close": self._close,
+            b"fstat": self._fstat,
+            b"readlink": self._readlink,
+            b"unlink": self._unlink,
+        }.get(op)
         if handler is None:
             return f"F-1,{FILEIO_EINVAL:x}"
         try:
@@ -104,7 +142,7 @@ class HostIO:
         path, flags = self._path(name), hex_int(flags)
         hex_int(mode)
         if flags & _FILEIO_ACCMODE != _FILEIO_O_RDONLY or flags & ~_FILEIO_ACCMODE:
-            return self._error(errno.EACCES)        # O_CREAT/O_TRUNC/O_APPEND/O_EXCL, or writing
+            return self._error(errno.EACCES)  # O_CREAT/O_TRUNC/O_APPEND/O_EXCL, or writing
         if len(self.files) >= MAX_OPEN:
             return self._error(errno.EMFILE)
         f = self.m.open_guest_file(path)

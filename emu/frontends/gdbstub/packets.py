@@ -13,9 +13,9 @@ import re
 import select
 import socket
 
-PACKET_SIZE = 0x4000      # advertised as PacketSize: the most payload bytes we accept
-_DECODED_MAX = 4 * PACKET_SIZE   # a run-length encoded payload may expand this far
-_ACK_RETRIES = 3          # retransmissions after a '-' before we give up on the peer
+PACKET_SIZE = 0x4000  # advertised as PacketSize: the most payload bytes we accept
+_DECODED_MAX = 4 * PACKET_SIZE  # a run-length encoded payload may expand this far
+_ACK_RETRIES = 3  # retransmissions after a '-' before we give up on the peer
 MASK64 = (1 << 64) - 1
 
 
@@ -120,7 +120,7 @@ class FrameParser:
                 j = m.start() if m else n
                 room = self.limit - len(self.payload)
                 if room > 0:
-                    self.payload += data[i:min(j, i + room)]
+                    self.payload += data[i : min(j, i + room)]
                 self.size += j - i
                 i = j
                 if m is not None:
@@ -131,7 +131,7 @@ class FrameParser:
                         self.state = "csum"
             else:
                 take = min(2 - len(self.csum), n - i)
-                self.csum += data[i:i + take]
+                self.csum += data[i : i + take]
                 i += take
                 if len(self.csum) == 2:
                     out.append(self._finish())
@@ -198,7 +198,7 @@ class GdbConnection:
             if ev[0] == INTERRUPT:
                 return b"\x03"
             if ev[0] != PACKET:
-                continue                       # a stray ack
+                continue  # a stray ack
             _, payload, problem = ev
             if problem is not None:
                 if self.ack:
@@ -236,13 +236,12 @@ class GdbConnection:
             self.pump()
 
 
-
 def xfer_reply(data: bytes, off: int, length: int) -> str:
     """The part of an object from ``off``: as many bytes as ``length`` asks and an
     escaped reply holds; ``l`` when it reaches the end (or ``off`` is past it)."""
     chunk = bytearray()
     room = min(length, PACKET_SIZE - 1)
-    for byte in data[off:off + length]:
+    for byte in data[off : off + length]:
         need = 2 if byte in b"$#}*" else 1
         if room < need:
             break

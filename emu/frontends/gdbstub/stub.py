@@ -59,7 +59,7 @@ from emu.inspect import GuestFault, is_runnable, process_auxv, process_exe_link,
 from kernel_model.errors import EmuError, InputError
 
 SIGTRAP, SIGINT = 5, 2
-_WATCH_KINDS = {"2": "write", "3": "read", "4": "access"}     # Z2 / Z3 / Z4
+_WATCH_KINDS = {"2": "write", "3": "read", "4": "access"}  # Z2 / Z3 / Z4
 
 
 class GdbStub:
@@ -70,23 +70,30 @@ class GdbStub:
     (``W``/``X``).  A client that goes away while the guest runs stops it.
     """
 
-    def __init__(self, machine, *, max_insns=None, timeout=None,
-                 checkpoint_interval: int | None = reverse.DEFAULT_STEPPER_INTERVAL):
+    def __init__(
+        self,
+        machine,
+        *,
+        max_insns=None,
+        timeout=None,
+        checkpoint_interval: int | None = reverse.DEFAULT_STEPPER_INTERVAL,
+    ):
         self.m = machine
         self.stepper = Stepper(machine, max_insns=max_insns, timeout=timeout)
-        self.stepper.stop_at_signals = True     # a tracer sees each signal before delivery
+        self.stepper.stop_at_signals = True  # a tracer sees each signal before delivery
         # recorded from the start for bs/bc (None or 0: no reverse execution)
-        self.reverse = reverse.ReverseStepper.of(self.stepper, interval=checkpoint_interval) \
-            if checkpoint_interval else None
+        self.reverse = (
+            reverse.ReverseStepper.of(self.stepper, interval=checkpoint_interval) if checkpoint_interval else None
+        )
         self.conn: GdbConnection | None = None
-        self.g_tid = None                  # thread selected with Hg (registers)
-        self.c_tid = None                  # thread selected with Hc (s and c packets)
+        self.g_tid = None  # thread selected with Hg (registers)
+        self.c_tid = None  # thread selected with Hc (s and c packets)
         self.done = False
         self.detached = False
         self.last_stop = "S05"
-        self.xfer_cache: dict = {}         # (object, annex) -> bytes while the guest stays stopped
-        self.hostio = HostIO(machine)      # vFile: the guest's files, read-only
-        self.multiprocess = False          # thread ids as pPID.TID (gdb offered multiprocess+)
+        self.xfer_cache: dict = {}  # (object, annex) -> bytes while the guest stays stopped
+        self.hostio = HostIO(machine)  # vFile: the guest's files, read-only
+        self.multiprocess = False  # thread ids as pPID.TID (gdb offered multiprocess+)
 
     # -- registers --------------------------------------------------------------
     def _task(self, tid=None):
@@ -115,12 +122,12 @@ class GdbStub:
 
     def write_register(self, name: str, data: bytes) -> None:
         if name not in CPU_REGISTERS:
-            return                       # segment selectors and x87 state are fixed here
+            return  # segment selectors and x87 state are fixed here
         value = int.from_bytes(data, "little")
         if name in GENERAL_REGISTERS:
             self.stepper.set_register(name, value)
         else:
-            self.m.reg_write(name, value)       # xmm, mxcsr
+            self.m.reg_write(name, value)  # xmm, mxcsr
 
     def g_packet(self) -> str:
         task = self._task()
@@ -135,7 +142,7 @@ class GdbStub:
             self.done = True
             return f"X{gdb_signal(ev.signal):02x}"
         tid = self._ptid(self.m.task)
-        self.g_tid = self.c_tid = None     # gdb now takes the reporting thread as selected
+        self.g_tid = self.c_tid = None  # gdb now takes the reporting thread as selected
         if ev.reason == "signal_received":
             tid = self._ptid(self.stepper.signal_stop.task)
             return f"T{gdb_signal(ev.stop_signal):02x}thread:{tid};"
@@ -156,7 +163,7 @@ class GdbStub:
         """Step thread ``tid`` (default: the current one) or let every thread run.
         A thread that sleeps cannot be stepped alone: then everything runs."""
         if self.done:
-            return self.last_stop           # the guest is gone: its end, again
+            return self.last_stop  # the guest is gone: its end, again
         self.xfer_cache.clear()
         if addr is not None:
             self.stepper.set_register("rip", addr)
@@ -188,8 +195,7 @@ class GdbStub:
         why = None
         while not stop.is_set() and why is None:
             if any(ev[0] == INTERRUPT for ev in self.conn.events):
-                self.conn.events = collections.deque(
-                    ev for ev in self.conn.events if ev[0] != INTERRUPT)
+                self.conn.events = collections.deque(ev for ev in self.conn.events if ev[0] != INTERRUPT)
                 why = "interrupted by gdb (SIGINT)"
                 break
             try:
@@ -209,22 +215,22 @@ class GdbStub:
         try:
             return self._dispatch(pkt, text)
         except (ValueError, OverflowError, EmuError):
-            return "E01"      # Malformed arguments, or a write the stepper refuses
+            return "E01"  # Malformed arguments, or a write the stepper refuses
 
     def _dispatch(self, pkt: bytes, text: str) -> str | None:
         head = text[:1]
         if text.startswith("qSupported"):
             return self._qsupported(text)
         if text == "QStartNoAckMode":
-            self.conn.send("OK")          # acknowledged before acks stop
+            self.conn.send("OK")  # acknowledged before acks stop
             self.conn.ack = False
-            return ""                     # serve() sends nothing more for this packet
+            return ""  # serve() sends nothing more for this packet
         if text.startswith("qXfer:"):
-            return self._qxfer(text[len("qXfer:"):])
+            return self._qxfer(text[len("qXfer:") :])
         if text.startswith("vFile:"):
-            return self.hostio.handle(pkt[len("vFile:"):])
+            return self.hostio.handle(pkt[len("vFile:") :])
         if text.startswith("QPassSignals:"):
-            return self._pass_signals(text[len("QPassSignals:"):])
+            return self._pass_signals(text[len("QPassSignals:") :])
         if text == "?":
             return self.last_stop
         if text == "qfThreadInfo":
@@ -241,7 +247,7 @@ class GdbStub:
             return self._vcont(text[5:])
         if text == "D" or text.startswith("D;"):
             if text.startswith("D;"):
-                hex_int(text[2:])                  # D;pid: a malformed pid is E01
+                hex_int(text[2:])  # D;pid: a malformed pid is E01
             self.conn.send("OK")
             self.detached = True
             return None
@@ -250,9 +256,22 @@ class GdbStub:
         if text.startswith("vKill"):
             self.conn.send("OK")
             return None
-        handler = {"H": self._h, "T": self._t, "g": self._g, "G": self._G, "p": self._p,
-                   "P": self._P, "m": self._m, "M": self._M, "X": self._X, "Z": self._z,
-                   "z": self._z, "c": self._cs, "s": self._cs, "b": self._b}.get(head)
+        handler = {
+            "H": self._h,
+            "T": self._t,
+            "g": self._g,
+            "G": self._G,
+            "p": self._p,
+            "P": self._P,
+            "m": self._m,
+            "M": self._M,
+            "X": self._X,
+            "Z": self._z,
+            "z": self._z,
+            "c": self._cs,
+            "s": self._cs,
+            "b": self._b,
+        }.get(head)
         if handler is None:
             return ""
         return handler(pkt, text)
@@ -278,12 +297,14 @@ class GdbStub:
         offered = text.partition(":")[2].split(";")
         self.stepper.stop_at_exec = "exec-events+" in offered
         self.multiprocess = "multiprocess+" in offered
-        return (f"PacketSize={PACKET_SIZE:x};qXfer:features:read+;qXfer:auxv:read+;"
-                "qXfer:exec-file:read+;qXfer:libraries-svr4:read+;qXfer:siginfo:read+;QPassSignals+;"
-                "augmented-libraries-svr4-read+;swbreak+;QStartNoAckMode+;vContSupported+"
-                + (";exec-events+" if self.stepper.stop_at_exec else "")
-                + (";multiprocess+" if self.multiprocess else "")
-                + (";ReverseStep+;ReverseContinue+" if self.reverse is not None else ""))
+        return (
+            f"PacketSize={PACKET_SIZE:x};qXfer:features:read+;qXfer:auxv:read+;"
+            "qXfer:exec-file:read+;qXfer:libraries-svr4:read+;qXfer:siginfo:read+;QPassSignals+;"
+            "augmented-libraries-svr4-read+;swbreak+;QStartNoAckMode+;vContSupported+"
+            + (";exec-events+" if self.stepper.stop_at_exec else "")
+            + (";multiprocess+" if self.multiprocess else "")
+            + (";ReverseStep+;ReverseContinue+" if self.reverse is not None else "")
+        )
 
     def _qxfer(self, rest: str) -> str:
         """``qXfer:OBJECT:read:ANNEX:OFFSET,LENGTH`` (gdbserver's handle_qxfer): the
@@ -293,14 +314,18 @@ class GdbStub:
         ``E00`` for an unknown annex, ``E01`` when the object cannot be produced,
         the empty reply for an object we do not serve."""
         obj, _, rest = rest.partition(":")
-        readers = {"features": self._xfer_features, "auxv": self._xfer_auxv,
-                   "exec-file": self._xfer_exec_file, "libraries-svr4": self._xfer_libraries_svr4,
-                   "siginfo": self._xfer_siginfo}
+        readers = {
+            "features": self._xfer_features,
+            "auxv": self._xfer_auxv,
+            "exec-file": self._xfer_exec_file,
+            "libraries-svr4": self._xfer_libraries_svr4,
+            "siginfo": self._xfer_siginfo,
+        }
         if obj not in readers:
             return ""
         op, _, rest = rest.partition(":")
         if op != "read":
-            return ""                     # nothing here is writable
+            return ""  # nothing here is writable
         annex, colon, span = rest.partition(":")
         if not colon:
             raise Malformed(rest)
@@ -311,12 +336,12 @@ class GdbStub:
             if isinstance(data, bytes):
                 self.xfer_cache[(obj, annex)] = data
         if isinstance(data, str):
-            return data                   # an error reply
+            return data  # an error reply
         return xfer_reply(data, off, length)
 
     @staticmethod
     def _xfer_features(annex: str) -> bytes | str:
-        return target_xml().encode() if annex == "target.xml" else "E00"   # no such annex
+        return target_xml().encode() if annex == "target.xml" else "E00"  # no such annex
 
     def _xfer_auxv(self, annex: str) -> bytes | str:
         """/proc/PID/auxv, as gdbserver's linux_read_auxv reads it."""
@@ -334,7 +359,7 @@ class GdbStub:
             if task is None:
                 return "E01"
         if not os.path.isfile(task.process.exe_path):
-            return "E01"                  # an image that never was a file (from_asm, guest:)
+            return "E01"  # an image that never was a file (from_asm, guest:)
         path = process_exe_link(self.m, task.process, task)
         return "E01" if isinstance(path, int) else path.encode("utf-8", "surrogateescape")
 
@@ -381,7 +406,7 @@ class GdbStub:
             n = bits // 8
             if pos + n > len(data):
                 break
-            self.write_register(name, data[pos:pos + n])
+            self.write_register(name, data[pos : pos + n])
             pos += n
         return "OK"
 
@@ -410,7 +435,7 @@ class GdbStub:
 
     def _m(self, _pkt, text):
         addr, length = address_length(text[1:])
-        length = min(length, (PACKET_SIZE - 1) // 2)     # no more than a reply holds
+        length = min(length, (PACKET_SIZE - 1) // 2)  # no more than a reply holds
         out = self._peek(addr, length)
         return out.hex() if out or not length else "E14"
 
@@ -452,7 +477,7 @@ class GdbStub:
         if kind not in ("0", "1", "2", "3", "4"):
             return "E01"
         if kind == "1":
-            return ""                          # no hardware breakpoints: gdb uses Z0
+            return ""  # no hardware breakpoints: gdb uses Z0
         fields = rest.split(";", 1)[0].split(",")
         if len(fields) != 2:
             raise Malformed(text)
@@ -472,7 +497,7 @@ class GdbStub:
             try:
                 self.stepper.break_at(addr)
             except StepperError:
-                return "E14"                # not executable memory
+                return "E14"  # not executable memory
         return "OK"
 
     def _watchpoint(self, insert: bool, kind: str, addr: int, size: int) -> str:
@@ -480,8 +505,7 @@ class GdbStub:
         or 8 bytes; z removes the one of that kind, address and size."""
         if size not in (1, 2, 4, 8) or addr + size > MASK64 + 1:
             return "E01"
-        same = [n for n, w in self.stepper.watchpoints.items()
-                if (w.address, w.size, w.kind) == (addr, size, kind)]
+        same = [n for n, w in self.stepper.watchpoints.items() if (w.address, w.size, w.kind) == (addr, size, kind)]
         if not insert:
             for n in same:
                 self.stepper.unwatch(n)
@@ -492,11 +516,11 @@ class GdbStub:
             try:
                 self.stepper.watch(addr, size, kind)
             except StepperError:
-                return "E14"                    # not mapped
+                return "E14"  # not mapped
         return "OK"
 
     def _cs(self, _pkt, text):
-        addr = hex_int(text[1:]) if len(text) > 1 else None   # c ADDR / s ADDR
+        addr = hex_int(text[1:]) if len(text) > 1 else None  # c ADDR / s ADDR
         if addr is not None and addr > MASK64:
             raise Malformed(text)
         return self._resume(text[0], addr, self.c_tid)
@@ -511,12 +535,12 @@ class GdbStub:
             verb, colon, tid = action.partition(":")
             tid = thread_id(tid) if colon else None
             if verb[:1] in ("C", "S") and len(verb) == 3:
-                hex_int(verb[1:])                # the signal is not delivered
+                hex_int(verb[1:])  # the signal is not delivered
                 verb = verb[0].lower()
             elif verb not in ("c", "s"):
                 raise Malformed(action)
             if verb == "s" and step_tid is None:
-                step_tid = tid if tid is not None else 0   # vCont;s:TID;c steps TID
+                step_tid = tid if tid is not None else 0  # vCont;s:TID;c steps TID
         if step_tid is None:
             return self._resume("c")
         return self._resume("s", tid=step_tid)
@@ -544,12 +568,12 @@ class GdbStub:
         FOLL_FORCE write; the CPU sees it at once.  It may not change a probed
         instruction or a hijacked return address (:meth:`Stepper.write_program`)."""
         if not data:
-            return "OK"                   # gdb's probe for X support
+            return "OK"  # gdb's probe for X support
         self.xfer_cache.clear()
         try:
             self.stepper.write_program(addr, data)
         except (GuestFault, StepperError):
-            return "E14"                  # unmapped, or it would change what a probe keeps
+            return "E14"  # unmapped, or it would change what a probe keeps
         return "OK"
 
     def _monitor(self, cmd: str) -> str:
@@ -561,8 +585,10 @@ class GdbStub:
             for up in sorted(registered_uprobes(self.m), key=lambda u: u.offset):
                 file, offset = up.file, up.offset
                 for vaddr in self.m.uprobes.vaddr_of(self.m.process, file, offset):
-                    lines.append(f"{vaddr:#x} {file.path}:{offset:#x} hits={up.hits} "
-                                 f"consumers={len(up.consumers)} {up.arch.kind if up.arch else '?'}")
+                    lines.append(
+                        f"{vaddr:#x} {file.path}:{offset:#x} hits={up.hits} "
+                        f"consumers={len(up.consumers)} {up.arch.kind if up.arch else '?'}"
+                    )
             text = "\n".join(lines) + "\n" if lines else "no probes\n"
         elif cmd == "counters":
             text = "".join(f"{k}: {v}\n" for k, v in self.m.counters.snapshot().items() if v)
@@ -611,9 +637,16 @@ class GdbStub:
             self.hostio.close_all()
 
 
-
-def serve_once(machine, host: str, port: int, *, ready=None, max_insns=None, timeout=None,
-               checkpoint_interval: int | None = reverse.DEFAULT_STEPPER_INTERVAL):
+def serve_once(
+    machine,
+    host: str,
+    port: int,
+    *,
+    ready=None,
+    max_insns=None,
+    timeout=None,
+    checkpoint_interval: int | None = reverse.DEFAULT_STEPPER_INTERVAL,
+):
     """Listen on host:port, serve one gdb, return when it detaches, kills or goes away.
 
     After a detach (``D``) the guest runs on to its natural end, without breakpoints or
@@ -632,8 +665,7 @@ def serve_once(machine, host: str, port: int, *, ready=None, max_insns=None, tim
         conn, _ = srv.accept()
     finally:
         srv.close()
-    stub = GdbStub(machine, max_insns=max_insns, timeout=timeout,
-                   checkpoint_interval=checkpoint_interval)
+    stub = GdbStub(machine, max_insns=max_insns, timeout=timeout, checkpoint_interval=checkpoint_interval)
     with conn:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         stub.serve(conn)

@@ -9,16 +9,16 @@ from emu.frontends.gdbstub.packets import MASK64, Malformed, hex_int
 
 # x86_64 layouts gdbserver reads (its link_map_offsets for 64-bit): struct r_debug's
 # r_map; struct link_map's l_addr, l_name, l_ld, l_next, l_prev.
-_R_MAP, _R_NEXT = 8, 40        # r_next: struct r_debug_extended (r_version 2)
+_R_MAP, _R_NEXT = 8, 40  # r_next: struct r_debug_extended (r_version 2)
 _L_ADDR, _L_NAME, _L_LD, _L_NEXT, _L_PREV = 0, 8, 16, 24, 32
 _AT_PHDR, _AT_PHNUM = 3, 5
 _PT_DYNAMIC, _PT_PHDR = 2, 6
 _DT_NULL, _DT_DEBUG = 0, 21
 _PHDR_SIZE, _DYN_SIZE = 56, 16
 _PATH_MAX = 4096
-_MAX_LIBRARIES = 4096          # link_map entries read per document: more is a loop
-_MAX_NAMESPACES = 256          # dlmopen namespaces along r_next
-_MAX_DYNAMIC = 4096            # dynamic entries looked at before giving up on DT_NULL
+_MAX_LIBRARIES = 4096  # link_map entries read per document: more is a loop
+_MAX_NAMESPACES = 256  # dlmopen namespaces along r_next
+_MAX_DYNAMIC = 4096  # dynamic entries looked at before giving up on DT_NULL
 
 
 def svr4_annex(annex: str) -> tuple[int, int, int]:
@@ -38,8 +38,7 @@ def svr4_annex(annex: str) -> tuple[int, int, int]:
 
 def _xml_escape(text: bytes) -> bytes:
     """xml_escape_text_append: the five characters XML reserves."""
-    for ch, ent in ((b"&", b"&amp;"), (b"<", b"&lt;"), (b">", b"&gt;"), (b'"', b"&quot;"),
-                    (b"'", b"&apos;")):
+    for ch, ent in ((b"&", b"&amp;"), (b"<", b"&lt;"), (b">", b"&gt;"), (b'"', b"&quot;"), (b"'", b"&apos;")):
         text = text.replace(ch, ent)
     return text
 
@@ -54,7 +53,7 @@ class Svr4Libraries:
 
     def __init__(self, peek, auxv: bytes):
         self.peek = peek
-        self.entries_left = _MAX_LIBRARIES     # over all namespaces: a looping chain ends
+        self.entries_left = _MAX_LIBRARIES  # over all namespaces: a looping chain ends
         self.auxv = {}
         for i in range(0, len(auxv) - 15, 16):
             key, val = struct.unpack_from("<QQ", auxv, i)
@@ -78,7 +77,7 @@ class Svr4Libraries:
             headers.append((p_type, p_vaddr))
         relocation = next(((phdr - v) & MASK64 for t, v in headers if t == _PT_PHDR), None)
         if relocation is None:
-            return 0                      # no PT_PHDR: gdbserver does not guess either
+            return 0  # no PT_PHDR: gdbserver does not guess either
         return next(((v + relocation) & MASK64 for t, v in headers if t == _PT_DYNAMIC), 0)
 
     def get_r_debug(self) -> int:
@@ -118,7 +117,7 @@ class Svr4Libraries:
             if len(version) < 4 or struct.unpack("<i", version)[0] < 1 or lm is None:
                 break
             lm_prev = 0
-            if n == 0:                    # once, even if r_next leads back to it
+            if n == 0:  # once, even if r_next leads back to it
                 head += b' main-lm="0x%x"' % lm if lm else b""
                 lm_prev, lm = lm, self.word(lm + _L_NEXT)
                 if lm is None:
@@ -144,12 +143,13 @@ class Svr4Libraries:
             l_name, l_addr, l_ld, _l_prev, l_next = fields
             name = self.read_name(l_name)
             if name:
-                out.append(b'<library name="%s" lm="0x%x" l_addr="0x%x" l_ld="0x%x" lmid="0x%x"/>'
-                           % (_xml_escape(name), lm, l_addr, l_ld, lmid))
+                out.append(
+                    b'<library name="%s" lm="0x%x" l_addr="0x%x" l_ld="0x%x" lmid="0x%x"/>'
+                    % (_xml_escape(name), lm, l_addr, l_ld, lmid)
+                )
             prev, lm = lm, l_next
         return b"".join(out)
 
     def read_name(self, addr: int) -> bytes:
         """l_name: the string up to its NUL, at most PATH_MAX - 1 bytes, short at a fault."""
         return self.peek(addr, _PATH_MAX - 1).split(b"\0", 1)[0]
-

@@ -27,14 +27,30 @@ from emu.frontends.launch import add_cli_events, events_output, make_machine
 from emu.inspect import GuestFault, process_auxv, registered_uprobes, signal_name
 from kernel_model.errors import EmuError
 
-_SIGNAL_TEXT = {"SIGSEGV": "Segmentation fault", "SIGILL": "Illegal instruction",
-                "SIGTRAP": "Trace/breakpoint trap", "SIGFPE": "Arithmetic exception",
-                "SIGBUS": "Bus error", "SIGABRT": "Aborted", "SIGKILL": "Killed",
-                "SIGSYS": "Bad system call", "SIGTERM": "Terminated", "SIGINT": "Interrupt",
-                "SIGPIPE": "Broken pipe", "SIGALRM": "Alarm clock"}
-_REVERSE_VERBS = {"rsi": "reverse-stepi", "reverse-stepi": "reverse-stepi", "rs": "reverse-step",
-                  "reverse-step": "reverse-step", "rni": "reverse-step", "reverse-nexti": "reverse-step",
-                  "rc": "reverse-continue", "reverse-continue": "reverse-continue"}
+_SIGNAL_TEXT = {
+    "SIGSEGV": "Segmentation fault",
+    "SIGILL": "Illegal instruction",
+    "SIGTRAP": "Trace/breakpoint trap",
+    "SIGFPE": "Arithmetic exception",
+    "SIGBUS": "Bus error",
+    "SIGABRT": "Aborted",
+    "SIGKILL": "Killed",
+    "SIGSYS": "Bad system call",
+    "SIGTERM": "Terminated",
+    "SIGINT": "Interrupt",
+    "SIGPIPE": "Broken pipe",
+    "SIGALRM": "Alarm clock",
+}
+_REVERSE_VERBS = {
+    "rsi": "reverse-stepi",
+    "reverse-stepi": "reverse-stepi",
+    "rs": "reverse-step",
+    "reverse-step": "reverse-step",
+    "rni": "reverse-step",
+    "reverse-nexti": "reverse-step",
+    "rc": "reverse-continue",
+    "reverse-continue": "reverse-continue",
+}
 _X_SIZES = {"b": 1, "h": 2, "w": 4, "g": 8}
 _X_PER_LINE = {1: 8, 2: 8, 4: 4, 8: 2}
 
@@ -82,33 +98,54 @@ class StepperShell:
         self.m = stepper.machine
         self.out = out if out is not None else sys.stdout
         self.err = err if err is not None else sys.stderr
-        self.history = 0                     # gdb's $N value history counter
+        self.history = 0  # gdb's $N value history counter
         self.quit = False
         self._x_last = ("x", 4)
-        self._watch_values: dict[int, int] = {}   # watchpoint number -> value last shown
+        self._watch_values: dict[int, int] = {}  # watchpoint number -> value last shown
         self.errors = 0
         self.interactive = False
-        self.pending = True                  # gdb's `set breakpoint pending on`
+        self.pending = True  # gdb's `set breakpoint pending on`
         self._commands = {
-            "si": self.cmd_stepi, "stepi": self.cmd_stepi,
-            "ni": self.cmd_nexti, "nexti": self.cmd_nexti,
-            "r": self.cmd_run, "run": self.cmd_run, "starti": self.cmd_starti,
-            "c": self.cmd_continue, "cont": self.cmd_continue, "continue": self.cmd_continue,
-            "finish": self.cmd_finish, "fin": self.cmd_finish,
-            "until": self.cmd_until, "u": self.cmd_until, "advance": self.cmd_until,
-            "b": self.cmd_break, "br": self.cmd_break, "break": self.cmd_break,
+            "si": self.cmd_stepi,
+            "stepi": self.cmd_stepi,
+            "ni": self.cmd_nexti,
+            "nexti": self.cmd_nexti,
+            "r": self.cmd_run,
+            "run": self.cmd_run,
+            "starti": self.cmd_starti,
+            "c": self.cmd_continue,
+            "cont": self.cmd_continue,
+            "continue": self.cmd_continue,
+            "finish": self.cmd_finish,
+            "fin": self.cmd_finish,
+            "until": self.cmd_until,
+            "u": self.cmd_until,
+            "advance": self.cmd_until,
+            "b": self.cmd_break,
+            "br": self.cmd_break,
+            "break": self.cmd_break,
             "catch": self.cmd_catch,
-            "d": self.cmd_delete, "delete": self.cmd_delete,
-            "i": self.cmd_info, "info": self.cmd_info,
-            "disas": self.cmd_disas, "disassemble": self.cmd_disas,
-            "bt": self.cmd_bt, "backtrace": self.cmd_bt, "where": self.cmd_bt,
-            "p": self.cmd_print, "print": self.cmd_print,
+            "d": self.cmd_delete,
+            "delete": self.cmd_delete,
+            "i": self.cmd_info,
+            "info": self.cmd_info,
+            "disas": self.cmd_disas,
+            "disassemble": self.cmd_disas,
+            "bt": self.cmd_bt,
+            "backtrace": self.cmd_bt,
+            "where": self.cmd_bt,
+            "p": self.cmd_print,
+            "print": self.cmd_print,
             "set": self.cmd_set,
-            "watch": self.cmd_watch, "rwatch": self.cmd_rwatch, "awatch": self.cmd_awatch,
+            "watch": self.cmd_watch,
+            "rwatch": self.cmd_rwatch,
+            "awatch": self.cmd_awatch,
             "probe": self.cmd_probe,
-            "q": self.cmd_quit, "quit": self.cmd_quit,
+            "q": self.cmd_quit,
+            "quit": self.cmd_quit,
             **{name: functools.partial(self.cmd_reverse, verb=verb) for name, verb in _REVERSE_VERBS.items()},
-            "help": self.cmd_help, "h": self.cmd_help,
+            "help": self.cmd_help,
+            "h": self.cmd_help,
         }
 
     # ------------------------------------------------------------------ driver
@@ -175,7 +212,7 @@ class StepperShell:
                 print("Quit", file=self.out)
                 continue
             if tty and not line.strip():
-                line = last                      # gdb repeats the last command on Enter
+                line = last  # gdb repeats the last command on Enter
             last = line
             self.execute(line)
 
@@ -200,7 +237,7 @@ class StepperShell:
         mark = "=> " if current else "   "
         text = insn.text + annotation(insn, lambda a: self.s.label(a))
         raw = self.s.raw_disasm.decode(addr)
-        if raw.bytes != insn.bytes[:raw.size]:
+        if raw.bytes != insn.bytes[: raw.size]:
             text += f"        # uprobe site, in memory: {raw.text}"
         return f"{mark}{addr:#x}{f' <{label}>' if label else ''}:\t{text}"
 
@@ -228,8 +265,11 @@ class StepperShell:
             self._p(self._where(ev.rip))
         elif ev.reason == "exec":
             self._p()
-            what = f"Catchpoint {ev.catchpoint.number} (exec'd {ev.exec_path})" if ev.catchpoint \
+            what = (
+                f"Catchpoint {ev.catchpoint.number} (exec'd {ev.exec_path})"
+                if ev.catchpoint
                 else f"Program stopped: exec'd {ev.exec_path}"
+            )
             self._p(f"{what}, {self._where(ev.rip)}")
         elif ev.reason == "stopped":
             self._p()
@@ -244,7 +284,7 @@ class StepperShell:
         with self.m.interruptible():
             ev = fn(*args)
             if self.s.exec_followed and ev.reason == "step" and fn in (self.s.step, self.s.step_over):
-                ev = self.s.cont()           # gdb 13 runs on after a stepi through an exec
+                ev = self.s.cont()  # gdb 13 runs on after a stepi through an exec
         self._exec_notes()
         self.report(ev)
 
@@ -308,8 +348,8 @@ class StepperShell:
 
     def cmd_finish(self, arg: str) -> None:
         self.s.require_alive()
-        self.s.finish_target()                   # the error, if any, comes first
-        if self.interactive:                     # gdb prints this only from a terminal
+        self.s.finish_target()  # the error, if any, comes first
+        if self.interactive:  # gdb prints this only from a terminal
             self._p(f"Run till exit from #0  {self._where(self.s.rip)}")
         self._guest_run(self.s.finish)
 
@@ -341,8 +381,11 @@ class StepperShell:
     def cmd_catch(self, arg: str) -> None:
         """gdb's ``catch exec`` (the only event caught here)."""
         if arg != "exec":
-            raise StepperError(f'catch {arg}: only "catch exec" is supported here.' if arg else
-                               'Argument required: "catch exec" (stop at an exec).')
+            raise StepperError(
+                f'catch {arg}: only "catch exec" is supported here.'
+                if arg
+                else 'Argument required: "catch exec" (stop at an exec).'
+            )
         cp = self.s.catch_exec()
         self._p(f"Catchpoint {cp.number} (exec)")
 
@@ -354,8 +397,9 @@ class StepperShell:
             try:
                 n = int(word)
             except ValueError:
-                raise StepperError(f"Convenience variable must have integer value.\n"
-                                   f"bad breakpoint number: '{word}'") from None
+                raise StepperError(
+                    f"Convenience variable must have integer value.\nbad breakpoint number: '{word}'"
+                ) from None
             self.s.delete(n)
 
     def cmd_info(self, arg: str) -> None:
@@ -387,8 +431,9 @@ class StepperShell:
             enb = "y" if item.enabled else "n"
             if number in self.s.watchpoints:
                 kind = {"write": "hw watchpoint", "read": "read watchpoint", "access": "acc watchpoint"}
-                self._p(f"{number:<7} {kind[item.kind]:<14} keep {enb}{'':{width + 4}}"
-                        f"{item.label or f'*{item.address:#x}'}")
+                self._p(
+                    f"{number:<7} {kind[item.kind]:<14} keep {enb}{'':{width + 4}}{item.label or f'*{item.address:#x}'}"
+                )
                 noun = "breakpoint"
             elif number in self.s.catchpoints:
                 what = f'exec, program "{item.exec_path}" ' if item.exec_path else "exec"
@@ -397,8 +442,7 @@ class StepperShell:
             elif number in self.s.breakpoints:
                 label = self.s.label(item.address)
                 what = f"<{label}>" if label else ""
-                self._p(f"{number:<7} {'breakpoint':<14} keep {enb}   "
-                        f"{item.address:#018x} {what}".rstrip())
+                self._p(f"{number:<7} {'breakpoint':<14} keep {enb}   {item.address:#018x} {what}".rstrip())
                 noun = "breakpoint"
             else:
                 self._p(f"{number:<7} {'breakpoint':<14} keep {enb}   {'<PENDING>':<{width}} {item.location}")
@@ -444,14 +488,14 @@ class StepperShell:
                 self._p(self._xi_line(addr, addr == rip))
                 addr += self.s.disasm.decode(addr).size
             return
-        data = self.s.read_program(addr, count * size)    # raises GuestFault as gdb's error
+        data = self.s.read_program(addr, count * size)  # raises GuestFault as gdb's error
         per = _X_PER_LINE[size]
         for i in range(0, count, per):
             a = addr + i * size
             label = self.s.label(a)
             cells = []
             for j in range(i, min(count, i + per)):
-                v = int.from_bytes(data[j * size:(j + 1) * size], "little")
+                v = int.from_bytes(data[j * size : (j + 1) * size], "little")
                 if letter == "x":
                     cells.append(f"0x{v:0{size * 2}x}")
                 elif letter == "d":
@@ -476,12 +520,11 @@ class StepperShell:
             line = d.format(insn)
             if insn.address in sites:
                 raw = self.s.raw_disasm.decode(insn.address)
-                if raw.bytes != insn.bytes[:raw.size]:
+                if raw.bytes != insn.bytes[: raw.size]:
                     first, nl, more = line.partition("\n")
                     line = f"{first}        # uprobe site, in memory: {raw.text}" + nl + more
             mark = "=> " if insn.address == rip else "   "
-            self._p("\n".join(mark + part if k == 0 else "   " + part
-                              for k, part in enumerate(line.split("\n"))))
+            self._p("\n".join(mark + part if k == 0 else "   " + part for k, part in enumerate(line.split("\n"))))
 
     def cmd_bt(self, arg: str) -> None:
         limit = self._count(arg) if arg else 64
@@ -505,16 +548,20 @@ class StepperShell:
     def _solib_names(self) -> dict[int, str]:
         """{l_addr: l_name} of the svr4 library list in guest memory (empty before ld.so
         linked it, or for a static program)."""
+
         def peek(addr: int, n: int) -> bytes:
             try:
                 return self.s.read_program(addr, n)
             except GuestFault:
                 vma = self.m.mem.find_vma(addr)
                 return self.s.read_program(addr, min(n, vma.end - addr)) if vma is not None else b""
+
         lists = Svr4Libraries(peek, process_auxv(self.m, self.m.process, self.m.task))
         doc = lists.document() or b""
-        return {int(a, 16): n.decode("utf-8", "replace")
-                for n, a in re.findall(rb'<library name="([^"]*)" lm="0x[0-9a-f]+" l_addr="0x([0-9a-f]+)"', doc)}
+        return {
+            int(a, 16): n.decode("utf-8", "replace")
+            for n, a in re.findall(rb'<library name="([^"]*)" lm="0x[0-9a-f]+" l_addr="0x([0-9a-f]+)"', doc)
+        }
 
     def _set_backtrace(self, arg: str) -> None:
         """``set backtrace past-main on|off`` (gdb's setting: frames beyond main, and
@@ -542,7 +589,7 @@ class StepperShell:
             v = value & ((1 << bits) - 1)
             text = f"{v:#x}" if fmt == "x" else str(signed(v, bits) if fmt == "d" else v)
         elif fmt:
-            raise StepperError(f"Undefined output format \"{fmt}\".")
+            raise StepperError(f'Undefined output format "{fmt}".')
         elif kind == "code_ptr":
             text = "(void (*)()) " + natural(value, kind, lambda a: self.s.label(a))
         elif kind == "data_ptr":
@@ -553,7 +600,7 @@ class StepperShell:
 
     def cmd_set(self, arg: str) -> None:
         if arg.startswith("backtrace "):
-            self._set_backtrace(arg[len("backtrace "):])
+            self._set_backtrace(arg[len("backtrace ") :])
             return
         if arg.split()[:2] == ["breakpoint", "pending"]:
             words = arg.split()
@@ -622,8 +669,11 @@ class StepperShell:
         wp = self.s.watch(arg if sym is None else f"*{self.m.resolve(name):#x}", size, kind)
         wp.label = arg
         self._watch_values[wp.number] = self._watch_value(wp)
-        title = {"write": "Hardware watchpoint", "read": "Hardware read watchpoint",
-                 "access": "Hardware access (read/write) watchpoint"}[kind]
+        title = {
+            "write": "Hardware watchpoint",
+            "read": "Hardware read watchpoint",
+            "access": "Hardware access (read/write) watchpoint",
+        }[kind]
         self._p(f"{title} {wp.number}: {arg}")
 
     def cmd_watch(self, arg: str) -> None:
@@ -643,8 +693,11 @@ class StepperShell:
         wp = ev.watchpoint
         old, new = self._watch_values.get(wp.number), self._watch_value(wp)
         self._watch_values[wp.number] = new
-        title = {"write": "Hardware watchpoint", "read": "Hardware read watchpoint",
-                 "access": "Hardware access (read/write) watchpoint"}[wp.kind]
+        title = {
+            "write": "Hardware watchpoint",
+            "read": "Hardware read watchpoint",
+            "access": "Hardware access (read/write) watchpoint",
+        }[wp.kind]
         self._p()
         self._p(f"{title} {wp.number}: {wp.label or f'*{wp.address:#x}'}")
         self._p()
@@ -677,14 +730,14 @@ def _parse_x_format(fmt: str, last: tuple[str, int]) -> tuple[int, str, int]:
         elif ch in "xdui":
             letter = ch
         else:
-            raise StepperError(f"Invalid number \"{fmt}\"." if ch.isdigit() else
-                               f"Undefined output format \"{ch}\".")
+            raise StepperError(f'Invalid number "{fmt}".' if ch.isdigit() else f'Undefined output format "{ch}".')
     if count <= 0 or count > 1 << 16:
         raise StepperError(f"bad count in x/{fmt}")
     return count, letter, size
 
 
 # =============================================================================== CLI
+
 
 def cmd_step(args) -> int:
     scripts = []
@@ -694,7 +747,7 @@ def cmd_step(args) -> int:
                 scripts.append(f.read().splitlines())
         except OSError as e:
             raise EmuError(f"cannot read command file {path!r}: {e.strerror}") from None
-    m = make_machine(args, own_stdin=False)     # the stepper reads its commands from stdin
+    m = make_machine(args, own_stdin=False)  # the stepper reads its commands from stdin
     if args.checkpoint_interval < 0:
         raise EmuError(f"--checkpoint-interval must be >= 0, not {args.checkpoint_interval}")
     with events_output(args, sys.stdout) as out:
@@ -702,7 +755,7 @@ def cmd_step(args) -> int:
             add_cli_events(m, args, out)
         stepper = Stepper(m, max_insns=args.max_insns or None, timeout=args.timeout or None)
         if args.checkpoint_interval:
-            reverse.ReverseStepper.of(stepper, interval=args.checkpoint_interval)   # record from the entry
+            reverse.ReverseStepper.of(stepper, interval=args.checkpoint_interval)  # record from the entry
         shell = StepperShell(stepper)
         for lines in scripts:
             shell.run_lines(lines)
@@ -710,5 +763,6 @@ def cmd_step(args) -> int:
             shell.interact(sys.stdin)
         sys.stdout.flush()
     return 0
+
 
 __all__ = ["StepperShell", "HELP", "cmd_step"]

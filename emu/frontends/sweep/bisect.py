@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Found:
-    sites: tuple             # indices into the site list (one, or a whole group)
-    verdict: object          # what evaluate() returned for that group
+    sites: tuple  # indices into the site list (one, or a whole group)
+    verdict: object  # what evaluate() returned for that group
     interaction: bool = False
 
 
@@ -46,7 +46,7 @@ def bisect(n: int, batch: int, evaluate) -> BisectResult:
     out = BisectResult()
     pending = make_batches(n, batch)
     out.batches = len(pending)
-    parents: dict = {}                     # child group -> (parent group, its verdict)
+    parents: dict = {}  # child group -> (parent group, its verdict)
     while pending:
         out.rounds += 1
         answers = evaluate(pending)
@@ -74,8 +74,7 @@ def split(group: tuple, hit) -> tuple:
     """The hit sites and the others, when both are there; else two halves."""
     if hit is not None and 0 < len(hit) < len(group):
         chosen = set(hit)
-        return (tuple(group[i] for i in sorted(chosen)),
-                tuple(s for i, s in enumerate(group) if i not in chosen))
+        return (tuple(group[i] for i in sorted(chosen)), tuple(s for i, s in enumerate(group) if i not in chosen))
     half = len(group) // 2
     return group[:half], group[half:]
 

@@ -27,14 +27,14 @@ from kernel_model.errors import InputError, RegistrationError
 
 @dataclass(frozen=True)
 class Program:
-    path: str                    # host path, or guest:NAME
+    path: str  # host path, or guest:NAME
     argv: tuple
     stdin: bytes = b""
     sha256: str = ""
     sysroot: str = "/"
     seed: int = 0
     max_insns: int | None = None
-    cpus: int = 1                # the machine's CPUs (Machine(cpus=N))
+    cpus: int = 1  # the machine's CPUs (Machine(cpus=N))
     timeout: float | None = 120.0
 
     @staticmethod
@@ -44,7 +44,7 @@ class Program:
 
 def program_bytes(path: str) -> bytes:
     if path.startswith("guest:"):
-        return build_guest(path[len("guest:"):])[0]
+        return build_guest(path[len("guest:") :])[0]
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -60,15 +60,27 @@ def program_sha256(path: str) -> str:
 class Case:
     program: Program
     kernel: str
-    overrides: tuple = ()        # ((switch, value), ...): KernelProfile.get(**overrides)
-    sites: tuple = ()            # ((path, offset, kind), ...); none: the reference run
+    overrides: tuple = ()  # ((switch, value), ...): KernelProfile.get(**overrides)
+    sites: tuple = ()  # ((path, offset, kind), ...); none: the reference run
 
     @property
     def id(self) -> str:
         p = self.program
-        text = repr((p.path, p.sha256, p.argv, hashlib.sha256(p.stdin).hexdigest(), p.sysroot,
-                     p.seed, p.max_insns, self.kernel, self.overrides, self.sites) +
-                    ((p.cpus,) if p.cpus != 1 else ()))         # one CPU: the ids sweeps always had
+        text = repr(
+            (
+                p.path,
+                p.sha256,
+                p.argv,
+                hashlib.sha256(p.stdin).hexdigest(),
+                p.sysroot,
+                p.seed,
+                p.max_insns,
+                self.kernel,
+                self.overrides,
+                self.sites,
+            )
+            + ((p.cpus,) if p.cpus != 1 else ())
+        )  # one CPU: the ids sweeps always had
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
@@ -76,9 +88,9 @@ class Case:
 class CaseResult:
     case_id: str
     digest: RunDigest
-    refused: dict = field(default_factory=dict)      # "path:0xoff" -> reason
+    refused: dict = field(default_factory=dict)  # "path:0xoff" -> reason
     seconds: float = 0.0
-    hit: tuple = ()                                  # indices of the case's sites that were hit
+    hit: tuple = ()  # indices of the case's sites that were hit
 
 
 def nop_handler(ctx):
@@ -100,18 +112,18 @@ class CaseRunner:
         key = (program.path, program.sha256)
         if key not in self.images:
             if program.sha256 and program_sha256(program.path) != program.sha256:
-                raise InputError(f"{program.path}: not the binary the sweep was planned on "
-                                 f"(SHA-256 differs)")
+                raise InputError(f"{program.path}: not the binary the sweep was planned on (SHA-256 differs)")
             self.images[key] = None if program.path.startswith("guest:") else load_elf_file(program.path)
         return self.images[key]
 
     def machine(self, case: Case) -> Machine:
         p = case.program
-        kw = dict(kernel=case.kernel, stdin=p.stdin, sysroot=p.sysroot, seed=p.seed, cpus=p.cpus,
-                  **dict(case.overrides))
+        kw = dict(
+            kernel=case.kernel, stdin=p.stdin, sysroot=p.sysroot, seed=p.seed, cpus=p.cpus, **dict(case.overrides)
+        )
         image = self.image(p)
         if image is None:
-            return Machine.from_guest(p.path[len("guest:"):], argv=list(p.argv), **kw)
+            return Machine.from_guest(p.path[len("guest:") :], argv=list(p.argv), **kw)
         return Machine.from_elf(p.path, argv=list(p.argv), image=image, **kw)
 
     def run(self, case: Case) -> CaseResult:
@@ -136,8 +148,7 @@ class CaseRunner:
         result = m.run(max_insns=case.program.max_insns, timeout=case.program.timeout)
         hit = tuple(i for i, c in enumerate(consumers) if c is not None and c.hits)
         hits = sum(c.hits for c in consumers if c is not None)
-        return m, CaseResult(case.id, digest(m, result, rec, hits), refused,
-                             time.perf_counter() - t0, hit)
+        return m, CaseResult(case.id, digest(m, result, rec, hits), refused, time.perf_counter() - t0, hit)
 
 
 def run_case(case: Case, runner: CaseRunner | None = None) -> CaseResult:

@@ -57,7 +57,12 @@ def classify(site, profile, divergence=None, unoptimized_clean=None) -> str:
         return "pushf-tf"
     if site.kind == "p" and is_syscall(site.raw):
         return "syscall-xol"
-    if site.kind == "p" and profile.optimize == "nop5" and is_nop5(site) and \
-            unoptimized_clean is not None and unoptimized_clean():
+    if (
+        site.kind == "p"
+        and profile.optimize == "nop5"
+        and is_nop5(site)
+        and unoptimized_clean is not None
+        and unoptimized_clean()
+    ):
         return "nop5-redzone"
     return UNCLASSIFIED

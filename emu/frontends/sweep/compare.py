@@ -20,40 +20,51 @@ from emu.inspect import GPR_NAMES, is_writable, syscall_name
 from kernel_model.trace.events import Syscall, SyscallReturn
 
 KERNEL_PAGES = ("[uprobes]", "[uprobes-trampoline]")
-KERNEL_SYSCALLS = (335, 336)          # sys_uretprobe, sys_uprobe
+KERNEL_SYSCALLS = (335, 336)  # sys_uretprobe, sys_uprobe
 RED_ZONE = 128
 PAGE = 4096
 # What the host's side of a sweep sees of a run (no registers, no memory): see
 # emu.frontends.sweep.host for which syscall fields compare there.
 HOST_PARTS = ("outcome", "stdout", "stderr", "syscalls")
-MASKED = "*"                          # a syscall field the comparison leaves out
+MASKED = "*"  # a syscall field the comparison leaves out
 
 
 @dataclass
 class RunDigest:
-    outcome: str                                   # "exit 7" | "signal SIGSEGV" | "timeout ..."
+    outcome: str  # "exit 7" | "signal SIGSEGV" | "timeout ..."
     stdout: bytes
     stderr: bytes
-    syscalls: dict = field(default_factory=dict)   # tid -> [(nr, args, ret)]
+    syscalls: dict = field(default_factory=dict)  # tid -> [(nr, args, ret)]
     regs: dict = field(default_factory=dict)
-    memory: dict = field(default_factory=dict)     # "start-end name" -> [page hash]
+    memory: dict = field(default_factory=dict)  # "start-end name" -> [page hash]
     hits: int = 0
 
     def to_json(self) -> dict:
         """JSON that :meth:`from_json` turns back into an equal digest (a resumed
         sweep compares against the reference it recorded)."""
-        return {"outcome": self.outcome, "stdout": base64.b64encode(self.stdout).decode(),
-                "stderr": base64.b64encode(self.stderr).decode(),
-                "syscalls": [[tid, [[nr, list(args), ret] for nr, args, ret in calls]]
-                             for tid, calls in self.syscalls.items()],
-                "regs": self.regs, "memory": self.memory, "hits": self.hits}
+        return {
+            "outcome": self.outcome,
+            "stdout": base64.b64encode(self.stdout).decode(),
+            "stderr": base64.b64encode(self.stderr).decode(),
+            "syscalls": [
+                [tid, [[nr, list(args), ret] for nr, args, ret in calls]] for tid, calls in self.syscalls.items()
+            ],
+            "regs": self.regs,
+            "memory": self.memory,
+            "hits": self.hits,
+        }
 
     @staticmethod
     def from_json(d: dict) -> "RunDigest":
-        return RunDigest(d["outcome"], base64.b64decode(d["stdout"]), base64.b64decode(d["stderr"]),
-                         {tid: [(nr, tuple(args), ret) for nr, args, ret in calls]
-                          for tid, calls in d["syscalls"]},
-                         dict(d["regs"]), {k: list(v) for k, v in d["memory"].items()}, d["hits"])
+        return RunDigest(
+            d["outcome"],
+            base64.b64decode(d["stdout"]),
+            base64.b64decode(d["stderr"]),
+            {tid: [(nr, tuple(args), ret) for nr, args, ret in calls] for tid, calls in d["syscalls"]},
+            dict(d["regs"]),
+            {k: list(v) for k, v in d["memory"].items()},
+            d["hits"],
+        )
 
 
 class SyscallRecorder:
@@ -98,14 +109,13 @@ def outcome_of(result) -> str:
         return f"exit {result.exit_code}"
     if result.reason == "signal":
         return f"signal {result.signal_name}"
-    return result.reason          # budget | timeout | stopped: the detail names wall time
+    return result.reason  # budget | timeout | stopped: the detail names wall time
 
 
 def _page_hashes(start: int, data: bytes) -> list[str]:
     """One hash per page-aligned piece: piece i starts at ``page_start(start, i)``."""
     cuts = [0] + list(range(PAGE - start % PAGE if start % PAGE else PAGE, len(data), PAGE))
-    return [hashlib.blake2b(data[a:b], digest_size=8).hexdigest()
-            for a, b in zip(cuts, cuts[1:] + [len(data)])]
+    return [hashlib.blake2b(data[a:b], digest_size=8).hexdigest() for a, b in zip(cuts, cuts[1:] + [len(data)])]
 
 
 def page_start(start: int, i: int) -> int:
@@ -129,35 +139,43 @@ def memory_digest(machine, rsp: int) -> dict:
 
 def digest(machine, result, recorder: SyscallRecorder, hits: int = 0) -> RunDigest:
     regs = machine.read_regs().as_dict()
-    return RunDigest(outcome_of(result), bytes(result.stdout), bytes(result.stderr),
-                     recorder.close(), {n: regs[n] for n in GPR_NAMES},
-                     memory_digest(machine, regs["rsp"]), hits)
+    return RunDigest(
+        outcome_of(result),
+        bytes(result.stdout),
+        bytes(result.stderr),
+        recorder.close(),
+        {n: regs[n] for n in GPR_NAMES},
+        memory_digest(machine, regs["rsp"]),
+        hits,
+    )
 
 
 # ----------------------------------------------------------------------------- comparison
+
 
 @dataclass(frozen=True)
 class Noise:
     """What differs between two unprobed runs (ld.so keeps ``rdtsc`` readings in its
     data, for one): not compared, and said in the report."""
 
-    parts: frozenset = frozenset()       # whole parts: stdout, stderr, syscalls, outcome
+    parts: frozenset = frozenset()  # whole parts: stdout, stderr, syscalls, outcome
     regs: frozenset = frozenset()
-    pages: frozenset = frozenset()       # (mapping key, piece index)
+    pages: frozenset = frozenset()  # (mapping key, piece index)
 
     def describe(self) -> str:
-        bits = sorted(self.parts) + [f"register {r}" for r in sorted(self.regs)] + \
-            [f"{len(self.pages)} page(s) of memory"] * bool(self.pages)
+        bits = (
+            sorted(self.parts)
+            + [f"register {r}" for r in sorted(self.regs)]
+            + [f"{len(self.pages)} page(s) of memory"] * bool(self.pages)
+        )
         return ", ".join(bits)
 
     def to_json(self) -> dict:
-        return {"parts": sorted(self.parts), "regs": sorted(self.regs),
-                "pages": sorted([k, i] for k, i in self.pages)}
+        return {"parts": sorted(self.parts), "regs": sorted(self.regs), "pages": sorted([k, i] for k, i in self.pages)}
 
     @staticmethod
     def from_json(d: dict) -> "Noise":
-        return Noise(frozenset(d["parts"]), frozenset(d["regs"]),
-                     frozenset((k, i) for k, i in d["pages"]))
+        return Noise(frozenset(d["parts"]), frozenset(d["regs"]), frozenset((k, i) for k, i in d["pages"]))
 
 
 def noise_between(a: RunDigest, b: RunDigest) -> Noise:
@@ -166,22 +184,24 @@ def noise_between(a: RunDigest, b: RunDigest) -> Noise:
     pages = set()
     for key in set(a.memory) | set(b.memory):
         x, y = a.memory.get(key, []), b.memory.get(key, [])
-        pages |= {(key, i) for i in range(max(len(x), len(y)))
-                  if (x[i] if i < len(x) else None) != (y[i] if i < len(y) else None)}
+        pages |= {
+            (key, i)
+            for i in range(max(len(x), len(y)))
+            if (x[i] if i < len(x) else None) != (y[i] if i < len(y) else None)
+        }
     return Noise(frozenset(parts), frozenset(regs), frozenset(pages))
 
 
 @dataclass
 class Divergence:
-    parts: list            # which of outcome, stdout, stderr, syscalls, regs, memory differ
-    first: str             # the first point where the runs part
-    details: list          # one line per differing part
-    tag: str = ""          # "mmap-lower": they part at an mmap that landed lower
-    nrs: bool = False      # the syscall numbers differ (not only arguments or results)
+    parts: list  # which of outcome, stdout, stderr, syscalls, regs, memory differ
+    first: str  # the first point where the runs part
+    details: list  # one line per differing part
+    tag: str = ""  # "mmap-lower": they part at an mmap that landed lower
+    nrs: bool = False  # the syscall numbers differ (not only arguments or results)
 
     def to_json(self) -> dict:
-        return {"parts": self.parts, "first": self.first, "details": self.details, "tag": self.tag,
-                "nrs": self.nrs}
+        return {"parts": self.parts, "first": self.first, "details": self.details, "tag": self.tag, "nrs": self.nrs}
 
     @staticmethod
     def from_json(d: dict) -> "Divergence":
@@ -206,8 +226,16 @@ MMAP = 9
 
 def _mmap_lower(x, y) -> bool:
     """The same mmap call answered with a lower address (by whole pages)."""
-    return bool(x and y and x[0] == y[0] == MMAP and x[1] == y[1] and isinstance(x[2], int) and
-                isinstance(y[2], int) and y[2] < x[2] and (x[2] - y[2]) % PAGE == 0)
+    return bool(
+        x
+        and y
+        and x[0] == y[0] == MMAP
+        and x[1] == y[1]
+        and isinstance(x[2], int)
+        and isinstance(y[2], int)
+        and y[2] < x[2]
+        and (x[2] - y[2]) % PAGE == 0
+    )
 
 
 def _first_syscall_diff(ref: dict, got: dict) -> tuple[str, str] | None:
@@ -218,9 +246,11 @@ def _first_syscall_diff(ref: dict, got: dict) -> tuple[str, str] | None:
             y = b[i] if i < len(b) else None
             if x != y:
                 who = f" of task {tid}" if len(ref) > 1 or len(got) > 1 else ""
-                return (f"syscall #{i + 1}{who}: reference {format_syscall(x) if x else '(none)'}, "
-                        f"probed {format_syscall(y) if y else '(none)'}",
-                        "mmap-lower" if _mmap_lower(x, y) else "")
+                return (
+                    f"syscall #{i + 1}{who}: reference {format_syscall(x) if x else '(none)'}, "
+                    f"probed {format_syscall(y) if y else '(none)'}",
+                    "mmap-lower" if _mmap_lower(x, y) else "",
+                )
     return None
 
 
@@ -245,21 +275,24 @@ def compare(ref: RunDigest, got: RunDigest, noise: Noise = Noise()) -> Divergenc
         if a != b and name not in noise.parts:
             i = _first_byte(a, b)
             parts.append(name)
-            details.append(f"{name} at byte {i}: reference {a[max(0, i - 16):i + 16]!r}, "
-                           f"probed {b[max(0, i - 16):i + 16]!r}")
+            details.append(
+                f"{name} at byte {i}: reference {a[max(0, i - 16) : i + 16]!r}, probed {b[max(0, i - 16) : i + 16]!r}"
+            )
     regs = [n for n in GPR_NAMES if ref.regs.get(n) != got.regs.get(n) and n not in noise.regs]
     if regs:
         parts.append("regs")
-        details.append("registers: " + ", ".join(
-            f"{n} reference {ref.regs[n]:#x} probed {got.regs[n]:#x}" for n in regs))
+        details.append(
+            "registers: " + ", ".join(f"{n} reference {ref.regs[n]:#x} probed {got.regs[n]:#x}" for n in regs)
+        )
     mem = _memory_diff(ref.memory, got.memory, noise.pages)
     if mem:
         parts.append("memory")
         details.append(mem)
     if not parts:
         return None
-    return Divergence(parts, details[0], details, sc[1] if sc else "",
-                      bool(sc) and _numbers(ref.syscalls) != _numbers(got.syscalls))
+    return Divergence(
+        parts, details[0], details, sc[1] if sc else "", bool(sc) and _numbers(ref.syscalls) != _numbers(got.syscalls)
+    )
 
 
 def _numbers(syscalls: dict) -> list:
@@ -273,8 +306,7 @@ def _memory_diff(a: dict, b: dict, noisy=frozenset()) -> str | None:
         return f"writable mappings: reference only {only_a}, probed only {only_b}"
     for key in a:
         if a[key] != b[key]:
-            pages = [i for i, (x, y) in enumerate(zip(a[key], b[key]))
-                     if x != y and (key, i) not in noisy]
+            pages = [i for i, (x, y) in enumerate(zip(a[key], b[key])) if x != y and (key, i) not in noisy]
             if not pages and len(a[key]) == len(b[key]):
                 continue
             start = int(key.split("-", 1)[0], 16)
@@ -289,8 +321,11 @@ def host_view(d: Divergence | None, unseen=frozenset(), numbers_only: bool = Fal
     only their numbers when ``numbers_only`` (a native run under ASLR)."""
     if d is None:
         return None
-    keep = [(p, t) for p, t in zip(d.parts, d.details) if p in HOST_PARTS and p not in unseen
-            and not (p == "syscalls" and numbers_only and not d.nrs)]
+    keep = [
+        (p, t)
+        for p, t in zip(d.parts, d.details)
+        if p in HOST_PARTS and p not in unseen and not (p == "syscalls" and numbers_only and not d.nrs)
+    ]
     if not keep:
         return None
     return Divergence([p for p, _ in keep], keep[0][1], [t for _, t in keep], d.tag, d.nrs)

@@ -50,26 +50,26 @@ from guest_programs import write_guest
 from kernel_model.errors import InputError
 from kernel_model.profiles import KernelProfile
 
-RET = "ret"                   # the return value's position in NativeNoise.fields
+RET = "ret"  # the return value's position in NativeNoise.fields
 
 
 @dataclass
 class HostSweep:
     release: str
-    kernel: str                    # the model profile compared with
+    kernel: str  # the model profile compared with
     reference: str
-    sites: int = 0                 # probed natively (the model's refusals left out)
-    command: tuple = ()            # PROGRAM ARGS as the user gave them (for repro lines)
+    sites: int = 0  # probed natively (the model's refusals left out)
+    command: tuple = ()  # PROGRAM ARGS as the user gave them (for repro lines)
     batches: int = 0
     runs: int = 0
-    found: list = field(default_factory=list)          # (Site, class, Divergence)
+    found: list = field(default_factory=list)  # (Site, class, Divergence)
     disagreements: list = field(default_factory=list)  # (Site, host Divergence|None, model Divergence|None)
-    compared: str = ""             # what of the syscalls compares (NativeNoise.compared)
-    not_compared: str = ""         # what two unprobed native runs disagree on
-    incomplete: int = 0            # probed runs whose trace lost events (syscalls not compared)
-    refused: dict = field(default_factory=dict)        # site key -> why the kernel refuses it
-    executed: int = 0              # native runs made now (the references included)
-    reused: int = 0                # native runs read back from --jsonl on --resume
+    compared: str = ""  # what of the syscalls compares (NativeNoise.compared)
+    not_compared: str = ""  # what two unprobed native runs disagree on
+    incomplete: int = 0  # probed runs whose trace lost events (syscalls not compared)
+    refused: dict = field(default_factory=dict)  # site key -> why the kernel refuses it
+    executed: int = 0  # native runs made now (the references included)
+    reused: int = 0  # native runs read back from --jsonl on --resume
     store_path: str = ""
 
     @property
@@ -80,21 +80,24 @@ class HostSweep:
         return shlex.join(["uprobe-emu", "sweep", "--host", "--site", site.key, *self.command])
 
     def lines(self) -> list[str]:
-        out = [f"host {self.release} vs model {self.kernel}: native reference {self.reference}, "
-               f"{self.sites} sites, {self.batches} batches, {self.runs} native runs, {len(self.found)} divergences, "
-               f"{len(self.disagreements)} disagreements with the model",
-               f"  host compares: exit status or signal, stdout, stderr, syscalls ({self.compared})"]
+        out = [
+            f"host {self.release} vs model {self.kernel}: native reference {self.reference}, "
+            f"{self.sites} sites, {self.batches} batches, {self.runs} native runs, {len(self.found)} divergences, "
+            f"{len(self.disagreements)} disagreements with the model",
+            f"  host compares: exit status or signal, stdout, stderr, syscalls ({self.compared})",
+        ]
         if self.not_compared:
             out.append(f"  not compared (differs between two unprobed native runs): {self.not_compared}")
         if self.incomplete:
             out.append(f"  syscalls not compared in {self.incomplete} run(s): the trace buffer lost events")
         if self.refused:
-            out.append(f"  {len(self.refused)} site(s) not probed natively: the kernel's "
-                       f"arch_uprobe_analyze_insn() refuses them (first: "
-                       f"{next(iter(self.refused))}: {next(iter(self.refused.values()))})")
+            out.append(
+                f"  {len(self.refused)} site(s) not probed natively: the kernel's "
+                f"arch_uprobe_analyze_insn() refuses them (first: "
+                f"{next(iter(self.refused))}: {next(iter(self.refused.values()))})"
+            )
         if self.reused:
-            out.append(f"  {self.reused} native run(s) reused from {self.store_path}, "
-                       f"{self.executed} run now")
+            out.append(f"  {self.reused} native run(s) reused from {self.store_path}, {self.executed} run now")
         for site, cls, d in self.found:
             out.append(f"  [host] {cls}: {site.describe()}")
             out.append(f"      first: {d.first}")
@@ -104,22 +107,32 @@ class HostSweep:
             out.append(f"  DISAGREE {site.describe()}")
             out.append(f"      host : {h.first if h else 'transparent'}")
             out.append(f"      model: {m.first if m else 'transparent'}")
-            out.append("      repro: " + shlex.join(["uprobe-emu", "diff", "-e",
-                                                     f"p:sweep/site {site.path}:{site.offset:#x}",
-                                                     *self.command]))
+            out.append(
+                "      repro: "
+                + shlex.join(["uprobe-emu", "diff", "-e", f"p:sweep/site {site.path}:{site.offset:#x}", *self.command])
+            )
         return out
 
     def to_json(self) -> dict:
-        return {"release": self.release, "kernel": self.kernel, "reference": self.reference,
-                "sites": self.sites,
-                "batches": self.batches, "runs": self.runs, "syscalls_compared": self.compared,
-                "not_compared": self.not_compared, "incomplete_runs": self.incomplete,
-                "executed": self.executed, "reused": self.reused, "refused": self.refused,
-                "divergences": [{"site": s.to_json(), "class": c, "divergence": d.to_json()}
-                                for s, c, d in self.found],
-                "disagreements": [{"site": s.to_json(), "host": h.to_json() if h else None,
-                                   "model": m.to_json() if m else None}
-                                  for s, h, m in self.disagreements]}
+        return {
+            "release": self.release,
+            "kernel": self.kernel,
+            "reference": self.reference,
+            "sites": self.sites,
+            "batches": self.batches,
+            "runs": self.runs,
+            "syscalls_compared": self.compared,
+            "not_compared": self.not_compared,
+            "incomplete_runs": self.incomplete,
+            "executed": self.executed,
+            "reused": self.reused,
+            "refused": self.refused,
+            "divergences": [{"site": s.to_json(), "class": c, "divergence": d.to_json()} for s, c, d in self.found],
+            "disagreements": [
+                {"site": s.to_json(), "host": h.to_json() if h else None, "model": m.to_json() if m else None}
+                for s, h, m in self.disagreements
+            ],
+        }
 
 
 def kernel_refusal(site, profile) -> str | None:
@@ -135,7 +148,7 @@ def kernel_refusal(site, profile) -> str | None:
             f.seek(site.offset)
             insn = f.read(MAX_UINSN_BYTES)
     except OSError:
-        insn = site.raw                     # guest:NAME: its bytes as the sweep read them
+        insn = site.raw  # guest:NAME: its bytes as the sweep read them
     return uprobe_refusal(insn, profile, site.vaddr)
 
 
@@ -144,8 +157,8 @@ def native_file(program) -> tuple[str, str | None]:
     if not program.path.startswith("guest:"):
         return program.path, None
     tmpdir = tempfile.mkdtemp(prefix="uemu-sweep-")
-    path = os.path.join(tmpdir, program.path[len("guest:"):])
-    write_guest(program.path[len("guest:"):], path)
+    path = os.path.join(tmpdir, program.path[len("guest:") :])
+    write_guest(program.path[len("guest:") :], path)
     os.chmod(path, 0o755)
     return path, tmpdir
 
@@ -156,8 +169,7 @@ def native_digest(rec) -> tuple[RunDigest, bool]:
     Tasks are numbered 1, 2, ... in tid order (creation order): two runs' tids differ;
     the kernel's own 335/336 are left out."""
     calls = rec.syscalls or {}
-    tasks = {n: [c for c in calls[tid] if c[0] not in KERNEL_SYSCALLS]
-             for n, tid in enumerate(sorted(calls), 1)}
+    tasks = {n: [c for c in calls[tid] if c[0] not in KERNEL_SYSCALLS] for n, tid in enumerate(sorted(calls), 1)}
     return RunDigest(rec.status, rec.stdout, rec.stderr, tasks), rec.lost_events == 0
 
 
@@ -178,16 +190,19 @@ class NativeNoise:
             return "not compared: two unprobed runs make different ones"
         if self.randomized:
             return "numbers only: the run is laid out with ASLR"
-        return "numbers, arguments and return values" + \
-            (f" but {len(self.fields)} field(s) that differ between two unprobed runs"
-             if self.fields else "")
+        return "numbers, arguments and return values" + (
+            f" but {len(self.fields)} field(s) that differ between two unprobed runs" if self.fields else ""
+        )
 
     def describe(self) -> str:
         return ", ".join(sorted(self.parts - {"syscalls"}))
 
     def to_json(self) -> dict:
-        return {"randomized": self.randomized, "parts": sorted(self.parts),
-                "fields": sorted([list(f) for f in self.fields], key=repr)}
+        return {
+            "randomized": self.randomized,
+            "parts": sorted(self.parts),
+            "fields": sorted([list(f) for f in self.fields], key=repr),
+        }
 
     @staticmethod
     def from_json(d: dict) -> "NativeNoise":
@@ -222,14 +237,15 @@ def native_noise(a: RunDigest, b: RunDigest, randomized: bool) -> NativeNoise:
     return NativeNoise(randomized, frozenset(parts), frozenset(fields))
 
 
-def compare_native(ref: RunDigest, got: RunDigest, noise: NativeNoise,
-                   complete: bool = True) -> Divergence | None:
+def compare_native(ref: RunDigest, got: RunDigest, noise: NativeNoise, complete: bool = True) -> Divergence | None:
     """The model's comparison on what a native run shows: ``noise``'s fields masked on
     both sides, its parts (and, from a trace that lost events, the syscalls) left out."""
     parts = noise.parts | (set() if complete else {"syscalls"})
-    return compare(RunDigest(ref.outcome, ref.stdout, ref.stderr, noise.mask(ref.syscalls)),
-                   RunDigest(got.outcome, got.stdout, got.stderr, noise.mask(got.syscalls)),
-                   Noise(frozenset(parts)))
+    return compare(
+        RunDigest(ref.outcome, ref.stdout, ref.stderr, noise.mask(ref.syscalls)),
+        RunDigest(got.outcome, got.stdout, got.stderr, noise.mask(got.syscalls)),
+        Noise(frozenset(parts)),
+    )
 
 
 def native_run(path, program, probes, timeout) -> tuple[RunDigest, bool, list]:
@@ -244,9 +260,14 @@ def host_description(program) -> dict:
     """What a native run depends on: the running kernel and the program (path, SHA-256,
     argv, stdin).  Its hash keys the native runs a resumed sweep may reuse."""
     u = os.uname()
-    return {"release": u.release, "version": u.version, "program": program.path,
-            "sha256": program.sha256, "argv": list(program.argv),
-            "stdin": hashlib.sha256(program.stdin).hexdigest()}
+    return {
+        "release": u.release,
+        "version": u.version,
+        "program": program.path,
+        "sha256": program.sha256,
+        "argv": list(program.argv),
+        "stdin": hashlib.sha256(program.stdin).hexdigest(),
+    }
 
 
 def _key(*parts) -> str:
@@ -270,25 +291,36 @@ class NativeRuns:
                 self.out.reused += 2
                 return ref, noise
             except (KeyError, TypeError, ValueError):
-                pass                        # a damaged record: run them again
+                pass  # a damaged record: run them again
         ref, noise = native_reference(self.path, self.program, self.timeout)
         self.out.executed += 2
         if self.store:
-            self.store.put_kind("host_reference", {"host_reference": self.key,
-                                                   "description": host_description(self.program),
-                                                   "digest": ref.to_json(), "noise": noise.to_json()})
+            self.store.put_kind(
+                "host_reference",
+                {
+                    "host_reference": self.key,
+                    "description": host_description(self.program),
+                    "digest": ref.to_json(),
+                    "noise": noise.to_json(),
+                },
+            )
         return ref, noise
 
     def verdict(self, sites, ref, noise):
         case = _key(self.key, [s.key for s in sites])
         known = self.store.get_kind("host_case", case) if self.store else None
         if known is not None and not {"divergence", "hit", "complete"} <= set(known):
-            known = None                    # a damaged record: run it again
+            known = None  # a damaged record: run it again
         if known is None:
             d, hit, complete = native_verdict(self.path, self.program, sites, ref, noise, self.timeout)
             self.out.executed += 1
-            known = {"host_case": case, "divergence": d.to_json() if d else None, "hit": hit,
-                     "complete": complete, "sites": [s.key for s in sites]}
+            known = {
+                "host_case": case,
+                "divergence": d.to_json() if d else None,
+                "hit": hit,
+                "complete": complete,
+                "sites": [s.key for s in sites],
+            }
             if self.store:
                 self.store.put_kind("host_case", known)
         else:
@@ -300,7 +332,7 @@ class NativeRuns:
 
 def native_reference(path, program, timeout) -> tuple[RunDigest, NativeNoise]:
     """Two unprobed native runs: the reference and what of it is not compared."""
-    randomized = load_elf_file(path).interp is None      # run_native's no_randomize rule
+    randomized = load_elf_file(path).interp is None  # run_native's no_randomize rule
     try:
         (ref, ok1, _), (again, ok2, _) = (native_run(path, program, [], timeout) for _ in range(2))
     except HostKernelError as e:
@@ -317,28 +349,29 @@ def native_verdict(path, program, sites, ref, noise, timeout):
     """The verdict of one native run with ``sites`` probed, which of them hit (from
     the trace: each site is its own event; None: unknown) and whether its trace is
     complete."""
-    probes = [ResolvedProbe(s.key, f"s{i}", s.kind, s.offset, s.vaddr, "",
-                            None if s.path == program.path else s.path)
-              for i, s in enumerate(sites)]
+    probes = [
+        ResolvedProbe(s.key, f"s{i}", s.kind, s.offset, s.vaddr, "", None if s.path == program.path else s.path)
+        for i, s in enumerate(sites)
+    ]
     try:
         got, complete, names = native_run(path, program, probes, timeout)
     except HostKernelError as e:
         if "did not finish" not in str(e):
             raise
-        return Divergence(["outcome"], f"outcome: reference {ref.outcome}, probed timeout", [str(e)]), \
-            None, True
+        return Divergence(["outcome"], f"outcome: reference {ref.outcome}, probed timeout", [str(e)]), None, True
     hit = [i for i, s in enumerate(sites) if s.key in set(names)]
     return compare_native(ref, got, noise, complete), hit, complete
 
 
-def host_sweep(program, model, *, batch: int = 0, timeout: float = 60.0,
-               unoptimized_clean=None, store=None) -> HostSweep:
+def host_sweep(
+    program, model, *, batch: int = 0, timeout: float = 60.0, unoptimized_clean=None, store=None
+) -> HostSweep:
     """Sweep ``model.sites`` natively; compare with the model sweep ``model``.  With
     ``store`` (``--jsonl``) the native runs are recorded, and on ``--resume`` those
     recorded for the same kernel and program are not run again."""
     if program.sysroot != "/":
         raise InputError("sweep --host: the host runs the program in its own /, not a --sysroot")
-    Tracefs().close()                      # root and uprobe_events, before any run
+    Tracefs().close()  # root and uprobe_events, before any run
     path, tmpdir = native_file(program)
     try:
         # what the model's arch_uprobe_analyze_insn() refuses, the kernel's refuses too
@@ -347,9 +380,15 @@ def host_sweep(program, model, *, batch: int = 0, timeout: float = 60.0,
         candidates = [s for s in model.sites if f"{s.path}:{s.offset:#x}" not in model.refused]
         refused = {s.key: why for s in candidates if (why := kernel_refusal(s, profile))}
         sites = [s for s in candidates if s.key not in refused]
-        out = HostSweep(os.uname().release, model.kernel, "", len(sites),
-                        (program.path, *program.argv[1:]), store_path=store.path if store else "",
-                        refused=refused)
+        out = HostSweep(
+            os.uname().release,
+            model.kernel,
+            "",
+            len(sites),
+            (program.path, *program.argv[1:]),
+            store_path=store.path if store else "",
+            refused=refused,
+        )
         native = NativeRuns(path, program, timeout, out, store)
         ref, noise = native.reference()
         out.reference, out.compared, out.not_compared = ref.outcome, noise.compared, noise.describe()
@@ -362,12 +401,14 @@ def host_sweep(program, model, *, batch: int = 0, timeout: float = 60.0,
         host_found = {}
         for f in res.found:
             site = sites[f.sites[0]]
-            cls = classify(site, profile, f.verdict,
-                           unoptimized_clean and (lambda s=site: unoptimized_clean(s)))
+            cls = classify(site, profile, f.verdict, unoptimized_clean and (lambda s=site: unoptimized_clean(s)))
             out.found.append((site, cls, f.verdict))
             host_found[site.key] = f.verdict
-        model_found = {d.sites[0].key: host_view(d.divergence, noise.parts, noise.randomized)
-                       for d in model.divergences if len(d.sites) == 1}
+        model_found = {
+            d.sites[0].key: host_view(d.divergence, noise.parts, noise.randomized)
+            for d in model.divergences
+            if len(d.sites) == 1
+        }
         model_found = {k: v for k, v in model_found.items() if v is not None}
         by_key = {s.key: s for s in sites}
         for key in sorted(set(host_found) ^ set(model_found)):

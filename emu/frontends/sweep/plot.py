@@ -57,11 +57,16 @@ def sweep_chart(doc: dict) -> Chart:
     swept = "; ".join(f"{k['kernel']}: {k['sites']} sites, {len(k['refused'])} refused" for k in doc["kernels"])
     host = doc.get("host")
     if host:
-        swept += (f"; host {host['release']}: {host['sites']} sites, "
-                  f"{len(host['disagreements'])} disagreeing with the model")
-    return Chart(f"uprobe-emu sweep of {doc['program']}: probed sites per divergence class\n{swept}",
-                 "divergence class (kernel-faithful: " + ", ".join(FAITHFUL) + f"; {UNCLASSIFIED} fails the sweep)",
-                 "sites", tuple(sweep_series(doc)), sweep_classes(doc))
+        swept += (
+            f"; host {host['release']}: {host['sites']} sites, {len(host['disagreements'])} disagreeing with the model"
+        )
+    return Chart(
+        f"uprobe-emu sweep of {doc['program']}: probed sites per divergence class\n{swept}",
+        "divergence class (kernel-faithful: " + ", ".join(FAITHFUL) + f"; {UNCLASSIFIED} fails the sweep)",
+        "sites",
+        tuple(sweep_series(doc)),
+        sweep_classes(doc),
+    )
 
 
 def plot_sweep(doc: dict, path: str) -> None:

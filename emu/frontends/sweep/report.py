@@ -19,12 +19,22 @@ EXIT_CLEAN, EXIT_DIVERGED = 0, 1
 
 
 # What a reference record's description fields are called in a note
-DESCRIPTION_NAMES = {"program": "program path", "sha256": "binary (SHA-256 differs)",
-                     "argv": "argv", "stdin": "stdin", "sysroot": "sysroot", "seed": "seed",
-                     "max_insns": "instruction budget", "kernel": "kernel profile",
-                     "overrides": "profile overrides", "mode": "--sites",
-                     "sites_file": "--sites file content", "libraries": "--libraries",
-                     "site_specs": "--site list", "cpus": "--cpus"}
+DESCRIPTION_NAMES = {
+    "program": "program path",
+    "sha256": "binary (SHA-256 differs)",
+    "argv": "argv",
+    "stdin": "stdin",
+    "sysroot": "sysroot",
+    "seed": "seed",
+    "max_insns": "instruction budget",
+    "kernel": "kernel profile",
+    "overrides": "profile overrides",
+    "mode": "--sites",
+    "sites_file": "--sites file content",
+    "libraries": "--libraries",
+    "site_specs": "--site list",
+    "cpus": "--cpus",
+}
 
 
 class CaseStore:
@@ -40,7 +50,7 @@ class CaseStore:
         self.path = path
         self.records: dict = {}
         self.references: dict = {}
-        self.host: dict = {"host_reference": {}, "host_case": {}}     # sweep --host's runs
+        self.host: dict = {"host_reference": {}, "host_case": {}}  # sweep --host's runs
         if resume and os.path.exists(path):
             try:
                 with open(path, encoding="utf-8") as f:
@@ -69,8 +79,7 @@ class CaseStore:
 
     def put(self, record: dict, case=None) -> None:
         if case is not None:
-            record = dict(record, sites=[f"{p}:{o:#x}" + ("%return" if k == "r" else "")
-                                         for p, o, k in case.sites])
+            record = dict(record, sites=[f"{p}:{o:#x}" + ("%return" if k == "r" else "") for p, o, k in case.sites])
         self.records[record["case"]] = record
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
@@ -118,9 +127,18 @@ class ProgressBar:
     def __init__(self, enabled: bool | None = None):
         if enabled is None:
             enabled = sys.stderr.isatty()
-        self.bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), console=Console(stderr=True), transient=True) \
-            if enabled else None
+        self.bar = (
+            Progress(
+                TextColumn("sweep"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            if enabled
+            else None
+        )
         self.task = None
         if self.bar:
             self.bar.start()
@@ -141,15 +159,22 @@ class ProgressBar:
 
 def summary_table(sweeps: list, title: str) -> Table:
     t = Table(title=title)
-    for col in ("kernel", "sites", "refused", "batches", "runs", "runs/site", "divergences",
-                "time", "sites/s"):
+    for col in ("kernel", "sites", "refused", "batches", "runs", "runs/site", "divergences", "time", "sites/s"):
         t.add_column(col, justify="left" if col in ("kernel", "divergences") else "right")
     for s in sweeps:
         n = len(s.sites)
         by = ", ".join(f"{k} {v}" for k, v in sorted(s.by_class().items())) or "none"
-        t.add_row(s.kernel, str(n), str(len(s.refused)), str(s.batches), str(s.runs),
-                  f"{s.runs / n:.4f}" if n else "-", by, f"{s.seconds:.2f}s",
-                  f"{n / s.seconds:.0f}" if s.seconds else "-")
+        t.add_row(
+            s.kernel,
+            str(n),
+            str(len(s.refused)),
+            str(s.batches),
+            str(s.runs),
+            f"{s.runs / n:.4f}" if n else "-",
+            by,
+            f"{s.seconds:.2f}s",
+            f"{n / s.seconds:.0f}" if s.seconds else "-",
+        )
     return t
 
 
@@ -158,9 +183,11 @@ def divergence_lines(sweep) -> list[str]:
     for d in sweep.divergences:
         head = "interaction of " if len(d.sites) > 1 else ""
         tag = "kernel-faithful" if d.faithful else "UNCLASSIFIED"
-        out.append(f"[{sweep.kernel}] {d.cls} ({tag}): {head}" +
-                   "; ".join(s.describe() for s in d.sites[:4]) +
-                   (f" ... ({len(d.sites)} sites)" if len(d.sites) > 4 else ""))
+        out.append(
+            f"[{sweep.kernel}] {d.cls} ({tag}): {head}"
+            + "; ".join(s.describe() for s in d.sites[:4])
+            + (f" ... ({len(d.sites)} sites)" if len(d.sites) > 4 else "")
+        )
         out.append(f"    first: {d.divergence.first}")
         for line in d.divergence.details[1:]:
             out.append(f"    also:  {line}")
@@ -173,11 +200,15 @@ def print_report(sweeps: list, title: str, out=None) -> None:
     console.print(summary_table(sweeps, title))
     for s in sweeps:
         if s.reference_note:
-            console.print(f"[{s.kernel}] reference runs: {s.reference_note}", markup=False,
-                          highlight=False, soft_wrap=True)
+            console.print(
+                f"[{s.kernel}] reference runs: {s.reference_note}", markup=False, highlight=False, soft_wrap=True
+            )
         if s.noise.describe():
-            console.print(f"[{s.kernel}] not compared (differs between two unprobed runs): "
-                          f"{s.noise.describe()}", markup=False, highlight=False)
+            console.print(
+                f"[{s.kernel}] not compared (differs between two unprobed runs): {s.noise.describe()}",
+                markup=False,
+                highlight=False,
+            )
         for line in divergence_lines(s):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
 

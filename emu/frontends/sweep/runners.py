@@ -54,7 +54,7 @@ class PoolRunner:
 
     def run(self, cases: list, done=None) -> list:
         size = max(1, -(-len(cases) // (self.workers * 2)))
-        chunks = [cases[i:i + size] for i in range(0, len(cases), size)]
+        chunks = [cases[i : i + size] for i in range(0, len(cases), size)]
         futures = {self.pool.submit(run_cases, ch): n for n, ch in enumerate(chunks)}
         results: list = [None] * len(chunks)
         for f in cf.as_completed(futures):
@@ -82,11 +82,12 @@ class RayRunner:
         self.ray = ray
         if not ray.is_initialized():
             try:
-                ray.init(address=address, log_to_driver=False, include_dashboard=False,
-                         logging_level=logging.ERROR)
+                ray.init(address=address, log_to_driver=False, include_dashboard=False, logging_level=logging.ERROR)
             except (ConnectionError, ValueError, RuntimeError) as e:
-                raise EmuError(f"cannot connect to the Ray cluster at {address!r}: "
-                               f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+                raise EmuError(
+                    f"cannot connect to the Ray cluster at {address!r}: "
+                    f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
+                ) from None
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.workers = max(1, workers or cpus)
         actor: Any = ray.remote(num_cpus=1)(CaseActor)

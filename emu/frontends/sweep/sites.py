@@ -27,13 +27,13 @@ SITE_MODES = ("insn", "func", "ret")
 
 @dataclass(frozen=True)
 class Site:
-    path: str          # the file, as the guest names it (guest:NAME for a built-in guest)
-    offset: int        # file offset: what uprobe_register() takes
-    kind: str          # "p" (entry) | "r" (return probe)
-    vaddr: int         # link-time address
-    raw: bytes         # the instruction's bytes
-    text: str          # its disassembly
-    symbol: str        # "func+0x4" ("" when no symbol covers it)
+    path: str  # the file, as the guest names it (guest:NAME for a built-in guest)
+    offset: int  # file offset: what uprobe_register() takes
+    kind: str  # "p" (entry) | "r" (return probe)
+    vaddr: int  # link-time address
+    raw: bytes  # the instruction's bytes
+    text: str  # its disassembly
+    symbol: str  # "func+0x4" ("" when no symbol covers it)
 
     @property
     def key(self) -> str:
@@ -56,8 +56,7 @@ class Site:
 
     @staticmethod
     def from_json(d: dict) -> "Site":
-        return Site(d["path"], d["offset"], d["kind"], d["vaddr"], bytes.fromhex(d["raw"]),
-                    d["text"], d["symbol"])
+        return Site(d["path"], d["offset"], d["kind"], d["vaddr"], bytes.fromhex(d["raw"]), d["text"], d["symbol"])
 
 
 _MD = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
@@ -84,9 +83,11 @@ def code_sections(elf) -> list[tuple[int, int, int]]:
     (or without ``.text``) is swept over its executable segments' file bytes."""
     try:
         f = ELFFile(io.BytesIO(elf.data))
-        out = [(s["sh_offset"], s["sh_size"], s["sh_addr"]) for s in f.iter_sections()
-               if s.name == ".text" and s["sh_type"] == "SHT_PROGBITS" and
-               s["sh_flags"] & SH_FLAGS.SHF_EXECINSTR]
+        out = [
+            (s["sh_offset"], s["sh_size"], s["sh_addr"])
+            for s in f.iter_sections()
+            if s.name == ".text" and s["sh_type"] == "SHT_PROGBITS" and s["sh_flags"] & SH_FLAGS.SHF_EXECINSTR
+        ]
     except (ELFError, ValueError):
         out = []
     if out:
@@ -98,12 +99,21 @@ def insn_sites(path: str, elf) -> list[Site]:
     """Every instruction boundary of the file's code (linear sweep)."""
     out = []
     for foff, size, vaddr in code_sections(elf):
-        code = elf.data[foff:foff + size]
+        code = elf.data[foff : foff + size]
         off = 0
         while off < len(code):
             for i in _MD.disasm(code[off:], vaddr + off):
-                out.append(Site(path, foff + off, "p", i.address, bytes(i.bytes),
-                                f"{i.mnemonic} {i.op_str}".strip(), _symbol(elf, i.address)))
+                out.append(
+                    Site(
+                        path,
+                        foff + off,
+                        "p",
+                        i.address,
+                        bytes(i.bytes),
+                        f"{i.mnemonic} {i.op_str}".strip(),
+                        _symbol(elf, i.address),
+                    )
+                )
                 off += i.size
             if off < len(code):
                 off += 1
@@ -121,14 +131,14 @@ def func_sites(path: str, elf, kind: str = "p") -> list[Site]:
             off = elf.vaddr_to_offset(s.value)
         except (InputError, ValueError, KeyError):
             continue
-        raw, text = disassemble(elf.data[off:off + 15], s.value)
+        raw, text = disassemble(elf.data[off : off + 15], s.value)
         out.append(Site(path, off, kind, s.value, raw, text, s.name))
     return out
 
 
 def site_at(path: str, elf, offset: int, kind: str) -> Site:
     vaddr = elf.offset_to_vaddr(offset)
-    raw, text = disassemble(elf.data[offset:offset + 15], vaddr)
+    raw, text = disassemble(elf.data[offset : offset + 15], vaddr)
     return Site(path, offset, kind, vaddr, raw, text, _symbol(elf, vaddr))
 
 
@@ -145,12 +155,13 @@ def probed_files(machine, libraries: bool) -> list:
                 if machine.uprobes.file_elf(f) is not None:
                     files.append(f)
             except InputError:
-                continue                       # not an ELF (ld.so.cache, a data file)
+                continue  # not an ELF (ld.so.cache, a data file)
     return files
 
 
-def enumerate_sites(machine, mode: str, *, libraries: bool = False, program: str = "",
-                    site_specs: list[str] | None = None) -> list[Site]:
+def enumerate_sites(
+    machine, mode: str, *, libraries: bool = False, program: str = "", site_specs: list[str] | None = None
+) -> list[Site]:
     """The sites of ``mode`` (insn | func | ret | the path of a site list) in the files
     of :func:`probed_files`; ``site_specs`` (``--site``) instead give them one by one."""
     if site_specs:
@@ -161,8 +172,7 @@ def enumerate_sites(machine, mode: str, *, libraries: bool = False, program: str
     for f in probed_files(machine, libraries):
         name = program if f is machine.process.exe and program else f.path
         elf = machine.uprobes.file_elf(f)
-        out += insn_sites(name, elf) if mode == "insn" else \
-            func_sites(name, elf, "r" if mode == "ret" else "p")
+        out += insn_sites(name, elf) if mode == "insn" else func_sites(name, elf, "r" if mode == "ret" else "p")
     return out
 
 
@@ -172,7 +182,7 @@ def parse_site(machine, text: str, program: str = "") -> Site:
     spec = text.strip()
     kind = "p"
     if spec.endswith("%return"):
-        spec, kind = spec[:-len("%return")], "r"
+        spec, kind = spec[: -len("%return")], "r"
     path, sep, where = spec.rpartition(":")
     if not sep:
         path, where = "", spec

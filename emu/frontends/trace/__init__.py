@@ -70,9 +70,12 @@ __all__ = ["FORMATS", "Tracer", "add_cli", "cmd_trace"]
 
 # Imported when first asked for (PEP 562): the command line imports this package's
 # argument definitions without loading the command itself.
-__getattr__, __dir__ = lazy_exports(__name__, {
-    "add_cli": ".args",
-    "cmd_trace": ".cli",
-    "FORMATS": ".formats",
-    "Tracer": ".tracer",
-})
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "add_cli": ".args",
+        "cmd_trace": ".cli",
+        "FORMATS": ".formats",
+        "Tracer": ".tracer",
+    },
+)

@@ -29,13 +29,12 @@ def cmd_trace(args) -> int:
             raise InputError(f"cannot write the trace to {args.output!r}: {e.strerror}") from None
     try:
         sink = None
-        if args.seek is not None or args.last_write:        # probes first, then the seek
+        if args.seek is not None or args.last_write:  # probes first, then the seek
             sink = seek.LateSink(sys.stderr)
             if args.event:
                 add_cli_events(m, args, sink)
             seek.apply_cli(m, args.seek, args.last_write, args.checkpoint_interval or seek.DEFAULT_INTERVAL)
-        tracer = Tracer(m, args.fmt, out, start=args.start, count=args.count,
-                        mem=True if args.mem else None)
+        tracer = Tracer(m, args.fmt, out, start=args.start, count=args.count, mem=True if args.mem else None)
         if sink is not None:
             sink.target = tracer.ftrace_output(sys.stderr)
         elif args.event:
@@ -57,8 +56,7 @@ def cmd_trace(args) -> int:
                 sys.stderr.buffer.write(bytes(data))
         sys.stderr.flush()
     if args.start is not None and not tracer.insns:
-        why = "" if tracer.start_addr is not None else \
-            " (neither the program nor a file it mapped has it)"
+        why = "" if tracer.start_addr is not None else " (neither the program nor a file it mapped has it)"
         print_error(f"uprobe-emu: trace: {args.start} was never reached{why}")
     return report_result(result, m)
 

@@ -19,12 +19,66 @@ RC_NAMES = {0: "0", 1: "UPROBE_HANDLER_REMOVE", 2: "UPROBE_HANDLER_IGNORE"}
 
 # argument counts for the syscalls a trace line should not pad to six
 NARGS = {
-    0: 3, 1: 3, 2: 3, 3: 1, 4: 2, 5: 2, 6: 2, 7: 3, 8: 3, 9: 6, 10: 3, 11: 2, 12: 1, 13: 4,
-    14: 4, 16: 3, 17: 4, 18: 4, 19: 3, 20: 3, 21: 2, 24: 0, 28: 3, 32: 1, 33: 2, 35: 2,
-    39: 0, 60: 1, 62: 2, 63: 1, 72: 3, 79: 2, 89: 3, 96: 2, 97: 2, 102: 0, 104: 0, 107: 0,
-    108: 0, 110: 0, 111: 0, 121: 1, 131: 2, 158: 2, 186: 0, 200: 2, 201: 1, 218: 1,
-    228: 2, 231: 1, 234: 3, 257: 4, 262: 4, 267: 4, 273: 2, 302: 4, 318: 3, 334: 4,
-    335: 0, 336: 0,
+    0: 3,
+    1: 3,
+    2: 3,
+    3: 1,
+    4: 2,
+    5: 2,
+    6: 2,
+    7: 3,
+    8: 3,
+    9: 6,
+    10: 3,
+    11: 2,
+    12: 1,
+    13: 4,
+    14: 4,
+    16: 3,
+    17: 4,
+    18: 4,
+    19: 3,
+    20: 3,
+    21: 2,
+    24: 0,
+    28: 3,
+    32: 1,
+    33: 2,
+    35: 2,
+    39: 0,
+    60: 1,
+    62: 2,
+    63: 1,
+    72: 3,
+    79: 2,
+    89: 3,
+    96: 2,
+    97: 2,
+    102: 0,
+    104: 0,
+    107: 0,
+    108: 0,
+    110: 0,
+    111: 0,
+    121: 1,
+    131: 2,
+    158: 2,
+    186: 0,
+    200: 2,
+    201: 1,
+    218: 1,
+    228: 2,
+    231: 1,
+    234: 3,
+    257: 4,
+    262: 4,
+    267: 4,
+    273: 2,
+    302: 4,
+    318: 3,
+    334: 4,
+    335: 0,
+    336: 0,
 }
 
 # Fields that stay numbers in JSON (the rest of the integers are addresses: hex strings).
@@ -65,15 +119,17 @@ def describe(kind: str, info: dict, where=_hexaddr, in_sys_uprobe: bool = False)
     if kind == "syscall":
         nr = info["nr"]
         name = syscall_name(nr)
-        args = ", ".join(f"{a:#x}" for a in info["args"][:NARGS.get(nr, 6)])
+        args = ", ".join(f"{a:#x}" for a in info["args"][: NARGS.get(nr, 6)])
         mark = "*** " if nr in (335, 336) else ""
         return f"{mark}syscall {nr} {name}({args})"
     if kind == "syscall_return":
         nr = info["nr"]
         task = info.get("task")
         if task is not None and getattr(task, "state", "running") == "blocked":
-            return (f"syscall {nr} {syscall_name(nr)} blocks: task {task.tid} "
-                    f"sleeps ({getattr(task, 'blocked_on', None) or 'waiting'})")
+            return (
+                f"syscall {nr} {syscall_name(nr)} blocks: task {task.tid} "
+                f"sleeps ({getattr(task, 'blocked_on', None) or 'waiting'})"
+            )
         ret = signed(info["ret"])
         name = syscall_name(nr)
         val = f"{ret:#x}" if ret >= 0 else f"{ret} ({errno_name(-ret)})"
@@ -90,8 +146,10 @@ def describe(kind: str, info: dict, where=_hexaddr, in_sys_uprobe: bool = False)
         up = info["uprobe"]
         via = "uprobe syscall" if in_sys_uprobe else "int3 trap"
         n = len(up.consumers)
-        return (f"{via}: uprobe hit at {w(info['vaddr'])} ({up.file.path}:{up.offset:#x}, "
-                f"{n} consumer{'s' if n != 1 else ''})")
+        return (
+            f"{via}: uprobe hit at {w(info['vaddr'])} ({up.file.path}:{up.offset:#x}, "
+            f"{n} consumer{'s' if n != 1 else ''})"
+        )
     if kind == "handler":
         rc = RC_NAMES.get(info["rc"], info["rc"])
         return f"handler of {consumer_name(info['consumer'])} returns {rc}"
@@ -106,31 +164,32 @@ def describe(kind: str, info: dict, where=_hexaddr, in_sys_uprobe: bool = False)
     if kind == "xol_done":
         return _xol_done(info, w)
     if kind == "ip_changed":
-        return (f"a handler changed ip to {w(info['new_ip'])}: the probed instruction is "
-                f"skipped")
+        return f"a handler changed ip to {w(info['new_ip'])}: the probed instruction is skipped"
     if kind == "text_poke":
         data = info["data"]
         return f"text_poke {w(info['vaddr'])}: {bytes(data).hex(' ')} ({info.get('why', '')})"
     if kind == "uretprobe_hijack":
         chained = " (chained)" if info.get("chained") else ""
-        return (f"uretprobe: return address at [{info['stack']:#x}] {w(info['orig'])} -> "
-                f"trampoline {info['tramp']:#x}{chained}")
+        return (
+            f"uretprobe: return address at [{info['stack']:#x}] {w(info['orig'])} -> "
+            f"trampoline {info['tramp']:#x}{chained}"
+        )
     if kind == "uretprobe_return":
         return f"uretprobe trampoline done: return to {w(info['new_ip'])}"
     if kind == "ret_handler":
-        return (f"ret_handler of {consumer_name(info['consumer'])} for {w(info['func'])}, "
-                f"returning to {w(info['ret'])}")
+        return f"ret_handler of {consumer_name(info['consumer'])} for {w(info['func'])}, returning to {w(info['ret'])}"
     if kind == "ri_discarded":
         ri = info["ri"]
-        return (f"return instance of {w(ri.func)} discarded (its frame at {ri.stack:#x} "
-                f"is gone)")
+        return f"return instance of {w(ri.func)} discarded (its frame at {ri.stack:#x} is gone)"
     if kind == "uretprobe_depth":
         return "uretprobe depth limit reached: this return is not probed"
     if kind == "sys_uretprobe":
         return "sys_uretprobe: registers restored from the trampoline's stack"
     if kind == "optimized":
-        return (f"optimized: {w(info['vaddr'])} now calls the trampoline at "
-                f"{info['tramp']:#x} (next hits enter through syscall 336)")
+        return (
+            f"optimized: {w(info['vaddr'])} now calls the trampoline at "
+            f"{info['tramp']:#x} (next hits enter through syscall 336)"
+        )
     if kind == "trampoline_mapped":
         return f"[uprobes-trampoline] mapped at {info['vaddr']:#x}"
     if kind == "sys_uprobe":
@@ -147,7 +206,7 @@ def describe(kind: str, info: dict, where=_hexaddr, in_sys_uprobe: bool = False)
         what = "thread" if child.process is info["task"].process else f"process {child.process.pid}"
         return f"clone: new task {child.tid} ({what}), flags {info.get('flags', 0):#x}"
     if kind.startswith("_"):
-        return None                        # private to the model
+        return None  # private to the model
     return generic(kind, info)
 
 
@@ -155,15 +214,17 @@ def _xol_step(info: dict) -> str:
     """The copy to an XOL slot and the single-step that follows (``arch_uprobe_pre_xol``)."""
     au = info["uprobe"].arch
     what = au.text if au is not None else "instruction"
-    orig = au.insn[:au.ilen] if au is not None else b""
-    ixol = au.ixol[:au.ilen] if au is not None else b""
+    orig = au.insn[: au.ilen] if au is not None else b""
+    ixol = au.ixol[: au.ilen] if au is not None else b""
     extra = ""
     if au is not None and au.scratch:
         extra = f", rip-relative operand rewritten to use {au.scratch}"
     elif orig != ixol:
         extra = f", bytes {ixol.hex(' ')}"
-    return (f"XOL: '{what}' copied to slot {info['slot']} at {info['xol_vaddr']:#x}{extra}; "
-            f"TF set, single-stepping out of line")
+    return (
+        f"XOL: '{what}' copied to slot {info['slot']} at {info['xol_vaddr']:#x}{extra}; "
+        f"TF set, single-stepping out of line"
+    )
 
 
 def _xol_done(info: dict, w) -> str:
@@ -216,8 +277,9 @@ def jsonable(info: dict, kind: str = "") -> dict:
     return out
 
 
-CHROME_INSTANTS = frozenset({"uprobe_hit", "ret_handler", "syscall", "signal", "optimized",
-                             "uretprobe_depth", "ftrace", "exec"})
+CHROME_INSTANTS = frozenset(
+    {"uprobe_hit", "ret_handler", "syscall", "signal", "optimized", "uretprobe_depth", "ftrace", "exec"}
+)
 
 
 def instant_name(kind: str, info: dict, label) -> str | None:

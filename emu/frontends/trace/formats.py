@@ -46,11 +46,11 @@ TENET_REGS = tuple(i for i, n in enumerate(GPR_NAMES) if n not in ("eflags", "fs
 M64 = (1 << 64) - 1
 RIP_SH = 64 * RIP
 NORIP = ((1 << (64 * NREGS)) - 1) & ~(M64 << RIP_SH)
-LOW = tuple((1 << (64 * i)) - 1 for i in range(NREGS))      # slots below i
+LOW = tuple((1 << (64 * i)) - 1 for i in range(NREGS))  # slots below i
 TENET_DIFF = sum(M64 << (64 * i) for i in TENET_REGS if i != RIP)
 
-FLUSH_AT = 1024          # buffered pieces before a write
-CALL, RET = 1, 2         # an entry's control-transfer kind (chrome spans)
+FLUSH_AT = 1024  # buffered pieces before a write
+CALL, RET = 1, 2  # an entry's control-transfer kind (chrome spans)
 
 
 def slots(x: int) -> list[int]:
@@ -77,9 +77,9 @@ class Format:
     """What every format does by default: nothing."""
 
     name = ""
-    default_mem = False     # record memory writes unless told otherwise
-    hooks_mem = True        # memory writes can be recorded at all
-    per_task = True         # each task keeps its own pending instruction and snapshot
+    default_mem = False  # record memory writes unless told otherwise
+    hooks_mem = True  # memory writes can be recorded at all
+    per_task = True  # each task keeps its own pending instruction and snapshot
 
     def __init__(self, tracer):
         self.t = tracer
@@ -193,8 +193,7 @@ class TextFormat(Format):
 
     def header(self) -> None:
         t = self.t
-        t._buf.append(f"# uprobe-emu trace: {t._title()} (kernel {t.machine.profile.name}, "
-                      f"pid {t._pid})\n")
+        t._buf.append(f"# uprobe-emu trace: {t._title()} (kernel {t.machine.profile.name}, pid {t._pid})\n")
 
     def start(self, cur: int, addr: int) -> None:
         self.t._buf.append("# registers: " + " ".join([REG_FMT[i] % reg(cur, i) for i in IDX]) + "\n")
@@ -232,8 +231,8 @@ class JsonlFormat(Format):
 
     def __init__(self, tracer):
         super().__init__(tracer)
-        self.pe_i = 0          # the pending instruction's index
-        self.events = []       # lines of the events of the pending instruction
+        self.pe_i = 0  # the pending instruction's index
+        self.events = []  # lines of the events of the pending instruction
 
     def hook(self, uc, addr, size, _):
         t = self.t
@@ -262,8 +261,10 @@ class JsonlFormat(Format):
             buf.clear()
 
     def start(self, cur: int, addr: int) -> None:
-        self.t._buf.append('{"type":"start","addr":"%#x","regs":{%s}}\n' % (addr, ",".join(
-            ['"%s":"%#x"' % (GPR_NAMES[i], reg(cur, i)) for i in IDX])))
+        self.t._buf.append(
+            '{"type":"start","addr":"%#x","regs":{%s}}\n'
+            % (addr, ",".join(['"%s":"%#x"' % (GPR_NAMES[i], reg(cur, i)) for i in IDX]))
+        )
 
     def flush_pending(self, cur: int) -> None:
         """The pending instruction's ``insn`` object (registers it changed, memory it
@@ -272,11 +273,14 @@ class JsonlFormat(Format):
         e = t._pe
         buf = t._buf
         if e is not None:
-            obj = e.json + ',"i":%d,"regs":{%s}' % (self.pe_i, ",".join(
-                ['"%s":"%#x"' % (GPR_NAMES[i], reg(cur, i)) for i in slots(cur ^ t._prev)]))
+            obj = e.json + ',"i":%d,"regs":{%s}' % (
+                self.pe_i,
+                ",".join(['"%s":"%#x"' % (GPR_NAMES[i], reg(cur, i)) for i in slots(cur ^ t._prev)]),
+            )
             if t._mw:
                 obj += ',"mem":[%s]' % ",".join(
-                    ['{"addr":"%#x","data":"%s"}' % (a, d.hex()) for a, d in t._collect_mw(cur)])
+                    ['{"addr":"%#x","data":"%s"}' % (a, d.hex()) for a, d in t._collect_mw(cur)]
+                )
             buf.append(obj + "}\n")
         if self.events:
             buf.extend(self.events)
@@ -290,8 +294,7 @@ class JsonlFormat(Format):
 
     def event(self, kind, text, info) -> None:
         t = self.t
-        obj = {"type": "event", "i": self.pe_i if t._pe is not None else t.insns,
-               "event": kind, "text": text}
+        obj = {"type": "event", "i": self.pe_i if t._pe is not None else t.insns, "event": kind, "text": text}
         obj.update(jsonable(info, kind))
         line = dumps(obj) + "\n"
         if t._pe is not None:
@@ -300,8 +303,9 @@ class JsonlFormat(Format):
             t._buf.append(line)
 
     def switch(self, task, text) -> None:
-        self.t._buf.append(dumps({"type": "event", "i": self.t.insns, "event": "switch",
-                                  "text": text, "tid": task.tid}) + "\n")
+        self.t._buf.append(
+            dumps({"type": "event", "i": self.t.insns, "event": "switch", "text": text, "tid": task.tid}) + "\n"
+        )
 
     def save_task(self):
         return self.pe_i, self.events
@@ -318,7 +322,7 @@ class TenetFormat(Format):
 
     name = "tenet"
     default_mem = True
-    per_task = False        # one state stream: the next line carries the difference
+    per_task = False  # one state stream: the next line carries the difference
 
     def hook(self, uc, addr, size, _):
         t = self.t
@@ -368,9 +372,9 @@ class ChromeFormat(Format):
 
     def __init__(self, tracer):
         super().__init__(tracer)
-        self.stack = []          # open spans: (name, cat)
-        self.first = True        # no event written yet (no separator)
-        self.named = {tracer._task}   # tasks with a thread_name
+        self.stack = []  # open spans: (name, cat)
+        self.first = True  # no event written yet (no separator)
+        self.named = {tracer._task}  # tasks with a thread_name
 
     def hook(self, uc, addr, size, _):
         t = self.t
@@ -413,8 +417,9 @@ class ChromeFormat(Format):
             stack = self.stack
             while stack:
                 name, cat = stack.pop()
-                self.emit('{"name":%s,"cat":"%s","ph":"E","ts":%d,"pid":%d,"tid":%d}' % (
-                    dumps(name), cat, ts, t._pid, t._tid))
+                self.emit(
+                    '{"name":%s,"cat":"%s","ph":"E","ts":%d,"pid":%d,"tid":%d}' % (dumps(name), cat, ts, t._pid, t._tid)
+                )
                 if cat == "function":
                     break
         if region is not None and pe.region != region:
@@ -436,23 +441,27 @@ class ChromeFormat(Format):
     def open(self, name, cat) -> None:
         t = self.t
         self.stack.append((name, cat))
-        self.emit('{"name":%s,"cat":"%s","ph":"B","ts":%d,"pid":%d,"tid":%d}' % (
-            dumps(name), cat, t.insns, t._pid, t._tid))
+        self.emit(
+            '{"name":%s,"cat":"%s","ph":"B","ts":%d,"pid":%d,"tid":%d}' % (dumps(name), cat, t.insns, t._pid, t._tid)
+        )
 
     def close_region(self) -> None:
         stack = self.stack
         if stack and stack[-1][1] == "uprobes":
             t = self.t
             name, cat = stack.pop()
-            self.emit('{"name":%s,"cat":"%s","ph":"E","ts":%d,"pid":%d,"tid":%d}' % (
-                dumps(name), cat, t.insns, t._pid, t._tid))
+            self.emit(
+                '{"name":%s,"cat":"%s","ph":"E","ts":%d,"pid":%d,"tid":%d}'
+                % (dumps(name), cat, t.insns, t._pid, t._tid)
+            )
 
     def close_all(self, stack: list, tid: int) -> None:
         t = self.t
         while stack:
             name, cat = stack.pop()
-            self.emit('{"name":%s,"cat":"%s","ph":"E","ts":%d,"pid":%d,"tid":%d}' % (
-                dumps(name), cat, t.insns, t._pid, tid))
+            self.emit(
+                '{"name":%s,"cat":"%s","ph":"E","ts":%d,"pid":%d,"tid":%d}' % (dumps(name), cat, t.insns, t._pid, tid)
+            )
 
     def emit(self, text: str) -> None:
         buf = self.t._buf
@@ -468,10 +477,14 @@ class ChromeFormat(Format):
         t = self.t
         kernel = t.machine.profile.name
         t._buf.append('{"traceEvents":[\n')
-        self.emit('{"name":"process_name","ph":"M","ts":0,"pid":%d,"tid":%d,'
-                  '"args":{"name":%s}}' % (t._pid, t._tid, dumps(f"{t._title()} (kernel {kernel})")))
-        self.emit('{"name":"thread_name","ph":"M","ts":0,"pid":%d,"tid":%d,'
-                  '"args":{"name":%s}}' % (t._pid, t._tid, dumps(t.machine.process.comm)))
+        self.emit(
+            '{"name":"process_name","ph":"M","ts":0,"pid":%d,"tid":%d,'
+            '"args":{"name":%s}}' % (t._pid, t._tid, dumps(f"{t._title()} (kernel {kernel})"))
+        )
+        self.emit(
+            '{"name":"thread_name","ph":"M","ts":0,"pid":%d,"tid":%d,'
+            '"args":{"name":%s}}' % (t._pid, t._tid, dumps(t.machine.process.comm))
+        )
 
     def effects(self, cur: int) -> None:
         rip = reg(cur, RIP)
@@ -488,18 +501,20 @@ class ChromeFormat(Format):
         args = {"text": text}
         args.update(jsonable(info, kind))
         ts = t.insns - 1 if t._pe is not None else t.insns
-        self.emit('{"name":%s,"cat":"%s","ph":"i","s":"t","ts":%d,"pid":%d,"tid":%d,'
-                  '"args":%s}' % (
-                      dumps(name), "syscall" if kind == "syscall" else "uprobes", max(ts, 0),
-                      t._pid, t._tid, dumps(args)))
+        self.emit(
+            '{"name":%s,"cat":"%s","ph":"i","s":"t","ts":%d,"pid":%d,"tid":%d,'
+            '"args":%s}'
+            % (dumps(name), "syscall" if kind == "syscall" else "uprobes", max(ts, 0), t._pid, t._tid, dumps(args))
+        )
 
     def switch(self, task, text) -> None:
         if task not in self.named:
             t = self.t
             self.named.add(task)
-            self.emit('{"name":"thread_name","ph":"M","ts":%d,"pid":%d,"tid":%d,'
-                      '"args":{"name":%s}}' % (t.insns, t._pid, task.tid,
-                                               dumps(f"{task.comm} {task.tid}")))
+            self.emit(
+                '{"name":"thread_name","ph":"M","ts":%d,"pid":%d,"tid":%d,'
+                '"args":{"name":%s}}' % (t.insns, t._pid, task.tid, dumps(f"{task.comm} {task.tid}"))
+            )
 
     def save_task(self):
         return self.stack
@@ -512,10 +527,11 @@ class ChromeFormat(Format):
         self.close_all(self.stack, t._tid)
         for task, state in off_cpu.items():
             self.close_all(state, task.tid)
-        t._buf.append('\n],"displayTimeUnit":"ns","otherData":%s}\n' % dumps(
-            {"ts_unit": "instructions", "insns": t.insns, "reason": reason,
-             "kernel": t.machine.profile.name}))
+        t._buf.append(
+            '\n],"displayTimeUnit":"ns","otherData":%s}\n'
+            % dumps({"ts_unit": "instructions", "insns": t.insns, "reason": reason, "kernel": t.machine.profile.name})
+        )
 
 
 FORMAT_CLASSES = {cls.name: cls for cls in (TextFormat, JsonlFormat, TenetFormat, ChromeFormat)}
-FORMATS = tuple(FORMAT_CLASSES)       # as emu.frontends.trace.args.FORMAT_NAMES lists them
+FORMATS = tuple(FORMAT_CLASSES)  # as emu.frontends.trace.args.FORMAT_NAMES lists them

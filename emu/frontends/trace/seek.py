@@ -39,18 +39,20 @@ class LastWrite:
     """The instruction that last wrote a watched register or address before ``before``."""
 
     what: str
-    position: int            # the instruction's index in the run (0: the first)
+    position: int  # the instruction's index in the run (0: the first)
     rip: int
     symbol: str | None
-    text: str                # its disassembly
-    old: int                 # the value before it ran
-    new: int                 # the value it left
-    before: int              # the position the question was asked at
+    text: str  # its disassembly
+    old: int  # the value before it ran
+    new: int  # the value it left
+    before: int  # the position the question was asked at
 
     def describe(self) -> str:
         where = f"{self.rip:#x}" + (f" <{self.symbol}>" if self.symbol else "")
-        return (f"last write to {self.what} before instruction {self.before}: instruction "
-                f"{self.position} at {where}: {self.text} ({self.old:#x} -> {self.new:#x})")
+        return (
+            f"last write to {self.what} before instruction {self.before}: instruction "
+            f"{self.position} at {where}: {self.text} ({self.old:#x} -> {self.new:#x})"
+        )
 
 
 class _Watch:
@@ -106,7 +108,7 @@ class TraceSeek:
         self.rec = machine.recorder if machine.recorder is not None else machine.record(interval=interval)
         self._cs = Cs(CS_ARCH_X86, CS_MODE_64)
         self._cs.detail = True
-        self._writes: dict = {}          # (addr, bytes) -> (text, set of full registers written)
+        self._writes: dict = {}  # (addr, bytes) -> (text, set of full registers written)
 
     @property
     def position(self) -> int:
@@ -164,7 +166,7 @@ class TraceSeek:
             if value != state["value"] and last is not None:
                 state["hit"] = (last[0], last[1], state["value"], value)
             elif last is not None and last[2]:
-                state["hit"] = (last[0], last[1], state["value"], value)   # the same value again
+                state["hit"] = (last[0], last[1], state["value"], value)  # the same value again
             state["value"] = value
             state["last"] = (pos, addr, watch.kind == "reg" and self._writes_reg(addr, watch.full))
 
@@ -176,8 +178,9 @@ class TraceSeek:
         proc = watch.task.process
         hooks = [m.add_code_hook(on_insn, 1, 0, process=proc)]
         if watch.kind == "mem":
-            hooks.append(m.add_mem_hook(on_store, watch.addr, watch.addr + watch.size - 1,
-                                        access="write", process=proc))
+            hooks.append(
+                m.add_mem_hook(on_store, watch.addr, watch.addr + watch.size - 1, access="write", process=proc)
+            )
         try:
             rec.seek(hi)
         finally:

@@ -25,8 +25,20 @@ _MAP_SYSCALLS = (9, 10, 25)  # mmap, mprotect, mremap: a pending --from may be m
 class _Entry:
     """One traced address, formatted once (until the text there changes)."""
 
-    __slots__ = ("addr", "size", "line", "header", "func", "at_start", "kind", "region",
-                 "kernel", "label", "asm", "json")
+    __slots__ = (
+        "addr",
+        "size",
+        "line",
+        "header",
+        "func",
+        "at_start",
+        "kind",
+        "region",
+        "kernel",
+        "label",
+        "asm",
+        "json",
+    )
 
     def __init__(self, addr, size, line, label, func, at_start, kind, region, kernel, asm, json_):
         self.addr, self.size, self.line, self.label = addr, size, line, label
@@ -82,8 +94,9 @@ class Tracer:
     block), which a run that ends on its budget, timeout or a stop request needs.
     """
 
-    def __init__(self, machine, fmt: str = "text", out=None, *, start=None, count: int | None = None,
-                 mem: bool | None = None):
+    def __init__(
+        self, machine, fmt: str = "text", out=None, *, start=None, count: int | None = None, mem: bool | None = None
+    ):
         if fmt not in FORMATS:
             raise InputError(f"unknown trace format {fmt!r}; choose one of: {', '.join(FORMATS)}")
         if count is not None and count < 0:
@@ -103,33 +116,33 @@ class Tracer:
                 raise InputError(f"cannot write the trace to {os.fspath(out)!r}: {e.strerror}") from None
             self._own_out = True
         self.out = out
-        self.sync_stdout = out is sys.stdout     # keep the guest's passthrough output in place
-        self.insns = 0                           # instructions traced so far
+        self.sync_stdout = out is sys.stdout  # keep the guest's passthrough output in place
+        self.insns = 0  # instructions traced so far
         self.active = False
         self.finished = False
         self.end_reason = ""
         self._dis = Disassembler(machine)
         self._entries: dict[int, _Entry] = {}
         self._buf: list[str] = []
-        self._prev: int | None = None            # register snapshot (rip slot: expected next)
-        self._pe: _Entry | None = None           # the instruction whose effects are pending
+        self._prev: int | None = None  # register snapshot (rip slot: expected next)
+        self._pe: _Entry | None = None  # the instruction whose effects are pending
         self._func = None
         self._skip = None
-        self._mw: list = []                      # memory the pending insn wrote (see _collect_mw)
+        self._mw: list = []  # memory the pending insn wrote (see _collect_mw)
         self._in_sys_uprobe = False
         self._code_hook = None
         self._mem_hook = None
         self._smc_hooks: list = []
-        self._start_hooks: dict = {}             # address -> the code hook waiting there
-        self._no_symbol: set = set()             # files known not to define a bare start
+        self._start_hooks: dict = {}  # address -> the code hook waiting there
+        self._no_symbol: set = set()  # files known not to define a bare start
         self._header_written = False
-        self._mm = machine.mem                   # identifies the traced address space
-        self._proc = machine.process             # the traced process (its threads share the CPU)
-        self._task = machine.task                # the task whose trace state is loaded
-        self._tstate: dict = {}                  # off-CPU tasks: their pending trace state
+        self._mm = machine.mem  # identifies the traced address space
+        self._proc = machine.process  # the traced process (its threads share the CPU)
+        self._task = machine.task  # the task whose trace state is loaded
+        self._tstate: dict = {}  # off-CPU tasks: their pending trace state
         self._read = machine.snapshot_reader()
         self._limit = count if count is not None else 1 << 62
-        self._format = fmt_cls(self)             # writes the lines (see .formats)
+        self._format = fmt_cls(self)  # writes the lines (see .formats)
         self._hook = self._format.make_hook()
         self._listening = False
         self._started = False
@@ -142,9 +155,14 @@ class Tracer:
         else:
             self._start = self._resolve(start)
             self._arm_start()
-            if self._start[0] == "name" and not self._start_hooks and machine.process.exe is not None \
-                    and machine.process.exe.elf is not None and machine.process.exe.elf.interp is None:
-                machine.resolve(self._start[1])          # a static program: its error now
+            if (
+                self._start[0] == "name"
+                and not self._start_hooks
+                and machine.process.exe is not None
+                and machine.process.exe.elf is not None
+                and machine.process.exe.elf.interp is None
+            ):
+                machine.resolve(self._start[1])  # a static program: its error now
             # the trace follows execve and mmap before it starts (re-arming the start)
             self._listening = machine.events.subscribe(self._on_model_event)
 
@@ -266,15 +284,19 @@ class Tracer:
         proc = self._proc
         hook = self._hook
         if not getattr(hook, "native", False):
+
             def hook(address, size, _h=hook):
                 _h(None, address, size, None)
+
         self._code_hook = m.add_code_hook(hook, process=proc)
         if self.mem_writes and self._format.hooks_mem:
             self._mem_hook = m.add_mem_hook(self._on_mem_write, process=proc)
         # Guest stores into writable code (no text poke tells us): watch those mappings.
         self._smc_hooks = [
             m.add_mem_hook(self._on_code_write, v.start, v.end - 1, process=proc)
-            for v in proc.mem.vmas if is_writable_code(v)]
+            for v in proc.mem.vmas
+            if is_writable_code(v)
+        ]
 
     def _remove_hooks(self) -> None:
         m = self.machine
@@ -312,8 +334,11 @@ class Tracer:
         self._func = None
         self._prev = self._pe = None
         if was_active:
-            self._format.event("exec", describe("exec", {"task": task, "filename": filename}) or "exec", {
-                "task": task, "filename": filename})
+            self._format.event(
+                "exec",
+                describe("exec", {"task": task, "filename": filename}) or "exec",
+                {"task": task, "filename": filename},
+            )
             self._add_hooks()
         else:
             self._arm_start()
@@ -348,7 +373,7 @@ class Tracer:
     def _finish(self, reason: str, effects: bool = True) -> None:
         if self.finished:
             return
-        if not effects:                       # the task ended inside the instruction
+        if not effects:  # the task ended inside the instruction
             self._effects_none()
         elif self.active and self._prev is not None:
             self._effects_now(self._read())
@@ -434,7 +459,7 @@ class Tracer:
             off = addr - base
             at_start = off == 0
             hlabel = label + (f"+{off:#x}" if off else "")
-            mark = label[len("[uprobes] "):] if label.startswith("[uprobes] ") else label.strip("[]")
+            mark = label[len("[uprobes] ") :] if label.startswith("[uprobes] ") else label.strip("[]")
             note = f"  # [{mark}]"
         else:
             kernel = False
@@ -442,7 +467,7 @@ class Tracer:
             if sym is not None:
                 func, off = sym
                 at_start = off == 0
-                hlabel = self._dis.symbolize(addr)     # "malloc+0x14 in libc.so.6" in a library
+                hlabel = self._dis.symbolize(addr)  # "malloc+0x14 in libc.so.6" in a library
             else:
                 vma = self.machine.mem.find_vma(addr)
                 func = vma.name if vma is not None and vma.name else None
@@ -452,20 +477,25 @@ class Tracer:
             if note and kind == 0:
                 up = self._uprobe_at(addr)
                 if up is not None and up.arch is not None and up.arch.kind == "call" and mnem == "int3":
-                    kind = CALL            # an emulated call: the probe enters the callee
+                    kind = CALL  # an emulated call: the probe enters the callee
         if note:
             first, nl, rest = line.partition("\n")
             line = first + note + nl + rest
-        js = ('{"type":"insn","addr":"%#x","sym":%s,"bytes":"%s","asm":%s' %
-              (addr, dumps(hlabel), insn.bytes.hex(), dumps(asm)))
+        js = '{"type":"insn","addr":"%#x","sym":%s,"bytes":"%s","asm":%s' % (
+            addr,
+            dumps(hlabel),
+            insn.bytes.hex(),
+            dumps(asm),
+        )
         if region is not None:
             js += ',"region":' + dumps(region[0])
         elif note:
             js += ',"note":' + dumps(note.strip()[2:])
         if func is not None:
             func = sys.intern(func)
-        e = _Entry(addr, insn.size, line + "\n", hlabel, func, at_start, kind,
-                   region[0] if region else None, kernel, asm, js)
+        e = _Entry(
+            addr, insn.size, line + "\n", hlabel, func, at_start, kind, region[0] if region else None, kernel, asm, js
+        )
         self._entries[addr] = e
         return e
 
@@ -504,7 +534,7 @@ class Tracer:
         if size <= 8:
             self._mw.append((addr, (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")))
         else:
-            self._mw.append((addr, size))          # read after the instruction
+            self._mw.append((addr, size))  # read after the instruction
 
     # ------------------------------------------------------------------ tasks
     def _switch(self, task) -> None:
@@ -615,13 +645,18 @@ class Tracer:
                 finally:
                     self._in_event -= 1
                 return
-            if self.active and task is self._task:     # a vfork child leaves this CPU
+            if self.active and task is self._task:  # a vfork child leaves this CPU
                 self._effects_none()
                 info = {"task": task, "filename": event.filename}
                 self._format.event("exec", (describe("exec", info) or "exec") + " (it leaves this trace)", info)
                 return
-        elif kind == "syscall_return" and not self.active and not self.finished and \
-                event.nr in _MAP_SYSCALLS and event.task.process is self._proc:
+        elif (
+            kind == "syscall_return"
+            and not self.active
+            and not self.finished
+            and event.nr in _MAP_SYSCALLS
+            and event.task.process is self._proc
+        ):
             self._arm_start()
             return
         self._on_event(kind, **event.fields())
@@ -638,15 +673,15 @@ class Tracer:
     def _handle_event(self, kind: str, info: dict) -> None:
         task = info.get("task")
         if not self._ours(task):
-            return                              # another process: not on this trace
+            return  # another process: not on this trace
         if kind == "syscall" and info.get("nr") == 336:
-            self._in_sys_uprobe = True          # its uprobe_hit comes from the syscall
+            self._in_sys_uprobe = True  # its uprobe_hit comes from the syscall
         elif kind == "syscall_return" and "nr" in info:
             self._in_sys_uprobe = False
         try:
             text = describe(kind, info, self._where, self._in_sys_uprobe)
         except (KeyError, AttributeError, TypeError, ValueError):
-            text = generic(kind, info)         # an event whose fields changed shape
+            text = generic(kind, info)  # an event whose fields changed shape
         if text is None:
             return
         self._format.event(kind, text, info)
@@ -660,11 +695,11 @@ class Tracer:
         if kind == "syscall" and info["nr"] in _END_SYSCALLS:
             proc = task.process if task is not None else self._proc
             if info["nr"] == 60 and _live_tasks(proc) > 1:
-                self._effects_none()            # a thread ends; the process goes on
+                self._effects_none()  # a thread ends; the process goes on
             elif proc is self._proc:
                 self._finish("guest exited", effects=False)
             else:
-                self._effects_none()            # a vfork child on this CPU exits
+                self._effects_none()  # a vfork child on this CPU exits
         elif kind == "signal":
             proc = task.process if task is not None else self._proc
             if proc is self._proc:
@@ -694,4 +729,3 @@ class Tracer:
 
 def _live_tasks(proc) -> int:
     return sum(1 for t in getattr(proc, "tasks", ()) if getattr(t, "state", "running") != "dead")
-

@@ -16,9 +16,26 @@ from typing import TYPE_CHECKING, Any, overload
 
 # Names in gdb's amd64 order; the user-visible register set of a Linux x86_64 task.
 GPR_NAMES = (
-    "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp",
-    "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
-    "rip", "eflags", "fs_base", "gs_base",
+    "rax",
+    "rbx",
+    "rcx",
+    "rdx",
+    "rsi",
+    "rdi",
+    "rbp",
+    "rsp",
+    "r8",
+    "r9",
+    "r10",
+    "r11",
+    "r12",
+    "r13",
+    "r14",
+    "r15",
+    "rip",
+    "eflags",
+    "fs_base",
+    "gs_base",
 )
 
 # Linux x86_64 user segment selectors (__USER_CS / __USER_DS).  Unicorn runs the guest
@@ -27,14 +44,46 @@ USER_CS, USER_SS = 0x33, 0x2B
 
 # struct pt_regs field order (arch/x86/include/asm/ptrace.h), 21 slots.
 PT_REGS_ORDER = (
-    "r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8",
-    "rax", "rcx", "rdx", "rsi", "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss",
+    "r15",
+    "r14",
+    "r13",
+    "r12",
+    "rbp",
+    "rbx",
+    "r11",
+    "r10",
+    "r9",
+    "r8",
+    "rax",
+    "rcx",
+    "rdx",
+    "rsi",
+    "rdi",
+    "orig_rax",
+    "rip",
+    "cs",
+    "eflags",
+    "rsp",
+    "ss",
 )
 
 EFLAGS_BITS = (
-    (0, "CF"), (2, "PF"), (4, "AF"), (6, "ZF"), (7, "SF"), (8, "TF"), (9, "IF"),
-    (10, "DF"), (11, "OF"), (14, "NT"), (16, "RF"), (17, "VM"), (18, "AC"),
-    (19, "VIF"), (20, "VIP"), (21, "ID"),
+    (0, "CF"),
+    (2, "PF"),
+    (4, "AF"),
+    (6, "ZF"),
+    (7, "SF"),
+    (8, "TF"),
+    (9, "IF"),
+    (10, "DF"),
+    (11, "OF"),
+    (14, "NT"),
+    (16, "RF"),
+    (17, "VM"),
+    (18, "AC"),
+    (19, "VIF"),
+    (20, "VIP"),
+    (21, "ID"),
 )
 TF = 1 << 8
 RF = 1 << 16
@@ -49,8 +98,10 @@ N_WINDOW = RIP
 TF_ONLY = -1
 
 if TYPE_CHECKING:
+
     class _Register:
         """What the checker knows of a register property: an int read and written."""
+
         @overload
         def __get__(self, obj: None, owner: type) -> _Register: ...
         @overload
@@ -112,7 +163,7 @@ class PtRegs:
         registers must not change in between except through this snapshot - true
         inside a trap, where only the write-back touches them."""
         self = cls.__new__(cls)
-        self._v = self._orig = None       # made by the first read of a group
+        self._v = self._orig = None  # made by the first read of a group
         self.orig_rax = orig_rax
         self._dirty = set()
         self._load = self._loadx = source
@@ -140,7 +191,7 @@ class PtRegs:
         v, o = self._v, self._orig
         if v is None:
             self._orig = full[:]
-        else:                             # the extras were read first: keep them
+        else:  # the extras were read first: keep them
             full[EFLAGS:] = v[EFLAGS:]
             o[:RIP] = full[:RIP]
         self._v = full
@@ -212,7 +263,7 @@ class PtRegs:
         out = {}
         if dirty:
             v, o = self._v, self._orig
-            for i in dirty:               # (a loop: a comprehension is a frame of its own)
+            for i in dirty:  # (a loop: a comprehension is a frame of its own)
                 x = v[i]
                 if x != o[i]:
                     out[i] = x
@@ -221,7 +272,7 @@ class PtRegs:
             rip = int(rip) & _MASK64
             if rip != self._rip0:
                 out[RIP] = rip
-        if self._loadx is None:           # eflags read: its TF bit is tf
+        if self._loadx is None:  # eflags read: its TF bit is tf
             flags = (self._v[EFLAGS] & ~TF) | (TF if self.tf else 0)
             if flags != self._orig[EFLAGS]:
                 out[EFLAGS] = flags
@@ -246,6 +297,7 @@ _UNREAD = (0,) * len(GPR_NAMES)
 
 def _register_property(i: int) -> property:
     if i < N_WINDOW:
+
         def get_(self):
             if self._load is not None:
                 self._fill()
@@ -256,9 +308,11 @@ def _register_property(i: int) -> property:
                 self._fill()
             self._v[i] = int(value) & _MASK64
             self._dirty.add(i)
+
         return property(get_, set_)
 
-    if i == EFLAGS:                       # the TF bit is ``tf``
+    if i == EFLAGS:  # the TF bit is ``tf``
+
         def get_flags(self):
             if self._loadx is not None:
                 self._fillx()
@@ -269,7 +323,8 @@ def _register_property(i: int) -> property:
                 self._fillx()
             self._v[EFLAGS] = value = int(value) & _MASK64
             self.tf = value & TF
-            self._dirty.add(EFLAGS)       # changed() compares it with its TF bit merged
+            self._dirty.add(EFLAGS)  # changed() compares it with its TF bit merged
+
         return property(get_flags, set_flags)
 
     def get_x(self):
@@ -282,6 +337,7 @@ def _register_property(i: int) -> property:
             self._fillx()
         self._v[i] = int(value) & _MASK64
         self._dirty.add(i)
+
     return property(get_x, set_x)
 
 

@@ -10,9 +10,9 @@ import os
 from kernel_model.include.linux.cpumask import cpulist, cpumask_hex
 from kernel_model.kernel.resource import RLIMIT_SIGPENDING
 
-NR_OPEN_DEFAULT = 64                      # BITS_PER_LONG: the fd table embedded in files_struct
-PF_FORKNOEXEC = 0x40                      # forked but has not exec'd
-PF_EXITED = 0x4 | 0x8 | 0x8000            # PF_EXITING | PF_POSTCOREDUMP | PF_NOFREEZE (do_exit)
+NR_OPEN_DEFAULT = 64  # BITS_PER_LONG: the fd table embedded in files_struct
+PF_FORKNOEXEC = 0x40  # forked but has not exec'd
+PF_EXITED = 0x4 | 0x8 | 0x8000  # PF_EXITING | PF_POSTCOREDUMP | PF_NOFREEZE (do_exit)
 SIGCHLD = 17
 SIG_DFL, SIG_IGN = 0, 1
 RLIM_INFINITY = (1 << 64) - 1
@@ -139,7 +139,7 @@ class MmStats:
         start_code, end_code, start_data, end_data = (1 << 64) - 1, 0, 0, 0
         for seg in image.segments:
             k = seg.vaddr
-            if seg.flags & 1 and k < start_code:         # PF_X
+            if seg.flags & 1 and k < start_code:  # PF_X
                 start_code = k
             start_data = max(start_data, k)
             k = seg.vaddr + seg.filesz
@@ -173,36 +173,57 @@ def status_text(machine, proc, task) -> str:
     cred = task.cred
     alive, has_mm = process_alive(proc), task_has_mm(proc, task)
     lines = [f"Name:\t{escape_comm(task.comm)}\n"]
-    if has_mm:                                     # task_umask: no fs_struct after exit
+    if has_mm:  # task_umask: no fs_struct after exit
         lines.append(f"Umask:\t{proc.fs.umask:04o}\n")
-    lines += [f"State:\t{task_state(task)}\n", f"Tgid:\t{proc.pid}\n", "Ngid:\t0\n",
-             f"Pid:\t{task.tid}\n", f"PPid:\t{proc.ppid if alive or proc.parent else 0}\n",
-             "TracerPid:\t0\n",
-             f"Uid:\t{cred.uid}\t{cred.euid}\t{cred.suid}\t{cred.fsuid}\n",
-             f"Gid:\t{cred.gid}\t{cred.egid}\t{cred.sgid}\t{cred.fsgid}\n",
-             f"FDSize:\t{max_fds(proc.files) if has_mm else 0}\n",
-             "Groups:\t" + " ".join(str(g) for g in cred.groups) + " \n",
-             f"NStgid:\t{proc.pid}\n", f"NSpid:\t{task.tid}\n", f"NSpgid:\t{proc.pgid}\n",
-             "Kthread:\t0\n"]
+    lines += [
+        f"State:\t{task_state(task)}\n",
+        f"Tgid:\t{proc.pid}\n",
+        "Ngid:\t0\n",
+        f"Pid:\t{task.tid}\n",
+        f"PPid:\t{proc.ppid if alive or proc.parent else 0}\n",
+        "TracerPid:\t0\n",
+        f"Uid:\t{cred.uid}\t{cred.euid}\t{cred.suid}\t{cred.fsuid}\n",
+        f"Gid:\t{cred.gid}\t{cred.egid}\t{cred.sgid}\t{cred.fsgid}\n",
+        f"FDSize:\t{max_fds(proc.files) if has_mm else 0}\n",
+        "Groups:\t" + " ".join(str(g) for g in cred.groups) + " \n",
+        f"NStgid:\t{proc.pid}\n",
+        f"NSpid:\t{task.tid}\n",
+        f"NSpgid:\t{proc.pgid}\n",
+        "Kthread:\t0\n",
+    ]
     if has_mm:
         mm = MmStats(proc)
         text_kb, lib_kb = mm.text_lib_kb()
-        lines += [_kb("VmSize:\t", mm.total_vm * 4), _kb("VmLck:\t", 0), _kb("VmPin:\t", 0),
-                  _kb("VmData:\t", mm.data_vm * 4), _kb("VmStk:\t", mm.stack_vm * 4),
-                  _kb("VmExe:\t", text_kb), _kb("VmLib:\t", lib_kb), _kb("VmSwap:\t", 0),
-                  _kb("HugetlbPages:\t", 0), "CoreDumping:\t0\n",
-                  "untag_mask:\t0xffffffffffffffff\n"]
+        lines += [
+            _kb("VmSize:\t", mm.total_vm * 4),
+            _kb("VmLck:\t", 0),
+            _kb("VmPin:\t", 0),
+            _kb("VmData:\t", mm.data_vm * 4),
+            _kb("VmStk:\t", mm.stack_vm * 4),
+            _kb("VmExe:\t", text_kb),
+            _kb("VmLib:\t", lib_kb),
+            _kb("VmSwap:\t", 0),
+            _kb("HugetlbPages:\t", 0),
+            "CoreDumping:\t0\n",
+            "untag_mask:\t0xffffffffffffffff\n",
+        ]
     ign, catch = ign_catch(proc)
     nbits = machine.scheduler.nr_cpu_ids
     cpus = task.cpus_mask & ((1 << nbits) - 1)
-    queued = sum(len(t.pending_signals) for t in machine.tasks) + \
-        sum(len(p.signal.shared_pending) for p in machine.processes)
-    lines += [f"Threads:\t{nr_threads(proc)}\n", f"SigQ:\t{queued}/{machine.syscalls.rlimits_of(proc)[RLIMIT_SIGPENDING][0]}\n",
-              f"SigPnd:\t{sigset(_sigbits(task.pending_signals))}\n",
-              f"ShdPnd:\t{sigset(_sigbits(proc.signal.shared_pending))}\n",
-              f"SigBlk:\t{sigset(task.sigmask)}\n", f"SigIgn:\t{sigset(ign)}\n",
-              f"SigCgt:\t{sigset(catch)}\n", f"Cpus_allowed:\t{cpumask_hex(cpus, nbits)}\n",
-              f"Cpus_allowed_list:\t{cpulist(cpus)}\n"]
+    queued = sum(len(t.pending_signals) for t in machine.tasks) + sum(
+        len(p.signal.shared_pending) for p in machine.processes
+    )
+    lines += [
+        f"Threads:\t{nr_threads(proc)}\n",
+        f"SigQ:\t{queued}/{machine.syscalls.rlimits_of(proc)[RLIMIT_SIGPENDING][0]}\n",
+        f"SigPnd:\t{sigset(_sigbits(task.pending_signals))}\n",
+        f"ShdPnd:\t{sigset(_sigbits(proc.signal.shared_pending))}\n",
+        f"SigBlk:\t{sigset(task.sigmask)}\n",
+        f"SigIgn:\t{sigset(ign)}\n",
+        f"SigCgt:\t{sigset(catch)}\n",
+        f"Cpus_allowed:\t{cpumask_hex(cpus, nbits)}\n",
+        f"Cpus_allowed_list:\t{cpulist(cpus)}\n",
+    ]
     return "".join(lines)
 
 
@@ -218,22 +239,67 @@ def stat_text(machine, proc, task, whole: bool) -> str:
     if state == "Z":
         flags |= PF_EXITED
     mm = MmStats(proc) if task_has_mm(proc, task) else None
-    not_running = 1 if state != "R" and (not whole or threads < 2) else 0   # wchan
+    not_running = 1 if state != "R" and (not whole or threads < 2) else 0  # wchan
     if task.tid != proc.pid:
-        exit_signal = -1                                  # a thread (CLONE_THREAD)
+        exit_signal = -1  # a thread (CLONE_THREAD)
     else:
         exit_signal = proc.exit_signal if proc.parent is not None else SIGCHLD
-    fields = [task.tid, f"({task.comm})", state, proc.ppid, proc.pgid, 0, tty_nr, tty_pgrp,
-              flags, 0, 0, 0, 0, 0, 0, 0, 0, 20, 0, threads, 0,
-              task.start_time_ns // (NSEC // USER_HZ),
-              mm.total_vm * PAGE_SIZE if mm else 0, 0, RLIM_INFINITY,
-              mm.start_code if mm else 0, mm.end_code if mm else 0,
-              proc.start_stack if mm else 0, 0, 0,
-              _sigbits(task.pending_signals) & 0x7FFFFFFF, task.sigmask & 0x7FFFFFFF,
-              ign & 0x7FFFFFFF, catch & 0x7FFFFFFF, not_running, 0, 0, exit_signal, task.cpu, 0, 0, 0, 0, 0]
+    fields = [
+        task.tid,
+        f"({task.comm})",
+        state,
+        proc.ppid,
+        proc.pgid,
+        0,
+        tty_nr,
+        tty_pgrp,
+        flags,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        20,
+        0,
+        threads,
+        0,
+        task.start_time_ns // (NSEC // USER_HZ),
+        mm.total_vm * PAGE_SIZE if mm else 0,
+        0,
+        RLIM_INFINITY,
+        mm.start_code if mm else 0,
+        mm.end_code if mm else 0,
+        proc.start_stack if mm else 0,
+        0,
+        0,
+        _sigbits(task.pending_signals) & 0x7FFFFFFF,
+        task.sigmask & 0x7FFFFFFF,
+        ign & 0x7FFFFFFF,
+        catch & 0x7FFFFFFF,
+        not_running,
+        0,
+        0,
+        exit_signal,
+        task.cpu,
+        0,
+        0,
+        0,
+        0,
+        0,
+    ]
     if mm:
-        fields += [mm.start_data, mm.end_data, proc.brk_start, proc.arg_start, proc.arg_end,
-                   proc.env_start, proc.env_end]
+        fields += [
+            mm.start_data,
+            mm.end_data,
+            proc.brk_start,
+            proc.arg_start,
+            proc.arg_end,
+            proc.env_start,
+            proc.env_end,
+        ]
     else:
         fields += [0] * 7
     fields.append(_exit_code(proc) if not alive else 0)

@@ -69,16 +69,23 @@ from kernel_model.fs.proc.array import (
 )
 from kernel_model.mm.mm_types import GuestFault
 
-PROC_DEV = os.makedev(0, 21)              # st_dev of this machine's procfs (0:21, as `stat /proc`)
+PROC_DEV = os.makedev(0, 21)  # st_dev of this machine's procfs (0:21, as `stat /proc`)
 PROC_ROOT_INO = 1
 SELF_INO, THREAD_SELF_INO, MOUNTS_LINK_INO = 0xF0000000, 0xF0000001, 0xF0000002
 # proc_alloc_inum numbers the other top-level entries in initcall order, so their values
 # depend on what a build registers before them (6.18 hosts differ by one here); these
 # are one 6.18 build's, in the order every build creates them
-TOP_INOS = MappingProxyType({"uptime": 0xF0000031, "loadavg": 0xF000002E, "meminfo": 0xF000002F,
-                             "filesystems": 0xF000005C, "cpuinfo": 0xF0000025})
+TOP_INOS = MappingProxyType(
+    {
+        "uptime": 0xF0000031,
+        "loadavg": 0xF000002E,
+        "meminfo": 0xF000002F,
+        "filesystems": 0xF000005C,
+        "cpuinfo": 0xF0000025,
+    }
+)
 PROC_BLKSIZE = 1024
-FD_LINK_SIZE = 64                         # proc_fd_instantiate: i_size of an fd link
+FD_LINK_SIZE = 64  # proc_fd_instantiate: i_size of an fd link
 O_ACCMODE, O_WRONLY, O_RDWR, O_NONBLOCK = 3, 1, 2, 0o4000
 
 
@@ -94,7 +101,7 @@ def cmdline_bytes(proc, task) -> bytes:
     if _read(mem, end - 1, 1) not in (b"", b"\0"):
         page = _read(mem, start, min(PAGE_SIZE, env_end - start))
         nul = page.find(b"\0")
-        return page[:nul + 1] if nul >= 0 else page
+        return page[: nul + 1] if nul >= 0 else page
     return _read(mem, start, end - start)
 
 
@@ -128,7 +135,7 @@ def _read(mem, addr: int, n: int) -> bytes:
         step = min(n, PAGE_SIZE - (addr % PAGE_SIZE))
         try:
             out += mem.read(addr, step)
-        except GuestFault:                     # an unmapped page ends the copy
+        except GuestFault:  # an unmapped page ends the copy
             break
         addr += step
         n -= step
@@ -152,8 +159,9 @@ def mounts_text(machine) -> str:
     return "".join(lines)
 
 
-SPECIAL_MOUNT_LINES = MappingProxyType({"/proc": "proc /proc proc rw,relatime 0 0\n",
-                                        "/dev": "devtmpfs /dev devtmpfs rw,relatime,mode=755 0 0\n"})
+SPECIAL_MOUNT_LINES = MappingProxyType(
+    {"/proc": "proc /proc proc rw,relatime 0 0\n", "/dev": "devtmpfs /dev devtmpfs rw,relatime,mode=755 0 0\n"}
+)
 
 
 def filesystems_text(machine) -> str:
@@ -209,8 +217,16 @@ def _host_fs(table, path: str) -> tuple[str, str]:
 def meminfo_text(machine) -> str:
     """meminfo_proc_show's first lines, from the machine's memory as sysinfo reports it."""
     total, free = mem_total_free(machine)
-    rows = [("MemTotal", total >> 10), ("MemFree", free >> 10), ("MemAvailable", free >> 10),
-            ("Buffers", 0), ("Cached", 0), ("SwapCached", 0), ("SwapTotal", 0), ("SwapFree", 0)]
+    rows = [
+        ("MemTotal", total >> 10),
+        ("MemFree", free >> 10),
+        ("MemAvailable", free >> 10),
+        ("Buffers", 0),
+        ("Cached", 0),
+        ("SwapCached", 0),
+        ("SwapTotal", 0),
+        ("SwapFree", 0),
+    ]
     return "".join(f"{(name + ':').ljust(16)}{kb:>8} kB\n" for name, kb in rows)
 
 
@@ -218,8 +234,9 @@ def mem_total_free(machine) -> tuple[int, int]:
     """do_sysinfo's totalram and freeram (bytes): the modeled RAM, minus what the live
     guest processes have mapped."""
     sc = machine.syscalls
-    used = sum(v.size for mem in {id(p.mem): p.mem for p in machine.processes if process_alive(p)}.values()
-               for v in mem.vmas)
+    used = sum(
+        v.size for mem in {id(p.mem): p.mem for p in machine.processes if process_alive(p)}.values() for v in mem.vmas
+    )
     total = sc.mem_total // PAGE_SIZE * PAGE_SIZE
     return total, max(0, sc.mem_total - used) // PAGE_SIZE * PAGE_SIZE
 
@@ -271,8 +288,18 @@ class ProcFileNode(SpecialNode):
     """One /proc text file: ``show(reader)`` makes its text; ``owner`` is the task
     whose credentials own it (None: root, a system-wide file)."""
 
-    def __init__(self, fs: "ProcFs", path: str, ino: int, show, *, mode: int = 0o444,
-                 owner=None, write=None, no_write_errno: int = E.EINVAL):
+    def __init__(
+        self,
+        fs: "ProcFs",
+        path: str,
+        ino: int,
+        show,
+        *,
+        mode: int = 0o444,
+        owner=None,
+        write=None,
+        no_write_errno: int = E.EINVAL,
+    ):
         self.fs, self.path, self.ino, self.show = fs, path, ino, show
         self.mode, self.owner, self._write = S.S_IFREG | mode, owner, write
         self.no_write_errno = no_write_errno
@@ -288,8 +315,7 @@ class ProcFileNode(SpecialNode):
             return err
         readable, writable = access_mode(flags)
         text = self.show(task)
-        f = ProcSeqFile(text if isinstance(text, bytes) else text.encode(), self, task,
-                        readable, writable)
+        f = ProcSeqFile(text if isinstance(text, bytes) else text.encode(), self, task, readable, writable)
         return keep_open_flags(f, flags)
 
     def write(self, task, data: bytes) -> int:
@@ -364,7 +390,8 @@ def reopen(machine, task, f, flags: int):
     inode opens it: a new description each time (its own offset), with the access
     mode of this open.  A pipe end gives a new end of the same pipe (fifo_open); a
     file with a path is opened again by that path (the view's permission and
-    read-only rules apply); a modeled file by its node; a stdio sink writes where the guest's output goes; the CLI's stdin is read
+    read-only rules apply); a modeled file by its node; a stdio sink writes where the guest's output goes; the CLI's
+    stdin is read
     again.  Anything else (the stdin for writing, stdout for reading): ENXIO."""
     rw = access_mode(flags)
     if isinstance(rw, int):
@@ -377,7 +404,7 @@ def reopen(machine, task, f, flags: int):
         return _pipe_end(f.pipe, readable, writable, flags & O_NONBLOCK)
     if isinstance(f, PipeInput) and not writable:
         again = PipeInput(b"", ino=f.ino)
-        again.data = f.data                        # the same pipe buffer
+        again.data = f.data  # the same pipe buffer
         return again
     if isinstance(f, OutputSink) and not readable:
         return OutputSink(machine, f.which, host_fd=f.host_fd, ino=f.ino)
@@ -429,8 +456,9 @@ class DuplexPipeEnd(PipeEnd):
 class ProcDir(DirNode):
     """A /proc directory with an ``entries`` function and attributes of its own."""
 
-    def __init__(self, fs, path: str, ino: int, entries, *, mode: int = 0o555, owner=None,
-                 nlink=2, size=0, parent_ino: int = 0):
+    def __init__(
+        self, fs, path: str, ino: int, entries, *, mode: int = 0o555, owner=None, nlink=2, size=0, parent_ino: int = 0
+    ):
         self.fs, self.path, self.ino, self._entries = fs, path, ino, entries
         self.parent_ino = parent_ino
         self.mode, self.owner, self._nlink, self._size = S.S_IFDIR | mode, owner, nlink, size
@@ -457,16 +485,25 @@ class ProcRoot(DirNode):
         m = fs.m
         self.static = {
             "mounts": ProcLink(fs, MOUNTS_LINK_INO, lambda t: "self/mounts", size=11),
-            "uptime": ProcFileNode(fs, "/proc/uptime", TOP_INOS["uptime"], lambda t: uptime_text(m),
-                                   no_write_errno=E.EIO),
-            "cpuinfo": ProcFileNode(fs, "/proc/cpuinfo", TOP_INOS["cpuinfo"],
-                                    lambda t: cpuinfo_text(m.scheduler.nr_cpu_ids), no_write_errno=E.EIO),
-            "loadavg": ProcFileNode(fs, "/proc/loadavg", TOP_INOS["loadavg"],
-                                    lambda t: loadavg_text(m), no_write_errno=E.EIO),
-            "meminfo": ProcFileNode(fs, "/proc/meminfo", TOP_INOS["meminfo"],
-                                    lambda t: meminfo_text(m), no_write_errno=E.EIO),
-            "filesystems": ProcFileNode(fs, "/proc/filesystems", TOP_INOS["filesystems"],
-                                        lambda t: filesystems_text(m), no_write_errno=E.EIO),
+            "uptime": ProcFileNode(
+                fs, "/proc/uptime", TOP_INOS["uptime"], lambda t: uptime_text(m), no_write_errno=E.EIO
+            ),
+            "cpuinfo": ProcFileNode(
+                fs,
+                "/proc/cpuinfo",
+                TOP_INOS["cpuinfo"],
+                lambda t: cpuinfo_text(m.scheduler.nr_cpu_ids),
+                no_write_errno=E.EIO,
+            ),
+            "loadavg": ProcFileNode(
+                fs, "/proc/loadavg", TOP_INOS["loadavg"], lambda t: loadavg_text(m), no_write_errno=E.EIO
+            ),
+            "meminfo": ProcFileNode(
+                fs, "/proc/meminfo", TOP_INOS["meminfo"], lambda t: meminfo_text(m), no_write_errno=E.EIO
+            ),
+            "filesystems": ProcFileNode(
+                fs, "/proc/filesystems", TOP_INOS["filesystems"], lambda t: filesystems_text(m), no_write_errno=E.EIO
+            ),
         }
         self.self_link = ProcLink(fs, SELF_INO, lambda t: str(t.process.pid))
         self.thread_self = ProcLink(fs, THREAD_SELF_INO, lambda t: f"{t.process.pid}/task/{t.tid}")
@@ -510,13 +547,24 @@ class ProcFs:
                 return leader(self.m, p)
         return None
 
-    def attrs(self, mode: int, ino: int, *, uid: int = 0, gid: int = 0, nlink: int = 1,
-              size: int = 0) -> Attrs:
+    def attrs(self, mode: int, ino: int, *, uid: int = 0, gid: int = 0, nlink: int = 1, size: int = 0) -> Attrs:
         """A proc inode's attributes; times are now on the virtual clock (a proc inode
         is made when it is looked up)."""
         t = self.m.syscalls.clock_ns
-        return Attrs(mode=mode, ino=ino, dev=PROC_DEV, nlink=nlink, uid=uid, gid=gid, size=size,
-                     blksize=PROC_BLKSIZE, blocks=0, atime_ns=t, mtime_ns=t, ctime_ns=t)
+        return Attrs(
+            mode=mode,
+            ino=ino,
+            dev=PROC_DEV,
+            nlink=nlink,
+            uid=uid,
+            gid=gid,
+            size=size,
+            blksize=PROC_BLKSIZE,
+            blocks=0,
+            atime_ns=t,
+            mtime_ns=t,
+            ctime_ns=t,
+        )
 
     # -- per-process directories --------------------------------------------------------
     def pid_dir(self, proc, task, *, in_task_dir: bool = False) -> ProcDir:
@@ -535,35 +583,56 @@ class ProcFs:
             out.append(("fd", self.fd_dir(proc, task, path, base | 2)))
             out.append(file("environ", 10, lambda r: environ_bytes(proc, task), mode=0o400))
             out.append(file("auxv", 13, lambda r: auxv_bytes(m, proc, task), mode=0o400))
-            out += [file("status", 3, lambda r: status_text(m, proc, task)),
-                    file("personality", 16, lambda r: f"{proc.personality:08x}\n", mode=0o400),
-                    file("limits", 17, lambda r: limits_text(m.syscalls.rlimits_of(proc))),
-                    file("comm", 4, lambda r: task.comm + "\n", mode=0o644,
-                         write=lambda r, data: comm_write(r, task, data)),
-                    file("cmdline", 5, lambda r: cmdline_bytes(proc, task)),
-                    file("stat", 6, lambda r: stat_text(m, proc, task, not in_task_dir)),
-                    file("maps", 7, lambda r: proc.mem.maps() if task_has_mm(proc, task) else "")]
+            out += [
+                file("status", 3, lambda r: status_text(m, proc, task)),
+                file("personality", 16, lambda r: f"{proc.personality:08x}\n", mode=0o400),
+                file("limits", 17, lambda r: limits_text(m.syscalls.rlimits_of(proc))),
+                file(
+                    "comm", 4, lambda r: task.comm + "\n", mode=0o644, write=lambda r, data: comm_write(r, task, data)
+                ),
+                file("cmdline", 5, lambda r: cmdline_bytes(proc, task)),
+                file("stat", 6, lambda r: stat_text(m, proc, task, not in_task_dir)),
+                file("maps", 7, lambda r: proc.mem.maps() if task_has_mm(proc, task) else ""),
+            ]
             out.append(("cwd", ProcLink(self, base | 11, lambda r: fs_link(proc, task, proc.fs.pwd), owner=task)))
             out.append(("root", ProcLink(self, base | 12, lambda r: fs_link(proc, task, "/"), owner=task)))
-            out.append(("exe", ProcLink(self, base | 8, lambda r: exe_link(m, proc, task), owner=task,
-                                        target=lambda r: exe_link(m, proc, task, follow=True))))
+            out.append(
+                (
+                    "exe",
+                    ProcLink(
+                        self,
+                        base | 8,
+                        lambda r: exe_link(m, proc, task),
+                        owner=task,
+                        target=lambda r: exe_link(m, proc, task, follow=True),
+                    ),
+                )
+            )
             out.append(file("mounts", 9, lambda r: mounts_text(m)))
             # audit: no login session set one (AUDIT_UID_UNSET, AUDIT_SID_UNSET), printed "%u"
             out.append(file("loginuid", 14, lambda r: "4294967295", mode=0o644))
             out.append(file("sessionid", 15, lambda r: "4294967295"))
             return out
 
-        nlink = 3 if in_task_dir else 4          # pid_entry_nlink: 2 + the subdirectories
+        nlink = 3 if in_task_dir else 4  # pid_entry_nlink: 2 + the subdirectories
         parent = (proc.pid << 24 | 1) if in_task_dir else PROC_ROOT_INO
         return ProcDir(self, path, base, entries, owner=task, nlink=nlink, parent_ino=parent)
 
     def task_dir(self, proc, task, path: str, ino: int) -> ProcDir:
         def entries(reader):
-            lead = leader(self.m, proc)           # listed until the group is released
+            lead = leader(self.m, proc)  # listed until the group is released
             threads = [lead] + [t for t in live_threads(proc) if t is not lead]
             return [(str(t.tid), self.pid_dir(proc, t, in_task_dir=True)) for t in threads]
-        return ProcDir(self, path + "/task", ino, entries, owner=task, parent_ino=ino & ~0xFFFFFF,
-                       nlink=lambda r: 2 + nr_threads(proc))
+
+        return ProcDir(
+            self,
+            path + "/task",
+            ino,
+            entries,
+            owner=task,
+            parent_ino=ino & ~0xFFFFFF,
+            nlink=lambda r: 2 + nr_threads(proc),
+        )
 
     def fd_dir(self, proc, task, path: str, ino: int) -> ProcDir:
         """/proc/PID/fd (proc_fd_operations): mode 0500, its size the number of open
@@ -577,24 +646,38 @@ class ProcFs:
 
         def lookup_size(reader):
             return len(proc.files) if task_has_mm(proc, task) else 0
-        return ProcDir(self, path + "/fd", ino, entries, mode=0o500, owner=task, size=lookup_size,
-                       parent_ino=ino & ~0xFFFFFF)
+
+        return ProcDir(
+            self, path + "/fd", ino, entries, mode=0o500, owner=task, size=lookup_size, parent_ino=ino & ~0xFFFFFF
+        )
 
 
-LIMIT_NAMES = (("Max cpu time", "seconds"), ("Max file size", "bytes"), ("Max data size", "bytes"),
-               ("Max stack size", "bytes"), ("Max core file size", "bytes"),
-               ("Max resident set", "bytes"), ("Max processes", "processes"),
-               ("Max open files", "files"), ("Max locked memory", "bytes"),
-               ("Max address space", "bytes"), ("Max file locks", "locks"),
-               ("Max pending signals", "signals"), ("Max msgqueue size", "bytes"),
-               ("Max nice priority", None), ("Max realtime priority", None),
-               ("Max realtime timeout", "us"))
+LIMIT_NAMES = (
+    ("Max cpu time", "seconds"),
+    ("Max file size", "bytes"),
+    ("Max data size", "bytes"),
+    ("Max stack size", "bytes"),
+    ("Max core file size", "bytes"),
+    ("Max resident set", "bytes"),
+    ("Max processes", "processes"),
+    ("Max open files", "files"),
+    ("Max locked memory", "bytes"),
+    ("Max address space", "bytes"),
+    ("Max file locks", "locks"),
+    ("Max pending signals", "signals"),
+    ("Max msgqueue size", "bytes"),
+    ("Max nice priority", None),
+    ("Max realtime priority", None),
+    ("Max realtime timeout", "us"),
+)
 
 
 def limits_text(rlimits) -> str:
     """proc_pid_limits: one line per resource, "unlimited" for RLIM_INFINITY."""
+
     def value(v):
         return "unlimited" if v == RLIM_INFINITY else str(v)
+
     lines = [f"{'Limit':<25} {'Soft Limit':<20} {'Hard Limit':<20} {'Units':<10}\n"]
     for (name, unit), (cur, mx) in zip(LIMIT_NAMES, rlimits):
         line = f"{name:<25} {value(cur):<20} {value(mx):<20} "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kernel_model.errors import InputError
 
-NR_CPUS = 256                     # CONFIG_NR_CPUS: the bound of Machine(cpus=...)
+NR_CPUS = 256  # CONFIG_NR_CPUS: the bound of Machine(cpus=...)
 BITS_PER_LONG = 64
 
 

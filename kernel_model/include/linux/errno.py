@@ -10,8 +10,8 @@ from __future__ import annotations
 
 ERESTARTSYS = 512
 ERESTARTNOINTR = 513
-ERESTARTNOHAND = 514                 # restart if no handler
-ERESTART_RESTARTBLOCK = 516          # restart by calling sys_restart_syscall
+ERESTARTNOHAND = 514  # restart if no handler
+ERESTART_RESTARTBLOCK = 516  # restart by calling sys_restart_syscall
 
 
 def neg(err: int) -> int:

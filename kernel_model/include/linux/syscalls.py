@@ -20,6 +20,7 @@ from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
 class SyscallDef:
     """One syscall the model provides: its number, name, and for one not fully
     modeled a one-line note on what is missing."""
+
     nr: int
     name: str
     partial: str | None = None
@@ -40,6 +41,7 @@ def syscall(nr: int, name: str, *, partial: str | None = None):
     def mark(fn):
         fn.syscalls = (*getattr(fn, "syscalls", ()), SyscallDef(nr, name, partial))
         return fn
+
     return mark
 
 

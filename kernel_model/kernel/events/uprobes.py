@@ -48,23 +48,24 @@ SIGTRAP, SIGILL = SIGNALS["SIGTRAP"], SIGNALS["SIGILL"]
 
 # ----------------------------------------------------------------------------- core
 
+
 class Uprobes:
     """The uprobes subsystem of one machine (kernel-wide state: the uprobes tree)."""
 
-    trace: TraceEvents       # the tracefs events over it: set by the kernel, made after it
+    trace: TraceEvents  # the tracefs events over it: set by the kernel, made after it
 
     def __init__(self, kernel):
         self.kernel = kernel
         self.machine = kernel.machine
         self.events = kernel.machine.events  # the machine's typed event stream (kernel_model.trace.events)
         self.profile = kernel.profile
-        self.tree: dict = {}                 # (file, offset) -> Uprobe
-        self.tree_gen = 0                    # bumped by every insert and erase
-        self._rc_exact = self.profile.handler_chain_rc == "exact"   # (profiles are frozen)
+        self.tree: dict = {}  # (file, offset) -> Uprobe
+        self.tree_gen = 0  # bumped by every insert and erase
+        self._rc_exact = self.profile.handler_chain_rc == "exact"  # (profiles are frozen)
         self._ids = itertools.count(1)
         self.uret = Uretprobes(self)
-        self.xol_slots = UINSNS_PER_PAGE     # slots per XOL page (tests may shrink it)
-        self.delayed: list = []              # delayed_uprobe_list: [(uprobe, process)]
+        self.xol_slots = UINSNS_PER_PAGE  # slots per XOL page (tests may shrink it)
+        self.delayed: list = []  # delayed_uprobe_list: [(uprobe, process)]
         # the hot paths' locks, refcounts and RCU read sides; ``sync.log`` is the
         # machine's access log while it records (``Machine.record_accesses``), else None
         self.sync = UprobesSync(self.profile)
@@ -106,8 +107,11 @@ class Uprobes:
     def probe_vmas(self, process, file: MappedFile, offset: int) -> list:
         """The mappings of ``file`` in ``process`` that hold ``offset`` and pass
         valid_vma(false): the i_mmap interval walk of ``build_map_info``."""
-        return [vma for vma in process.mem.file_vmas(file)
-                if vma.pgoff <= offset < vma.pgoff + vma.end - vma.start and self.valid_vma(vma, False)]
+        return [
+            vma
+            for vma in process.mem.file_vmas(file)
+            if vma.pgoff <= offset < vma.pgoff + vma.end - vma.start and self.valid_vma(vma, False)
+        ]
 
     # -- mappings come and go ----------------------------------------------------------
     def build_probe_list(self, vma, start: int, end: int) -> list[Uprobe]:
@@ -115,8 +119,9 @@ class Uprobes:
         [start, end), in offset order (the rb-tree's)."""
         lo = vma.offset_of(start)
         hi = lo + (end - start)
-        return sorted((u for (f, off), u in self.tree.items() if f is vma.file and lo <= off < hi),
-                      key=lambda u: u.offset)
+        return sorted(
+            (u for (f, off), u in self.tree.items() if f is vma.file and lo <= off < hi), key=lambda u: u.offset
+        )
 
     def uprobe_mmap(self, proc, vma) -> None:
         """``uprobe_mmap``, called when a file VMA appears (mmap_region, the loader's
@@ -127,10 +132,9 @@ class Uprobes:
         the breakpoints of its inode's uprobes whose consumers want this mm.  Errors
         are ignored, as the kernel's callers cannot handle them."""
         if not self.tree:
-            return                                        # no_uprobe_events()
+            return  # no_uprobe_events()
         mm = proc.mm_uprobes
-        if vma.file is not None and vma.prot & PROT_WRITE and not vma.shared and \
-                mm is not None and mm.has_uprobes:
+        if vma.file is not None and vma.prot & PROT_WRITE and not vma.shared and mm is not None and mm.has_uprobes:
             self.delayed_ref_ctr_inc(proc, vma)
         if not self.valid_vma(vma, True):
             return
@@ -145,8 +149,7 @@ class Uprobes:
         """``uprobe_munmap``: unmapping probed pages only marks the mm for a recount
         (MMF_RECALC_UPROBES); the breakpoints go with the pages."""
         mm = proc.mm_uprobes
-        if not self.tree or not self.valid_vma(vma, False) or mm is None or \
-                not mm.has_uprobes or mm.recalc:
+        if not self.tree or not self.valid_vma(vma, False) or mm is None or not mm.has_uprobes or mm.recalc:
             return
         if self.build_probe_list(vma, max(start, vma.start), min(end, vma.end)):
             mm.recalc = True
@@ -163,7 +166,7 @@ class Uprobes:
             ok = self.kernel.ref_ctr_update(proc, uprobe, d)
             if d > 0:
                 return ok
-        mm = getattr(proc, "mm_owner", None) or proc      # entries are per mm
+        mm = getattr(proc, "mm_owner", None) or proc  # entries are per mm
         if d > 0:
             self.delayed_uprobe_add(uprobe, mm)
         else:
@@ -172,14 +175,15 @@ class Uprobes:
 
     def delayed_uprobe_add(self, uprobe: Uprobe, proc) -> None:
         if not any(u is uprobe and p is proc for u, p in self.delayed):
-            self.delayed.insert(0, (uprobe, proc))          # list_add: at the head
+            self.delayed.insert(0, (uprobe, proc))  # list_add: at the head
 
     def delayed_uprobe_remove(self, uprobe: Uprobe | None, proc) -> None:
         """Entries of ``uprobe`` (any if None) in ``proc`` (any if None)."""
         if uprobe is None and proc is None:
             return
-        self.delayed = [(u, p) for u, p in self.delayed
-                        if not ((uprobe is None or u is uprobe) and (proc is None or p is proc))]
+        self.delayed = [
+            (u, p) for u, p in self.delayed if not ((uprobe is None or u is uprobe) and (proc is None or p is proc))
+        ]
 
     def delayed_ref_ctr_inc(self, proc, vma) -> None:
         """``delayed_ref_ctr_inc``: a new writable mapping of the file holding a
@@ -194,13 +198,26 @@ class Uprobes:
 
     @staticmethod
     def _valid_ref_ctr_vma(uprobe: Uprobe, vma) -> bool:
-        return bool(uprobe.ref_ctr_offset) and vma.file is uprobe.file and \
-            vma.prot & PROT_WRITE and not vma.shared and \
-            vma.start <= vma.vaddr_of(uprobe.ref_ctr_offset) < vma.end
+        return (
+            bool(uprobe.ref_ctr_offset)
+            and vma.file is uprobe.file
+            and vma.prot & PROT_WRITE
+            and not vma.shared
+            and vma.start <= vma.vaddr_of(uprobe.ref_ctr_offset) < vma.end
+        )
 
     # -- register / unregister -----------------------------------------------------
-    def register(self, target: tuple, handler=None, ret_handler=None, filter=None, *,
-                 ref_ctr_offset: int = 0, name: str = "", is_trace: bool = False) -> UprobeConsumer:
+    def register(
+        self,
+        target: tuple,
+        handler=None,
+        ret_handler=None,
+        filter=None,
+        *,
+        ref_ctr_offset: int = 0,
+        name: str = "",
+        is_trace: bool = False,
+    ) -> UprobeConsumer:
         """A consumer made of the handlers, registered on ``target = (file, offset)``:
         ``file`` is a mapped file object, or the exact path of one the main process
         maps.  Symbols and other spellings are the tools' (``machine.uprobes``)."""
@@ -210,19 +227,22 @@ class Uprobes:
             file = next((f for f in self.machine.process.mapped_files if f.path == path), None)
             if file is None:
                 raise RegistrationError("ENOENT", f"{path} is not mapped")
-        return self.uprobe_register(file, offset, UprobeConsumer(handler, ret_handler, filter,
-                                    name=name, is_trace=is_trace), ref_ctr_offset)
+        return self.uprobe_register(
+            file, offset, UprobeConsumer(handler, ret_handler, filter, name=name, is_trace=is_trace), ref_ctr_offset
+        )
 
-    def uprobe_register(self, file: MappedFile, offset: int, uc: UprobeConsumer,
-                        ref_ctr_offset: int = 0) -> UprobeConsumer:
+    def uprobe_register(
+        self, file: MappedFile, offset: int, uc: UprobeConsumer, ref_ctr_offset: int = 0
+    ) -> UprobeConsumer:
         """``uprobe_register``: ``uc`` on (file, offset) - the core only ever sees the
         inode and the offset (symbols and spec spellings are resolved by the tools:
         ``emu.probes``); returns the consumer (pass it to :meth:`unregister`)."""
         if uc.handler is None and uc.ret_handler is None:
             raise RegistrationError("EINVAL", "a consumer needs a handler or a ret_handler")
         if offset > file.size or offset < 0:
-            raise RegistrationError("EINVAL", f"offset {offset:#x} is beyond the end of "
-                                              f"{file.path} ({file.size:#x} bytes)")
+            raise RegistrationError(
+                "EINVAL", f"offset {offset:#x} is beyond the end of {file.path} ({file.size:#x} bytes)"
+            )
         if ref_ctr_offset % 2:
             raise RegistrationError("EINVAL", "ref_ctr_offset must be 2-byte aligned")
         uprobe = self.tree.get((file, offset))
@@ -230,12 +250,12 @@ class Uprobes:
             uprobe = Uprobe(file, offset, ref_ctr_offset)
             self.tree[(file, offset)] = uprobe
             self.tree_gen += 1
-            self.sync.tree_changed()                    # insert_uprobe
+            self.sync.tree_changed()  # insert_uprobe
         elif ref_ctr_offset and uprobe.ref_ctr_offset != ref_ctr_offset:
             raise RegistrationError("EINVAL", "ref_ctr_offset mismatch with the existing uprobe")
         uc.id = next(self._ids)
         uc.uprobe = uprobe
-        uprobe.consumers.insert(0, uc)                  # consumer_add: list head
+        uprobe.consumers.insert(0, uc)  # consumer_add: list head
         uprobe.chain = uprobe.ret_chain = None
         try:
             self.register_for_each_vma(uprobe, uc)
@@ -268,7 +288,7 @@ class Uprobes:
             self.sync.uprobe_unregister_sync()
 
     def uprobe_unregister_nosync(self, uc: UprobeConsumer) -> None:
-        uprobe: Uprobe = uc.uprobe      # type: ignore[assignment]  # the callers found it registered
+        uprobe: Uprobe = uc.uprobe  # type: ignore[assignment]  # the callers found it registered
         self._consumer_del(uprobe, uc)
         self.register_for_each_vma(uprobe, None)
 
@@ -279,8 +299,8 @@ class Uprobes:
         if not uprobe.consumers and self.tree.get(uprobe.key) is uprobe:
             del self.tree[uprobe.key]
             self.tree_gen += 1
-            self.sync.tree_changed()                    # delete_uprobe
-            self.delayed_uprobe_remove(uprobe, None)        # uprobe_free_deferred
+            self.sync.tree_changed()  # delete_uprobe
+            self.delayed_uprobe_remove(uprobe, None)  # uprobe_free_deferred
 
     def register_for_each_vma(self, uprobe: Uprobe, new: UprobeConsumer | None) -> None:
         """Install for a new consumer where its filter wants the mm; on unregister remove
@@ -291,7 +311,7 @@ class Uprobes:
                 vaddr = vma.vaddr_of(offset)
                 if new is not None:
                     if vma.prot & PROT_WRITE:
-                        continue                           # valid_vma(is_register=true)
+                        continue  # valid_vma(is_register=true)
                     if new.filter is not None and not new.filter(proc):
                         continue
                     self.install_breakpoint(proc, uprobe, vaddr)
@@ -302,8 +322,11 @@ class Uprobes:
         """Every live address space (vfork children borrow their parent's).  The main
         process's stays inspectable after it exits, so probes still apply to it."""
         main = self.machine.main_process
-        return [p for p in self.machine.processes
-                if getattr(p, "mm_owner", None) is None and (p.exit_result is None or p is main)]
+        return [
+            p
+            for p in self.machine.processes
+            if getattr(p, "mm_owner", None) is None and (p.exit_result is None or p is main)
+        ]
 
     @staticmethod
     def filter_chain(uprobe: Uprobe, proc) -> bool:
@@ -319,8 +342,9 @@ class Uprobes:
         if uprobe.offset >= uprobe.file.size:
             raise RegistrationError("EIO", f"nothing to read at offset {uprobe.offset:#x}")
         insn = uprobe.file.read(uprobe.offset, arch.MAX_UINSN_BYTES)
-        uprobe.arch = arch.arch_uprobe_analyze_insn(insn, nop_policy=self.profile.nop_emulation,
-                                                    optimize=self.profile.optimize, vaddr=vaddr)
+        uprobe.arch = arch.arch_uprobe_analyze_insn(
+            insn, nop_policy=self.profile.nop_emulation, optimize=self.profile.optimize, vaddr=vaddr
+        )
 
     def install_breakpoint(self, proc, uprobe: Uprobe, vaddr: int) -> None:
         self.prepare_uprobe(uprobe, vaddr)
@@ -345,7 +369,7 @@ class Uprobes:
         if self.kernel.optimizer.is_optimized(proc, uprobe, vaddr):
             return False
         if proc.mem.read_byte(vaddr) == arch.UPROBE_SWBP_OPCODE:
-            return False                                    # verify_opcode: nothing to do
+            return False  # verify_opcode: nothing to do
         proc.mem.text_poke(vaddr, arch.UPROBE_SWBP_INSN)
         if self.events:
             self.events.publish(ev.TextPoke(vaddr, arch.UPROBE_SWBP_INSN, "install int3"))
@@ -354,7 +378,7 @@ class Uprobes:
     def remove_breakpoint(self, proc, uprobe: Uprobe, vaddr: int) -> None:
         self.mm(proc).recalc = True
         if not self.kernel.ref_ctr_can_decrement(proc, uprobe):
-            return      # update_ref_ctr() refuses to go negative: the write is skipped
+            return  # update_ref_ctr() refuses to go negative: the write is skipped
         if self.set_orig_insn(proc, uprobe, vaddr):
             self.update_ref_ctr(proc, uprobe, -1)
 
@@ -411,15 +435,15 @@ class Uprobes:
         proc = task.process
         mm = proc.mm_uprobes
         area = mm.xol_area
-        if area is not None and bp_vaddr == area.vaddr:            # the int3 trampoline (< 6.11)
+        if area is not None and bp_vaddr == area.vaddr:  # the int3 trampoline (< 6.11)
             uret = self.uret
             if not uret.handle_trampoline(task, regs):
                 uret.uprobe_handle_trampoline(task, regs)
             return True
         if sync is None and self.sync.log is not None:
             return self._handle_swbp_sync(self.sync, task, regs, bp_vaddr)
-        mem = proc.mem                                     # find_active_uprobe, its
-        if mm.hit_vma_gen != mem.vma_gen or mm.hit_tree_gen != self.tree_gen:   # answers kept per mm
+        mem = proc.mem  # find_active_uprobe, its
+        if mm.hit_vma_gen != mem.vma_gen or mm.hit_tree_gen != self.tree_gen:  # answers kept per mm
             mm.hit_cache.clear()
             mm.hit_vma_gen, mm.hit_tree_gen = mem.vma_gen, self.tree_gen
         uprobe = mm.hit_cache.get(bp_vaddr)
@@ -433,13 +457,13 @@ class Uprobes:
             except GuestFault:
                 is_trap = False
             if is_trap:
-                return False                               # a real int3: SIGTRAP
-            regs.rip = bp_vaddr                            # raced with unregister: restart
+                return False  # a real int3: SIGTRAP
+            regs.rip = bp_vaddr  # raced with unregister: restart
             return True
         regs.rip = bp_vaddr
         au = uprobe.arch
         if au is None:
-            return True                                    # analysis not done: trap again
+            return True  # analysis not done: trap again
         if task.utask is None:
             self.utask(task)
         counters = self.machine.counters
@@ -448,7 +472,7 @@ class Uprobes:
         bus = self.events
         if bus.active:
             bus.publish(ev.UprobeHit(task, uprobe, bp_vaddr))
-        if sync is None:                                 # run_chain, inlined: the int3 hot path
+        if sync is None:  # run_chain, inlined: the int3 hot path
             chain = uprobe.chain
             if chain is None:
                 chain = uprobe.chain = self.specialize_chain(uprobe)
@@ -458,7 +482,7 @@ class Uprobes:
             sync.handler_chain_enter(task, uprobe)
             self.handler_chain(uprobe, task, regs, bp_vaddr)
             sync.handler_chain_exit(task, uprobe)
-        if au.can_optimize:                                # ARCH_UPROBE_FLAG_CAN_OPTIMIZE
+        if au.can_optimize:  # ARCH_UPROBE_FLAG_CAN_OPTIMIZE
             self.kernel.optimizer.arch_uprobe_optimize(task, uprobe, bp_vaddr)
         self.skip_sstep_or_pre_ssout(task, uprobe, regs, bp_vaddr)
         if uprobe.fast_ok and sync is None and self.specialized:
@@ -475,7 +499,7 @@ class Uprobes:
             if bus.active:
                 bus.publish(ev.IpChanged(task, bp_vaddr, regs.rip))
             return
-        au: ArchUprobe = uprobe.arch        # type: ignore[assignment]  # a hit uprobe is analysed
+        au: ArchUprobe = uprobe.arch  # type: ignore[assignment]  # a hit uprobe is analysed
         emulate = au.ops.emulate
         if emulate is not None and emulate(au, regs, task.process.mem):
             self.machine.counters.emulated += 1
@@ -543,7 +567,7 @@ class Uprobes:
             if uc.ret_handler is not None and rc not in (UPROBE_HANDLER_REMOVE, UPROBE_HANDLER_IGNORE):
                 if ri is None:
                     ri = self.uret.alloc_return_instance(task)
-                if uc.handler is not None:        # uc.is_session (it has a ret_handler)
+                if uc.handler is not None:  # uc.is_session (it has a ret_handler)
                     ri.consumers.append((uc.id, ctx.cookie))
         if need_prep and not remove:
             ri = self.uret.alloc_return_instance(task)
@@ -602,8 +626,7 @@ class Uprobes:
             rc = handler(ctx) or 0
             if bus.active:
                 bus.publish(ev.HandlerRan(task, uc, rc, vaddr))
-            if rc and (rc == UPROBE_HANDLER_REMOVE if exact else
-                       isinstance(rc, int) and rc & UPROBE_HANDLER_REMOVE):
+            if rc and (rc == UPROBE_HANDLER_REMOVE if exact else isinstance(rc, int) and rc & UPROBE_HANDLER_REMOVE):
                 self._remove_unwanted(uprobe, task)
 
         return handler_chain_one
@@ -671,7 +694,7 @@ class Uprobes:
                 self.events.publish(ev.XolWait(task, uprobe))
             return
         xol_vaddr = area.vaddr + slot * arch.UPROBE_XOL_SLOT_BYTES
-        au: ArchUprobe = uprobe.arch        # type: ignore[assignment]  # a hit uprobe is analysed
+        au: ArchUprobe = uprobe.arch  # type: ignore[assignment]  # a hit uprobe is analysed
         ixol = au.ixol
         if area.slot_bytes.get(slot) != ixol:
             task.process.mem.text_poke(xol_vaddr, ixol, count=False)

@@ -60,7 +60,7 @@ def install_swbp_fast_path(uprobes, task, uprobe, bp_vaddr: int) -> None:
     qualifies)."""
     engine = uprobes.kernel.engine
     if engine is None:
-        return                              # a kernel driven without a CPU (its unit tests)
+        return  # a kernel driven without a CPU (its unit tests)
     proc = task.process
     cpu, mem = proc.cpu, proc.mem
     key = (mem.vma_gen, uprobe.chain)
@@ -97,18 +97,26 @@ def _swbp_fast_path(uprobes, proc, uprobe, uc, bp_vaddr: int, target: int | None
 
     def handle_swbp_fast():
         if mem.vma_gen != vma_gen or uprobe.chain is not chain or proc.cpu is not cpu or not uprobes.specialized:
-            engine.clear_breakpoint_fast_path(cpu, bp_vaddr)      # stale: the next general hit rebuilds it
+            engine.clear_breakpoint_fast_path(cpu, bp_vaddr)  # stale: the next general hit rebuilds it
             return None
         task = kernel.task
         orig_rax = task.orig_rax
-        if task.process is not proc or bus.active or sync.log is not None or task.state != "running" or \
-                kernel.int3_needs_exc_int3 or task.utask is None or not mm.has_uprobes or \
-                (orig_rax is not None and orig_rax >= 0) or not (ret_only or uc.enabled):
+        if (
+            task.process is not proc
+            or bus.active
+            or sync.log is not None
+            or task.state != "running"
+            or kernel.int3_needs_exc_int3
+            or task.utask is None
+            or not mm.has_uprobes
+            or (orig_rax is not None and orig_rax >= 0)
+            or not (ret_only or uc.enabled)
+        ):
             return None
-        counters.bp_traps += 1                                     # exc_int3
-        counters.uprobe_hits += 1                                  # handle_swbp
+        counters.bp_traps += 1  # exc_int3
+        counters.uprobe_hits += 1  # handle_swbp
         uprobe.hits += 1
-        ctx = uc.ctx                                               # handler_chain, one consumer
+        ctx = uc.ctx  # handler_chain, one consumer
         if ret_only:
             regs = load_regs()
             ctx.task, ctx._regs, ctx.uprobe, ctx.vaddr, ctx.cookie = task, regs, uprobe, bp_vaddr, 0
@@ -125,17 +133,17 @@ def _swbp_fast_path(uprobes, proc, uprobe, uc, bp_vaddr: int, target: int | None
             regs = ctx._regs
         if not bus.active and not task.pending_signals and not signal.shared_pending and task.state == "running":
             if regs is None:
-                if target is not None:                             # a nop or jmp: no register needed
-                    counters.emulated += 1                         # arch_uprobe_skip_sstep
+                if target is not None:  # a nop or jmp: no register needed
+                    counters.emulated += 1  # arch_uprobe_skip_sstep
                     return target
                 regs = ctx._regs = load_regs()
             if regs.stores_nothing(bp_vaddr) and regs.orig_rax == orig_rax and emulate(au, regs, mem):
-                counters.emulated += 1                             # (a failed push: the general end)
+                counters.emulated += 1  # (a failed push: the general end)
                 return regs.rip
         if regs is None:
             regs = ctx._regs = load_regs()
         uprobes.skip_sstep_or_pre_ssout(task, uprobe, regs, bp_vaddr)
-        return kernel.exc_int3_exit(task, regs, cpu, rf)          # REGISTERS_STORED
+        return kernel.exc_int3_exit(task, regs, cpu, rf)  # REGISTERS_STORED
 
-    handle_swbp_fast.key = key      # type: ignore[attr-defined]  # what the engine compares (a function attribute)
+    handle_swbp_fast.key = key  # type: ignore[attr-defined]  # what the engine compares (a function attribute)
     return handle_swbp_fast

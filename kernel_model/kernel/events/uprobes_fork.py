@@ -36,8 +36,7 @@ def vma_dontcopy(profile, vma) -> bool:
 def dup_mmap(uprobes, parent, child) -> None:
     """The child's per-mm uprobes state: MMF_HAS_UPROBES is inherited, the XOL area is not."""
     pm = parent.mm_uprobes
-    child.mm_uprobes = MmUprobes(has_uprobes=pm.has_uprobes if pm else False,
-                                 recalc=pm.recalc if pm else False)
+    child.mm_uprobes = MmUprobes(has_uprobes=pm.has_uprobes if pm else False, recalc=pm.recalc if pm else False)
 
 
 def copy_process(uprobes, parent_task, child_task, *, share_mm: bool, vfork: bool) -> None:
@@ -45,7 +44,7 @@ def copy_process(uprobes, parent_task, child_task, *, share_mm: bool, vfork: boo
     if utask is None or not utask.return_instances:
         return
     if share_mm and not vfork:
-        return                                   # a thread starts with no return instances
+        return  # a thread starts with no return instances
     child = uprobes.utask(child_task)
     for ri in utask.return_instances:
         child.return_instances.append(replace(ri, consumers=list(ri.consumers)))
@@ -64,7 +63,7 @@ def dup_xol_area(uprobes, parent, child) -> None:
     child.mem.map(area.vaddr, PAGE_SIZE, PROT_EXEC, "[uprobes]", special=True)
     tramp = arch.uretprobe_trampoline(uprobes.profile)
     child.mem.text_poke(area.vaddr, tramp, count=False)
-    mm.xol_area = XolArea(area.vaddr, nslots=uprobes.xol_slots)    # as get_xol_area sizes it
+    mm.xol_area = XolArea(area.vaddr, nslots=uprobes.xol_slots)  # as get_xol_area sizes it
     mm.xol_area.slot_bytes[0] = tramp
 
 
@@ -76,7 +75,7 @@ def uprobe_free_utask(uprobes, task) -> None:
     if utask is None:
         return
     uret = uprobes.uret
-    if utask.ri_array is not None:                # array64: the array goes in one piece
+    if utask.ri_array is not None:  # array64: the array goes in one piece
         n = len(utask.ri_array) + len(utask.return_instances)
         uprobes.counters.ri_freed += n
         uret.bytes_held -= n * RI_SIZEOF

@@ -73,18 +73,22 @@ class UprobesSync:
         self.profile = profile
         self.log = log
         p = profile
-        self.treelock = {"spinlock": SpinLock("uprobes_treelock"), "rwlock": RwLock("uprobes_treelock"),
-                         "percpu_rwsem": PercpuRwSemaphore("uprobes_treelock")}.get(p.treelock)
+        self.treelock = {
+            "spinlock": SpinLock("uprobes_treelock"),
+            "rwlock": RwLock("uprobes_treelock"),
+            "percpu_rwsem": PercpuRwSemaphore("uprobes_treelock"),
+        }.get(p.treelock)
         self.uprobes_seqcount = SeqCount("uprobes_seqcount")
         self.uprobes_srcu = SrcuStruct("uprobes_srcu", "lite" if p.uprobe_lifetime == "srcu_lite" else "srcu")
         self.rcu_tasks_trace = RcuTasksTrace()
-        self.uretprobes_srcu = SrcuStruct("uretprobes_srcu",
-                                          "fast" if p.uretprobe_lifetime == "srcu_fast_updown" else "srcu")
+        self.uretprobes_srcu = SrcuStruct(
+            "uretprobes_srcu", "fast" if p.uretprobe_lifetime == "srcu_fast_updown" else "srcu"
+        )
         self._lifetime = p.uprobe_lifetime
-        self._uprobes: dict[int, tuple] = {}       # id(uprobe) -> (uprobe, _UprobeLocks)
-        self._mms: dict[int, tuple] = {}           # id(mm owner) -> (process, _MmLocks)
+        self._uprobes: dict[int, tuple] = {}  # id(uprobe) -> (uprobe, _UprobeLocks)
+        self._mms: dict[int, tuple] = {}  # id(mm owner) -> (process, _MmLocks)
         self._sighands: dict[int, tuple] = {}
-        self._counters: dict[int, tuple] = {}      # id(trace event) -> (event, nhit counter, filter rwlock)
+        self._counters: dict[int, tuple] = {}  # id(trace event) -> (event, nhit counter, filter rwlock)
 
     # -- per-object primitives, made when first used ------------------------------
     def uprobe_locks(self, uprobe) -> _UprobeLocks:
@@ -115,8 +119,11 @@ class UprobesSync:
         got = self._counters.get(id(event))
         if got is None:
             name = event.name
-            counter = PerCpuCounter("trace_uprobe.nhits", name) if self.profile.nhit == "percpu" \
+            counter = (
+                PerCpuCounter("trace_uprobe.nhits", name)
+                if self.profile.nhit == "percpu"
                 else SharedCounter("trace_uprobe", name)
+            )
             got = self._counters[id(event)] = (event, counter, RwLock("trace_uprobe", name))
         return got
 
@@ -142,22 +149,22 @@ class UprobesSync:
         mm = self.mm_locks(proc)
         speculative = self.profile.vma_lookup == "speculative"
         if speculative:
-            seq = mm.mm_lock_seq.read_begin(log, cpu)               # mmap_lock_speculate_try_begin
+            seq = mm.mm_lock_seq.read_begin(log, cpu)  # mmap_lock_speculate_try_begin
         else:
-            mm.mmap_lock.down_read(log, cpu)                        # mmap_read_lock
+            mm.mmap_lock.down_read(log, cpu)  # mmap_read_lock
         if uprobe is not None:
             self._find_uprobe(log, cpu, uprobe)
         if speculative:
-            mm.mm_lock_seq.read_retry(log, cpu, seq)                # mmap_lock_speculate_retry
+            mm.mm_lock_seq.read_retry(log, cpu, seq)  # mmap_lock_speculate_retry
         else:
-            mm.mmap_lock.up_read(log, cpu)                          # mmap_read_unlock
+            mm.mmap_lock.up_read(log, cpu)  # mmap_read_unlock
 
     def _find_uprobe(self, log, cpu: int, uprobe) -> None:
         locks = self.uprobe_locks(uprobe)
         kind = self.profile.treelock
         if kind == "seqcount":
-            self.uprobes_seqcount.read_begin(log, cpu)              # find_uprobe_rcu
-            log.add(cpu, "uprobe", locks.inst, READ)                # rb_find_rcu: the node
+            self.uprobes_seqcount.read_begin(log, cpu)  # find_uprobe_rcu
+            log.add(cpu, "uprobe", locks.inst, READ)  # rb_find_rcu: the node
             return
         lock = self.treelock
         if kind == "spinlock":
@@ -166,9 +173,9 @@ class UprobesSync:
             lock.read_lock(log, cpu)
         else:
             lock.down_read(log, cpu)
-        log.add(cpu, "uprobe", locks.inst, READ)                    # __find_uprobe: the node
+        log.add(cpu, "uprobe", locks.inst, READ)  # __find_uprobe: the node
         if self._lifetime == "refcount":
-            locks.ref.inc(log, cpu)                                 # get_uprobe
+            locks.ref.inc(log, cpu)  # get_uprobe
         if kind == "spinlock":
             lock.unlock(log, cpu)
         elif kind == "rwlock":
@@ -212,8 +219,8 @@ class UprobesSync:
             filter_lock.read_lock(log, cpu)
             filter_lock.read_unlock(log, cpu)
         for _ in range(2 if is_return and fills_buffer else 1 if fills_buffer else 0):
-            log.add(cpu, "uprobe_cpu_buffer.mutex", cpu, ATOMIC)        # mutex_lock
-            log.add(cpu, "uprobe_cpu_buffer.mutex", cpu, ATOMIC)        # mutex_unlock
+            log.add(cpu, "uprobe_cpu_buffer.mutex", cpu, ATOMIC)  # mutex_lock
+            log.add(cpu, "uprobe_cpu_buffer.mutex", cpu, ATOMIC)  # mutex_unlock
 
     # -- return probes ---------------------------------------------------------------------
     def prepare_uretprobe(self, task, uprobe) -> int | None:
@@ -317,6 +324,8 @@ class UprobesSync:
         return n
 
     def grace_periods(self) -> dict:
-        return {"uprobes_srcu": self.uprobes_srcu.grace_periods,
-                "rcu_tasks_trace": self.rcu_tasks_trace.grace_periods,
-                "uretprobes_srcu": self.uretprobes_srcu.grace_periods}
+        return {
+            "uprobes_srcu": self.uprobes_srcu.grace_periods,
+            "rcu_tasks_trace": self.rcu_tasks_trace.grace_periods,
+            "uretprobes_srcu": self.uretprobes_srcu.grace_periods,
+        }

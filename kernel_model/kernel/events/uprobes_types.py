@@ -23,11 +23,12 @@ if TYPE_CHECKING:
 
 UPROBE_HANDLER_REMOVE = 1
 UPROBE_HANDLER_IGNORE = 2
-UINSNS_PER_PAGE = PAGE_SIZE // UPROBE_XOL_SLOT_BYTES     # 32 slots, slot 0 reserved
+UINSNS_PER_PAGE = PAGE_SIZE // UPROBE_XOL_SLOT_BYTES  # 32 slots, slot 0 reserved
 UTASK_RUNNING, UTASK_SSTEP = "running", "sstep"
 MAX_URETPROBE_DEPTH = 64
 
 # ----------------------------------------------------------------------------- objects
+
 
 @dataclass(eq=False)
 class UprobeConsumer:
@@ -46,17 +47,17 @@ class UprobeConsumer:
     id: int = 0
     name: str = ""
     uprobe: Uprobe | None = None
-    is_trace: bool = False          # a tracefs/perf consumer (needs the args buffer)
+    is_trace: bool = False  # a tracefs/perf consumer (needs the args buffer)
     hits: int = 0
     enabled: bool = True
     # the UprobeContext handler_chain hands this consumer, made at its first hit and
     # reused after (valid during a callback only)
     ctx: UprobeContext | None = field(default=None, compare=False, repr=False)
-    ret_ctx: UprobeContext | None = field(default=None, compare=False, repr=False)   # handle_uretprobe_chain's
+    ret_ctx: UprobeContext | None = field(default=None, compare=False, repr=False)  # handle_uretprobe_chain's
     # a handler with the same effect, specialised by its owner for the common case (a
     # trace event's dispatcher for a program-only event); None: ``handler`` itself
     fast_handler: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
-    fast_ret_handler: Callable[..., Any] | None = field(default=None, compare=False, repr=False)   # for ret_handler
+    fast_ret_handler: Callable[..., Any] | None = field(default=None, compare=False, repr=False)  # for ret_handler
 
     @property
     def is_session(self) -> bool:
@@ -70,9 +71,9 @@ class Uprobe:
     file: MappedFile
     offset: int
     ref_ctr_offset: int = 0
-    consumers: list[UprobeConsumer] = field(default_factory=list)       # newest first
-    arch: ArchUprobe | None = None                       # set once: UPROBE_COPY_INSN
-    optimize_fail: bool = False                          # ARCH_UPROBE_FLAG_OPTIMIZE_FAIL
+    consumers: list[UprobeConsumer] = field(default_factory=list)  # newest first
+    arch: ArchUprobe | None = None  # set once: UPROBE_COPY_INSN
+    optimize_fail: bool = False  # ARCH_UPROBE_FLAG_OPTIMIZE_FAIL
     hits: int = 0
     # handler_chain specialised for the consumers as they are (Uprobes.specialize_chain);
     # None: made again at the next hit (the consumers changed)
@@ -115,8 +116,8 @@ class UprobeTask:
     xol_vaddr: int = 0
     xol_slot: int = -1
     autask: ArchUprobeTask = field(default_factory=ArchUprobeTask)
-    return_instances: list = field(default_factory=list)   # top of stack = end of list
-    pending_sstep: tuple | None = None                     # (uprobe, vaddr) waiting for a slot
+    return_instances: list = field(default_factory=list)  # top of stack = end of list
+    pending_sstep: tuple | None = None  # (uprobe, vaddr) waiting for a slot
     depth: int = 0
     ri_pool: list = field(default_factory=list)
     ri_array: list | None = None
@@ -129,9 +130,9 @@ class XolArea:
 
     vaddr: int
     nslots: int = UINSNS_PER_PAGE
-    slots: list[bool] = None                         # type: ignore[assignment]  # made by __post_init__
-    slot_bytes: dict[int, bytes] = field(default_factory=dict)   # slot -> bytes last copied
-    waiters: list[Task] = field(default_factory=list)      # tasks sleeping for a slot
+    slots: list[bool] = None  # type: ignore[assignment]  # made by __post_init__
+    slot_bytes: dict[int, bytes] = field(default_factory=dict)  # slot -> bytes last copied
+    waiters: list[Task] = field(default_factory=list)  # tasks sleeping for a slot
 
     def __post_init__(self) -> None:
         if self.slots is None:
@@ -152,10 +153,10 @@ class XolArea:
 class MmUprobes:
     """Per-mm uprobes state."""
 
-    has_uprobes: bool = False          # MMF_HAS_UPROBES
-    recalc: bool = False               # MMF_RECALC_UPROBES
+    has_uprobes: bool = False  # MMF_HAS_UPROBES
+    recalc: bool = False  # MMF_RECALC_UPROBES
     xol_area: XolArea | None = None
-    trampolines: list = field(default_factory=list)   # [uprobes-trampoline] vmas (optimized)
+    trampolines: list = field(default_factory=list)  # [uprobes-trampoline] vmas (optimized)
     # find_active_uprobe's answers by address, valid while neither the VMAs (vma_gen)
     # nor the uprobes tree (tree_gen) changed
     hit_cache: dict = field(default_factory=dict)
@@ -170,11 +171,20 @@ class UprobeContext:
     ``regs`` may be fetched at the first access (``regs_loader``): a hit taken by a
     breakpoint fast path reads no register unless a consumer asks."""
 
-    __slots__ = ("machine", "task", "_regs", "regs_loader", "uprobe", "consumer", "vaddr", "func", "cookie",
-                 "is_return")
+    __slots__ = (
+        "machine",
+        "task",
+        "_regs",
+        "regs_loader",
+        "uprobe",
+        "consumer",
+        "vaddr",
+        "func",
+        "cookie",
+        "is_return",
+    )
 
-    def __init__(self, machine, task, regs, uprobe, consumer, vaddr, func=None, cookie=0,
-                 is_return=False):
+    def __init__(self, machine, task, regs, uprobe, consumer, vaddr, func=None, cookie=0, is_return=False):
         self.machine, self.task, self._regs, self.uprobe = machine, task, regs, uprobe
         self.consumer, self.vaddr, self.func, self.cookie = consumer, vaddr, func, cookie
         self.is_return = is_return
@@ -205,10 +215,10 @@ class ReturnInstance:
     stack: int = 0
     orig_ret_vaddr: int = 0
     chained: bool = False
-    consumers: list = field(default_factory=list)      # [(consumer id, cookie)]
-    extra_bytes: int = 0        # size of the extra_consumers array currently allocated
-    scratch: bool = False       # a stand-in holding no allocator memory (see alloc_return_instance)
-    lease: int | None = None    # its hold on the uprobe when recorded: -1 a reference, else the SRCU index
+    consumers: list = field(default_factory=list)  # [(consumer id, cookie)]
+    extra_bytes: int = 0  # size of the extra_consumers array currently allocated
+    scratch: bool = False  # a stand-in holding no allocator memory (see alloc_return_instance)
+    lease: int | None = None  # its hold on the uprobe when recorded: -1 a reference, else the SRCU index
 
     def reset(self) -> None:
         """``ri_pool_push``: forget the consumers (``cons_cnt = 0``), keep the memory."""

@@ -38,7 +38,7 @@ from kernel_model.kernel.signals import SIGNALS
 from kernel_model.mm.mm_types import GuestFault
 from kernel_model.trace import events as ev
 
-_SYSCALL_ARGS = struct.Struct("<3Q")      # struct uretprobe_syscall_args: r11, cx, ax
+_SYSCALL_ARGS = struct.Struct("<3Q")  # struct uretprobe_syscall_args: r11, cx, ax
 
 RI_SIZEOF = 128
 RI_CONSUMER_SIZEOF = 16
@@ -53,7 +53,7 @@ class Uretprobes:
         self.profile = uprobes.profile
         self.bytes_held = 0
         self.events = uprobes.events
-        self._rc_exact = self.profile.handler_chain_rc == "exact"   # (profiles are frozen)
+        self._rc_exact = self.profile.handler_chain_rc == "exact"  # (profiles are frozen)
         self._pool = self.profile.ri_alloc == "pool"
 
     @property
@@ -71,7 +71,7 @@ class Uretprobes:
         if not self._rc_exact:
             return ReturnInstance(scratch=True)
         utask = task.utask
-        if self._pool and utask is not None and utask.ri_pool:     # _alloc's ri_pool_pop, inline
+        if self._pool and utask is not None and utask.ri_pool:  # _alloc's ri_pool_pop, inline
             self.machine.counters.ri_reused += 1
             return utask.ri_pool.pop()
         return self._alloc(task)
@@ -83,7 +83,7 @@ class Uretprobes:
             self.machine.counters.ri_reused += 1
             return utask.ri_pool.pop()
         if policy == "array64":
-            if utask.ri_array is None:      # first use: the whole array at once
+            if utask.ri_array is None:  # first use: the whole array at once
                 utask.ri_array = [ReturnInstance() for _ in range(MAX_URETPROBE_DEPTH)]
                 self.counters.ri_allocated += MAX_URETPROBE_DEPTH
                 self._hold(MAX_URETPROBE_DEPTH * RI_SIZEOF)
@@ -117,9 +117,9 @@ class Uretprobes:
                 utask.ri_array.append(ri)
             return
         if policy == "pool":
-            (task.utask or self.uprobes.utask(task)).ri_pool.append(ri)     # ri_pool_push
+            (task.utask or self.uprobes.utask(task)).ri_pool.append(ri)  # ri_pool_push
             return
-        self.counters.ri_freed += 1                          # ri_free: kfree both
+        self.counters.ri_freed += 1  # ri_free: kfree both
         self.bytes_held -= RI_SIZEOF + ri.extra_bytes
         ri.extra_bytes = 0
 
@@ -133,10 +133,10 @@ class Uretprobes:
         """``prepare_uretprobe``: hijack the return address at the entry hit, before the
         probed instruction runs (depth limit, chaining, cleanup of dead instances)."""
         utask = task.utask or self.uprobes.utask(task)
-        if len(ri.consumers) > 1:           # handler_chain's push_consumer calls, done
+        if len(ri.consumers) > 1:  # handler_chain's push_consumer calls, done
             self.push_consumers_memory(ri)
         area = task.process.mm_uprobes.xol_area or self.uprobes.get_xol_area(task.process)
-        if area is None:                    # no XOL area: no trampoline, drop silently
+        if area is None:  # no XOL area: no trampoline, drop silently
             self._drop(task, ri)
             return
         if utask.depth >= MAX_URETPROBE_DEPTH:
@@ -159,7 +159,7 @@ class Uretprobes:
             self.cleanup_return_instances(task, utask, chained, regs)
         if chained:
             if not utask.return_instances:
-                self._drop(task, ri)   # "failed to handle tail call": the return SIGILLs
+                self._drop(task, ri)  # "failed to handle tail call": the return SIGILLs
                 return
             orig = utask.return_instances[-1].orig_ret_vaddr
         ri.uprobe, ri.func, ri.stack = uprobe, regs.rip, regs.rsp
@@ -197,8 +197,7 @@ class Uretprobes:
         inside the read side of the consumers' walk (``handle_trampoline``)."""
         utask = task.utask
         if utask is None or not utask.return_instances:
-            self.machine.send_sig(task, SIGILL, detail="uretprobe trampoline without a "
-                                  "return instance")
+            self.machine.send_sig(task, SIGILL, detail="uretprobe trampoline without a return instance")
             return
         if sync is None and self.uprobes.sync.log is not None:
             sync = self.uprobes.sync
@@ -207,8 +206,11 @@ class Uretprobes:
             sync.handle_trampoline_exit(task, idx)
             return
         stack = utask.return_instances
-        if len(stack) == 1 or not stack[-1].chained and arch.arch_uretprobe_is_alive(stack[-2], arch.RP_CHECK_RET,
-                                                                                       regs):
+        if (
+            len(stack) == 1
+            or not stack[-1].chained
+            and arch.arch_uretprobe_is_alive(stack[-2], arch.RP_CHECK_RET, regs)
+        ):
             # the common case: one instance, not chained, its caller's frame alive
             ri = stack.pop()
             utask.depth -= 1
@@ -225,10 +227,9 @@ class Uretprobes:
             i = len(stack) - 1
             while i > 0 and stack[i].chained:
                 i -= 1
-            chain = stack[i:][::-1]                         # newest first
+            chain = stack[i:][::-1]  # newest first
             next_chain = stack[i - 1] if i > 0 else None
-            valid = next_chain is None or arch.arch_uretprobe_is_alive(next_chain, arch.RP_CHECK_RET,
-                                                                       regs)
+            valid = next_chain is None or arch.arch_uretprobe_is_alive(next_chain, arch.RP_CHECK_RET, regs)
             regs.rip = chain[0].orig_ret_vaddr
             for ri in chain:
                 # unlinked one at a time, each before its own handlers run: a handler of
@@ -259,13 +260,13 @@ class Uretprobes:
         recorded accesses (the general path publishes and records); False when this is
         not the common case - nothing was done, the general path runs."""
         utask = task.utask
-        if utask is None or self.events.active or not self.uprobes.specialized or \
-                self.uprobes.sync.log is not None:
+        if utask is None or self.events.active or not self.uprobes.specialized or self.uprobes.sync.log is not None:
             return False
         stack = utask.return_instances
         n = len(stack)
-        if n != 1 and (not n or stack[-1].chained or
-                       not arch.arch_uretprobe_is_alive(stack[-2], arch.RP_CHECK_RET, regs)):
+        if n != 1 and (
+            not n or stack[-1].chained or not arch.arch_uretprobe_is_alive(stack[-2], arch.RP_CHECK_RET, regs)
+        ):
             return False
         ri = stack.pop()
         utask.depth -= 1
@@ -277,7 +278,7 @@ class Uretprobes:
             if chain is None:
                 chain = uprobe.ret_chain = self.specialize_ret_chain(uprobe)
             chain(task, ri, regs)
-        if self._pool and not ri.scratch:               # free_ret_instance: ri_pool_push, inline
+        if self._pool and not ri.scratch:  # free_ret_instance: ri_pool_push, inline
             ri.uprobe, ri.consumers, ri.lease = None, [], None
             utask.ri_pool.append(ri)
         else:
@@ -298,7 +299,7 @@ class Uretprobes:
             return self.handle_uretprobe_chain
         uc = consumers[0]
         if uc.ret_handler is None or uc.handler is not None:
-            return self.handle_uretprobe_chain      # no return work, or a session consumer
+            return self.handle_uretprobe_chain  # no return work, or a session consumer
         handler = uc.fast_ret_handler or uc.ret_handler
         machine, bus = self.machine, self.events
 
@@ -307,8 +308,9 @@ class Uretprobes:
                 return
             ctx = uc.ret_ctx
             if ctx is None:
-                ctx = uc.ret_ctx = UprobeContext(machine, task, regs, ri.uprobe, uc, ri.func, func=ri.func,
-                                                 cookie=None, is_return=True)
+                ctx = uc.ret_ctx = UprobeContext(
+                    machine, task, regs, ri.uprobe, uc, ri.func, func=ri.func, cookie=None, is_return=True
+                )
             else:
                 ctx.machine, ctx.task, ctx._regs, ctx.uprobe = machine, task, regs, ri.uprobe
                 ctx.vaddr = ctx.func = ri.func
@@ -346,16 +348,17 @@ class Uretprobes:
             first = False
             if uc.ret_handler is None or not uc.enabled:
                 continue
-            if sessions and uc.handler is not None:     # uc.is_session (it has a ret_handler)
+            if sessions and uc.handler is not None:  # uc.is_session (it has a ret_handler)
                 if uc.id not in recorded:
                     continue
                 cookie = recorded[uc.id]
             else:
                 cookie = None
-            ctx = uc.ret_ctx                # made once per consumer, reused (see handler_chain)
+            ctx = uc.ret_ctx  # made once per consumer, reused (see handler_chain)
             if ctx is None:
-                ctx = uc.ret_ctx = UprobeContext(self.machine, task, regs, uprobe, uc, ri.func, func=ri.func,
-                                                 cookie=cookie, is_return=True)
+                ctx = uc.ret_ctx = UprobeContext(
+                    self.machine, task, regs, uprobe, uc, ri.func, func=ri.func, cookie=cookie, is_return=True
+                )
             else:
                 ctx.machine, ctx.task, ctx._regs, ctx.uprobe = self.machine, task, regs, uprobe
                 ctx.vaddr = ctx.func = ri.func
@@ -379,7 +382,7 @@ class Uretprobes:
         mem = task.process.mem
         args_at = regs.rsp
         try:
-            r11, cx, ax = mem.read_user_struct(_SYSCALL_ARGS, args_at)   # struct uretprobe_syscall_args
+            r11, cx, ax = mem.read_user_struct(_SYSCALL_ARGS, args_at)  # struct uretprobe_syscall_args
         except GuestFault:
             return self._sys_uretprobe_sigill(task, "uretprobe syscall: bad stack")
         regs.r11, regs.rcx, regs.rax = r11, cx, ax
@@ -392,15 +395,15 @@ class Uretprobes:
             self.uprobe_handle_trampoline(task, regs)
         # (the syscall returns regs->ax: None leaves rax as the handlers left it)
         if regs.rsp != sp:
-            return None                  # a consumer moved sp: full pt_regs (IRET) return
+            return None  # a consumer moved sp: full pt_regs (IRET) return
         regs.rsp = args_at
-        ret_ip = regs.rip & _MASK64      # args.ax: where the trampoline's ret goes
+        ret_ip = regs.rip & _MASK64  # args.ax: where the trampoline's ret goes
         regs.rip = ip
         try:
             mem.write_user_struct(_SYSCALL_ARGS, args_at, regs.r11, regs.rcx, ret_ip)
         except GuestFault:
             return self._sys_uretprobe_sigill(task, "uretprobe syscall: bad stack")
-        regs.r11 = regs.eflags           # ensure SYSRET
+        regs.r11 = regs.eflags  # ensure SYSRET
         regs.rcx = ip
         return None
 

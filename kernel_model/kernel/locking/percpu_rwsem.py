@@ -16,13 +16,13 @@ class PercpuRwSemaphore:
     def down_read(self, log, cpu: int) -> None:
         self.read_count[cpu] = self.read_count.get(cpu, 0) + 1
         if log is not None:
-            log.add(cpu, self.name + ".rss", None, READ)          # rcu_sync_is_idle(&sem->rss)
-            log.add(cpu, self.name + ".read_count", cpu, WRITE)   # this_cpu_inc(*sem->read_count)
+            log.add(cpu, self.name + ".rss", None, READ)  # rcu_sync_is_idle(&sem->rss)
+            log.add(cpu, self.name + ".read_count", cpu, WRITE)  # this_cpu_inc(*sem->read_count)
 
     def up_read(self, log, cpu: int) -> None:
         self.read_count[cpu] = self.read_count.get(cpu, 0) - 1
         if log is not None:
-            log.add(cpu, self.name + ".read_count", cpu, WRITE)   # this_cpu_dec(*sem->read_count)
+            log.add(cpu, self.name + ".read_count", cpu, WRITE)  # this_cpu_dec(*sem->read_count)
 
     def readers(self) -> int:
         return sum(self.read_count.values())

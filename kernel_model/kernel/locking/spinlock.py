@@ -15,7 +15,7 @@ from kernel_model.kernel.locking.access_log import LOCK, UNLOCK
 class SpinLock:
     def __init__(self, name: str, inst=None):
         self.name, self.inst = name, inst
-        self.owner: int | None = None      # CPU holding it
+        self.owner: int | None = None  # CPU holding it
         self.acquisitions = 0
 
     def lock(self, log, cpu: int) -> None:

@@ -34,7 +34,7 @@ class SrcuStruct:
             raise ValueError(f"SRCU flavor is one of {', '.join(FLAVORS)}, not {flavor!r}")
         self.name, self.flavor = name, flavor
         self.idx = 0
-        self.lock_count: dict[tuple[int, int], int] = {}     # (cpu, idx) -> n
+        self.lock_count: dict[tuple[int, int], int] = {}  # (cpu, idx) -> n
         self.unlock_count: dict[tuple[int, int], int] = {}
         self.grace_periods = 0
         self._mb = flavor == "srcu"
@@ -44,8 +44,8 @@ class SrcuStruct:
         key = (cpu, idx)
         self.lock_count[key] = self.lock_count.get(key, 0) + 1
         if log is not None:
-            log.add(cpu, self.name, "srcu_idx", READ)             # READ_ONCE(ssp->srcu_idx)
-            log.add(cpu, self.name + ".sda", cpu, WRITE)          # this_cpu_inc(...lock_count[idx])
+            log.add(cpu, self.name, "srcu_idx", READ)  # READ_ONCE(ssp->srcu_idx)
+            log.add(cpu, self.name + ".sda", cpu, WRITE)  # this_cpu_inc(...lock_count[idx])
             if self._mb:
                 log.add(cpu, "smp_mb", None, MB)
         return idx
@@ -56,7 +56,7 @@ class SrcuStruct:
         if log is not None:
             if self._mb:
                 log.add(cpu, "smp_mb", None, MB)
-            log.add(cpu, self.name + ".sda", cpu, WRITE)          # this_cpu_inc(...unlock_count[idx])
+            log.add(cpu, self.name + ".sda", cpu, WRITE)  # this_cpu_inc(...unlock_count[idx])
 
     def readers_active(self, idx: int) -> int:
         """``srcu_readers_active_idx``: sections of index ``idx`` not yet left."""

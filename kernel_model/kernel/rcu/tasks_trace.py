@@ -18,7 +18,7 @@ from kernel_model.kernel.locking.access_log import WRITE
 class RcuTasksTrace:
     def __init__(self, name: str = "rcu_tasks_trace"):
         self.name = name
-        self.nesting: dict[int, int] = {}          # tid -> trc_reader_nesting
+        self.nesting: dict[int, int] = {}  # tid -> trc_reader_nesting
         self.grace_periods = 0
 
     def read_lock(self, log, cpu: int, tid: int) -> None:

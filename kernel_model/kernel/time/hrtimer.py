@@ -1,5 +1,4 @@
-"""nanosleep (kernel/time/hrtimer.c): a sleep until a deadline on the virtual clock.
-"""
+"""nanosleep (kernel/time/hrtimer.c): a sleep until a deadline on the virtual clock."""
 
 from __future__ import annotations
 

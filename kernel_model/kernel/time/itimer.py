@@ -34,7 +34,7 @@ class ItimerSyscalls:
                 continue
             expires, interval = timer
             proc.signal.real_timer = (expires + interval, interval) if interval else None
-            if interval and proc.signal.real_timer[0] <= self.clock.ns:       # catch up, one signal
+            if interval and proc.signal.real_timer[0] <= self.clock.ns:  # catch up, one signal
                 skipped = (self.clock.ns - expires) // interval
                 proc.signal.real_timer = (expires + (skipped + 1) * interval, interval)
             self._send_kernel(proc, SIGALRM)
@@ -48,8 +48,9 @@ class ItimerSyscalls:
         blocked = blocked_in([t for t in proc.tasks if t.state != "dead"], sig)
         if not blocked and (handler == SIG_IGN or (handler == SIG_DFL and sig in IGNORED_BY_DEFAULT)):
             return
-        self.m.send_process_sig(proc, sig, detail="timer expired", code=SI_KERNEL,
-                                info=siginfo(sig, SI_KERNEL, None, 0))
+        self.m.send_process_sig(
+            proc, sig, detail="timer expired", code=SI_KERNEL, info=siginfo(sig, SI_KERNEL, None, 0)
+        )
 
     def _itimer_value(self, proc) -> tuple[int, int]:
         """(remaining ns, interval ns) of the process's ITIMER_REAL."""
@@ -93,5 +94,5 @@ class ItimerSyscalls:
         return 0
 
     def _write_itimerval(self, ptr, value_ns, interval_ns) -> None:
-        usec = lambda ns: divmod(-(-ns // USEC), 1_000_000)       # noqa: E731 - rounded up
+        usec = lambda ns: divmod(-(-ns // USEC), 1_000_000)  # noqa: E731 - rounded up
         self.m.mem.write_user(ptr, struct.pack("<qqqq", *usec(interval_ns), *usec(value_ns)))

@@ -28,7 +28,7 @@ class TimeSyscalls:
         """A clock read: the clock advances CLOCK_TICK_NS first (two reads never see the
         same time), firing an ITIMER_REAL due by then; the new CLOCK_REALTIME ns."""
         self.clock.ns += CLOCK_TICK_NS
-        self.itimers.run_timers()                  # an ITIMER_REAL may expire as time passes
+        self.itimers.run_timers()  # an ITIMER_REAL may expire as time passes
         return self.clock.ns
 
     @syscall(228, "clock_gettime")
@@ -70,7 +70,7 @@ class TimeSyscalls:
 
     @syscall(230, "clock_nanosleep", partial="CLOCK_REALTIME, CLOCK_MONOTONIC and CLOCK_BOOTTIME")
     def sys_clock_nanosleep(self, task, regs, clk, flags, req, rem, *_):
-        if clk not in (0, 1, 7):          # REALTIME, MONOTONIC, BOOTTIME
+        if clk not in (0, 1, 7):  # REALTIME, MONOTONIC, BOOTTIME
             return neg(E.EINVAL if clk not in (2, 3) else E.ENOTSUP)
         base = 0 if clk == 0 else CLOCK_EPOCH_NS
         if flags & TIMER_ABSTIME:

@@ -10,10 +10,10 @@ to the earliest deadline (as an idle CPU waits for the next timer interrupt).
 from __future__ import annotations
 
 NSEC, USEC = 1_000_000_000, 1_000
-CLOCK_EPOCH_NS = 1_767_225_600 * NSEC             # CLOCK_REALTIME at boot: 2026-01-01T00:00:00Z
-CLOCK_TICK_NS = 1_000                              # each clock read advances 1 us
-COARSE_RES_NS = 4_000_000                          # CLOCK_*_COARSE resolution: one jiffy at HZ=250
-INSN_NS = 1                                        # virtual time one guest instruction takes
+CLOCK_EPOCH_NS = 1_767_225_600 * NSEC  # CLOCK_REALTIME at boot: 2026-01-01T00:00:00Z
+CLOCK_TICK_NS = 1_000  # each clock read advances 1 us
+COARSE_RES_NS = 4_000_000  # CLOCK_*_COARSE resolution: one jiffy at HZ=250
+INSN_NS = 1  # virtual time one guest instruction takes
 
 
 class VirtualClock:
@@ -69,7 +69,7 @@ class Timeouts:
             pending.sort(key=lambda e: (e[0], e[1]))
             deadline, _, fire, state = pending.pop(0)
             if state["done"]:
-                continue                     # ended otherwise: the clock does not go there
+                continue  # ended otherwise: the clock does not go there
             self.clock.ns = max(self.clock.ns, deadline)
             before = sum(1 for t in self.m.tasks if t.state == "running")
             fire()

@@ -18,7 +18,7 @@ class UserEntry(KernelBase):
         task = self.task
         proc = task.process
         rf = proc.cpu_regs
-        regs, args = rf.syscall_entry()                # hardware: rcx, r11 <- rip, rflags
+        regs, args = rf.syscall_entry()  # hardware: rcx, r11 <- rip, rflags
         nr = regs.orig_rax
         self.counters.syscalls[nr] += 1
         bus = self.events
@@ -38,15 +38,17 @@ class UserEntry(KernelBase):
             task.last_enosys = nr if nr not in syscalls.table else None
             state = task.state
             if self._result is not None or state == "dead":
-                self.engine.stop(cpu)        # exited: the scheduler picks the next task
+                self.engine.stop(cpu)  # exited: the scheduler picks the next task
                 return
             if state == "running":
                 if task.pending_rax is not None:
-                    regs.rax, task.pending_rax = task.pending_rax, None   # woken before it slept
+                    regs.rax, task.pending_rax = task.pending_rax, None  # woken before it slept
                 orig_rax = regs.orig_rax
-                if (task.pending_signals or task.process.signal.shared_pending or
-                        (orig_rax is not None and orig_rax >= 0 and self.restart_code(regs) is not None)) \
-                        and self.exit_to_user_mode_loop(task, regs):
+                if (
+                    task.pending_signals
+                    or task.process.signal.shared_pending
+                    or (orig_rax is not None and orig_rax >= 0 and self.restart_code(regs) is not None)
+                ) and self.exit_to_user_mode_loop(task, regs):
                     return
         finally:
             self._in_syscall = False
@@ -90,7 +92,7 @@ class UserEntry(KernelBase):
         syscall rip is set 2 before the return address: the engine adds them)."""
         changes = regs.changed()
         if self._in_syscall:
-            changes[16] = (regs.rip - 2) & 0xFFFFFFFFFFFFFFFF   # see do_syscall_64
+            changes[16] = (regs.rip - 2) & 0xFFFFFFFFFFFFFFFF  # see do_syscall_64
         self.cpu_regs.write(changes, in_trap=self._in_syscall)
         self.task.orig_rax = regs.orig_rax
 

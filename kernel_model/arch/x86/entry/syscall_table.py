@@ -57,12 +57,41 @@ from kernel_model.net.socket import SocketSyscalls
 # The components whose marked methods are syscalls, in the order the modeled kernel's
 # directories list them.
 COMPONENTS = (
-    ArchPrctlSyscalls, IoprioSyscalls, RandomSyscalls,
-    NameiSyscalls, OpenSyscalls, ReadWriteSyscalls, StatSyscalls, ReaddirSyscalls, SyncSyscalls, DPathSyscalls,
-    UtimesSyscalls, FcntlSyscalls, IoctlSyscalls, SelectSyscalls, FileSyscalls, PipeSyscalls, ExecSyscalls,
-    ProcessSyscalls, ExitSyscalls, FutexSyscalls, SchedSyscalls, SignalSyscalls, CredSyscalls, SysSyscalls,
-    PersonalitySyscalls, RlimitSyscalls, RseqSyscalls, TimeSyscalls, HrtimerSyscalls, ItimerSyscalls,
-    MmapSyscalls, MremapSyscalls, MprotectSyscalls, MadviseSyscalls, SocketSyscalls,
+    ArchPrctlSyscalls,
+    IoprioSyscalls,
+    RandomSyscalls,
+    NameiSyscalls,
+    OpenSyscalls,
+    ReadWriteSyscalls,
+    StatSyscalls,
+    ReaddirSyscalls,
+    SyncSyscalls,
+    DPathSyscalls,
+    UtimesSyscalls,
+    FcntlSyscalls,
+    IoctlSyscalls,
+    SelectSyscalls,
+    FileSyscalls,
+    PipeSyscalls,
+    ExecSyscalls,
+    ProcessSyscalls,
+    ExitSyscalls,
+    FutexSyscalls,
+    SchedSyscalls,
+    SignalSyscalls,
+    CredSyscalls,
+    SysSyscalls,
+    PersonalitySyscalls,
+    RlimitSyscalls,
+    RseqSyscalls,
+    TimeSyscalls,
+    HrtimerSyscalls,
+    ItimerSyscalls,
+    MmapSyscalls,
+    MremapSyscalls,
+    MprotectSyscalls,
+    MadviseSyscalls,
+    SocketSyscalls,
 )
 
 
@@ -70,6 +99,7 @@ COMPONENTS = (
 class Entry:
     """A registered syscall: its definition, the module that holds its handler and, for
     one only some kernel profiles have, which."""
+
     sysdef: SyscallDef
     module: str
     profiles: str | None = None
@@ -106,8 +136,10 @@ def _collect() -> MappingProxyType:
     for cls in COMPONENTS:
         for _, sysdef in marked(cls):
             if sysdef.nr in entries:
-                raise ValueError(f"syscall {sysdef.nr} ({sysdef.name}) is registered twice: "
-                                 f"{entries[sysdef.nr].module} and {cls.__module__}")
+                raise ValueError(
+                    f"syscall {sysdef.nr} ({sysdef.name}) is registered twice: "
+                    f"{entries[sysdef.nr].module} and {cls.__module__}"
+                )
             entries[sysdef.nr] = Entry(sysdef, cls.__module__)
     for entry in UPROBES_SYSCALLS:
         entries[entry.nr] = entry
@@ -162,6 +194,7 @@ def enosys_detail(nr: int, calls: int) -> str:
 class HandlerSet:
     """Read-only: the handlers of some components by their ``sys_<name>``, for callers
     that pick syscalls by subsystem."""
+
     __slots__ = ("_by_name",)
 
     def __init__(self, *classes):
@@ -180,5 +213,13 @@ class HandlerSet:
 
 # The syscalls on paths and file contents (fs/open.c, read_write.c, stat.c, namei.c,
 # readdir.c, sync.c, d_path.c, utimes.c).
-FILE_SYSCALLS = HandlerSet(OpenSyscalls, ReadWriteSyscalls, StatSyscalls, NameiSyscalls, ReaddirSyscalls,
-                           SyncSyscalls, DPathSyscalls, UtimesSyscalls)
+FILE_SYSCALLS = HandlerSet(
+    OpenSyscalls,
+    ReadWriteSyscalls,
+    StatSyscalls,
+    NameiSyscalls,
+    ReaddirSyscalls,
+    SyncSyscalls,
+    DPathSyscalls,
+    UtimesSyscalls,
+)

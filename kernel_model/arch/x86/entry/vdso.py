@@ -29,8 +29,8 @@ from kernel_model.mm.mm_types import PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE
 
 VDSO_NAME = "[vdso]"
 VVAR_NAME, VVAR_VCLOCK_NAME = "[vvar]", "[vvar_vclock]"
-VVAR_PAGES, VVAR_VCLOCK_PAGES = 4, 2       # __VDSO_PAGES = 6 on 6.18, split in two mappings
-VDSO_SIZE = 2 * PAGE_SIZE                  # vdso64_image.size on the host (measured)
+VVAR_PAGES, VVAR_VCLOCK_PAGES = 4, 2  # __VDSO_PAGES = 6 on 6.18, split in two mappings
+VDSO_SIZE = 2 * PAGE_SIZE  # vdso64_image.size on the host (measured)
 VERSION = "LINUX_2.6"
 SONAME = "linux-vdso.so.1"
 
@@ -50,12 +50,21 @@ _SYM = struct.Struct("<IBBHQQ")
 _PT_LOAD, _PT_DYNAMIC, _PT_NOTE = 1, 2, 4
 _STB_GLOBAL, _STB_WEAK, _STT_OBJECT, _STT_FUNC = 1, 2, 1, 2
 _SHN_ABS = 0xFFF1
-_DT = dict(NULL=0, HASH=4, STRTAB=5, SYMTAB=6, STRSZ=10, SYMENT=11, SONAME=14,
-           VERSYM=0x6FFFFFF0, VERDEF=0x6FFFFFFC, VERDEFNUM=0x6FFFFFFD)
-_SHT = dict(NULL=0, PROGBITS=1, STRTAB=3, HASH=5, DYNAMIC=6, NOTE=7, DYNSYM=11,
-            VERDEF=0x6FFFFFFD, VERSYM=0x6FFFFFFF)
+_DT = dict(
+    NULL=0,
+    HASH=4,
+    STRTAB=5,
+    SYMTAB=6,
+    STRSZ=10,
+    SYMENT=11,
+    SONAME=14,
+    VERSYM=0x6FFFFFF0,
+    VERDEF=0x6FFFFFFC,
+    VERDEFNUM=0x6FFFFFFD,
+)
+_SHT = dict(NULL=0, PROGBITS=1, STRTAB=3, HASH=5, DYNAMIC=6, NOTE=7, DYNSYM=11, VERDEF=0x6FFFFFFD, VERSYM=0x6FFFFFFF)
 _SHF_WRITE, _SHF_ALLOC, _SHF_EXECINSTR = 1, 2, 4
-_DYNSYM, _DYNSTR, _TEXT = 2, 3, 8          # section indices of the layout below
+_DYNSYM, _DYNSTR, _TEXT = 2, 3, 8  # section indices of the layout below
 
 
 def elf_hash(name: bytes) -> int:
@@ -105,16 +114,16 @@ def vdso_image(linux_version_code: int = 0x061200) -> bytes:
     soname = dynstr.add(SONAME)
     version = dynstr.add(VERSION)
     # symbols: null, the version's ABS symbol, then each function and its weak alias
-    syms = [(0, 0, 0, 0, 0)]                                # (name, info, shndx, value, size)
+    syms = [(0, 0, 0, 0, 0)]  # (name, info, shndx, value, size)
     syms.append((version, (_STB_GLOBAL << 4) | _STT_OBJECT, _SHN_ABS, 0, 0))
     fn_syms = []
     for name, _, alias in FUNCTIONS:
         fn_syms.append((dynstr.add(name), _STB_GLOBAL, name))
         fn_syms.append((dynstr.add(alias), _STB_WEAK, name))
-    names = [b"", VERSION.encode()] + [bytes(dynstr.data[o:dynstr.data.index(b"\0", o)]) for o, _, _ in fn_syms]
+    names = [b"", VERSION.encode()] + [bytes(dynstr.data[o : dynstr.data.index(b"\0", o)]) for o, _, _ in fn_syms]
 
     out = bytearray(b"\0" * (_EHDR.size + 3 * _PHDR.size))
-    sections = []                                           # (name, type, flags, off, size, link, info, align, entsize)
+    sections = []  # (name, type, flags, off, size, link, info, align, entsize)
 
     def section(name, typ, flags, data, align, link=0, info=0, entsize=0):
         off = _align(out, align)
@@ -125,42 +134,66 @@ def vdso_image(linux_version_code: int = 0x061200) -> bytes:
     nsyms = len(syms) + len(fn_syms)
     nbucket = 3
     buckets, chains = [0] * nbucket, [0] * nsyms
-    for i in range(1, nsyms):                               # chains end where they began
+    for i in range(1, nsyms):  # chains end where they began
         b = elf_hash(names[i]) % nbucket
         chains[i], buckets[b] = buckets[b], i
-    hash_off = section(".hash", _SHT["HASH"], _SHF_ALLOC,
-                       struct.pack(f"<{2 + nbucket + nsyms}I", nbucket, nsyms, *buckets, *chains), 8,
-                       link=_DYNSYM, entsize=4)
+    hash_off = section(
+        ".hash",
+        _SHT["HASH"],
+        _SHF_ALLOC,
+        struct.pack(f"<{2 + nbucket + nsyms}I", nbucket, nsyms, *buckets, *chains),
+        8,
+        link=_DYNSYM,
+        entsize=4,
+    )
     text_index = _TEXT
-    dynsym_off = _align(out, 8)                             # symbols need .text's address: reserve
-    section(".dynsym", _SHT["DYNSYM"], _SHF_ALLOC, b"\0" * (_SYM.size * nsyms), 8, link=_DYNSTR, info=1,
-            entsize=_SYM.size)
+    dynsym_off = _align(out, 8)  # symbols need .text's address: reserve
+    section(
+        ".dynsym", _SHT["DYNSYM"], _SHF_ALLOC, b"\0" * (_SYM.size * nsyms), 8, link=_DYNSTR, info=1, entsize=_SYM.size
+    )
     dynstr_off = section(".dynstr", _SHT["STRTAB"], _SHF_ALLOC, bytes(dynstr.data), 1)
-    versym_off = section(".gnu.version", _SHT["VERSYM"], _SHF_ALLOC,
-                         struct.pack(f"<{nsyms}H", 0, *([2] * (nsyms - 1))), 2, link=_DYNSYM, entsize=2)
+    versym_off = section(
+        ".gnu.version",
+        _SHT["VERSYM"],
+        _SHF_ALLOC,
+        struct.pack(f"<{nsyms}H", 0, *([2] * (nsyms - 1))),
+        2,
+        link=_DYNSYM,
+        entsize=2,
+    )
     # Elf64_Verdef + Elf64_Verdaux: index 1 the file (VER_FLG_BASE), index 2 LINUX_2.6
-    verdef = struct.pack("<HHHHIII", 1, 1, 1, 1, elf_hash(SONAME.encode()), 20, 28) + \
-        struct.pack("<II", soname, 0) + \
-        struct.pack("<HHHHIII", 1, 0, 2, 1, elf_hash(VERSION.encode()), 20, 0) + \
-        struct.pack("<II", version, 0)
+    verdef = (
+        struct.pack("<HHHHIII", 1, 1, 1, 1, elf_hash(SONAME.encode()), 20, 28)
+        + struct.pack("<II", soname, 0)
+        + struct.pack("<HHHHIII", 1, 0, 2, 1, elf_hash(VERSION.encode()), 20, 0)
+        + struct.pack("<II", version, 0)
+    )
     verdef_off = section(".gnu.version_d", _SHT["VERDEF"], _SHF_ALLOC, verdef, 8, link=_DYNSTR, info=2)
-    dyn = [("SONAME", soname), ("HASH", hash_off), ("STRTAB", dynstr_off), ("SYMTAB", dynsym_off),
-           ("STRSZ", len(dynstr.data)), ("SYMENT", _SYM.size), ("VERDEF", verdef_off),
-           ("VERDEFNUM", 2), ("VERSYM", versym_off), ("NULL", 0)]
+    dyn = [
+        ("SONAME", soname),
+        ("HASH", hash_off),
+        ("STRTAB", dynstr_off),
+        ("SYMTAB", dynsym_off),
+        ("STRSZ", len(dynstr.data)),
+        ("SYMENT", _SYM.size),
+        ("VERDEF", verdef_off),
+        ("VERDEFNUM", 2),
+        ("VERSYM", versym_off),
+        ("NULL", 0),
+    ]
     dyn_data = b"".join(struct.pack("<qQ", _DT[k], v) for k, v in dyn)
     dynamic_off = section(".dynamic", _SHT["DYNAMIC"], _SHF_ALLOC, dyn_data, 8, link=_DYNSTR, entsize=16)
     note = struct.pack("<III", 6, 4, 0) + b"Linux\0\0\0" + struct.pack("<I", linux_version_code)
     note_off = section(".note", _SHT["NOTE"], _SHF_ALLOC, note, 4)
     text_off = section(".text", _SHT["PROGBITS"], _SHF_ALLOC | _SHF_EXECINSTR, code, 32)
-    assert len(sections) == _TEXT                          # [0] is the null section
+    assert len(sections) == _TEXT  # [0] is the null section
 
     sym_bytes = bytearray()
     for name_off, info, shndx, value, size in syms:
         sym_bytes += _SYM.pack(name_off, info, 0, shndx, value, size)
     for name_off, bind, target in fn_syms:
-        sym_bytes += _SYM.pack(name_off, (bind << 4) | _STT_FUNC, 0, text_index,
-                               text_off + code_off[target], 8)
-    out[dynsym_off:dynsym_off + len(sym_bytes)] = sym_bytes
+        sym_bytes += _SYM.pack(name_off, (bind << 4) | _STT_FUNC, 0, text_index, text_off + code_off[target], 8)
+    out[dynsym_off : dynsym_off + len(sym_bytes)] = sym_bytes
 
     shstr = _StrTab()
     sh_names = [shstr.add(s[0]) for s in sections]
@@ -176,13 +209,15 @@ def vdso_image(linux_version_code: int = 0x061200) -> bytes:
     shnum = len(sections) + 2
 
     ident = b"\x7fELF\x02\x01\x01" + b"\0" * 9
-    out[:_EHDR.size] = _EHDR.pack(ident, 3, 62, 1, 0, _EHDR.size, shoff, 0, _EHDR.size, _PHDR.size,
-                                  3, _SHDR.size, shnum, shnum - 1)
-    phdrs = (_PHDR.pack(_PT_LOAD, 5, 0, 0, 0, load_end, load_end, PAGE_SIZE) +
-             _PHDR.pack(_PT_DYNAMIC, 4, dynamic_off, dynamic_off, dynamic_off, len(dyn_data),
-                        len(dyn_data), 8) +
-             _PHDR.pack(_PT_NOTE, 4, note_off, note_off, note_off, len(note), len(note), 4))
-    out[_EHDR.size:_EHDR.size + len(phdrs)] = phdrs
+    out[: _EHDR.size] = _EHDR.pack(
+        ident, 3, 62, 1, 0, _EHDR.size, shoff, 0, _EHDR.size, _PHDR.size, 3, _SHDR.size, shnum, shnum - 1
+    )
+    phdrs = (
+        _PHDR.pack(_PT_LOAD, 5, 0, 0, 0, load_end, load_end, PAGE_SIZE)
+        + _PHDR.pack(_PT_DYNAMIC, 4, dynamic_off, dynamic_off, dynamic_off, len(dyn_data), len(dyn_data), 8)
+        + _PHDR.pack(_PT_NOTE, 4, note_off, note_off, note_off, len(note), len(note), 4)
+    )
+    out[_EHDR.size : _EHDR.size + len(phdrs)] = phdrs
     if len(out) > VDSO_SIZE:
         raise AssertionError(f"the vDSO image grew past {VDSO_SIZE:#x} bytes")
     return bytes(out.ljust(VDSO_SIZE, b"\0"))
@@ -206,10 +241,16 @@ def map_vdso(mem, release: str) -> int:
     if addr is None:
         raise MemoryLimitExceeded("no room for the vDSO")
     mem.map(addr, VVAR_PAGES * PAGE_SIZE, PROT_READ, VVAR_NAME, special=True)
-    mem.map(addr + VVAR_PAGES * PAGE_SIZE, VVAR_VCLOCK_PAGES * PAGE_SIZE, PROT_READ, VVAR_VCLOCK_NAME,
-            special=True)
+    mem.map(addr + VVAR_PAGES * PAGE_SIZE, VVAR_VCLOCK_PAGES * PAGE_SIZE, PROT_READ, VVAR_VCLOCK_NAME, special=True)
     base = addr + vvar_size
     # VM_MAYWRITE: a debugger may write breakpoints into the vDSO (vdso_mapping)
-    mem.map(base, VDSO_SIZE, PROT_READ | PROT_EXEC, VDSO_NAME, special=True,
-            mayprot=PROT_READ | PROT_WRITE | PROT_EXEC, data=vdso_image(linux_version_code(release)))
+    mem.map(
+        base,
+        VDSO_SIZE,
+        PROT_READ | PROT_EXEC,
+        VDSO_NAME,
+        special=True,
+        mayprot=PROT_READ | PROT_WRITE | PROT_EXEC,
+        data=vdso_image(linux_version_code(release)),
+    )
     return base

@@ -17,15 +17,16 @@ import struct
 
 XFEATURE_MASK_FP, XFEATURE_MASK_SSE = 0x1, 0x2
 XFEATURE_MASK_FPSSE = XFEATURE_MASK_FP | XFEATURE_MASK_SSE
-USER_XFEATURES = XFEATURE_MASK_FPSSE      # fpu_user_cfg.max_features (= default_features)
-FXSAVE_SIZE = 512                         # struct fxregs_state
-XSAVE_HDR_SIZE = 64                       # struct xstate_header
-USER_XSTATE_SIZE = FXSAVE_SIZE + XSAVE_HDR_SIZE   # fpu_user_cfg.max_size / default_size
+USER_XFEATURES = XFEATURE_MASK_FPSSE  # fpu_user_cfg.max_features (= default_features)
+FXSAVE_SIZE = 512  # struct fxregs_state
+XSAVE_HDR_SIZE = 64  # struct xstate_header
+USER_XSTATE_SIZE = FXSAVE_SIZE + XSAVE_HDR_SIZE  # fpu_user_cfg.max_size / default_size
 MXCSR_OFFSET, MXCSR_MASK_OFFSET = 24, 28
-MXCSR_DEFAULT, FCW_DEFAULT = 0x1F80, 0x37F    # init_fpstate (fpstate_init_fx)
+MXCSR_DEFAULT, FCW_DEFAULT = 0x1F80, 0x37F  # init_fpstate (fpstate_init_fx)
 # The CPU's MXCSR_MASK (what fxsave stores at offset 28): a set bit outside it in a
 # restored MXCSR is a #GP of the restoring instruction.
 MXCSR_FEATURE_MASK = 0xFFFF
+
 
 def init_image() -> bytes:
     """init_fpstate as a standard-format image: FCW 0x37f, MXCSR 0x1f80, every other
@@ -46,5 +47,5 @@ def valid_for_restore(image: bytes, header: bool) -> bool:
     if not header:
         return True
     xstate_bv, xcomp_bv = struct.unpack_from("<QQ", image, FXSAVE_SIZE)
-    reserved = image[FXSAVE_SIZE + 16:FXSAVE_SIZE + 24]
+    reserved = image[FXSAVE_SIZE + 16 : FXSAVE_SIZE + 24]
     return not xstate_bv & ~USER_XFEATURES and not xcomp_bv and not any(reserved)

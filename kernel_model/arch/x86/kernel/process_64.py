@@ -1,5 +1,4 @@
-"""arch_prctl (arch/x86/kernel/process_64.c): the FS and GS bases.
-"""
+"""arch_prctl (arch/x86/kernel/process_64.c): the FS and GS bases."""
 
 from __future__ import annotations
 

@@ -36,15 +36,39 @@ from kernel_model.trace import events as ev
 
 SIG_DFL, SIG_IGN = 0, 1
 SA_SIGINFO, SA_ONSTACK, SA_RESTART, SA_NODEFER, SA_RESETHAND, SA_RESTORER = (
-    0x4, 0x08000000, 0x10000000, 0x40000000, 0x80000000, 0x04000000)
+    0x4,
+    0x08000000,
+    0x10000000,
+    0x40000000,
+    0x80000000,
+    0x04000000,
+)
 SIGKILL, SIGSTOP = 9, 19
 # default action "ignore"; stop/continue are not modeled and also ignored
 IGNORED_BY_DEFAULT = frozenset((17, 18, 19, 20, 21, 22, 23, 28))
 
 # struct sigcontext (x86_64 uapi) register order
-SIGCONTEXT_REGS = ("r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rdi", "rsi", "rbp",
-                   "rbx", "rdx", "rax", "rcx", "rsp", "rip", "eflags")
-UCONTEXT_SIZE = 8 + 8 + 24 + 256 + 8          # flags, link, stack_t, sigcontext, sigmask
+SIGCONTEXT_REGS = (
+    "r8",
+    "r9",
+    "r10",
+    "r11",
+    "r12",
+    "r13",
+    "r14",
+    "r15",
+    "rdi",
+    "rsi",
+    "rbp",
+    "rbx",
+    "rdx",
+    "rax",
+    "rcx",
+    "rsp",
+    "rip",
+    "eflags",
+)
+UCONTEXT_SIZE = 8 + 8 + 24 + 256 + 8  # flags, link, stack_t, sigcontext, sigmask
 SIGINFO_SIZE = 128
 FRAME_SIZE = 8 + UCONTEXT_SIZE + SIGINFO_SIZE
 # user-changeable flags restored by sigreturn (FIX_EFLAGS): AC OF DF TF SF ZF AF PF CF RF
@@ -54,10 +78,10 @@ SEGV_MAPERR = 1
 # uc_flags (frame_uc_flags): the CPU has XSAVE; ss saved; a 64-bit frame restores it strictly
 UC_FP_XSTATE, UC_SIGCONTEXT_SS, UC_STRICT_RESTORE_SS = 0x1, 0x2, 0x4
 FP_XSTATE_MAGIC1, FP_XSTATE_MAGIC2, FP_XSTATE_MAGIC2_SIZE = 0x46505853, 0x46505845, 4
-SW_BYTES_OFFSET = 464                          # fxregs_state.sw_reserved
-SIGCONTEXT_OFFSET = 40                         # uc_mcontext in struct ucontext
-FPSTATE_PTR_OFFSET = SIGCONTEXT_OFFSET + 184   # sigcontext.fpstate
-XSTATE_SIGFRAME_SIZE = USER_XSTATE_SIZE + FP_XSTATE_MAGIC2_SIZE   # xstate_sigframe_size
+SW_BYTES_OFFSET = 464  # fxregs_state.sw_reserved
+SIGCONTEXT_OFFSET = 40  # uc_mcontext in struct ucontext
+FPSTATE_PTR_OFFSET = SIGCONTEXT_OFFSET + 184  # sigcontext.fpstate
+XSTATE_SIGFRAME_SIZE = USER_XSTATE_SIZE + FP_XSTATE_MAGIC2_SIZE  # xstate_sigframe_size
 # init_sigframe_size (AT_MINSIGSTKSZ): the largest frame - a sigframe_ia32 (732 bytes,
 # larger than the 64-bit rt_sigframe) with its alignment padding, the fpstate with
 # room for an ia32 fsave header (struct fregs_state, 112) and 63 bytes of XSAVE
@@ -108,13 +132,13 @@ def pack_stack_t(altstack, sp: int) -> bytes:
     if altstack is None:
         return struct.pack("<QiiQ", 0, SS_DISABLE, 0, 0)
     ss_sp, ss_size, flags = altstack
-    return struct.pack("<QIiQ", ss_sp, (sas_ss_flags(altstack, sp) | (flags & SS_AUTODISARM)) & 0xFFFFFFFF,
-                       0, ss_size)
+    return struct.pack("<QIiQ", ss_sp, (sas_ss_flags(altstack, sp) | (flags & SS_AUTODISARM)) & 0xFFFFFFFF, 0, ss_size)
 
 
 class SigFrame(NamedTuple):
     """Where setup_rt_frame puts things: the rt_sigframe (``frame`` bytes at ``at``),
     its siginfo and ucontext, and the XSAVE area above it (``fpstate`` bytes)."""
+
     at: int
     frame: bytes
     info_at: int
@@ -128,8 +152,9 @@ def sigframe_fpstate(image: bytes) -> bytes:
     bytes (magic1, extended_size, xfeatures, xstate_size), FP|SSE forced into
     XSTATE_BV (legacy compatibility) and FP_XSTATE_MAGIC2 after it."""
     buf = bytearray(image[:USER_XSTATE_SIZE])
-    struct.pack_into("<IIQI28x", buf, SW_BYTES_OFFSET, FP_XSTATE_MAGIC1, XSTATE_SIGFRAME_SIZE,
-                     USER_XFEATURES, USER_XSTATE_SIZE)
+    struct.pack_into(
+        "<IIQI28x", buf, SW_BYTES_OFFSET, FP_XSTATE_MAGIC1, XSTATE_SIGFRAME_SIZE, USER_XFEATURES, USER_XSTATE_SIZE
+    )
     (bv,) = struct.unpack_from("<Q", buf, FXSAVE_SIZE)
     struct.pack_into("<Q", buf, FXSAVE_SIZE, bv | XFEATURE_MASK_FPSSE)
     return bytes(buf) + struct.pack("<I", FP_XSTATE_MAGIC2)
@@ -145,9 +170,19 @@ def _within(altstack, sp: int) -> bool:
     return altstack is not None and 0 < sp - altstack[0] <= altstack[1]
 
 
-def build_frame(regs, sp_top: int, signo: int, info: bytes, old_mask: int,
-                restorer: int, fp_image: bytes, *, altstack=None, onstack: bool = False,
-                fault: tuple | None = None) -> SigFrame:
+def build_frame(
+    regs,
+    sp_top: int,
+    signo: int,
+    info: bytes,
+    old_mask: int,
+    restorer: int,
+    fp_image: bytes,
+    *,
+    altstack=None,
+    onstack: bool = False,
+    fault: tuple | None = None,
+) -> SigFrame:
     """The rt_sigframe below ``sp_top`` (or at the top of the alternate stack for an
     SA_ONSTACK handler when the task is not already on it - there the red zone is not
     skipped), under the 64-byte aligned XSAVE area holding ``fp_image`` (get_sigframe,
@@ -156,22 +191,22 @@ def build_frame(regs, sp_top: int, signo: int, info: bytes, old_mask: int,
     fault (trap_nr, error_code, cr2), which the sigcontext reports (setup_sigcontext
     copies current->thread's)."""
     nested = on_sig_stack(altstack, sp_top)
-    sp = sp_top - 128                                   # skip the red zone
+    sp = sp_top - 128  # skip the red zone
     entering = onstack and sas_ss_flags(altstack, sp) == 0
     if entering:
         sp = altstack[0] + altstack[1]
     fp_at = (sp - XSTATE_SIGFRAME_SIZE) & ~63
-    sp = ((fp_at - FRAME_SIZE) & ~0xF) - 8              # as after a call: (sp + 8) % 16 == 0
+    sp = ((fp_at - FRAME_SIZE) & ~0xF) - 8  # as after a call: (sp + 8) % 16 == 0
     if (nested or entering) and not _within(altstack, sp):
         raise FrameOverflow(f"signal frame at {sp:#x} overflows the alternate stack")
     gregs = [getattr(regs, n) & 0xFFFFFFFFFFFFFFFF for n in SIGCONTEXT_REGS]
     sigctx = struct.pack("<18Q", *gregs)
-    sigctx += struct.pack("<HHHH", regs.cs, 0, 0, regs.ss)   # cs, gs, fs, ss
+    sigctx += struct.pack("<HHHH", regs.cs, 0, 0, regs.ss)  # cs, gs, fs, ss
     trapno, err, cr2 = fault if fault is not None else (14 if signo == 11 else 0, 0, 0)
-    sigctx += struct.pack("<QQQQ", err, trapno, old_mask, cr2)             # err trapno oldmask cr2
-    sigctx += struct.pack("<Q", fp_at) + b"\0" * 64                         # fpstate, reserved
+    sigctx += struct.pack("<QQQQ", err, trapno, old_mask, cr2)  # err trapno oldmask cr2
+    sigctx += struct.pack("<Q", fp_at) + b"\0" * 64  # fpstate, reserved
     flags = UC_FP_XSTATE | UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS
-    uc = struct.pack("<QQ", flags, 0) + pack_stack_t(altstack, regs.rsp)    # flags, link, uc_stack
+    uc = struct.pack("<QQ", flags, 0) + pack_stack_t(altstack, regs.rsp)  # flags, link, uc_stack
     uc += sigctx + struct.pack("<Q", old_mask)
     frame = struct.pack("<Q", restorer) + uc + info
     assert len(frame) == FRAME_SIZE
@@ -200,6 +235,7 @@ class FpRestore(NamedTuple):
     """What __fpu_restore_sig restores: ``image`` with XRSTOR of ``xfeatures`` (the
     user features outside them initialised), or FXRSTOR of its legacy region when
     ``fx_only``."""
+
     image: bytes
     xfeatures: int
     fx_only: bool
@@ -301,10 +337,10 @@ class SignalDelivery(KernelBase):
             if restart_code(regs) is not None:
                 restart_without_handler(regs)
             if task is self.task:
-                regs.orig_rax = -1           # the syscall is over: back in user mode
+                regs.orig_rax = -1  # the syscall is over: back in user mode
                 self.write_back_in_trap(regs)
         if task.saved_sigmask is not None and task.state != "dead":
-            task.sigmask, task.saved_sigmask = task.saved_sigmask, None   # restore_saved_sigmask
+            task.sigmask, task.saved_sigmask = task.saved_sigmask, None  # restore_saved_sigmask
 
     def handle_signal(self, task, sig, regs) -> None:
         """One signal: the guest's handler if it installed one (an rt_sigframe, as
@@ -312,7 +348,7 @@ class SignalDelivery(KernelBase):
         SIGCHLD-like signals)."""
         signo, addr, detail = sig.signo, sig.addr, sig.detail
         if not sig.force and sig_ignored(task, signo):
-            return                           # ignored when it became deliverable
+            return  # ignored when it became deliverable
         self.counters.signals[signo] += 1
         if self.events:
             self.events.publish(ev.Signal(task, signo, addr, regs.rip, detail))
@@ -322,8 +358,17 @@ class SignalDelivery(KernelBase):
         if task is self.task and task.state != "dead":
             # the kernel's register changes up to the signal are the task's state
             self.write_back_in_trap(regs)
-        self.do_group_exit(task.process, RunResult("signal", signal=signo, fault_addr=addr, rip=regs.rip,
-                                                  rip_symbol=self.symbolize(regs.rip), detail=detail))
+        self.do_group_exit(
+            task.process,
+            RunResult(
+                "signal",
+                signal=signo,
+                fault_addr=addr,
+                rip=regs.rip,
+                rip_symbol=self.symbolize(regs.rip),
+                detail=detail,
+            ),
+        )
 
     def setup_rt_frame(self, task, sig, regs) -> bool:
         """setup_rt_frame: True when the guest's handler takes the signal (regs now point
@@ -335,7 +380,7 @@ class SignalDelivery(KernelBase):
         if handler == SIG_IGN:
             return not fatal_if_ignored(signo)
         if task.sigmask & (1 << (signo - 1)):
-            return False                     # a blocked forced signal kills (force_sig_fault)
+            return False  # a blocked forced signal kills (force_sig_fault)
         restart_for_handler(regs, flags)
         if code is None:
             code = SI_KERNEL if addr is None else SEGV_MAPERR
@@ -344,26 +389,35 @@ class SignalDelivery(KernelBase):
         old_mask = task.sigmask if task.saved_sigmask is None else task.saved_sigmask
         fpu, cpu, mem = self.engine.fpu, self.cpu, self.mem
         try:
-            frame = build_frame(regs, regs.rsp, signo, info, old_mask, restorer, fpu.xsave(cpu),
-                                altstack=task.sigaltstack, onstack=bool(flags & SA_ONSTACK),
-                               fault=task.thread_fault)
+            frame = build_frame(
+                regs,
+                regs.rsp,
+                signo,
+                info,
+                old_mask,
+                restorer,
+                fpu.xsave(cpu),
+                altstack=task.sigaltstack,
+                onstack=bool(flags & SA_ONSTACK),
+                fault=task.thread_fault,
+            )
             mem.write_user(frame.fpstate_at, frame.fpstate)
             mem.write_user(frame.at, frame.frame)
         except (GuestFault, FrameOverflow) as e:
             self.force_sigsegv(task, signo, str(e))
             return True
-        fpu.init(cpu)                         # fpu__clear_user_states: the handler starts clean
+        fpu.init(cpu)  # fpu__clear_user_states: the handler starts clean
         frame_at = frame.at
         regs.rsp, regs.rip = frame_at, handler
         regs.rdi, regs.rsi, regs.rdx, regs.rax = signo, frame.info_at, frame.uc_at, 0
-        regs.eflags &= ~(0x400 | 0x10000 | TF)          # DF RF TF cleared for the handler
+        regs.eflags &= ~(0x400 | 0x10000 | TF)  # DF RF TF cleared for the handler
         regs.orig_rax = -1
         if not flags & SA_NODEFER:
             task.sigmask |= 1 << (signo - 1)
         task.sigmask |= mask
         task.saved_sigmask = None
         if task.sigaltstack is not None and task.sigaltstack[2] & SS_AUTODISARM:
-            task.sigaltstack = None          # sas_ss_reset: saved in uc_stack, restored by sigreturn
+            task.sigaltstack = None  # sas_ss_reset: saved in uc_stack, restored by sigreturn
         if flags & SA_RESETHAND:
             task.process.sighand.action.pop(signo, None)
         if self.events:

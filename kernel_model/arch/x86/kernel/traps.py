@@ -16,7 +16,7 @@ from kernel_model.mm.mm_types import STACK_LIMIT
 from kernel_model.trace import events as ev
 
 SIGILL, SIGFPE, SIGSEGV = (SIGNALS[n] for n in ("SIGILL", "SIGFPE", "SIGSEGV"))
-_FAULT_RETRIES = 3      # the same fault, the tables unchanged, this often in a row: SIGSEGV
+_FAULT_RETRIES = 3  # the same fault, the tables unchanged, this often in a row: SIGSEGV
 
 
 class Traps(KernelBase):
@@ -37,11 +37,11 @@ class Traps(KernelBase):
         asked for; with no signal queued the exit to user mode is a check of two lists."""
         task = self.task
         if task.process.cpu is not cpu:
-            return      # a trap of a CPU state an execve replaced
+            return  # a trap of a CPU state an execve replaced
         if self._db_after_syscall is not None:
             self._db_after_syscall = None
         if self._result is not None or task.state == "dead":
-            return      # a trap still pending after the task exited
+            return  # a trap still pending after the task exited
         rf = task.process.cpu_regs
         regs = rf.trap_regs(task.orig_rax)
         self.counters.bp_traps += 1
@@ -54,9 +54,11 @@ class Traps(KernelBase):
         went to sleep, then the registers the handlers changed into the CPU.  Returns
         REGISTERS_STORED (what a breakpoint fast path that ends here tells the engine)."""
         orig_rax = regs.orig_rax
-        if (task.pending_signals or task.process.signal.shared_pending or
-                (orig_rax is not None and orig_rax >= 0 and self.restart_code(regs) is not None)) \
-                and self.exit_to_user_mode_loop(task, regs):
+        if (
+            task.pending_signals
+            or task.process.signal.shared_pending
+            or (orig_rax is not None and orig_rax >= 0 and self.restart_code(regs) is not None)
+        ) and self.exit_to_user_mode_loop(task, regs):
             return REGISTERS_STORED
         if regs.tf and self.engine.skips_tf_trap(task.process.mem, regs.rip):
             self._single_step_pause(task, regs)
@@ -64,7 +66,7 @@ class Traps(KernelBase):
                 return REGISTERS_STORED
         if task.state != "running":
             self.write_regs(regs)
-            self.engine.stop(cpu)            # the task sleeps (e.g. for an XOL slot)
+            self.engine.stop(cpu)  # the task sleeps (e.g. for an XOL slot)
             return REGISTERS_STORED
         if regs._dirty or regs.rip != regs._rip0 or regs.tf != regs._tf0:
             rf.write_back(regs)
@@ -76,22 +78,24 @@ class Traps(KernelBase):
         the registers as lazily as at an int3."""
         task = self.task
         if task.process.cpu is not cpu:
-            return      # the #DB of a TF step whose syscall was an execve: that CPU state is gone
+            return  # the #DB of a TF step whose syscall was an execve: that CPU state is gone
         after = self._db_after_syscall
         if after is not None:
             self._db_after_syscall = None
             if after[0] is task and after[1] == self.engine.pc(cpu):
                 return  # the engine's #DB right after a syscall left with TF: see do_syscall_64
         if self._result is not None or task.state == "dead":
-            return      # a trap still pending after the task exited (e.g. #DB of TF)
+            return  # a trap still pending after the task exited (e.g. #DB of TF)
         rf = task.process.cpu_regs
         regs = rf.trap_regs(task.orig_rax)
         self.counters.db_traps += 1
         self.do_debug(task, regs)
         orig_rax = regs.orig_rax
-        if (task.pending_signals or task.process.signal.shared_pending or
-                (orig_rax is not None and orig_rax >= 0 and self.restart_code(regs) is not None)) \
-                and self.exit_to_user_mode_loop(task, regs):
+        if (
+            task.pending_signals
+            or task.process.signal.shared_pending
+            or (orig_rax is not None and orig_rax >= 0 and self.restart_code(regs) is not None)
+        ) and self.exit_to_user_mode_loop(task, regs):
             return
         rf.write_back(regs)
         task.orig_rax = regs.orig_rax
@@ -129,7 +133,7 @@ class Traps(KernelBase):
             self.fixup_fault(task, regs)
             self.write_regs(regs)
             cr2 = task.thread_fault[2] if task.thread_fault else 0
-            task.thread_fault = (Vector.GP, (intno << 3) | 2, cr2)     # the error code names the IDT entry
+            task.thread_fault = (Vector.GP, (intno << 3) | 2, cr2)  # the error code names the IDT entry
             self.send_sig(task, SIGSEGV, addr=0, code=SI_KERNEL, detail=f"general protection (int ${intno:#x})")
         if self.exit_to_user_mode_loop(task, regs):
             return
@@ -155,18 +159,24 @@ class Traps(KernelBase):
             if progressed or key != self._last_fault[0]:
                 self._last_fault[:] = [key, 0]
                 return not error_code & X86_PF_INSTR
-            self._last_fault[1] += 1                 # the tables allowed it already
+            self._last_fault[1] += 1  # the tables allowed it already
             if self._last_fault[1] <= _FAULT_RETRIES:
                 return not error_code & X86_PF_INSTR
-            bad = BadArea(address, SEGV_ACCERR, error_code)      # a fault nothing fixes
+            bad = BadArea(address, SEGV_ACCERR, error_code)  # a fault nothing fixes
         self._last_fault[:] = [None, 0]
         regs = self.read_regs()
         self.fixup_fault(task, regs)
         self.write_regs(regs)
         task.thread_fault = (Vector.PF, bad.error_code, address)
-        self.send_sig(task, SIGSEGV, addr=address, code=bad.si_code,
-                      detail=("read", "write")[bool(bad.error_code & 2)] + " fault"
-                      if not bad.error_code & 0x10 else "fetch fault")
+        self.send_sig(
+            task,
+            SIGSEGV,
+            addr=address,
+            code=bad.si_code,
+            detail=("read", "write")[bool(bad.error_code & 2)] + " fault"
+            if not bad.error_code & 0x10
+            else "fetch fault",
+        )
         if not self.exit_to_user_mode_loop(task, regs):
             self.write_regs(regs)
         return False

@@ -32,13 +32,13 @@ UPROBE_SWBP_OPCODE = UPROBE_SWBP_INSN[0]
 UPROBE_XOL_SLOT_BYTES = 128
 MAX_UINSN_BYTES = 16
 NR_URETPROBE, NR_UPROBE = 335, 336
-ERESTART = 512                    # include/linux/errno.h: restart the probed instruction
+ERESTART = 512  # include/linux/errno.h: restart the probed instruction
 _MASK64 = 0xFFFFFFFFFFFFFFFF
 
 # The 6.11+ uretprobe trampoline (uretprobe_trampoline in arch/x86/kernel/uprobes.c): push rax; push rcx; push r11;
 # mov $335,%rax; syscall; pop r11; pop rcx; ret; (6.18+: int3 as SLS barrier)
 URETPROBE_TRAMPOLINE = bytes.fromhex("50 51 4153 48c7c04f010000 0f05 415b 59 c3".replace(" ", ""))
-URETPROBE_SYSCALL_CHECK = 13      # offset of `pop %r11`, the only valid sys_uretprobe caller
+URETPROBE_SYSCALL_CHECK = 13  # offset of `pop %r11`, the only valid sys_uretprobe caller
 
 
 def uretprobe_trampoline(profile) -> bytes:
@@ -49,6 +49,7 @@ def uretprobe_trampoline(profile) -> bytes:
 
 
 # ------------------------------------------------------------------ struct uprobe_xol_ops
+
 
 @dataclass(frozen=True)
 class UprobeXolOps:
@@ -82,6 +83,7 @@ def emulate_push_stack(regs, mem, value: int) -> bool:
 
 # -- default_xol_ops: single-step in the slot, rip-relative rewrite ------------------------
 
+
 def riprel_pre_xol(au: ArchUprobe, regs, utask) -> None:
     """Load the scratch register with the address the rip-relative operand meant."""
     if au.scratch:
@@ -95,7 +97,7 @@ def riprel_post_xol(au: ArchUprobe, regs, utask) -> None:
 
 
 def default_pre_xol_op(au: ArchUprobe, regs, utask) -> int:
-    if au.scratch:                  # riprel_pre_xol's own test, made before the call
+    if au.scratch:  # riprel_pre_xol's own test, made before the call
         riprel_pre_xol(au, regs, utask)
     return 0
 
@@ -109,7 +111,7 @@ def default_post_xol_op(au: ArchUprobe, regs, mem, utask) -> int:
     if au.fixups & FIX_IP:
         regs.rip = (regs.rip + utask.vaddr - utask.xol_vaddr) & _MASK64
     elif au.fixups & FIX_CALL:
-        regs.rsp = (regs.rsp + 8) & _MASK64                 # pop the slot's return address
+        regs.rsp = (regs.rsp + 8) & _MASK64  # pop the slot's return address
         if not emulate_push_stack(regs, mem, utask.vaddr + au.ilen):
             return -ERESTART
     if au.fixups & FIX_SETF:
@@ -121,11 +123,13 @@ def default_abort_op(au: ArchUprobe, regs, utask) -> None:
     riprel_post_xol(au, regs, utask)
 
 
-default_xol_ops = UprobeXolOps("default_xol_ops", pre_xol=default_pre_xol_op,
-                               post_xol=default_post_xol_op, abort=default_abort_op)
+default_xol_ops = UprobeXolOps(
+    "default_xol_ops", pre_xol=default_pre_xol_op, post_xol=default_post_xol_op, abort=default_abort_op
+)
 
 
 # -- branch_xol_ops: nop / jmp / call / jcc, emulated ------------------------------------
+
 
 def branch_emulate_op(au: ArchUprobe, regs, mem) -> bool:
     """nop / jmp / call / jcc without single-stepping (flags are never modified).
@@ -133,11 +137,11 @@ def branch_emulate_op(au: ArchUprobe, regs, mem) -> bool:
     new_ip = (regs.rip + au.ilen) & _MASK64
     offs = au.offs
     opc1 = au.opc1
-    if opc1 == 0xE8:                # a call
+    if opc1 == 0xE8:  # a call
         if not emulate_push_stack(regs, mem, new_ip):
-            return False            # falls back to XOL of the mangled `call +0`
+            return False  # falls back to XOL of the mangled `call +0`
     elif 0x70 <= opc1 <= 0x7F and not jcc_taken(opc1, regs.eflags):
-        offs = 0                    # (check_jmp_cond is "taken" for anything but a jcc)
+        offs = 0  # (check_jmp_cond is "taken" for anything but a jcc)
     regs.rip = (new_ip + offs) & _MASK64
     return True
 
@@ -149,25 +153,24 @@ def branch_post_xol_op(au: ArchUprobe, regs, mem, utask) -> int:
     return -ERESTART
 
 
-branch_xol_ops = UprobeXolOps("branch_xol_ops", emulate=branch_emulate_op,
-                              post_xol=branch_post_xol_op)
+branch_xol_ops = UprobeXolOps("branch_xol_ops", emulate=branch_emulate_op, post_xol=branch_post_xol_op)
 
 
 def branch_emulated_target(au: ArchUprobe, vaddr: int) -> int | None:
     """Where :func:`branch_emulate_op` sends a probed nop or jmp at ``vaddr``: a
     constant, since neither reads the flags nor touches the stack (a call pushes, a
     jcc reads the flags: None for them, and for any instruction not emulated so)."""
-    if au.ops is not branch_xol_ops or au.kind not in ("nop", "jmp") or au.opc1 == 0xE8 or \
-            0x70 <= au.opc1 <= 0x7F:
+    if au.ops is not branch_xol_ops or au.kind not in ("nop", "jmp") or au.opc1 == 0xE8 or 0x70 <= au.opc1 <= 0x7F:
         return None
     return (vaddr + au.ilen + au.offs) & _MASK64
 
 
 # -- push_xol_ops: push %reg, emulated -------------------------------------------------------
 
+
 def push_emulate_op(au: ArchUprobe, regs, mem) -> bool:
     """push %reg: the value as saved at the trap (push %rsp pushes the old rsp)."""
-    if not emulate_push_stack(regs, mem, getattr(regs, au.push_reg)):    # type: ignore[arg-type]  # a push's
+    if not emulate_push_stack(regs, mem, getattr(regs, au.push_reg)):  # type: ignore[arg-type]  # a push's
         return False
     regs.rip = (regs.rip + au.ilen) & _MASK64
     return True
@@ -175,30 +178,39 @@ def push_emulate_op(au: ArchUprobe, regs, mem) -> bool:
 
 push_xol_ops = UprobeXolOps("push_xol_ops", emulate=push_emulate_op)
 
-_SETUP_OPS = {"nop": branch_xol_ops, "jmp": branch_xol_ops, "call": branch_xol_ops,
-              "jcc": branch_xol_ops, "push": push_xol_ops, "xol": default_xol_ops}
+_SETUP_OPS = {
+    "nop": branch_xol_ops,
+    "jmp": branch_xol_ops,
+    "call": branch_xol_ops,
+    "jcc": branch_xol_ops,
+    "push": push_xol_ops,
+    "xol": default_xol_ops,
+}
 
 
-def arch_uprobe_analyze_insn(insn: bytes, *, nop_policy: str = "insn_is_nop",
-                             optimize: str | None = None, vaddr: int | None = None) -> ArchUprobe:
+def arch_uprobe_analyze_insn(
+    insn: bytes, *, nop_policy: str = "insn_is_nop", optimize: str | None = None, vaddr: int | None = None
+) -> ArchUprobe:
     """``arch_uprobe_analyze_insn``: decode and classify (``insn_x86.analyze_insn``), then
     set ``auprobe->ops`` as ``branch_setup_xol_ops`` / ``push_setup_xol_ops`` or the
     default path does.  Raises ``RegistrationError`` as the analysis does."""
     au = _analyzed_with_ops(*analysis_key(insn, nop_policy, optimize, vaddr))
     ops = _SETUP_OPS[au.kind]
-    return au if au.ops is ops else replace(au, ops=ops)     # the class's ops as they are now
+    return au if au.ops is ops else replace(au, ops=ops)  # the class's ops as they are now
 
 
 @functools.lru_cache(maxsize=4096)
 def _analyzed_with_ops(raw: bytes, nop_policy: str, optimize: str | None, page_offset: int | None) -> ArchUprobe:
     """The analysis with its ops attached, memoized like the analysis itself (a pure
     function of the key); the ops - how a hit is handled - are decided here, once."""
-    au = analyze_insn(raw, nop_policy=nop_policy, optimize=optimize,
-                      vaddr=None if page_offset is None else 0x1000 + page_offset)
+    au = analyze_insn(
+        raw, nop_policy=nop_policy, optimize=optimize, vaddr=None if page_offset is None else 0x1000 + page_offset
+    )
     return replace(au, ops=_SETUP_OPS[au.kind])
 
 
 # ------------------------------------------------------------------ the generic hit-time paths
+
 
 def arch_uprobe_skip_sstep(au: ArchUprobe, regs, mem) -> bool:
     """``arch_uprobe_skip_sstep`` (``__skip_sstep``): run ``ops->emulate`` if the class
@@ -237,7 +249,7 @@ def arch_uprobe_post_xol(au: ArchUprobe, regs, mem, utask) -> tuple[int, bool]:
     if post is not None:
         err = post(au, regs, mem, utask)
         if err:
-            regs.rip = utask.vaddr         # restart (or post-mortem): the probe hits again
+            regs.rip = utask.vaddr  # restart (or post-mortem): the probe hits again
             if err == -ERESTART:
                 err = 0
             send_sigtrap = False
@@ -257,6 +269,7 @@ def arch_uprobe_abort_xol(au: ArchUprobe, regs, utask) -> None:
 
 
 # ------------------------------------------------------------------ uretprobes
+
 
 def arch_uretprobe_hijack_return_addr(trampoline: int, regs, mem) -> int | None:
     """Replace [sp] with the trampoline; return the original, or None on failure."""
@@ -279,6 +292,6 @@ RP_CHECK_CALL, RP_CHECK_CHAIN_CALL, RP_CHECK_RET = "call", "chain_call", "ret"
 
 def arch_uretprobe_is_alive(ri, ctx: str, regs) -> bool:
     """A return instance is alive while its frame is still on the stack."""
-    if ctx == RP_CHECK_CALL:          # sp was just decremented by a call
+    if ctx == RP_CHECK_CALL:  # sp was just decremented by a call
         return regs.rsp < ri.stack
     return regs.rsp <= ri.stack

@@ -25,10 +25,10 @@ INT32_MAX, INT32_MIN = 2**31 - 1, -(2**31)
 
 # push %rcx; push %r11; push %rax; mov $336,%rax; syscall; pop %rax; pop %r11; pop %rcx;
 # ret (nop5) / ret $0x80 (nop10); int3
-_TRAMP_HEAD = bytes.fromhex("51415350" "48c7c050010000" "0f05" "58415b59")
+_TRAMP_HEAD = bytes.fromhex("5141535048c7c0500100000f0558415b59")
 UPROBE_TRAMPOLINE_NOP5 = _TRAMP_HEAD + b"\xc3\xcc"
 UPROBE_TRAMPOLINE_NOP10 = _TRAMP_HEAD + b"\xc2\x80\x00\xcc"
-SYSCALL_RETURN_OFFSET = 13            # ip after the trampoline's syscall
+SYSCALL_RETURN_OFFSET = 13  # ip after the trampoline's syscall
 LEA_RSP_MINUS_0X80 = bytes.fromhex("488d642480")
 
 
@@ -37,11 +37,11 @@ class Design:
 
     def __init__(self, kind: str):
         self.kind = kind
-        self.size = 5 if kind == "nop5" else 10                   # OPT_INSN_SIZE
+        self.size = 5 if kind == "nop5" else 10  # OPT_INSN_SIZE
         self.redzone = 0 if kind == "nop5" else 0x80
         self.nop = NOP5 if kind == "nop5" else NOP10
         self.trampoline = UPROBE_TRAMPOLINE_NOP5 if kind == "nop5" else UPROBE_TRAMPOLINE_NOP10
-        self.call_offset = 0 if kind == "nop5" else 5              # where E8 sits
+        self.call_offset = 0 if kind == "nop5" else 5  # where E8 sits
 
     def optimized_bytes(self, vaddr: int, tramp: int) -> bytes:
         call = vaddr + self.call_offset
@@ -137,7 +137,7 @@ class Optimizer:
         call = vaddr + d.call_offset
         if site[d.call_offset] != 0xE8:
             return False
-        rel = int.from_bytes(site[d.call_offset + 1:d.call_offset + 5], "little", signed=True)
+        rel = int.from_bytes(site[d.call_offset + 1 : d.call_offset + 5], "little", signed=True)
         return self.in_trampoline(proc, call + 5 + rel)
 
     def should_optimize(self, uprobe) -> bool:
@@ -221,12 +221,14 @@ class Optimizer:
         if regs.rsp != sp:
             if regs.rip == ip:
                 regs.rip += d.size
-            return regs.rax                      # full pt_regs return, trampoline bypassed
+            return regs.rax  # full pt_regs return, trampoline bypassed
         regs.rsp -= 32 + d.redzone
         target = retaddr if regs.rip == ip else regs.rip
         try:
-            mem.write_user(regs.rsp, struct.pack("<4Q", regs.rax & 0xFFFFFFFFFFFFFFFF, regs.r11,
-                                                 regs.rcx, target & 0xFFFFFFFFFFFFFFFF))
+            mem.write_user(
+                regs.rsp,
+                struct.pack("<4Q", regs.rax & 0xFFFFFFFFFFFFFFFF, regs.r11, regs.rcx, target & 0xFFFFFFFFFFFFFFFF),
+            )
         except GuestFault:
             self.machine.send_sig(task, SIGILL, detail="uprobe syscall: bad stack")
             return None

@@ -54,8 +54,8 @@ MAX_UINSN_BYTES = 16
 PAGE_SIZE = 4096
 UPROBE_SWBP_INSN = 0xCC
 
-NOP_POLICIES = ("nop1", "x86_nops", "insn_is_nop")   # <=6.17 / 6.18 / 6.19+
-OPTIMIZE_POLICIES = (None, "nop5", "nop10")           # none / 6.18-7.2 / 7.3+
+NOP_POLICIES = ("nop1", "x86_nops", "insn_is_nop")  # <=6.17 / 6.18 / 6.19+
+OPTIMIZE_POLICIES = (None, "nop5", "nop10")  # none / 6.18-7.2 / 7.3+
 
 NOP5 = bytes.fromhex("0f1f440000")
 NOP10 = bytes.fromhex("662e0f1f840000000000")
@@ -84,21 +84,78 @@ X86_NOPS: tuple[bytes, ...] = (
 # good_insns_64: the FIRST opcode bytes whose bit is 0 (everything else is allowed,
 # including 0x0f, so every two-byte opcode passes and good_2byte_insns -- which would
 # reject 0f 00/01/05/06/07/08/09/0b/30/34/35/37/78/79/ae -- is never consulted).
-GOOD_INSNS_64_REJECTED = frozenset({
-    0x06, 0x07, 0x0E, 0x16, 0x17, 0x1E, 0x1F, 0x27, 0x2F, 0x37, 0x3F,
-    0x60, 0x61, 0x62, 0x6C, 0x6D, 0x6E, 0x6F, 0x82, 0x9A,
-    0xCC, 0xCD, 0xCE, 0xCF, 0xD4, 0xD5, 0xD6,
-    0xE4, 0xE5, 0xE6, 0xE7, 0xEA, 0xEC, 0xED, 0xEE, 0xEF,
-    0xF1, 0xF4, 0xFA, 0xFB,
-})
+GOOD_INSNS_64_REJECTED = frozenset(
+    {
+        0x06,
+        0x07,
+        0x0E,
+        0x16,
+        0x17,
+        0x1E,
+        0x1F,
+        0x27,
+        0x2F,
+        0x37,
+        0x3F,
+        0x60,
+        0x61,
+        0x62,
+        0x6C,
+        0x6D,
+        0x6E,
+        0x6F,
+        0x82,
+        0x9A,
+        0xCC,
+        0xCD,
+        0xCE,
+        0xCF,
+        0xD4,
+        0xD5,
+        0xD6,
+        0xE4,
+        0xE5,
+        0xE6,
+        0xE7,
+        0xEA,
+        0xEC,
+        0xED,
+        0xEE,
+        0xEF,
+        0xF1,
+        0xF4,
+        0xFA,
+        0xFB,
+    }
+)
 # One-byte opcodes the kernel's decoder marks invalid in 64-bit mode but still decodes
 # (Capstone refuses them).  0x62/0xc4/0xc5 are not here: in 64-bit mode they are the
 # EVEX/VEX escapes.
-_INVALID64_OPCODES = frozenset({
-    0x06, 0x07, 0x0E, 0x16, 0x17, 0x1E, 0x1F, 0x27, 0x2F, 0x37, 0x3F,
-    0x60, 0x61, 0x82, 0x9A, 0xCE, 0xD4, 0xD5, 0xD6, 0xEA,
-})
-BAD_PREFIXES = frozenset({0x26, 0x2E, 0x36, 0x3E, 0xF0})   # ES CS SS DS LOCK
+_INVALID64_OPCODES = frozenset(
+    {
+        0x06,
+        0x07,
+        0x0E,
+        0x16,
+        0x17,
+        0x1E,
+        0x1F,
+        0x27,
+        0x2F,
+        0x37,
+        0x3F,
+        0x60,
+        0x61,
+        0x82,
+        0x9A,
+        0xCE,
+        0xD4,
+        0xD5,
+        0xD6,
+        0xEA,
+    }
+)
+BAD_PREFIXES = frozenset({0x26, 0x2E, 0x36, 0x3E, 0xF0})  # ES CS SS DS LOCK
 _LEGACY_PREFIXES = frozenset({0x26, 0x2E, 0x36, 0x3E, 0x64, 0x65, 0x66, 0x67, 0xF0, 0xF2, 0xF3})
 
 _PUSH_REGS = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi")
@@ -109,6 +166,7 @@ EFLAGS_CF, EFLAGS_PF, EFLAGS_ZF, EFLAGS_SF, EFLAGS_OF = 0x001, 0x004, 0x040, 0x0
 
 
 # --- the result --------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ArchUprobe:
@@ -127,7 +185,7 @@ class ArchUprobe:
     insn: bytes
     ixol: bytes
     ilen: int
-    kind: str                      # "nop" | "jmp" | "call" | "jcc" | "push" | "xol"
+    kind: str  # "nop" | "jmp" | "call" | "jcc" | "push" | "xol"
     offs: int = 0
     opc1: int = 0
     push_reg: str | None = None
@@ -138,21 +196,22 @@ class ArchUprobe:
     # ``auprobe->ops``: the class's ``struct uprobe_xol_ops``, attached by
     # ``arch_x86.arch_uprobe_analyze_insn`` (None straight out of the decoder, which no
     # hit sees: typed as attached)
-    ops: UprobeXolOps = field(default=None, compare=False, repr=False)    # type: ignore[assignment]
+    ops: UprobeXolOps = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
 
 
 # --- decoded instruction layout (the parts of struct insn that uprobes.c reads) --------
+
 
 @dataclass(frozen=True)
 class _Scan:
     """Prefixes and opcode, scanned the way ``insn_get_prefixes()``/``insn_get_opcode()`` do."""
 
-    prefixes: tuple[int, ...]      # distinct legacy prefixes (insn->prefixes.bytes, <= 4)
-    rex_off: int | None            # offset of the REX byte
-    rex: int                       # the REX byte, 0 if none
-    vex_off: int | None            # offset of the C4/C5/62/8F escape
-    vex: bytes                     # the 2/3/4 VEX/XOP/EVEX bytes, b"" if none
-    opcode: bytes                  # 1..3 opcode bytes; VEX/EVEX always 1
+    prefixes: tuple[int, ...]  # distinct legacy prefixes (insn->prefixes.bytes, <= 4)
+    rex_off: int | None  # offset of the REX byte
+    rex: int  # the REX byte, 0 if none
+    vex_off: int | None  # offset of the C4/C5/62/8F escape
+    vex: bytes  # the 2/3/4 VEX/XOP/EVEX bytes, b"" if none
+    opcode: bytes  # 1..3 opcode bytes; VEX/EVEX always 1
     opcode_end: int
 
 
@@ -160,13 +219,13 @@ class _Scan:
 class _Insn:
     """A decoded instruction: scan + ModRM/SIB/displacement/immediate positions."""
 
-    raw: bytes                     # the 16-byte window
+    raw: bytes  # the 16-byte window
     length: int
     scan: _Scan
     modrm_off: int | None
     sib_off: int | None
-    disp: int                      # sign-extended displacement (0 if none)
-    imm_off: int                   # first immediate byte (== length if none)
+    disp: int  # sign-extended displacement (0 if none)
+    imm_off: int  # first immediate byte (== length if none)
     text: str
 
     @property
@@ -180,7 +239,7 @@ class _Insn:
     @property
     def immediate(self) -> int:
         """``insn->immediate.value``: the first immediate, sign-extended (at most 4 bytes)."""
-        data = self.raw[self.imm_off:min(self.length, self.imm_off + 4)]
+        data = self.raw[self.imm_off : min(self.length, self.imm_off + 4)]
         return int.from_bytes(data, "little", signed=True) if data else 0
 
     @property
@@ -203,7 +262,7 @@ def _scan(raw: bytes) -> _Scan:
     (a VEX-encoded instruction has a one-byte opcode; otherwise 0x0f escapes to a second
     byte and 0f 38 / 0f 3a to a third).  XOP (8F with map >= 8) is treated like VEX3.
     """
-    raw = raw + bytes(4)            # look-ahead past a window full of prefixes
+    raw = raw + bytes(4)  # look-ahead past a window full of prefixes
     pos = 0
     distinct: list[int] = []
     while pos < MAX_UINSN_BYTES and raw[pos] in _LEGACY_PREFIXES:
@@ -218,16 +277,16 @@ def _scan(raw: bytes) -> _Scan:
         pos += 1
     vex_len = _vex_length(raw, pos)
     vex_off = pos if vex_len else None
-    vex = raw[pos:pos + vex_len]
+    vex = raw[pos : pos + vex_len]
     pos += vex_len
     if vex_len:
-        opcode = raw[pos:pos + 1]
+        opcode = raw[pos : pos + 1]
     elif raw[pos] == 0x0F and raw[pos + 1] in (0x38, 0x3A):
-        opcode = raw[pos:pos + 3]
+        opcode = raw[pos : pos + 3]
     elif raw[pos] == 0x0F:
-        opcode = raw[pos:pos + 2]
+        opcode = raw[pos : pos + 2]
     else:
-        opcode = raw[pos:pos + 1]
+        opcode = raw[pos : pos + 1]
     return _Scan(tuple(distinct), rex_off, rex, vex_off, vex, opcode, pos + len(opcode))
 
 
@@ -256,10 +315,9 @@ def _layout(raw: bytes, length: int, scan: _Scan, modrm_off: int | None, text: s
     disp_len = 0
     if mod == 1:
         disp_len = 1
-    elif mod == 2 or (mod == 0 and rm == 5) or (mod == 0 and sib_off is not None
-                                                 and raw[sib_off] & 7 == 5):
+    elif mod == 2 or (mod == 0 and rm == 5) or (mod == 0 and sib_off is not None and raw[sib_off] & 7 == 5):
         disp_len = 4
-    disp = int.from_bytes(raw[pos:pos + disp_len], "little", signed=True) if disp_len else 0
+    disp = int.from_bytes(raw[pos : pos + disp_len], "little", signed=True) if disp_len else 0
     return _Insn(raw, length, scan, modrm_off, sib_off, disp, pos + disp_len, text)
 
 
@@ -275,6 +333,7 @@ def _decoder() -> capstone.Cs:
     is imported here, at the first probe analysed, not with the kernel: a run without
     probes never loads it."""
     import capstone
+
     md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
     md.detail = True
     return md
@@ -314,6 +373,7 @@ def _decode_kernel_only(raw: bytes, scan: _Scan) -> _Insn:
 
 # --- uprobe_init_insn(): the kernel's refusals ------------------------------------------
 
+
 def _uprobe_init_insn_checks(dec: _Insn) -> None:
     """``is_prefix_bad()``, ``insn_masking_exception()`` and the ``good_insns_64`` test.
 
@@ -326,8 +386,7 @@ def _uprobe_init_insn_checks(dec: _Insn) -> None:
     if _masks_exceptions(dec):
         raise RegistrationError("ENOTSUPP", f"exception-masking instruction {_hex(dec)}")
     if dec.opcode1 in GOOD_INSNS_64_REJECTED:
-        raise RegistrationError(
-            "ENOTSUPP", f"opcode 0x{dec.opcode1:02x} not in good_insns_64 ({_hex(dec)})")
+        raise RegistrationError("ENOTSUPP", f"opcode 0x{dec.opcode1:02x} not in good_insns_64 ({_hex(dec)})")
 
 
 def _masks_exceptions(dec: _Insn) -> bool:
@@ -338,10 +397,11 @@ def _masks_exceptions(dec: _Insn) -> bool:
 
 
 def _hex(dec: _Insn) -> str:
-    return dec.raw[:dec.length].hex(" ")
+    return dec.raw[: dec.length].hex(" ")
 
 
 # --- NOP recognition: three kernel generations ------------------------------------------
+
 
 def is_nop(insn: bytes, ilen: int, policy: str) -> bool:
     """Does ``branch_setup_xol_ops()`` emulate these ``ilen`` bytes as a NOP?
@@ -383,7 +443,7 @@ def _is_nop(dec: _Insn, policy: str) -> bool:
 
 def _matches_x86_nops(dec: _Insn) -> bool:
     """``insn->length <= ASM_NOP_MAX && !memcmp(insn, x86_nops[insn->length], length)``."""
-    return dec.length < len(X86_NOPS) and dec.raw[:dec.length] == X86_NOPS[dec.length]
+    return dec.length < len(X86_NOPS) and dec.raw[: dec.length] == X86_NOPS[dec.length]
 
 
 def _insn_is_nop(dec: _Insn) -> bool:
@@ -413,7 +473,7 @@ def _modrm_reg(dec: _Insn) -> int | None:
 
 def _modrm_rm_or_base(dec: _Insn) -> int:
     """ModRM.rm, or SIB.base when there is a SIB byte, extended by REX.B."""
-    low = dec.raw[dec.sib_off] & 7 if dec.sib_off is not None else dec.modrm & 7   # type: ignore[operator]  # has ModRM
+    low = dec.raw[dec.sib_off] & 7 if dec.sib_off is not None else dec.modrm & 7  # type: ignore[operator]  # has ModRM
     return low + 8 * bool(dec.scan.rex & 0x01)
 
 
@@ -439,12 +499,13 @@ def _is_lea_zero_to_itself(dec: _Insn) -> bool:
 
 def _sib_has_no_index(dec: _Insn) -> bool:
     """SIB scale 0 and index 4 without REX.X (i.e. "%riz")."""
-    sib = dec.raw[dec.sib_off]          # type: ignore[index]  # called with a SIB byte
+    sib = dec.raw[dec.sib_off]  # type: ignore[index]  # called with a SIB byte
     index = ((sib >> 3) & 7) + 8 * bool(dec.scan.rex & 0x02)
     return sib >> 6 == 0 and index == 4
 
 
 # --- can_optimize() -------------------------------------------------------------------------
+
 
 def _fits_in_page(vaddr: int | None, length: int) -> bool:
     return vaddr is None or not page_crossing(vaddr, length)
@@ -452,8 +513,7 @@ def _fits_in_page(vaddr: int | None, length: int) -> bool:
 
 def _can_optimize_nop10(dec: _Insn, vaddr: int | None) -> bool:
     """7.3 ``can_optimize()``: a 10-byte ``insn_is_nop()`` starting ``66 2e 0f 1f 84``."""
-    return (dec.length == 10 and dec.raw[:5] == NOP10_HEAD and _insn_is_nop(dec)
-            and _fits_in_page(vaddr, 10))
+    return dec.length == 10 and dec.raw[:5] == NOP10_HEAD and _insn_is_nop(dec) and _fits_in_page(vaddr, 10)
 
 
 def _can_optimize_nop5(dec: _Insn, vaddr: int | None, nop_policy: str) -> bool:
@@ -468,8 +528,7 @@ def _can_optimize_nop5(dec: _Insn, vaddr: int | None, nop_policy: str) -> bool:
     if nop_policy == "insn_is_nop":
         return _insn_is_nop(dec)
     opcode = dec.scan.opcode
-    return opcode == b"\x90" or (opcode == b"\x0f\x1f" and dec.modrm is not None
-                                 and (dec.modrm >> 3) & 7 == 0)
+    return opcode == b"\x90" or (opcode == b"\x0f\x1f" and dec.modrm is not None and (dec.modrm >> 3) & 7 == 0)
 
 
 def page_crossing(vaddr: int, length: int) -> bool:
@@ -499,7 +558,7 @@ def _branch_setup(dec: _Insn, nop_policy: str) -> ArchUprobe | None:
         if opc1 == 0x0F:
             if len(dec.scan.opcode) != 2:
                 return None
-            opc1 = (dec.scan.opcode[1] - 0x10) & 0xFF   # near jcc 0f 8x -> short 7x
+            opc1 = (dec.scan.opcode[1] - 0x10) & 0xFF  # near jcc 0f 8x -> short 7x
         if opc1 not in _COND_JMP_OPCODES:
             return None
         kind = "jcc"
@@ -509,14 +568,13 @@ def _branch_setup(dec: _Insn, nop_policy: str) -> ArchUprobe | None:
 
 
 def _branch(dec: _Insn, kind: str, opc1: int, ixol: bytes) -> ArchUprobe:
-    return ArchUprobe(insn=dec.raw, ixol=ixol, ilen=dec.length, kind=kind,
-                      offs=dec.immediate, opc1=opc1, text=dec.text)
+    return ArchUprobe(insn=dec.raw, ixol=ixol, ilen=dec.length, kind=kind, offs=dec.immediate, opc1=opc1, text=dec.text)
 
 
 def _clear_immediate(dec: _Insn) -> bytes:
     """``branch_clear_offset()``: zero the immediate bytes of the XOL copy."""
     end = dec.imm_off + dec.imm_nbytes
-    return dec.raw[:dec.imm_off] + bytes(dec.imm_nbytes) + dec.raw[end:]
+    return dec.raw[: dec.imm_off] + bytes(dec.imm_nbytes) + dec.raw[end:]
 
 
 def _push_setup(dec: _Insn) -> ArchUprobe | None:
@@ -530,11 +588,11 @@ def _push_setup(dec: _Insn) -> ArchUprobe | None:
         reg = _PUSH_REGS_REX_B[opc1 - 0x50]
     else:
         reg = _PUSH_REGS[opc1 - 0x50]
-    return ArchUprobe(insn=dec.raw, ixol=dec.raw, ilen=dec.length, kind="push",
-                      push_reg=reg, text=dec.text)
+    return ArchUprobe(insn=dec.raw, ixol=dec.raw, ilen=dec.length, kind="push", push_reg=reg, text=dec.text)
 
 
 # --- default class: single-step out of line --------------------------------------------
+
 
 def _default_setup(dec: _Insn) -> ArchUprobe:
     """The fixup switch at the end of ``arch_uprobe_analyze_insn()``, by ``OPCODE1``.
@@ -556,8 +614,9 @@ def _default_setup(dec: _Insn) -> ArchUprobe:
         fixups, ixol = _riprel_analyze(dec)
     fixups |= fix_ip_or_call
     scratch = next((name for bit, name in _SCRATCH.items() if fixups & bit), None)
-    return ArchUprobe(insn=dec.raw, ixol=ixol, ilen=dec.length, kind="xol",
-                      fixups=fixups, scratch=scratch, text=dec.text)
+    return ArchUprobe(
+        insn=dec.raw, ixol=ixol, ilen=dec.length, kind="xol", fixups=fixups, scratch=scratch, text=dec.text
+    )
 
 
 def _ff_fixup(reg: int) -> int:
@@ -585,7 +644,7 @@ def _riprel_analyze(dec: _Insn) -> tuple[int, bytes]:
     if scan.rex_off is not None:
         buf[scan.rex_off] &= 0xFE
     if len(scan.vex) >= 3:
-        buf[scan.vex_off + 1] |= 0x60       # type: ignore[operator]  # a VEX prefix has its offset
+        buf[scan.vex_off + 1] |= 0x60  # type: ignore[operator]  # a VEX prefix has its offset
     reg = (dec.modrm >> 3) & 7
     reg2 = _vex_vvvv_low3(scan)
     if reg != 6 and reg2 != 6:
@@ -594,7 +653,7 @@ def _riprel_analyze(dec: _Insn) -> tuple[int, bytes]:
         fixup, scratch = FIX_RIP_DI, 7
     else:
         fixup, scratch = FIX_RIP_BX, 3
-    buf[dec.modrm_off] = 0x80 | (reg << 3) | scratch     # type: ignore[index]  # ModRM checked above
+    buf[dec.modrm_off] = 0x80 | (reg << 3) | scratch  # type: ignore[index]  # ModRM checked above
     return fixup, bytes(buf)
 
 
@@ -612,8 +671,10 @@ def _vex_vvvv_low3(scan: _Scan) -> int:
 
 # --- the entry point -------------------------------------------------------------------------
 
-def analyze_insn(insn: bytes, *, nop_policy: str = "insn_is_nop", optimize: str | None = None,
-                 vaddr: int | None = None) -> ArchUprobe:
+
+def analyze_insn(
+    insn: bytes, *, nop_policy: str = "insn_is_nop", optimize: str | None = None, vaddr: int | None = None
+) -> ArchUprobe:
     """See :func:`_analyze_insn`; results are memoized (the analysis is a pure function
     of the bytes, the policies and the page offset), which makes attaching many probes
     on the same instruction bytes cheap.  Errors are not cached."""
@@ -632,14 +693,15 @@ def analysis_key(insn: bytes, nop_policy: str, optimize: str | None, vaddr: int 
 
 
 @functools.lru_cache(maxsize=4096)
-def _analyze_cached(raw: bytes, nop_policy: str, optimize: str | None,
-                    page_offset: int | None) -> ArchUprobe:
-    return _analyze_insn(raw, nop_policy=nop_policy, optimize=optimize,
-                         vaddr=None if page_offset is None else 0x1000 + page_offset)
+def _analyze_cached(raw: bytes, nop_policy: str, optimize: str | None, page_offset: int | None) -> ArchUprobe:
+    return _analyze_insn(
+        raw, nop_policy=nop_policy, optimize=optimize, vaddr=None if page_offset is None else 0x1000 + page_offset
+    )
 
 
-def _analyze_insn(insn: bytes, *, nop_policy: str = "insn_is_nop", optimize: str | None = None,
-                  vaddr: int | None = None) -> ArchUprobe:
+def _analyze_insn(
+    insn: bytes, *, nop_policy: str = "insn_is_nop", optimize: str | None = None, vaddr: int | None = None
+) -> ArchUprobe:
     """Model ``prepare_uprobe()``'s trap check plus ``arch_uprobe_analyze_insn()``.
 
     ``insn`` is up to 16 bytes from the file (zero-padded, longer input truncated).
@@ -671,6 +733,7 @@ def _analyze_insn(insn: bytes, *, nop_policy: str = "insn_is_nop", optimize: str
 
 # --- used at probe hits --------------------------------------------------------------------
 
+
 def jcc_taken(opc1: int, eflags: int) -> bool:
     """``check_jmp_cond()``: is the short-form jcc ``opc1`` taken with these flags?
 
@@ -683,7 +746,13 @@ def jcc_taken(opc1: int, eflags: int) -> bool:
     cf, pf, zf = bool(eflags & EFLAGS_CF), bool(eflags & EFLAGS_PF), bool(eflags & EFLAGS_ZF)
     sf, of = bool(eflags & EFLAGS_SF), bool(eflags & EFLAGS_OF)
     condition = {
-        0x70: of, 0x72: cf, 0x74: zf, 0x76: cf or zf,
-        0x78: sf, 0x7A: pf, 0x7C: sf != of, 0x7E: zf or sf != of,
+        0x70: of,
+        0x72: cf,
+        0x74: zf,
+        0x76: cf or zf,
+        0x78: sf,
+        0x7A: pf,
+        0x7C: sf != of,
+        0x7E: zf or sf != of,
     }[opc1 & ~1]
     return condition if opc1 % 2 == 0 else not condition

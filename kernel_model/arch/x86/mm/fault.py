@@ -54,7 +54,7 @@ def _insn_covers(mem, rip: int, address: int) -> bool:
     try:
         raw = mem.read(rip, _MAX_INSN)
     except GuestFault:
-        return True          # the instruction itself is not readable: its fetch faulted
+        return True  # the instruction itself is not readable: its fetch faulted
     return address < rip + insn_length(raw)
 
 
@@ -78,12 +78,13 @@ def access_error(error_code: int, vma) -> bool:
     if error_code & X86_PF_WRITE:
         return not vma.prot & PROT_WRITE
     if error_code & X86_PF_PROT:
-        return True                     # a read of a present page faults only if it is not readable
+        return True  # a read of a present page faults only if it is not readable
     return not vma.prot & (PROT_READ | PROT_WRITE | PROT_EXEC)
 
 
-def do_user_addr_fault(mem, address: int, rip: int, stack_limit: int,
-                       error_code: int | None = None) -> tuple[BadArea | None, int, bool]:
+def do_user_addr_fault(
+    mem, address: int, rip: int, stack_limit: int, error_code: int | None = None
+) -> tuple[BadArea | None, int, bool]:
     """Handle a user page fault at ``address`` (see the module docstring) with the
     CPU's ``error_code`` (rebuilt when None): ``(bad area or None, error code,
     whether the tables changed)``.  The guest runs in user mode: X86_PF_USER is always
@@ -93,12 +94,12 @@ def do_user_addr_fault(mem, address: int, rip: int, stack_limit: int,
     error_code |= X86_PF_USER
     vma = mem.find_vma(address)
     if vma is None:
-        vma = mem.expand_stack(address, stack_limit)      # lock_mm_and_find_vma -> expand_stack
+        vma = mem.expand_stack(address, stack_limit)  # lock_mm_and_find_vma -> expand_stack
         if vma is None:
             return BadArea(address, SEGV_MAPERR, error_code), error_code, False
     if access_error(error_code, vma):
         return BadArea(address, SEGV_ACCERR, error_code), error_code, False
     if mem.handle_mm_fault(address, bool(error_code & X86_PF_WRITE)):
         return None, error_code, True
-    mem.flush_tlb_mm()          # the tables already allow it: a stale translation
+    mem.flush_tlb_mm()  # the tables already allow it: a stale translation
     return None, error_code, False

@@ -24,7 +24,7 @@ PAGE_RW = 0x002
 PAGE_USER = 0x004
 PAGE_ACCESSED = 0x020
 PAGE_DIRTY = 0x040
-PAGE_PROTNONE = 0x100            # _PAGE_GLOBAL's bit: only meaningful without PAGE_PRESENT
+PAGE_PROTNONE = 0x100  # _PAGE_GLOBAL's bit: only meaningful without PAGE_PRESENT
 PAGE_NX = 1 << 63
 PTE_PFN_MASK = 0x000F_FFFF_FFFF_F000
 PAGE_TABLE = PAGE_PRESENT | PAGE_RW | PAGE_USER | PAGE_ACCESSED | PAGE_DIRTY
@@ -53,17 +53,17 @@ def vm_get_page_prot(prot: int, writable: bool = True) -> int:
 class PageTable:
     """One mm's page tables (``mm->pgd``) in guest RAM, with the leaf mirror."""
 
-    checkpoint_by_reference = True      # put back page by page by Memory.restore_image
+    checkpoint_by_reference = True  # put back page by page by Memory.restore_image
 
     def __init__(self, ram):
         self.ram = ram
         ram.users += 1
         self.pgd = ram.alloc_page()
-        self.ptes: dict[int, int] = {}          # virtual page number -> leaf entry
-        self._tables: list[int] = [self.pgd]    # every table frame (freed with the mm)
-        self._leaf: dict[int, tuple] = {}       # va >> 21 -> (zone view, offset of its PTE table)
-        self.rmap: dict[int, int] = {}          # frame -> the virtual page that maps it (rmap)
-        self.watchers: dict[int, list] = {}     # virtual page -> callables (vpn) run when its entry changes
+        self.ptes: dict[int, int] = {}  # virtual page number -> leaf entry
+        self._tables: list[int] = [self.pgd]  # every table frame (freed with the mm)
+        self._leaf: dict[int, tuple] = {}  # va >> 21 -> (zone view, offset of its PTE table)
+        self.rmap: dict[int, int] = {}  # frame -> the virtual page that maps it (rmap)
+        self.watchers: dict[int, list] = {}  # virtual page -> callables (vpn) run when its entry changes
 
     def _pte_table(self, va: int) -> tuple:
         """The PTE table that maps ``va`` (pte_alloc: missing levels are allocated)."""

@@ -4,7 +4,8 @@ CPUs.
 Every virtual CPU is the one the engine emulates, so each entry says what its CPUID
 answers: vendor GenuineIntel, family 6, model 60, stepping 4 (leaf 1's EAX, 0x306c4),
 the brand string "Intel Core Processor (Haswell)" (leaves 0x80000002-4), cpuid level
-13 (leaf 0), 40 physical and 48 virtual address bits (leaf 0x80000008).  The topology is one package of ``nr_cpu_ids`` cores, one thread each:
+13 (leaf 0), 40 physical and 48 virtual address bits (leaf 0x80000008).  The topology is one package of
+``nr_cpu_ids`` cores, one thread each:
 what glibc, nproc and lscpu-like tools count (``processor``, ``physical id``,
 ``siblings``, ``core id``, ``cpu cores``, ``apicid``).  No frequency, bogomips, cache
 or flags line is shown: the emulated CPU has no clock rate or caches to report.
@@ -39,5 +40,6 @@ def cpuinfo_text(nr_cpu_ids: int) -> str:
             f"cpuid level\t: {CPUID_LEVEL}\n"
             f"wp\t\t: yes\n"
             f"address sizes\t: 40 bits physical, 48 bits virtual\n"
-            f"\n")
+            f"\n"
+        )
     return "".join(out)
