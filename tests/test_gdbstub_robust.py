@@ -12,7 +12,7 @@ import time
 import pytest
 from gdb_client import RawClient, Stub, guest_machine
 
-from emu.frontends.gdbstub import PACKET_SIZE, FrameParser, checksum
+from emu.frontends.gdbstub import PACKET_SIZE, FrameParser, GdbStub, checksum
 
 E = b"E01"
 
@@ -129,6 +129,25 @@ def test_run_control_after_exit_repeats_the_exit_status(session, verb):
     assert c.ask(b"c") == b"W2a"
     assert c.ask(verb) == b"W2a", "a finished guest answers with its exit status again"
     assert c.ask(b"Z0,401000,1") == E, "no breakpoints in a process that is gone"
+
+
+@pytest.mark.parametrize(
+    ("packet", "expected"),
+    [
+        (b"c", "W2a"),
+        (b"vCont;c", "W2a"),
+        (b"QStartNoAckMode", "OK"),
+        (b"qRcmd," + b"counters".hex().encode(), "OK"),
+        (b"D", None),
+        (b"vKill;1", None),
+    ],
+)
+def test_packets_are_answered_without_a_connection(tmp_path, packet, expected):
+    """``GdbStub.handle`` called directly, with no gdb connected (no serve()): a continue
+    runs with nobody to interrupt it and the packets sent ahead of a reply go nowhere."""
+    stub = GdbStub(guest_machine(tmp_path), checkpoint_interval=0)
+    got = stub.handle(packet)
+    assert got == expected, f"{packet!r}: expected {expected!r}, got {got!r}"
 
 
 def test_a_packet_with_a_bad_checksum_is_naked_and_not_executed(session):

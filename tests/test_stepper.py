@@ -353,6 +353,16 @@ def test_step_over_a_call_runs_through_a_pending_uretprobe_trampoline(kernel):
     assert rets == [m.resolve("after_inner")] and m.counters.uretprobe_hits == 1
 
 
+@pytest.mark.parametrize("verb", ["step", "step_over"])
+def test_a_step_of_zero_instructions_stops_where_it_is(verb):
+    m = Machine.from_asm(NESTED_GUEST)
+    s = Stepper(m)
+    s.run_until("inner")
+    ev = getattr(s, verb)(0)
+    got = (ev.reason, ev.verb, ev.rip, ev.insns)
+    assert got == ("step", verb, m.resolve("inner"), 0), f"expected an empty step at inner, got {got}"
+
+
 def test_step_over_a_non_call_is_a_step():
     m = Machine.from_asm(NESTED_GUEST)
     s = Stepper(m)

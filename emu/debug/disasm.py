@@ -255,10 +255,10 @@ def annotation(insn: Insn, symbolize) -> str:
         name = symbolize(target)
         return f" <{name}>" if name else ""
     if "rip" in ops:
-        target = _riprel_target(insn)
-        if target is not None:
-            name = symbolize(target)
-            return f"        # {target:x}" + (f" <{name}>" if name else "")
+        rel = _riprel_target(insn)
+        if rel is not None:
+            name = symbolize(rel)
+            return f"        # {rel:x}" + (f" <{name}>" if name else "")
     return ""
 
 

@@ -16,6 +16,7 @@ or at a dlopen) and takes effect once its symbol is in executable memory.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from emu.debug.disasm import Disassembler
 from emu.debug.program import ProgramDisassembler
@@ -24,6 +25,13 @@ from emu.debug.unwind import Unwinder
 from kernel_model.kernel.signals import RunResult
 from kernel_model.mm.mm_types import PROT_EXEC, GuestFault
 from kernel_model.trace import events as ev
+
+if TYPE_CHECKING:
+    from emu.debug.plt import PltNames
+    from emu.debug.stops import StopEvent
+    from emu.engine.cpu import HookHandle
+    from emu.machine import Machine
+    from kernel_model.kernel.task import Process
 
 _EXECVE, _EXECVEAT = 59, 322
 _MMAP, _MPROTECT = 9, 10
@@ -35,6 +43,33 @@ _MAX_EXEC_NOTES = 256  # exec messages kept until a front end takes them
 class ExecFollower:
     """The :class:`~emu.debug.stepper.Stepper`'s exec following (and the frames'
     state, set up with it)."""
+
+    if TYPE_CHECKING:
+        # what it uses of the Stepper (emu/debug/stepper.py) and its other parts: declared
+        # for the type checker only, so every lookup still finds the one definition
+        machine: Machine
+        max_insns: int | None
+        timeout: float | None
+        exited: bool
+        disasm: ProgramDisassembler
+        raw_disasm: Disassembler
+        plt: PltNames
+        breakpoints: dict[int, Breakpoint]
+        _next_number: int
+        _hooks: dict[int, HookHandle]
+        _goal: tuple[int, int | None] | None
+        _hit: tuple[str, Breakpoint | None] | None
+        _sites: tuple[int, dict] | None
+
+        def resolve(self, target: int | str) -> int: ...
+        def symbol(self, addr: int) -> tuple[str, int] | None: ...
+        def read_program(self, addr: int, n: int) -> bytes: ...
+        def _text_written(self, start: int, end: int) -> None: ...
+        def _sync_hooks(self) -> None: ...
+        def _signal_subscriptions(self) -> list: ...
+        def _event(
+            self, reason: str, verb: str, *, bp=None, insns=None, result=None, detail: str = ""
+        ) -> StopEvent: ...
 
     def _init_frames_and_exec(self) -> None:
         """Frames (:class:`Unwinder`; gdb's ``backtrace past-main``, off by default) and
@@ -52,7 +87,7 @@ class ExecFollower:
         proc = self._followed()
         self._image = (proc, proc.mem)
 
-    def _followed(self):
+    def _followed(self) -> Process:
         return getattr(self.machine, "main_process", self.machine.process)
 
     def follow_exec(self) -> bool:

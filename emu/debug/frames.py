@@ -8,14 +8,31 @@ instances to see through hijacked return addresses.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from emu.debug.disasm import symbol_of
 from emu.debug.stops import Frame
 from emu.inspect import pending_returns, trampoline_vaddr
 from kernel_model.mm.mm_types import PROT_EXEC, GuestFault
 
+if TYPE_CHECKING:
+    from emu.debug.disasm import Insn
+    from emu.debug.unwind import Unwinder
+    from emu.machine import Machine
+
 
 class FrameWalker:
     """The :class:`~emu.debug.stepper.Stepper`'s frames (``bt``, ``finish``)."""
+
+    if TYPE_CHECKING:
+        # what it uses of the Stepper (emu/debug/stepper.py) and its other parts: declared
+        # for the type checker only, so every lookup still finds the one definition
+        machine: Machine
+        unwinder: Unwinder
+        past_main: bool
+
+        def require_alive(self, message: str = ...) -> None: ...
+        def original_insn(self, addr: int) -> Insn: ...
 
     def backtrace(self, max_frames: int = 64) -> list[Frame]:
         """Frames, innermost first, unwound with each file's ``.eh_frame`` CFI (the

@@ -53,10 +53,10 @@ def plt_tables(data: bytes) -> tuple[list[tuple[int, int, str]], dict[int, str]]
                             got_plt[rel["r_offset"]] = f"{name}@got.plt"
         out = []
         for name in _PLT_SECTIONS:
-            sec = elf.get_section_by_name(name)
-            if sec is None or sec["sh_type"] != "SHT_PROGBITS":
+            plt_sec = elf.get_section_by_name(name)
+            if plt_sec is None or plt_sec["sh_type"] != "SHT_PROGBITS":
                 continue
-            base, body = sec["sh_addr"], sec.data()
+            base, body = plt_sec["sh_addr"], plt_sec.data()
             step = 8 if name == ".plt.got" else 16
             for off in range(0, min(len(body), step * _MAX_PLT_ENTRIES), step):
                 entry = body[off : off + step]

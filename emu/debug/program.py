@@ -8,10 +8,16 @@ debugger write may not change what is shadowed (:meth:`ProgramView.write_program
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from emu.debug.disasm import MAX_INSN_BYTES, Disassembler, Insn, symbol_of
 from emu.debug.stops import StepperError
 from emu.inspect import optimized_call_size, pending_returns, trampoline_vaddr
 from kernel_model.mm.mm_types import GuestFault
+
+if TYPE_CHECKING:
+    from emu.debug.plt import PltNames
+    from emu.machine import Machine
 
 _MASK = 0xFFFFFFFFFFFFFFFF
 
@@ -19,6 +25,16 @@ _MASK = 0xFFFFFFFFFFFFFFFF
 class ProgramView:
     """The :class:`~emu.debug.stepper.Stepper`'s code views: probe sites, shadowed
     bytes, the original instruction at an address, a function's range."""
+
+    if TYPE_CHECKING:
+        # what it uses of the Stepper (emu/debug/stepper.py): declared for the type
+        # checker only, so every lookup still finds the one definition
+        machine: Machine
+        disasm: ProgramDisassembler
+        plt: PltNames
+        _sites: tuple[int, dict] | None  # (uprobes in the tree, {vaddr: Uprobe})
+
+        def symbol(self, addr: int) -> tuple[str, int] | None: ...
 
     def probe_sites(self) -> dict:
         """``{vaddr: Uprobe}`` for every registered uprobe mapped in the process
@@ -48,7 +64,7 @@ class ProgramView:
             orig = uprobe.file.read(uprobe.offset, MAX_INSN_BYTES)
             call_size = optimized_call_size(m, uprobe, vaddr)
             optimized = call_size is not None
-            size = call_size if optimized else self.disasm.decode_bytes(vaddr, orig).size
+            size = call_size if call_size is not None else self.disasm.decode_bytes(vaddr, orig).size
             try:
                 now = m.mem.read(vaddr, size)
             except GuestFault:
@@ -64,10 +80,10 @@ class ProgramView:
     def _hijacked_slots(self) -> list[tuple[int, bytes]]:
         """Stack slots holding the uretprobe trampoline in place of a return address."""
         m = self.machine
-        tramp = trampoline_vaddr(m.process)
-        if tramp is None:
+        tramp_vaddr = trampoline_vaddr(m.process)
+        if tramp_vaddr is None:
             return []
-        tramp = tramp.to_bytes(8, "little")
+        tramp = tramp_vaddr.to_bytes(8, "little")
         out = []
         for task in m.process.tasks:
             for ri in reversed(pending_returns(task) or ()):  # oldest first
@@ -133,13 +149,16 @@ class ProgramView:
         size = self.plt.size(addr)
         if size is not None:
             return name, start, start + size  # a PLT stub: its entry
+        elf = vma.file.elf
+        if elf is None:  # a symbol names it, so the file is an ELF image
+            raise StepperError(f"No function contains specified address {addr:#x}.")
         bias = getattr(vma.file, "load_bias", 0)
-        sym = vma.file.elf.symbols.get(name)
+        sym = elf.symbols.get(name)
         end = start + sym.size if sym is not None and sym.size else 0
         if not end:
             # an unsized label: up to the next code symbol, or the end of the mapping
             end = vma.end
-            for s in vma.file.elf.all_symbols:
+            for s in elf.all_symbols:
                 v = s.value + bias
                 if start < v < end and symbol_of(self.machine, v) == (s.name, 0):
                     end = v

@@ -19,10 +19,15 @@ recorded history, and the stop says so (gdb's "No more reverse-execution history
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from emu.debug import DEFAULT_STEPPER_INTERVAL
 from emu.debug.stepper import Stepper, StepperError, StopEvent
 from emu.replay.checkpoint import DEFAULT_MAX_CHECKPOINTS, CheckpointError, Recorder
 from kernel_model.mm.mm_types import GuestFault
+
+if TYPE_CHECKING:
+    from emu.engine.cpu import HookHandle
 
 # Stepping back replays up to one interval per stop: keep it short for a debugger.
 HISTORY_START = "history-start"  # StopEvent.reason at the start of the recording
@@ -196,7 +201,7 @@ class ReverseStepper:
 
             proc = getattr(m, "main_process", m.process)
             rec.replay_from(cp, cp.position)
-            hooks = [m.add_code_hook(seen, a, a, process=proc) for a in addrs]
+            hooks: list[HookHandle] = [m.add_code_hook(seen, a, a, process=proc) for a in addrs]
             if watch:
                 for wp in s.watchpoints.values():
                     if wp.enabled:

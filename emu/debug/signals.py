@@ -27,10 +27,19 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from emu.debug.stops import StepperError
 from kernel_model.arch.x86.kernel.signal import SI_KERNEL, SI_TKILL, siginfo
 from kernel_model.mm.mm_types import GuestFault
 from kernel_model.trace import events as ev
+
+if TYPE_CHECKING:
+    from emu.debug.stops import StopEvent
+    from emu.machine import Machine
+    from kernel_model.arch.x86.ptrace import PtRegs
+    from kernel_model.kernel.signals import RunResult
+    from kernel_model.kernel.task import Process, Task
 
 SIGNAL_STOP = "a signal of the followed process"
 _SEGV_MAPERR, _SEGV_ACCERR = 1, 2
@@ -46,10 +55,10 @@ class SignalStop:
     killed the process (reported at the next resume)."""
 
     signo: int
-    task: object
-    regs: object
+    task: Task
+    regs: PtRegs
     info: bytes
-    result: object = None
+    result: RunResult | None = None
     handler: int | None = None  # where a handler took it (the task stands there)
 
 
@@ -57,6 +66,18 @@ class SignalStopper:
     """The :class:`~emu.debug.stepper.Stepper`'s signal stops (off unless
     :attr:`stop_at_signals`; a gdb stub turns them on, ``pass_signals`` is gdb's
     ``QPassSignals`` list, delivered without a stop)."""
+
+    if TYPE_CHECKING:
+        # what it uses of the Stepper (emu/debug/stepper.py) and its other parts: declared
+        # for the type checker only, so every lookup still finds the one definition
+        machine: Machine
+        _armed: bool
+
+        def _followed(self) -> Process: ...
+        def _event(
+            self, reason: str, verb: str, *, bp=None, insns=None, result=None, detail: str = ""
+        ) -> StopEvent: ...
+        def _terminal(self, result: RunResult, verb: str, insns=None) -> StopEvent: ...
 
     def _init_signal_stops(self) -> None:
         self.stop_at_signals = False
@@ -122,6 +143,8 @@ class SignalStopper:
     def _signal_event(self, verb: str, result):
         """The stop at a caught signal (after the run): ``"signal_received"``."""
         caught, self._signal_caught = self._signal_caught, None
+        if caught is None:  # the verbs call it only with a signal caught
+            raise StepperError("no signal was caught to stop at")
         if result is not None and result.reason in ("exit", "signal"):
             caught.result = result
         elif caught.handler is not None:

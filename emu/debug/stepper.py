@@ -55,6 +55,8 @@ out is in :mod:`emu.debug.stops`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from emu.debug.disasm import Disassembler, symbol_of
 from emu.debug.exec_follow import ExecFollower
 from emu.debug.expressions import evaluate
@@ -69,6 +71,10 @@ from kernel_model.arch.x86.ptrace import PtRegs
 from kernel_model.errors import EmuError, SymbolError
 from kernel_model.kernel.signals import RunResult
 from kernel_model.mm.mm_types import PROT_EXEC, GuestFault
+
+if TYPE_CHECKING:
+    from emu.debug.reverse import ReverseStepper
+    from emu.engine.cpu import HookHandle
 
 _MASK = 0xFFFFFFFFFFFFFFFF
 _TRANSITIONAL_VMAS = ("[uprobes]", "[uprobes-trampoline]")
@@ -87,6 +93,9 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
         timeout: wall-clock seconds of each free run; None for none.
     """
 
+    if TYPE_CHECKING:
+        reverse: ReverseStepper  # set by ReverseStepper.of at the first reverse verb
+
     def __init__(self, machine, *, max_insns: int | None = None, timeout: float | None = DEFAULT_TIMEOUT):
         self.machine = machine
         self.max_insns = max_insns
@@ -101,7 +110,7 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
         self.last_event: StopEvent | None = None
         self.exited = bool(machine.exited)
         self._next_number = 1
-        self._hooks: dict[int, tuple] = {}  # address -> (Uc, hook handle)
+        self._hooks: dict[int, HookHandle] = {}  # address -> its code hook
         self._goal: tuple[int, int | None] | None = None
         self._armed = False
         self._hit: tuple[str, Breakpoint | None] | None = None
@@ -239,14 +248,14 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
         try:
             addr = self.resolve(target)
         except StepperError:
-            addr = (
+            stub = (
                 self.plt.address(f"{target}@plt")
                 if isinstance(target, str) and not target.startswith("*") and "+" not in target and ":" not in target
                 else None
             )
-            if addr is None:
+            if stub is None:
                 raise
-            trampoline = True
+            addr, trampoline = stub, True
         vma = self.machine.mem.find_vma(addr)
         if vma is None or not vma.prot & PROT_EXEC:
             raise StepperError(f"Cannot insert breakpoint at {addr:#x}: not in executable memory.")
@@ -431,7 +440,7 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
             if res is not None:
                 return self._terminal(res, "step", insns=done)
             if self._watch_hit is not None:
-                return self._watch_event("step", done)
+                return self._watch_event("step", done, self._watch_hit)
             if self.exec_count != execs and self.stops_at_exec():
                 return self.exec_event("step", done)
             if i + 1 < count:
@@ -455,6 +464,8 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
                 ev.verb = "step_over"
             if ev.reason != "step":
                 return ev
+        if ev is None:  # no instruction to step (count 0), as step(0)
+            return self._event("step", "step_over", insns=0)
         return ev
 
     def run_until(self, target) -> StopEvent:
@@ -469,9 +480,10 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
         self.require_alive()
         return self._resume("finish", goal=self.finish_target())
 
-    def finish_target(self) -> tuple[int, int]:
+    def finish_target(self) -> tuple[int, int | None]:
         """``(return address, stack pointer after the return)`` of the current frame:
-        the caller's pc and the frame's CFA (uretprobe-aware: the original caller).
+        the caller's pc and the frame's CFA (uretprobe-aware: the original caller; None
+        where the unwinder found none, and then the return address alone is the goal).
         From ``main``, the C runtime's caller only with :attr:`past_main`, as in gdb."""
         frames = self.backtrace(max_frames=2)
         if len(frames) < 2:
@@ -543,7 +555,7 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
             if res is not None:
                 return self._terminal(res, verb, insns=insns)
             if self._watch_hit is not None:
-                return self._watch_event(verb, insns)
+                return self._watch_event(verb, insns, self._watch_hit)
             if goal is not None and self._goal_met(goal):
                 return self._event("step", verb, insns=insns)
         self._goal = goal
@@ -563,7 +575,7 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
         if self._signal_caught is not None:
             return self._signal_event(verb, result)
         if result.reason == "stopped" and self._watch_hit is not None:
-            return self._finish_watch(verb, insns)
+            return self._finish_watch(verb, insns, self._watch_hit)
         if result.reason == "stopped" and self._hit is not None:
             kind, bp = self._hit
             self._hit = None
@@ -572,10 +584,10 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
             return self._event("step", verb)
         return self._terminal(result, verb)
 
-    def _finish_watch(self, verb: str, insns) -> StopEvent:
-        """The free run stopped inside the accessing instruction: undo what it wrote,
-        then execute it once (trap after, as the debug registers report)."""
-        hit = self._watch_hit
+    def _finish_watch(self, verb: str, insns, hit: tuple[Watchpoint, int]) -> StopEvent:
+        """The free run stopped inside the accessing instruction (``hit``: the watchpoint
+        and the accessed address): undo what it wrote, then execute it once (trap after,
+        as the debug registers report)."""
         for addr, old in reversed(self._watch_undo):
             self.machine.mem.write(addr, old)
         self._watch_undo = []
@@ -584,10 +596,10 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
         self._watch_hit = hit
         if res is not None:
             return self._terminal(res, verb, insns=insns)
-        return self._watch_event(verb, None if insns is None else insns + self.insns - before)
+        return self._watch_event(verb, None if insns is None else insns + self.insns - before, hit)
 
-    def _watch_event(self, verb: str, insns) -> StopEvent:
-        wp, addr = self._watch_hit
+    def _watch_event(self, verb: str, insns, hit: tuple[Watchpoint, int]) -> StopEvent:
+        wp, addr = hit
         self._watch_hit = None
         wp.hits += 1
         ev = self._event("watchpoint", verb, insns=insns)
@@ -622,9 +634,10 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
         start = self.rip
         try:
             orig = self.original_insn(start)
+            end = start + orig.size
             patched = m.mem.read(start, orig.size) != orig.bytes
         except GuestFault:
-            orig, patched = None, False
+            orig, patched, end = None, False, start
         hits = c.uprobe_hits
         traps = c.bp_traps
         res = self._exec1()
@@ -637,7 +650,7 @@ class Stepper(ProgramView, FrameWalker, ExecFollower, SignalStopper):
             rip = self.rip
             if self._transitional(rip):
                 pass
-            elif patched and start < rip < start + orig.size:
+            elif patched and start < rip < end:
                 pass  # between the lea and the call of an nop10 site
             elif rip == start and patched and c.bp_traps > traps and c.uprobe_hits == hits and retries < 3:
                 retries += 1  # the kernel restarted the probed insn

@@ -19,8 +19,12 @@ from __future__ import annotations
 import errno
 import os
 import struct
+from typing import TYPE_CHECKING
 
 from emu.frontends.gdbstub.packets import PACKET_SIZE, Malformed, escape_binary, hex_bytes, hex_int
+
+if TYPE_CHECKING:
+    from kernel_model.fs.file import OpenFile
 
 # gdb's File-I/O errno values (gdb/gdbsupport/fileio.h)
 FILEIO_EPERM, FILEIO_ENOENT, FILEIO_EBADF, FILEIO_EACCES = 1, 2, 9, 13
@@ -89,7 +93,7 @@ class HostIO:
 
     def __init__(self, machine):
         self.m = machine
-        self.files: dict[int, object] = {}
+        self.files: dict[int, OpenFile] = {}
 
     def handle(self, rest: bytes) -> str:
         """The reply to ``vFile:<rest>``."""
@@ -138,9 +142,9 @@ class HostIO:
 
     def _open(self, args: bytes) -> str:
         """``open:PATH,FLAGS,MODE``: read-only only (EACCES for a write open)."""
-        name, flags, mode = self._fields(args, 3)
-        path, flags = self._path(name), hex_int(flags)
-        hex_int(mode)
+        name, flags_text, mode_text = self._fields(args, 3)
+        path, flags = self._path(name), hex_int(flags_text)
+        hex_int(mode_text)
         if flags & _FILEIO_ACCMODE != _FILEIO_O_RDONLY or flags & ~_FILEIO_ACCMODE:
             return self._error(errno.EACCES)  # O_CREAT/O_TRUNC/O_APPEND/O_EXCL, or writing
         if len(self.files) >= MAX_OPEN:
@@ -152,13 +156,13 @@ class HostIO:
         self.files[fd] = f
         return f"F{fd:x}"
 
-    def _file(self, text: str):
+    def _file(self, text: str) -> OpenFile | None:
         return self.files.get(hex_int(text))
 
     def _pread(self, args: bytes) -> str:
         """``pread:FD,COUNT,OFFSET``: up to COUNT bytes (as many as a reply holds)."""
-        fd, count, offset = self._fields(args, 3)
-        f, count, offset = self._file(fd), hex_int(count), hex_int(offset)
+        fd, count_text, offset_text = self._fields(args, 3)
+        f, count, offset = self._file(fd), hex_int(count_text), hex_int(offset_text)
         if f is None:
             return self._error(errno.EBADF)
         if offset >= 1 << 63:
@@ -199,14 +203,14 @@ class HostIO:
         try:
             fd = getattr(f, "fd", None)
             try:
-                data = os.readlink("", dir_fd=fd) if fd is not None else None
+                link = os.readlink("", dir_fd=fd) if fd is not None else None
             except OSError as e:
                 return self._error(e.errno or errno.EINVAL)
         finally:
             f.put()
-        if data is None:
+        if link is None:
             return self._error(errno.EINVAL)
-        data = os.fsencode(data)
+        data = os.fsencode(link)
         return f"F{len(data):x};" + escape_binary(data).decode("latin-1")
 
     def _unlink(self, args: bytes) -> str:

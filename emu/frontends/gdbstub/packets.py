@@ -287,10 +287,10 @@ def thread_id(text: str) -> int:
     ``pPID.TID``, ``pPID.-1`` or ``pPID`` (every thread of PID: -1).  The thread's
     number is returned (a tid is unique over the machine's processes)."""
     if text.startswith("p"):
-        pid, dot, tid = text[1:].partition(".")
-        pid = -1 if pid == "-1" else hex_int(pid)
-        if not dot or tid == "-1":
+        pid_text, dot, tid_text = text[1:].partition(".")
+        pid = -1 if pid_text == "-1" else hex_int(pid_text)
+        if not dot or tid_text == "-1":
             return -1
-        tid = hex_int(tid)
+        tid = hex_int(tid_text)
         return 0 if tid == 0 and pid in (0, -1) else tid
     return -1 if text == "-1" else hex_int(text)

@@ -143,8 +143,9 @@ class GdbStub:
             return f"X{gdb_signal(ev.signal):02x}"
         tid = self._ptid(self.m.task)
         self.g_tid = self.c_tid = None  # gdb now takes the reporting thread as selected
-        if ev.reason == "signal_received":
-            tid = self._ptid(self.stepper.signal_stop.task)
+        stop = self.stepper.signal_stop
+        if ev.reason == "signal_received" and stop is not None:
+            tid = self._ptid(stop.task)
             return f"T{gdb_signal(ev.stop_signal):02x}thread:{tid};"
         if ev.reason == "exec":
             path = (ev.exec_path or "").encode("utf-8", "surrogateescape")
@@ -172,34 +173,37 @@ class GdbStub:
             task = next((t for t in self.m.tasks if t.tid == tid), None)
             if task is not None and not is_runnable(task):
                 action = "c"
+        conn = self.conn
         if action == "s":
             ev = self.stepper.step(task=task)
+        elif conn is None:  # answering packets without serve(): no client can interrupt
+            ev = self.stepper.cont()
         else:
             stop = threading.Event()
-            watcher = threading.Thread(target=self._watch_client, args=(stop,), daemon=True)
+            watcher = threading.Thread(target=self._watch_client, args=(conn, stop), daemon=True)
             watcher.start()
             try:
                 ev = self.stepper.cont()
             finally:
                 stop.set()
                 watcher.join()
-            if self.conn.closed:
+            if conn.closed:
                 raise Disconnected()
         self.last_stop = self.stop_reply(ev)
         return self.last_stop
 
-    def _watch_client(self, stop: threading.Event) -> None:
+    def _watch_client(self, conn: GdbConnection, stop: threading.Event) -> None:
         """While the guest runs, the only reader of the socket: Ctrl-C stops it with
         SIGINT, a disconnect stops it for good.  The stop is repeated until the run is
         over (a request that lands just before the run starts would be forgotten)."""
         why = None
         while not stop.is_set() and why is None:
-            if any(ev[0] == INTERRUPT for ev in self.conn.events):
-                self.conn.events = collections.deque(ev for ev in self.conn.events if ev[0] != INTERRUPT)
+            if any(ev[0] == INTERRUPT for ev in conn.events):
+                conn.events = collections.deque(ev for ev in conn.events if ev[0] != INTERRUPT)
                 why = "interrupted by gdb (SIGINT)"
                 break
             try:
-                self.conn.pump(0.05)
+                conn.pump(0.05)
             except Disconnected:
                 why = "gdb disconnected"
         while why is not None and not stop.is_set():
@@ -222,6 +226,8 @@ class GdbStub:
         if text.startswith("qSupported"):
             return self._qsupported(text)
         if text == "QStartNoAckMode":
+            if self.conn is None:
+                return "OK"  # answered without serve(): no acknowledgements to stop
             self.conn.send("OK")  # acknowledged before acks stop
             self.conn.ack = False
             return ""  # serve() sends nothing more for this packet
@@ -248,13 +254,13 @@ class GdbStub:
         if text == "D" or text.startswith("D;"):
             if text.startswith("D;"):
                 hex_int(text[2:])  # D;pid: a malformed pid is E01
-            self.conn.send("OK")
+            self._send("OK")
             self.detached = True
             return None
         if text == "k":
             return None
         if text.startswith("vKill"):
-            self.conn.send("OK")
+            self._send("OK")
             return None
         handler = {
             "H": self._h,
@@ -532,8 +538,8 @@ class GdbStub:
             raise Malformed(rest)
         step_tid = None
         for action in rest[1:].split(";"):
-            verb, colon, tid = action.partition(":")
-            tid = thread_id(tid) if colon else None
+            verb, colon, tid_text = action.partition(":")
+            tid = thread_id(tid_text) if colon else None
             if verb[:1] in ("C", "S") and len(verb) == 3:
                 hex_int(verb[1:])  # the signal is not delivered
                 verb = verb[0].lower()
@@ -596,7 +602,7 @@ class GdbStub:
             text = self._monitor_raw(cmd.split()[1:])
         else:
             text = f"unknown monitor command {cmd!r}; try: probes, counters, raw ADDR [LEN]\n"
-        self.conn.send("O" + text.encode().hex())
+        self._send("O" + text.encode().hex())
         return "OK"
 
     def _monitor_raw(self, words: list[str]) -> str:
@@ -618,6 +624,12 @@ class GdbStub:
                 break
             lines.append(f"{addr + off:#x}: " + " ".join(f"{b:02x}" for b in chunk))
         return "\n".join(lines) + "\n"
+
+    def _send(self, packet: str) -> None:
+        """Send a packet ahead of the reply (an ``O`` console packet, the ``OK`` before a
+        session ends); answering without :meth:`serve` there is nobody to send it to."""
+        if self.conn is not None:
+            self.conn.send(packet)
 
     def serve(self, sock: socket.socket) -> None:
         """Answer packets until detach, kill or the client goes away."""

@@ -54,7 +54,7 @@ class Svr4Libraries:
     def __init__(self, peek, auxv: bytes):
         self.peek = peek
         self.entries_left = _MAX_LIBRARIES  # over all namespaces: a looping chain ends
-        self.auxv = {}
+        self.auxv: dict[int, int] = {}
         for i in range(0, len(auxv) - 15, 16):
             key, val = struct.unpack_from("<QQ", auxv, i)
             self.auxv.setdefault(key, val)
@@ -108,12 +108,13 @@ class Svr4Libraries:
         main = self.get_r_debug()
         if main == -1:
             return None
-        parts, r_debug = [], main
+        parts: list[bytes] = []
+        r_debug: int | None = main
         for n in range(_MAX_NAMESPACES):
             if not r_debug:
                 break
             version = self.peek(r_debug, 4)
-            lm = self.word(r_debug + _R_MAP)
+            lm: int | None = self.word(r_debug + _R_MAP)
             if len(version) < 4 or struct.unpack("<i", version)[0] < 1 or lm is None:
                 break
             lm_prev = 0
@@ -137,8 +138,9 @@ class Svr4Libraries:
         out = []
         while lm and self.entries_left > 0:
             self.entries_left -= 1
-            fields = [self.word(lm + off) for off in (_L_NAME, _L_ADDR, _L_LD, _L_PREV, _L_NEXT)]
-            if None in fields or fields[3] != prev:
+            words = [self.word(lm + off) for off in (_L_NAME, _L_ADDR, _L_LD, _L_PREV, _L_NEXT)]
+            fields = [w for w in words if w is not None]
+            if len(fields) < len(words) or fields[3] != prev:
                 break
             l_name, l_addr, l_ld, _l_prev, l_next = fields
             name = self.read_name(l_name)

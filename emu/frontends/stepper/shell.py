@@ -17,11 +17,12 @@ import functools
 import os
 import re
 import sys
+from typing import Callable
 
 from emu.debug import reverse
 from emu.debug.disasm import annotation
 from emu.debug.format import natural, signed
-from emu.debug.stepper import Stepper, StepperError, StopEvent
+from emu.debug.stepper import Breakpoint, Catchpoint, Stepper, StepperError, StopEvent, Watchpoint
 from emu.frontends.gdbstub.svr4 import Svr4Libraries
 from emu.frontends.launch import add_cli_events, events_output, make_machine
 from emu.inspect import GuestFault, process_auxv, registered_uprobes, signal_name
@@ -105,7 +106,8 @@ class StepperShell:
         self.errors = 0
         self.interactive = False
         self.pending = True  # gdb's `set breakpoint pending on`
-        self._commands = {
+        # most take the argument text; print and x take a /FMT too (see execute)
+        self._commands: dict[str, Callable[..., None]] = {
             "si": self.cmd_stepi,
             "stepi": self.cmd_stepi,
             "ni": self.cmd_nexti,
@@ -141,6 +143,7 @@ class StepperShell:
             "rwatch": self.cmd_rwatch,
             "awatch": self.cmd_awatch,
             "probe": self.cmd_probe,
+            "x": self.cmd_x,
             "q": self.cmd_quit,
             "quit": self.cmd_quit,
             **{name: functools.partial(self.cmd_reverse, verb=verb) for name, verb in _REVERSE_VERBS.items()},
@@ -158,10 +161,7 @@ class StepperShell:
         fmt = ""
         if "/" in head:
             head, fmt = head.split("/", 1)
-        if head == "x":
-            fn = self.cmd_x
-        else:
-            fn = self._commands.get(head)
+        fn = self._commands.get(head)
         try:
             if fn is None:
                 raise StepperError(f'Undefined command: "{head}".  Try "help".')
@@ -252,17 +252,24 @@ class StepperShell:
                 self._p(f"[Inferior 1 (process {pid}) exited normally]")
             return
         if ev.reason == "signal":
-            name = signal_name(ev.signal)
+            if ev.signal is None:  # gdb's GDB_SIGNAL_UNKNOWN
+                name, text = "?", "Unknown signal"
+            else:
+                name = signal_name(ev.signal)
+                text = _SIGNAL_TEXT.get(name, name)
             self._p()
-            self._p(f"Program terminated with signal {name}, {_SIGNAL_TEXT.get(name, name)}.")
+            self._p(f"Program terminated with signal {name}, {text}.")
             self._p(f"[{ev.detail}]")
             return
-        if ev.reason == "breakpoint":
+        rip = ev.rip
+        if rip is None:  # only an ended program has no rip, and that was reported above
+            raise StepperError(f"The program is not being run (stopped: {ev.reason}).")
+        if ev.reason == "breakpoint" and ev.breakpoint is not None:
             self._p()
-            self._p(f"Breakpoint {ev.breakpoint.number}, {self._where(ev.rip)}")
-        elif ev.reason == "watchpoint":
-            self._report_watch(ev)
-            self._p(self._where(ev.rip))
+            self._p(f"Breakpoint {ev.breakpoint.number}, {self._where(rip)}")
+        elif ev.reason == "watchpoint" and ev.watchpoint is not None:
+            self._report_watch(ev.watchpoint)
+            self._p(self._where(rip))
         elif ev.reason == "exec":
             self._p()
             what = (
@@ -270,14 +277,14 @@ class StepperShell:
                 if ev.catchpoint
                 else f"Program stopped: exec'd {ev.exec_path}"
             )
-            self._p(f"{what}, {self._where(ev.rip)}")
+            self._p(f"{what}, {self._where(rip)}")
         elif ev.reason == "stopped":
             self._p()
             self._p(f"Program stopped: {ev.detail}.")
-            self._p(self._where(ev.rip))
+            self._p(self._where(rip))
         else:
-            self._p(self._where(ev.rip))
-        self._p(self._xi_line(ev.rip, True))
+            self._p(self._where(rip))
+        self._p(self._xi_line(rip, True))
 
     def _guest_run(self, fn, *args) -> None:
         self.s.exec_followed = False
@@ -419,7 +426,12 @@ class StepperShell:
     def _info_breakpoints(self) -> None:
         """gdb's table, in number order; the Address column is as wide as an address
         needs (10 without any resolved breakpoint: ``<PENDING>``, or catchpoints only)."""
-        rows = {**self.s.breakpoints, **self.s.pending_breakpoints(), **self.s.watchpoints, **self.s.catchpoints}
+        rows: dict[int, Breakpoint | Watchpoint | Catchpoint] = {
+            **self.s.breakpoints,
+            **self.s.pending_breakpoints(),
+            **self.s.watchpoints,
+            **self.s.catchpoints,
+        }
         if not rows:
             self._p("No breakpoints or watchpoints.")
             return
@@ -429,13 +441,13 @@ class StepperShell:
         for number in sorted(rows):
             item = rows[number]
             enb = "y" if item.enabled else "n"
-            if number in self.s.watchpoints:
+            if isinstance(item, Watchpoint):
                 kind = {"write": "hw watchpoint", "read": "read watchpoint", "access": "acc watchpoint"}
                 self._p(
                     f"{number:<7} {kind[item.kind]:<14} keep {enb}{'':{width + 4}}{item.label or f'*{item.address:#x}'}"
                 )
                 noun = "breakpoint"
-            elif number in self.s.catchpoints:
+            elif isinstance(item, Catchpoint):
                 what = f'exec, program "{item.exec_path}" ' if item.exec_path else "exec"
                 self._p(f"{number:<7} {'catchpoint':<14} keep {enb}{'':{width + 4}}{what}")
                 noun = "catchpoint"
@@ -471,8 +483,9 @@ class StepperShell:
     def _objfile(self, vma) -> str:
         """gdb's name of the file a mapping comes from: the program's path, a library's
         link_map name."""
-        if vma.file is self.m.process.exe:
-            return vma.file.d_path or os.path.abspath(vma.file.path)
+        exe = self.m.process.exe
+        if exe is not None and vma.file is exe:
+            return exe.d_path or os.path.abspath(exe.path)
         bias = min(v.start for v in self.m.mem.vmas if v.file is vma.file)
         return self._solib_names().get(bias) or vma.file.path or vma.name
 
@@ -688,9 +701,8 @@ class StepperShell:
     def _watch_value(self, wp) -> int:
         return int.from_bytes(self.s.read_program(wp.address, wp.size), "little")
 
-    def _report_watch(self, ev: StopEvent) -> None:
+    def _report_watch(self, wp: Watchpoint) -> None:
         """gdb's report of a watchpoint trigger: Old/New for a change, else Value."""
-        wp = ev.watchpoint
         old, new = self._watch_values.get(wp.number), self._watch_value(wp)
         self._watch_values[wp.number] = new
         title = {
