@@ -19,6 +19,7 @@ from emu.frontends.options import (
     UsageError,
     add_events_option,
     add_machine_options,
+    add_program_command,
     lazy_command,
     print_error,
 )
@@ -35,15 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
 
-    run = sub.add_parser(
+    run = add_program_command(
+        sub,
         "run",
         help="run a guest (PROGRAM: an ELF path or guest:NAME)",
-        usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
         description="Run PROGRAM with ARGS: options come before PROGRAM, every "
         "word after it goes to the program unchanged.",
     )
-    run.add_argument("program", metavar="PROGRAM")
-    run.add_argument("args", nargs="*", metavar="ARGS")
     add_machine_options(run)
     add_events_option(run)
     run.add_argument("--counters", action="store_true", help="print the event counters at exit")

@@ -6,16 +6,16 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from emu.frontends.options import count, lazy_command, seconds
+from emu.frontends.options import add_program_command, count, lazy_command, seconds
 
 if TYPE_CHECKING:
     from emu.frontends.options import SubParsers
 
 
 def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentParser], None]) -> None:
-    p = sub.add_parser(
+    p = add_program_command(
+        sub,
         "diff",
-        usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
         help="run a guest under the host kernel's uprobes and the model; compare",
         description="Run PROGRAM natively with the probes created through tracefs "
         "and in the model under the matching kernel profile, then "
@@ -26,8 +26,6 @@ def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentPar
         "error, Ctrl-C and fatal signals; after a SIGKILL the next "
         "run removes them.",
     )
-    p.add_argument("program", metavar="PROGRAM")
-    p.add_argument("args", nargs="*", metavar="ARGS")
     p.add_argument(
         "-e",
         "--event",

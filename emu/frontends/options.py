@@ -12,7 +12,7 @@ import importlib
 import math
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from emu.inspect import MAX_SLICE, MIN_SLICE, NR_CPUS, parse_nr_cpus, parse_slice
 from kernel_model.errors import InputError, printable
@@ -21,6 +21,9 @@ from kernel_model.profiles import KernelProfile
 if TYPE_CHECKING:
     # what add_subparsers() returns: a subcommand module's add_cli adds its parser to it
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+# the parser class of a command line's subcommands (CommandParser for uprobe-emu's)
+P = TypeVar("P", bound=argparse.ArgumentParser)
 
 # Exit codes of the command line besides the guest's own status (128+N: killed by signal N).
 EXIT_USAGE = 2
@@ -247,6 +250,17 @@ def add_events_option(p: argparse.ArgumentParser, default: str = "stderr") -> No
         metavar="FILE",
         help=f"write probe hit lines here instead of {default}",
     )
+
+
+def add_program_command(sub: argparse._SubParsersAction[P], name: str, *, help: str, description: str) -> P:
+    """The parser of a command that runs PROGRAM with ARGS (run, trace, step, gdbserver,
+    diff, sweep): ``COMMAND [OPTIONS] [--] PROGRAM [ARGS...]``, every word after PROGRAM
+    going to the program (the command line's ``split_program_words`` relies on the
+    ``program`` and ``args`` destinations)."""
+    p = sub.add_parser(name, usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]", help=help, description=description)
+    p.add_argument("program", metavar="PROGRAM")
+    p.add_argument("args", nargs="*", metavar="ARGS")
+    return p
 
 
 def lazy_command(module: str, function: str) -> Callable[[argparse.Namespace], int]:

@@ -7,24 +7,22 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from emu.debug import DEFAULT_STEPPER_INTERVAL
-from emu.frontends.options import add_events_option, lazy_command, port_number
+from emu.frontends.options import add_events_option, add_program_command, lazy_command, port_number
 
 if TYPE_CHECKING:
     from emu.frontends.options import SubParsers
 
 
 def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentParser], None]) -> None:
-    p = sub.add_parser(
+    p = add_program_command(
+        sub,
         "gdbserver",
-        usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
         help="serve a guest to gdb (target remote :PORT)",
         description="Load PROGRAM under the uprobes model and wait for gdb on "
         "127.0.0.1:PORT; gdb's breakpoints are kept apart from uprobes. "
         "After gdb detaches the guest runs to its end and the exit "
         "code is its own, as with run.",
     )
-    p.add_argument("program", metavar="PROGRAM")
-    p.add_argument("args", nargs="*", metavar="ARGS")
     add_machine_options(p)
     add_events_option(p)
     p.add_argument("--port", type=port_number, default=1234, metavar="N")

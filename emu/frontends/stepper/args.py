@@ -7,16 +7,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from emu.debug import DEFAULT_STEPPER_INTERVAL
-from emu.frontends.options import add_events_option, lazy_command
+from emu.frontends.options import add_events_option, add_program_command, lazy_command
 
 if TYPE_CHECKING:
     from emu.frontends.options import SubParsers
 
 
 def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentParser], None]) -> None:
-    p = sub.add_parser(
+    p = add_program_command(
+        sub,
         "step",
-        usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
         help="step through a guest with gdb-like commands",
         description="Interactive instruction stepper (PROGRAM: an ELF path or guest:NAME). "
         "Commands come from -x FILE, then from stdin (prompt only on a terminal); "
@@ -26,8 +26,6 @@ def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentPar
         "(c, finish, until, ni over a call).  Exit code 0 (2 for a usage or input "
         "error).",
     )
-    p.add_argument("program", metavar="PROGRAM")
-    p.add_argument("args", nargs="*", metavar="ARGS")
     add_machine_options(p)
     add_events_option(p, "stdout")
     p.add_argument(

@@ -6,16 +6,16 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from emu.frontends.options import count, cpus_count, lazy_command, seconds
+from emu.frontends.options import add_program_command, count, cpus_count, lazy_command, seconds
 
 if TYPE_CHECKING:
     from emu.frontends.options import SubParsers
 
 
 def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentParser], None]) -> None:
-    p = sub.add_parser(
+    p = add_program_command(
+        sub,
         "sweep",
-        usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
         help="probe every instruction (function, return) and report where probing changes what the program does",
         description="Run PROGRAM unprobed, then with do-nothing probes on every site, many "
         "per run, bisecting only the batches whose run differs (exit status or "
@@ -23,8 +23,6 @@ def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentPar
         "writable memory). Exit 1 when a divergence is not a known "
         "kernel-faithful one.",
     )
-    p.add_argument("program", metavar="PROGRAM")
-    p.add_argument("args", nargs="*", metavar="ARGS")
     p.add_argument(
         "--sites",
         default="insn",

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from emu.frontends.options import count, lazy_command
+from emu.frontends.options import add_program_command, count, lazy_command
 
 if TYPE_CHECKING:
     from emu.frontends.options import SubParsers
@@ -17,9 +17,9 @@ FORMAT_NAMES = ("text", "jsonl", "tenet", "chrome")
 
 
 def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentParser], None]) -> None:
-    p = sub.add_parser(
+    p = add_program_command(
+        sub,
         "trace",
-        usage="%(prog)s [OPTIONS] [--] PROGRAM [ARGS...]",
         help="trace every instruction, with the uprobes model's work interleaved",
         description="Run PROGRAM [ARGS...] and write an instruction trace: objdump-style "
         "lines with the registers each instruction changed and the kernel "
@@ -27,8 +27,6 @@ def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentPar
         "events (Perfetto).  Options come before PROGRAM; every word after it goes "
         "to the program.",
     )
-    p.add_argument("program", metavar="PROGRAM")
-    p.add_argument("args", nargs="*", metavar="ARGS")
     add_machine_options(p)
     p.add_argument(
         "--from", dest="start", metavar="SYMBOL", help="start tracing when the guest reaches SYMBOL[+OFF] or an address"
