@@ -163,6 +163,7 @@ class Machine:
         groups: list[int] | None = None,
         sched_slice: tuple[int, int] = (MIN_SLICE, MAX_SLICE),
         cpus: int = 1,
+        realtime_ns: int | None = None,
         **kernel_overrides: SwitchValue,
     ) -> None:
         """``max_memory``: bytes of guest mappings over all its processes (None: no
@@ -177,7 +178,8 @@ class Machine:
         see :mod:`kernel_model.fs.namei`.  ``sched_slice``: (MIN, MAX) translated blocks of a time
         slice while several tasks are runnable (see :mod:`kernel_model.kernel.sched`; short slices such
         as (1, 40) shake out races, long ones cost less).  ``cpus``: the machine's CPU count (1-256),
-        each task on one of them at a time, as its affinity allows."""
+        each task on one of them at a time, as its affinity allows.  ``realtime_ns``: the guest's
+        CLOCK_REALTIME at boot, ns since the epoch (default 2026-01-01T00:00:00Z)."""
         if not isinstance(sched_slice, (tuple, list)) or len(sched_slice) != 2:
             raise InputError(f"sched_slice must be (MIN, MAX) in blocks, not {sched_slice!r}")
         sched_slice = check_slice(*sched_slice)
@@ -213,7 +215,15 @@ class Machine:
         if grant_dir is not None:
             grants.append(grant_dir)
         self.syscalls = Syscalls(
-            self, stdin=stdin, sysroot=sysroot, grant_dirs=grants, cwd=cwd, seed=seed, stdio=stdio, mem_total=mem_total
+            self,
+            stdin=stdin,
+            sysroot=sysroot,
+            grant_dirs=grants,
+            cwd=cwd,
+            seed=seed,
+            stdio=stdio,
+            mem_total=mem_total,
+            realtime_ns=realtime_ns,
         )
         self.kernel.attach_syscalls(self.syscalls)
         self.sigint: str | None = None  # set by interruptible() on Ctrl-C

@@ -89,6 +89,7 @@ def make_machine(args, passthrough: bool = True, own_stdin: bool = True):
             **_sched_option(args),
             stdio="host" if passthrough else "pipe",
             mem_total=getattr(args, "mem_total", None),
+            realtime_ns=getattr(args, "clock", None),
             uid=getattr(args, "uid", None),
             gid=getattr(args, "gid", None),
             groups=getattr(args, "groups", None),

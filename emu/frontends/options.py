@@ -11,6 +11,7 @@ import argparse
 import importlib
 import math
 import sys
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -114,6 +115,22 @@ def _id_list(text: str) -> list[int]:
     return [_id(t) for t in text.split(",")] if text else []
 
 
+def clock_start(text: str) -> int | None:
+    """``--clock``: the guest's CLOCK_REALTIME at start in ns since the epoch; None for
+    the machine's fixed start.  ``host`` is read when the option is parsed."""
+    if text == "fixed":
+        return None
+    if text == "host":
+        return time.time_ns()
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"fixed, host or seconds since the epoch, not {text!r}") from None
+    if not math.isfinite(seconds) or not 0 <= seconds < 4e9:
+        raise argparse.ArgumentTypeError(f"seconds since the epoch, 0 to 4e9, not {text!r}")
+    return round(seconds * 1e9)
+
+
 def port_number(text: str) -> int:
     """A TCP port, 0-65535 (0 = any free port); socket.bind() raises OverflowError else."""
     n = _int(text)
@@ -183,6 +200,14 @@ def add_machine_options(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         help="host directory the guest may also write in, seen where it lies (repeatable; default: none)",
+    )
+    p.add_argument(
+        "--clock",
+        type=clock_start,
+        default=None,
+        metavar="fixed|host|SECONDS",
+        help="the guest's CLOCK_REALTIME at start: fixed (default: 2026-01-01T00:00:00Z, the same every run), "
+        "host (this host's time now, so the guest dates files as the host does) or seconds since the epoch",
     )
     p.add_argument(
         "--seed",

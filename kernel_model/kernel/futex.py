@@ -9,7 +9,7 @@ import struct
 
 from kernel_model.include.linux.errno import ERESTART_RESTARTBLOCK, ERESTARTSYS, neg
 from kernel_model.include.linux.syscalls import syscall
-from kernel_model.kernel.time.timekeeping import CLOCK_EPOCH_NS, NSEC
+from kernel_model.kernel.time.timekeeping import NSEC
 from kernel_model.kernel.wait import sleep_on, still_asleep
 
 FUTEX_WAIT, FUTEX_WAKE, FUTEX_WAIT_BITSET, FUTEX_WAKE_BITSET = 0, 1, 9, 10
@@ -38,7 +38,7 @@ class FutexSyscalls:
                 if cmd == FUTEX_WAIT:  # relative, on CLOCK_MONOTONIC
                     deadline = self.clock.ns + sec * NSEC + nsec
                 else:  # absolute; MONOTONIC unless CLOCK_REALTIME
-                    base = 0 if op & FUTEX_CLOCK_REALTIME else CLOCK_EPOCH_NS
+                    base = 0 if op & FUTEX_CLOCK_REALTIME else self.clock.boot_ns
                     deadline = base + sec * NSEC + nsec
             return self.futex_wait(task, uaddr, val, deadline)
         if cmd in (FUTEX_WAKE, FUTEX_WAKE_BITSET):

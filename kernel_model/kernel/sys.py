@@ -16,7 +16,6 @@ import struct
 from kernel_model.include.linux.errno import neg
 from kernel_model.include.linux.syscalls import int_arg, syscall
 from kernel_model.kernel.pid import find_process_by_vpid, process_of_tid
-from kernel_model.kernel.time.timekeeping import CLOCK_EPOCH_NS
 
 PER_LINUX32, PER_MASK = 0x0008, 0x00FF
 TASK_COMM_LEN = 16
@@ -103,7 +102,7 @@ class SysSyscalls:
         total minus what the guest's processes have mapped), uptime on the virtual
         clock (rounded up), idle load, and the live tasks.  mem_unit is 1: on a 64-bit
         kernel the byte counts always fit (the kernel's 2.2-compatibility scaling)."""
-        ns = self.clock.ns - CLOCK_EPOCH_NS
+        ns = self.clock.ns - self.clock.boot_ns
         uptime = ns // 1_000_000_000 + (1 if ns % 1_000_000_000 else 0)
         used = sum(
             v.size

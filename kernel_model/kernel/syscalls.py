@@ -64,7 +64,7 @@ from kernel_model.kernel.sys import SysSyscalls
 from kernel_model.kernel.time.hrtimer import HrtimerSyscalls
 from kernel_model.kernel.time.itimer import ItimerSyscalls
 from kernel_model.kernel.time.time import TimeSyscalls
-from kernel_model.kernel.time.timekeeping import INSN_NS, Timeouts, VirtualClock
+from kernel_model.kernel.time.timekeeping import CLOCK_EPOCH_NS, INSN_NS, Timeouts, VirtualClock
 from kernel_model.mm.madvise import MadviseSyscalls
 from kernel_model.mm.mm_types import PAGE_SIZE, GuestFault
 from kernel_model.mm.mmap import MmapSyscalls
@@ -90,6 +90,7 @@ class Syscalls:
         seed: int = 0,
         stdio: str = "pipe",
         mem_total: int | None = None,
+        realtime_ns: int | None = None,
     ):
         self.m = machine
         mem_total = DEFAULT_MEM_TOTAL if mem_total is None else mem_total
@@ -103,7 +104,11 @@ class Syscalls:
         machine.main_process.fs.pwd = self._initial_cwd(cwd)
         self.mem_total = mem_total
         self.rng = random.Random(seed)
-        self.clock = VirtualClock()
+        if realtime_ns is not None and (
+            isinstance(realtime_ns, bool) or not isinstance(realtime_ns, int) or not 0 <= realtime_ns < 1 << 62
+        ):
+            raise InputError(f"realtime_ns must be nanoseconds since the epoch, 0 to 2**62, not {realtime_ns!r}")
+        self.clock = VirtualClock(CLOCK_EPOCH_NS if realtime_ns is None else realtime_ns)
         self.timeouts = Timeouts(machine, self.clock)
         self._make_components()
         self.table: dict[int, Callable[..., Any]] = build_table(self.components)

@@ -10,7 +10,7 @@ import struct
 
 from kernel_model.include.linux.errno import neg
 from kernel_model.include.linux.syscalls import syscall
-from kernel_model.kernel.time.timekeeping import CLOCK_EPOCH_NS, CLOCK_TICK_NS, COARSE_RES_NS
+from kernel_model.kernel.time.timekeeping import CLOCK_TICK_NS, COARSE_RES_NS
 
 TIMER_ABSTIME = 1
 
@@ -37,7 +37,7 @@ class TimeSyscalls:
         if clk not in (0, 1, 2, 3, 4, 5, 6, 7):
             return neg(E.EINVAL)
         if clk != 0:
-            ns -= CLOCK_EPOCH_NS  # monotonic-like clocks start at boot
+            ns -= self.clock.boot_ns  # monotonic-like clocks start at boot
         self.m.mem.write_user(tp, struct.pack("<qq", ns // 1_000_000_000, ns % 1_000_000_000))
         return 0
 
@@ -72,7 +72,7 @@ class TimeSyscalls:
     def sys_clock_nanosleep(self, task, regs, clk, flags, req, rem, *_):
         if clk not in (0, 1, 7):  # REALTIME, MONOTONIC, BOOTTIME
             return neg(E.EINVAL if clk not in (2, 3) else E.ENOTSUP)
-        base = 0 if clk == 0 else CLOCK_EPOCH_NS
+        base = 0 if clk == 0 else self.clock.boot_ns
         if flags & TIMER_ABSTIME:
             return self.hrtimer.hrtimer_nanosleep(task, req, 0, absolute_ns=base)
         return self.hrtimer.hrtimer_nanosleep(task, req, rem, absolute_ns=None)

@@ -18,16 +18,18 @@ INSN_NS = 1  # virtual time one guest instruction takes
 
 class VirtualClock:
     """CLOCK_REALTIME in ns (``ns``); CLOCK_MONOTONIC and CLOCK_BOOTTIME are it minus
-    CLOCK_EPOCH_NS."""
+    ``boot_ns``, CLOCK_REALTIME at boot: CLOCK_EPOCH_NS unless the machine starts the
+    clock elsewhere (at the host's time, so a guest dates files as the host does)."""
 
-    def __init__(self):
-        self.ns = CLOCK_EPOCH_NS
+    def __init__(self, boot_ns: int = CLOCK_EPOCH_NS):
+        self.boot_ns = boot_ns
+        self.ns = boot_ns
 
     def boot_clock_ns(self, advance: int = 0) -> int:
         """Nanoseconds since boot on the modeled clock (ftrace's timestamps), after moving
         it ``advance`` ns on: the one clock of the machine, shared with clock_gettime."""
         self.ns += advance
-        return self.ns - CLOCK_EPOCH_NS
+        return self.ns - self.boot_ns
 
 
 class Timeouts:
