@@ -35,6 +35,7 @@ from kernel_model.errors import InputError
 from kernel_model.fs.d_path import DPathSyscalls
 from kernel_model.fs.dev import DevFs
 from kernel_model.fs.exec import ExecSyscalls
+from kernel_model.fs.fadvise import FadviseSyscalls
 from kernel_model.fs.fcntl import FcntlSyscalls
 from kernel_model.fs.file import FdTable, FileSyscalls, HostInput, OutputSink, PipeInput
 from kernel_model.fs.ioctl import IoctlSyscalls
@@ -47,9 +48,11 @@ from kernel_model.fs.read_write import ReadWriteSyscalls
 from kernel_model.fs.readdir import ReaddirSyscalls
 from kernel_model.fs.select import SelectSyscalls
 from kernel_model.fs.stat import StatSyscalls
+from kernel_model.fs.statfs import StatfsSyscalls
 from kernel_model.fs.sync import SyncSyscalls
 from kernel_model.fs.sysfs import sysfs_root
 from kernel_model.fs.utimes import UtimesSyscalls
+from kernel_model.fs.xattr import XattrSyscalls
 from kernel_model.include.linux.errno import neg
 from kernel_model.kernel.cred import CredSyscalls
 from kernel_model.kernel.exec_domain import PersonalitySyscalls
@@ -135,6 +138,9 @@ class Syscalls:
             self.open,
             ReadWriteSyscalls(self),
             StatSyscalls(self),
+            StatfsSyscalls(self),
+            XattrSyscalls(self),
+            FadviseSyscalls(),
             ReaddirSyscalls(self),
             SyncSyscalls(),
             DPathSyscalls(self),

@@ -22,6 +22,7 @@ from kernel_model.block.ioprio import IoprioSyscalls
 from kernel_model.drivers.char.random import RandomSyscalls
 from kernel_model.fs.d_path import DPathSyscalls
 from kernel_model.fs.exec import ExecSyscalls
+from kernel_model.fs.fadvise import FadviseSyscalls
 from kernel_model.fs.fcntl import FcntlSyscalls
 from kernel_model.fs.file import FileSyscalls
 from kernel_model.fs.ioctl import IoctlSyscalls
@@ -32,8 +33,10 @@ from kernel_model.fs.read_write import ReadWriteSyscalls
 from kernel_model.fs.readdir import ReaddirSyscalls
 from kernel_model.fs.select import SelectSyscalls
 from kernel_model.fs.stat import StatSyscalls
+from kernel_model.fs.statfs import StatfsSyscalls
 from kernel_model.fs.sync import SyncSyscalls
 from kernel_model.fs.utimes import UtimesSyscalls
+from kernel_model.fs.xattr import XattrSyscalls
 from kernel_model.include.linux.syscalls import SyscallDef
 from kernel_model.kernel.cred import CredSyscalls
 from kernel_model.kernel.exec_domain import PersonalitySyscalls
@@ -64,6 +67,9 @@ COMPONENTS = (
     OpenSyscalls,
     ReadWriteSyscalls,
     StatSyscalls,
+    StatfsSyscalls,
+    XattrSyscalls,
+    FadviseSyscalls,
     ReaddirSyscalls,
     SyncSyscalls,
     DPathSyscalls,
