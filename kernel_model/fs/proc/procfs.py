@@ -2,9 +2,15 @@
 namespace (the machine's processes only), the ``self``/``thread-self`` links, and the
 few system-wide files a libc or a shell reads.
 
-Texts are made at open, as a ``seq_file`` is filled on the first read, and read from
-that snapshot (:class:`kernel_model.fs.file.SeqFile`).  What each file shows and what it leaves
-out, because the model has nothing honest to say there:
+Nothing is made at open.  Each file is produced as the kernel produces it, at read
+time (:class:`ProcFileNode`'s ``kind``): the single_open files (status, stat, comm,
+personality, limits, uptime, loadavg, meminfo, filesystems) print their whole text at
+the first read and again when a read or seek returns to offset 0
+(:mod:`kernel_model.fs.proc.seq_file`); maps (:mod:`kernel_model.fs.proc.task_mmu`),
+mounts and cpuinfo are seq_files of many records, each printed when the reading
+reaches it; cmdline, environ, auxv and the two audit ids have no seq_file and are made
+anew at every read.  What each file shows and what it leaves out, because the
+model has nothing honest to say there:
 
 * ``<pid>/status`` (proc_pid_status, in :mod:`kernel_model.fs.proc.array`): Name, Umask, State, Tgid, Ngid, Pid, PPid,
   TracerPid, Uid, Gid, FDSize, Groups, NStgid, NSpid, NSpgid, Kthread; the Vm lines
@@ -20,7 +26,8 @@ out, because the model has nothing honest to say there:
 * ``<pid>/cmdline`` (get_mm_cmdline): the argv strings from the guest's memory, with
   the setproctitle rule; ``environ`` (0400) likewise; ``auxv`` (0400, the exec's
   auxiliary vector); ``cwd`` and ``root`` (links to the working directory and ``/``);
-  ``comm`` (0644: writing renames the thread, comm_write); ``maps``; ``exe`` (the
+  ``comm`` (0644: writing renames the thread, comm_write); ``maps`` (show_map_vma's
+  lines, the ``[vsyscall]`` gate last); ``exe`` (the
   executable's guest path); ``mounts``; ``fd/`` (magic links:
   readlink gives the description's name, opening one opens the file again: a new
   description of the same pipe, a file with a path by that path, a modeled file
@@ -31,10 +38,8 @@ out, because the model has nothing honest to say there:
   load average is computed: 0.00; running/total tasks and the last pid are real),
   ``meminfo`` (MemTotal/MemFree/MemAvailable as sysinfo computes them, no buffers,
   cache or swap), ``mounts`` (-> self/mounts), ``filesystems`` (filesystems_proc_show:
-  the types this kernel has - those its mount table shows: proc, devtmpfs and the host
-  filesystems of the sysroot and granted directories - with the host's ``nodev``
-  marks and in its registration order; libselinux and systemd read it), ``cpuinfo``
-  (one entry per CPU: :mod:`kernel_model.arch.x86.kernel.cpu.proc`).
+  the host kernel's registered types, see :func:`filesystems_text`; libselinux and
+  systemd read it), ``cpuinfo`` (one entry per CPU: :mod:`kernel_model.arch.x86.kernel.cpu.proc`).
 
 Opening for writing: EACCES for an unprivileged guest (mode 0444), as the kernel's
 permission check says; a root guest's open succeeds and write() is EINVAL for a
@@ -44,6 +49,7 @@ permission check says; a root guest's open succeeds and write() is EINVAL for a
 from __future__ import annotations
 
 import errno as E
+import functools
 import os
 import re
 import stat as S
@@ -51,7 +57,16 @@ import struct
 from types import MappingProxyType
 
 from kernel_model.arch.x86.kernel.cpu.proc import cpuinfo_text
-from kernel_model.fs.file import HostInput, OutputSink, PipeInput, SeqFile, attrs_stat_bytes
+from kernel_model.fs.file import (
+    READ_CHUNK,
+    SEEK_CUR,
+    SEEK_SET,
+    HostInput,
+    OutputSink,
+    PipeInput,
+    SeqFile,
+    attrs_stat_bytes,
+)
 from kernel_model.fs.fs_types import Attrs, SpecialNode
 from kernel_model.fs.libfs import DirNode, LinkNode, access_mode, keep_open_flags, may_open
 from kernel_model.fs.pipe import PipeEnd
@@ -67,6 +82,8 @@ from kernel_model.fs.proc.array import (
     status_text,
     task_has_mm,
 )
+from kernel_model.fs.proc.seq_file import RecordOps, SeqFileState, SingleOps
+from kernel_model.fs.proc.task_mmu import MapsOps
 from kernel_model.mm.mm_types import GuestFault
 
 PROC_DEV = os.makedev(0, 21)  # st_dev of this machine's procfs (0:21, as `stat /proc`)
@@ -165,19 +182,27 @@ SPECIAL_MOUNT_LINES = MappingProxyType(
 
 
 def filesystems_text(machine) -> str:
-    """filesystems_proc_show over the types the guest's mount table shows
-    (:func:`mounts_text`): ``nodev\tNAME`` for one that needs no block device, else
-    ``\tNAME``, as the host's /proc/filesystems marks and orders them (a type the host
-    does not list: after them, ``nodev``)."""
-    types = {line.split(" ")[2] for line in mounts_text(machine).splitlines() if line.count(" ") >= 2}
+    """filesystems_proc_show: every registered filesystem type in registration order,
+    ``nodev\tNAME`` for one that needs no block device, else ``\tNAME``.
+
+    The list is the host's /proc/filesystems as it is at the read.  The registered
+    types are a property of the kernel (its config and the modules it loaded), not of
+    what is mounted, and the modeled kernel is the host's kernel: a program deciding
+    from this file (libselinux looks for selinuxfs, systemd and mount(8) for the
+    types they may use) must find what it finds natively, byte for byte.  Only when
+    the host's file cannot be read does the model fall back to the types its own
+    mount table shows (proc and devtmpfs ``nodev``, the host filesystems beside them
+    as the mounts name them)."""
     try:
-        with open("/proc/filesystems") as f:
-            host = [line.rstrip("\n").split("\t") for line in f]
+        with open("/proc/filesystems", "rb") as f:
+            host = f.read()
     except OSError:
-        host = []
-    known = [(mark, name) for mark, name in (row for row in host if len(row) == 2) if name in types]
-    rest = sorted(types - {name for _, name in known})
-    return "".join(f"{mark}\t{name}\n" for mark, name in known) + "".join(f"nodev\t{n}\n" for n in rest)
+        host = b""
+    if host:
+        return host.decode("latin-1")
+    types = dict.fromkeys(line.split(" ")[2] for line in mounts_text(machine).splitlines() if line.count(" ") >= 2)
+    nodev = {"proc", "devtmpfs", "tmpfs", "overlay", "sysfs", "ramfs", "fuse"}
+    return "".join(f"{'nodev' if name in nodev else ''}\t{name}\n" for name in types)
 
 
 def _host_mount_line(table, mnt) -> str:
@@ -253,21 +278,62 @@ def loadavg_text(machine) -> str:
 
 
 # ----------------------------------------------------------------------------- files
-class ProcSeqFile(SeqFile):
-    """An open /proc text file: the snapshot, the access mode of the open, the node's
-    attributes for fstat and its write operation (if any)."""
+class DirectRead:
+    """A /proc file without a seq_file (proc_pid_cmdline_read, environ_read,
+    auxv_read, the audit ids' read operations): every read makes the text
+    anew from the task's state of that moment and copies from the file offset."""
 
-    def __init__(self, text: bytes, node: "ProcFileNode", task, readable: bool, writable: bool):
+    def __init__(self, show):
+        self._show = show
+
+    def read(self, pos: int, want: int) -> bytes | int:
+        text = self._show()
+        return text[pos : pos + want] if isinstance(text, bytes) else text
+
+    def lseek(self, f_pos: int, offset: int, whence: int) -> int:
+        if whence == SEEK_CUR:
+            offset += f_pos
+        elif whence != SEEK_SET:
+            return -E.EINVAL
+        return -E.EINVAL if offset < 0 else offset
+
+
+class ProcSeqFile(SeqFile):
+    """An open /proc text file: its reader (a :class:`SeqFileState` over the file's
+    seq_operations, or a :class:`DirectRead`), the access mode of the open, the
+    node's attributes for fstat and its write operation (if any).  Nothing is made
+    at open: the text comes at read time, as the kernel's does."""
+
+    def __init__(self, reader, node: "ProcFileNode", task, readable: bool, writable: bool):
         attrs = node.attrs(task)
-        super().__init__(text, attrs.ino)
+        super().__init__(b"", attrs.ino)
+        self.reader = reader
         self.node, self.task = node, task
         self.readable, self.writable = readable, writable
 
     def read(self, count, interrupted):
-        return super().read(count, interrupted) if self.readable else -E.EBADF
+        if not self.readable:
+            return -E.EBADF
+        data = self.reader.read(self.pos, min(count, READ_CHUNK))
+        if isinstance(data, bytes):
+            self.pos += len(data)
+        return data
 
     def pread(self, count, offset):
-        return super().pread(count, offset) if self.readable else -E.EBADF
+        if not self.readable:
+            return -E.EBADF
+        if offset < 0:
+            return -E.EINVAL
+        return self.reader.read(offset, min(count, READ_CHUNK))
+
+    def lseek(self, offset, whence):
+        """seq_lseek: a failed traverse leaves the file at offset 0."""
+        new = self.reader.lseek(self.pos, offset, whence)
+        if new >= 0:
+            self.pos = new
+        elif new != -E.EINVAL:
+            self.pos = 0
+        return new
 
     def write(self, data):
         if not self.writable:
@@ -286,7 +352,11 @@ class ProcSeqFile(SeqFile):
 
 class ProcFileNode(SpecialNode):
     """One /proc text file: ``show(reader)`` makes its text; ``owner`` is the task
-    whose credentials own it (None: root, a system-wide file)."""
+    whose credentials own it (None: root, a system-wide file).  ``kind`` says how the
+    kernel produces it: ``"single"`` (single_open: the whole text one seq_file record,
+    made at the first read), ``"seq"`` (``show(reader)`` returns the seq_operations,
+    each record made as the reading reaches it) or ``"direct"`` (no seq_file: made
+    anew at every read)."""
 
     def __init__(
         self,
@@ -299,10 +369,12 @@ class ProcFileNode(SpecialNode):
         owner=None,
         write=None,
         no_write_errno: int = E.EINVAL,
+        kind: str = "single",
     ):
         self.fs, self.path, self.ino, self.show = fs, path, ino, show
         self.mode, self.owner, self._write = S.S_IFREG | mode, owner, write
         self.no_write_errno = no_write_errno
+        self.kind = kind
 
     def attrs(self, task):
         uid, gid = _owner_ids(self.owner)
@@ -314,14 +386,35 @@ class ProcFileNode(SpecialNode):
         if err:
             return err
         readable, writable = access_mode(flags)
-        text = self.show(task)
-        f = ProcSeqFile(text if isinstance(text, bytes) else text.encode(), self, task, readable, writable)
+        f = ProcSeqFile(self.reader(task), self, task, readable, writable)
         return keep_open_flags(f, flags)
+
+    def reader(self, task):
+        """What an open of this file reads through (the private state of one open)."""
+        if self.kind == "seq":
+            return SeqFileState(self.show(task))
+        text = functools.partial(_as_bytes, self.show, task)
+        return DirectRead(text) if self.kind == "direct" else SeqFileState(SingleOps(text))
 
     def write(self, task, data: bytes) -> int:
         if self._write is None:
             return -self.no_write_errno
         return self._write(task, data)
+
+
+def _lines(text: str) -> list[bytes]:
+    """One seq_file record per line (show_vfsmnt prints one mount a record)."""
+    return [line.encode() for line in text.splitlines(keepends=True)]
+
+
+def _cpuinfo_records(nr_cpus: int) -> list[bytes]:
+    """show_cpuinfo's records: one CPU's entry each (c_start walks the online CPUs)."""
+    return [entry.encode() + b"\n\n" for entry in cpuinfo_text(nr_cpus).split("\n\n") if entry]
+
+
+def _as_bytes(show, task) -> bytes | int:
+    text = show(task)
+    return text.encode() if isinstance(text, str) else text
 
 
 def _owner_ids(task) -> tuple[int, int]:
@@ -492,8 +585,9 @@ class ProcRoot(DirNode):
                 fs,
                 "/proc/cpuinfo",
                 TOP_INOS["cpuinfo"],
-                lambda t: cpuinfo_text(m.scheduler.nr_cpu_ids),
+                lambda t: RecordOps(lambda: _cpuinfo_records(m.scheduler.nr_cpu_ids)),
                 no_write_errno=E.EIO,
+                kind="seq",
             ),
             "loadavg": ProcFileNode(
                 fs, "/proc/loadavg", TOP_INOS["loadavg"], lambda t: loadavg_text(m), no_write_errno=E.EIO
@@ -581,8 +675,8 @@ class ProcFs:
             if not in_task_dir:
                 out.append(("task", self.task_dir(proc, task, path, base | 1)))
             out.append(("fd", self.fd_dir(proc, task, path, base | 2)))
-            out.append(file("environ", 10, lambda r: environ_bytes(proc, task), mode=0o400))
-            out.append(file("auxv", 13, lambda r: auxv_bytes(m, proc, task), mode=0o400))
+            out.append(file("environ", 10, lambda r: environ_bytes(proc, task), mode=0o400, kind="direct"))
+            out.append(file("auxv", 13, lambda r: auxv_bytes(m, proc, task), mode=0o400, kind="direct"))
             out += [
                 file("status", 3, lambda r: status_text(m, proc, task)),
                 file("personality", 16, lambda r: f"{proc.personality:08x}\n", mode=0o400),
@@ -590,9 +684,9 @@ class ProcFs:
                 file(
                     "comm", 4, lambda r: task.comm + "\n", mode=0o644, write=lambda r, data: comm_write(r, task, data)
                 ),
-                file("cmdline", 5, lambda r: cmdline_bytes(proc, task)),
+                file("cmdline", 5, lambda r: cmdline_bytes(proc, task), kind="direct"),
                 file("stat", 6, lambda r: stat_text(m, proc, task, not in_task_dir)),
-                file("maps", 7, lambda r: proc.mem.maps() if task_has_mm(proc, task) else ""),
+                file("maps", 7, lambda r: MapsOps(lambda: proc.mem if task_has_mm(proc, task) else None), kind="seq"),
             ]
             out.append(("cwd", ProcLink(self, base | 11, lambda r: fs_link(proc, task, proc.fs.pwd), owner=task)))
             out.append(("root", ProcLink(self, base | 12, lambda r: fs_link(proc, task, "/"), owner=task)))
@@ -608,10 +702,10 @@ class ProcFs:
                     ),
                 )
             )
-            out.append(file("mounts", 9, lambda r: mounts_text(m)))
+            out.append(file("mounts", 9, lambda r: RecordOps(lambda: _lines(mounts_text(m))), kind="seq"))
             # audit: no login session set one (AUDIT_UID_UNSET, AUDIT_SID_UNSET), printed "%u"
-            out.append(file("loginuid", 14, lambda r: "4294967295", mode=0o644))
-            out.append(file("sessionid", 15, lambda r: "4294967295"))
+            out.append(file("loginuid", 14, lambda r: "4294967295", mode=0o644, kind="direct"))
+            out.append(file("sessionid", 15, lambda r: "4294967295", kind="direct"))
             return out
 
         nlink = 3 if in_task_dir else 4  # pid_entry_nlink: 2 + the subdirectories
