@@ -175,6 +175,33 @@ def sweep_mounts() -> list[str]:
     return done
 
 
+# A read of a trace file: one chunk a read(), Python code between two (so a signal's
+# handler runs at once), and never more text than the buffers can hold: with recording
+# on, a trace file is read while it grows (since 5.7, "tracing: Do not disable tracing
+# when reading the trace file"; the ``pause-on-trace`` option, off by default, brings
+# the pause back), and a reader hitting its own probes would read for ever.
+READ_CHUNK = 1 << 16
+TEXT_PER_BUFFER_BYTE = 32  # a trace line's text against its ring-buffer entry, with room
+TRACE_TEXT_MIN = 1 << 20
+
+
+def read_bounded(path: str, limit: int) -> str:
+    """A file's text, read ``READ_CHUNK`` bytes at a time; :class:`HostKernelError` past
+    ``limit`` bytes.  Bytes that are not UTF-8 (a string fetcharg's) become ``\\xNN``,
+    as the model's formatting writes them."""
+    chunks, total = [], 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        while chunk := os.read(fd, READ_CHUNK):
+            total += len(chunk)
+            if total > limit:
+                raise HostKernelError(f"{os.path.basename(path)} grew past {limit} bytes while it was read")
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", errors="backslashreplace")
+
+
 class Tracefs:
     """A tracefs mount we may use: the existing one, or one we mount (and unmount).
 
@@ -311,8 +338,9 @@ class HostProbes:
     Setup and cleanup run with signals held back; before creating anything, the
     leftovers of runs that are gone are swept (:func:`sweep_leftovers`)."""
 
-    def __init__(self, tracefs: Tracefs, probes: list, path: str, syscalls: bool = False):
+    def __init__(self, tracefs: Tracefs, probes: list, path: str, syscalls: bool = False, buffer_kb: int = 0):
         self.t = tracefs
+        self.buffer_kb = buffer_kb  # per-CPU ring buffer of the instance (0: tracefs' default)
         self.group = run_tag()
         self.instance = f"instances/{self.group}"
         # every definition is checked before anything is written
@@ -334,8 +362,12 @@ class HostProbes:
                     self.created.append(d.split()[0].split(":", 1)[1])
                 os.mkdir(os.path.join(self.t.path, self.instance))
                 self.instance_made = True
+                if self.buffer_kb:
+                    self.t.write(f"{self.instance}/buffer_size_kb", str(self.buffer_kb))
+                self._filter_pids()
                 if self.syscalls:
-                    self._trace_syscalls()
+                    for rel in SYSCALL_EVENTS:
+                        self.t.write(f"{self.instance}/{rel}", "1")
                 if self.created:
                     self.t.write(f"{self.instance}/events/{self.group}/enable", "1")
                 for rel in SCHED_EVENTS:  # who descends from whom, and since when
@@ -346,31 +378,35 @@ class HostProbes:
             raise
         return self
 
-    def _trace_syscalls(self) -> None:
-        """raw_syscalls in our instance, for the child only: the pid filter
-        (``set_event_pid``, which every event of the instance obeys) holds the forking
+    def _filter_pids(self) -> None:
+        """Every event of our instance - the uprobe events, the scheduler's, raw_syscalls -
+        for the child only: the pid filter (``set_event_pid``, which trace_uprobe's
+        ``trace_trigger_soft_disabled()`` obeys as the other events do) holds the forking
         thread, and ``options/event-fork`` adds what it forks - the child - and the
-        child's own descendants.  The pid goes in before any syscall event is enabled:
-        unfiltered, every task on the machine would fill the buffer.  :meth:`spawned`
-        then takes the forking thread out (``set_event_notrace_pid``), :meth:`stop`
-        ends recording before the trace is read (our own reads would be traced)."""
-        for rel in ("set_event_pid", "set_event_notrace_pid", "options/event-fork", *SYSCALL_EVENTS):
+        child's own descendants.  The pid goes in before any event is enabled: unfiltered,
+        every task on the machine hitting a probed library (this process reading the
+        trace through libc's ``read`` among them) would fill the buffer.  :meth:`spawned`
+        then takes the forking thread out (``set_event_notrace_pid``), :meth:`stop` ends
+        recording (``tracing_on``) before the trace is read.  The breakpoints stay in
+        every process mapping the file (an ftrace uprobe has no consumer filter): only
+        the recording is the child's."""
+        for rel in ("set_event_pid", "set_event_notrace_pid", "options/event-fork", "tracing_on"):
             if not os.path.exists(os.path.join(self.t.path, self.instance, rel)):
-                raise HostKernelError(f"this kernel's tracefs has no {rel}: the syscalls cannot be traced")
+                raise HostKernelError(f"this kernel's tracefs has no {rel}: the events cannot be kept to the child")
+        if self.syscalls:
+            for rel in SYSCALL_EVENTS:
+                if not os.path.exists(os.path.join(self.t.path, self.instance, rel)):
+                    raise HostKernelError(f"this kernel's tracefs has no {rel}: the syscalls cannot be traced")
         self.t.write(f"{self.instance}/set_event_pid", str(self.tracer))
         self.t.write(f"{self.instance}/options/event-fork", "1")
-        for rel in SYSCALL_EVENTS:
-            self.t.write(f"{self.instance}/{rel}", "1")
 
     def spawned(self) -> None:
         """The child exists (and is in the pid filter): stop tracing the forking thread."""
-        if self.syscalls:
-            self.t.write(f"{self.instance}/set_event_notrace_pid", str(self.tracer))
+        self.t.write(f"{self.instance}/set_event_notrace_pid", str(self.tracer))
 
     def stop(self) -> None:
         """Recording ends (``tracing_on``): reading the trace adds nothing to it."""
-        if self.syscalls:
-            self.t.write(f"{self.instance}/tracing_on", "0")
+        self.t.write(f"{self.instance}/tracing_on", "0")
 
     def lost_events(self) -> int:
         """Events the instance's ring buffer overwrote or dropped (per_cpu/cpuN/stats:
@@ -383,7 +419,16 @@ class HostProbes:
         return lost
 
     def trace(self) -> str:
-        return self.t.read(f"{self.instance}/trace")
+        """The instance's trace, read in bounded chunks (:func:`read_bounded`) up to what
+        its buffers can hold as text (:data:`TEXT_PER_BUFFER_BYTE` a byte), recording
+        stopped first (:meth:`stop`): a trace file is read while it records, so a reader
+        hitting a probe (libc's ``read``) would make it grow as fast as it is read."""
+        self.stop()
+        kb = self.buffer_kb or int(re.sub(r"\D.*", "", self.t.read(f"{self.instance}/buffer_size_kb")) or 0)
+        per_cpu = os.path.join(self.t.path, self.instance, "per_cpu")
+        cpus = len(os.listdir(per_cpu)) if os.path.isdir(per_cpu) else os.cpu_count() or 1
+        limit = TRACE_TEXT_MIN + TEXT_PER_BUFFER_BYTE * kb * 1024 * cpus
+        return read_bounded(os.path.join(self.t.path, self.instance, "trace"), limit)
 
     def cleanup(self) -> None:
         with deferred_signals():

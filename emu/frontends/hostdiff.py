@@ -14,15 +14,22 @@ that is :mod:`emu.frontends.host_tracefs`.
 
 The native run executes the program unsandboxed as root, in the model's environment;
 a program with an interpreter runs with ADDR_NO_RANDOMIZE (as ``setarch -R``), as the
-model lays it out, so pointer fetchargs (``$retval`` of malloc) compare.  Only lines of
-the native child (from its exec on) and of its descendants count (their pids are learned
-from ``sched_process_exec``/``sched_process_fork`` in our instance):
-other processes hit probes in a shared library too.  Each thread's event stream is
-compared on its own, threads matched in the order they were created (tid order).
+model lays it out, so pointer fetchargs (``$retval`` of malloc) compare.  Only the native
+child and its descendants are recorded (the instance's pid filter with ``event-fork``,
+:meth:`HostProbes._filter_pids`: other processes, this one reading the trace among them,
+hit probes in a shared library too), recording stops before the trace is read, and the
+trace is read in bounded chunks (:func:`~emu.frontends.host_tracefs.read_bounded`), so a
+signal ends the run at once.  Of what is recorded, only lines from the child's exec on
+count (its descendants are learned from ``sched_process_exec``/``sched_process_fork``).
+Each thread's event stream is compared on its own, threads matched in the order they
+were created (tid order).
 
-The native record also has the run's stderr and, on request (``sweep --host``), the
-syscalls of the child and its descendants, traced in the same instance
-(``raw_syscalls``; :meth:`HostProbes._trace_syscalls`, :func:`parse_syscalls`).
+The native record also has the run's stderr (compared as stdout is), how many events the
+instance's ring buffer lost (its ``per_cpu/cpuN/stats`` and the trace's ``[LOST N
+EVENTS]`` lines: a trace that lost events is incomplete, and its event stream is not
+compared), and on request (``sweep --host``) the syscalls of the child and its
+descendants, traced in the same instance (``raw_syscalls``, :func:`parse_syscalls`).
+The instance's buffer is sized to the run (:func:`buffer_kb_for`: the model's events).
 
 A spec is resolved as ``run -e`` resolves it (``ProbeTargets.find_file``: the program, any
 file by path, a library's short name such as ``uprobe:libc:malloc``); the host probe goes
@@ -73,6 +80,17 @@ EXEC_LINE = re.compile(
     r"old_pid=\d+$"
 )
 ADDR_NO_RANDOMIZE = 0x0040000  # include/uapi/linux/personality.h
+# The trace file's mark of lost events before a CPU's next event (kernel/trace/trace.c,
+# print_trace_line(): "CPU:%d [LOST %lu EVENTS]").
+LOST_LINE = re.compile(r"^CPU:\d+ \[LOST (\d+) EVENTS\]$", re.M)
+EXIT_INCOMPLETE = 3  # diff's exit status when the host trace lost events (1: a divergence)
+# A trace instance's per-CPU ring buffer: an event's bytes in it are its header, the
+# common fields, the probe address(es) and the fetchargs (trace_uprobe.c); the text of
+# the model's args stands in for the fetchargs, with room.  Never more than
+# MAX_BUFFER_KB nor a quarter of the memory available, over all CPUs.
+BASE_BUFFER_KB = 1410  # a new instance's buffer_size_kb on 6.x
+EVENT_BYTES = 48
+MAX_BUFFER_KB = 256 * 1024
 # The head of any trace line (task-pid [cpu] flags timestamp: ); a line without one
 # continues the previous event: the kernel prints a string fetcharg's bytes as they are
 # (print_type_string: "%s"), so a newline in the string splits the event's line.
@@ -313,6 +331,11 @@ def parse_syscalls(text: str, tids) -> dict:
     return {tid: [tuple(c) for c in calls] for tid, calls in out.items() if calls}
 
 
+def lost_in_text(text: str) -> int:
+    """The events a trace file's text says were lost (its ``CPU:N [LOST M EVENTS]`` lines)."""
+    return sum(int(n) for n in LOST_LINE.findall(text))
+
+
 def since_exec(text: str, pid: int) -> str:
     """The trace from ``pid``'s exec on: before it, the forked child still runs the
     parent's program (Python's preexec code calls malloc too)."""
@@ -378,13 +401,17 @@ def run_native(
     no_randomize: bool | None = None,
     *,
     syscalls: bool = False,
+    buffer_kb: int = 0,
 ) -> RunRecord:
     """Run the program natively (unsandboxed, as root) under host probes (none: an
     unprobed run).  The probes, the trace instance and a tracefs mount of ours are
     removed however the run ends: an error, Ctrl-C or a fatal signal (SIGKILL: by the
     next run's sweep).  The record has the run's stderr too; with ``syscalls`` also
     the syscalls of the child and its descendants from its exec on, traced in the same
-    instance (:meth:`HostProbes._trace_syscalls`), and how many events the buffer lost.
+    instance, and always how many events the buffer lost.  ``buffer_kb``: the instance's
+    per-CPU buffer (0: tracefs' default).  Only the child and its descendants are
+    recorded, and recording stops before the trace is read
+    (:meth:`HostProbes._filter_pids`).
 
     ``no_randomize`` (default: for a program with a PT_INTERP) runs it without ASLR:
     the model lays a dynamic program out as the kernel does then (mmap_base below the
@@ -399,7 +426,7 @@ def run_native(
         tracefs = None
         try:
             tracefs = Tracefs()
-            with HostProbes(tracefs, probes, path, syscalls) as hp:
+            with HostProbes(tracefs, probes, path, syscalls, buffer_kb) as hp:
                 # Signals are held back until the Popen object is kept: one raised inside
                 # Popen's wait for the exec, or as the block ends, would orphan the child.
                 procs = []
@@ -418,7 +445,7 @@ def run_native(
                             child.wait()
                 hp.stop()
                 text = hp.trace()
-                lost = hp.lost_events() if syscalls else 0
+                lost = max(hp.lost_events(), lost_in_text(text))
         finally:
             if tracefs is not None:
                 tracefs.close()
@@ -465,7 +492,7 @@ def run_model(
     else:
         status = f"stopped ({r.reason})"
     lines = parse_trace("\n".join(m.uprobes.trace.lines))
-    return RunRecord(status, r.stdout, _events_from_lines(lines, probes, path))
+    return RunRecord(status, r.stdout, _events_from_lines(lines, probes, path), r.stderr)
 
 
 def per_thread(events: list[Event]) -> list[tuple[int, list[Event]]]:
@@ -481,17 +508,46 @@ def per_thread(events: list[Event]) -> list[tuple[int, list[Event]]]:
 
 
 def compare(native: RunRecord, model: RunRecord, context: int = 3) -> list[str]:
-    """Lines describing the first divergence (empty when the runs agree); the event
-    streams are compared thread by thread (:func:`per_thread`)."""
+    """Lines describing the first divergence (empty when the runs agree): exit status,
+    stdout and stderr (:func:`compare_outputs`), then the event streams thread by thread
+    (:func:`compare_events`) - unless the host trace lost events: then a line saying so
+    (:func:`lost_line`) stands in for them."""
+    out = compare_outputs(native, model)
+    lost = lost_line(native)
+    return out + ([lost] if lost is not None else compare_events(native, model, context))
+
+
+def lost_line(native: RunRecord) -> str | None:
+    """What to say of a native trace that lost events (None: complete).  Its event
+    stream misses events (the oldest, overwritten), so no event of it is compared."""
+    if not native.lost_events:
+        return None
+    return (
+        f"events lost: the host trace buffer lost {native.lost_events} events "
+        "(overrun); the event streams are not compared (--buffer-kb sets the buffer)"
+    )
+
+
+def _first_difference(what: str, a: bytes, b: bytes) -> list[str]:
+    if a == b:
+        return []
+    i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
+    return [f"{what} differs at byte {i}: host {a[max(0, i - 20) : i + 20]!r}, model {b[max(0, i - 20) : i + 20]!r}"]
+
+
+def compare_outputs(native: RunRecord, model: RunRecord) -> list[str]:
+    """Exit status, stdout and stderr: what the trace buffer does not hold."""
     out = []
     if native.status != model.status:
         out.append(f"exit status differs: host {native.status}, model {model.status}")
-    if native.stdout != model.stdout:
-        a, b = native.stdout, model.stdout
-        i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
-        out.append(
-            f"stdout differs at byte {i}: host {a[max(0, i - 20) : i + 20]!r}, model {b[max(0, i - 20) : i + 20]!r}"
-        )
+    out += _first_difference("stdout", native.stdout, model.stdout)
+    out += _first_difference("stderr", native.stderr, model.stderr)
+    return out
+
+
+def compare_events(native: RunRecord, model: RunRecord, context: int = 3) -> list[str]:
+    """The event streams, thread by thread (:func:`per_thread`)."""
+    out = []
     host_threads, model_threads = per_thread(native.events), per_thread(model.events)
     if len(host_threads) != len(model_threads):
         out.append(f"threads with events differ: host {len(host_threads)}, model {len(model_threads)}")
@@ -526,25 +582,59 @@ def cmd_diff(args) -> int:
         argv = [path, *args.args]
         kernel = host_profile_name() if args.kernel == "auto" else args.kernel
         probes, _ = resolve_specs(path, args.event, (args.program,), kernel)
-        native = run_native(path, argv, probes, stdin, args.timeout)
+        # the model first: its events size the host's trace buffer
         model = run_model(path, argv, probes, stdin, kernel, args.max_insns or None)
+        buffer_kb = min(args.buffer_kb, max_buffer_kb()) if args.buffer_kb else buffer_kb_for(model.events)
+        native = run_native(path, argv, probes, stdin, args.timeout, buffer_kb=buffer_kb)
     finally:
         if tmpdir:
             for f in os.listdir(tmpdir):
                 os.unlink(os.path.join(tmpdir, f))
             os.rmdir(tmpdir)
-    problems = compare(native, model)
     summary = (
         f"host {os.uname().release} vs model {kernel}: {native.status}, "
         f"{len(native.stdout)} bytes of stdout, {len(native.events)} events"
     )
-    if not problems:
-        print(f"agree: {summary}")
-        return 0
-    print(f"DIVERGE ({summary.split(': ', 1)[0]})")
-    for line in problems:
-        print(line)
-    return 1
+    lost = lost_line(native)
+    problems = compare_outputs(native, model)
+    if not problems and lost is None:
+        problems = compare_events(native, model)
+    if problems:
+        print(f"DIVERGE ({summary.split(': ', 1)[0]})")
+        for line in problems:
+            print(line)
+        if lost is not None:
+            print(lost)
+        return 1
+    if lost is not None:
+        print(f"INCOMPLETE ({summary.split(': ', 1)[0]}): exit status, stdout and stderr agree")
+        print(lost)
+        return EXIT_INCOMPLETE
+    print(f"agree: {summary}")
+    return 0
+
+
+def max_buffer_kb() -> int:
+    """The largest per-CPU buffer a run asks for: MAX_BUFFER_KB, and all CPUs' buffers
+    together at most a quarter of MemAvailable (the ring buffer is unswappable)."""
+    available = MAX_BUFFER_KB * 4 * (os.cpu_count() or 1)
+    try:
+        with open("/proc/meminfo") as f:
+            m = re.search(r"^MemAvailable:\s+(\d+) kB$", f.read(), re.M)
+        if m:
+            available = int(m.group(1))
+    except OSError:
+        pass
+    return max(BASE_BUFFER_KB, min(MAX_BUFFER_KB, available // 4 // (os.cpu_count() or 1)))
+
+
+def buffer_kb_for(events: list[Event]) -> int:
+    """The per-CPU buffer the host trace of a run needs (one thread's events can all land
+    on one CPU): the model's events twice over, on top of a new instance's default (the
+    scheduler's events, the forking thread's before the exec), at most
+    :func:`max_buffer_kb`.  A host run with more events than that loses some, and says so."""
+    need = 2 * sum(EVENT_BYTES + len(e.args) for e in events)
+    return min(BASE_BUFFER_KB + -(-need // 1024), max_buffer_kb())
 
 
 def _program_path(program: str) -> tuple[str, str | None]:

@@ -24,7 +24,10 @@ def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentPar
         "ROOT: diff only programs you trust. Host probes, the trace "
         "instance and any tracefs mount of ours are removed on exit, "
         "error, Ctrl-C and fatal signals; after a SIGKILL the next "
-        "run removes them.",
+        "run removes them. Only PROGRAM and its descendants are recorded. "
+        "Exit status: 0 the runs agree, 1 they diverge (exit status, stdout, stderr or "
+        "events), 2 an error, 3 the host trace lost events (its buffer overran: the event "
+        "streams are not compared; the rest agrees).",
     )
     p.add_argument(
         "-e",
@@ -40,5 +43,13 @@ def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentPar
     p.add_argument("--timeout", type=seconds, default=60.0, metavar="S")
     p.add_argument(
         "--max-insns", type=count, default=0, metavar="N", help="exact instruction budget of the model run (0 = none)"
+    )
+    p.add_argument(
+        "--buffer-kb",
+        type=count,
+        default=0,
+        metavar="KB",
+        help="per-CPU trace buffer of the native run (0 = sized to the model run's events); "
+        "at most a quarter of the available memory",
     )
     p.set_defaults(func=lazy_command("emu.frontends.hostdiff", "cmd_diff"))
