@@ -41,6 +41,7 @@ it), so a layout difference does not count as a divergence of the probe address.
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import os
 import re
@@ -62,6 +63,7 @@ from emu.frontends.host_tracefs import (
     run_tag,
 )
 from emu.frontends.launch import read_stdin_file
+from emu.frontends.options import clock_start
 from emu.inspect import DEFAULT_ENV
 from emu.machine import Machine
 from emu.probes.probe_spec import parse_user_spec
@@ -467,9 +469,16 @@ def run_native(
 
 
 def run_model(
-    path: str, argv: list[str], probes: list[ResolvedProbe], stdin: bytes, kernel: str, max_insns: int | None
+    path: str,
+    argv: list[str],
+    probes: list[ResolvedProbe],
+    stdin: bytes,
+    kernel: str,
+    max_insns: int | None,
+    realtime_ns: int | None = None,
 ) -> RunRecord:
-    m = Machine.from_elf(path, argv=argv, stdin=stdin, kernel=kernel)
+    """The model's run; ``realtime_ns``: its CLOCK_REALTIME at start (None: the fixed one)."""
+    m = Machine.from_elf(path, argv=argv, stdin=stdin, kernel=kernel, realtime_ns=realtime_ns)
     group = "uemu"
     for p in probes:
         try:
@@ -577,13 +586,17 @@ def compare_events(native: RunRecord, model: RunRecord, context: int = 3) -> lis
 
 def cmd_diff(args) -> int:
     stdin = read_stdin_file(args.stdin)
+    try:
+        clock = clock_start(args.clock)  # "host" is read here, as the runs start
+    except argparse.ArgumentTypeError as e:
+        raise InputError(f"--clock: {e}") from None
     path, tmpdir = _program_path(args.program)
     try:
         argv = [path, *args.args]
         kernel = host_profile_name() if args.kernel == "auto" else args.kernel
         probes, _ = resolve_specs(path, args.event, (args.program,), kernel)
         # the model first: its events size the host's trace buffer
-        model = run_model(path, argv, probes, stdin, kernel, args.max_insns or None)
+        model = run_model(path, argv, probes, stdin, kernel, args.max_insns or None, realtime_ns=clock)
         buffer_kb = min(args.buffer_kb, max_buffer_kb()) if args.buffer_kb else buffer_kb_for(model.events)
         native = run_native(path, argv, probes, stdin, args.timeout, buffer_kb=buffer_kb)
     finally:
@@ -591,8 +604,9 @@ def cmd_diff(args) -> int:
             for f in os.listdir(tmpdir):
                 os.unlink(os.path.join(tmpdir, f))
             os.rmdir(tmpdir)
+    aligned = "fixed clock" if clock is None else "host clock" if args.clock == "host" else f"clock at {args.clock}"
     summary = (
-        f"host {os.uname().release} vs model {kernel}: {native.status}, "
+        f"host {os.uname().release} vs model {kernel}, {aligned}: {native.status}, "
         f"{len(native.stdout)} bytes of stdout, {len(native.events)} events"
     )
     lost = lost_line(native)

@@ -40,6 +40,13 @@ def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentPar
     )
     p.add_argument("--kernel", default="auto", metavar="auto|V", help="model profile; auto = the host's release")
     p.add_argument("--stdin", metavar="FILE")
+    p.add_argument(
+        "--clock",
+        default="host",
+        metavar="host|fixed|SECONDS",
+        help="the model's CLOCK_REALTIME at start: host (default: this host's time when the model starts, so "
+        "both runs date files alike), fixed (the model's 2026-01-01) or seconds since the epoch",
+    )
     p.add_argument("--timeout", type=seconds, default=60.0, metavar="S")
     p.add_argument(
         "--max-insns", type=count, default=0, metavar="N", help="exact instruction budget of the model run (0 = none)"
