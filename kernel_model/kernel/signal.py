@@ -23,6 +23,7 @@ from kernel_model.arch.x86.kernel.signal import (
     SI_TKILL,
     SIG_DFL,
     SIG_IGN,
+    SIGKILL,
     SS_AUTODISARM,
     SS_DISABLE,
     SS_ONSTACK,
@@ -362,12 +363,23 @@ SIGRTMIN = 32
 SIGSEGV = 11
 # SYNCHRONOUS_MASK: SIGILL SIGTRAP SIGBUS SIGFPE SIGSEGV SIGSYS, dequeued before others
 SYNCHRONOUS_SIGNALS = frozenset((4, 5, 7, 8, 11, 31))
+# SIG_KERNEL_COREDUMP_MASK: SIGQUIT SIGILL SIGTRAP SIGABRT SIGBUS SIGFPE SIGSEGV SIGXCPU
+# SIGXFSZ SIGSYS - a fatal one dumps core instead of starting the group exit at once
+COREDUMP_SIGNALS = frozenset((3, 4, 5, 6, 7, 8, 11, 24, 25, 31))
 
 
 @functools.cache
 def sigmask(signo: int) -> int:
     """sigmask(): the bit of ``signo`` in a sigset."""
     return 1 << (signo - 1)
+
+
+def set_tif_sigpending(task) -> None:
+    """signal_wake_up's set_tsk_thread_flag(TIF_SIGPENDING): a new signal for ``task``
+    makes get_signal look again, also after uprobe_deny_signal cleared the flag."""
+    utask = task.utask
+    if utask is not None:
+        utask.sigpending = True
 
 
 def legacy_queue(queue: list, sig: PendingSignal) -> None:
@@ -401,6 +413,8 @@ class SignalSending(KernelBase):
         (the kernel's own signals) delivers it through a blocked mask (a blocked fault
         kills); ``force=False`` is an ordinary sent signal, which a mask holds back."""
         legacy_queue(task.pending_signals, PendingSignal(signo, addr, detail, code, force, info))
+        if force or not task.sigmask & sigmask(signo):
+            set_tif_sigpending(task)  # complete_signal -> signal_wake_up
 
     def send_process_sig(
         self, proc, signo: int, *, detail: str = "", code: int | None = None, info: bytes | None = None
@@ -411,6 +425,7 @@ class SignalSending(KernelBase):
         legacy_queue(proc.signal.shared_pending, PendingSignal(signo, None, detail, code, False, info))
         for t in proc.tasks:
             if not t.sigmask & sigmask(signo):
+                set_tif_sigpending(t)
                 self.signal_wake_up(t)
                 break
 
@@ -426,10 +441,29 @@ class SignalSending(KernelBase):
 
     def signal_pending(self, task) -> bool:
         """``signal_pending()`` (TIF_SIGPENDING after recalc_sigpending): a signal the
-        task's mask does not block, or a forced one, is queued."""
+        task's mask does not block, or a forced one, is queued - and uprobe_deny_signal
+        has not cleared the flag (then an interruptible sleep sleeps on)."""
         if not task.pending_signals and not task.process.signal.shared_pending:
             return False
         return self.next_signal(task) is not None
+
+    def fatal_signal_pending(self, task) -> bool:
+        """``__fatal_signal_pending``: SIGKILL in the task's pending set, where
+        complete_signal put it for a signal fatal to the whole group - SIGKILL, or a
+        signal at its default action that kills without a core dump, not blocked (a
+        forced one - force_sig - is unblocked and reset to the default first)."""
+        actions = task.process.sighand.action
+        for p in (*task.pending_signals, *task.process.signal.shared_pending):
+            signo = p.signo
+            if signo == SIGKILL:
+                return True
+            blocked = bool(task.sigmask & sigmask(signo))
+            if (blocked and not p.force) or signo in COREDUMP_SIGNALS or signo in IGNORED_BY_DEFAULT:
+                continue
+            handler = parse_sigaction(actions.get(signo))[0]
+            if blocked or handler == SIG_DFL or (p.force and handler == SIG_IGN):
+                return True
+        return False
 
     def pending_set(self, task) -> int:
         """The pending signals of ``task`` as a sigset: its own and its process's."""
@@ -442,7 +476,12 @@ class SignalSending(KernelBase):
         """dequeue_signal/next_signal: (queue, index) of the signal to deliver - the
         task's own queue before the process's, synchronous (fault) signals first, then
         the lowest number; blocked ones stay queued unless forced.  ``wanted`` (a
-        sigset, rt_sigtimedwait) takes any signal in it instead, blocked or not."""
+        sigset, rt_sigtimedwait) takes any signal in it instead, blocked or not.
+        Without ``wanted`` it answers the exit to user mode, which looks only while
+        TIF_SIGPENDING is set: nothing while uprobe_deny_signal holds the signals of an
+        out-of-line step back."""
+        if wanted is None and task.utask is not None and not task.utask.sigpending:
+            return None
         for queue in (task.pending_signals, task.process.signal.shared_pending):
             if wanted is not None:
                 ok = [(i, p) for i, p in enumerate(queue) if wanted & sigmask(p.signo)]

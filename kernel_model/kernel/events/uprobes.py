@@ -27,6 +27,8 @@ from kernel_model.kernel.events.uprobes_types import (
     UPROBE_HANDLER_REMOVE,
     UTASK_RUNNING,
     UTASK_SSTEP,
+    UTASK_SSTEP_ACK,
+    UTASK_SSTEP_TRAPPED,
     MmUprobes,
     Uprobe,
     UprobeConsumer,
@@ -703,7 +705,7 @@ class Uprobes:
         sync = self.sync
         if sync.log is not None:
             sync.pre_ssout(task, task.process, uprobe)
-        arch.arch_uprobe_pre_xol(au, regs, utask)
+        arch.arch_uprobe_pre_xol(au, regs, utask, task.thread_fault)
         utask.active_uprobe = uprobe
         utask.state = UTASK_SSTEP
         self.machine.counters.xol_singlesteps += 1
@@ -720,12 +722,28 @@ class Uprobes:
         self.machine.write_regs(regs)
 
     def handle_debug(self, task, regs) -> bool:
-        """``uprobe_post_sstep_notifier`` + ``handle_singlestep``."""
+        """``uprobe_post_sstep_notifier`` + ``handle_singlestep``: a #DB while the task
+        has an active uprobe ends its step (UTASK_SSTEP_ACK), whatever caused the #DB."""
         utask = task.utask
         if utask is None or utask.state != UTASK_SSTEP:
             return False
+        utask.state = UTASK_SSTEP_ACK
+        self.handle_singlestep(task, regs)
+        return True
+
+    def handle_singlestep(self, task, regs) -> None:
+        """``handle_singlestep`` (uprobe_notify_resume with an active uprobe): finish the
+        step (UTASK_SSTEP_ACK: ``arch_uprobe_post_xol``) or abort it
+        (UTASK_SSTEP_TRAPPED: ``arch_uprobe_abort_xol``, rip back at the probed
+        address), free the slot, and make the signals uprobe_deny_signal held back
+        pending again."""
+        utask = task.utask
         uprobe = utask.active_uprobe
-        err, sigtrap = arch.arch_uprobe_post_xol(uprobe.arch, regs, task.process.mem, utask)
+        if utask.state == UTASK_SSTEP_TRAPPED:
+            arch.arch_uprobe_abort_xol(uprobe.arch, regs, utask)
+            sigtrap = False
+        else:
+            sigtrap = arch.arch_uprobe_post_xol(uprobe.arch, regs, task.process.mem, utask)[1]
         self._end_sstep(task, utask)
         sync = self.sync
         if sync.log is not None:
@@ -734,6 +752,30 @@ class Uprobes:
             self.events.publish(ev.XolDone(task, uprobe, regs.rip))
         if sigtrap:
             self.machine.send_sig(task, SIGTRAP, detail="single-step after a probed instruction")
+
+    def uprobe_deny_signal(self, task) -> bool:
+        """``uprobe_deny_signal``, the first thing get_signal() asks once a signal is
+        pending: a task single-stepping out of line (an active uprobe) takes no signal
+        until the step is over.  TIF_SIGPENDING is cleared (the signals stay queued,
+        ``signal_denied`` remembers them) and get_signal delivers nothing; the #DB that
+        ends the step (handle_singlestep) makes them pending again.  A fatal signal, or
+        a trap of the slot instruction itself (arch_uprobe_xol_was_trapped), cannot
+        wait: the step is marked UTASK_SSTEP_TRAPPED for uprobe_notify_resume to abort
+        before the signal is taken.  True when the task is stepping.
+
+        A step that never ends - the rt_sigreturn of a probed ``syscall`` in
+        ``__restore_rt`` restores EFLAGS without TF, so no #DB comes - leaves the task
+        in UTASK_SSTEP and every later signal held back, as on Linux.  Before 6.15 the
+        flag was cleared under siglock and recalc_sigpending() re-raised it
+        (``sstep_siglock``); what a task sees is the same."""
+        utask = task.utask
+        if utask is None or utask.active_uprobe is None:
+            return False
+        if utask.sigpending:  # task_sigpending(): the caller found a signal to take
+            utask.signal_denied = True
+            utask.sigpending = False
+            if self.kernel.fatal_signal_pending(task) or arch.arch_uprobe_xol_was_trapped(task):
+                utask.state = UTASK_SSTEP_TRAPPED  # set_tsk_thread_flag(TIF_UPROBE)
         return True
 
     def _end_sstep(self, task, utask: UprobeTask) -> None:
@@ -746,6 +788,9 @@ class Uprobes:
         utask.active_uprobe = None
         utask.state = UTASK_RUNNING
         utask.xol_slot = -1
+        if utask.signal_denied:  # set_thread_flag(TIF_SIGPENDING)
+            utask.signal_denied = False
+            utask.sigpending = True
 
     def abort_xol_on_fault(self, task, regs) -> None:
         """The slot instruction faulted: arch_uprobe_abort_xol, then the signal is

@@ -24,7 +24,12 @@ if TYPE_CHECKING:
 UPROBE_HANDLER_REMOVE = 1
 UPROBE_HANDLER_IGNORE = 2
 UINSNS_PER_PAGE = PAGE_SIZE // UPROBE_XOL_SLOT_BYTES  # 32 slots, slot 0 reserved
+# enum uprobe_task_state: UTASK_SSTEP while the out-of-line step runs; the #DB that ends
+# it makes it UTASK_SSTEP_ACK (uprobe_post_sstep_notifier), a fatal signal or a trap of
+# the slot instruction UTASK_SSTEP_TRAPPED (uprobe_deny_signal); handle_singlestep then
+# finishes (post_xol) or aborts (abort_xol) the step
 UTASK_RUNNING, UTASK_SSTEP = "running", "sstep"
+UTASK_SSTEP_ACK, UTASK_SSTEP_TRAPPED = "sstep_ack", "sstep_trapped"
 MAX_URETPROBE_DEPTH = 64
 
 # ----------------------------------------------------------------------------- objects
@@ -104,6 +109,9 @@ class ArchUprobeTask:
 
     saved_scratch_register: int = 0
     saved_tf: bool = False
+    # the task's last trap (``thread.trap_nr``; the model's ``Task.thread_fault``) when
+    # the step began: arch_uprobe_xol_was_trapped() asks whether a trap came since
+    saved_trap_nr: tuple[int, int, int] | None = None
 
 
 @dataclass
@@ -118,6 +126,13 @@ class UprobeTask:
     autask: ArchUprobeTask = field(default_factory=ArchUprobeTask)
     return_instances: list = field(default_factory=list)  # top of stack = end of list
     pending_sstep: tuple | None = None  # (uprobe, vaddr) waiting for a slot
+    # uprobe_deny_signal held a signal back during the step: handle_singlestep sets
+    # TIF_SIGPENDING again (``utask->signal_denied``; recalc_sigpending() before 6.15)
+    signal_denied: bool = False
+    # TIF_SIGPENDING as uprobe_deny_signal left it: False while it is cleared (the
+    # pending signals wait), True again once a new signal is sent to the task
+    # (signal_wake_up) or the step ends
+    sigpending: bool = True
     depth: int = 0
     ri_pool: list = field(default_factory=list)
     ri_array: list | None = None

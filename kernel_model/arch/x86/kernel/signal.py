@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from kernel_model.arch.x86.kernel.fpu import FXSAVE_SIZE, USER_XFEATURES, USER_XSTATE_SIZE, XFEATURE_MASK_FPSSE
 from kernel_model.arch.x86.ptrace import TF
+from kernel_model.kernel.events.uprobes_types import UTASK_SSTEP_TRAPPED
 from kernel_model.kernel.kernel_base import KernelBase
 from kernel_model.kernel.signals import RunResult
 from kernel_model.mm.mm_types import GuestFault
@@ -325,8 +326,16 @@ class SignalDelivery(KernelBase):
         """Deliver the task's deliverable signals (get_signal -> handle_signal) - a
         handler frame (rt_sigframe) each, or the default action; each frame's mask
         update applies to the next pick - then restart an interrupted syscall no
-        handler took, and restore rt_sigsuspend's mask."""
+        handler took, and restore rt_sigsuspend's mask.  A task single-stepping out of
+        line takes none (get_signal's ``uprobe_deny_signal``) unless the step must be
+        aborted first (a fatal signal, a trap of the slot instruction)."""
+        uprobes = self.uprobes
         while (nxt := self.next_signal(task)) is not None:
+            if task.utask is not None and uprobes.uprobe_deny_signal(task):  # get_signal
+                if task.utask.state != UTASK_SSTEP_TRAPPED:
+                    break  # held back until the out-of-line step ends
+                uprobes.handle_singlestep(task, regs)  # TIF_UPROBE: the step is aborted first
+                continue
             queue, i = nxt
             sig = queue.pop(i)
             self.handle_signal(task, sig, regs)
@@ -339,6 +348,11 @@ class SignalDelivery(KernelBase):
             if task is self.task:
                 regs.orig_rax = -1  # the syscall is over: back in user mode
                 self.write_back_in_trap(regs)
+                if self._in_syscall and regs.tf:
+                    # a syscall stepped out of line whose signals wait (uprobe_deny_signal)
+                    # returns by IRET with TF: the #DB comes after the NEXT instruction,
+                    # as on do_syscall_64's own return (the engine's #DB at once is dropped)
+                    self._db_after_syscall = (task, regs.rip)
         if task.saved_sigmask is not None and task.state != "dead":
             task.sigmask, task.saved_sigmask = task.saved_sigmask, None  # restore_saved_sigmask
 

@@ -8,8 +8,9 @@ instruction one ``struct uprobe_xol_ops`` (:class:`UprobeXolOps`): ``branch_xol_
 ``default_pre_xol_op`` / ``default_post_xol_op`` / ``default_abort_op``).  The generic
 ``arch_uprobe_skip_sstep``, ``arch_uprobe_pre_xol``, ``arch_uprobe_post_xol`` and
 ``arch_uprobe_abort_xol`` call through ``auprobe.ops`` as the kernel does; nothing at
-hit time looks at the class name.  Also ``arch_uretprobe_hijack_return_addr`` and
-``arch_uretprobe_is_alive``.  The decoding itself lives in ``insn_x86``.
+hit time looks at the class name.  ``arch_uprobe_xol_was_trapped`` tells
+``uprobe_deny_signal`` whether a pending signal came from the slot instruction.  Also
+``arch_uretprobe_hijack_return_addr`` and ``arch_uretprobe_is_alive``.  The decoding itself lives in ``insn_x86``.
 
 Functions take the task's pt_regs (``kernel_model.arch.x86.ptrace.PtRegs``), the process memory and the
 ``UprobeTask`` (the kernel's ``current->utask``); none touches Unicorn.  The optimized
@@ -220,7 +221,7 @@ def arch_uprobe_skip_sstep(au: ArchUprobe, regs, mem) -> bool:
     return emulate is not None and emulate(au, regs, mem)
 
 
-def arch_uprobe_pre_xol(au: ArchUprobe, regs, utask) -> int:
+def arch_uprobe_pre_xol(au: ArchUprobe, regs, utask, trap_nr: tuple[int, int, int] | None = None) -> int:
     """``ops->pre_xol``, then point rip at the slot and set TF (saving the task's own TF).
 
     The slot holds all 16 ``ixol`` bytes.  For a probed ``syscall`` that matters: SYSCALL
@@ -234,9 +235,22 @@ def arch_uprobe_pre_xol(au: ArchUprobe, regs, utask) -> int:
         if err:
             return err
     regs.rip = utask.xol_vaddr
+    # the kernel saves thread.trap_nr and sets UPROBE_TRAP_NR (-1), so that a trap during
+    # the step shows (arch_uprobe_xol_was_trapped); the model keeps the task's last trap
+    # (``trap_nr``: Task.thread_fault, which every trap that records one replaces)
+    utask.autask.saved_trap_nr = trap_nr
     utask.autask.saved_tf = bool(regs.tf)
     regs.tf = TF
     return 0
+
+
+def arch_uprobe_xol_was_trapped(task) -> bool:
+    """``arch_uprobe_xol_was_trapped``: did a trap (a #PF, #GP... that recorded its
+    ``thread.trap_nr``) come since ``arch_uprobe_pre_xol``?  Then the pending signal is
+    the slot instruction's own and uprobe_deny_signal aborts the step
+    (UTASK_SSTEP_TRAPPED) instead of holding the signal back: the signal is reported at
+    the probed address and, after a handler, the same instruction runs again."""
+    return task.thread_fault is not task.utask.autask.saved_trap_nr
 
 
 def arch_uprobe_post_xol(au: ArchUprobe, regs, mem, utask) -> tuple[int, bool]:
