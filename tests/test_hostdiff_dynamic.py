@@ -189,12 +189,14 @@ def test_threads_and_children_are_compared_stream_by_stream(malloc_exe, mode, st
 
 
 @needs_tracefs
-def test_a_differing_library_probe_is_reported(malloc_exe, monkeypatch):
+def test_a_differing_library_probe_is_reported(malloc_exe):
     """%sp at malloc differs when the stack differs: the native environment is made
     longer than the model's, so the same probe must be reported as a divergence."""
-    real = hostdiff.DEFAULT_ENV
-    monkeypatch.setattr(hostdiff, "DEFAULT_ENV", [*real, "PAD=" + "x" * 300])
-    native, model, problems = diff(malloc_exe, ["p:g/e libc:malloc sp=%sp"], ["2"])
+    probes, _ = hostdiff.resolve_specs(malloc_exe, ["p:g/e libc:malloc sp=%sp"])
+    argv = [malloc_exe, "2"]
+    native = hostdiff.run_native(malloc_exe, argv, probes, b"", 60, env_extra=("PAD=" + "x" * 300,))
+    model = hostdiff.run_model(malloc_exe, argv, probes, b"", hostdiff.host_profile_name(), 10**9)
+    problems = hostdiff.compare(native, model)
     assert problems and problems[0] == "event stream differs at event #1:", problems
     assert native.events[0].args != model.events[0].args, (native.events[0], model.events[0])
     assert our_probes_left() == []

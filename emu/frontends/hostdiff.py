@@ -47,10 +47,12 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
+from emu.frontends import glibc_tunables
 from emu.frontends.host_tracefs import (
     HostKernelError,
     HostProbes,
@@ -369,7 +371,7 @@ def descendants(text: str, root: int) -> set[int]:
 # ----------------------------------------------------------------------------- runs
 
 
-def _popen_native(cmd: list[str], mask, no_randomize: bool = True) -> subprocess.Popen:
+def _popen_native(cmd: list[str], mask, no_randomize: bool = True, env_extra: tuple[str, ...] = ()) -> subprocess.Popen:
     """The native process; it starts with the signal mask ``mask`` (ours before
     :func:`deferred_signals` blocked anything) and, if ``no_randomize``,
     ADDR_NO_RANDOMIZE added to its personality, as ``setarch -R`` does: the exec then
@@ -388,7 +390,7 @@ def _popen_native(cmd: list[str], mask, no_randomize: bool = True) -> subprocess
         if current == -1 or personality(current | ADDR_NO_RANDOMIZE) == -1:
             raise OSError(ctypes.get_errno(), "personality(ADDR_NO_RANDOMIZE)")
 
-    env = dict(item.split("=", 1) for item in DEFAULT_ENV)
+    env = dict(item.split("=", 1) for item in (*DEFAULT_ENV, *env_extra))
     return subprocess.Popen(
         cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=child_setup, env=env
     )
@@ -404,6 +406,7 @@ def run_native(
     *,
     syscalls: bool = False,
     buffer_kb: int = 0,
+    env_extra: tuple[str, ...] = (),
 ) -> RunRecord:
     """Run the program natively (unsandboxed, as root) under host probes (none: an
     unprobed run).  The probes, the trace instance and a tracefs mount of ours are
@@ -434,7 +437,7 @@ def run_native(
                 procs = []
                 try:
                     with deferred_signals() as mask:
-                        procs.append(_popen_native([path, *argv[1:]], mask, no_randomize))
+                        procs.append(_popen_native([path, *argv[1:]], mask, no_randomize, env_extra))
                     proc = procs[0]
                     hp.spawned()
                     out, err = proc.communicate(stdin, timeout=timeout)
@@ -476,9 +479,13 @@ def run_model(
     kernel: str,
     max_insns: int | None,
     realtime_ns: int | None = None,
+    env_extra: tuple[str, ...] = (),
 ) -> RunRecord:
-    """The model's run; ``realtime_ns``: its CLOCK_REALTIME at start (None: the fixed one)."""
-    m = Machine.from_elf(path, argv=argv, stdin=stdin, kernel=kernel, realtime_ns=realtime_ns)
+    """The model's run; ``realtime_ns``: its CLOCK_REALTIME at start (None: the fixed one);
+    ``env_extra``: variables added to the environment both sides get."""
+    m = Machine.from_elf(
+        path, argv=argv, env=[*DEFAULT_ENV, *env_extra], stdin=stdin, kernel=kernel, realtime_ns=realtime_ns
+    )
     group = "uemu"
     for p in probes:
         try:
@@ -596,9 +603,12 @@ def cmd_diff(args) -> int:
         kernel = host_profile_name() if args.kernel == "auto" else args.kernel
         probes, _ = resolve_specs(path, args.event, (args.program,), kernel)
         # the model first: its events size the host's trace buffer
-        model = run_model(path, argv, probes, stdin, kernel, args.max_insns or None, realtime_ns=clock)
+        env_extra, glibc = glibc_alignment(args.glibc_tunables)
+        model = run_model(
+            path, argv, probes, stdin, kernel, args.max_insns or None, realtime_ns=clock, env_extra=env_extra
+        )
         buffer_kb = min(args.buffer_kb, max_buffer_kb()) if args.buffer_kb else buffer_kb_for(model.events)
-        native = run_native(path, argv, probes, stdin, args.timeout, buffer_kb=buffer_kb)
+        native = run_native(path, argv, probes, stdin, args.timeout, buffer_kb=buffer_kb, env_extra=env_extra)
     finally:
         if tmpdir:
             for f in os.listdir(tmpdir):
@@ -606,7 +616,7 @@ def cmd_diff(args) -> int:
             os.rmdir(tmpdir)
     aligned = "fixed clock" if clock is None else "host clock" if args.clock == "host" else f"clock at {args.clock}"
     summary = (
-        f"host {os.uname().release} vs model {kernel}, {aligned}: {native.status}, "
+        f"host {os.uname().release} vs model {kernel}, {aligned}, {glibc}: {native.status}, "
         f"{len(native.stdout)} bytes of stdout, {len(native.events)} events"
     )
     lost = lost_line(native)
@@ -626,6 +636,24 @@ def cmd_diff(args) -> int:
         return EXIT_INCOMPLETE
     print(f"agree: {summary}")
     return 0
+
+
+def glibc_alignment(choice: str) -> tuple[tuple[str, ...], str]:
+    """(the variables both sides get, the report's words for it) for ``--glibc-tunables``:
+    ``auto`` computes the ``GLIBC_TUNABLES`` under which the host's glibc sees the
+    emulated CPU (:mod:`emu.frontends.glibc_tunables`; what it cannot align is a note on
+    stderr), ``none`` adds nothing, anything else is the value itself."""
+    if choice == "none":
+        return (), "glibc as it finds each CPU"
+    if choice != "auto":
+        check_field("--glibc-tunables", choice)
+        return (f"GLIBC_TUNABLES={choice}",), "GLIBC_TUNABLES as given"
+    tunables, left = glibc_tunables.align()
+    for what in left:
+        print(f"uprobe-emu: note: the host's glibc still differs from the model's in {what}", file=sys.stderr)
+    if not tunables:
+        return (), "glibc sees one CPU"
+    return (f"GLIBC_TUNABLES={tunables}",), "glibc tunables as the model's CPU"
 
 
 def max_buffer_kb() -> int:

@@ -41,6 +41,14 @@ def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentPar
     p.add_argument("--kernel", default="auto", metavar="auto|V", help="model profile; auto = the host's release")
     p.add_argument("--stdin", metavar="FILE")
     p.add_argument(
+        "--glibc-tunables",
+        default="auto",
+        metavar="auto|none|VALUE",
+        help="GLIBC_TUNABLES of both runs: auto (default: the host's glibc is told the emulated CPU's features, "
+        "preferred flags and cache sizes, so both pick the same string-function and memmove variants), "
+        "none, or this value",
+    )
+    p.add_argument(
         "--clock",
         default="host",
         metavar="host|fixed|SECONDS",
