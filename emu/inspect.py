@@ -201,6 +201,12 @@ def process_exe_link(machine, process, task) -> str | int:
     return exe_link(machine, process, task)
 
 
+def process_rlimits(machine, process) -> list[tuple[int, int]]:
+    """``signal->rlim`` of ``process``: (soft, hard) per resource in RLIMIT_* order, as
+    getrlimit reports them (RLIM_INFINITY is 2**64 - 1)."""
+    return list(machine.syscalls.rlimits_of(process))
+
+
 # -- names --------------------------------------------------------------------------------
 
 

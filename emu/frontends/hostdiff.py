@@ -45,6 +45,7 @@ import argparse
 import ctypes
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -66,7 +67,7 @@ from emu.frontends.host_tracefs import (
 )
 from emu.frontends.launch import read_stdin_file
 from emu.frontends.options import clock_start
-from emu.inspect import DEFAULT_ENV
+from emu.inspect import DEFAULT_ENV, process_rlimits
 from emu.machine import Machine
 from emu.probes.probe_spec import parse_user_spec
 from emu.probes.symbols import load_elf_file
@@ -138,6 +139,7 @@ class RunRecord:
     stderr: bytes = b""
     syscalls: dict | None = None  # tid -> [(nr, args, ret)] (run_native(syscalls=True))
     lost_events: int = 0  # events the trace buffer lost (the trace is incomplete)
+    rlimits: list | None = None  # the model's (soft, hard) per RLIMIT_*, at its start
 
 
 def parse_trace(text: str) -> list[dict]:
@@ -371,7 +373,13 @@ def descendants(text: str, root: int) -> set[int]:
 # ----------------------------------------------------------------------------- runs
 
 
-def _popen_native(cmd: list[str], mask, no_randomize: bool = True, env_extra: tuple[str, ...] = ()) -> subprocess.Popen:
+def _popen_native(
+    cmd: list[str],
+    mask,
+    no_randomize: bool = True,
+    env_extra: tuple[str, ...] = (),
+    like_model: tuple[list | None, int | None] = (None, None),
+) -> subprocess.Popen:
     """The native process; it starts with the signal mask ``mask`` (ours before
     :func:`deferred_signals` blocked anything) and, if ``no_randomize``,
     ADDR_NO_RANDOMIZE added to its personality, as ``setarch -R`` does: the exec then
@@ -381,9 +389,15 @@ def _popen_native(cmd: list[str], mask, no_randomize: bool = True, env_extra: tu
     personality = ctypes.CDLL(None, use_errno=True).personality
     personality.argtypes, personality.restype = [ctypes.c_ulong], ctypes.c_int
 
+    rlimits, cpus = like_model
+
     def child_setup():
         if mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for res, (soft, hard) in enumerate(rlimits or ()):
+            resource.setrlimit(res, (_rlim(soft), _rlim(hard)))
+        if cpus is not None:
+            os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:cpus])
         if not no_randomize:
             return
         current = personality(0xFFFFFFFF)  # query
@@ -407,6 +421,7 @@ def run_native(
     syscalls: bool = False,
     buffer_kb: int = 0,
     env_extra: tuple[str, ...] = (),
+    like_model: tuple[list | None, int | None] = (None, None),
 ) -> RunRecord:
     """Run the program natively (unsandboxed, as root) under host probes (none: an
     unprobed run).  The probes, the trace instance and a tracefs mount of ours are
@@ -437,7 +452,7 @@ def run_native(
                 procs = []
                 try:
                     with deferred_signals() as mask:
-                        procs.append(_popen_native([path, *argv[1:]], mask, no_randomize, env_extra))
+                        procs.append(_popen_native([path, *argv[1:]], mask, no_randomize, env_extra, like_model))
                     proc = procs[0]
                     hp.spawned()
                     out, err = proc.communicate(stdin, timeout=timeout)
@@ -500,6 +515,7 @@ def run_model(
             # The model registers on the mapped file, where the refusal is an error;
             # both mean "no events from this probe".
             continue
+    rlimits = process_rlimits(m, m.main_process)
     r = m.run(max_insns=max_insns)
     if r.reason == "exit":
         status = f"exit {r.exit_code}"
@@ -508,7 +524,7 @@ def run_model(
     else:
         status = f"stopped ({r.reason})"
     lines = parse_trace("\n".join(m.uprobes.trace.lines))
-    return RunRecord(status, r.stdout, _events_from_lines(lines, probes, path), r.stderr)
+    return RunRecord(status, r.stdout, _events_from_lines(lines, probes, path), r.stderr, rlimits=rlimits)
 
 
 def per_thread(events: list[Event]) -> list[tuple[int, list[Event]]]:
@@ -604,11 +620,22 @@ def cmd_diff(args) -> int:
         probes, _ = resolve_specs(path, args.event, (args.program,), kernel)
         # the model first: its events size the host's trace buffer
         env_extra, glibc = glibc_alignment(args.glibc_tunables)
+        env_extra += tuple(args.env)
         model = run_model(
             path, argv, probes, stdin, kernel, args.max_insns or None, realtime_ns=clock, env_extra=env_extra
         )
         buffer_kb = min(args.buffer_kb, max_buffer_kb()) if args.buffer_kb else buffer_kb_for(model.events)
-        native = run_native(path, argv, probes, stdin, args.timeout, buffer_kb=buffer_kb, env_extra=env_extra)
+        # the native program gets the model's rlimits and CPU count (the model runs on 1 CPU)
+        native = run_native(
+            path,
+            argv,
+            probes,
+            stdin,
+            args.timeout,
+            buffer_kb=buffer_kb,
+            env_extra=env_extra,
+            like_model=(model.rlimits, 1),
+        )
     finally:
         if tmpdir:
             for f in os.listdir(tmpdir):
@@ -616,7 +643,9 @@ def cmd_diff(args) -> int:
             os.rmdir(tmpdir)
     aligned = "fixed clock" if clock is None else "host clock" if args.clock == "host" else f"clock at {args.clock}"
     summary = (
-        f"host {os.uname().release} vs model {kernel}, {aligned}, {glibc}: {native.status}, "
+        f"host {os.uname().release} vs model {kernel}, {aligned}, {glibc}, rlimits and 1 CPU as the model's"
+        + (f", {len(args.env)} variables added" if args.env else "")
+        + f": {native.status}, "
         f"{len(native.stdout)} bytes of stdout, {len(native.events)} events"
     )
     lost = lost_line(native)
@@ -636,6 +665,11 @@ def cmd_diff(args) -> int:
         return EXIT_INCOMPLETE
     print(f"agree: {summary}")
     return 0
+
+
+def _rlim(value: int) -> int:
+    """A limit as setrlimit takes it: RLIM_INFINITY (2**64 - 1) is resource's -1."""
+    return resource.RLIM_INFINITY if value >= (1 << 64) - 1 else value
 
 
 def glibc_alignment(choice: str) -> tuple[tuple[str, ...], str]:

@@ -12,6 +12,14 @@ if TYPE_CHECKING:
     from emu.frontends.options import SubParsers
 
 
+def env_assignment(text: str) -> str:
+    """``--env VAR=VAL``: a variable name (no ``=``, not empty) and its value."""
+    name, sep, _ = text.partition("=")
+    if not sep or not name or "\0" in text:
+        raise argparse.ArgumentTypeError(f"VAR=VAL, not {text!r}")
+    return text
+
+
 def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentParser], None]) -> None:
     p = add_program_command(
         sub,
@@ -40,6 +48,14 @@ def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentPar
     )
     p.add_argument("--kernel", default="auto", metavar="auto|V", help="model profile; auto = the host's release")
     p.add_argument("--stdin", metavar="FILE")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        type=env_assignment,
+        metavar="VAR=VAL",
+        help="add VAR=VAL to the environment of both runs (repeatable; after GLIBC_TUNABLES, so it may replace it)",
+    )
     p.add_argument(
         "--glibc-tunables",
         default="auto",
