@@ -350,6 +350,7 @@ def test_pid_directory_entries_in_kernel_order(m):
         "root",
         "exe",
         "mounts",
+        "mountinfo",
         "loginuid",
         "sessionid",
     ]

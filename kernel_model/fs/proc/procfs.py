@@ -176,6 +176,73 @@ def mounts_text(machine) -> str:
     return "".join(lines)
 
 
+def mountinfo_text(machine) -> str:
+    """show_mountinfo over the same mount table as :func:`mounts_text`: ``ID PARENT
+    MAJ:MIN ROOT POINT OPTIONS - TYPE SOURCE SUPER-OPTIONS``.  A host directory's line
+    is the host's line of the mount holding it (its device, filesystem type, source and
+    super options; ROOT the directory within that filesystem), with the guest's mount
+    point and the guest's read-only or read-write; proc and devtmpfs are the model's own
+    (0:21 and 0:6, as their files' st_dev).  Mount ids count from 21 in mount order, the
+    root's parent being 1 (the namespace's hidden rootfs), as a fresh namespace numbers
+    them."""
+    vfs = machine.syscalls.vfs
+    host = _host_mountinfo()
+    mounts = [vfs.root] + [mnt for point, mnt in vfs.mounts.items() if mnt.node is None or point in SPECIAL_MOUNTINFO]
+    lines = []
+    for i, mnt in enumerate(mounts):
+        mnt_id, parent = 21 + i, (1 if i == 0 else 21)
+        opts = ("rw" if mnt.node is not None or mnt.writable else "ro") + ",relatime"
+        if mnt.node is not None:
+            dev, fstype, source, sopts = SPECIAL_MOUNTINFO[mnt.point]
+            root = "/"
+        else:
+            dev, root, fstype, source, sopts = _host_mountinfo_of(host, mnt.host)
+        point = "/" if i == 0 else mnt.point
+        lines.append(
+            f"{mnt_id} {parent} {dev} {_octal_escape(root)} {_octal_escape(point)} {opts} - "
+            f"{fstype} {_octal_escape(source)} {sopts}\n"
+        )
+    return "".join(lines)
+
+
+# the model's own filesystems in mountinfo: (MAJ:MIN, type, source, super options)
+SPECIAL_MOUNTINFO = MappingProxyType(
+    {"/proc": ("0:21", "proc", "proc", "rw"), "/dev": ("0:6", "devtmpfs", "devtmpfs", "rw,mode=755")}
+)
+
+
+def _host_mountinfo() -> list[list[str]]:
+    try:
+        with open("/proc/self/mountinfo") as f:
+            return [line.split() for line in f]
+    except OSError:
+        return []
+
+
+def _host_mountinfo_of(rows: list[list[str]], path: str) -> tuple[str, str, str, str, str]:
+    """(MAJ:MIN, ROOT, type, source, super options) of the host mount holding ``path``
+    (its longest mount point), ROOT being ``path`` within that filesystem."""
+    real = os.path.realpath(path)
+    best: list[str] | None = None
+    for row in rows:
+        if len(row) < 10 or "-" not in row[6:]:
+            continue
+        point = _octal_unescape(row[4])
+        if (real == point or real.startswith(point.rstrip("/") + "/")) and (
+            best is None or len(point) > len(_octal_unescape(best[4]))
+        ):
+            best = row
+    if best is None:
+        st = os.stat(real)
+        return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}", real, "unknown", "none", "rw"
+    sep = best.index("-", 6)
+    point = _octal_unescape(best[4])
+    within = real[len(point.rstrip("/")) :] or "/"
+    root = _octal_unescape(best[3]).rstrip("/") + within if within != "/" else _octal_unescape(best[3])
+    fstype, source, sopts = best[sep + 1], _octal_unescape(best[sep + 2]), best[sep + 3]
+    return best[2], root or "/", fstype, source, sopts
+
+
 SPECIAL_MOUNT_LINES = MappingProxyType(
     {"/proc": "proc /proc proc rw,relatime 0 0\n", "/dev": "devtmpfs /dev devtmpfs rw,relatime,mode=755 0 0\n"}
 )
@@ -703,6 +770,7 @@ class ProcFs:
                 )
             )
             out.append(file("mounts", 9, lambda r: RecordOps(lambda: _lines(mounts_text(m))), kind="seq"))
+            out.append(file("mountinfo", 16, lambda r: RecordOps(lambda: _lines(mountinfo_text(m))), kind="seq"))
             # audit: no login session set one (AUDIT_UID_UNSET, AUDIT_SID_UNSET), printed "%u"
             out.append(file("loginuid", 14, lambda r: "4294967295", mode=0o644, kind="direct"))
             out.append(file("sessionid", 15, lambda r: "4294967295", kind="direct"))
