@@ -25,6 +25,7 @@ from emu.engine.quantum import instruction_counter_available
 from emu.engine.regfile import SnapshotReader
 from emu.interrupt import Interruptible
 from emu.kernel_view import kernel_method, kernel_state
+from emu.machine_types import OutputBuffer, RegsView
 from emu.probes.user_api import UserUprobes
 from emu.replay.checkpoint import (
     DEFAULT_INTERVAL,
@@ -35,7 +36,6 @@ from emu.replay.checkpoint import (
     restore_checkpoint,
     take_checkpoint,
 )
-from kernel_model.arch.x86.ptrace import PtRegs
 from kernel_model.errors import GuestSignalError, InputError, SymbolError
 from kernel_model.fs.binfmt_elf import file_identity, load_image
 from kernel_model.fs.elf import load_elf_file, parse_elf
@@ -87,45 +87,6 @@ def _check_limits(max_insns: object, timeout: object) -> None:
         raise InputError(f"timeout must be a finite number of seconds >= 0 or None, not {timeout!r}")
 
 
-class OutputBuffer(bytearray):
-    """A guest stream the machine keeps: at most ``limit`` bytes (later bytes are
-    counted in ``dropped``, not kept)."""
-
-    def __init__(self, limit: int | None) -> None:
-        super().__init__()
-        self.limit = limit
-        self.dropped = 0
-
-    def keep(self, data: bytes) -> None:
-        room = len(data) if self.limit is None else max(0, self.limit - len(self))
-        self.extend(data[:room])
-        self.dropped += len(data) - min(room, len(data))
-
-
-class RegsView:
-    """``machine.regs``: live attribute access to the current task's registers."""
-
-    _m: Machine
-
-    def __init__(self, machine: Machine) -> None:
-        object.__setattr__(self, "_m", machine)
-
-    def __getattr__(self, name: str) -> int:
-        value: int = getattr(self._m.read_regs(), name)
-        return value
-
-    def __setattr__(self, name: str, value: int) -> None:
-        regs = self._m.read_regs()
-        setattr(regs, name, value)
-        self._m.write_regs(regs)
-
-    def snapshot(self) -> PtRegs:
-        return self._m.read_regs()
-
-    def __repr__(self) -> str:
-        return repr(self._m.read_regs())
-
-
 class Machine:
     """An x86_64 Linux process on Unicorn with the uprobes kernel model around it.
 
@@ -164,6 +125,7 @@ class Machine:
         sched_slice: tuple[int, int] = (MIN_SLICE, MAX_SLICE),
         cpus: int = 1,
         realtime_ns: int | None = None,
+        rlimits: list[tuple[int, int]] | None = None,
         **kernel_overrides: SwitchValue,
     ) -> None:
         """``max_memory``: bytes of guest mappings over all its processes (None: no
@@ -179,7 +141,8 @@ class Machine:
         slice while several tasks are runnable (see :mod:`kernel_model.kernel.sched`; short slices such
         as (1, 40) shake out races, long ones cost less).  ``cpus``: the machine's CPU count (1-256),
         each task on one of them at a time, as its affinity allows.  ``realtime_ns``: the guest's
-        CLOCK_REALTIME at boot, ns since the epoch (default 2026-01-01T00:00:00Z)."""
+        CLOCK_REALTIME at boot, ns since the epoch (default 2026-01-01T00:00:00Z).  ``rlimits``: the
+        first process's (soft, hard) per RLIMIT_* (default the kernel's INIT_RLIMITS)."""
         if not isinstance(sched_slice, (tuple, list)) or len(sched_slice) != 2:
             raise InputError(f"sched_slice must be (MIN, MAX) in blocks, not {sched_slice!r}")
         sched_slice = check_slice(*sched_slice)
@@ -224,6 +187,7 @@ class Machine:
             stdio=stdio,
             mem_total=mem_total,
             realtime_ns=realtime_ns,
+            rlimits=rlimits,
         )
         self.kernel.attach_syscalls(self.syscalls)
         self.sigint: str | None = None  # set by interruptible() on Ctrl-C

@@ -55,3 +55,36 @@ def test_a_bad_env_is_one_line(bad):
     p = cli("diff", "--env", bad, "-e", "uprobe:libc:malloc", "/bin/true")
     err = p.stderr.decode()
     assert p.returncode == 2 and len(err.splitlines()) == 1 and "--env" in err, err
+
+
+@needs_tracefs
+def test_like_host_gives_the_model_the_hosts_limits_and_cpus():
+    import subprocess
+
+    show = "ulimit -Sn; ulimit -Hn; nproc"
+    p = cli("diff", "--like-host", "-e", "uprobe:libc:malloc", "/bin/sh", "-c", show)
+    out = p.stdout.decode()
+    assert p.returncode == 0 and "the host's rlimits and CPUs in the model: " in out, out + p.stderr.decode()
+    native = subprocess.run(["/bin/sh", "-c", show], capture_output=True, check=True).stdout
+    model = cli("run", "/bin/sh", "-c", show).stdout
+    assert native != model or native.endswith(b"\n1\n"), "the host's limits and CPUs are the model's defaults"
+    assert our_probes_left() == []
+
+
+def test_a_machine_starts_with_the_rlimits_it_is_given():
+    from emu.machine import Machine
+
+    limits = hostdiff.host_rlimits()
+    limits[resource.RLIMIT_NOFILE] = (777, 888)
+    m = Machine.from_elf("/bin/sh", argv=["/bin/sh", "-c", "ulimit -Sn; ulimit -Hn"], rlimits=limits)
+    assert m.run().exit_code == 0
+    assert bytes(m.stdout) == b"777\n888\n"
+
+
+@pytest.mark.parametrize("bad", [[], [(1, 0)] * 16, [(0, 1)] * 15, [(-1, 1)] * 16, [("a", 1)] * 16])
+def test_bad_rlimits_are_an_input_error(bad):
+    from emu.machine import Machine
+    from kernel_model.errors import InputError
+
+    with pytest.raises(InputError, match="rlimit"):
+        Machine.from_elf("/bin/true", rlimits=bad)

@@ -67,7 +67,7 @@ from emu.frontends.host_tracefs import (
 )
 from emu.frontends.launch import read_stdin_file
 from emu.frontends.options import clock_start
-from emu.inspect import DEFAULT_ENV, process_rlimits
+from emu.inspect import DEFAULT_ENV, NR_CPUS, process_rlimits
 from emu.machine import Machine
 from emu.probes.probe_spec import parse_user_spec
 from emu.probes.symbols import load_elf_file
@@ -495,11 +495,16 @@ def run_model(
     max_insns: int | None,
     realtime_ns: int | None = None,
     env_extra: tuple[str, ...] = (),
+    like_host: bool = False,
 ) -> RunRecord:
     """The model's run; ``realtime_ns``: its CLOCK_REALTIME at start (None: the fixed one);
-    ``env_extra``: variables added to the environment both sides get."""
+    ``env_extra``: variables added to the environment both sides get; ``like_host``: the
+    model takes this process's resource limits and CPU count."""
+    host: dict[str, Any] = {}
+    if like_host:
+        host = {"rlimits": host_rlimits(), "cpus": min(len(os.sched_getaffinity(0)), NR_CPUS)}
     m = Machine.from_elf(
-        path, argv=argv, env=[*DEFAULT_ENV, *env_extra], stdin=stdin, kernel=kernel, realtime_ns=realtime_ns
+        path, argv=argv, env=[*DEFAULT_ENV, *env_extra], stdin=stdin, kernel=kernel, realtime_ns=realtime_ns, **host
     )
     group = "uemu"
     for p in probes:
@@ -622,7 +627,15 @@ def cmd_diff(args) -> int:
         env_extra, glibc = glibc_alignment(args.glibc_tunables)
         env_extra += tuple(args.env)
         model = run_model(
-            path, argv, probes, stdin, kernel, args.max_insns or None, realtime_ns=clock, env_extra=env_extra
+            path,
+            argv,
+            probes,
+            stdin,
+            kernel,
+            args.max_insns or None,
+            realtime_ns=clock,
+            env_extra=env_extra,
+            like_host=args.like_host,
         )
         buffer_kb = min(args.buffer_kb, max_buffer_kb()) if args.buffer_kb else buffer_kb_for(model.events)
         # the native program gets the model's rlimits and CPU count (the model runs on 1 CPU)
@@ -634,7 +647,7 @@ def cmd_diff(args) -> int:
             args.timeout,
             buffer_kb=buffer_kb,
             env_extra=env_extra,
-            like_model=(model.rlimits, 1),
+            like_model=(None, None) if args.like_host else (model.rlimits, 1),
         )
     finally:
         if tmpdir:
@@ -643,7 +656,8 @@ def cmd_diff(args) -> int:
             os.rmdir(tmpdir)
     aligned = "fixed clock" if clock is None else "host clock" if args.clock == "host" else f"clock at {args.clock}"
     summary = (
-        f"host {os.uname().release} vs model {kernel}, {aligned}, {glibc}, rlimits and 1 CPU as the model's"
+        f"host {os.uname().release} vs model {kernel}, {aligned}, {glibc}, "
+        + ("the host's rlimits and CPUs in the model" if args.like_host else "rlimits and 1 CPU as the model's")
         + (f", {len(args.env)} variables added" if args.env else "")
         + f": {native.status}, "
         f"{len(native.stdout)} bytes of stdout, {len(native.events)} events"
@@ -665,6 +679,16 @@ def cmd_diff(args) -> int:
         return EXIT_INCOMPLETE
     print(f"agree: {summary}")
     return 0
+
+
+def host_rlimits() -> list[tuple[int, int]]:
+    """This process's (soft, hard) per RLIMIT_*, RLIM_INFINITY as 2**64 - 1 (the model's)."""
+    inf = (1 << 64) - 1
+
+    def of(v: int) -> int:
+        return inf if v == resource.RLIM_INFINITY else v
+
+    return [tuple(map(of, resource.getrlimit(r))) for r in range(16)]  # type: ignore[misc]
 
 
 def _rlim(value: int) -> int:

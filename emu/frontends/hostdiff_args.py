@@ -57,6 +57,12 @@ def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentPar
         help="add VAR=VAL to the environment of both runs (repeatable; after GLIBC_TUNABLES, so it may replace it)",
     )
     p.add_argument(
+        "--like-host",
+        action="store_true",
+        help="line up the other way: the model takes this host's resource limits and CPU count "
+        "(default: the native program gets the model's)",
+    )
+    p.add_argument(
         "--glibc-tunables",
         default="auto",
         metavar="auto|none|VALUE",

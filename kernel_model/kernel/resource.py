@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno as E
 import struct
 
+from kernel_model.errors import InputError
 from kernel_model.include.linux.syscalls import pid_t, syscall
 
 RLIM_INFINITY = 0xFFFFFFFFFFFFFFFF
@@ -62,16 +63,37 @@ def init_rlimits(mem_total: int) -> list[tuple[int, int]]:
     return limits
 
 
+def check_rlimits(limits: object) -> list[tuple[int, int]] | None:
+    """Initial limits given to a machine: RLIM_NLIMITS (soft, hard) pairs of integers
+    with soft <= hard, each 0..RLIM_INFINITY; None for INIT_RLIMITS."""
+    if limits is None:
+        return None
+    if not isinstance(limits, (list, tuple)) or len(limits) != RLIM_NLIMITS:
+        raise InputError(f"rlimits must be {RLIM_NLIMITS} (soft, hard) pairs, not {limits!r}")
+    out = []
+    for pair in limits:
+        if (
+            not isinstance(pair, (list, tuple))
+            or len(pair) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= RLIM_INFINITY for v in pair)
+            or pair[0] > pair[1]
+        ):
+            raise InputError(f"an rlimit is (soft, hard) with 0 <= soft <= hard <= 2**64-1, not {pair!r}")
+        out.append((pair[0], pair[1]))
+    return out
+
+
 class RlimitSyscalls:
     """getrlimit/setrlimit/prlimit64 on each process's ``signal->rlim``."""
 
-    def __init__(self, sc):
+    def __init__(self, sc, initial: list[tuple[int, int]] | None = None):
         self.m = sc.m
         self.mem_total = sc.mem_total
+        self.initial = initial  # the first process's limits when not INIT_RLIMITS (a diff like the host)
 
     def rlimits_of(self, proc) -> list[tuple[int, int]]:
         if proc.signal.rlim is None:
-            proc.signal.rlim = init_rlimits(self.mem_total)
+            proc.signal.rlim = list(self.initial) if self.initial is not None else init_rlimits(self.mem_total)
         return proc.signal.rlim
 
     def do_prlimit(self, task, proc, resource: int, new: tuple[int, int] | None) -> tuple[int, int] | int:

@@ -59,7 +59,7 @@ from kernel_model.kernel.exec_domain import PersonalitySyscalls
 from kernel_model.kernel.exit import ExitSyscalls
 from kernel_model.kernel.fork import ProcessSyscalls
 from kernel_model.kernel.futex import FutexSyscalls
-from kernel_model.kernel.resource import RlimitSyscalls
+from kernel_model.kernel.resource import RlimitSyscalls, check_rlimits
 from kernel_model.kernel.rseq import RseqSyscalls
 from kernel_model.kernel.sched_syscalls import SchedSyscalls
 from kernel_model.kernel.signal import SignalSyscalls
@@ -94,6 +94,7 @@ class Syscalls:
         stdio: str = "pipe",
         mem_total: int | None = None,
         realtime_ns: int | None = None,
+        rlimits: list[tuple[int, int]] | None = None,
     ):
         self.m = machine
         mem_total = DEFAULT_MEM_TOTAL if mem_total is None else mem_total
@@ -113,6 +114,7 @@ class Syscalls:
             raise InputError(f"realtime_ns must be nanoseconds since the epoch, 0 to 2**62, not {realtime_ns!r}")
         self.clock = VirtualClock(CLOCK_EPOCH_NS if realtime_ns is None else realtime_ns)
         self.timeouts = Timeouts(machine, self.clock)
+        self.initial_rlimits = check_rlimits(rlimits)
         self._make_components()
         self.table: dict[int, Callable[..., Any]] = build_table(self.components)
 
@@ -129,7 +131,7 @@ class Syscalls:
         self.hrtimer = HrtimerSyscalls(self)
         self.time = TimeSyscalls(self)
         self.open = OpenSyscalls(self)
-        self.rlimits = RlimitSyscalls(self)
+        self.rlimits = RlimitSyscalls(self, self.initial_rlimits)
         self.components = (
             ArchPrctlSyscalls(self),
             IoprioSyscalls(self),
