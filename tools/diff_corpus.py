@@ -3,9 +3,11 @@
 
 A benchmark of the model's fidelity, not a test: each case of the corpus file (TOML,
 ``[[case]]`` tables with ``name``, ``program`` = [argv...], ``events`` = [spec...],
-optional ``stdin`` text and ``by_design`` = "why a divergence here is the model's
-right answer") runs as ``uprobe-emu diff -e SPEC ... -- PROGRAM ARGS...`` with a
-timeout, as root on the host's tracefs.  Each case ends as one of:
+optional ``stdin`` text, ``by_design`` = "why a divergence here is the model's right
+answer", and ``build`` = a C source of this repository compiled with gcc first, whose
+executable ``{exe}`` stands for in ``program`` and ``events``) runs as
+``uprobe-emu diff -e SPEC ... -- PROGRAM ARGS...`` with a timeout, as root on the
+host's tracefs.  Each case ends as one of:
 
 * ``agree``: the host and the model agree (exit status, output, events);
 * ``by-design``: they diverge where the corpus says why the model is right;
@@ -35,6 +37,7 @@ import tomllib
 from pathlib import Path
 
 DEFAULT_CORPUS = Path(__file__).with_name("diff_corpus.toml")
+ROOT = Path(__file__).resolve().parent.parent
 VERDICTS = ("agree", "by-design", "diverge", "lost", "error", "timeout")
 
 
@@ -82,7 +85,22 @@ def _first_line(text: str, word: str) -> str:
     return next((ln.strip() for ln in text.splitlines() if word in ln.lower()), word)
 
 
+def built(case: dict, workdir: Path) -> dict:
+    """The case with ``{exe}`` replaced by its ``build`` source compiled (gcc -O1 -g)."""
+    if "build" not in case:
+        return case
+    exe = workdir / Path(case["build"]).stem
+    if not exe.exists():
+        subprocess.run(["gcc", "-O1", "-g", "-pthread", "-o", str(exe), str(ROOT / case["build"])], check=True)
+    return {
+        **case,
+        "program": [a.replace("{exe}", str(exe)) for a in case["program"]],
+        "events": [e.replace("{exe}", str(exe)) for e in case["events"]],
+    }
+
+
 def run_case(tool: list[str], case: dict, timeout: float, workdir: Path) -> dict:
+    case = built(case, workdir)
     stdin_file = None
     if "stdin" in case:
         stdin_file = str(workdir / f"{case['name']}.stdin")
