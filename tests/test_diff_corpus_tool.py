@@ -23,7 +23,11 @@ def corpus_tool():
 
 def test_the_shipped_corpus_loads_with_unique_names(corpus_tool):
     cases = corpus_tool.load_corpus(corpus_tool.DEFAULT_CORPUS)
-    assert len(cases) >= 20 and all(c["program"][0].startswith("/") for c in cases)
+    assert len(cases) >= 20
+    for c in cases:
+        built = c["program"][0] == "{exe}"
+        assert built == ("build" in c) and (built or c["program"][0].startswith("/")), c
+        assert not built or (corpus_tool.ROOT / c["build"]).is_file(), c
 
 
 @pytest.mark.parametrize(
