@@ -4,7 +4,7 @@
 A benchmark of the model's fidelity, not a test: each case of the corpus file (TOML,
 ``[[case]]`` tables with ``name``, ``program`` = [argv...], ``events`` = [spec...],
 optional ``stdin`` text, ``by_design`` = "why a divergence here is the model's right
-answer", and ``build`` = a C source of this repository compiled with gcc first, whose
+answer", and ``build`` = a C or Go source of this repository built first, whose
 executable ``{exe}`` stands for in ``program`` and ``events``) runs as
 ``uprobe-emu diff -e SPEC ... -- PROGRAM ARGS...`` with a timeout, as root on the
 host's tracefs.  Each case ends as one of:
@@ -89,9 +89,14 @@ def built(case: dict, workdir: Path) -> dict:
     """The case with ``{exe}`` replaced by its ``build`` source compiled (gcc -O1 -g)."""
     if "build" not in case:
         return case
-    exe = workdir / Path(case["build"]).stem
+    src = ROOT / case["build"]
+    exe = workdir / src.stem
     if not exe.exists():
-        subprocess.run(["gcc", "-O1", "-g", "-pthread", "-o", str(exe), str(ROOT / case["build"])], check=True)
+        if src.suffix == ".go":  # a static Go program (go build without cgo)
+            env = {**os.environ, "CGO_ENABLED": "0", "GOCACHE": str(workdir / "gocache"), "GOPATH": str(workdir)}
+            subprocess.run(["go", "build", "-o", str(exe), str(src)], check=True, env=env, cwd=workdir)
+        else:
+            subprocess.run(["gcc", "-O1", "-g", "-pthread", "-o", str(exe), str(src)], check=True)
     return {
         **case,
         "program": [a.replace("{exe}", str(exe)) for a in case["program"]],
