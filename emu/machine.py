@@ -55,8 +55,7 @@ from kernel_model.trace import events as ev
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from unicorn.unicorn_py3.unicorn import Uc
-
+    from emu.engine.cpu import Uc
     from emu.engine.interface import RegisterAccess
     from emu.engine.memhook import PagedMemHook
     from emu.engine.regfile import RegisterFile

@@ -43,7 +43,8 @@ from unicorn import (
 from unicorn import (
     x86_const as X,
 )
-from unicorn.unicorn_py3.unicorn import Uc, uclib  # Uc: see emu.engine.regfile
+from unicorn.unicorn_py3.unicorn import Uc as Uc  # re-exported: the machine names the engine type by it
+from unicorn.unicorn_py3.unicorn import uclib  # Uc: see emu.engine.regfile
 
 from emu.engine import mmu
 from emu.engine.fpu import FpuUnit
