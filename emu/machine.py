@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from emu.engine.interface import RegisterAccess
     from emu.engine.memhook import PagedMemHook
     from emu.engine.regfile import RegisterFile
+    from emu.probes.bpf_api import UserBpf
     from kernel_model.fs.elf import ElfImage
     from kernel_model.fs.file import OpenFile
     from kernel_model.kernel.sched import Scheduler
@@ -125,6 +126,7 @@ class Machine:
         cpus: int = 1,
         realtime_ns: int | None = None,
         rlimits: list[tuple[int, int]] | None = None,
+        first_pid: int = 1000,
         **kernel_overrides: SwitchValue,
     ) -> None:
         """``max_memory``: bytes of guest mappings over all its processes (None: no
@@ -141,7 +143,8 @@ class Machine:
         as (1, 40) shake out races, long ones cost less).  ``cpus``: the machine's CPU count (1-256),
         each task on one of them at a time, as its affinity allows.  ``realtime_ns``: the guest's
         CLOCK_REALTIME at boot, ns since the epoch (default 2026-01-01T00:00:00Z).  ``rlimits``: the
-        first process's (soft, hard) per RLIMIT_* (default the kernel's INIT_RLIMITS)."""
+        first process's (soft, hard) per RLIMIT_* (default the kernel's INIT_RLIMITS).  ``first_pid``: the
+        first process's pid (2 to pid_max - 1), the next ones counting up from it."""
         if not isinstance(sched_slice, (tuple, list)) or len(sched_slice) != 2:
             raise InputError(f"sched_slice must be (MIN, MAX) in blocks, not {sched_slice!r}")
         sched_slice = check_slice(*sched_slice)
@@ -162,6 +165,7 @@ class Machine:
             comm=comm,
             cred=Cred.initial(uid, gid, groups),
             cpus=cpus,
+            first_pid=first_pid,
         )
         self.passthrough = passthrough
         self.capture_output = (not passthrough) if capture_output is None else capture_output
@@ -307,6 +311,17 @@ class Machine:
         api = self.__dict__.get("_uprobes")
         if api is None:
             api = self._uprobes = UserUprobes(self)
+        return api
+
+    @property
+    def bpf(self) -> UserBpf:
+        """BPF objects loaded as libbpf tools load them (:mod:`emu.probes.bpf_api`);
+        the BPF code is imported at the first use."""
+        api = self.__dict__.get("_bpf")
+        if api is None:
+            from emu.probes.bpf_api import UserBpf  # imported on first use: start-up cost
+
+            api = self._bpf = UserBpf(self)
         return api
 
     @property

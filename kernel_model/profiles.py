@@ -72,6 +72,13 @@ class KernelProfile:
     # handle_singlestep takes sighand->siglock to recalc_sigpending (<= 6.14; removed
     # in 6.15, 83179cd67846)
     sstep_siglock: bool
+    # BPF_TRACE_UPROBE_SESSION programs (uprobe.session): 6.13 (d920179b3d48 "bpf: Add
+    # support for uprobe multi session attach")
+    bpf_uprobe_session: bool
+    # what a uprobe_multi link's handlers return to handler_chain: the program's return
+    # value, "prog" (so a 1 asks UPROBE_HANDLER_REMOVE, <= 6.12), or 0 but for a session
+    # program, "zero" (6.13, f505005bc742 "bpf: Force uprobe bpf program to always return 0")
+    bpf_uprobe_multi_rc: str
 
     SWITCHES: ClassVar[tuple[str, ...]] = (
         "uretprobe_trampoline",
@@ -96,6 +103,8 @@ class KernelProfile:
         "nhit",
         "perf_filter",
         "sstep_siglock",
+        "bpf_uprobe_session",
+        "bpf_uprobe_multi_rc",
     )
 
     @staticmethod
@@ -131,6 +140,8 @@ _CHOICES: dict[str, tuple[SwitchValue, ...]] = {
     "nhit": ("shared", "percpu"),
     "perf_filter": ("rwlock", "lockless"),
     "sstep_siglock": (True, False),
+    "bpf_uprobe_session": (False, True),
+    "bpf_uprobe_multi_rc": ("prog", "zero"),
 }
 
 
@@ -161,6 +172,8 @@ _BASE: dict[str, SwitchValue] = dict(
     nhit="shared",
     perf_filter="rwlock",
     sstep_siglock=True,
+    bpf_uprobe_session=False,
+    bpf_uprobe_multi_rc="prog",
 )
 
 
@@ -185,6 +198,8 @@ def _build() -> dict[str, KernelProfile]:
     b.update(session_consumers=True, handler_chain_rc="exact")  # 4d756095d399
     b.update(uprobe_lifetime="rcu_tasks_trace")  # 87195a1ee332
     b.update(uretprobe_lifetime="srcu")  # dd1a7567784e
+    b.update(bpf_uprobe_session=True)  # d920179b3d48
+    b.update(bpf_uprobe_multi_rc="zero")  # f505005bc742
     out["6.13"] = _p("6.13", "6.13.0", **b)
     b.update(ri_alloc="pool")  # 8622e45b5da1
     b.update(vma_lookup="speculative")  # e0925f2dc4de

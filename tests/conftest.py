@@ -64,3 +64,31 @@ def host_tracefs(tmp_path_factory):
         yield str(path)
     finally:
         subprocess.run(["umount", str(path)], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def build_bpf(tmp_path_factory):
+    """build_bpf("name.bpf.c", *clang_flags) -> path of the BPF object built from
+    guest_programs/bpf with clang (``emu.bpf_build``); a missing clang fails the test."""
+    from emu.probes.bpf_build import BpfBuildError, build, source_path
+
+    out_dir = tmp_path_factory.mktemp("bpfobjs")
+
+    def build_one(source: str, *flags: str) -> str:
+        try:
+            return str(build(source_path(source), out_dir, *flags))
+        except BpfBuildError as e:
+            pytest.fail(str(e))
+
+    return build_one
+
+
+@pytest.fixture(scope="session")
+def malloc_target(tmp_path_factory):
+    """guest_programs/bpf/malloc_target.c built (dynamic, -O1): the malloc_sizes tool's target."""
+    out = tmp_path_factory.mktemp("malloc_target") / "malloc_target"
+    src = Path(__file__).parent.parent / "guest_programs" / "bpf" / "malloc_target.c"
+    res = subprocess.run([_gcc(), "-O1", "-o", str(out), str(src)], capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.fail(f"gcc failed on {src.name}:\n{res.stderr}")
+    return str(out)

@@ -286,6 +286,8 @@ def test_latest_is_7_3():
         ("vma_lookup", "6.13", "6.14"),
         ("sstep_siglock", "6.14", "6.15"),
         ("uretprobe_lifetime", "7.2", "7.3"),
+        ("bpf_uprobe_session", "6.12", "6.13"),
+        ("bpf_uprobe_multi_rc", "6.12", "6.13"),
     ],
 )
 def test_a_switch_changes_in_the_release_that_landed_it(switch, before, after):

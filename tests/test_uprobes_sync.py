@@ -138,7 +138,7 @@ def _run_recorded(column, scenario, record=True):
         cpus=2,
         **dict(col.overrides),
     )
-    attach(m, SCENARIOS[scenario], "program", [0])
+    attach(m, SCENARIOS[scenario], "program")
     if record:
         m.record_accesses()
     r = m.run(max_insns=None, timeout=60)
@@ -202,6 +202,7 @@ def test_trace_event_nhit_is_per_cpu_from_6_12(column, nhits):
         kernel=col.kernel,
         cpus=2,
     )
-    ev = attach(m, SCENARIOS["uprobe-nop"], "program", [0])
+    attach(m, SCENARIOS["uprobe-nop"], "program")
+    (ev,) = m.kernel.trace.events
     m.run(max_insns=None, timeout=60)
     assert ((ev.nhit, ev.nhits), ev.hits, m.kernel.trace.uprobe_profile().split()[-1]) == (nhits, 12, "12")

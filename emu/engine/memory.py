@@ -227,6 +227,10 @@ class Memory:
         (wp_page_copy).  Returns the new entry."""
         ram = self.ram
         frame = pte & PTE_PFN_MASK
+        if vma is not None and vma.shared and vma.prot & PROT_WRITE and frame not in ram.file_frames:
+            self.pt.set_pte(vpn, pte | PAGE_RW)  # wp_page_shared: a shared mapping's page is never copied
+            self._tables_changed()
+            return pte | PAGE_RW
         writable = vma is not None and vma.prot & PROT_WRITE and not vma.shared
         if ram.page_count(frame) == 1 and frame not in ram.file_frames:
             new = pte | PAGE_RW if writable else pte
@@ -419,6 +423,17 @@ class Memory:
         self._fill(vma.start, vma.end, file, pgoff, host_fd)
         return vma
 
+    def map_frames(self, start: int, prot: int, frames: list[int], name: str, *, mayprot: int) -> Vma:
+        """A shared mapping of frames an owner keeps (``remap_vmalloc_range`` of a BPF ring
+        buffer): page i maps ``frames[i]``, which gains a reference; writes never copy it."""
+        vma = self.map(start, len(frames) * PAGE_SIZE, prot, name, mayprot=mayprot)
+        vma.shared, flags = True, self._pte_flags(vma, True)
+        for i, frame in enumerate(frames):
+            self.ram.get_page(frame)
+            self.pt.set_pte((start >> 12) + i, frame | flags)
+        self._tables_changed()
+        return vma
+
     def fill_from_file(self, start: int, end: int, file: MappedFile, offset: int) -> None:
         """Read file bytes from ``offset`` into [start, end) (a file mapping that grew or
         faults in afresh); past EOF the pages read as zeros."""
@@ -566,13 +581,15 @@ class Memory:
     def copy_pages_from(self, other: "Memory", start: int, end: int) -> None:
         """dup_mmap -> copy_page_range for [start, end): the child maps the parent's
         frames, and a private writable page becomes read-only in both
-        (copy-on-write: the first write of either copies it, do_wp_page)."""
+        (copy-on-write: the first write of either copies it, do_wp_page); a shared
+        mapping's pages stay writable in both."""
         opt, pt, ram = other.pt, self.pt, self.ram
         changed = False
+        shared = [(v.start >> 12, v.end >> 12) for v in other._overlapping(start, end) if v.shared]
         for vpn in opt.vpns_in(start, end):
             pte = opt.ptes[vpn]
             ram.get_page(pte & PTE_PFN_MASK)
-            if pte & PAGE_RW:
+            if pte & PAGE_RW and not any(lo <= vpn < hi for lo, hi in shared):
                 pte &= ~PAGE_RW
                 opt.set_pte(vpn, pte)
                 changed = True
@@ -599,8 +616,9 @@ class Memory:
     def restore_image(self, ptes: dict, pages: dict) -> None:
         """Put a :meth:`page_image` back: pages absent from it lose their frames, the
         others get their bytes (written only where they differ; a frame shared with
-        another mm is replaced by a private one) and their flags.  The caller drops
-        the CPU's translations (the checkpoint's restore flushes every instance)."""
+        another mm is replaced by a private one, unless a shared mapping holds it) and
+        their flags.  The caller drops the CPU's translations (the checkpoint's restore
+        flushes every instance)."""
         pt, ram = self.pt, self.ram
         for vpn in [v for v in pt.ptes if (v << 12) not in pages]:
             ram.put_page(pt.ptes[vpn] & PTE_PFN_MASK)
@@ -611,7 +629,7 @@ class Memory:
             flags = ptes[va]
             if (
                 old is not None
-                and ram.page_count(old & PTE_PFN_MASK) == 1
+                and (ram.page_count(old & PTE_PFN_MASK) == 1 or getattr(self.find_vma(va), "shared", False))
                 and old & PTE_PFN_MASK not in ram.file_frames
             ):
                 frame = old & PTE_PFN_MASK

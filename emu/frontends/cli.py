@@ -17,6 +17,7 @@ from emu.frontends.options import (
     EXIT_USAGE,
     CommandParser,
     UsageError,
+    add_bpf_options,
     add_events_option,
     add_machine_options,
     add_program_command,
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_machine_options(run)
     add_events_option(run)
+    add_bpf_options(run)
     run.add_argument("--counters", action="store_true", help="print the event counters at exit")
     run.set_defaults(func=lazy_command("emu.frontends.launch", "cmd_run"))
 

@@ -613,6 +613,23 @@ def compare_events(native: RunRecord, model: RunRecord, context: int = 3) -> lis
 
 
 def cmd_diff(args) -> int:
+    if not args.event and not args.bpf:
+        raise InputError("diff needs probes: -e SPEC, or a BPF object -b OBJ")
+    if args.event and args.bpf:
+        raise InputError("diff compares either -e probes or a BPF object (-b), not both")
+    if (args.bpf_attach or args.bpf_set) and not args.bpf:
+        raise InputError("--bpf-attach and --bpf-set need a BPF object (-b OBJ)")
+    if args.bpf:
+        from emu.frontends.hostdiff_bpf import cmd_diff_bpf  # imported on use: start-up cost
+
+        path, tmpdir = _program_path(args.program)
+        try:
+            return cmd_diff_bpf(args, path, host_profile_name() if args.kernel == "auto" else args.kernel)
+        finally:
+            if tmpdir:
+                for f in os.listdir(tmpdir):
+                    os.unlink(os.path.join(tmpdir, f))
+                os.rmdir(tmpdir)
     stdin = read_stdin_file(args.stdin)
     try:
         clock = clock_start(args.clock)  # "host" is read here, as the runs start

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from emu.frontends.options import add_program_command, count, lazy_command, seconds
+from emu.frontends.options import add_bpf_options, add_program_command, count, lazy_command, seconds
 
 if TYPE_CHECKING:
     from emu.frontends.options import SubParsers
@@ -33,6 +33,8 @@ def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentPar
         "instance and any tracefs mount of ours are removed on exit, "
         "error, Ctrl-C and fatal signals; after a SIGKILL the next "
         "run removes them. Only PROGRAM and its descendants are recorded. "
+        "With -b OBJ, a BPF object's programs are the probes: their maps and ring buffer records "
+        "are compared instead of the event stream. "
         "Exit status: 0 the runs agree, 1 they diverge (exit status, stdout, stderr or "
         "events), 2 an error, 3 the host trace lost events (its buffer overran: the event "
         "streams are not compared; the rest agrees).",
@@ -43,9 +45,9 @@ def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentPar
         action="append",
         default=[],
         metavar="SPEC",
-        required=True,
-        help="probe spec (tracefs p:/r: with fetchargs, PATH:SYMBOL[%%return], ...)",
+        help="probe spec (tracefs p:/r: with fetchargs, PATH:SYMBOL[%%return], ...); or -b",
     )
+    add_bpf_options(p)
     p.add_argument("--kernel", default="auto", metavar="auto|V", help="model profile; auto = the host's release")
     p.add_argument("--stdin", metavar="FILE")
     p.add_argument(

@@ -149,8 +149,19 @@ def cmd_run(args) -> int:
     with events_output(args) as out:
         if args.event:
             add_cli_events(m, args, out)
+        objects = []
+        if args.bpf:
+            from emu.frontends.bpf_run import load_cli_bpf  # imported on use: start-up cost
+
+            objects = load_cli_bpf(m, args, out)
+        elif args.bpf_attach or args.bpf_set:
+            raise EmuError("--bpf-attach and --bpf-set need a BPF object (-b OBJ)")
         with m.interruptible():
             result = m.run(max_insns=args.max_insns or None, timeout=args.timeout or None)
+        if objects:
+            from emu.frontends.bpf_run import dump_cli_bpf
+
+            dump_cli_bpf(objects, out)
     code = report_result(result, m)
     if args.counters:
         _print_counters(m)

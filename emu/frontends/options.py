@@ -266,6 +266,43 @@ def _pid(text: str) -> int:
     return value
 
 
+def add_bpf_options(p: argparse.ArgumentParser) -> None:
+    """``-b OBJ`` and its companions: BPF objects loaded as a libbpf tool loads them."""
+    p.add_argument(
+        "-b",
+        "--bpf",
+        action="append",
+        default=[],
+        metavar="OBJ",
+        help="load a BPF object (clang -target bpf): its programs whose section names a target "
+        "(uprobe/PATH:FUNC, uretprobe/..., uprobe.multi/..., uprobe.session/...) attach themselves; "
+        "ring buffer and perf output print as they come, the maps at exit as bpftool map dump prints them",
+    )
+    p.add_argument(
+        "--bpf-attach",
+        action="append",
+        default=[],
+        type=_name_value,
+        metavar="PROG=TARGET",
+        help="attach BPF program PROG at TARGET (as -e takes it: libc:malloc, PATH:SYMBOL[+OFF], PATH:0xOFF)",
+    )
+    p.add_argument(
+        "--bpf-set",
+        action="append",
+        default=[],
+        type=_name_value,
+        metavar="VAR=VALUE",
+        help="set the BPF object's const volatile variable VAR (.rodata) to the integer VALUE before the load",
+    )
+
+
+def _name_value(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip() or not value.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, not {text!r}")
+    return name.strip(), value.strip()
+
+
 def add_events_option(p: argparse.ArgumentParser, default: str = "stderr") -> None:
     """``--events FILE`` of every command that runs probes (run, step, gdbserver)."""
     p.add_argument(

@@ -1,5 +1,7 @@
-"""What the guest sees at ``/sys``: a read-only sysfs holding only the CPU list of the
-modeled machine (drivers/base/cpu.c's ``/sys/devices/system/cpu``).
+"""What the guest sees at ``/sys``: a read-only sysfs holding the CPU list of the
+modeled machine (drivers/base/cpu.c's ``/sys/devices/system/cpu``) and the uprobe perf
+PMU (``/sys/bus/event_source/devices/uprobe``: its ``type`` and ``format``, which libbpf
+reads before ``perf_event_open``).
 
 The host's sysfs describes the host's hardware and kernel, not the modeled machine, so
 none of it is shown.  What is shown is what C libraries and tools read to count CPUs:
@@ -19,6 +21,7 @@ from kernel_model.fs.file import SeqFile, attrs_stat_bytes
 from kernel_model.fs.fs_types import Attrs, SpecialNode
 from kernel_model.fs.libfs import DirNode, access_mode, keep_open_flags, may_open
 from kernel_model.include.linux.cpumask import NR_CPUS, cpulist
+from kernel_model.kernel.events.core import PERF_TYPE_UPROBE
 
 SYSFS_DEV = 0x15
 SYSFS_ATTR_SIZE = 4096  # a sysfs attribute's st_size: one page
@@ -92,4 +95,26 @@ def sysfs_root(machine) -> SysfsDir:
     cpu = SysfsDir(cpu_path, 13, cpu_entries, parent_ino=12)
     system = SysfsDir("/sys/devices/system", 12, [("cpu", cpu)], parent_ino=11)
     devices = SysfsDir("/sys/devices", 11, [("system", system)], parent_ino=1)
-    return SysfsDir("/sys", 1, [("devices", devices)], mode=0o555)  # /sys is r-x for all
+    return SysfsDir("/sys", 1, [("bus", _event_source_bus()), ("devices", devices)], mode=0o555)  # r-x for all
+
+
+def _event_source_bus() -> SysfsDir:
+    """/sys/bus/event_source/devices/uprobe: the perf PMU of uprobes (perf_uprobe's
+    ``type`` and its ``PMU_FORMAT_ATTR``s: the return-probe bit and where the
+    reference counter offset goes in ``config``)."""
+    path = "/sys/bus/event_source/devices/uprobe"
+    fmt = SysfsDir(
+        f"{path}/format",
+        35,
+        [
+            ("ref_ctr_offset", SysfsAttr(36, lambda: "config:32-63\n")),
+            ("retprobe", SysfsAttr(37, lambda: "config:0\n")),
+        ],
+        parent_ino=33,
+    )
+    uprobe = SysfsDir(
+        path, 33, [("format", fmt), ("type", SysfsAttr(34, lambda: f"{PERF_TYPE_UPROBE}\n"))], parent_ino=32
+    )
+    devs = SysfsDir("/sys/bus/event_source/devices", 32, [("uprobe", uprobe)], parent_ino=31)
+    source = SysfsDir("/sys/bus/event_source", 31, [("devices", devs)], parent_ino=30)
+    return SysfsDir("/sys/bus", 30, [("event_source", source)], parent_ino=1)

@@ -27,6 +27,7 @@ from kernel_model.arch.x86.kernel.signal import SignalDelivery
 from kernel_model.arch.x86.kernel.traps import Traps
 from kernel_model.arch.x86.kernel.uprobes_optimize import Optimizer
 from kernel_model.arch.x86.ptrace import PtRegs
+from kernel_model.errors import InputError
 from kernel_model.fs.elf import image_of, link_vaddr
 from kernel_model.fs.exec import ExecMm
 from kernel_model.kernel.events.uprobes import Uprobes
@@ -50,8 +51,10 @@ if TYPE_CHECKING:
     from kernel_model.kernel.task import Process
     from kernel_model.mm.mm_types import MemoryLimit
     from kernel_model.profiles import SwitchValue
+    from kernel_model.trace.bpf_trace import BpfTrace
 
 SIGTRAP = SIGNALS["SIGTRAP"]
+PID_MAX_DEFAULT = 1 << 22  # pid_max on a 64-bit machine of more than 32 CPUs (PID_MAX_LIMIT)
 
 
 class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCreation, ExecMm, TaskExit, TrapHandler):
@@ -81,8 +84,9 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         comm: str,
         cred: Cred,
         cpus: int = 1,
+        first_pid: int = 1000,
     ) -> None:
-        """Boot on ``engine``: the first process and its task (pid 1000), on the CPU.
+        """Boot on ``engine``: the first process and its task (pid ``first_pid``), on the CPU.
         The engine reports its traps here from now on."""
         self.engine = engine
         engine.set_trap_handler(self)
@@ -94,7 +98,9 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         self.processes = []  # live processes (and zombies until reaped)
         self.tasks = []  # live tasks
         self.all_tasks = []
-        self._next_pid = 1000
+        if isinstance(first_pid, bool) or not isinstance(first_pid, int) or not 2 <= first_pid < PID_MAX_DEFAULT:
+            raise InputError(f"first_pid must be an integer 2-{PID_MAX_DEFAULT - 1}, not {first_pid!r}")
+        self._next_pid = first_pid
         self._released = []  # exited processes whose mm is still to free
         self._retired_mms = []  # address spaces an execve left
         self.task = self.new_task(self.new_process(comm=comm), cred=cred)
@@ -111,6 +117,17 @@ class Kernel(Traps, UserEntry, SignalDelivery, SignalSending, RunQueue, TaskCrea
         self._run_deadline = None  # the wall-clock end of the current run
         self._db_after_syscall = None  # (task, rip): see do_syscall_64
         self._slice_carry = None  # (task, insns left, insns run, multi): see run
+
+    @property
+    def bpf(self) -> BpfTrace:
+        """The machine's BPF state (maps, programs, links; :mod:`kernel_model.trace.bpf_trace`),
+        made at first use: a machine that loads no BPF program never imports the BPF code."""
+        state = self.__dict__.get("_bpf")
+        if state is None:
+            from kernel_model.trace.bpf_trace import BpfTrace  # imported on first use: start-up cost
+
+            state = self._bpf = BpfTrace(self)
+        return state
 
     def attach_syscalls(self, syscalls: Syscalls) -> None:
         """The syscall table the entry dispatches to; the uprobes syscalls join it."""

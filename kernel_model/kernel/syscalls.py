@@ -29,11 +29,13 @@ from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES, SYSCALL_NUMBER
 from kernel_model.arch.x86.entry.syscall_table import build_table
 from kernel_model.arch.x86.kernel.process_64 import ArchPrctlSyscalls
 from kernel_model.block.ioprio import IoprioSyscalls
+from kernel_model.bpf.syscall import BpfSyscalls
 from kernel_model.drivers.char.random import RandomSyscalls
 from kernel_model.drivers.tty.n_tty import HostReads
 from kernel_model.errors import InputError
 from kernel_model.fs.d_path import DPathSyscalls
 from kernel_model.fs.dev import DevFs
+from kernel_model.fs.eventpoll import EventpollSyscalls
 from kernel_model.fs.exec import ExecSyscalls
 from kernel_model.fs.fadvise import FadviseSyscalls
 from kernel_model.fs.fcntl import FcntlSyscalls
@@ -55,6 +57,7 @@ from kernel_model.fs.utimes import UtimesSyscalls
 from kernel_model.fs.xattr import XattrSyscalls
 from kernel_model.include.linux.errno import neg
 from kernel_model.kernel.cred import CredSyscalls
+from kernel_model.kernel.events.core import PerfEventSyscalls
 from kernel_model.kernel.exec_domain import PersonalitySyscalls
 from kernel_model.kernel.exit import ExitSyscalls
 from kernel_model.kernel.fork import ProcessSyscalls
@@ -150,6 +153,7 @@ class Syscalls:
             FcntlSyscalls(),
             IoctlSyscalls(self),
             SelectSyscalls(self),
+            EventpollSyscalls(self),
             FileSyscalls(),
             self.pipes,
             ExecSyscalls(self),
@@ -171,6 +175,8 @@ class Syscalls:
             MprotectSyscalls(self),
             MadviseSyscalls(self),
             SocketSyscalls(),
+            BpfSyscalls(self),
+            PerfEventSyscalls(self),
         )
 
     def register(self, nr: int, fn) -> None:

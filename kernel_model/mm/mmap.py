@@ -1,5 +1,10 @@
 """mmap, munmap and brk (mm/mmap.c): anonymous and file mappings on the task's address
 space (:class:`kernel_model.mm.mm_types`), the heap's break.
+
+Shared anonymous memory is memory of its own (shmem_zero_setup): its pages are made at
+mmap time and stay one set of frames for every process that maps them (a fork's child
+too).  A BPF ring buffer's descriptor maps the ring's own pages (bpf_map_mmap ->
+ringbuf_map_mmap_kern); see :func:`ringbuf_frames` for why the ring lives in guest RAM.
 """
 
 from __future__ import annotations
@@ -7,6 +12,8 @@ from __future__ import annotations
 import errno as E
 import os
 
+from kernel_model.bpf.bpf_files import BpfMapFile
+from kernel_model.bpf.bpf_types import BPF_MAP_TYPE_RINGBUF
 from kernel_model.fs.file import HostFile
 from kernel_model.include.linux.errno import neg
 from kernel_model.include.linux.syscalls import fd_arg, syscall
@@ -28,6 +35,42 @@ LEGACY_MAP_MASK = (
     0x01 | 0x02 | 0x10 | 0x20 | 0x0100 | 0x0800 | 0x1000 | 0x2000 | 0x4000 | 0x8000 | 0x10000 | 0x20000 | 0x40000
 )
 MAX_LFS_FILESIZE = (1 << 63) - 1
+SHMEM_ANON_NAME = "/dev/zero (deleted)"  # what maps shows for shared anonymous memory
+FAULT_AROUND = 16  # pages one fault populates (emu.engine.memory's FAULT_AROUND_PAGES)
+RINGBUF_PGOFF = 1  # the ring's kernel-only first page, never mapped (kernel/bpf/ringbuf.c)
+ENOTSUPP = 524
+
+
+def ringbuf_frames(ring, ram) -> list[int]:
+    """The guest-physical frames of a ring buffer's pages, in order.  On the first call
+    the ring's bytes move into contiguous frames of the machine's RAM and its region's
+    data becomes a view of them: the kernel side (the programs, poll) and every mapping
+    then share one copy, and the ring holds a reference to each frame (for as long as
+    the machine lives: the ring outlives its descriptors while programs use it).
+
+    Why guest RAM rather than mapping the region's own host buffer into the CPU
+    (Unicorn's mem_map_ptr) or copying between the two: every CPU instance already maps
+    the RAM zones, a fork's too, so the ring needs no engine region per instance; the
+    kernel's own accesses to guest addresses (a write(2) from the mapped ring, ptrace,
+    /proc/PID/mem) walk the page tables to RAM frames and work unchanged; and nothing
+    must be copied at the right moments (after every program run for the records,
+    before every reservation for ``consumer_pos``).  The guest sees the data twice in a
+    row as the kernel maps it; here the second half is the region's second copy of the
+    data, which the ring keeps in step with the first.  The cost: the frames must be
+    contiguous in one 64 MiB zone, so a ring of 32 MiB or more cannot be mapped
+    (ENOMEM); and a checkpoint (reverse execution) keeps the view by reference, so the
+    ring's bytes roll back with the pages of the address spaces that map them."""
+    frames = getattr(ring, "guest_frames", None)
+    if frames is None:
+        region = ring.rb
+        size = len(region.data)
+        frames = ram.alloc_contiguous(size // PAGE_SIZE)
+        view, base = ram.page_view(frames[0])
+        window = view[base : base + size]
+        window[:] = region.data
+        region.data = window
+        ring.guest_frames = frames
+    return frames
 
 
 class MmapSyscalls:
@@ -37,7 +80,7 @@ class MmapSyscalls:
         self.m = sc.m
         self.vfs = sc.vfs
 
-    @syscall(9, "mmap", partial="shared anonymous memory and writable MAP_SHARED file mappings are not modeled")
+    @syscall(9, "mmap", partial="writable MAP_SHARED mappings of files are not modeled")
     def sys_mmap(self, task, regs, addr, length, prot, flags, fd, off):
         """do_mmap's checks in the kernel's order."""
         if off & (PAGE_SIZE - 1):
@@ -60,13 +103,68 @@ class MmapSyscalls:
         if where < 0:
             return where
         if file is not None:
+            if isinstance(file, BpfMapFile):
+                return self._mmap_bpf_map(task, file, where, length, prot, flags, off)
             return self._mmap_file(task, file, where, length, prot, flags, off)
-        if flags & MAP_TYPE != MAP_PRIVATE:
-            return neg(E.EINVAL)  # shared anonymous memory is not modeled
+        kind = flags & MAP_TYPE
+        if kind == MAP_SHARED:
+            return self._mmap_shared_anon(where, length, prot)
+        if kind != MAP_PRIVATE:
+            return neg(E.EINVAL)  # do_mmap: anonymous memory is MAP_SHARED or MAP_PRIVATE
         try:
             self.m.mem.map(where, length, prot, "")
         except MemoryLimitExceeded:
             return neg(E.ENOMEM)
+        return where
+
+    def _mmap_shared_anon(self, where: int, length: int, prot: int) -> int:
+        """shmem_zero_setup: MAP_SHARED | MAP_ANONYMOUS memory is a deleted /dev/zero
+        file of its own (shown so in /proc/PID/maps).  Its pages are allocated at once
+        and the mapping is VM_SHARED, so writes never copy a page: a fork's child maps
+        the same pages, and what either process writes the other reads, as on Linux."""
+        mem = self.m.mem
+        try:
+            vma = mem.map(where, length, prot, SHMEM_ANON_NAME)
+        except MemoryLimitExceeded:
+            return neg(E.ENOMEM)
+        vma.shared = True
+        for page in range(where, where + length, PAGE_SIZE * FAULT_AROUND):
+            mem.handle_mm_fault(page, False)  # the fault-around window populates the rest
+        return where
+
+    def _mmap_bpf_map(self, task, file, where: int, length: int, prot: int, flags: int, off: int) -> int:
+        """bpf_map_mmap -> ringbuf_map_mmap_kern: only a ring buffer maps here; the
+        mapping must be shared, only the consumer page (offset 0, one page) may be
+        writable, and it must fit the ring's pages (the consumer page, the producer page,
+        the data pages twice).  The guest's pages are the ring's own frames (the ring
+        moves into guest RAM on its first mmap), so the kernel reads the consumer
+        position the guest writes and the guest reads records as the kernel commits
+        them, with nothing copied."""
+        bpf_map = file.map
+        if bpf_map.map_type != BPF_MAP_TYPE_RINGBUF:
+            return neg(ENOTSUPP)  # no map_mmap for other types here (mmapable arrays are not modeled)
+        if flags & MAP_TYPE == MAP_PRIVATE:
+            return neg(E.EINVAL)
+        if prot & PROT_WRITE:
+            if bpf_map.frozen:
+                return neg(E.EPERM)
+            if off != 0 or length != PAGE_SIZE:
+                return neg(E.EPERM)  # only consumer_pos is writable
+        try:
+            frames = ringbuf_frames(bpf_map, self.m.mem.ram)
+        except MemoryLimitExceeded:
+            return neg(E.ENOMEM)  # a ring larger than one zone of RAM (64 MiB) cannot move there
+        first = off // PAGE_SIZE + RINGBUF_PGOFF
+        if first + length // PAGE_SIZE > len(frames):
+            return neg(E.EINVAL)  # remap_vmalloc_range: past the ring's pages
+        mayprot = PROT_READ | (PROT_WRITE if prot & PROT_WRITE else 0)
+        try:
+            vma = self.m.mem.map_frames(
+                where, prot, frames[first : first + length // PAGE_SIZE], "anon_inode:bpf-map", mayprot=mayprot
+            )
+        except MemoryLimitExceeded:
+            return neg(E.ENOMEM)
+        vma.pgoff = off  # the mmap offset, as /proc/PID/maps shows it
         return where
 
     def _mmap_address(self, addr: int, length: int, flags: int) -> int:

@@ -122,6 +122,19 @@ class PhysicalMemory:
             return frames
         return [self.alloc_page() for _ in range(n)]
 
+    def alloc_contiguous(self, n: int) -> list[int]:
+        """``n`` zeroed frames at consecutive addresses of one zone, for a kernel buffer
+        the model reads and writes as one host buffer that the guest also maps (a BPF
+        ring buffer): from the never-used part of the last zone, or of a new one when
+        the last has no room (its unused rest goes to the free list)."""
+        if n > self.zone_size // PAGE_SIZE:
+            raise MemoryLimitExceeded(f"{n} contiguous pages are more than a zone holds")
+        if self._next + n * PAGE_SIZE > self._end:
+            self._free.extend(range(self._next, self._end, PAGE_SIZE))
+            self._next = self._end
+            self._add_zone()
+        return self.alloc_run(n)
+
     def get_page(self, frame: int) -> None:
         self.refcount[frame] += 1
 

@@ -1,7 +1,6 @@
 // A static Go program for the fidelity corpus: goroutines over a channel, a sort, and the
 // RLIMIT_NOFILE and CPU count the Go runtime reads at start-up (Go raises NOFILE's soft
-// limit to its hard one).  It opens no file: the model has no epoll, which Go's runtime
-// needs for its first open.
+// limit to its hard one).
 package main
 
 import (

@@ -39,7 +39,9 @@ the uprobe syscall and the site is the matching combo.  The same ELF runs native
 Consumers (``--consumer``): ``program`` (default; a trace event with a program-only
 consumer, like the BPF programs of the kernel's bench: the args buffer is filled only by
 kernels without the lazy buffer), ``handler`` (a plain Python uprobe consumer), ``ftrace``
-(a trace event that writes ftrace lines; args buffer filled on every hit).
+(a trace event that writes ftrace lines; args buffer filled on every hit), ``bpf`` (the
+kernel bench's own consumer: a BPF counting program, built with clang from
+``guest_programs/bpf/bench_count.bpf.c``, on a uprobe perf event, :mod:`.bpf_counter`).
 
 The package, one job per module: :mod:`.scenarios` (the scenario table, kernel columns, the
 guest ELFs, attaching the counting consumer), :mod:`.measure` (count and timed runs in the

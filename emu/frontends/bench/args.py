@@ -62,8 +62,9 @@ def add_cli(sub: SubParsers, add_machine_options: Callable[[argparse.ArgumentPar
     p.add_argument(
         "--consumer",
         default="program",
-        choices=("program", "handler", "ftrace"),
-        help="hit counter: program-only trace event (default), Python handler, ftrace event",
+        choices=("program", "handler", "ftrace", "bpf"),
+        help="hit counter: program-only trace event (default), Python handler, ftrace event, "
+        "or bpf: the kernel bench's BPF counting program (built with clang) on a uprobe perf event",
     )
     p.add_argument("--iterations", type=count, metavar="N", help="timed iterations (default: sized to --seconds)")
     p.add_argument(

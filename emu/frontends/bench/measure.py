@@ -135,8 +135,7 @@ def count_events(scen: Scenario, col: ColumnSpec, consumer: str = "program") -> 
     code around the loop cancels exactly."""
     try:
         m = new_machine(col, scen.loop, COUNT_N1, COUNT_WARMUP, COUNT_N2)
-        box = [0]
-        attach(m, scen, consumer, box)
+        hits = attach(m, scen, consumer)
     except RegistrationError as e:
         msg = str(e)
         return {"status": "n/a", "reason": msg if msg.startswith(e.errno_name) else f"{e.errno_name}: {msg}"}
@@ -150,7 +149,7 @@ def count_events(scen: Scenario, col: ColumnSpec, consumer: str = "program") -> 
 
     def listener(e):
         if e.nr == MARKER_NR:
-            marks.append((insns[0], _snapshot(m), box[0]))
+            marks.append((insns[0], _snapshot(m), hits()))
 
     m.events.subscribe(listener, Syscall)
     r = m.run(max_insns=None, timeout=60)
@@ -186,14 +185,13 @@ def _is_exact(per: dict) -> bool:
 def time_model(scen: Scenario, col: ColumnSpec, consumer: str, n: int, warmup: int) -> dict:
     """One timed run: ``warmup`` iterations, the marker, ``n`` timed iterations."""
     m = new_machine(col, scen.loop, n, warmup)
-    box = [0]
-    attach(m, scen, consumer, box)
+    hits = attach(m, scen, consumer)
     state = {}
 
     def listener(e):
         if e.nr == MARKER_NR:
             state["snap"] = _snapshot(m)
-            state["hits"] = box[0]
+            state["hits"] = hits()
             m.events.unsubscribe(handle)
             state["t0"] = time.perf_counter()
 
@@ -203,7 +201,7 @@ def time_model(scen: Scenario, col: ColumnSpec, consumer: str, n: int, warmup: i
     if r.reason != "exit" or r.exit_code != 0 or "t0" not in state:
         raise EmuError(f"bench guest ended: {r.describe()}")
     d = _without(_delta(state["snap"], _snapshot(m)), {MARKER_NR: 2, EXIT_NR: 1})
-    return {"seconds": t1 - state["t0"], "n": n, "totals": _events(d), "hits": box[0] - state["hits"]}
+    return {"seconds": t1 - state["t0"], "n": n, "totals": _events(d), "hits": hits() - state["hits"]}
 
 
 def round_iterations(x: float, lo: int, hi: int) -> int:
@@ -332,8 +330,7 @@ def measure_baseline(loop: int, mode: str, iterations: int | None, repeat: int, 
 def _probe_count_sample(col: ColumnSpec, consumer: str, count: int, n: int, warmup: int) -> tuple:
     scen = SCENARIOS["uprobe-nop"]
     m = new_machine(col, scen.loop, n, warmup, sled=True)
-    box = [0]
-    attach(m, scen, consumer, box)
+    attach(m, scen, consumer)
     file = m.process.exe
     sled = file.elf.vaddr_to_offset(file.elf.resolve("probe_sled").value)
     t0 = time.perf_counter()

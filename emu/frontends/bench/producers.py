@@ -115,7 +115,7 @@ def record_triggers(col, scen, threads: int, iterations: int = ITERATIONS) -> li
         cpus=threads,
         **dict(col.overrides),
     )
-    attach(m, scen, "program", [0])
+    attach(m, scen, "program")
     log = m.record_accesses()
     assert log is not None  # recording was asked for
     r = m.run(max_insns=None, timeout=120)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from types import MappingProxyType, SimpleNamespace
 
 from emu.asm import asm_to_elf
+from emu.frontends.bench.bpf_counter import attach_bpf_counter
 from emu.machine import Machine
 from emu.probes.symbols import probe_file
 from emu.probes.usdt import usdt_attach_offsets
@@ -185,10 +186,12 @@ def new_machine(col: ColumnSpec, loop: int, n: int, warmup: int, n2: int = 0, *,
     )
 
 
-def attach(m, scen: Scenario, consumer: str, box: list):
-    """Attach the counting consumer; raises RegistrationError when the kernel refuses."""
+def attach(m, scen: Scenario, consumer: str):
+    """Attach the counting consumer; returns a function that says how many hits it
+    counted so far.  Raises RegistrationError when the kernel refuses."""
+    box = [0]
     if scen.kind == "none":
-        return None
+        return lambda: box[0]
     file = m.process.exe
     off = site_offset(file, scen, m.profile)
 
@@ -198,10 +201,15 @@ def attach(m, scen: Scenario, consumer: str, box: list):
     ret = scen.kind == "return"
     if consumer == "handler":
         if ret:
-            return m.uprobes.register((file.path, off), ret_handler=count)
-        return m.uprobes.register((file.path, off), handler=count)
+            m.uprobes.register((file.path, off), ret_handler=count)
+        else:
+            m.uprobes.register((file.path, off), handler=count)
+        return lambda: box[0]
+    if consumer == "bpf":
+        return attach_bpf_counter(m, (file.path, off), ret)
     if consumer not in ("program", "ftrace"):
-        raise InputError(f"unknown consumer {consumer!r} (handler, program, ftrace)")
-    return m.uprobes.add_event(
+        raise InputError(f"unknown consumer {consumer!r} (handler, program, ftrace, bpf)")
+    m.uprobes.add_event(
         f"{'r' if ret else 'p'}:bench/trigger {file.path}:{off:#x}", ftrace=consumer == "ftrace", programs=[count]
     )
+    return lambda: box[0]
