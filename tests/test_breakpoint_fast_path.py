@@ -230,6 +230,13 @@ def _unregisters_itself(ctx, n, m):
     return 0
 
 
+def _unregisters_itself_at_its_first_hit(ctx, n, m):
+    """The last consumer gone during the general hit that would install the fast path."""
+    if n == 1:
+        m.uprobes.unregister(ctx.consumer)
+    return 0
+
+
 def _replaces_itself(ctx, n, m):
     if n == 3:
         site = m.symbolize_site(ctx.vaddr)
@@ -261,6 +268,7 @@ HANDLERS = [
     _sets_orig_rax,
     _adds_consumer,
     _unregisters_itself,
+    _unregisters_itself_at_its_first_hit,
     _replaces_itself,
     _disables_itself,
     _listens,

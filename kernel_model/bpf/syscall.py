@@ -61,7 +61,7 @@ from kernel_model.bpf.bpf_types import (
 from kernel_model.errors import EmuError
 from kernel_model.fs.file import OpenFile
 from kernel_model.include.linux.errno import neg
-from kernel_model.include.linux.syscalls import fd_arg, int_arg, syscall
+from kernel_model.include.linux.syscalls import fd_arg, int_arg
 from kernel_model.mm.mm_types import PAGE_SIZE, GuestFault
 
 # enum bpf_cmd
@@ -134,8 +134,8 @@ LICENSE_LEN = 128
 SHA256_DIGEST_SIZE = 32
 
 
-class BpfSyscalls:
-    """bpf(2)."""
+class BpfCommands:
+    """bpf(2), made at a guest's first call (:mod:`.sys_bpf` is the entry)."""
 
     def __init__(self, sc):
         self.m = sc.m
@@ -146,11 +146,6 @@ class BpfSyscalls:
     def bpf(self):
         return self.m.kernel.bpf
 
-    @syscall(
-        321,
-        "bpf",
-        partial="map, program, BTF and uprobe link commands only (no pinning, batches, test runs, fds by id)",
-    )
     def sys_bpf(self, task, regs, cmd, uattr, size, *_):
         """__sys_bpf: the size check, the copy, the dispatch; an unknown command is
         EINVAL."""

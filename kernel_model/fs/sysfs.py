@@ -21,7 +21,7 @@ from kernel_model.fs.file import SeqFile, attrs_stat_bytes
 from kernel_model.fs.fs_types import Attrs, SpecialNode
 from kernel_model.fs.libfs import DirNode, access_mode, keep_open_flags, may_open
 from kernel_model.include.linux.cpumask import NR_CPUS, cpulist
-from kernel_model.kernel.events.core import PERF_TYPE_UPROBE
+from kernel_model.include.uapi.linux.perf_event import PERF_TYPE_UPROBE
 
 SYSFS_DEV = 0x15
 SYSFS_ATTR_SIZE = 4096  # a sysfs attribute's st_size: one page

@@ -29,7 +29,7 @@ from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES, SYSCALL_NUMBER
 from kernel_model.arch.x86.entry.syscall_table import build_table
 from kernel_model.arch.x86.kernel.process_64 import ArchPrctlSyscalls
 from kernel_model.block.ioprio import IoprioSyscalls
-from kernel_model.bpf.syscall import BpfSyscalls
+from kernel_model.bpf.sys_bpf import BpfSyscalls
 from kernel_model.drivers.char.random import RandomSyscalls
 from kernel_model.drivers.tty.n_tty import HostReads
 from kernel_model.errors import InputError
@@ -57,7 +57,7 @@ from kernel_model.fs.utimes import UtimesSyscalls
 from kernel_model.fs.xattr import XattrSyscalls
 from kernel_model.include.linux.errno import neg
 from kernel_model.kernel.cred import CredSyscalls
-from kernel_model.kernel.events.core import PerfEventSyscalls
+from kernel_model.kernel.events.perf_syscall import PerfEventSyscalls
 from kernel_model.kernel.exec_domain import PersonalitySyscalls
 from kernel_model.kernel.exit import ExitSyscalls
 from kernel_model.kernel.fork import ProcessSyscalls

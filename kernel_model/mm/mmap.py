@@ -12,8 +12,6 @@ from __future__ import annotations
 import errno as E
 import os
 
-from kernel_model.bpf.bpf_files import BpfMapFile
-from kernel_model.bpf.bpf_types import BPF_MAP_TYPE_RINGBUF
 from kernel_model.fs.file import HostFile
 from kernel_model.include.linux.errno import neg
 from kernel_model.include.linux.syscalls import fd_arg, syscall
@@ -103,7 +101,7 @@ class MmapSyscalls:
         if where < 0:
             return where
         if file is not None:
-            if isinstance(file, BpfMapFile):
+            if getattr(file, "anon_name", None) == "bpf-map":  # bpf_map_fops' mmap
                 return self._mmap_bpf_map(task, file, where, length, prot, flags, off)
             return self._mmap_file(task, file, where, length, prot, flags, off)
         kind = flags & MAP_TYPE
@@ -140,6 +138,8 @@ class MmapSyscalls:
         moves into guest RAM on its first mmap), so the kernel reads the consumer
         position the guest writes and the guest reads records as the kernel commits
         them, with nothing copied."""
+        from kernel_model.bpf.bpf_types import BPF_MAP_TYPE_RINGBUF  # a guest with a BPF map has it loaded
+
         bpf_map = file.map
         if bpf_map.map_type != BPF_MAP_TYPE_RINGBUF:
             return neg(ENOTSUPP)  # no map_mmap for other types here (mmapable arrays are not modeled)

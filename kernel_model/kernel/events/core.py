@@ -27,12 +27,12 @@ from kernel_model.bpf.bpf_files import AnonInodeFile, BpfProgFile, attach_errno,
 from kernel_model.bpf.bpf_types import BPF_PROG_TYPE_KPROBE
 from kernel_model.errors import EmuError
 from kernel_model.include.linux.errno import neg
-from kernel_model.include.linux.syscalls import fd_arg, int_arg, pid_t, syscall
+from kernel_model.include.linux.syscalls import fd_arg, int_arg, pid_t
+from kernel_model.include.uapi.linux.perf_event import PERF_TYPE_UPROBE
 from kernel_model.kernel.pid import find_process_by_vpid
 from kernel_model.mm.mm_types import PAGE_SIZE, GuestFault
 
 PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, PERF_TYPE_TRACEPOINT = 0, 1, 2
-PERF_TYPE_UPROBE = 8  # the dynamic PMU type the host's 6.18 kernel gave the uprobe PMU
 PERF_ATTR_SIZE_VER0 = 64
 PERF_ATTR_SIZE = 136  # sizeof(struct perf_event_attr) in 6.18 (PERF_ATTR_SIZE_VER8)
 PERF_FLAG_FD_NO_GROUP, PERF_FLAG_FD_OUTPUT, PERF_FLAG_PID_CGROUP, PERF_FLAG_FD_CLOEXEC = 1, 2, 4, 8
@@ -166,18 +166,13 @@ class PerfEventFile(AnonInodeFile):
         return neg(E.ENOTTY)
 
 
-class PerfEventSyscalls:
-    """perf_event_open(2)."""
+class PerfEventOpen:
+    """perf_event_open(2), made at a guest's first call (:mod:`.perf_syscall` is the entry)."""
 
     def __init__(self, sc):
         self.m = sc.m
         self._ids = [0]
 
-    @syscall(
-        298,
-        "perf_event_open",
-        partial="the uprobe PMU only (other types ENOENT); no samples, counts, groups or cgroups; cpu not filtered",
-    )
     def sys_perf_event_open(self, task, regs, uattr, pid, cpu, group_fd, flags, *_):
         """sys_perf_event_open's checks in the kernel's order, then the uprobe PMU's."""
         pid, cpu, group_fd, flags = pid_t(pid), int_arg(cpu), int_arg(group_fd), flags & 0xFFFFFFFFFFFFFFFF

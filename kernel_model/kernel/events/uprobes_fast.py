@@ -67,6 +67,8 @@ def install_swbp_fast_path(uprobes, task, uprobe, bp_vaddr: int) -> None:
     have = engine.breakpoint_fast_path(cpu, bp_vaddr)
     if have is not None and have.key == key:
         return
+    if uprobe.chain is None:  # a handler of this very hit added or removed a consumer
+        return
     uc = uprobe.consumers[0]
     if uc.ctx is None:
         return

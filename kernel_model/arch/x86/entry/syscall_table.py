@@ -19,7 +19,7 @@ from typing import Any
 from kernel_model.arch.x86.entry.syscall_64 import SYSCALL_NAMES
 from kernel_model.arch.x86.kernel.process_64 import ArchPrctlSyscalls
 from kernel_model.block.ioprio import IoprioSyscalls
-from kernel_model.bpf.syscall import BpfSyscalls
+from kernel_model.bpf.sys_bpf import BpfSyscalls
 from kernel_model.drivers.char.random import RandomSyscalls
 from kernel_model.fs.d_path import DPathSyscalls
 from kernel_model.fs.eventpoll import EventpollSyscalls
@@ -41,7 +41,7 @@ from kernel_model.fs.utimes import UtimesSyscalls
 from kernel_model.fs.xattr import XattrSyscalls
 from kernel_model.include.linux.syscalls import SyscallDef
 from kernel_model.kernel.cred import CredSyscalls
-from kernel_model.kernel.events.core import PerfEventSyscalls
+from kernel_model.kernel.events.perf_syscall import PerfEventSyscalls
 from kernel_model.kernel.exec_domain import PersonalitySyscalls
 from kernel_model.kernel.exit import ExitSyscalls
 from kernel_model.kernel.fork import ProcessSyscalls
