@@ -22,10 +22,10 @@ from kernel_model.fs.eventpoll import (
     EPOLLERR,
     EPOLLIN,
     EPOLLRDNORM,
-    WaitQueue,
 )
 from kernel_model.fs.file import HostFile, OpenFile, stat_bytes
 from kernel_model.include.linux.errno import neg
+from kernel_model.kernel.wait import WaitQueue
 
 BPF_OBJ_NAME_LEN = 16
 BPF_LOG_LEVEL1, BPF_LOG_LEVEL2, BPF_LOG_STATS, BPF_LOG_FIXED = 1, 2, 4, 8

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from kernel_model.arch.x86.ptrace import PT_REGS_ORDER
+
 if TYPE_CHECKING:
     from kernel_model.bpf.insn import Insn
     from kernel_model.bpf.memory import Region
@@ -64,29 +66,7 @@ BPF_TRACE_UPROBE_SESSION = 57
 
 # struct pt_regs (arch/x86/include/asm/ptrace.h), the context of a uprobe program:
 # the registers in this order, 8 bytes each, 168 bytes in all
-PT_REGS_FIELDS = (
-    "r15",
-    "r14",
-    "r13",
-    "r12",
-    "rbp",
-    "rbx",
-    "r11",
-    "r10",
-    "r9",
-    "r8",
-    "rax",
-    "rcx",
-    "rdx",
-    "rsi",
-    "rdi",
-    "orig_rax",
-    "rip",
-    "cs",
-    "eflags",
-    "rsp",
-    "ss",
-)
+PT_REGS_FIELDS = PT_REGS_ORDER
 PT_REGS_SIZE = 8 * len(PT_REGS_FIELDS)
 
 

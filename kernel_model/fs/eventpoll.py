@@ -28,7 +28,7 @@ from kernel_model.fs.file import HostFile, OpenFile, stat_bytes
 from kernel_model.include.linux.errno import neg
 from kernel_model.include.linux.syscalls import fd_arg, int_arg, syscall
 from kernel_model.include.uapi.linux.fcntl import O_CLOEXEC
-from kernel_model.kernel.wait import sleep_on, still_asleep
+from kernel_model.kernel.wait import WaitQueue, sleep_on, still_asleep
 from kernel_model.mm.mm_types import TASK_SIZE, GuestFault
 
 EPOLLIN, EPOLLPRI, EPOLLOUT, EPOLLERR, EPOLLHUP = 0x1, 0x2, 0x4, 0x8, 0x10
@@ -49,36 +49,6 @@ EP_MAX_NESTS = 4
 # the one inode of anon_inodefs (fs/anon_inodes.c) behind epoll, BPF and perf event files:
 # mode 0600 without a file type, st_dev as the host's 6.18 shows it (0:16)
 ANON_INODE_MODE, ANON_INODE_DEV, ANON_INODE_INO = 0o600, 0x10, 1
-
-
-class WaitQueue:
-    """``wait_queue_head_t`` for files other than pipes: waiters are callables that
-    return True once done (then dropped), run at every :meth:`wake_up`, as
-    :class:`kernel_model.fs.pipe.Pipe` runs its own."""
-
-    def __init__(self) -> None:
-        self.waiters: list = []
-        self._waking = False
-        self._again = False
-
-    def wait(self, waiter) -> None:
-        self.waiters.append(waiter)
-
-    def wake_up(self) -> None:
-        if self._waking:
-            self._again = True
-            return
-        self._waking = True
-        try:
-            self._again = True
-            while self._again:
-                self._again = False
-                waiters, self.waiters = self.waiters, []
-                for w in waiters:
-                    if not w():
-                        self.waiters.append(w)
-        finally:
-            self._waking = False
 
 
 def wait_queue_of(file: OpenFile):

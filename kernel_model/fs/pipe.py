@@ -19,7 +19,7 @@ from kernel_model.fs.file import PIPE_DEV, OpenFile, copy_out, stat_bytes
 from kernel_model.include.linux.errno import ERESTARTSYS, neg
 from kernel_model.include.linux.syscalls import syscall
 from kernel_model.include.uapi.linux.fcntl import O_CLOEXEC, O_DIRECT, O_NONBLOCK
-from kernel_model.kernel.wait import sleep_on, still_asleep
+from kernel_model.kernel.wait import WaitQueue, sleep_on, still_asleep
 from kernel_model.mm.mm_types import GuestFault
 
 PIPE_BUF = 4096  # writes up to this size are atomic
@@ -31,40 +31,17 @@ POLLIN, POLLPRI, POLLOUT, POLLERR, POLLHUP, POLLNVAL = 0x1, 0x2, 0x4, 0x8, 0x10,
 POLLRDNORM, POLLRDBAND, POLLWRNORM, POLLWRBAND = 0x40, 0x80, 0x100, 0x200
 
 
-class Pipe:
+class Pipe(WaitQueue):
     """``pipe_inode_info``: the buffer, the end counts and one wait queue for both
-    directions.  A waiter is a callable returning True once it is done (it is then
-    dropped); it is called after every change."""
+    directions (a :class:`~kernel_model.kernel.wait.WaitQueue`: a waiter is a callable
+    returning True once it is done, called after every change)."""
 
     def __init__(self, ino: int, size: int = PIPE_DEF_SIZE):
+        super().__init__()
         self.buf = bytearray()
         self.size = size
         self.ino = ino
         self.readers = self.writers = 0
-        self.waiters: list = []
-        self._waking = False
-        self._again = False
-
-    def wait(self, waiter) -> None:
-        self.waiters.append(waiter)
-
-    def wake_up(self) -> None:
-        """Run the waiters until none makes progress; a waiter that changes the pipe
-        (a woken writer filling it) makes the others look again."""
-        if self._waking:
-            self._again = True
-            return
-        self._waking = True
-        try:
-            self._again = True
-            while self._again:
-                self._again = False
-                waiters, self.waiters = self.waiters, []
-                for w in waiters:
-                    if not w():
-                        self.waiters.append(w)
-        finally:
-            self._waking = False
 
     def poll_mask(self, reading: bool) -> int:
         """pipe_poll: readable while bytes are buffered, hung up without writers;
