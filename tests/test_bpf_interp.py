@@ -792,3 +792,21 @@ def test_random_programs_raise_only_emu_errors(mem, env):
         assert 0 <= result <= M64
 
     check()
+
+
+def test_a_region_given_another_buffer_between_runs_is_read_and_written_there(vm, env, mem):
+    """A ring buffer moved into guest RAM at its first mmap keeps its address with a new
+    buffer: the next run's loads and stores go to the new one, not to a cached old one."""
+    region = mem.alloc(16, "ringbuf")
+    prog = program(
+        ld_imm64(1, region.base),
+        ldx_mem(BPF_DW, 0, 1, 0),
+        st_mem(BPF_DW, 1, 8, 7),
+        exit_insn(),
+    )
+    region.data[:8] = (5).to_bytes(8, "little")
+    assert run(vm, env, prog) == 5
+    moved = bytearray(region.data)
+    moved[:8] = (9).to_bytes(8, "little")
+    mem.replace_data(region, moved)
+    assert (run(vm, env, prog), moved[8], region.data is moved) == (9, 7, True)

@@ -53,8 +53,8 @@ class KernelMemory:
         self._bases: list[int] = []
         self._regions: list[Region] = []
         self._next = DIRECT_MAP_BASE
-        # bumped whenever a region goes away: an accessor that caches regions (the
-        # interpreter's) must search again after a change
+        # bumped whenever a region goes away or changes its buffer: an accessor that
+        # caches regions (the interpreter's) must search again after a change
         self.generation = 0
 
     def alloc(self, size: int, kind: str, *, writable: bool = True, owner: object = None) -> Region:
@@ -73,6 +73,14 @@ class KernelMemory:
             del self._bases[i]
             del self._regions[i]
             self.generation += 1
+
+    def replace_data(self, region: Region, data) -> None:
+        """Give ``region`` another buffer of the same size (holding its bytes); accessors
+        that cached the old one search again (``generation``)."""
+        if len(data) != len(region.data):
+            raise ValueError(f"a {len(region.data)}-byte region cannot take {len(data)} bytes")
+        region.data = data
+        self.generation += 1
 
     def find(self, addr: int, size: int = 1) -> Region | None:
         """The region holding ``[addr, addr + size)``, or None."""

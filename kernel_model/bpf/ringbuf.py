@@ -70,6 +70,7 @@ class RingBuf(BpfMap):
         self.mask = max_entries - 1
         self.pending_pos = 0
         self.rb: Region | None = None
+        self._memory: KernelMemory | None = None
         self.wakeups = 0
         self.on_wakeup: Callable[[], None] | None = None
 
@@ -77,6 +78,13 @@ class RingBuf(BpfMap):
         """``bpf_ringbuf_alloc``: the meta pages and the data pages, zeroed."""
         size = self.max_entries
         self.rb = memory.alloc(_DATA_OFF + 2 * size, "ringbuf", owner=self)
+        self._memory = memory
+
+    def move_data(self, data) -> None:
+        """Keep the ring's bytes in ``data`` from now on (a writable buffer of the same
+        size holding them: the guest RAM a first mmap moves the ring to)."""
+        assert self.rb is not None and self._memory is not None, "ring buffer not created"
+        self._memory.replace_data(self.rb, data)
 
     # -- raw positions ------------------------------------------------------------
     def _mem(self) -> bytearray:

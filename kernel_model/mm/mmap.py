@@ -66,7 +66,7 @@ def ringbuf_frames(ring, ram) -> list[int]:
         view, base = ram.page_view(frames[0])
         window = view[base : base + size]
         window[:] = region.data
-        region.data = window
+        ring.move_data(window)
         ring.guest_frames = frames
     return frames
 
